@@ -1,0 +1,3 @@
+from infersim.cli import main
+
+raise SystemExit(main())

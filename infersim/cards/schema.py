@@ -1,0 +1,182 @@
+"""Validated loading of YAML mappings into frozen dataclasses.
+
+Every card and config goes through `build`: unknown keys, missing keys, wrong types and values
+outside a field's declared range each raise one ConfigError naming the file, the dotted field
+and the value. Field constraints are declared next to the field with `spec(...)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from infersim.errors import MISSING, ConfigError
+
+T = TypeVar("T")
+
+# YAML 1.1 reads "989e12" as a string; a number written that way is still a number.
+_FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def spec(
+    default: Any = dataclasses.MISSING,
+    *,
+    doc: str = "",
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
+    """A dataclass field with a range constraint and a one-line description (used in docs and errors)."""
+    metadata = {"doc": doc, "gt": gt, "ge": ge, "le": le}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def load_yaml(path: Path) -> Any:
+    """Read a YAML file; a missing file or malformed YAML is one clear error naming the file."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(str(path), "", MISSING, "file not found") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", MISSING, f"cannot read file: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(str(path), "", MISSING, f"malformed YAML{where}: {problem}") from None
+
+
+def build(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
+    """Construct dataclass `cls` from a mapping, validating keys, types and ranges."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, prefix, data, f"expected a mapping of {cls.__name__} fields")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(map(str, data)) - set(fields))
+    if unknown:
+        name = _join(prefix, unknown[0])
+        known = ", ".join(sorted(fields))
+        raise ConfigError(source, name, data[unknown[0]], f"unknown key (known keys: {known})")
+    kwargs: dict[str, Any] = {}
+    for name, fld in fields.items():
+        path = _join(prefix, name)
+        if name not in data:
+            if fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
+                raise ConfigError(source, path, MISSING, "required field is missing")
+            continue
+        value = _convert(hints[name], data[name], source, path)
+        _check_range(fld, value, source, path)
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(source, prefix, MISSING, str(exc)) from None
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _check_range(fld: dataclasses.Field, value: Any, source: str, path: str) -> None:
+    if value is None or isinstance(value, bool):
+        return
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else (value,)
+    for item in values:
+        if not isinstance(item, (int, float)):
+            continue
+        meta = fld.metadata
+        if meta.get("gt") is not None and not item > meta["gt"]:
+            raise ConfigError(source, path, value, f"must be greater than {meta['gt']:g}")
+        if meta.get("ge") is not None and not item >= meta["ge"]:
+            raise ConfigError(source, path, value, f"must be at least {meta['ge']:g}")
+        if meta.get("le") is not None and not item <= meta["le"]:
+            raise ConfigError(source, path, value, f"must be at most {meta['le']:g}")
+
+
+def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        non_none = [o for o in options if o is not type(None)]
+        errors = []
+        for option in non_none:
+            try:
+                return _convert(option, value, source, path)
+            except ConfigError as exc:
+                errors.append(exc.problem)
+        raise ConfigError(source, path, value, " or ".join(errors))
+    if origin is Literal:
+        allowed = get_args(hint)
+        if value not in allowed:
+            raise ConfigError(source, path, value, f"must be one of {', '.join(map(str, allowed))}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(source, path, value, "expected a list")
+        (item_hint, *_rest) = get_args(hint)
+        return tuple(_convert(item_hint, v, source, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        key_hint, value_hint = get_args(hint)
+        if not isinstance(value, dict):
+            raise ConfigError(source, path, value, "expected a mapping")
+        return {str(k): _convert(value_hint, v, source, f"{path}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, source, path)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(source, path, value, "expected true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(source, path, value, "expected a whole number")
+        return value
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(source, path, value, "expected a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+            return float(value)
+        raise ConfigError(source, path, value, "expected a number")
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(source, path, value, "expected text")
+        return value
+    if hint is Any:
+        return value
+    raise TypeError(f"schema: unsupported field type {hint!r} at {path}")  # a bug in a card class
+
+
+def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted name, type, description) of every field, recursively, for documentation."""
+    rows = []
+    hints = get_type_hints(cls)
+    for fld in dataclasses.fields(cls):
+        hint = hints[fld.name]
+        name = _join(prefix, fld.name)
+        if dataclasses.is_dataclass(hint):
+            rows.extend(field_docs(hint, name))
+        else:
+            rows.append((name, typing_name(hint), fld.metadata.get("doc", "")))
+    return rows
+
+
+def typing_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

@@ -1,0 +1,36 @@
+"""User-facing errors. Anything raised as InferSimError reaches the user as one clear line, never a traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class InferSimError(Exception):
+    """A problem with the user's input or environment, explained in one message."""
+
+
+class ConfigError(InferSimError):
+    """A bad value in a card or config: names the file, the dotted field and the value."""
+
+    def __init__(self, source: str, field: str, value: Any, problem: str) -> None:
+        self.source = source
+        self.field = field
+        self.value = value
+        self.problem = problem
+        where = f"{source}: " if source else ""
+        at = f"field '{field}'" if field else "top level"
+        shown = "" if value is _MISSING else f" (value: {value!r})"
+        super().__init__(f"{where}{at}{shown}: {problem}")
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+MISSING = _MISSING
+
+
+class LayoutError(InferSimError):
+    """A parallel layout that does not divide the model evenly."""
