@@ -11,7 +11,7 @@ from infersim.cards.schema import spec
 from infersim.errors import ConfigError, MISSING
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Peaks:
     """What the datasheet promises."""
 
@@ -26,7 +26,7 @@ class Peaks:
     gpus_per_node: int = spec(doc="GPUs sharing one NVLink domain", gt=0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CollectiveLatency:
     """NCCL-style latency model: base latency per collective plus per-hop latency, by protocol."""
 
@@ -36,7 +36,7 @@ class CollectiveLatency:
     bandwidth_efficiency: float = spec(doc="fraction of link bandwidth the protocol reaches", gt=0, le=1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Derates:
     """What real software reaches on this chip, each with its source in the card's comments."""
 
@@ -56,12 +56,12 @@ class Derates:
     runtime_reserved_bytes: float = spec(doc="HBM the runtime keeps (CUDA context, activations, graphs), bytes", ge=0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HardwareCard:
     name: str = spec(doc="short name, as used in run configs")
-    description: str = spec("", doc="the exact product")
     peak: Peaks = spec(doc="datasheet peaks")
     derates: Derates = spec(doc="achievable fractions and overheads")
+    description: str = spec("", doc="the exact product")
     usd_per_gpu_hour: float = spec(0.0, doc="rental price per GPU-hour, US dollars (0 = unknown)", ge=0)
     host_memory_bytes: float = spec(0.0, doc="CPU memory per GPU available for offload, bytes", ge=0)
     nvme_bandwidth: float = spec(0.0, doc="NVMe read bandwidth per GPU, bytes/s (0 = none)", ge=0)

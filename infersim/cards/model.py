@@ -13,7 +13,7 @@ from infersim.cards.schema import spec
 from infersim.errors import ConfigError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelCard:
     name: str = spec(doc="short name, as used in run configs")
     source: str = spec("", doc="where the numbers come from (HF repo, paper)")

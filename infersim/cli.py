@@ -1,0 +1,105 @@
+"""Command line. `python -m infersim --config X.yaml` simulates; subcommands do the rest.
+
+Every user error is an InferSimError and is printed as one line on stderr with exit status 2;
+no traceback reaches the user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from infersim.errors import InferSimError
+
+# Subcommand modules, each exposing register(subparsers) that sets a `handler` default returning
+# an exit code. Optional modules that are absent are skipped.
+SUBCOMMAND_MODULES = (
+    "infersim.cli_cards",
+    "infersim.mfu.cli",
+    "infersim.trace.cli",
+    "infersim.sweep.cli",
+    "infersim.generate.cli",
+)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True,
+                        help="run config: a path, or the name of a bundled example (e.g. qwen3-30b.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override any config field, e.g. deployment.num_gpus=8 or model.num_key_value_heads=2 "
+                             "(repeatable)")
+    parser.add_argument("--mfu-tables", default=None, metavar="DIR",
+                        help="directory of measured kernel tables (overrides the config's mfu_tables)")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("--detail", action="store_true", help="text: also list every operation")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from infersim.config import load_run_config
+    from infersim.report import to_json_data, to_text
+    from infersim.simulate import simulate
+
+    config = load_run_config(args.config, args.overrides, args.mfu_tables)
+    result = simulate(config)
+    if args.format == "json":
+        print(json.dumps(to_json_data(result), indent=2))
+    else:
+        print(to_text(result, detail=args.detail))
+    return 0
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(
+        prog="infersim",
+        description="Predict LLM serving speed and cost (TTFT, TPOT, tokens/GPU/s) on given GPUs, module by module.",
+        epilog="Run `infersim --config X.yaml` to simulate, or a subcommand with --help.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = subparsers.add_parser("run", help="simulate a run config (the default command)")
+    add_run_arguments(run)
+    run.set_defaults(handler=run_command)
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                continue  # optional subcommand not part of this build
+            raise
+        module.register(subparsers)
+    return parser, subparsers.choices
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser, commands = build_parser()
+    if not args_list or (args_list[0] not in commands and args_list[0] not in ("-h", "--help")):
+        args_list = ["run", *args_list]
+    try:
+        args = parser.parse_args(args_list)
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return handler(args)
+    except InferSimError as exc:
+        print(f"infersim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("infersim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug, not bad input: say so in one line unless debugging
+        if os.environ.get("INFERSIM_DEBUG"):
+            raise
+        print(f"infersim: internal error ({type(exc).__name__}: {exc}); please report it. "
+              "Set INFERSIM_DEBUG=1 to see the traceback.", file=sys.stderr)
+        return 3
+
+
+def existing_path(text: str) -> Path:
+    path = Path(text)
+    if not path.exists():
+        raise InferSimError(f"{text}: no such file or directory")
+    return path

@@ -1,0 +1,67 @@
+"""`infersim cards ...`: import HF configs as model cards, list and check bundled cards."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from infersim.cards.hf_import import card_from_hf_file, default_card_name
+from infersim.cards.model import ModelCard, validate_model
+from infersim.cards.registry import bundled_dir, bundled_names
+from infersim.cards.schema import build, field_docs
+from infersim.errors import InferSimError
+
+
+def _import_hf(args: argparse.Namespace) -> int:
+    written = []
+    for config in args.configs:
+        path = Path(config)
+        name = args.name if args.name and len(args.configs) == 1 else default_card_name(path)
+        fields = card_from_hf_file(path, name)
+        validate_model(build(ModelCard, fields, str(path)), str(path))  # refuse to write an invalid card
+        text = card_yaml(fields)
+        if args.out == "-":
+            print(text)
+            continue
+        out_dir = Path(args.out)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / f"{name}.yaml"
+        if target.exists() and not args.force:
+            raise InferSimError(f"{target} exists (use --force to overwrite)")
+        target.write_text(text)
+        written.append(str(target))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def card_yaml(fields: dict) -> str:
+    """A model card as YAML, each field followed by its meaning."""
+    docs = {name: doc for name, _type, doc in field_docs(ModelCard)}
+    lines = ["# InferSim model card (fields follow HuggingFace config names; see README 'Model cards')"]
+    order = {name: i for i, (name, _t, _d) in enumerate(field_docs(ModelCard))}
+    for key, value in sorted(fields.items(), key=lambda kv: order.get(kv[0], len(order))):
+        dumped = yaml.safe_dump({key: value}, default_flow_style=True, width=1000).strip()[1:-1]
+        lines.append(f"{dumped:<44} # {docs.get(key, '')}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _list(args: argparse.Namespace) -> int:
+    for kind in ("models", "hardware", "configs"):
+        print(f"{kind} ({bundled_dir(kind)}): {', '.join(bundled_names(kind)) or 'none'}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    cards = subparsers.add_parser("cards", help="model and hardware cards: import HF configs, list bundled cards")
+    sub = cards.add_subparsers(dest="cards_command", metavar="ACTION", required=True)
+    imp = sub.add_parser("import-hf", help="write a model card from HuggingFace config.json file(s)")
+    imp.add_argument("configs", nargs="+", metavar="CONFIG.json")
+    imp.add_argument("--out", default="models", help="output directory, or - for stdout (default: models)")
+    imp.add_argument("--name", default=None, help="card name (single config only; default from the file name)")
+    imp.add_argument("--force", action="store_true", help="overwrite existing cards")
+    imp.set_defaults(handler=_import_hf)
+    lst = sub.add_parser("list", help="list bundled model cards, hardware cards and example configs")
+    lst.set_defaults(handler=_list)

@@ -1,0 +1,283 @@
+"""Run configs: which model on which hardware, deployed how, serving what workload.
+
+`load_run_config(path, overrides)` reads a run YAML, applies `--set a.b=c` overrides (which reach
+into the model and hardware cards too: `model.num_key_value_heads=2`, `hardware.peak.hbm_bandwidth=5e12`),
+resolves and validates the cards, and checks the parallel layout against them.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from infersim.cards.hardware import HardwareCard, validate_hardware
+from infersim.cards.hf_import import card_from_hf_file
+from infersim.cards.model import ModelCard, validate_model
+from infersim.cards.registry import resolve
+from infersim.cards.schema import build, load_yaml, spec
+from infersim.errors import MISSING, ConfigError, InferSimError, LayoutError
+from infersim.kernels import KernelTables, NoTables
+from infersim.sharding import heads_per_rank, shard
+
+Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
+WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+KvDtype = Literal["bf16", "fp16", "fp8"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionLayout:
+    tp: int = spec(1, doc="tensor parallelism of attention (heads split over tp GPUs)", gt=0)
+    dp: int = spec(0, doc="data-parallel attention replicas per pipeline stage (0 = num_gpus / (pp * tp))", ge=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FfnLayout:
+    tp: int = spec(1, doc="tensor parallelism of FFN/expert weights", gt=0)
+    ep: int = spec(1, doc="expert parallelism: routed experts spread over ep GPUs (MoE only)", gt=0)
+    dp: int = spec(0, doc="FFN replicas per pipeline stage (0 = num_gpus / (pp * tp * ep))", ge=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Precision:
+    gemm: Dtype = spec("bf16", doc="tensor-core input format of GEMMs (sets the FLOP/s peak)")
+    weights: WeightDtype | None = spec(None, doc="storage format of linear weights (default: same as gemm)")
+    kv_cache: KvDtype = spec("bf16", doc="KV-cache storage format")
+    attention: Dtype = spec("bf16", doc="format attention kernels compute in")
+
+    @property
+    def weight_dtype(self) -> str:
+        return self.weights or self.gemm
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployment:
+    num_gpus: int = spec(doc="GPUs serving this stage in total", gt=0)
+    num_nodes: int = spec(1, doc="nodes the GPUs are spread over", gt=0)
+    pp: int = spec(1, doc="pipeline-parallel stages (layers split evenly)", gt=0)
+    attention: AttentionLayout = spec(default_factory=AttentionLayout, doc="attention layout")
+    ffn: FfnLayout = spec(default_factory=FfnLayout, doc="FFN / MoE layout")
+    precision: Precision = spec(default_factory=Precision, doc="numeric formats")
+    overlap: Literal["none", "two-batch"] = spec(
+        "none", doc="two-batch: two micro-batches, one's compute hides the other's communication")
+    moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] = spec(
+        "all-to-all", doc="how tokens reach experts: NCCL all-to-all, DeepEP normal / low-latency, or all-gather + reduce-scatter")
+
+    @property
+    def gpus_per_stage(self) -> int:
+        return self.num_gpus // self.pp
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.num_gpus // self.num_nodes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    isl: int = spec(doc="input (prompt) length, tokens", gt=0)
+    osl: int = spec(doc="output length, tokens", gt=0)
+    prefill_tokens_per_gpu: int = spec(0, doc="prompt tokens one prefill step processes per GPU (0 = isl)", ge=0)
+    decode_batch_per_gpu: int | Literal["max"] = spec(
+        "max", doc="concurrent requests per GPU in decode; 'max' = the largest that fits in memory")
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.prefill_tokens_per_gpu or self.isl
+
+    @property
+    def decode_context(self) -> float:
+        """Average KV length over a request's decode: ISL + OSL/2."""
+        return self.isl + self.osl / 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """The run YAML as written: cards by name or path."""
+
+    model: str | dict[str, Any] = spec(doc="bundled model card name, path to a card YAML or HF config.json, or an inline card")
+    hardware: str | dict[str, Any] = spec(doc="bundled hardware card name, path to a card YAML, or an inline card")
+    deployment: Deployment = spec(doc="parallel layout, precision, overlap")
+    workload: Workload = spec(doc="sequence lengths and batch")
+    mfu_tables: str | None = spec(None, doc="directory of measured kernel tables (default: roofline only)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything a simulation needs, validated."""
+
+    model: ModelCard
+    hardware: HardwareCard
+    deployment: Deployment
+    workload: Workload
+    tables: KernelTables
+    source: str = ""
+    model_source: str = ""
+    hardware_source: str = ""
+    tables_source: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise InferSimError(f"--set '{text}': expected dotted.field=value")
+    key, raw = text.split("=", 1)
+    path = [p for p in key.strip().split(".")]
+    if not all(path):
+        raise InferSimError(f"--set '{text}': empty part in field name '{key}'")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def _set_dotted(data: dict[str, Any], path: list[str], value: Any, text: str) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise InferSimError(f"--set '{text}': '{part}' is a value, not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def _load_card_data(ref: str | dict[str, Any], kind: str, base: Path | None) -> tuple[dict[str, Any], str]:
+    if isinstance(ref, dict):
+        return copy.deepcopy(ref), "inline card"
+    path = resolve(ref, kind, base)
+    if path.suffix == ".json":
+        return card_from_hf_file(path), str(path)
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", MISSING, f"expected a mapping of {kind[:-1] if kind != 'hardware' else 'hardware'} card fields")
+    return data, str(path)
+
+
+def load_model_card(ref: str | dict[str, Any], base: Path | None = None,
+                    overrides: list[tuple[list[str], Any, str]] = ()) -> tuple[ModelCard, str]:
+    data, source = _load_card_data(ref, "models", base)
+    for path, value, text in overrides:
+        _set_dotted(data, path, value, text)
+    where = source + (" with --set overrides" if overrides else "")
+    return validate_model(build(ModelCard, data, where), where), source
+
+
+def load_hardware_card(ref: str | dict[str, Any], base: Path | None = None,
+                       overrides: list[tuple[list[str], Any, str]] = ()) -> tuple[HardwareCard, str]:
+    data, source = _load_card_data(ref, "hardware", base)
+    for path, value, text in overrides:
+        _set_dotted(data, path, value, text)
+    where = source + (" with --set overrides" if overrides else "")
+    return validate_hardware(build(HardwareCard, data, where), where), source
+
+
+def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
+                    mfu_tables: str | None = None) -> RunConfig:
+    """Read, override, resolve and validate a run config. Raises InferSimError subclasses only."""
+    config_path = resolve(str(path), "configs")
+    raw = load_yaml(config_path)
+    if not isinstance(raw, dict):
+        raise ConfigError(str(config_path), "", MISSING, "expected a mapping with model, hardware, deployment, workload")
+    return config_from_mapping(raw, str(config_path), overrides, mfu_tables, base=config_path.parent)
+
+
+def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] | tuple[str, ...] = (),
+                        mfu_tables: str | None = None, base: Path | None = None) -> RunConfig:
+    raw = copy.deepcopy(raw)
+    card_overrides: dict[str, list[tuple[list[str], Any, str]]] = {"model": [], "hardware": []}
+    for text in overrides:
+        dotted, value = parse_override(text)
+        head = dotted[0]
+        if head in card_overrides and len(dotted) > 1 and not isinstance(raw.get(head), dict):
+            card_overrides[head].append((dotted[1:], value, text))
+        else:
+            _set_dotted(raw, dotted, value, text)
+    where = source + (" with --set overrides" if overrides else "")
+    spec_ = build(RunSpec, raw, where)
+    model, model_source = load_model_card(spec_.model, base, card_overrides["model"])
+    hardware, hardware_source = load_hardware_card(spec_.hardware, base, card_overrides["hardware"])
+    deployment = complete_layout(spec_.deployment, model, hardware, where)
+    tables: KernelTables = NoTables()
+    table_dir = mfu_tables if mfu_tables is not None else spec_.mfu_tables
+    tables_source = ""
+    if table_dir:
+        from infersim.mfu.lookup import load_tables  # measured tables are optional
+
+        table_path = Path(table_dir)
+        if not table_path.is_absolute() and base is not None and not table_path.exists():
+            table_path = base / table_path
+        if not table_path.exists():
+            from infersim.cards.registry import bundled_dir
+
+            table_path = bundled_dir("mfu_tables") / table_dir
+        tables = load_tables(table_path)
+        tables_source = str(table_path)
+    return RunConfig(model=model, hardware=hardware, deployment=deployment, workload=spec_.workload, tables=tables,
+                     source=source, model_source=model_source, hardware_source=hardware_source,
+                     tables_source=tables_source)
+
+
+def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source: str) -> Deployment:
+    """Fill derived DP sizes and check that the layout fits the model and the machine."""
+    from dataclasses import replace
+
+    def fail(field: str, value: Any, problem: str) -> ConfigError:
+        return ConfigError(source, field, value, problem)
+
+    try:
+        per_node = shard(dep.num_gpus, dep.num_nodes, "deployment.num_gpus", "deployment.num_nodes")
+        per_stage = shard(dep.num_gpus, dep.pp, "deployment.num_gpus", "deployment.pp")
+        shard(model.num_hidden_layers, dep.pp, "num_hidden_layers", "deployment.pp")
+    except LayoutError as exc:
+        raise fail("deployment", dep.num_gpus, str(exc)) from None
+    if per_node > hw.peak.gpus_per_node:
+        raise fail("deployment.num_nodes", dep.num_nodes,
+                   f"{per_node} GPUs per node, but a {hw.name} node holds {hw.peak.gpus_per_node}")
+    attn, ffn = dep.attention, dep.ffn
+    attn_dp = attn.dp or per_stage // attn.tp
+    if attn.tp * attn_dp != per_stage:
+        raise fail("deployment.attention", {"tp": attn.tp, "dp": attn.dp},
+                   f"tp x dp must equal the {per_stage} GPUs per pipeline stage (num_gpus / pp)")
+    ffn_dp = ffn.dp or per_stage // (ffn.tp * ffn.ep)
+    if ffn.tp * ffn.ep * ffn_dp != per_stage:
+        raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep, "dp": ffn.dp},
+                   f"tp x ep x dp must equal the {per_stage} GPUs per pipeline stage (num_gpus / pp)")
+    try:
+        if model.is_mla:
+            shard(model.num_attention_heads, attn.tp, "num_attention_heads", "attention.tp")
+        else:
+            shard(model.num_attention_heads, attn.tp, "num_attention_heads", "attention.tp")
+            heads_per_rank(model.num_key_value_heads, attn.tp)
+    except LayoutError as exc:
+        raise fail("deployment.attention.tp", attn.tp, str(exc)) from None
+    if model.is_moe:
+        if ffn.ep > model.num_experts:
+            raise fail("deployment.ffn.ep", ffn.ep, f"larger than the model's {model.num_experts} experts")
+        try:
+            shard(model.num_experts, ffn.ep, "num_experts", "ffn.ep")
+            shard(model.moe_intermediate_size, ffn.tp, "moe_intermediate_size", "ffn.tp")
+        except LayoutError as exc:
+            raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep}, str(exc)) from None
+        if ffn.tp > 1 and ffn.ep > 1 and dep.moe_comm != "all-gather":
+            raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep},
+                       "expert TP together with EP is modelled only with moe_comm: all-gather")
+    elif ffn.ep > 1:
+        raise fail("deployment.ffn.ep", ffn.ep, f"expert parallelism needs an MoE model ({model.name} is dense)")
+    if model.num_dense_layers:
+        try:
+            shard(model.intermediate_size, ffn.tp, "intermediate_size", "ffn.tp")
+        except LayoutError as exc:
+            raise fail("deployment.ffn.tp", ffn.tp, str(exc)) from None
+    if ffn.tp < attn.tp and (model.num_dense_layers or dep.moe_comm == "all-gather"):
+        raise fail("deployment.ffn.tp", ffn.tp,
+                   f"smaller than attention.tp ({attn.tp}); a TP FFN must span at least the attention TP group")
+    hw.peak_flops(dep.precision.gemm, source)
+    return replace(dep, attention=replace(attn, dp=attn_dp), ffn=replace(ffn, dp=ffn_dp))

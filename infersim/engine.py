@@ -1,0 +1,119 @@
+"""The stage engine: walks a StagePlan, times every operation and composes the step.
+
+Per layer group: compute C (all non-communication operations) and communication M, per layer.
+Without overlap a layer takes C + M. With two-batch overlap the plan is sized per micro-batch and
+a layer takes max(2 C s, 2 M): one micro-batch's compute hides the other's communication, where
+s = SMs / (SMs - SMs taken by communication) slows compute while the communication kernels hold
+SMs (DeepEP normal mode). The step adds per-step operations and the card's scheduler overhead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from infersim.cards.hardware import HardwareCard
+from infersim.kernels import Bound, Cost, KernelTables, Source
+from infersim.modules import categories as cat
+from infersim.plan import Operation, StagePlan
+from infersim.timing import kernel_cost
+
+
+@dataclass(frozen=True)
+class OperationResult:
+    name: str
+    module: str
+    layers: int  # layers the operation occurs in (1 for per-step operations)
+    time_s: float  # kernel time over the whole step (all layers, all micro-batches)
+    time_per_layer_s: float  # kernel time in one layer (all micro-batches)
+    flops: float  # over the whole step
+    bytes: float  # over the whole step
+    bound: Bound
+    source: Source
+    detail: str = ""
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class StageResult:
+    stage: str
+    step_time_s: float  # TTFT for prefill, TPOT for decode
+    tokens_per_gpu: int  # prompt tokens per GPU (prefill) or requests per GPU (decode)
+    num_layers: int
+    micro_batches: int
+    overlap_saved_s: float  # time two-batch overlap saves against running compute and communication back to back (negative when SM sharing costs more)
+    sm_slowdown: float  # factor compute is slowed by while overlapped communication holds SMs
+    operations: tuple[OperationResult, ...]
+
+    @property
+    def tgs(self) -> float:
+        """Tokens per GPU per second: prompt tokens (prefill) or generated tokens (decode)."""
+        return self.tokens_per_gpu / self.step_time_s
+
+    @property
+    def source(self) -> Source:
+        return combined_source(op.source for op in self.operations if op.time_s > 0)
+
+    def module_times(self) -> dict[str, float]:
+        """Kernel seconds per module category over the step (before overlap)."""
+        out: dict[str, float] = {}
+        for op in self.operations:
+            out[op.module] = out.get(op.module, 0.0) + op.time_s
+        return out
+
+    @property
+    def bound(self) -> Bound:
+        """What bounds the step: the bound holding the most time."""
+        by_bound: dict[Bound, float] = {}
+        for op in self.operations:
+            by_bound[op.bound] = by_bound.get(op.bound, 0.0) + op.time_s
+        return max(by_bound, key=by_bound.__getitem__)
+
+
+def combined_source(sources: Iterable[Source]) -> Source:
+    unique = set(sources)
+    if len(unique) == 1:
+        return unique.pop()
+    return Source.MIXED if unique else Source.CARD
+
+
+def _timed(op: Operation, hw: HardwareCard, tables: KernelTables) -> Cost:
+    return kernel_cost(op.shape, hw, tables)
+
+
+def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables) -> StageResult:
+    mb = plan.micro_batches
+    slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
+    results: list[OperationResult] = []
+    step = 0.0
+    hidden = 0.0
+    for group in plan.groups:
+        compute = comm = 0.0
+        for op in group.operations:
+            cost = _timed(op, hw, tables)
+            per_layer = cost.seconds * op.count * mb
+            if op.module in cat.COMMUNICATION:
+                comm += per_layer
+            else:
+                compute += per_layer
+            results.append(OperationResult(
+                op.name, op.module, group.layers, per_layer * group.layers, per_layer,
+                cost.flops * op.count * mb * group.layers, cost.bytes * op.count * mb * group.layers,
+                cost.bound, cost.source, cost.detail, group.name))
+        if mb > 1:
+            layer = max(compute * slowdown, comm)
+            hidden += (compute + comm - layer) * group.layers
+        else:
+            layer = compute + comm
+        step += layer * group.layers
+    for op in plan.per_step:
+        cost = _timed(op, hw, tables)
+        seconds = cost.seconds * op.count
+        step += seconds
+        results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
+                                       cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
+    overhead = hw.derates.prefill_step_overhead if plan.stage == "prefill" else hw.derates.decode_step_overhead
+    results.append(OperationResult("scheduler", cat.OVERHEAD, 1, overhead, overhead, 0.0, 0.0, Bound.OVERHEAD,
+                                   Source.CARD, f"derates.{plan.stage}_step_overhead of the hardware card", "per step"))
+    step += overhead
+    return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, mb, hidden, slowdown, tuple(results))

@@ -1,0 +1,377 @@
+"""The project's kernel-table format: one directory per device, CSV tables plus `provenance.yaml`.
+
+A table directory holds
+  - `provenance.yaml`: where every number came from (device, software, command, date, source),
+    the dense peak FLOP/s per dtype that the `efficiency` column is relative to, and one entry
+    per CSV naming its kernel family and the library that ran the kernel;
+  - one CSV per kernel family/layout, every row self-describing (all key columns present).
+See mfu_tables/FORMAT.md for the column reference. Latency is the measured quantity; the
+`efficiency` column is derived from it (FLOPs of the row's kernel shape / (latency * peak)) and
+is checked on load, so a table whose peak or FLOP convention drifted is refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from infersim.cards.schema import build, load_yaml, spec
+from infersim.errors import MISSING, ConfigError, InferSimError
+from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape
+
+FORMAT_VERSION = 1
+PROVENANCE_FILE = "provenance.yaml"
+Family = Literal["gemm", "grouped_gemm", "attention"]
+FAMILIES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention")
+
+#: relative tolerance between a stored `efficiency` and the one recomputed from latency and peak
+EFFICIENCY_TOLERANCE = 2e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# Provenance
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str = spec(doc="device name as the driver reports it (or as the source names it)")
+    sm_count: int | None = spec(None, doc="streaming multiprocessors (null = unknown)", gt=0)
+    clocks: dict[str, float] = spec(default_factory=dict, doc="clocks in MHz if readable (sm_max, memory_max, ...)")
+    memory_bytes: float | None = spec(None, doc="device memory, bytes (null = unknown)", gt=0)
+    l2_bytes: float | None = spec(None, doc="L2 cache, bytes (null = unknown)", gt=0)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    family: Family = spec(doc="kernel family: gemm, grouped_gemm or attention")
+    library: str = spec(doc="the library/kernel that ran it (DeepGEMM, FlashInfer, torch SDPA ...)")
+    library_version: str = spec("unknown", doc="its version, or 'unknown'")
+    description: str = spec("", doc="what the table holds, in words")
+    source_file: str = spec("", doc="imported tables: the source file, relative to the source path")
+    notes: tuple[str, ...] = spec((), doc="anything a reader must know (assumptions, skipped rows)")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    format_version: int = spec(doc="table format version (1)", ge=1)
+    device: DeviceInfo = spec(doc="the GPU the kernels ran on")
+    peak_flops: dict[str, float] = spec(doc="dense FLOP/s per dtype that `efficiency` is relative to", gt=0)
+    origin: Literal["measured", "imported"] = spec(doc="measured by `infersim mfu bench`, or imported")
+    measured_on: str = spec(doc="date of the measurement (ISO 8601), or 'unknown'")
+    written_on: str = spec(doc="date these files were written (ISO 8601)")
+    command: str = spec(doc="the exact command that wrote this directory")
+    software: dict[str, str] = spec(default_factory=dict, doc="versions: torch, cuda, driver, ... ('unknown' if so)")
+    source: dict[str, str] = spec(default_factory=dict, doc="imported tables: path, project, license")
+    notes: tuple[str, ...] = spec((), doc="notes on the whole directory")
+    tables: dict[str, TableInfo] = spec(default_factory=dict, doc="one entry per CSV file in the directory")
+
+    def peak_for(self, dtype: str, source: str) -> float:
+        try:
+            return self.peak_flops[dtype]
+        except KeyError:
+            raise ConfigError(source, "peak_flops", dtype,
+                              f"no peak FLOP/s recorded for dtype {dtype} (have: {', '.join(sorted(self.peak_flops))})"
+                              ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows: one measured kernel each. `shape()` gives the simulator's kernel shape, whose FLOPs define
+# the efficiency; so tables and the simulator can never disagree on what a FLOP count is.
+
+
+@dataclass(frozen=True)
+class GemmRow:
+    dtype: str
+    m: int
+    k: int
+    n: int
+    latency_us: float
+    source_mfu: float | None = None
+
+    def shape(self) -> GemmShape:
+        return GemmShape(m=self.m, k=self.k, n=self.n, dtype=self.dtype, weight_dtype=self.dtype)
+
+
+@dataclass(frozen=True)
+class GroupedGemmRow:
+    dtype: str
+    stage: Literal["prefill", "decode"]
+    projection: Literal["up", "down"]
+    num_experts: int
+    ep: int
+    topk: int
+    hidden: int
+    intermediate: int
+    gated: bool
+    tokens_per_gpu: int
+    latency_us: float
+    source_mfu: float | None = None
+
+    def shape(self) -> GroupedGemmShape:
+        local = self.num_experts // self.ep
+        return GroupedGemmShape(
+            stage=self.stage, projection=self.projection, num_experts=self.num_experts, ep=self.ep,
+            topk=self.topk, hidden=self.hidden, intermediate=self.intermediate,
+            tokens_per_gpu=float(self.tokens_per_gpu), active_experts=float(local), gated=self.gated,
+            dtype=self.dtype, weight_dtype=self.dtype,
+        )
+
+
+@dataclass(frozen=True)
+class AttentionRow:
+    kind: Literal["mha", "mla"]
+    stage: Literal["prefill", "decode"]
+    dtype: str
+    kv_dtype: str
+    num_heads: int
+    num_kv_heads: int
+    qk_head_dim: int
+    v_head_dim: int
+    causal: bool
+    batch: int
+    q_len: int
+    kv_len: int
+    latency_us: float
+    source_mfu: float | None = None
+
+    def shape(self) -> AttentionShape:
+        return AttentionShape(
+            kind=self.kind, stage=self.stage, batch=self.batch, q_len=self.q_len, kv_len=self.kv_len,
+            num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, qk_head_dim=self.qk_head_dim,
+            v_head_dim=self.v_head_dim, causal=self.causal, dtype=self.dtype, kv_dtype=self.kv_dtype,
+        )
+
+
+Row = Union[GemmRow, GroupedGemmRow, AttentionRow]
+ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "attention": AttentionRow}
+
+
+def row_columns(family: str) -> list[str]:
+    """CSV header of a family: the row fields in order, `efficiency` after `latency_us`."""
+    names = [f.name for f in dataclasses.fields(ROW_TYPES[family])]
+    at = names.index("latency_us") + 1
+    return names[:at] + ["efficiency"] + names[at:]
+
+
+def efficiency_of(row: Row, peak_flops: float) -> float:
+    """Achieved FLOP/s over peak: the row's kernel FLOPs / (latency * peak)."""
+    return row.shape().flops / (row.latency_us * 1e-6 * peak_flops)
+
+
+@dataclass(frozen=True)
+class TableDirectory:
+    """A loaded (or to-be-written) table directory: provenance and the rows of each CSV."""
+
+    provenance: Provenance
+    tables: dict[str, tuple[Row, ...]] = field(default_factory=dict)
+
+    def rows_of(self, family: str) -> list[tuple[str, Row]]:
+        return [(name, row) for name, rows in self.tables.items()
+                if self.provenance.tables[name].family == family for row in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def _format_number(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if value is None:
+        return ""
+    return str(value)
+
+
+def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], float]) -> str:
+    columns = row_columns(family)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        values = dataclasses.asdict(row)
+        values["efficiency"] = efficiency_of(row, peak_for(row.dtype))
+        writer.writerow([_format_number(values[c]) for c in columns])
+    return out.getvalue()
+
+
+def provenance_yaml_text(provenance: Provenance) -> str:
+    data = dataclasses.asdict(provenance)
+    data["notes"] = list(provenance.notes)
+    for info in data["tables"].values():
+        info["notes"] = list(info["notes"])
+    header = ("# Provenance of the kernel tables in this directory (format: mfu_tables/FORMAT.md).\n"
+              "# `efficiency` in every CSV = kernel FLOPs / (latency * peak_flops[dtype]).\n")
+    return header + yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True)
+
+
+def write_table_dir(directory: Path, table_dir: TableDirectory) -> None:
+    """Write provenance.yaml and every CSV; the provenance must list exactly the given tables."""
+    prov = table_dir.provenance
+    if set(prov.tables) != set(table_dir.tables):
+        raise InferSimError(f"{directory}: provenance lists {sorted(prov.tables)} but tables are "
+                            f"{sorted(table_dir.tables)}")
+    directory.mkdir(parents=True, exist_ok=True)
+    _remove_superseded_tables(directory, set(table_dir.tables))
+    for name, rows in table_dir.tables.items():
+        family = prov.tables[name].family
+        wrong = [r for r in rows if not isinstance(r, ROW_TYPES[family])]
+        if wrong:
+            raise InferSimError(f"{directory / name}: a {family} table got a {type(wrong[0]).__name__}")
+        text = table_csv_text(family, rows, lambda d: prov.peak_for(d, str(directory / PROVENANCE_FILE)))
+        (directory / name).write_text(text)
+    (directory / PROVENANCE_FILE).write_text(provenance_yaml_text(prov))
+
+
+def _remove_superseded_tables(directory: Path, keep: set[str]) -> None:
+    """Rewriting a table directory: CSVs the old provenance listed but the new one does not are
+    removed; any other CSV there is not ours to delete, so writing is refused."""
+    old_listed: set[str] = set()
+    if (directory / PROVENANCE_FILE).is_file():
+        old = load_yaml(directory / PROVENANCE_FILE)
+        if isinstance(old, dict) and isinstance(old.get("tables"), dict):
+            old_listed = set(map(str, old["tables"]))
+    strays = sorted(p.name for p in directory.glob("*.csv") if p.name not in keep and p.name not in old_listed)
+    if strays:
+        raise InferSimError(f"{directory}: holds {strays[0]}, which no provenance lists; "
+                            f"write the tables to an empty directory or remove it")
+    for name in sorted(old_listed - keep):
+        (directory / name).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_provenance(directory: Path) -> Provenance:
+    path = directory / PROVENANCE_FILE
+    if not path.is_file():
+        raise ConfigError(str(path), "", MISSING,
+                          "kernel tables without provenance are refused: every table directory needs a "
+                          "provenance.yaml saying where its numbers came from (see mfu_tables/FORMAT.md)")
+    data = load_yaml(path)
+    prov = build(Provenance, data, str(path))
+    if prov.format_version != FORMAT_VERSION:
+        raise ConfigError(str(path), "format_version", prov.format_version,
+                          f"this InferSim reads table format {FORMAT_VERSION}")
+    if not prov.tables:
+        raise ConfigError(str(path), "tables", MISSING, "lists no table files")
+    return prov
+
+
+def _parse_cell(hint: Any, text: str, source: str, column: str) -> Any:
+    """One CSV cell as the row field's type: int, float, bool, text, a Literal, or optional float."""
+    text = text.strip()
+    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else ()
+    if options:
+        if text == "" and type(None) in options:
+            return None
+        hint = next(o for o in options if o is not type(None))
+    try:
+        if get_origin(hint) is Literal:
+            if text not in get_args(hint):
+                raise ValueError
+            return text
+        if hint is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError
+            return text.lower() == "true"
+        if hint is int:
+            number = float(text)
+            if not number.is_integer():
+                raise ValueError
+            return int(number)
+        if hint is float:
+            return float(text)
+        return text
+    except ValueError:
+        wanted = " or ".join(get_args(hint)) if get_origin(hint) is Literal else getattr(hint, "__name__", str(hint))
+        raise ConfigError(source, column, text, f"expected {wanted}") from None
+
+
+def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float]) -> tuple[Row, ...]:
+    """Rows of one CSV; checks the header and that `efficiency` matches latency and peak."""
+    row_type = ROW_TYPES[family]
+    hints = get_type_hints(row_type)
+    expected = row_columns(family)
+    with path.open(newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None:
+            raise ConfigError(str(path), "", MISSING, "empty table file")
+        header = [h.strip() for h in header]
+        required = [c for c in expected if c != "source_mfu"]
+        missing = [c for c in required if c not in header]
+        unknown = [c for c in header if c not in expected]
+        if missing or unknown:
+            raise ConfigError(str(path), "header", ",".join(header),
+                              f"a {family} table has columns {','.join(expected)}"
+                              + (f"; missing {','.join(missing)}" if missing else "")
+                              + (f"; unknown {','.join(unknown)}" if unknown else ""))
+        rows: list[Row] = []
+        for line_no, cells in enumerate(reader, start=2):
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            where = f"{path}:{line_no}"
+            if len(cells) != len(header):
+                raise ConfigError(where, "", cells, f"has {len(cells)} cells, the header {len(header)}")
+            record = dict(zip(header, cells))
+            values = {name: _parse_cell(hints[name], record[name], where, name)
+                      for name in hints if name in record}
+            try:
+                row = row_type(**values)
+            except TypeError as exc:
+                raise ConfigError(where, "", MISSING, str(exc)) from None
+            if not row.latency_us > 0:
+                raise ConfigError(where, "latency_us", row.latency_us, "must be positive")
+            stored = _parse_cell(float, record["efficiency"], where, "efficiency")
+            recomputed = efficiency_of(row, peak_for(row.dtype))
+            if abs(stored - recomputed) > EFFICIENCY_TOLERANCE * max(recomputed, 1e-12) + 5e-7:
+                raise ConfigError(where, "efficiency", stored,
+                                  f"does not match FLOPs/(latency*peak) = {recomputed:.6g} with the peak in "
+                                  f"{PROVENANCE_FILE}; the table and its provenance disagree")
+            rows.append(row)
+    return tuple(rows)
+
+
+def read_table_dir(directory: Path) -> TableDirectory:
+    """Load a table directory: provenance first (refused without it), then every CSV it lists.
+
+    A CSV in the directory that the provenance does not list is refused too: every number must
+    be traceable.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InferSimError(f"kernel table directory not found: {directory}")
+    prov = read_provenance(directory)
+    prov_path = str(directory / PROVENANCE_FILE)
+    unlisted = sorted(p.name for p in directory.glob("*.csv") if p.name not in prov.tables)
+    if unlisted:
+        raise ConfigError(prov_path, "tables", unlisted[0],
+                          "this CSV is in the directory but not listed in the provenance; list it or remove it")
+    tables: dict[str, tuple[Row, ...]] = {}
+    for name, info in prov.tables.items():
+        path = directory / name
+        if not path.is_file():
+            raise ConfigError(prov_path, f"tables.{name}", name, "listed table file not found")
+        tables[name] = read_table_csv(path, info.family, lambda d: prov.peak_for(d, prov_path))
+    return TableDirectory(provenance=prov, tables=tables)
+
+
+def table_directories(root: Path) -> list[Path]:
+    """Every directory under `root` (itself included) that holds a provenance.yaml."""
+    root = Path(root)
+    return sorted(p.parent for p in root.rglob(PROVENANCE_FILE))
+
+
+def mapping_to_provenance(data: Mapping[str, Any], source: str = "provenance") -> Provenance:
+    """Build a Provenance from plain data (as written to YAML), validated like a loaded one."""
+    return build(Provenance, dict(data), source)

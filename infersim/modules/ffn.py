@@ -1,0 +1,150 @@
+"""FFN operations of one layer on one GPU: dense MLP (a one-expert MoE), routed experts, shared
+experts, and the communication that brings tokens to them and back.
+
+Token bookkeeping: every GPU owns `tokens_per_gpu` distinct tokens. Attention TP replicates the
+group's tokens on every rank of the group. MoE with an all-to-all style (NCCL all-to-all, DeepEP)
+sends each token's top-k copies to the GPUs holding those experts and back; with "all-gather"
+every GPU of the FFN group sees all the group's tokens and computes its own experts for them.
+"""
+
+from __future__ import annotations
+
+from infersim.cards.model import ModelCard
+from infersim.config import Deployment
+from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape
+from infersim.modules import categories as cat
+from infersim.plan import Operation, StageContext
+from infersim.sharding import shard
+
+ACT_BYTES = 2.0
+
+
+def _ranks_per_node(ranks: int, ctx: StageContext) -> int:
+    """Groups are packed onto as few nodes as possible (TP/EP groups fill a node first)."""
+    return min(ranks, ctx.gpus_per_node)
+
+
+def _collective(name: str, module: str, kind: str, size: float, ranks: int, ctx: StageContext,
+                implementation: str = "nccl") -> Operation:
+    return Operation(name, module, CollectiveShape(kind, size, ranks, _ranks_per_node(ranks, ctx), implementation))
+
+
+def expected_active_experts(local_experts: int, num_experts: int, topk: int, tokens: float) -> float:
+    """Expected distinct local experts hit when `tokens` tokens each pick topk of num_experts
+    uniformly: each expert is missed by one token with probability 1 - topk/num_experts."""
+    miss = (1.0 - topk / num_experts) ** tokens
+    return local_experts * (1.0 - miss)
+
+
+def _mlp(prefix: str, module: str, tokens: int, hidden: int, width: int, gated: bool, dep: Deployment) -> list[Operation]:
+    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+    up = width * (2 if gated else 1)
+    return [
+        Operation(f"{prefix}_up_proj", module, GemmShape(tokens, hidden, up, **gemm)),
+        Operation(f"{prefix}_activation", cat.ELEMENTWISE,
+                  MemoryBoundShape("SwiGLU" if gated else "activation", tokens * (up + width) * ACT_BYTES)),
+        Operation(f"{prefix}_down_proj", module, GemmShape(tokens, width, hidden, **gemm)),
+    ]
+
+
+def attention_output_collective(model: ModelCard, dep: Deployment, ctx: StageContext, moe_layer: bool) -> list[Operation]:
+    """Communication right after attention's O projection."""
+    tp = dep.attention.tp
+    if tp == 1:
+        return []
+    size = ctx.tokens_per_gpu * tp * model.hidden_size * ACT_BYTES
+    if moe_layer and dep.moe_comm != "all-gather":
+        # each rank keeps only its own tokens for dispatch: reduce-scatter instead of all-reduce
+        return [_collective("attn_reduce_scatter", cat.ALL_REDUCE, "reduce_scatter", size, tp, ctx)]
+    return [_collective("attn_all_reduce", cat.ALL_REDUCE, "all_reduce", size, tp, ctx)]
+
+
+def dense_ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
+    ffn_tp, attn_tp = dep.ffn.tp, dep.attention.tp
+    h = model.hidden_size
+    tokens = ctx.tokens_per_gpu * ffn_tp
+    width = shard(model.intermediate_size, ffn_tp, "intermediate_size", "ffn.tp")
+    size = tokens * h * ACT_BYTES
+    ops: list[Operation] = [Operation("post_attn_norm", cat.ELEMENTWISE,
+                                      MemoryBoundShape("fused add + RMSNorm", 4 * ctx.tokens_per_gpu * attn_tp * h * ACT_BYTES))]
+    if ffn_tp > attn_tp:
+        ops.append(_collective("dp_all_gather", cat.DP_GATHER, "all_gather", size, ffn_tp, ctx))
+    ops += _mlp("ffn", cat.DENSE_FFN, tokens, h, width, model.gated_ffn, dep)
+    if ffn_tp > attn_tp:
+        ops.append(_collective("dp_reduce_scatter", cat.DP_GATHER, "reduce_scatter", size, ffn_tp, ctx))
+    elif ffn_tp > 1:
+        ops.append(_collective("ffn_all_reduce", cat.ALL_REDUCE, "all_reduce", size, ffn_tp, ctx))
+    return ops
+
+
+def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
+    ffn, attn_tp = dep.ffn, dep.attention.tp
+    h, E, k = model.hidden_size, model.num_experts, model.num_experts_per_tok
+    prec = dep.precision
+    width = shard(model.moe_intermediate_size, ffn.tp, "moe_intermediate_size", "ffn.tp")
+    local = shard(E, ffn.ep, "num_experts", "ffn.ep")
+    T = ctx.tokens_per_gpu
+    ops: list[Operation] = [Operation("post_attn_norm", cat.ELEMENTWISE,
+                                      MemoryBoundShape("fused add + RMSNorm", 4 * T * attn_tp * h * ACT_BYTES))]
+    group = ffn.tp * ffn.ep
+    if dep.moe_comm == "all-gather":
+        tokens_seen = T * group  # every rank of the FFN group holds all of its tokens
+        routing_domain = tokens_seen
+        table_tokens = tokens_seen / ffn.ep
+        shared_shards = group
+        if group > attn_tp:
+            ops.append(_collective("dp_all_gather", cat.DP_GATHER, "all_gather", tokens_seen * h * ACT_BYTES, group, ctx))
+    else:
+        tokens_seen = T
+        routing_domain = T * ffn.ep
+        table_tokens = T
+        shared_shards = 1
+    ops.append(Operation("router_gate", cat.ROUTER, GemmShape(tokens_seen, h, E, "bf16", "bf16")))
+    ops.append(Operation("router_topk", cat.ROUTER, MemoryBoundShape("top-k, routing metadata", tokens_seen * E * 4.0, kernels=2)))
+    if dep.moe_comm != "all-gather":
+        impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
+        dispatch_bytes = 1.0 if prec.gemm == "fp8" else ACT_BYTES  # DeepEP/SGLang dispatch fp8 when GEMMs are fp8
+        ops.append(_collective("dispatch", cat.DISPATCH, "all_to_all", T * k * h * dispatch_bytes, ffn.ep, ctx, impl))
+    active = expected_active_experts(local, E, k, routing_domain)
+    grouped = dict(stage=ctx.stage, num_experts=E, ep=ffn.ep, topk=k, hidden=h, intermediate=width,
+                   tokens_per_gpu=table_tokens, active_experts=active, gated=model.gated_ffn,
+                   dtype=prec.gemm, weight_dtype=prec.weight_dtype)
+    routed = table_tokens * k
+    up = width * (2 if model.gated_ffn else 1)
+    ops += [
+        Operation("experts_up", cat.MOE_EXPERTS, GroupedGemmShape(projection="up", **grouped)),
+        Operation("experts_activation", cat.ELEMENTWISE, MemoryBoundShape(
+            "permute, SwiGLU, unpermute", routed * (up + width + 2 * h) * ACT_BYTES, kernels=3)),
+        Operation("experts_down", cat.MOE_EXPERTS, GroupedGemmShape(projection="down", **grouped)),
+    ]
+    if model.num_shared_experts:
+        shared_width = shard(model.shared_width, shared_shards, "shared expert width", "the FFN group size")
+        ops += _mlp("shared_expert", cat.SHARED_EXPERT, tokens_seen, h, shared_width, model.gated_ffn, dep)
+    if dep.moe_comm == "all-gather":
+        size = tokens_seen * h * ACT_BYTES
+        if group > attn_tp:
+            ops.append(_collective("dp_reduce_scatter", cat.DP_GATHER, "reduce_scatter", size, group, ctx))
+        elif group > 1:
+            ops.append(_collective("moe_all_reduce", cat.ALL_REDUCE, "all_reduce", size, group, ctx))
+    else:
+        impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
+        ops.append(_collective("combine", cat.COMBINE, "all_to_all", T * k * h * ACT_BYTES, ffn.ep, ctx, impl))
+        if attn_tp > 1:
+            ops.append(_collective("attn_all_gather", cat.ALL_REDUCE, "all_gather", T * attn_tp * h * ACT_BYTES, attn_tp, ctx))
+    return ops
+
+
+def ffn_weight_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
+    """(dense-layer FFN params, MoE-layer FFN params) of one layer held by one GPU."""
+    h = model.hidden_size
+    mats = model.ffn_matrices
+    dense = mats * h * model.intermediate_size / dep.ffn.tp if model.intermediate_size else 0.0
+    if model.mlp_bias and model.intermediate_size:
+        dense += (model.intermediate_size * (mats - 1)) / dep.ffn.tp + h
+    if not model.is_moe:
+        return dense, 0.0
+    routed = model.num_experts / dep.ffn.ep * mats * h * model.moe_intermediate_size / dep.ffn.tp
+    shards = dep.ffn.tp * dep.ffn.ep if dep.moe_comm == "all-gather" else 1
+    shared = mats * h * model.shared_width / shards
+    router = h * model.num_experts
+    return dense, routed + shared + router

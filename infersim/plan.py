@@ -1,0 +1,63 @@
+"""A model step as a declarative list of operations, built once per stage; the engine walks it.
+
+Each layer kind (dense-FFN layers, MoE layers, ...) is a LayerGroup: the operations of one layer
+and how many layers share them. Per-step operations (embedding, LM head, pipeline sends) run once.
+New architectures add operation builders in `infersim.modules`, not branches in the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from infersim.kernels import AnyShape
+
+Stage = Literal["prefill", "decode"]
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    module: str  # a category from infersim.modules.categories
+    shape: AnyShape
+    count: int = 1  # identical kernels of this shape per layer
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    name: str
+    layers: int
+    operations: tuple[Operation, ...]
+
+
+@dataclass(frozen=True)
+class SequenceBatch:
+    """`count` sequences of q_len new tokens attending to kv_len positions, on one attention group."""
+
+    count: int
+    q_len: int
+    kv_len: int
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """The per-GPU workload of one (micro-)batch of a stage, as the module builders see it."""
+
+    stage: Stage
+    tokens_per_gpu: int  # distinct tokens per GPU in this micro-batch
+    sequences_per_gpu: tuple[SequenceBatch, ...]  # the sequences behind those tokens
+    gpus_per_node: int  # GPUs per node in this deployment (for placing collective ranks)
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    stage: Stage
+    groups: tuple[LayerGroup, ...]
+    per_step: tuple[Operation, ...]
+    micro_batches: int  # 2 under two-batch overlap: group operations are sized per micro-batch
+    comm_sms: int  # SMs overlapped communication takes from compute
+    tokens_per_gpu: int  # tokens per GPU the whole step produces (prefill) or batch (decode)
+
+    @property
+    def num_layers(self) -> int:
+        return sum(g.layers for g in self.groups)

@@ -1,0 +1,70 @@
+"""One simulation: a RunConfig in, prefill and decode results, memory and warnings out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infersim.config import RunConfig
+from infersim.engine import StageResult, run_stage
+from infersim.kernels import NoTables, Source
+from infersim.memory import MemoryResult, memory_budget
+from infersim.modules.step import build_stage_plan
+from infersim.units import GB
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    config: RunConfig
+    prefill: StageResult
+    decode: StageResult
+    memory: MemoryResult
+    warnings: tuple[str, ...]
+
+
+def decode_batch(config: RunConfig, memory: MemoryResult) -> int:
+    requested = config.workload.decode_batch_per_gpu
+    if requested == "max":
+        return max(memory.max_batch_per_gpu, 1)
+    return requested
+
+
+def simulate(config: RunConfig) -> SimulationResult:
+    model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
+    memory = memory_budget(model, hw, dep, workload)
+    batch = decode_batch(config, memory)
+    sms = hw.derates.deepep_normal_sms
+    prefill = run_stage(build_stage_plan("prefill", model, dep, workload, workload.prefill_tokens, sms), hw, config.tables)
+    decode = run_stage(build_stage_plan("decode", model, dep, workload, batch, sms), hw, config.tables)
+    return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)))
+
+
+def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: StageResult) -> list[str]:
+    out: list[str] = []
+    workload = config.workload
+    if isinstance(config.tables, NoTables):
+        out.append("no measured MFU tables in use: every kernel time is a roofline estimate "
+                   "(max of compute and memory time with the hardware card's derates, plus launch overhead)")
+    else:
+        fallback = sorted({op.name for s in stages for op in s.operations if op.source == Source.ROOFLINE
+                           and op.module not in ("dispatch", "combine", "all_reduce", "dp_gather", "pp_send")
+                           and op.bytes > 0})
+        if fallback:
+            out.append("no table covers these kernels, roofline fallback used: " + ", ".join(fallback))
+        edges = sorted({op.detail for s in stages for op in s.operations if op.detail.startswith("outside table")})
+        out.extend(edges)
+    if memory.kv_capacity_bytes <= 0:
+        out.append(f"does not fit: weights need {memory.weights_bytes / GB:.2f} GB per GPU, but the GPU has "
+                   f"{memory.hbm_bytes / GB:.2f} GB of which the runtime reserves {memory.reserved_bytes / GB:.2f} GB")
+    elif memory.max_batch_per_gpu < 1:
+        out.append(f"does not fit: one request of {memory.request_context} tokens needs more KV cache than the "
+                   f"{memory.kv_capacity_bytes / GB:.2f} GB left per GPU")
+    elif workload.decode_batch_per_gpu != "max" and batch > memory.max_batch_per_gpu:
+        out.append(f"decode batch {batch} per GPU exceeds the {memory.max_batch_per_gpu} requests of "
+                   f"{memory.request_context} tokens whose KV cache fits ({memory.kv_capacity_bytes / GB:.2f} GB per GPU)")
+    if workload.decode_batch_per_gpu == "max":
+        out.append(f"decode batch per GPU not given: using the largest that fits in memory ({batch})")
+    rest = workload.prefill_tokens % workload.isl
+    if rest and workload.prefill_tokens > workload.isl:
+        out.append(f"prefill tokens per GPU ({workload.prefill_tokens}) is not a multiple of ISL ({workload.isl}): "
+                   f"the last {rest} tokens are modelled as one shorter sequence")
+    return out

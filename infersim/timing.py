@@ -1,0 +1,88 @@
+"""Kernel time: from a measured table when one covers the shape, otherwise the roofline.
+
+Roofline fallback (documented in the README):
+    t = max(FLOPs_padded / (peak(dtype) * compute_efficiency), bytes / (HBM bandwidth * memory_efficiency))
+        + kernel_launch_overhead
+FLOPs_padded rounds each GEMM's (each expert's) row count up to the card's tensor-core tile
+height `gemm_tile_m`, because a tile computes its full height however few rows are real.
+Attention uses `attention_compute_efficiency`. Collectives are timed in `infersim.comm`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from infersim.cards.hardware import HardwareCard
+from infersim.comm import collective_cost
+from infersim.kernels import (
+    AnyShape,
+    AttentionShape,
+    Bound,
+    CollectiveShape,
+    Cost,
+    GemmShape,
+    GroupedGemmShape,
+    KernelTables,
+    MemoryBoundShape,
+    Source,
+)
+
+
+def _padded_rows(rows: float, tile: int) -> float:
+    return math.ceil(rows / tile - 1e-9) * tile if rows > 0 else 0.0
+
+
+def _compute_flops_and_rate(shape: AnyShape, hw: HardwareCard) -> tuple[float, float]:
+    """(FLOPs the tensor cores actually execute, achievable FLOP/s) for the roofline."""
+    tile = hw.derates.gemm_tile_m
+    if isinstance(shape, GemmShape):
+        rows = _padded_rows(shape.m, tile)
+        return 2.0 * rows * shape.k * shape.n, hw.peak_flops(shape.dtype) * hw.compute_efficiency(shape.dtype)
+    if isinstance(shape, GroupedGemmShape):
+        active = max(shape.active_experts, 1e-9)
+        per_expert = shape.routed_tokens / active
+        rows = active * _padded_rows(per_expert, tile)
+        return 2.0 * rows * shape.k * shape.n, hw.peak_flops(shape.dtype) * hw.compute_efficiency(shape.dtype)
+    if isinstance(shape, AttentionShape):
+        return shape.flops, hw.peak_flops(shape.dtype) * hw.derates.attention_compute_efficiency
+    # elementwise kernels run on CUDA cores; their FLOPs never bound them at these intensities
+    return shape.flops, hw.peak_flops("bf16") * hw.compute_efficiency("bf16")
+
+
+def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "") -> Cost:
+    flops_done, rate = _compute_flops_and_rate(shape, hw)
+    compute_s = flops_done / rate
+    memory_s = shape.bytes / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+    kernels = shape.kernels if isinstance(shape, MemoryBoundShape) else 1
+    launch_s = hw.derates.kernel_launch_overhead * kernels
+    busy = max(compute_s, memory_s)
+    if launch_s > busy:
+        bound = Bound.OVERHEAD
+    else:
+        bound = Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY
+    return Cost(shape.flops, shape.bytes, busy + launch_s, bound, Source.ROOFLINE, detail)
+
+
+def _intensity_bound(shape: AnyShape, hw: HardwareCard) -> Bound:
+    """Compute- or memory-bound by arithmetic intensity against the card's ridge point."""
+    flops_done, rate = _compute_flops_and_rate(shape, hw)
+    bandwidth = hw.peak.hbm_bandwidth * hw.derates.memory_efficiency
+    return Bound.COMPUTE if flops_done / rate >= shape.bytes / bandwidth else Bound.MEMORY
+
+
+def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost:
+    """Time of one kernel of `shape`, with its source: table, roofline at a table's edge, or roofline."""
+    if isinstance(shape, CollectiveShape):
+        return collective_cost(shape, hw)
+    if not isinstance(shape, MemoryBoundShape):
+        dtype = shape.dtype
+        hit = tables.lookup(shape, hw.peak_flops(dtype))
+        if hit is not None:
+            if hit.method == "edge":
+                return Cost(shape.flops, shape.bytes, hit.seconds + hw.derates.kernel_launch_overhead,
+                            _intensity_bound(shape, hw), Source.ROOFLINE,
+                            f"outside table {hit.table}: roofline at its edge efficiency {hit.efficiency:.3f}"
+                            + (f" ({hit.note})" if hit.note else ""))
+            return Cost(shape.flops, shape.bytes, hit.seconds, _intensity_bound(shape, hw), Source.TABLE,
+                        f"{hit.method} from {hit.table}")
+    return roofline_cost(shape, hw)
