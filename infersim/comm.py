@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from infersim.cards.hardware import HardwareCard
-from infersim.kernels import Bound, CollectiveShape, Cost, Source
+from infersim.kernels import Bound, CollectiveShape, CommShape, Cost, Source, TokenExchangeShape
 
 
 def _traffic(shape: CollectiveShape) -> tuple[float, float]:
@@ -40,6 +40,30 @@ def _bandwidth_time(intra: float, inter: float, hw: HardwareCard, efficiency: fl
     t_intra = intra / nvlink if intra else 0.0
     t_inter = inter / network if inter else 0.0
     return max(t_intra, t_inter)  # the two links run concurrently (pipelined chunks)
+
+
+def token_exchange_cost(shape: TokenExchangeShape, hw: HardwareCard) -> Cost:
+    if shape.ep <= 1 or shape.tokens <= 0:
+        return Cost(0.0, 0.0, 0.0, Bound.COMM, Source.ROOFLINE, "no peers")
+    intra, inter = shape.traffic()
+    if shape.implementation == "nccl":
+        proto = hw.derates.collective_latency["Simple"]
+        local = min(shape.ranks_per_node, shape.ep)
+        latency = proto.base + (local - 1) * proto.nvlink_hop + math.log2(shape.nodes) * proto.network_hop
+    elif shape.implementation == "deepep-low-latency":
+        latency = hw.derates.deepep_low_latency_latency
+    else:
+        latency = hw.derates.deepep_normal_latency
+    seconds = latency + _bandwidth_time(intra, inter, hw, 1.0)
+    detail = (f"{shape.implementation} {shape.direction} over EP{shape.ep} ({shape.nodes} node{'s' if shape.nodes > 1 else ''}): "
+              f"{intra / 1e6:,.1f} MB NVLink, {inter / 1e6:,.1f} MB network per GPU")
+    return Cost(0.0, intra + inter, seconds, Bound.COMM, Source.ROOFLINE, detail)
+
+
+def comm_cost(shape: CommShape, hw: HardwareCard) -> Cost:
+    if isinstance(shape, TokenExchangeShape):
+        return token_exchange_cost(shape, hw)
+    return collective_cost(shape, hw)
 
 
 def collective_cost(shape: CollectiveShape, hw: HardwareCard) -> Cost:

@@ -1,10 +1,13 @@
 """The stage engine: walks a StagePlan, times every operation and composes the step.
 
-Per layer group: compute C (all non-communication operations) and communication M, per layer.
-Without overlap a layer takes C + M. With two-batch overlap the plan is sized per micro-batch and
-a layer takes max(2 C s, 2 M): one micro-batch's compute hides the other's communication, where
-s = SMs / (SMs - SMs taken by communication) slows compute while the communication kernels hold
-SMs (DeepEP normal mode). The step adds per-step operations and the card's scheduler overhead.
+Without overlap a layer takes the sum of its operations. With two-batch overlap the plan is sized
+per micro-batch and the engine schedules the two micro-batches on two streams, as the runtime
+does: each layer is a sequence of phases (runs of compute operations and runs of communication
+operations); a micro-batch's phases run in order, the compute stream and the communication stream
+each run one phase at a time, micro-batch A before B. So one micro-batch's communication hides
+behind the other's compute exactly as far as the dependencies allow. While communication kernels
+hold SMs (DeepEP normal mode), compute runs slower by SMs / (SMs - SMs taken).
+The step adds per-step operations and the card's scheduler overhead.
 """
 
 from __future__ import annotations
@@ -81,31 +84,54 @@ def _timed(op: Operation, hw: HardwareCard, tables: KernelTables) -> Cost:
     return kernel_cost(op.shape, hw, tables)
 
 
+def two_batch_schedule(layers: list[list[tuple[bool, float]]]) -> float:
+    """Makespan of two micro-batches through `layers`, each a list of (is_comm, seconds) phases
+    per micro-batch, on one compute stream and one communication stream."""
+    stream_free = {False: 0.0, True: 0.0}
+    ready = [0.0, 0.0]
+    for phases in layers:
+        for is_comm, seconds in phases:
+            for mb in (0, 1):
+                start = max(stream_free[is_comm], ready[mb])
+                stream_free[is_comm] = ready[mb] = start + seconds
+    return max(ready)
+
+
+def _phases(timed: list[tuple[bool, float]]) -> list[tuple[bool, float]]:
+    """Merge consecutive operations of the same kind (compute or communication) into phases."""
+    phases: list[tuple[bool, float]] = []
+    for is_comm, seconds in timed:
+        if seconds <= 0:
+            continue
+        if phases and phases[-1][0] == is_comm:
+            phases[-1] = (is_comm, phases[-1][1] + seconds)
+        else:
+            phases.append((is_comm, seconds))
+    return phases
+
+
 def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables) -> StageResult:
     mb = plan.micro_batches
     slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
     results: list[OperationResult] = []
-    step = 0.0
-    hidden = 0.0
+    serial = 0.0
+    schedule: list[list[tuple[bool, float]]] = []
     for group in plan.groups:
-        compute = comm = 0.0
+        timed: list[tuple[bool, float]] = []
         for op in group.operations:
             cost = _timed(op, hw, tables)
-            per_layer = cost.seconds * op.count * mb
-            if op.module in cat.COMMUNICATION:
-                comm += per_layer
-            else:
-                compute += per_layer
+            per_micro_batch = cost.seconds * op.count
+            per_layer = per_micro_batch * mb
+            is_comm = op.module in cat.COMMUNICATION
+            timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
+            serial += per_layer * group.layers
             results.append(OperationResult(
                 op.name, op.module, group.layers, per_layer * group.layers, per_layer,
                 cost.flops * op.count * mb * group.layers, cost.bytes * op.count * mb * group.layers,
                 cost.bound, cost.source, cost.detail, group.name))
-        if mb > 1:
-            layer = max(compute * slowdown, comm)
-            hidden += (compute + comm - layer) * group.layers
-        else:
-            layer = compute + comm
-        step += layer * group.layers
+        schedule += [_phases(timed)] * group.layers
+    step = two_batch_schedule(schedule) if mb == 2 else serial
+    saved = serial - step
     for op in plan.per_step:
         cost = _timed(op, hw, tables)
         seconds = cost.seconds * op.count
@@ -116,4 +142,4 @@ def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables) -> StageR
     results.append(OperationResult("scheduler", cat.OVERHEAD, 1, overhead, overhead, 0.0, 0.0, Bound.OVERHEAD,
                                    Source.CARD, f"derates.{plan.stage}_step_overhead of the hardware card", "per step"))
     step += overhead
-    return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, mb, hidden, slowdown, tuple(results))
+    return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, mb, saved, slowdown, tuple(results))

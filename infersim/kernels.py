@@ -249,8 +249,71 @@ class CollectiveShape:
         return self.bytes_per_rank
 
 
+def prob_group_hit(num_experts: int, experts_in_group: int, topk: int) -> float:
+    """Probability that a token's topk distinct experts (uniform over num_experts) include at least
+    one of the experts_in_group experts a GPU or node holds (hypergeometric complement)."""
+    miss = 1.0
+    for i in range(topk):
+        miss *= max(0.0, (num_experts - experts_in_group - i) / (num_experts - i))
+    return 1.0 - miss
+
+
+@dataclass(frozen=True)
+class TokenExchangeShape:
+    """EP dispatch (tokens to their experts' GPUs) or combine (expert outputs back), per GPU.
+
+    Each of `tokens` tokens goes once to every GPU holding at least one of its top-k experts
+    (copies to the same GPU are merged). DeepEP normal mode also merges across a node: one RDMA
+    copy per destination node, forwarded over NVLink inside it.
+    """
+
+    direction: Literal["dispatch", "combine"]
+    tokens: float
+    token_bytes: float  # hidden size x bytes per element
+    num_experts: int
+    topk: int
+    ep: int
+    ranks_per_node: int
+    implementation: Literal["nccl", "deepep-normal", "deepep-low-latency"] = "nccl"
+
+    @property
+    def nodes(self) -> int:
+        return max(1, -(-self.ep // self.ranks_per_node))
+
+    @property
+    def gpu_hit(self) -> float:
+        return prob_group_hit(self.num_experts, self.num_experts // self.ep, self.topk)
+
+    @property
+    def node_hit(self) -> float:
+        per_node = self.num_experts // self.ep * min(self.ranks_per_node, self.ep)
+        return prob_group_hit(self.num_experts, per_node, self.topk)
+
+    def traffic(self) -> tuple[float, float]:
+        """(bytes this GPU sends over NVLink, bytes it sends over its NIC)."""
+        local = min(self.ranks_per_node, self.ep)
+        per_gpu = self.tokens * self.gpu_hit * self.token_bytes
+        intra = per_gpu * (local - 1)
+        if self.nodes == 1:
+            return intra, 0.0
+        if self.implementation == "deepep-normal":
+            return intra, self.tokens * self.node_hit * self.token_bytes * (self.nodes - 1)
+        if self.implementation == "deepep-low-latency":
+            return 0.0, per_gpu * (self.ep - 1)  # IBGDA: every remote copy through the NIC
+        return intra, per_gpu * (self.ep - local)
+
+    @property
+    def flops(self) -> float:
+        return 0.0
+
+    @property
+    def bytes(self) -> float:
+        return sum(self.traffic())
+
+
 KernelShape = Union[GemmShape, GroupedGemmShape, AttentionShape, MemoryBoundShape]
-AnyShape = Union[KernelShape, CollectiveShape]
+CommShape = Union[CollectiveShape, TokenExchangeShape]
+AnyShape = Union[KernelShape, CommShape]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 
 from infersim.cards.hardware import HardwareCard
-from infersim.comm import collective_cost
+from infersim.comm import comm_cost
 from infersim.kernels import (
     AnyShape,
     AttentionShape,
     Bound,
     CollectiveShape,
+    TokenExchangeShape,
     Cost,
     GemmShape,
     GroupedGemmShape,
@@ -72,8 +73,8 @@ def _intensity_bound(shape: AnyShape, hw: HardwareCard) -> Bound:
 
 def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost:
     """Time of one kernel of `shape`, with its source: table, roofline at a table's edge, or roofline."""
-    if isinstance(shape, CollectiveShape):
-        return collective_cost(shape, hw)
+    if isinstance(shape, (CollectiveShape, TokenExchangeShape)):
+        return comm_cost(shape, hw)
     if not isinstance(shape, MemoryBoundShape):
         dtype = shape.dtype
         hit = tables.lookup(shape, hw.peak_flops(dtype))

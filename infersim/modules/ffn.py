@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from infersim.cards.model import ModelCard
 from infersim.config import Deployment
-from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape
+from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape, TokenExchangeShape
 from infersim.modules import categories as cat
 from infersim.plan import Operation, StageContext
 from infersim.sharding import shard
@@ -104,7 +104,8 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
     if dep.moe_comm != "all-gather":
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
         dispatch_bytes = 1.0 if prec.gemm == "fp8" else ACT_BYTES  # DeepEP/SGLang dispatch fp8 when GEMMs are fp8
-        ops.append(_collective("dispatch", cat.DISPATCH, "all_to_all", T * k * h * dispatch_bytes, ffn.ep, ctx, impl))
+        ops.append(Operation("dispatch", cat.DISPATCH, TokenExchangeShape(
+            "dispatch", T, h * dispatch_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl)))
     active = expected_active_experts(local, E, k, routing_domain)
     grouped = dict(stage=ctx.stage, num_experts=E, ep=ffn.ep, topk=k, hidden=h, intermediate=width,
                    tokens_per_gpu=table_tokens, active_experts=active, gated=model.gated_ffn,
@@ -128,7 +129,8 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
             ops.append(_collective("moe_all_reduce", cat.ALL_REDUCE, "all_reduce", size, group, ctx))
     else:
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
-        ops.append(_collective("combine", cat.COMBINE, "all_to_all", T * k * h * ACT_BYTES, ffn.ep, ctx, impl))
+        ops.append(Operation("combine", cat.COMBINE, TokenExchangeShape(
+            "combine", T, h * ACT_BYTES, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl)))
         if attn_tp > 1:
             ops.append(_collective("attn_all_gather", cat.ALL_REDUCE, "all_gather", T * attn_tp * h * ACT_BYTES, attn_tp, ctx))
     return ops
