@@ -1,0 +1,41 @@
+"""Dense-attention cards give the same results as before the architecture-breadth change (issue 6).
+
+tests/data/golden_dense.json was written by tests/data/record_golden_dense.py before any of the new
+layer kinds existed; every number (step times, per-operation time/FLOPs/bytes, memory) must match
+to a relative 1e-12.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infersim.config import load_run_config
+from infersim.simulate import simulate
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = json.loads((REPO / "tests" / "data" / "golden_dense.json").read_text())
+
+
+def _close(a: float, b: float) -> bool:
+    return a == pytest.approx(b, rel=1e-12, abs=0.0) if b else a == b
+
+
+@pytest.mark.parametrize("key", sorted(GOLDEN))
+def test_dense_results_unchanged(key):
+    case = GOLDEN[key]
+    result = simulate(load_run_config(str(REPO / case["config"]), case["overrides"]))
+    for stage_name in ("prefill", "decode"):
+        stage, want = getattr(result, stage_name), case[stage_name]
+        assert _close(stage.step_time_s, want["step_time_s"]), (stage_name, stage.step_time_s, want["step_time_s"])
+        assert _close(stage.tgs, want["tgs"])
+        got_ops = [[op.group, op.name, op.time_s, op.flops, op.bytes] for op in stage.operations]
+        assert [o[:2] for o in got_ops] == [o[:2] for o in want["operations"]], stage_name
+        for got, exp in zip(got_ops, want["operations"]):
+            for g, e in zip(got[2:], exp[2:]):
+                assert _close(g, e), (stage_name, got[:2], g, e)
+    mem = result.memory
+    for name, value in case["memory"].items():
+        assert _close(getattr(mem, name), value), (name, getattr(mem, name), value)
