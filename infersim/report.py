@@ -115,7 +115,8 @@ def _stage_text(stage: StageResult, detail: bool) -> list[str]:
     else:
         head = (f"DECODE   TPOT {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
                 f"   ({stage.tokens_per_gpu} requests per GPU)")
-    lines = [head, f"  bound by {stage.bound.value}; times from {stage.source.value}"
+    sources = sorted({op.source.value for op in stage.operations if op.time_s > 0})
+    lines = [head, f"  bound by {stage.bound.value}; times from {' + '.join(sources)}"
              + (f"; two-batch overlap saves {stage.overlap_saved_s / MS:,.2f} ms"
                 + (f" (compute slowed x{stage.sm_slowdown:.3f} by SMs held by communication)" if stage.sm_slowdown > 1 else "")
                 if stage.micro_batches > 1 else "")]
