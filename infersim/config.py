@@ -149,34 +149,31 @@ def _set_dotted(data: dict[str, Any], path: list[str], value: Any, text: str) ->
     node[path[-1]] = value
 
 
-def _load_card_data(ref: str | dict[str, Any], kind: str, base: Path | None) -> tuple[dict[str, Any], str]:
+def _load_card(cls: type, validator: Any, ref: str | dict[str, Any], kind: str, base: Path | None,
+               overrides: list[tuple[list[str], Any, str]]) -> tuple[Any, str]:
+    """Resolve a card reference (name, path, HF config.json or inline mapping), apply overrides, validate."""
     if isinstance(ref, dict):
-        return copy.deepcopy(ref), "inline card"
-    path = resolve(ref, kind, base)
-    if path.suffix == ".json":
-        return card_from_hf_file(path), str(path)
-    data = load_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "", MISSING, f"expected a mapping of {kind[:-1] if kind != 'hardware' else 'hardware'} card fields")
-    return data, str(path)
+        data, source = copy.deepcopy(ref), "inline card"
+    else:
+        path = resolve(ref, kind, base)
+        source = str(path)
+        data = card_from_hf_file(path) if path.suffix == ".json" else load_yaml(path)
+        if not isinstance(data, dict):
+            raise ConfigError(source, "", MISSING, f"expected a mapping of {cls.__name__} fields")
+    for dotted, value, text in overrides:
+        _set_dotted(data, dotted, value, text)
+    where = source + (" with --set overrides" if overrides else "")
+    return validator(build(cls, data, where), where), source
 
 
 def load_model_card(ref: str | dict[str, Any], base: Path | None = None,
                     overrides: list[tuple[list[str], Any, str]] = ()) -> tuple[ModelCard, str]:
-    data, source = _load_card_data(ref, "models", base)
-    for path, value, text in overrides:
-        _set_dotted(data, path, value, text)
-    where = source + (" with --set overrides" if overrides else "")
-    return validate_model(build(ModelCard, data, where), where), source
+    return _load_card(ModelCard, validate_model, ref, "models", base, overrides)
 
 
 def load_hardware_card(ref: str | dict[str, Any], base: Path | None = None,
                        overrides: list[tuple[list[str], Any, str]] = ()) -> tuple[HardwareCard, str]:
-    data, source = _load_card_data(ref, "hardware", base)
-    for path, value, text in overrides:
-        _set_dotted(data, path, value, text)
-    where = source + (" with --set overrides" if overrides else "")
-    return validate_hardware(build(HardwareCard, data, where), where), source
+    return _load_card(HardwareCard, validate_hardware, ref, "hardware", base, overrides)
 
 
 def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
