@@ -185,7 +185,7 @@ def _format_number(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.10g}"  # keeps measured latencies as published (ms precision and beyond)
     if value is None:
         return ""
     return str(value)
@@ -198,7 +198,7 @@ def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], f
     writer.writerow(columns)
     for row in rows:
         values = dataclasses.asdict(row)
-        values["efficiency"] = efficiency_of(row, peak_for(row.dtype))
+        values["efficiency"] = float(f"{efficiency_of(row, peak_for(row.dtype)):.6g}")
         writer.writerow([_format_number(values[c]) for c in columns])
     return out.getvalue()
 

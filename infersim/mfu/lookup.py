@@ -1,8 +1,7 @@
 """Kernel time from measured tables: the `KernelTables` the simulator core asks.
 
-Each table is indexed once at load into grids keyed by the kernel's categorical parameters
-(GEMM K and N, head layout, expert configuration, dtypes); within a grid, efficiency (achieved
-FLOP/s over the dtype's dense peak) is interpolated multilinearly in log2 of the size axes:
+Each table is indexed once at load into grids keyed by the kernel's categorical parameters (GEMM K
+and N, head layout, expert configuration, dtypes); only an exact match of those counts:
 
   GEMM                 key (dtype, k, n)                                        axes (m)
   grouped GEMM         key (dtype, stage, projection, experts, topk, hidden,
@@ -12,12 +11,22 @@ FLOP/s over the dtype's dense peak) is interpolated multilinearly in log2 of the
   attention prefill    key (kind, dtype, kv_dtype, heads, kv heads, qk dim,
                             v dim, causal)                                      axes (seq_len), batch 1
 
+Within a grid the kernel time is interpolated multilinearly in "work" coordinates, each
+proportional to what the axis adds to the kernel's work: m, tokens, batch and kv_len as they
+are, a prefill's seq_len as s(s+1)/2 (causal query-key pairs), and ep as 1/ep (local experts, so
+weight bytes). Between grid points time is then affine in the work, the shape of a kernel with a
+fixed cost plus a cost per unit of work; the leave-one-out benchmark
+(benchmarks/mfu_leave_one_out.py) chose this over interpolating log(efficiency) in log2 of the
+axes (the first design, kept as `LOG_EFFICIENCY` for comparison): see mfu_tables/FORMAT.md.
+The efficiency reported is FLOPs / (time * peak).
+
 Grids may be ragged (rows of different extents, as published tables are): interpolation is
-nested, one axis at a time, each row over its own range. A coordinate outside its row's range
-is clamped there: the result is the roofline at the table's edge efficiency, marked "edge" with
-a note. Prefill for batch > 1 runs `batch` sequences: the same efficiency, `batch` times the
-FLOPs. Shapes no table covers (another K/N, layout or dtype, sliding windows, chunked prefill,
-decode with several query tokens unless measured so, memory-bound kernels) get None.
+nested, one axis at a time, each row over its own range. A coordinate outside its row's range is
+clamped there: the result is the roofline at the table's edge efficiency (the efficiency at the
+clamped point), marked "edge" with a note; it is never extrapolated. Prefill for batch > 1 runs
+`batch` sequences: `batch` times the one-sequence time. Shapes no table covers (another K/N,
+layout or dtype, sliding windows, chunked prefill, decode with several query tokens unless
+measured so, memory-bound kernels) get None.
 """
 
 from __future__ import annotations
@@ -48,13 +57,37 @@ from infersim.mfu.format import (
     table_directories,
 )
 
-#: efficiency is interpolated as log(efficiency), linearly in log2 of the axes: time then follows
-#: a power law between grid points (chosen by benchmarks/mfu_leave_one_out.py; see FORMAT.md)
-INTERPOLATE_LOG_EFFICIENCY = True
-_COORD_TOLERANCE = 1e-9  # in log2 units: coordinates this close are the same grid point
+_RELATIVE_TOLERANCE = 1e-9  # coordinates this close (relatively) are the same grid point
 _CACHE_LIMIT = 200_000
 
 GridKey = tuple[Hashable, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Interpolation schemes
+
+
+@dataclass(frozen=True)
+class Interpolation:
+    """How a grid interpolates: the coordinate of each axis, and the value combined linearly."""
+
+    name: str
+    coordinate: Callable[[str, float], float]  # (axis name, axis value) -> interpolation coordinate
+    interpolates_time: bool  # True: kernel time; False: log(efficiency)
+
+
+def _work_coordinate(axis: str, value: float) -> float:
+    if axis == "seq_len":
+        return value * (value + 1.0) / 2.0  # causal query-key pairs of one sequence
+    if axis == "ep":
+        return 1.0 / value  # local experts per GPU, hence expert weight bytes, scale as 1/ep
+    return value
+
+
+TIME_IN_WORK = Interpolation("time-in-work", _work_coordinate, True)
+LOG_EFFICIENCY = Interpolation("log-efficiency-in-log-axes", lambda axis, value: math.log2(value), False)
+INTERPOLATIONS = {"time": TIME_IN_WORK, "log-efficiency": LOG_EFFICIENCY}
+DEFAULT_INTERPOLATION = TIME_IN_WORK
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,91 +108,116 @@ class Clamp:
         return f"{self.axis}={self.requested:g} {side} the table's range {self.low:g}..{self.high:g}"
 
 
+Leaf = tuple[float, float]  # (interpolated value, efficiency)
+
+
 @dataclass(frozen=True)
 class GridNode:
-    """One axis level: sorted log2 coordinates and, per coordinate, a sub-grid or a value."""
+    """One axis level: ascending interpolation coordinates and, per coordinate, a sub-grid or a leaf."""
 
-    coords: tuple[float, ...]  # log2 of the axis values, ascending
-    values: tuple[float, ...]  # axis values as given (for messages)
-    children: tuple[Union["GridNode", float], ...]
+    coords: tuple[float, ...]
+    values: tuple[float, ...]  # the axis values as given, same order (for messages)
+    children: tuple[Union["GridNode", Leaf], ...]
 
 
 @dataclass(frozen=True)
 class GridValue:
+    """Interpolation result: time at the table's peak (in range) and efficiency (edge: at the clamp)."""
+
+    seconds: float
     efficiency: float
     exact: bool
     clamps: tuple[Clamp, ...]
 
 
 @dataclass(frozen=True)
-class EfficiencyGrid:
-    """Efficiency over named size axes, from measured points; see `build_grid`."""
+class KernelGrid:
+    """Measured kernel times over named size axes; see the module docstring."""
 
     axes: tuple[str, ...]
     root: GridNode
-    log_efficiency: bool  # values held as log(efficiency) (True) or efficiency (False)
+    interpolation: Interpolation
+    flops_per_second: float  # the peak the efficiencies are relative to
 
-    def evaluate(self, query: Sequence[float]) -> GridValue:
-        """Efficiency at `query` (axis values), multilinear in log2 of the axes, clamped per row."""
-        value, exact, clamps = _evaluate(self.root, tuple(math.log2(q) for q in query), tuple(query), self.axes)
-        return GridValue(math.exp(value) if self.log_efficiency else value, exact, clamps)
+    def evaluate(self, query: Sequence[float], query_flops: float) -> GridValue:
+        """Time and efficiency of the kernel at `query` (axis values) doing `query_flops`."""
+        coords = tuple(self.interpolation.coordinate(a, q) for a, q in zip(self.axes, query))
+        (value, eff), exact, clamps = _evaluate(self.root, coords, tuple(query), self.axes)
+        if self.interpolation.interpolates_time:
+            seconds = value
+            if clamps:
+                seconds = query_flops / (self.flops_per_second * eff)
+            else:
+                eff = query_flops / (self.flops_per_second * seconds)
+        else:
+            eff = math.exp(value)
+            seconds = query_flops / (self.flops_per_second * eff)
+        return GridValue(seconds, eff, exact, clamps)
 
 
-def build_grid(axes: Sequence[str], points: Iterable[tuple[Sequence[float], float]],
-               log_efficiency: bool = INTERPOLATE_LOG_EFFICIENCY) -> EfficiencyGrid:
-    """A ragged grid from (axis values, efficiency) points; repeated points are averaged."""
-    to_value = math.log if log_efficiency else (lambda e: e)
-    listed = [(tuple(float(x) for x in coords), eff) for coords, eff in points]
-    for coords, eff in listed:
-        if len(coords) != len(axes) or min(coords) <= 0 or not eff > 0:
-            raise ValueError(f"grid point {coords} -> {eff}: needs {len(axes)} positive axis values "
-                             f"and a positive efficiency")
-    return EfficiencyGrid(tuple(axes), _build_level(listed, to_value), log_efficiency)
+def build_grid(axes: Sequence[str], points: Iterable[tuple[Sequence[float], float, float]],
+               flops_per_second: float, interpolation: Interpolation = DEFAULT_INTERPOLATION) -> KernelGrid:
+    """A ragged grid from (axis values, seconds, efficiency) points; repeated points are averaged."""
+    listed = []
+    for coords, seconds, eff in points:
+        coords = tuple(float(x) for x in coords)
+        if len(coords) != len(axes) or min(coords) <= 0 or not seconds > 0 or not eff > 0:
+            raise ValueError(f"grid point {coords}: needs {len(axes)} positive axis values, a positive time "
+                             f"and efficiency")
+        value = seconds if interpolation.interpolates_time else math.log(eff)
+        listed.append((coords, (value, eff)))
+    return KernelGrid(tuple(axes), _build_level(listed, tuple(axes), interpolation), interpolation, flops_per_second)
 
 
-def _build_level(points: list[tuple[tuple[float, ...], float]], to_value: Callable[[float], float]) -> GridNode:
-    if not points:
-        raise ValueError("a grid needs at least one point")
-    groups: dict[float, list[tuple[tuple[float, ...], float]]] = {}
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= _RELATIVE_TOLERANCE * max(abs(a), abs(b))
+
+
+def _build_level(points: list[tuple[tuple[float, ...], Leaf]], axes: tuple[str, ...],
+                 interpolation: Interpolation) -> GridNode:
+    groups: dict[float, list[tuple[tuple[float, ...], Leaf]]] = {}
     raw: dict[float, float] = {}
-    for coords, eff in points:
-        key = round(math.log2(coords[0]) / _COORD_TOLERANCE) * _COORD_TOLERANCE
-        groups.setdefault(key, []).append((coords[1:], eff))
+    for coords, leaf in points:
+        c = interpolation.coordinate(axes[0], coords[0])
+        key = next((k for k in groups if _same(k, c)), c)
+        groups.setdefault(key, []).append((coords[1:], leaf))
         raw.setdefault(key, coords[0])
-    coords_sorted = sorted(groups)
-    children: list[GridNode | float] = []
-    for key in coords_sorted:
+    ordered = sorted(groups)
+    children: list[GridNode | Leaf] = []
+    for key in ordered:
         members = groups[key]
         if members[0][0]:
-            children.append(_build_level(members, to_value))
+            children.append(_build_level(members, axes[1:], interpolation))
         else:
-            children.append(sum(to_value(e) for _, e in members) / len(members))
-    return GridNode(tuple(coords_sorted), tuple(raw[k] for k in coords_sorted), tuple(children))
+            n = len(members)
+            children.append((sum(m[1][0] for m in members) / n, sum(m[1][1] for m in members) / n))
+    return GridNode(tuple(ordered), tuple(raw[k] for k in ordered), tuple(children))
 
 
-def _evaluate(node: GridNode, logq: tuple[float, ...], rawq: tuple[float, ...],
-              names: tuple[str, ...]) -> tuple[float, bool, tuple[Clamp, ...]]:
-    x = logq[0]
-    coords = node.coords
+def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
+              names: tuple[str, ...]) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
+    x = coords[0]
+    grid = node.coords
     clamps: tuple[Clamp, ...] = ()
-    if x < coords[0] - _COORD_TOLERANCE or x > coords[-1] + _COORD_TOLERANCE:
-        clamps = (Clamp(names[0], rawq[0], node.values[0], node.values[-1]),)
-        x = min(max(x, coords[0]), coords[-1])
-    i = bisect.bisect_left(coords, x - _COORD_TOLERANCE)
-    if i < len(coords) and abs(coords[i] - x) <= _COORD_TOLERANCE:
-        value, exact, inner = _child_value(node.children[i], logq, rawq, names)
-        return value, exact and not clamps, clamps + inner
+    if (x < grid[0] and not _same(x, grid[0])) or (x > grid[-1] and not _same(x, grid[-1])):
+        clamps = (Clamp(names[0], raw[0], min(node.values), max(node.values)),)
+        x = min(max(x, grid[0]), grid[-1])
+    i = bisect.bisect_left(grid, x)
+    for j in (i - 1, i):
+        if 0 <= j < len(grid) and _same(grid[j], x):
+            leaf, exact, inner = _child(node.children[j], coords, raw, names)
+            return leaf, exact and not clamps, clamps + inner
     lo, hi = i - 1, i
-    t = (x - coords[lo]) / (coords[hi] - coords[lo])
-    v0, _, c0 = _child_value(node.children[lo], logq, rawq, names)
-    v1, _, c1 = _child_value(node.children[hi], logq, rawq, names)
-    return (1.0 - t) * v0 + t * v1, False, clamps + c0 + c1
+    t = (x - grid[lo]) / (grid[hi] - grid[lo])
+    (v0, e0), _, c0 = _child(node.children[lo], coords, raw, names)
+    (v1, e1), _, c1 = _child(node.children[hi], coords, raw, names)
+    return ((1.0 - t) * v0 + t * v1, (1.0 - t) * e0 + t * e1), False, clamps + c0 + c1
 
 
-def _child_value(child: GridNode | float, logq: tuple[float, ...], rawq: tuple[float, ...],
-                 names: tuple[str, ...]) -> tuple[float, bool, tuple[Clamp, ...]]:
+def _child(child: GridNode | Leaf, coords: tuple[float, ...], raw: tuple[float, ...],
+           names: tuple[str, ...]) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
     if isinstance(child, GridNode):
-        return _evaluate(child, logq[1:], rawq[1:], names[1:])
+        return _evaluate(child, coords[1:], raw[1:], names[1:])
     return child, True, ()
 
 
@@ -192,18 +250,19 @@ def row_grid_key(row: Row) -> tuple[GridKey, tuple[float, ...], tuple[str, ...]]
     raise TypeError(f"not a table row: {row!r}")
 
 
-def shape_grid_key(shape: KernelShape) -> tuple[GridKey, tuple[float, ...]] | None:
-    """(grid key, axis values) a shape is looked up under, or None if no table kind covers it."""
+def shape_grid_key(shape: KernelShape) -> tuple[GridKey, tuple[float, ...], int] | None:
+    """(grid key, axis values, repeats) a shape is looked up under, or None if no table kind
+    covers it. `repeats` is how many grid-point kernels the shape is (prefill: one per sequence)."""
     if isinstance(shape, GemmShape):
         if shape.weight_dtype != shape.dtype or shape.m <= 0:
             return None
-        return ("gemm", shape.dtype, shape.k, shape.n), (float(shape.m),)
+        return ("gemm", shape.dtype, shape.k, shape.n), (float(shape.m),), 1
     if isinstance(shape, GroupedGemmShape):
         if shape.weight_dtype != shape.dtype or shape.tokens_per_gpu <= 0 or shape.ep <= 0:
             return None
         key = ("grouped_gemm", shape.dtype, shape.stage, shape.projection, shape.num_experts, shape.topk,
                shape.hidden, shape.intermediate, shape.gated)
-        return key, (float(shape.ep), float(shape.tokens_per_gpu))
+        return key, (float(shape.ep), float(shape.tokens_per_gpu)), 1
     if isinstance(shape, AttentionShape):
         if shape.window > 0 or shape.batch <= 0 or shape.kv_len <= 0:
             return None
@@ -211,10 +270,10 @@ def shape_grid_key(shape: KernelShape) -> tuple[GridKey, tuple[float, ...]] | No
         layout = (shape.kind, shape.dtype, shape.kv_dtype, shape.num_heads, kv_heads, shape.qk_head_dim,
                   shape.v_head_dim)
         if shape.stage == "decode":
-            return ("attention", "decode") + layout + (shape.q_len,), (float(shape.batch), float(shape.kv_len))
+            return ("attention", "decode") + layout + (shape.q_len,), (float(shape.batch), float(shape.kv_len)), 1
         if shape.q_len != shape.kv_len:
             return None  # chunked prefill over a cached prefix: not what the prefill tables measured
-        return ("attention", "prefill") + layout + (shape.causal,), (float(shape.kv_len),)
+        return ("attention", "prefill") + layout + (shape.causal,), (float(shape.kv_len),), shape.batch
     return None
 
 
@@ -234,42 +293,71 @@ def describe_key(key: GridKey) -> str:
 
 
 @dataclass(frozen=True)
-class Grid:
-    key: GridKey
-    efficiency: EfficiencyGrid
-    table: str  # "<directory>/<file>" the points came from
-    points: int
+class GridPoint:
+    coords: tuple[float, ...]  # axis values
+    seconds: float  # measured kernel time
+    efficiency: float  # relative to the table's peak for the row's dtype
+    row: Row
 
 
-def grid_points(table_dir: TableDirectory) -> dict[GridKey, tuple[tuple[str, ...], str, list[tuple[tuple[float, ...], float, Row]]]]:
-    """Every grid's points: key -> (axis names, table file(s), [(axis values, efficiency, row)])."""
+@dataclass(frozen=True)
+class GridSource:
+    axes: tuple[str, ...]
+    tables: tuple[str, ...]  # CSV file names the points come from
+    peak_flops: float
+    points: tuple[GridPoint, ...]
+
+
+def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
+    """Every grid's measured points, by grid key."""
     prov = table_dir.provenance
-    grouped: dict[GridKey, tuple[tuple[str, ...], list[str], list[tuple[tuple[float, ...], float, Row]]]] = {}
+    collected: dict[GridKey, tuple[tuple[str, ...], list[str], float, list[GridPoint]]] = {}
     for name, rows in table_dir.tables.items():
         for row in rows:
             key, coords, axes = row_grid_key(row)
-            eff = efficiency_of(row, prov.peak_flops[row.dtype])
-            entry = grouped.setdefault(key, (axes, [], []))
+            peak = prov.peak_flops[row.dtype]
+            entry = collected.setdefault(key, (axes, [], peak, []))
             if name not in entry[1]:
                 entry[1].append(name)
-            entry[2].append((coords, eff, row))
-    return {key: (axes, "+".join(files), pts) for key, (axes, files, pts) in grouped.items()}
+            entry[3].append(GridPoint(coords, row.latency_us * 1e-6, efficiency_of(row, peak), row))
+    return {key: GridSource(axes, tuple(files), peak, tuple(points))
+            for key, (axes, files, peak, points) in collected.items()}
+
+
+def grid_from_points(source: GridSource, points: Sequence[GridPoint] | None = None,
+                     interpolation: Interpolation = DEFAULT_INTERPOLATION) -> KernelGrid:
+    """The interpolating grid of `source` (or of a subset of its points, for leave-one-out)."""
+    chosen = source.points if points is None else points
+    return build_grid(source.axes, ((p.coords, p.seconds, p.efficiency) for p in chosen), source.peak_flops,
+                      interpolation)
+
+
+@dataclass(frozen=True)
+class Grid:
+    key: GridKey
+    kernel_grid: KernelGrid
+    table: str  # "<directory>/<file>" the points came from
+    points: int
 
 
 class MfuTables:
     """Measured kernel tables of one device directory, indexed for cheap lookups."""
 
-    def __init__(self, directory: Path, table_dir: TableDirectory) -> None:
+    def __init__(self, directory: Path, table_dir: TableDirectory,
+                 interpolation: Interpolation = DEFAULT_INTERPOLATION) -> None:
         self.directory = Path(directory)
         self.provenance = table_dir.provenance
+        self.interpolation = interpolation
         self.grids: dict[GridKey, Grid] = {}
         label = self.directory.name
-        for key, (axes, files, points) in grid_points(table_dir).items():
-            grid = build_grid(axes, ((coords, eff) for coords, eff, _ in points))
-            self.grids[key] = Grid(key, grid, f"{label}/{files}", len(points))
+        for key, source in grid_points(table_dir).items():
+            tables = "+".join(source.tables)
+            self.grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
+                                   f"{label}/{tables}", len(source.points))
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+        """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc)."""
         cache_key = (shape, peak_flops)
         try:
             return self._cache[cache_key]
@@ -286,12 +374,13 @@ class MfuTables:
         found = shape_grid_key(shape)
         if found is None or not peak_flops > 0:
             return None
-        key, coords = found
+        key, coords, repeats = found
         grid = self.grids.get(key)
         if grid is None:
             return None
-        value = grid.efficiency.evaluate(coords)
-        seconds = shape.flops / (peak_flops * value.efficiency)
+        value = grid.kernel_grid.evaluate(coords, shape.flops / repeats)
+        # the table's efficiency carries over to the caller's peak: time scales with peak ratio
+        seconds = repeats * value.seconds * grid.kernel_grid.flops_per_second / peak_flops
         if value.clamps:
             note = (f"{describe_key(key)}: " + "; ".join(c.describe() for c in value.clamps)
                     + f"; roofline at edge efficiency {value.efficiency:.3f}")
@@ -313,7 +402,7 @@ class MfuTables:
                 f"{len(self.grids)} grids: {kinds})")
 
 
-def load_tables(directory: Path) -> MfuTables:
+def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOLATION) -> MfuTables:
     """Load one device's table directory (refused without provenance.yaml) and index it."""
     directory = Path(directory)
     if directory.is_dir() and not (directory / PROVENANCE_FILE).is_file():
@@ -322,4 +411,4 @@ def load_tables(directory: Path) -> MfuTables:
             names = ", ".join(str(p.relative_to(directory)) for p in nested)
             raise InferSimError(f"{directory} holds several device table directories ({names}): "
                                 f"name one of them")
-    return MfuTables(directory, read_table_dir(directory))
+    return MfuTables(directory, read_table_dir(directory), interpolation)
