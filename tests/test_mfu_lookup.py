@@ -1,0 +1,223 @@
+"""Lookup: grid points reproduced exactly, interpolation inside, edge outside, None where no table
+covers a kernel, monotone where the data is monotone, and cheap enough to sweep."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infersim.errors import InferSimError
+from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
+from infersim.mfu.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo, read_table_dir
+from infersim.mfu.lookup import (
+    INTERPOLATIONS,
+    MfuTables,
+    build_grid,
+    grid_points,
+    load_tables,
+)
+
+IMPORTED = REPO_ROOT / "mfu_tables" / "imported"
+H20_BF16, H20_FP8 = 148e12, 296e12
+H800_BF16, H800_FP8 = 989.4e12, 1978.9e12
+H20_ROWS, H800_ROWS = 1710, 585  # rows of the imported tables (380 + 110 GEMM rows ...)
+
+
+@pytest.fixture(scope="module")
+def h20() -> MfuTables:
+    return load_tables(IMPORTED / "h20")
+
+
+@pytest.fixture(scope="module")
+def h800() -> MfuTables:
+    return load_tables(IMPORTED / "h800")
+
+
+def fp8_gemm(m: int, k: int = 2048, n: int = 6144) -> GemmShape:
+    return GemmShape(m, k, n, "fp8", "fp8")
+
+
+def decode(batch: int, kv_len: int) -> AttentionShape:
+    return AttentionShape("mha", "decode", batch, 1, kv_len, 32, 8, 128, 128)
+
+
+@pytest.mark.parametrize("device", ["h20", "h800"])
+def test_every_grid_point_is_reproduced_exactly(device: str) -> None:
+    table_dir = read_table_dir(IMPORTED / device)
+    tables = MfuTables(IMPORTED / device, table_dir)
+    checked = 0
+    for name, rows in table_dir.tables.items():
+        for row in rows:
+            hit = tables.lookup(row.shape(), table_dir.provenance.peak_flops[row.dtype])
+            assert hit is not None and hit.method == "exact", (name, row)
+            assert hit.seconds == pytest.approx(row.latency_us * 1e-6, rel=1e-9), (name, row)
+            assert hit.table == f"{device}/{name}"
+            checked += 1
+    assert checked == {"h20": H20_ROWS, "h800": H800_ROWS}[device]
+
+
+def test_interpolation_is_affine_in_the_work_between_grid_points(h20: MfuTables) -> None:
+    # m=2048 lies a third of the way from m=1024 (106.114 us) to m=4096 (384.141 us)
+    hit = h20.lookup(fp8_gemm(2048), H20_FP8)
+    assert hit is not None and hit.method == "interpolated" and hit.note == ""
+    expected = 106.114e-6 + (384.141e-6 - 106.114e-6) * (2048 - 1024) / (4096 - 1024)
+    assert hit.seconds == pytest.approx(expected, rel=1e-12)
+    assert hit.efficiency == pytest.approx(2 * 2048 * 2048 * 6144 / (expected * H20_FP8), rel=1e-12)
+    # decode: bilinear in (batch, kv_len) between batch 256 and 512, kv 1024 and 4096
+    hit = h20.lookup(decode(384, 2560), H20_BF16)
+    assert hit is not None and hit.method == "interpolated"
+    low = 411.97 + (1524 - 411.97) * 0.5
+    high = 825.67 + (3041.43 - 825.67) * 0.5
+    assert hit.seconds == pytest.approx(1e-6 * (low + high) / 2, rel=1e-12)
+
+
+def test_prefill_is_interpolated_in_causal_pairs_and_scales_with_batch(h20: MfuTables) -> None:
+    one = h20.lookup(AttentionShape("mha", "prefill", 1, 2048, 2048, 32, 4, 128, 128), H20_BF16)
+    assert one is not None and one.method == "interpolated"
+    pairs = lambda s: s * (s + 1) / 2  # noqa: E731
+    fraction = (pairs(2048) - pairs(1024)) / (pairs(4096) - pairs(1024))
+    assert one.seconds == pytest.approx(1e-6 * (110.493 + (1121.634 - 110.493) * fraction), rel=1e-12)
+    three = h20.lookup(AttentionShape("mha", "prefill", 3, 2048, 2048, 32, 4, 128, 128), H20_BF16)
+    assert three.seconds == pytest.approx(3 * one.seconds, rel=1e-12)
+    assert three.efficiency == pytest.approx(one.efficiency, rel=1e-12)
+
+
+def test_outside_the_range_is_the_roofline_at_the_edge_efficiency(h20: MfuTables) -> None:
+    hit = h20.lookup(fp8_gemm(4), H20_FP8)
+    assert hit is not None and hit.method == "edge"
+    assert hit.efficiency == pytest.approx(2 * 16 * 2048 * 6144 / (10.63e-6 * H20_FP8), rel=1e-9)
+    assert hit.seconds == pytest.approx(2 * 4 * 2048 * 6144 / (H20_FP8 * hit.efficiency), rel=1e-12)
+    assert "m=4 below the table's range 16..32768" in hit.note and "edge efficiency 0.128" in hit.note
+    above = h20.lookup(fp8_gemm(65536), H20_FP8)
+    assert above.method == "edge" and "m=65536 above the table's range 16..32768" in above.note
+    assert above.efficiency == pytest.approx(0.924021, rel=1e-5)
+    # ragged grid: the batch-512 row stops at kv_len 8192, so (384, 65536) is outside that row
+    ragged = h20.lookup(decode(384, 65536), H20_BF16)
+    assert ragged.method == "edge" and "kv_len=65536 above the table's range 1024..8192" in ragged.note
+
+
+def test_kernels_no_table_covers_get_none(h20: MfuTables, h800: MfuTables) -> None:
+    assert h20.lookup(GemmShape(1024, 2048, 6144, "bf16", "bf16"), H20_BF16) is None  # tables are fp8
+    assert h20.lookup(fp8_gemm(1024, 2048, 6000), H20_FP8) is None  # no such (K, N)
+    assert h20.lookup(GemmShape(1024, 2048, 6144, "fp8", "int4"), H20_FP8) is None  # other weight format
+    windowed = AttentionShape("mha", "decode", 8, 1, 8192, 32, 8, 128, 128, window=4096)
+    assert h20.lookup(windowed, H20_BF16) is None
+    chunked = AttentionShape("mha", "prefill", 1, 1024, 4096, 32, 4, 128, 128)
+    assert h20.lookup(chunked, H20_BF16) is None
+    two_queries = AttentionShape("mla", "decode", 16, 2, 4096, 128, 1, 576, 512, rope_dim=64)
+    assert h800.lookup(two_queries, H800_BF16) is None
+    assert h800.lookup(MemoryBoundShape("rmsnorm", 1e6), H800_BF16) is None  # type: ignore[arg-type]
+    other_layout = AttentionShape("mha", "decode", 8, 1, 8192, 40, 8, 128, 128)
+    assert h20.lookup(other_layout, H20_BF16) is None
+    fp8_kv = AttentionShape("mha", "decode", 16, 1, 8192, 32, 8, 128, 128, kv_dtype="fp8")
+    assert h20.lookup(fp8_kv, H20_BF16).seconds == pytest.approx(164.13e-6, rel=1e-9)
+
+
+def test_grouped_gemm_interpolates_over_ep_as_local_experts(h800: MfuTables) -> None:
+    shape = GroupedGemmShape("decode", "up", 256, 48, 8, 7168, 2048, 128.0, 5.33, dtype="fp8", weight_dtype="fp8")
+    hit = h800.lookup(shape, H800_FP8)
+    assert hit is not None and hit.method == "interpolated"
+    w = (1 / 48 - 1 / 32) / (1 / 64 - 1 / 32)  # ep enters as 1/ep
+    assert hit.seconds == pytest.approx(1e-6 * (120.397 + (93.832 - 120.397) * w), rel=1e-12)
+
+
+def test_the_callers_peak_scales_time_and_keeps_efficiency(h800: MfuTables) -> None:
+    base = h800.lookup(fp8_gemm(1024, 7168, 1536), H800_FP8)
+    doubled = h800.lookup(fp8_gemm(1024, 7168, 1536), 2 * H800_FP8)
+    assert doubled.seconds == pytest.approx(base.seconds / 2, rel=1e-12)
+    assert doubled.efficiency == pytest.approx(base.efficiency, rel=1e-12)
+
+
+def test_a_root_with_several_devices_must_be_narrowed_down() -> None:
+    with pytest.raises(InferSimError, match="several device table directories \\(h20, h800\\)"):
+        load_tables(IMPORTED)
+
+
+def test_describe_names_directory_device_and_origin(h800: MfuTables) -> None:
+    text = h800.describe()
+    assert text.startswith(str(IMPORTED / "h800") + " (NVIDIA H800 SXM, imported from original InferSim")
+    assert "1 attention prefill" in text and "10 gemm" in text
+
+
+def test_lookups_are_cheap(h20: MfuTables) -> None:
+    shapes = [fp8_gemm(m) for m in range(16, 16 + 5000)] + [decode(b, 1024 + 7 * b) for b in range(1, 500)]
+    began = time.perf_counter()
+    for shape in shapes:
+        h20.lookup(shape, H20_FP8 if shape.dtype == "fp8" else H20_BF16)
+    first = time.perf_counter() - began
+    began = time.perf_counter()
+    for _ in range(20):
+        for shape in shapes:
+            h20.lookup(shape, H20_FP8 if shape.dtype == "fp8" else H20_BF16)
+    cached = (time.perf_counter() - began) / 20
+    assert first / len(shapes) < 200e-6  # a fresh lookup: well under a millisecond
+    assert cached / len(shapes) < 20e-6  # a repeated one: a dictionary hit
+
+
+# ---------------------------------------------------------------------------------------------
+# Monotone where the data is monotone
+
+
+def monotone_gemm_grids(device: str) -> list[tuple[int, int, list[int]]]:
+    sources = grid_points(read_table_dir(IMPORTED / device))
+    grids = []
+    for key, source in sources.items():
+        if key[0] != "gemm":
+            continue
+        points = sorted((p.coords[0], p.seconds) for p in source.points)
+        if all(b[1] >= a[1] for a, b in zip(points, points[1:])):
+            grids.append((key[2], key[3], [int(m) for m, _ in points]))
+    return grids
+
+
+H20_MONOTONE = monotone_gemm_grids("h20")
+
+
+def test_published_gemm_grids_monotone_in_m_are_found() -> None:
+    # 14 of the 34 H20 GEMM grids; the others have small-m timing noise (e.g. m=32 faster than m=16)
+    assert len(H20_MONOTONE) == 14
+    assert (2048, 6144, [16, 32, 64, 128, 256, 512, 1024, 4096, 8192, 16384, 32768]) not in H20_MONOTONE
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_time_is_monotone_in_m_where_the_table_is(h20: MfuTables, data: st.DataObject) -> None:
+    k, n, ms = data.draw(st.sampled_from(H20_MONOTONE))
+    low = data.draw(st.integers(min_value=ms[0], max_value=ms[-1] - 1))
+    high = data.draw(st.integers(min_value=low + 1, max_value=ms[-1]))
+    t_low = h20.lookup(fp8_gemm(low, k, n), H20_FP8).seconds
+    t_high = h20.lookup(fp8_gemm(high, k, n), H20_FP8).seconds
+    assert t_low <= t_high * (1 + 1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    times=st.lists(st.floats(min_value=1.0, max_value=1e4), min_size=2, max_size=8),
+    queries=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=2, max_size=6),
+    scheme=st.sampled_from(["time", "log-efficiency"]),
+)
+def test_interpolation_of_monotone_data_is_monotone(times: list[float], queries: list[float], scheme: str) -> None:
+    ms = [16 * 2**i for i in range(len(times))]
+    cumulative = [sum(times[: i + 1]) for i in range(len(times))]  # non-decreasing in m
+    if scheme == "log-efficiency":
+        cumulative = [c * m / ms[0] for c, m in zip(cumulative, ms)]  # efficiency non-increasing: time grows
+    points = [((m,), t * 1e-6, 2 * m * 64 * 64 / (t * 1e-6 * 1e15)) for m, t in zip(ms, cumulative)]
+    grid = build_grid(("m",), points, 1e15, INTERPOLATIONS[scheme])
+    span = ms[-1] - ms[0]
+    values = sorted(ms[0] + q * span for q in queries)
+    seconds = [grid.evaluate((m,), 2 * m * 64 * 64).seconds for m in values]
+    assert all(b >= a * (1 - 1e-9) for a, b in zip(seconds, seconds[1:]))
+
+
+def test_table_directory_built_in_memory_answers_lookups(tmp_path: Path) -> None:
+    rows = tuple(GemmRow("bf16", m, 4096, 4096, t) for m, t in ((64, 20.0), (128, 24.0), (256, 40.0)))
+    prov = Provenance(1, DeviceInfo("test GPU"), {"bf16": 1e15}, "measured", "2026-01-01", "2026-01-01", "test",
+                      tables={"gemm.csv": TableInfo("gemm", "test")})
+    tables = MfuTables(tmp_path, TableDirectory(prov, {"gemm.csv": rows}))
+    hit = tables.lookup(GemmShape(192, 4096, 4096), 1e15)
+    assert hit.method == "interpolated" and hit.seconds == pytest.approx(32e-6, rel=1e-12)
