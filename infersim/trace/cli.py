@@ -1,0 +1,120 @@
+"""`infersim compare`: a real run against the simulator.
+
+    python -m infersim compare --trace run-TP-0.trace.json.gz                     # measured breakdown only
+    python -m infersim compare --trace traces/ --config run.yaml [--stage decode]  # measured vs predicted
+    python -m infersim compare --bench-result result.jsonl --config run.yaml      # TTFT / TPOT / throughput
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any
+
+from infersim.errors import InferSimError
+
+EPILOG = """\
+--trace takes a Kineto trace (.json or .json.gz), a directory of per-rank files as SGLang writes
+them (*-TP-<r>[-DP-..][-EP-..].trace.json.gz) or a glob. Rank 0 is analysed unless --rank says
+otherwise. Without --config only the measured breakdown is printed. Kernel names map to modules
+through the shipped rule table (infersim/trace/kernel_rules.yaml); --rules adds your own rules in
+front of it. Times: ms per step, µs per layer; JSON keeps seconds.
+"""
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "compare", help="compare a profiler trace or SGLang benchmark result with the prediction",
+        description="Measured vs predicted time per module, per layer and per step, from a PyTorch-profiler "
+                    "trace; or TTFT / TPOT / throughput from sglang.bench_one_batch / bench_serving results.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", metavar="PATH", help="trace file, directory of rank files, or glob")
+    source.add_argument("--bench-result", metavar="FILE",
+                        help="JSONL from sglang.bench_one_batch (--result-filename) or bench_serving (--output-file)")
+    parser.add_argument("--config", help="run config to predict with (required with --bench-result)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a config field, e.g. workload.decode_batch_per_gpu=64 (repeatable)")
+    parser.add_argument("--mfu-tables", default=None, metavar="DIR", help="measured kernel tables for the prediction")
+    parser.add_argument("--stage", choices=("prefill", "decode"),
+                        help="only this stage; also the stage of steps the trace does not mark as prefill or decode")
+    parser.add_argument("--rules", action="append", default=[], metavar="YAML",
+                        help="extra kernel rules, tried before the shipped table (repeatable)")
+    parser.add_argument("--rank", default=None, metavar="R",
+                        help="TP rank to analyse (or GPU of a merged file), or 'all' (default: rank 0)")
+    parser.add_argument("--layers-per-step", type=int, default=None, metavar="N",
+                        help="cut unannotated eager kernels into steps of N layers (several forward passes "
+                             "without step markers)")
+    parser.add_argument("--steps", action="store_true", help="text: also list every step found")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.set_defaults(handler=run_compare)
+    return parser
+
+
+def _simulate(args: argparse.Namespace, extra_overrides: list[str] = ()) -> Any:
+    from infersim.config import load_run_config
+    from infersim.simulate import simulate
+
+    config = load_run_config(args.config, [*args.overrides, *extra_overrides], args.mfu_tables)
+    return config, simulate(config)
+
+
+def _compare_trace(args: argparse.Namespace) -> int:
+    from infersim.trace import compare_lane, load_rules, measure_trace
+    from infersim.trace.report import comparison_json, comparison_text, lane_json, lane_text
+
+    if args.layers_per_step is not None and args.layers_per_step < 1:
+        raise InferSimError(f"--layers-per-step {args.layers_per_step}: expected a positive number of layers")
+    rules = load_rules(args.rules)
+    lanes = measure_trace(args.trace, rules=rules, rank=args.rank, stage=args.stage,
+                          layers_per_step=args.layers_per_step)
+    if args.config is None:
+        if args.format == "json":
+            print(json.dumps({"lanes": [lane_json(lane) for lane in lanes]}, indent=2))
+        else:
+            print("\n\n".join(lane_text(lane, args.steps) for lane in lanes))
+        return 0
+    _, result = _simulate(args)
+    unknown_as = args.stage or "prefill"
+    comparisons = [(lane, compare_lane(lane, result.prefill, result.decode, unknown_as)) for lane in lanes]
+    if args.format == "json":
+        print(json.dumps({"config": args.config, "lanes": [comparison_json(lane, comps) for lane, comps in comparisons]},
+                         indent=2))
+    else:
+        print("\n\n".join(comparison_text(lane, comps, args.steps) for lane, comps in comparisons))
+    return 0
+
+
+def _compare_bench(args: argparse.Namespace) -> int:
+    from infersim.config import load_run_config
+    from infersim.simulate import simulate
+    from infersim.trace.bench import bench_workload, compare_bench_record, read_bench_results
+    from infersim.trace.report import bench_json, bench_text
+
+    if args.config is None:
+        raise InferSimError("--bench-result needs --config: the run config to predict the same batch with")
+    records = read_bench_results(args.bench_result)
+    base = load_run_config(args.config, args.overrides, args.mfu_tables)
+    gpus = base.deployment.num_gpus // base.deployment.pp
+    comparisons = []
+    for record in records:
+        workload = bench_workload(record, gpus, base.deployment.attention.tp)
+        config = dataclasses.replace(base, workload=dataclasses.replace(
+            base.workload, isl=workload.isl, osl=workload.osl, prefill_tokens_per_gpu=workload.prefill_tokens_per_gpu,
+            decode_batch_per_gpu=workload.decode_batch_per_gpu))
+        result = simulate(config)
+        comparisons.append(compare_bench_record(
+            record, workload, result.prefill.step_time_s, result.prefill.tgs, result.decode.step_time_s,
+            result.decode.tgs, gpus, tuple(result.warnings)))
+    if args.format == "json":
+        print(json.dumps(bench_json(args.bench_result, args.config, comparisons), indent=2))
+    else:
+        print(bench_text(args.bench_result, args.config, comparisons))
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    if args.bench_result is not None:
+        return _compare_bench(args)
+    return _compare_trace(args)

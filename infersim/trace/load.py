@@ -1,0 +1,156 @@
+"""Collect the few events trace comparison needs from a streamed trace, in compact columns.
+
+Kept: GPU activities (kernels, memcpy, memset), the CPU launch calls they correlate with (so a
+kernel can be placed inside the CPU annotations of its launch), and user annotations. Everything
+else (python frames, aten ops, flow arrows, metadata) is dropped as it streams by. Kernel names
+are interned and numbers live in typed arrays, so a rank with a million kernels costs tens of MB.
+Times stay in the trace's microseconds here; the analysis converts to seconds.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infersim.trace.reader import ChromeTraceReader
+
+KIND_KERNEL = 0
+KIND_MEMCPY = 1
+KIND_MEMSET = 2
+_GPU_KINDS = {"kernel": KIND_KERNEL, "gpu_memcpy": KIND_MEMCPY, "gpu_memset": KIND_MEMSET,
+              "memcpy": KIND_MEMCPY, "memset": KIND_MEMSET}
+_LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime"})
+_ANNOTATION_CATS = frozenset({"user_annotation"})
+# CPU calls that start GPU work; other runtime calls (event queries, attribute setters) are noise
+_LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")
+
+
+@dataclass(frozen=True)
+class Annotation:
+    name: str
+    thread: int  # index into RawTrace.threads
+    start_us: float
+    end_us: float
+
+
+@dataclass(frozen=True)
+class RawTrace:
+    """One trace file's kernels, launches and annotations (times in trace microseconds)."""
+
+    path: Path
+    top_level: dict[str, Any]
+    names: tuple[str, ...]  # interned kernel and launch names
+    lanes: tuple[str, ...]  # GPU lanes: the pid of GPU events (the device in Kineto traces)
+    threads: tuple[tuple[str, str], ...]  # CPU (pid, tid) of launches and annotations
+    kernel_name: array
+    kernel_kind: array
+    kernel_start_us: array
+    kernel_dur_us: array
+    kernel_lane: array
+    kernel_stream: array
+    kernel_correlation: array
+    launch_name: array
+    launch_thread: array
+    launch_start_us: array
+    launch_correlation: array
+    annotations: tuple[Annotation, ...]
+    events_read: int = 0
+    chars_read: int = 0
+    skipped_events: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def kernel_count(self) -> int:
+        return len(self.kernel_start_us)
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def load_trace(path: str | Path) -> RawTrace:
+    """Stream one trace file and keep kernels, launches and annotations."""
+    reader = ChromeTraceReader(path)
+    names: dict[str, int] = {}
+    lanes: dict[str, int] = {}
+    threads: dict[tuple[str, str], int] = {}
+    k_name, k_kind, k_lane, k_stream, k_corr = array("l"), array("b"), array("l"), array("q"), array("q")
+    k_start, k_dur = array("d"), array("d")
+    l_name, l_thread, l_corr = array("l"), array("l"), array("q")
+    l_start = array("d")
+    annotations: list[Annotation] = []
+    skipped = 0
+
+    def intern(table: dict, key: Any) -> int:
+        index = table.get(key)
+        if index is None:
+            index = table[key] = len(table)
+        return index
+
+    for event in reader:
+        category = event.get("cat")
+        if event.get("ph") != "X" or not isinstance(category, str):
+            continue
+        kind = _GPU_KINDS.get(category)
+        if kind is None and category not in _LAUNCH_CATS and category not in _ANNOTATION_CATS:
+            category = category.lower()  # PyTorch <= 1.11 wrote "Kernel", "Memcpy", "Runtime"
+            kind = _GPU_KINDS.get(category)
+            if kind is None and category not in _LAUNCH_CATS and category not in _ANNOTATION_CATS:
+                continue  # cpu_op, python_function, ...: the bulk of a trace, not needed
+        try:
+            start = float(event["ts"])
+            duration = float(event.get("dur", 0.0))
+            name = event["name"]
+        except (KeyError, TypeError, ValueError):
+            skipped += 1
+            continue
+        if not isinstance(name, str):
+            name = str(name)
+        args = event.get("args")
+        if not isinstance(args, dict):
+            args = {}
+        if kind is not None:
+            lane = str(event.get("pid", args.get("device", "?")))
+            stream = _int_or_none(args.get("stream"))
+            if stream is None:
+                stream = _int_or_none(event.get("tid"))
+            correlation = _int_or_none(args.get("correlation"))
+            k_name.append(intern(names, name))
+            k_kind.append(kind)
+            k_start.append(start)
+            k_dur.append(max(duration, 0.0))
+            k_lane.append(intern(lanes, lane))
+            k_stream.append(stream if stream is not None else -1)
+            k_corr.append(correlation if correlation is not None else -1)
+            continue
+        thread_key = (str(event.get("pid", "")), str(event.get("tid", "")))
+        if category in _LAUNCH_CATS:
+            if not any(word in name for word in _LAUNCH_WORDS):
+                continue
+            correlation = _int_or_none(args.get("correlation"))
+            if correlation is None:
+                continue
+            l_name.append(intern(names, name))
+            l_thread.append(intern(threads, thread_key))
+            l_start.append(start)
+            l_corr.append(correlation)
+        else:  # user annotation
+            annotations.append(Annotation(name, intern(threads, thread_key), start, start + max(duration, 0.0)))
+
+    return RawTrace(
+        path=Path(path), top_level=reader.top_level, names=tuple(names), lanes=tuple(lanes),
+        threads=tuple(threads), kernel_name=k_name, kernel_kind=k_kind, kernel_start_us=k_start,
+        kernel_dur_us=k_dur, kernel_lane=k_lane, kernel_stream=k_stream, kernel_correlation=k_corr,
+        launch_name=l_name, launch_thread=l_thread, launch_start_us=l_start, launch_correlation=l_corr,
+        annotations=tuple(annotations), events_read=reader.events_read, chars_read=reader.chars_read,
+        skipped_events=skipped)
