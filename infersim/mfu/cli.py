@@ -1,0 +1,158 @@
+"""`infersim mfu ...`: measure kernel tables on this GPU, or import published ones.
+
+    infersim mfu bench --kernels gemm,grouped_gemm,attn_prefill,attn_decode --out mfu_tables/h100-sxm/
+    infersim mfu import-infersim ../shared/reference/infersim_bench_data --out mfu_tables/imported/
+
+The core CLI (infersim.cli) calls `register`; `python -m infersim.mfu.cli ...` runs these
+subcommands on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from infersim.errors import InferSimError
+
+
+def _csv_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in _csv_list(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got '{text}'") from None
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got '{text}'")
+    return value
+
+
+def invoked_command(argv: Sequence[str] | None = None) -> str:
+    """The command line as the user typed it (python -m infersim ... when run as a module)."""
+    args = list(sys.argv if argv is None else argv)
+    program = args[0] if args else "infersim"
+    if program.endswith("__main__.py"):
+        head = ["python", "-m", Path(program).parent.name]
+    elif program.endswith("cli.py") and "mfu" in Path(program).parts:
+        head = ["python", "-m", "infersim.mfu.cli"]
+    else:
+        head = [Path(program).name]
+    return shlex.join(head + args[1:])
+
+
+def _command_of(args: argparse.Namespace) -> str:
+    return getattr(args, "command_line", None) or invoked_command()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `mfu` command group (`bench`, `import-infersim`) to the core CLI."""
+    mfu = subparsers.add_parser("mfu", help="kernel efficiency tables: measure on this GPU, or import published ones",
+                                description="Kernel efficiency (MFU) tables: see mfu_tables/FORMAT.md.")
+    commands = mfu.add_subparsers(dest="mfu_command", metavar="SUBCOMMAND", required=True)
+
+    bench = commands.add_parser("bench", help="time GEMM, grouped GEMM and attention kernels on this GPU",
+                                description="Time the kernels the model cards need on this GPU and write a table "
+                                            "directory with its provenance.")
+    bench.add_argument("--kernels", type=_csv_list, default=("gemm", "grouped_gemm", "attn_prefill", "attn_decode"),
+                       help="comma-separated: gemm, grouped_gemm, attn_prefill, attn_decode (default: all)")
+    bench.add_argument("--out", type=Path, required=True, help="output table directory, e.g. mfu_tables/h100-sxm/")
+    bench.add_argument("--models", type=Path, default=None,
+                       help="directory of model cards to derive shapes from (default: the bundled models/)")
+    bench.add_argument("--model", dest="model_names", type=_csv_list, default=(),
+                       help="only these cards (comma-separated names), default all")
+    bench.add_argument("--dtypes", type=_csv_list, default=("bf16", "fp8"), help="GEMM dtypes (default bf16,fp8)")
+    bench.add_argument("--tp", type=_int_list, default=None, help="TP sizes (default 1,2,4,8)")
+    bench.add_argument("--m", dest="m_values", type=_int_list, default=None, help="GEMM M values (tokens)")
+    bench.add_argument("--ep", type=_int_list, default=None, help="EP sizes for grouped GEMM (default 1..64)")
+    bench.add_argument("--quick", action="store_true", help="a reduced grid (every other point, TP 1 and 8)")
+    bench.add_argument("--warmup", type=int, default=5, help="warm-up runs per kernel (default 5)")
+    bench.add_argument("--repeats", type=int, default=20, help="timed runs per kernel, median kept (default 20)")
+    bench.add_argument("--max-seconds", type=_positive_float, default=None,
+                       help="stop after this long and write what was measured")
+    bench.add_argument("--hardware", default=None,
+                       help="hardware card for the peak FLOP/s (default: matched from the device name)")
+    bench.add_argument("--peak-bf16", type=_positive_float, default=None, help="dense bf16 FLOP/s (overrides the card)")
+    bench.add_argument("--peak-fp8", type=_positive_float, default=None, help="dense fp8 FLOP/s (overrides the card)")
+    bench.set_defaults(handler=bench_command)
+
+    imp = commands.add_parser("import-infersim", help="convert the original InferSim's published kernel tables",
+                              description="Convert kernel tables in the original InferSim's bench_data format "
+                                          "(gemm/, grouped_gemm/, mha/, mla/ per device) into one table directory "
+                                          "per device under --out, provenance included.")
+    imp.add_argument("src_dir", type=Path, metavar="SRC_DIR", help="e.g. ../shared/reference/infersim_bench_data")
+    imp.add_argument("--out", type=Path, required=True, help="output root: one directory per device is written")
+    imp.add_argument("--devices", type=_csv_list, default=(), help="only these devices (default: all found)")
+    imp.set_defaults(handler=import_command)
+
+
+def import_command(args: argparse.Namespace) -> int:
+    from infersim.mfu.importer import import_infersim
+
+    written = import_infersim(args.src_dir, args.out, _command_of(args), args.devices or None)
+    for directory in written:
+        print(f"wrote {directory}")
+    return 0
+
+
+def bench_command(args: argparse.Namespace, backend: object = None, timer: object = None) -> int:
+    """Run the harness. Tests pass a fake `backend` and `timer`; otherwise PyTorch on CUDA."""
+    from infersim.cards.registry import bundled_dir
+    from infersim.mfu import bench as harness
+
+    if backend is None:
+        backend = harness.TorchBackend.create()  # raises NoGpuError without torch or a GPU
+    env = backend.environment()  # type: ignore[attr-defined]
+    overrides = {k: v for k, v in (("bf16", args.peak_bf16), ("fp8", args.peak_fp8)) if v}
+    peaks, peak_source = harness.peaks_for(env.device.name, args.hardware, overrides)
+    options = harness.BenchOptions(kernels=tuple(args.kernels), dtypes=tuple(args.dtypes))
+    if args.quick:
+        options = options.quick()
+    for name, value in (("tp_sizes", args.tp), ("m_values", args.m_values), ("ep_sizes", args.ep)):
+        if value:
+            options = harness.dataclass_replace(options, **{name: value})
+    if args.warmup < 0 or args.repeats < 1:
+        raise InferSimError("--warmup must be >= 0 and --repeats >= 1")
+    cards = harness.load_cards(args.models or bundled_dir("models"), args.model_names)
+    cases = harness.plan_cases(cards, options)
+    if not cases:
+        raise InferSimError("nothing to measure: no kernel of the chosen families in these model cards")
+    if timer is None:
+        timer = harness.CudaEventTimer(backend.torch, backend.l2_bytes(), args.warmup, args.repeats)  # type: ignore[attr-defined]
+    print(f"infersim mfu bench: {env.device.name}, {len(cases)} kernels ({harness.iter_cases_summary(cases)}) "
+          f"from {len(cards)} model cards; peaks from {peak_source}; writing {args.out}", file=sys.stderr)
+    result = harness.run_bench(cases, backend, timer, args.out, peaks, _command_of(args),  # type: ignore[arg-type]
+                               max_seconds=args.max_seconds or float("inf"))
+    skipped = sum(result.skipped.values())
+    print(f"wrote {result.directory}: {result.measured} kernels measured"
+          + (f", {skipped} not measured (see provenance.yaml notes)" if skipped else ""), file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `mfu` subcommands on their own: python -m infersim.mfu.cli bench|import-infersim ..."""
+    parser = argparse.ArgumentParser(prog="python -m infersim.mfu.cli")
+    register(parser.add_subparsers(dest="command", required=True))
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(["mfu", *given])
+    args.command_line = shlex.join(["python", "-m", "infersim.mfu.cli", *given])
+    try:
+        return int(args.handler(args))
+    except InferSimError as exc:
+        print(f"infersim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
