@@ -10,6 +10,7 @@ import sys
 import types
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 import pytest
 from conftest import REPO_ROOT
@@ -178,7 +179,8 @@ def test_fake_run_writes_tables_and_provenance(cards_dir: Path, tmp_path: Path,
         "gemm_bf16.csv", "gemm_fp8.csv", "grouped_gemm_decode_bf16.csv", "grouped_gemm_decode_fp8.csv",
         "grouped_gemm_prefill_bf16.csv", "grouped_gemm_prefill_fp8.csv"]
     assert prov.tables["gemm_fp8.csv"].library == "fake gemm kernel"
-    assert timer.calls == backend.released == sum(len(rows) for rows in table_dir.tables.values())
+    assert timer.calls == sum(len(rows) for rows in table_dir.tables.values()) == 216
+    assert backend.released == 238  # every prepared case is released, the skipped ones too
     # the written latency is the fake timer's: 5 us + 2*m*k*n / 1e14
     row = next(r for r in table_dir.tables["gemm_bf16.csv"] if (r.m, r.k, r.n) == (1024, 4096, 6144))
     assert row.latency_us == pytest.approx(5 + 2 * 1024 * 4096 * 6144 / 1e14 * 1e6, abs=1e-4)
@@ -205,6 +207,20 @@ def test_time_budget_stops_and_keeps_what_was_measured(tmp_path: Path) -> None:
     written = read_table_dir(tmp_path / "t")
     assert [r.m for r in written.tables["gemm_bf16.csv"]] == [16, 32]
     assert "not measured (2 cases): time budget of 2.5 s spent" in written.provenance.notes
+
+
+def test_a_kernel_failing_while_timed_is_skipped_and_the_rest_kept(tmp_path: Path) -> None:
+    class FlakyTimer(FakeTimer):
+        def measure(self, case: harness.BenchCase, launch: Callable[[], None]) -> float:
+            if case.m == 32:  # type: ignore[union-attr]
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            return super().measure(case, launch)
+
+    cases = [GemmCase("bf16", m, 4096, 4096) for m in (16, 32, 64)]
+    result = harness.run_bench(cases, FakeBackend(), FlakyTimer(), tmp_path, {"bf16": 1e15}, "cmd", progress=None)
+    assert result.measured == 2
+    assert result.skipped == {"fake gemm kernel failed while timing (RuntimeError)": 1}
+    assert [r.m for r in read_table_dir(tmp_path).tables["gemm_bf16.csv"]] == [16, 64]
 
 
 def test_missing_peak_is_a_clear_error(tmp_path: Path) -> None:
@@ -275,6 +291,58 @@ def test_cuda_event_timer_warms_up_flushes_memory_bound_kernels_and_takes_the_me
     assert not harness.is_memory_bound(big)
     assert timer.measure(big, torch.launch) == pytest.approx(1e-3)
     assert "flush" not in log
+
+
+# ---------------------------------------------------------------------------------------------
+# The PyTorch backend's launches, against a mock torch (no GPU here: this checks the calls made)
+
+
+def mock_torch() -> mock.MagicMock:
+    torch = mock.MagicMock()
+    torch.__version__ = "2.11.0"
+    torch.cuda.get_device_capability.return_value = (9, 0)
+    torch.cuda.mem_get_info.return_value = (80e9, 80e9)
+    torch.cuda.OutOfMemoryError = type("OutOfMemoryError", (Exception,), {})
+    props = torch.cuda.get_device_properties.return_value
+    props.name, props.multi_processor_count, props.total_memory, props.L2_cache_size = "NVIDIA H100", 132, 85e9, 52428800
+    return torch
+
+
+def test_torch_backend_launches_the_intended_kernels() -> None:
+    torch = mock_torch()
+    backend = TorchBackend(torch)
+    backend.flash_attn = backend.flash_mla = None
+    assert backend.environment().device == DeviceInfo("NVIDIA H100", 132, {}, 85e9, 52428800.0)
+
+    launch, library = backend.prepare(GemmCase("bf16", 16, 4096, 1024))
+    assert library == "torch.mm (cuBLAS) bf16" and torch.mm.call_args.kwargs["out"] is not None
+    launch, library = backend.prepare(GemmCase("fp8", 16, 4096, 1024))
+    assert library.startswith("torch._scaled_mm") and torch._scaled_mm.call_count == 1  # the trial launch
+    launch()
+    assert torch._scaled_mm.call_count == 2
+    assert backend.prepare(GemmCase("fp8", 8, 4096, 1024)) == "torch._scaled_mm needs M, K and N multiples of 16"
+
+    case = GroupedGemmCase("bf16", "decode", "up", 128, 8, 8, 2048, 768, True, 20)
+    assert case.rows_per_expert() == [10] * 16  # 20 tokens x top-8 over 16 local experts
+    assert backend.prepare(case)[1] == "torch._grouped_mm bf16"
+    torch._grouped_mm.side_effect = RuntimeError("offsets must be multiples of 16")
+    launch, library = backend.prepare(case)
+    assert library.startswith("torch.mm per expert")
+
+    _, library = backend.prepare(AttentionCase("mha", "prefill", "bf16", "bf16", 32, 8, 128, 128, 1, 1024, 1024))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    assert library.startswith("torch.nn.functional.scaled_dot_product_attention")
+    assert sdpa.call_args.kwargs == {"is_causal": True, "enable_gqa": True}
+    backend.prepare(AttentionCase("mha", "decode", "bf16", "bf16", 32, 32, 128, 128, 4, 1, 1024))
+    assert sdpa.call_args.kwargs == {"is_causal": False, "enable_gqa": False}  # one query sees every key
+    assert backend.prepare(AttentionCase("mha", "decode", "bf16", "fp8", 32, 8, 128, 128, 4, 1, 1024)).startswith(
+        "fp8 KV cache")
+    assert backend.prepare(AttentionCase("mla", "decode", "bf16", "bf16", 128, 1, 576, 512, 4, 1, 1024)) == \
+        "MLA decode: FlashMLA (flash_mla) is not installed"
+
+    sdpa.side_effect = RuntimeError("No available kernel. Aborting execution.")
+    assert backend.prepare(AttentionCase("mha", "prefill", "bf16", "bf16", 16, 16, 192, 128, 1, 1024, 1024)) == \
+        "the kernel refused these shapes: No available kernel. Aborting execution."
 
 
 # ---------------------------------------------------------------------------------------------

@@ -469,6 +469,7 @@ def run_bench(cases: Sequence[BenchCase], backend: KernelBackend, timer: KernelT
             break
         prepared = backend.prepare(case)
         if isinstance(prepared, str):
+            backend.release()
             skipped[prepared] = skipped.get(prepared, 0) + 1
             if stream:
                 print(f"[{index}/{len(cases)}] {case.label()}: skipped ({prepared})", file=stream)
@@ -476,6 +477,12 @@ def run_bench(cases: Sequence[BenchCase], backend: KernelBackend, timer: KernelT
         launch, library = prepared
         try:
             seconds = timer.measure(case, launch)
+        except Exception as exc:  # noqa: BLE001 - one failing kernel must not lose the others' measurements
+            reason = f"{library} failed while timing ({type(exc).__name__})"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            if stream:
+                print(f"[{index}/{len(cases)}] {case.label()}: {reason}: {exc}", file=stream)
+            continue
         finally:
             backend.release()
         row = case.row(round(seconds * 1e6, 4))
@@ -608,16 +615,27 @@ class TorchBackend:
     def prepare(self, case: BenchCase) -> tuple[Callable[[], None], str] | str:
         if case.dtype == "fp8" and not self.fp8:
             return "fp8 GEMMs need compute capability 8.9+ and torch._scaled_mm"
+        torch = self.torch
         try:
             if isinstance(case, GemmCase):
-                return self._prepare_gemm(case)
-            if isinstance(case, GroupedGemmCase):
-                return self._prepare_grouped(case)
-            return self._prepare_attention(case)
-        except self.torch.cuda.OutOfMemoryError:
+                prepared = self._prepare_gemm(case)
+            elif isinstance(case, GroupedGemmCase):
+                prepared = self._prepare_grouped(case)
+            else:
+                prepared = self._prepare_attention(case)
+            if isinstance(prepared, str):
+                return prepared
+            prepared[0]()  # one trial launch: a kernel that refuses these shapes is a skip, not a crash
+            torch.cuda.synchronize(self.device)
+            return prepared
+        except torch.cuda.OutOfMemoryError:
             self.release()
-            self.torch.cuda.empty_cache()
+            torch.cuda.empty_cache()
             return "out of device memory"
+        except RuntimeError as exc:
+            self.release()
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            return f"the kernel refused these shapes: {first_line}"
 
     def _prepare_gemm(self, case: GemmCase) -> tuple[Callable[[], None], str] | str:
         torch = self.torch
@@ -684,7 +702,7 @@ class TorchBackend:
             def launch() -> None:
                 for x, wt in pieces:
                     torch.mm(x, wt)
-            return launch, "torch.mm per expert (no grouped GEMM in this torch) bf16"
+            return launch, "torch.mm per expert (torch's grouped GEMM missing or refusing these shapes) bf16"
         padded = [(r + 15) // 16 * 16 for r in rows]
         a_pad = self._random((sum(padded), case.k), "fp8")
         one = torch.ones((), device=self.device, dtype=torch.float32)
@@ -694,7 +712,8 @@ class TorchBackend:
         def launch_fp8() -> None:
             for x, wt in pieces:
                 torch._scaled_mm(x, wt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-        return launch_fp8, "torch._scaled_mm per expert, rows padded to 16 (no grouped fp8 GEMM in this torch)"
+        return launch_fp8, ("torch._scaled_mm per expert, rows padded to 16 (torch's grouped fp8 GEMM missing or "
+                            "refusing these shapes)")
 
     def _prepare_attention(self, case: AttentionCase) -> tuple[Callable[[], None], str] | str:
         torch = self.torch
