@@ -23,7 +23,6 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Protocol, Sequence, TextIO, Union
 
@@ -841,7 +840,7 @@ def peaks_for(device_name: str, hardware: str | None, overrides: dict[str, float
     return peaks, source
 
 
-def iter_cases_summary(cases: Iterable[BenchCase]) -> str:
+def cases_summary(cases: Iterable[BenchCase]) -> str:
     counts: dict[str, int] = {}
     for case in cases:
         counts[case.family] = counts.get(case.family, 0) + 1

@@ -10,6 +10,7 @@ subcommands on their own.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -121,7 +122,7 @@ def bench_command(args: argparse.Namespace, backend: object = None, timer: objec
         options = options.quick()
     for name, value in (("tp_sizes", args.tp), ("m_values", args.m_values), ("ep_sizes", args.ep)):
         if value:
-            options = harness.dataclass_replace(options, **{name: value})
+            options = dataclasses.replace(options, **{name: value})
     if args.warmup < 0 or args.repeats < 1:
         raise InferSimError("--warmup must be >= 0 and --repeats >= 1")
     cards = harness.load_cards(args.models or bundled_dir("models"), args.model_names)
@@ -130,7 +131,7 @@ def bench_command(args: argparse.Namespace, backend: object = None, timer: objec
         raise InferSimError("nothing to measure: no kernel of the chosen families in these model cards")
     if timer is None:
         timer = harness.CudaEventTimer(backend.torch, backend.l2_bytes(), args.warmup, args.repeats)  # type: ignore[attr-defined]
-    print(f"infersim mfu bench: {env.device.name}, {len(cases)} kernels ({harness.iter_cases_summary(cases)}) "
+    print(f"infersim mfu bench: {env.device.name}, {len(cases)} kernels ({harness.cases_summary(cases)}) "
           f"from {len(cards)} model cards; peaks from {peak_source}; writing {args.out}", file=sys.stderr)
     result = harness.run_bench(cases, backend, timer, args.out, peaks, _command_of(args),  # type: ignore[arg-type]
                                max_seconds=args.max_seconds or float("inf"))

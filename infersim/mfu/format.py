@@ -18,7 +18,7 @@ import io
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence, Union, get_args, get_origin, get_type_hints
+from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -370,8 +370,3 @@ def table_directories(root: Path) -> list[Path]:
     """Every directory under `root` (itself included) that holds a provenance.yaml."""
     root = Path(root)
     return sorted(p.parent for p in root.rglob(PROVENANCE_FILE))
-
-
-def mapping_to_provenance(data: Mapping[str, Any], source: str = "provenance") -> Provenance:
-    """Build a Provenance from plain data (as written to YAML), validated like a loaded one."""
-    return build(Provenance, dict(data), source)
