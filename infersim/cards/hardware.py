@@ -54,6 +54,10 @@ class Derates:
     prefill_step_overhead: float = spec(doc="framework/scheduler time per prefill step, seconds", ge=0)
     decode_step_overhead: float = spec(doc="framework/scheduler time per decode step, seconds", ge=0)
     runtime_reserved_bytes: float = spec(doc="HBM the runtime keeps (CUDA context, activations, graphs), bytes", ge=0)
+    # Default only so that inline test cards stay short; every bundled card sets it with its source.
+    pcie_efficiency: float = spec(
+        0.8, doc="achievable fraction of pcie_bandwidth for pinned host-to-device copies while streaming weights/KV "
+                 "(offloaded inference)", gt=0, le=1)
 
 
 @dataclass(frozen=True, kw_only=True)
