@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from infersim.errors import InferSimError
-from infersim.trace.analysis import (AnalysisOptions, LaneMeasure, LayerTime, ModuleTime, StageMeasure,
+from infersim.trace.analysis import (STAGES, AnalysisOptions, LaneMeasure, LayerTime, ModuleTime, StageMeasure,
                                      StepMeasure, StreamTime, UnmatchedKernel, analyze_lane, lane_ids)
 from infersim.trace.bench import (BenchComparison, BenchRecord, BenchWorkload, MetricComparison, bench_workload,
                                   compare_bench_record, read_bench_results)
@@ -69,6 +69,7 @@ def _merge_same_rank(measures: list[LaneMeasure]) -> LaneMeasure:
                 continue
             seen.add(stage.stage)
             stages.append(stage)
+    stages.sort(key=lambda s: STAGES.index(s.stage) if s.stage in STAGES else len(STAGES))
     return LaneMeasure(
         path=", ".join(m.path for m in measures), rank=measures[0].rank, stages=tuple(stages),
         streams=tuple(StreamTime(s, v[0], int(v[1]), v[2]) for s, v in sorted(streams.items())),

@@ -728,12 +728,23 @@ def _stage_measure(stage: str, steps: list[StepMeasure], unmatched: Counter, unm
 
 
 def _split_by_layers(group: _StepGroup, layers_per_step: int) -> list[_StepGroup]:
-    """Cut an unmarked eager group holding several forward passes into steps of N layers."""
+    """Cut an unmarked eager group holding several forward passes into steps of N layers.
+
+    Between the last layer of one pass and the first of the next lie the LM head, sampling and the
+    next embedding; the cut goes into the longest GPU idle gap there (the scheduler's time between
+    two forward passes)."""
     kernels = group.kernels
     ranges = _pattern_layers(kernels)
     if len(ranges) <= layers_per_step:
         return [group]
-    cuts = [ranges[i][0] for i in range(layers_per_step, len(ranges), layers_per_step)]
+    cuts = []
+    for first in range(layers_per_step, len(ranges), layers_per_step):
+        lo, hi = ranges[first - 1][1] + 1, ranges[first][1]  # FFN start of the last layer .. of the next
+        ends = [kernels[lo - 1].end_us]
+        for j in range(lo, hi):
+            ends.append(max(ends[-1], kernels[j].end_us))
+        gaps = [(kernels[j].start_us - ends[j - lo], j) for j in range(lo, hi)]
+        cuts.append(max(gaps)[1] if gaps else ranges[first][0])
     pieces, prev = [], 0
     for cut in [*cuts, len(kernels)]:
         if cut > prev:

@@ -23,12 +23,14 @@ CPU_TID = 1000
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """One kernel to place: name, duration (µs), stream; `gap_us` idle time before it."""
+    """One kernel to place: name, duration (µs), stream; `gap_us` idle time before it; `join` makes
+    it wait for every stream (an event wait), so tests can lay out exact cross-stream overlap."""
 
     name: str
     dur_us: float
     stream: int = 7
     gap_us: float = 1.0
+    join: bool = False
 
 
 class TraceBuilder:
@@ -75,7 +77,9 @@ class TraceBuilder:
                             "ts": start, "dur": dur, "args": args})
 
     def _place(self, spec: KernelSpec, not_before: float) -> float:
-        start = max(self.stream_free.get(spec.stream, self.gpu_us), not_before) + spec.gap_us
+        ready = max(self.stream_free.values(), default=self.gpu_us) if spec.join else \
+            self.stream_free.get(spec.stream, self.gpu_us)
+        start = max(ready, self.gpu_us, not_before) + spec.gap_us
         self.stream_free[spec.stream] = start + spec.dur_us
         return start
 
