@@ -247,3 +247,42 @@ def test_trace_directory_errors(tmp_path: Path) -> None:
     (tmp_path / "broken-TP-0.trace.json").write_text('{"traceEvents": [{"ph": "X", ')
     with pytest.raises(InferSimError, match=r"broken-TP-0\.trace\.json: truncated"):
         measure_trace(str(tmp_path))
+
+
+def test_mla_decode_with_fused_allreduce_norm_layer_boundaries(tmp_path: Path) -> None:
+    """DeepSeek-style MLA decode under TP with flashinfer all-reduce fusion: the fused all-reduce +
+    residual + RMSNorm kernel ends each half-layer; q_a / kv_a norms inside attention do not."""
+    fused_a = "void dsv3_fused_a_gemm_kernel<128, 8, 7168, 2112>()"
+    q_a_norm = "void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(q_a)"
+    ar_norm = "void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<__nv_bfloat16, 8>()"
+    mla = "void flash::flash_fwd_splitkv_mla_kernel<Flash_fwd_kernel_traits_mla<576, 64, 64, 8>>(Flash_fwd_mla_params)"
+    mla_combine = "void flash::flash_fwd_mla_combine_kernel<cutlass::bfloat16_t, 512, 64>(Flash_fwd_mla_params)"
+    kv_write = "set_mla_kv_buffer_kernel"
+
+    def layer(first: bool) -> list[KernelSpec]:
+        start = KernelSpec(RMSNORM if first else ar_norm, 6.0)
+        return [start, KernelSpec(fused_a, 11.0), KernelSpec(q_a_norm, 2.0), KernelSpec(q_a_norm, 2.0),
+                KernelSpec(NVJET_QKV, 13.0), KernelSpec(NVJET_O, 7.0), KernelSpec(ROPE, 3.0), KernelSpec(kv_write, 2.0),
+                KernelSpec(mla, 40.0), KernelSpec(mla_combine, 5.0), KernelSpec(NVJET_O, 6.0),
+                KernelSpec(NVJET_O, 17.0), KernelSpec(ar_norm, 9.0), KernelSpec(NVJET_MLP, 50.0), KernelSpec(ACT, 4.0),
+                KernelSpec(NVJET_MLP, 30.0)]
+
+    graph = [KernelSpec(EMBEDDING, 2.0), KernelSpec("get_mla_metadata_kernel", 1.0),
+             *layer(True), *layer(False), *layer(False), KernelSpec(ar_norm, 8.0), KernelSpec(NVJET_LM_HEAD, 20.0)]
+    b = TraceBuilder()
+    b.graph_replay(graph)
+    (lane,) = measure_trace(str(write_trace(tmp_path / "mla-TP-0.trace.json.gz", b.drain())))
+    (decode,) = lane.stages
+    assert decode.num_layers == 3
+    assert _layer_modules(decode, 1) == {
+        cat.ALL_REDUCE: 6 + 9,  # this layer's input all-reduce+norm and its post-attention one
+        cat.ATTN_PROJ: 11 + 13 + 7 + 6 + 17,  # fused q_a/kv_a, q_b, absorb BMMs, o_proj
+        cat.ELEMENTWISE: 2 + 2 + 3 + 2 + 4,  # q_a / kv_a norms, rope, MLA KV write, activation
+        cat.ATTN_CORE: 40 + 5,
+        cat.DENSE_FFN: 50 + 30,
+    }
+    assert _layer_modules(decode, 0)[cat.ELEMENTWISE] == 6 + 2 + 2 + 3 + 2 + 4  # plain input RMSNorm in layer 0
+    modules = {m.module: m.time_s / US for m in decode.modules}
+    assert modules[cat.LM_HEAD] == pytest.approx(20.0)
+    assert modules[cat.ATTN_CORE] == pytest.approx(3 * 45 + 1)  # the per-step MLA metadata kernel too
+    assert modules[cat.ALL_REDUCE] == pytest.approx(9 + 2 * (6 + 9) + 8)  # layer 0 starts with a plain norm

@@ -28,6 +28,7 @@ Times are seconds, relative to the lane's first kernel.
 
 from __future__ import annotations
 
+import heapq
 import re
 from array import array
 from bisect import bisect_left, bisect_right
@@ -99,7 +100,6 @@ class StepMeasure:
     kernel_time_s: float  # sum of kernel durations (streams added)
     num_layers: int
     modules: tuple[ModuleTime, ...]
-    layers: tuple[LayerTime, ...]
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class StageMeasure:
     busy_s: float
     kernel_time_s: float
     modules: tuple[ModuleTime, ...]  # largest first
-    layers: tuple[LayerTime, ...]  # per layer index, mean over the steps with that many layers
+    layers: tuple[LayerTime, ...]  # per layer index, mean over the steps with the usual layer count
     unmatched: tuple[UnmatchedKernel, ...]
     notes: tuple[str, ...] = ()
 
@@ -169,21 +169,19 @@ class AnalysisOptions:
 
 @dataclass(slots=True)
 class _Kernel:
-    index: int  # in the RawTrace columns
+    """One kernel of the step being analysed (built per step: a lane can hold millions)."""
+
+    position: int  # in the lane's start order
     name: str
     start_us: float
     dur_us: float
     stream: int
     is_kernel: bool
     hidden_us: float
-    launch_thread: int  # -1: no launch found
-    graph: bool  # replayed from a CUDA graph
-    step_annotation: int  # -1: none
     region: int  # forward region annotation, -1: none
-    backward: bool
-    module1: str = ""  # module before position is known
-    role: str | None = None
-    position: str = "outside_layers"
+    module1: str  # module before the kernel's place in the step is known
+    role: str | None
+    place: str = "outside_layers"
     layer: int = -1
     ffn_phase: bool = False
     module: str = ""
@@ -198,9 +196,8 @@ class _StepGroup:
     label: str
     stage: str
     source: str
-    kernels: list[_Kernel]
+    positions: array  # lane positions (typed "i"), in start order
     layer_mode: str  # "annotations" / "pattern"
-    graph: bool = False
     eager_unmarked: bool = False
     annotation_layers: dict[int, int] = field(default_factory=dict)  # region -> layer number
 
@@ -225,42 +222,62 @@ def _annotation_kind(name: str) -> str:
     return "other"
 
 
-class _LaunchIndex:
-    """Correlation id -> launch row, with CPU-side annotation context per launch."""
+def _is_sorted(values: array) -> bool:
+    return all(values[i] <= values[i + 1] for i in range(len(values) - 1))
+
+
+class _Launches:
+    """Correlation id -> launch row, and each launch's CPU context: the innermost step annotation,
+    forward region and backward region open on its thread when it was called (typed columns)."""
 
     def __init__(self, raw: RawTrace) -> None:
         self.raw = raw
         corr = raw.launch_correlation
-        self.order = sorted(range(len(corr)), key=corr.__getitem__)
-        self.sorted_corr = array("q", (corr[i] for i in self.order))
+        # Kineto numbers launches in call order, so the ids are usually sorted already
+        if _is_sorted(corr):
+            self.order: array | None = None
+            self.sorted_corr = corr
+        else:
+            self.order = array("l", sorted(range(len(corr)), key=corr.__getitem__))
+            self.sorted_corr = array("q", (corr[i] for i in self.order))
         self.kinds = [_annotation_kind(a.name) for a in raw.annotations]
-        self._context: dict[int, tuple[int, int, bool]] = {}
+        n = len(corr)
+        self.step = array("i", [-1]) * n
+        self.region = array("i", [-1]) * n
+        self.backward = array("b", [0]) * n
+        self._sweep_annotations()
 
     def candidates(self, correlation: int) -> list[int]:
         lo = bisect_left(self.sorted_corr, correlation)
         hi = bisect_right(self.sorted_corr, correlation, lo)
-        return self.order[lo:hi]
+        if self.order is None:
+            return list(range(lo, hi))
+        return [self.order[i] for i in range(lo, hi)]
 
     def is_graph(self, launch: int) -> bool:
         return "GraphLaunch" in self.raw.names[self.raw.launch_name[launch]]
 
-    def compute_context(self, launches: set[int]) -> None:
-        """Innermost step annotation, forward region and backward flag of each launch."""
+    def _sweep_annotations(self) -> None:
         raw = self.raw
         by_thread_ann: dict[int, list[int]] = defaultdict(list)
         for i, ann in enumerate(raw.annotations):
             if self.kinds[i] != "other":  # wrappers like `1F1B` say nothing about steps or modules
                 by_thread_ann[ann.thread].append(i)
-        by_thread_launch: dict[int, list[int]] = defaultdict(list)
-        for launch in launches:
-            by_thread_launch[raw.launch_thread[launch]].append(launch)
-        for thread, thread_launches in by_thread_launch.items():
-            anns = sorted(by_thread_ann.get(thread, ()),
+        if not by_thread_ann:
+            return
+        by_thread_launch: dict[int, array] = defaultdict(lambda: array("l"))
+        for launch in range(len(raw.launch_thread)):
+            if raw.launch_thread[launch] in by_thread_ann:
+                by_thread_launch[raw.launch_thread[launch]].append(launch)
+        for thread, launches in by_thread_launch.items():
+            if not all(raw.launch_start_us[launches[i]] <= raw.launch_start_us[launches[i + 1]]
+                       for i in range(len(launches) - 1)):
+                launches = array("l", sorted(launches, key=raw.launch_start_us.__getitem__))
+            anns = sorted(by_thread_ann[thread],
                           key=lambda i: (raw.annotations[i].start_us, -raw.annotations[i].end_us))
-            thread_launches.sort(key=raw.launch_start_us.__getitem__)
             stack: list[int] = []
             next_ann = 0
-            for launch in thread_launches:
+            for launch in launches:
                 ts = raw.launch_start_us[launch]
                 while next_ann < len(anns) and raw.annotations[anns[next_ann]].start_us <= ts:
                     stack.append(anns[next_ann])
@@ -282,58 +299,136 @@ class _LaunchIndex:
                             backward = True
                     elif kind in ("step", "profiler_step") and step < 0:
                         step = ann
-                self._context[launch] = (step, region, backward)
+                self.step[launch] = step
+                self.region[launch] = region
+                self.backward[launch] = backward
 
-    def context(self, launch: int) -> tuple[int, int, bool]:
-        return self._context.get(launch, (-1, -1, False))
+
+def _rows_in_start_order(raw: RawTrace, lane_id: int) -> array:
+    """The lane's kernel rows by start time (ties by row). Each stream runs its kernels one after
+    another, so the file usually lists a stream in order already: merging the streams needs no
+    copy of the whole lane as Python objects (a sort would, for millions of kernels)."""
+    start = raw.kernel_start_us
+    by_stream: dict[int, array] = defaultdict(lambda: array("i"))
+    lanes, streams = raw.kernel_lane, raw.kernel_stream
+    for row in range(raw.kernel_count):
+        if lanes[row] == lane_id:
+            by_stream[streams[row]].append(row)
+
+    def key(row: int) -> tuple[float, int]:
+        return start[row], row
+
+    ordered = []
+    for rows in by_stream.values():
+        if not all(key(rows[i]) <= key(rows[i + 1]) for i in range(len(rows) - 1)):
+            rows = array("i", sorted(rows, key=key))
+        ordered.append(rows)
+    return array("i", heapq.merge(*ordered, key=key))
 
 
-def _resolve_launches(raw: RawTrace, index: _LaunchIndex, kernel_rows: Sequence[int]) -> dict[int, int]:
-    """Kernel row -> launch row. Where correlation ids repeat (a merged multi-process file), the
-    launch from the process that launches this lane's other kernels wins, else the latest launch
-    before the kernel started."""
-    out: dict[int, int] = {}
-    ambiguous: list[tuple[int, list[int]]] = []
-    pid_votes: Counter[str] = Counter()
-    for row in kernel_rows:
-        corr = raw.kernel_correlation[row]
-        if corr < 0:
-            continue
-        found = index.candidates(corr)
-        if len(found) == 1:
-            out[row] = found[0]
-            pid_votes[raw.threads[raw.launch_thread[found[0]]][0]] += 1
-        elif found:
-            ambiguous.append((row, found))
-    lane_pid = pid_votes.most_common(1)[0][0] if pid_votes else None
-    for row, found in ambiguous:
-        same_pid = [f for f in found if raw.threads[raw.launch_thread[f]][0] == lane_pid]
-        pool = same_pid or found
-        start = raw.kernel_start_us[row]
-        before = [f for f in pool if raw.launch_start_us[f] <= start]
-        out[row] = max(before or pool, key=raw.launch_start_us.__getitem__)
-    return out
+class _Lane:
+    """One GPU's kernels in start order, as typed columns."""
+
+    def __init__(self, raw: RawTrace, lane_id: int, rules: RuleTable) -> None:
+        self.raw = raw
+        self.rules = rules
+        self.rows = rows = _rows_in_start_order(raw, lane_id)
+        n = len(rows)
+        self.start = array("d", (raw.kernel_start_us[r] for r in rows))
+        self.dur = array("d", (raw.kernel_dur_us[r] for r in rows))
+        self.stream = array("q", (raw.kernel_stream[r] for r in rows))
+        self.is_kernel = array("b", (raw.kernel_kind[r] == KIND_KERNEL for r in rows))
+        self.hidden = array("d", [0.0]) * n
+        # position-free rule of each kernel, as an index into rules.rules (-1: no rule)
+        rule_index = {id(rule): i for i, rule in enumerate(rules.rules)}
+        name_rule: dict[int, int] = {}
+        self.rule = array("i", [-1]) * n
+        for p, r in enumerate(rows):
+            name_id = raw.kernel_name[r]
+            found = name_rule.get(name_id)
+            if found is None:
+                rule = rules.match(raw.names[name_id])
+                found = name_rule[name_id] = rule_index[id(rule)] if rule else -1
+            self.rule[p] = found
+        self.module1_of_rule = [r.module for r in rules.rules]
+        self.role_of_rule = [r.role for r in rules.rules]
+        self.launches = _Launches(raw)
+        self.thread = array("i", [-1]) * n
+        self.graph = array("b", [0]) * n
+        self.step_ann = array("i", [-1]) * n
+        self.region = array("i", [-1]) * n
+        self.backward = array("b", [0]) * n
+        self._resolve_launches()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def name(self, p: int) -> str:
+        return self.raw.names[self.raw.kernel_name[self.rows[p]]]
+
+    def correlation(self, p: int) -> int:
+        return self.raw.kernel_correlation[self.rows[p]]
+
+    def module1(self, p: int) -> str:
+        rule = self.rule[p]
+        return self.module1_of_rule[rule] if rule >= 0 else UNMATCHED
+
+    def role(self, p: int) -> str | None:
+        rule = self.rule[p]
+        return self.role_of_rule[rule] if rule >= 0 else None
+
+    def kernel(self, p: int) -> _Kernel:
+        return _Kernel(p, self.name(p), self.start[p], self.dur[p], self.stream[p], bool(self.is_kernel[p]),
+                       self.hidden[p], self.region[p], self.module1(p), self.role(p))
+
+    def _resolve_launches(self) -> None:
+        """Launch of each kernel. Where correlation ids repeat (a merged multi-process file), the
+        launch from the process that launches this lane's other kernels wins, else the latest
+        launch before the kernel started."""
+        raw, launches = self.raw, self.launches
+        no_launches = len(raw.launch_correlation) == 0
+        if no_launches:
+            # CPU activities not recorded: kernels of one graph replay still share a correlation
+            counts = Counter(self.correlation(p) for p in range(len(self)))
+            for p in range(len(self)):
+                corr = self.correlation(p)
+                self.graph[p] = corr >= 0 and counts[corr] > 1
+            return
+        chosen = array("i", [-1]) * len(self)
+        ambiguous: list[tuple[int, list[int]]] = []
+        pid_votes: Counter[str] = Counter()
+        for p in range(len(self)):
+            corr = self.correlation(p)
+            if corr < 0:
+                continue
+            found = launches.candidates(corr)
+            if len(found) == 1:
+                chosen[p] = found[0]
+                pid_votes[raw.threads[raw.launch_thread[found[0]]][0]] += 1
+            elif found:
+                ambiguous.append((p, found))
+        lane_pid = pid_votes.most_common(1)[0][0] if pid_votes else None
+        for p, found in ambiguous:
+            same_pid = [f for f in found if raw.threads[raw.launch_thread[f]][0] == lane_pid]
+            pool = same_pid or found
+            before = [f for f in pool if raw.launch_start_us[f] <= self.start[p]]
+            chosen[p] = max(before or pool, key=raw.launch_start_us.__getitem__)
+        for p in range(len(self)):
+            launch = chosen[p]
+            if launch < 0:
+                continue
+            self.thread[p] = raw.launch_thread[launch]
+            self.graph[p] = launches.is_graph(launch)
+            self.step_ann[p] = launches.step[launch]
+            self.region[p] = launches.region[launch]
+            self.backward[p] = launches.backward[launch]
 
 
 # ---------------------------------------------------------------------------------------------
 # Overlap of communication with compute on other streams
 
 
-def _union(intervals: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
-    intervals.sort()
-    starts: list[float] = []
-    ends: list[float] = []
-    for start, end in intervals:
-        if starts and start <= ends[-1]:
-            if end > ends[-1]:
-                ends[-1] = end
-        else:
-            starts.append(start)
-            ends.append(end)
-    return starts, ends
-
-
-def _overlap(starts: list[float], ends: list[float], start: float, end: float) -> float:
+def _overlap(starts: Sequence[float], ends: Sequence[float], start: float, end: float) -> float:
     i = max(bisect_right(starts, start) - 1, 0)
     total = 0.0
     while i < len(starts) and starts[i] < end:
@@ -345,20 +440,35 @@ def _overlap(starts: list[float], ends: list[float], start: float, end: float) -
 
 
 def _busy(kernels: Sequence[_Kernel]) -> float:
-    starts, ends = _union([(k.start_us, k.end_us) for k in kernels])
-    return sum(e - s for s, e in zip(starts, ends))
+    """Time at least one of the kernels runs."""
+    total, current_end = 0.0, float("-inf")
+    for k in sorted(kernels, key=lambda k: k.start_us):
+        if k.end_us <= current_end:
+            continue
+        total += k.end_us - max(k.start_us, current_end)
+        current_end = k.end_us
+    return total
 
 
-def _set_hidden_time(kernels: list[_Kernel]) -> None:
-    """Hidden time of each communication kernel: overlap with compute kernels on other streams."""
-    comm_streams = {k.stream for k in kernels if k.module1 in cat.COMMUNICATION}
-    for stream in comm_streams:
-        starts, ends = _union([(k.start_us, k.end_us) for k in kernels
-                               if k.is_kernel and k.stream != stream and k.module1 not in cat.COMMUNICATION
-                               and k.dur_us > 0])
-        for k in kernels:
-            if k.stream == stream and k.module1 in cat.COMMUNICATION:
-                k.hidden_us = _overlap(starts, ends, k.start_us, k.end_us)
+def _set_hidden_time(lane: _Lane) -> None:
+    """Hidden time of each communication kernel: its overlap with the union of compute kernels on
+    other streams (the lane is in start order, so the union is built in one pass)."""
+    comm = [lane.module1(p) in cat.COMMUNICATION for p in range(len(lane))]
+    for stream in {lane.stream[p] for p in range(len(lane)) if comm[p]}:
+        starts, ends = array("d"), array("d")
+        for p in range(len(lane)):
+            if comm[p] or not lane.is_kernel[p] or lane.stream[p] == stream or lane.dur[p] <= 0:
+                continue
+            start, end = lane.start[p], lane.start[p] + lane.dur[p]
+            if starts and start <= ends[-1]:
+                if end > ends[-1]:
+                    ends[-1] = end
+            else:
+                starts.append(start)
+                ends.append(end)
+        for p in range(len(lane)):
+            if comm[p] and lane.stream[p] == stream:
+                lane.hidden[p] = _overlap(starts, ends, lane.start[p], lane.start[p] + lane.dur[p])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,8 +482,8 @@ def _stage_of_annotation(name: str) -> str:
     return _MODE_STAGE.get(match.group("mode").upper(), "unknown")
 
 
-def _stage_from_attention(kernels: Sequence[_Kernel]) -> str:
-    names = [k.name for k in kernels if k.role == "attention"]
+def _stage_from_attention(lane: _Lane, positions: Sequence[int]) -> str:
+    names = [lane.name(p) for p in positions if lane.role(p) == "attention"]
     if any(_DECODE_ATTENTION.search(n) for n in names):
         return "decode"
     if any(_PREFILL_ATTENTION.search(n) for n in names):
@@ -381,29 +491,29 @@ def _stage_from_attention(kernels: Sequence[_Kernel]) -> str:
     return "unknown"
 
 
-def _has_attention(kernels: Sequence[_Kernel]) -> bool:
-    return any(k.role == "attention" for k in kernels)
+def _has_attention(lane: _Lane, positions: Sequence[int]) -> bool:
+    return any(lane.role(p) == "attention" for p in positions)
 
 
-def _form_steps(raw: RawTrace, lane: list[_Kernel], index: _LaunchIndex,
-                options: AnalysisOptions) -> tuple[list[_StepGroup], list[_Kernel]]:
-    """Group the lane's kernels (in start order) into steps; return the steps and the leftovers."""
-    annotations = raw.annotations
-    kinds = index.kinds
-    leftovers: list[_Kernel] = []
+def _form_steps(lane: _Lane, options: AnalysisOptions) -> tuple[list[_StepGroup], array]:
+    """Group the lane's kernels into steps; return the steps and the positions left over."""
+    annotations = lane.raw.annotations
+    kinds = lane.launches.kinds
+    n = len(lane)
+    leftovers = array("i")
 
     # A. forward regions (attn(F), mlp(F), ...): layers come from the annotations
-    if any(k.region >= 0 for k in lane):
-        regions = sorted({k.region for k in lane if k.region >= 0},
-                         key=lambda r: (annotations[r].thread, annotations[r].start_us))
+    regions = sorted({lane.region[p] for p in range(n) if lane.region[p] >= 0},
+                     key=lambda r: (annotations[r].thread, annotations[r].start_us))
+    if regions:
         region_step: dict[int, int] = {}
         for r in regions:
             a = annotations[r]
             enclosing = [i for i, s in enumerate(annotations)
                          if kinds[i] in ("step", "profiler_step") and s.thread == a.thread
                          and s.start_us <= a.start_us <= s.end_us]
-            key = min(enclosing, key=lambda i: annotations[i].end_us - annotations[i].start_us) if enclosing else -1
-            region_step[r] = key
+            region_step[r] = min(enclosing, key=lambda i: annotations[i].end_us - annotations[i].start_us) \
+                if enclosing else -1
         groups: dict[int, _StepGroup] = {}
         layer_counter: dict[int, int] = defaultdict(lambda: -1)
         for r in regions:  # in (thread, start) order: a new layer at each attention region
@@ -411,28 +521,26 @@ def _form_steps(raw: RawTrace, lane: list[_Kernel], index: _LaunchIndex,
             if key not in groups:
                 label = annotations[key].name if key >= 0 else "forward regions"
                 stage = _stage_of_annotation(label) if key >= 0 else "unknown"
-                groups[key] = _StepGroup(label, stage, "forward annotations", [], "annotations")
-            group = groups[key]
+                groups[key] = _StepGroup(label, stage, "forward annotations", array("i"), "annotations")
             if kinds[r] == "fwd_attn" or layer_counter[key] < 0:
                 layer_counter[key] += 1
-            group.annotation_layers[r] = layer_counter[key]
-        step_threads = {key: {annotations[r].thread for r in group.annotation_layers}
-                        for key, group in groups.items()}
-        for k in lane:
-            if k.region >= 0:
-                groups[region_step[k.region]].kernels.append(k)
+            groups[key].annotation_layers[r] = layer_counter[key]
+        step_threads = {key: {annotations[r].thread for r in group.annotation_layers} for key, group in groups.items()}
+        for p in range(n):
+            region = lane.region[p]
+            if region >= 0:
+                groups[region_step[region]].positions.append(p)
                 continue
             # bare kernels (no region, not backward) launched on the thread of a step's forward
             # regions within that step: embedding before the first layer, LM head after the last
             key = next((key for key, threads in step_threads.items()
-                        if k.launch_thread in threads and (key < 0 or k.step_annotation == key)), None)
-            if key is not None and not k.backward:
-                groups[key].kernels.append(k)
+                        if lane.thread[p] in threads and (key < 0 or lane.step_ann[p] == key)), None)
+            if key is not None and not lane.backward[p]:
+                groups[key].positions.append(p)
             else:
-                leftovers.append(k)
-        steps = [g for g in groups.values() if g.kernels]
+                leftovers.append(p)
+        steps = [g for g in groups.values() if g.positions]
         for g in steps:
-            g.kernels.sort(key=lambda k: k.start_us)
             if g.stage == "unknown" and options.file_stage:
                 g.stage = options.file_stage
         return steps, leftovers
@@ -441,65 +549,64 @@ def _form_steps(raw: RawTrace, lane: list[_Kernel], index: _LaunchIndex,
     by_annotation: dict[int, _StepGroup] = {}
     graph_groups: dict[tuple[int, int], _StepGroup] = {}
     profiler_groups: dict[int, _StepGroup] = {}
-    eager: list[_Kernel] = []
-    for k in lane:
-        ann = k.step_annotation
+    eager = array("i")
+    for p in range(n):
+        ann = lane.step_ann[p]
         if ann >= 0 and kinds[ann] == "step":
             group = by_annotation.get(ann)
             if group is None:
                 name = annotations[ann].name
                 group = by_annotation[ann] = _StepGroup(name, _stage_of_annotation(name), "step annotation",
-                                                        [], "pattern")
-            group.kernels.append(k)
-        elif k.graph:
-            key = (k.launch_thread, raw.kernel_correlation[k.index])
+                                                        array("i"), "pattern")
+            group.positions.append(p)
+        elif lane.graph[p]:
+            key = (lane.thread[p], lane.correlation(p))
             group = graph_groups.get(key)
             if group is None:
                 group = graph_groups[key] = _StepGroup(
-                    f"CUDA-graph replay (correlation {key[1]})", "decode", "CUDA-graph replay", [], "pattern",
-                    graph=True)
-            group.kernels.append(k)
+                    f"CUDA-graph replay (correlation {key[1]})", "decode", "CUDA-graph replay", array("i"), "pattern")
+            group.positions.append(p)
         elif ann >= 0 and kinds[ann] == "profiler_step":
             group = profiler_groups.get(ann)
             if group is None:
                 group = profiler_groups[ann] = _StepGroup(annotations[ann].name, "unknown", "profiler step",
-                                                          [], "pattern")
-            group.kernels.append(k)
+                                                          array("i"), "pattern")
+            group.positions.append(p)
         else:
-            eager.append(k)
+            eager.append(p)
     steps = [*by_annotation.values(), *graph_groups.values(), *profiler_groups.values()]
     # eager kernels outside any marker: split into runs at the other steps
     if eager:
-        boundaries = sorted(g.kernels[0].start_us for g in steps)
-        runs: dict[int, list[_Kernel]] = defaultdict(list)
-        for k in eager:
-            runs[bisect_right(boundaries, k.start_us)].append(k)
+        boundaries = sorted(lane.start[g.positions[0]] for g in steps)
+        runs: dict[int, array] = defaultdict(lambda: array("i"))
+        for p in eager:
+            runs[bisect_right(boundaries, lane.start[p])].append(p)
         for run in runs.values():
             steps.append(_StepGroup("eager kernels", "unknown", "eager kernels between steps" if boundaries
                                     else "whole trace", run, "pattern", eager_unmarked=True))
-    steps.sort(key=lambda g: g.kernels[0].start_us)
+    steps.sort(key=lambda g: g.positions[0])
     # groups without attention are the tail of the step before (sampling, next-batch preparation)
     merged: list[_StepGroup] = []
-    pending: list[_Kernel] = []
+    pending = array("i")
     for group in steps:
-        if _has_attention(group.kernels) or group.layer_mode == "annotations":
+        if _has_attention(lane, group.positions):
             if pending:
-                group.kernels = sorted(pending + group.kernels, key=lambda k: k.start_us)
-                pending = []
+                group.positions = array("i", sorted(pending + group.positions))
+                pending = array("i")
             merged.append(group)
         elif merged:
-            merged[-1].kernels.extend(group.kernels)
+            merged[-1].positions.extend(group.positions)
         else:
-            pending.extend(group.kernels)
+            pending.extend(group.positions)
     if pending:
         if merged:
-            merged[-1].kernels = sorted(merged[-1].kernels + pending, key=lambda k: k.start_us)
+            merged[-1].positions = array("i", sorted(merged[-1].positions + pending))
         else:
             leftovers.extend(pending)  # no attention anywhere: no step to compare
     for g in merged:
-        g.kernels.sort(key=lambda k: k.start_us)
+        g.positions = array("i", sorted(g.positions))  # positions are in start order
         if g.stage == "unknown":
-            g.stage = options.file_stage or _stage_from_attention(g.kernels)
+            g.stage = options.file_stage or _stage_from_attention(lane, g.positions)
     return merged, leftovers
 
 
@@ -569,22 +676,21 @@ def _assign_pattern_layers(kernels: list[_Kernel]) -> int:
     layers = _pattern_layers(kernels)
     if not layers:
         for k in kernels:
-            k.position = "outside_layers"
+            k.place = "outside_layers"
         return 0
     first, last_end = layers[0][0], layers[-1][2]
     for k in kernels[:first]:
-        k.position = "before_layers"
+        k.place = "before_layers"
     for k in kernels[last_end:]:
-        k.position = "after_layers"
+        k.place = "after_layers"
     for number, (start, ffn, end) in enumerate(layers):
         for j in range(start, end):
             k = kernels[j]
-            k.position, k.layer, k.ffn_phase = "in_layers", number, j >= ffn
+            k.place, k.layer, k.ffn_phase = "in_layers", number, j >= ffn
     return len(layers)
 
 
-def _assign_annotated_layers(group: _StepGroup, kinds: Sequence[str]) -> int:
-    kernels = group.kernels
+def _assign_annotated_layers(kernels: list[_Kernel], region_layers: dict[int, int], kinds: Sequence[str]) -> int:
     in_layers = [i for i, k in enumerate(kernels) if k.region >= 0]
     if not in_layers:
         return 0
@@ -592,10 +698,10 @@ def _assign_annotated_layers(group: _StepGroup, kinds: Sequence[str]) -> int:
     by_layer: dict[int, list[_Kernel]] = defaultdict(list)
     for i, k in enumerate(kernels):
         if k.region >= 0:
-            k.position, k.layer = "in_layers", group.annotation_layers[k.region]
+            k.place, k.layer = "in_layers", region_layers[k.region]
             by_layer[k.layer].append(k)
         else:
-            k.position = "before_layers" if i < first else "after_layers" if i > last else "in_layers"
+            k.place = "before_layers" if i < first else "after_layers" if i > last else "in_layers"
     for layer_kernels in by_layer.values():
         runs = _attention_runs(layer_kernels)
         after = runs[0][1] + 1 if runs else 0
@@ -608,9 +714,9 @@ def _assign_annotated_layers(group: _StepGroup, kinds: Sequence[str]) -> int:
 
 
 def _resolve_gemm(k: _Kernel, layer_kernels: Sequence[_Kernel], at: int, layer_has_experts: bool) -> str:
-    if k.position == "after_layers":
+    if k.place == "after_layers":
         return cat.LM_HEAD
-    if k.position != "in_layers" or k.layer < 0:
+    if k.place != "in_layers" or k.layer < 0:
         return OTHER
     if not k.ffn_phase:
         return cat.ATTN_PROJ
@@ -630,7 +736,7 @@ def _assign_modules(kernels: list[_Kernel], rules: RuleTable) -> None:
     experts = {layer for layer, ks in by_layer.items() if any(k.module1 == cat.MOE_EXPERTS for k in ks)}
     position_in_layer = {id(k): i for ks in by_layer.values() for i, k in enumerate(ks)}
     for k in kernels:
-        rule = rules.match(k.name, k.position)
+        rule = rules.match(k.name, k.place)
         module = rule.module if rule else UNMATCHED
         if module == GEMM:
             module = _resolve_gemm(k, by_layer.get(k.layer, ()), position_in_layer.get(id(k), 0), k.layer in experts)
@@ -660,26 +766,41 @@ def _module_times(kernels: Sequence[_Kernel], num_layers: int) -> tuple[ModuleTi
     return tuple(sorted(out, key=lambda m: -m.time_s))
 
 
-def _layer_times(kernels: Sequence[_Kernel], num_layers: int) -> tuple[LayerTime, ...]:
-    per: list[dict[str, float]] = [defaultdict(float) for _ in range(num_layers)]
-    for k in kernels:
-        if 0 <= k.layer < num_layers:
-            per[k.layer][k.module] += k.dur_us
-    return tuple(LayerTime(i, sum(m.values()) * US,
-                           tuple(sorted(((mod, t * US) for mod, t in m.items()), key=lambda x: -x[1])))
-                 for i, m in enumerate(per))
+class _LayerSums:
+    """Kernel time per layer index and module, summed over the steps with the same layer count
+    (kept per stage instead of per step: a long trace has thousands of steps)."""
+
+    def __init__(self) -> None:
+        self.by_count: dict[int, tuple[list[int], list[dict[str, float]]]] = {}
+
+    def add(self, kernels: Sequence[_Kernel], num_layers: int) -> None:
+        steps, per_layer = self.by_count.setdefault(num_layers, ([0], [defaultdict(float) for _ in range(num_layers)]))
+        steps[0] += 1
+        for k in kernels:
+            if 0 <= k.layer < num_layers:
+                per_layer[k.layer][k.module] += k.dur_us
+
+    def mean(self, num_layers: int) -> tuple[LayerTime, ...]:
+        if num_layers not in self.by_count:
+            return ()
+        (steps,), per_layer = self.by_count[num_layers]
+        out = []
+        for i, modules in enumerate(per_layer):
+            mean = sorted(((m, t * US / steps) for m, t in modules.items()), key=lambda x: -x[1])
+            out.append(LayerTime(i, sum(t for _, t in mean), tuple(mean)))
+        return tuple(out)
 
 
-def _measure_step(group: _StepGroup, number: int, num_layers: int, origin_us: float) -> StepMeasure:
-    kernels = group.kernels
+def _measure_step(kernels: Sequence[_Kernel], group: _StepGroup, source: str, number: int, num_layers: int,
+                  origin_us: float) -> StepMeasure:
     start = min(k.start_us for k in kernels)
     end = max(k.end_us for k in kernels)
     return StepMeasure(
-        index=number, label=group.label, stage=group.stage, step_source=group.source,
+        index=number, label=group.label, stage=group.stage, step_source=source,
         layer_source="annotations" if group.layer_mode == "annotations" else "kernel pattern",
         start_s=(start - origin_us) * US, span_s=(end - start) * US, busy_s=_busy(kernels) * US,
         kernel_time_s=sum(k.dur_us for k in kernels) * US, num_layers=num_layers,
-        modules=_module_times(kernels, num_layers), layers=_layer_times(kernels, num_layers))
+        modules=_module_times(kernels, num_layers))
 
 
 def _mean_modules(steps: Sequence[StepMeasure]) -> tuple[ModuleTime, ...]:
@@ -697,23 +818,8 @@ def _mean_modules(steps: Sequence[StepMeasure]) -> tuple[ModuleTime, ...]:
     return tuple(sorted(out, key=lambda m: -m.time_s))
 
 
-def _mean_layers(steps: Sequence[StepMeasure], num_layers: int) -> tuple[LayerTime, ...]:
-    chosen = [s for s in steps if s.num_layers == num_layers]
-    if not chosen or not num_layers:
-        return ()
-    out = []
-    for i in range(num_layers):
-        acc: dict[str, float] = defaultdict(float)
-        for s in chosen:
-            for module, t in s.layers[i].modules:
-                acc[module] += t / len(chosen)
-        out.append(LayerTime(i, sum(acc.values()),
-                             tuple(sorted(acc.items(), key=lambda x: -x[1]))))
-    return tuple(out)
-
-
-def _stage_measure(stage: str, steps: list[StepMeasure], unmatched: Counter, unmatched_time: dict,
-                   notes: tuple[str, ...]) -> StageMeasure:
+def _stage_measure(stage: str, steps: list[StepMeasure], layer_sums: _LayerSums, unmatched: Counter,
+                   unmatched_time: dict, notes: tuple[str, ...]) -> StageMeasure:
     layer_counts = Counter(s.num_layers for s in steps)
     num_layers = layer_counts.most_common(1)[0][0]
     n = len(steps)
@@ -721,22 +827,21 @@ def _stage_measure(stage: str, steps: list[StepMeasure], unmatched: Counter, unm
         stage=stage, steps=tuple(steps), num_layers=num_layers,
         step_time_s=sum(s.span_s for s in steps) / n, busy_s=sum(s.busy_s for s in steps) / n,
         kernel_time_s=sum(s.kernel_time_s for s in steps) / n, modules=_mean_modules(steps),
-        layers=_mean_layers(steps, num_layers),
+        layers=layer_sums.mean(num_layers),
         unmatched=tuple(sorted((UnmatchedKernel(name, unmatched[name], unmatched_time[name] * US)
                                 for name in unmatched), key=lambda u: -u.time_s)),
         notes=notes)
 
 
-def _split_by_layers(group: _StepGroup, layers_per_step: int) -> list[_StepGroup]:
-    """Cut an unmarked eager group holding several forward passes into steps of N layers.
+def _split_by_layers(kernels: list[_Kernel], layers_per_step: int) -> list[list[_Kernel]]:
+    """Cut unmarked eager kernels holding several forward passes into steps of N layers.
 
     Between the last layer of one pass and the first of the next lie the LM head, sampling and the
     next embedding; the cut goes into the longest GPU idle gap there (the scheduler's time between
     two forward passes)."""
-    kernels = group.kernels
     ranges = _pattern_layers(kernels)
     if len(ranges) <= layers_per_step:
-        return [group]
+        return [kernels]
     cuts = []
     for first in range(layers_per_step, len(ranges), layers_per_step):
         lo, hi = ranges[first - 1][1] + 1, ranges[first][1]  # FFN start of the last layer .. of the next
@@ -748,78 +853,65 @@ def _split_by_layers(group: _StepGroup, layers_per_step: int) -> list[_StepGroup
     pieces, prev = [], 0
     for cut in [*cuts, len(kernels)]:
         if cut > prev:
-            pieces.append(_StepGroup(group.label, group.stage, f"{group.source}, cut every {layers_per_step} layers",
-                                     kernels[prev:cut], group.layer_mode, eager_unmarked=True))
+            pieces.append(kernels[prev:cut])
         prev = cut
     return pieces
 
 
-def _lane_kernels(raw: RawTrace, lane_id: int, rules: RuleTable) -> tuple[list[_Kernel], _LaunchIndex]:
-    rows = [i for i in range(raw.kernel_count) if raw.kernel_lane[i] == lane_id]
-    rows.sort(key=raw.kernel_start_us.__getitem__)
-    index = _LaunchIndex(raw)
-    launch_of = _resolve_launches(raw, index, rows)
-    index.compute_context(set(launch_of.values()))
-    corr_counts = Counter(raw.kernel_correlation[r] for r in rows if raw.kernel_correlation[r] >= 0)
-    no_launches = len(raw.launch_correlation) == 0
-    kernels = []
-    for row in rows:
-        launch = launch_of.get(row, -1)
-        step, region, backward = index.context(launch) if launch >= 0 else (-1, -1, False)
-        if launch >= 0:
-            graph = index.is_graph(launch)
-        else:  # CPU activities not recorded: replayed graph kernels still share one correlation
-            graph = no_launches and corr_counts.get(raw.kernel_correlation[row], 0) > 1
-        name = raw.names[raw.kernel_name[row]]
-        rule = rules.match(name)
-        k = _Kernel(index=row, name=name, start_us=raw.kernel_start_us[row], dur_us=raw.kernel_dur_us[row],
-                    stream=raw.kernel_stream[row], is_kernel=raw.kernel_kind[row] == KIND_KERNEL, hidden_us=0.0,
-                    launch_thread=raw.launch_thread[launch] if launch >= 0 else -1, graph=graph,
-                    step_annotation=step, region=region, backward=backward,
-                    module1=rule.module if rule else UNMATCHED, role=rule.role if rule else None)
-        kernels.append(k)
-    return kernels, index
-
-
-def _stream_times(kernels: Sequence[_Kernel]) -> tuple[StreamTime, ...]:
+def _stream_times(lane: _Lane) -> tuple[StreamTime, ...]:
     total: dict[int, float] = defaultdict(float)
     comm: dict[int, float] = defaultdict(float)
     count: Counter[int] = Counter()
-    for k in kernels:
-        total[k.stream] += k.dur_us
-        count[k.stream] += 1
-        if k.module1 in cat.COMMUNICATION:
-            comm[k.stream] += k.dur_us
+    for p in range(len(lane)):
+        stream, dur = lane.stream[p], lane.dur[p]
+        total[stream] += dur
+        count[stream] += 1
+        if lane.module1(p) in cat.COMMUNICATION:
+            comm[stream] += dur
     return tuple(StreamTime(s, total[s] * US, count[s], comm[s] * US) for s in sorted(total))
 
 
+def _group_steps(lane: _Lane, group: _StepGroup, options: AnalysisOptions) -> list[tuple[list[_Kernel], str]]:
+    """The kernels of a step group (built now, dropped after measuring), cut into several steps
+    when --layers-per-step applies."""
+    kernels = [lane.kernel(p) for p in group.positions]
+    if options.layers_per_step and group.eager_unmarked:
+        pieces = _split_by_layers(kernels, options.layers_per_step)
+        if len(pieces) > 1:
+            source = f"{group.source}, cut every {options.layers_per_step} layers"
+            return [(piece, source) for piece in pieces]
+    return [(kernels, group.source)]
+
+
 def analyze_lane(raw: RawTrace, lane_id: int, rules: RuleTable, options: AnalysisOptions) -> LaneMeasure:
-    kernels, index = _lane_kernels(raw, lane_id, rules)
-    lane_label = raw.lanes[lane_id]
-    rank = options.rank_label or (f"GPU {lane_label}" if len(raw.lanes) > 1 else "")
-    if not kernels:
+    """Measure one GPU of a trace: its steps by stage, layers and modules."""
+    lane = _Lane(raw, lane_id, rules)
+    rank = options.rank_label or (f"GPU {raw.lanes[lane_id]}" if len(raw.lanes) > 1 else "")
+    if not len(lane):
         return LaneMeasure(str(raw.path), rank, (), (), 0, 0.0, 0.0, 0, ("no GPU kernels in this trace",))
-    origin = kernels[0].start_us
-    _set_hidden_time(kernels)
-    groups, leftovers = _form_steps(raw, kernels, index, options)
-    if options.layers_per_step:
-        groups = [piece for g in groups for piece in
-                  (_split_by_layers(g, options.layers_per_step) if g.eager_unmarked else [g])]
+    origin = lane.start[0]
+    _set_hidden_time(lane)
+    groups, leftovers = _form_steps(lane, options)
     by_stage: dict[str, list[StepMeasure]] = defaultdict(list)
+    layer_sums: dict[str, _LayerSums] = defaultdict(_LayerSums)
     unmatched: dict[str, Counter] = defaultdict(Counter)
     unmatched_time: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for number, group in enumerate(groups):
-        if group.layer_mode == "annotations":
-            layers = _assign_annotated_layers(group, index.kinds)
-        else:
-            layers = _assign_pattern_layers(group.kernels)
-        _assign_modules(group.kernels, rules)
-        step = _measure_step(group, number, layers, origin)
-        by_stage[group.stage].append(step)
-        for k in group.kernels:
-            if k.module == UNMATCHED:
-                unmatched[group.stage][k.name] += 1
-                unmatched_time[group.stage][k.name] += k.dur_us
+    number = 0
+    for group in groups:
+        for kernels, source in _group_steps(lane, group, options):
+            if group.layer_mode == "annotations":
+                layers = _assign_annotated_layers(kernels, group.annotation_layers, lane.launches.kinds)
+            else:
+                layers = _assign_pattern_layers(kernels)
+            _assign_modules(kernels, rules)
+            step = _measure_step(kernels, group, source, number, layers, origin)
+            number += 1
+            by_stage[group.stage].append(step)
+            layer_sums[group.stage].add(kernels, layers)
+            for k in kernels:
+                if k.module == UNMATCHED:
+                    unmatched[group.stage][k.name] += 1
+                    unmatched_time[group.stage][k.name] += k.dur_us
     notes: list[str] = []
     stages = []
     wanted = options.stage
@@ -827,21 +919,24 @@ def analyze_lane(raw: RawTrace, lane_id: int, rules: RuleTable, options: Analysi
         if wanted not in by_stage and "unknown" in by_stage:
             notes.append(f"the trace does not mark steps as prefill or decode: all its steps are taken as {wanted}")
             by_stage = {wanted: by_stage["unknown"]}
+            layer_sums[wanted], unmatched[wanted], unmatched_time[wanted] = (
+                layer_sums["unknown"], unmatched["unknown"], unmatched_time["unknown"])
         by_stage = {s: v for s, v in by_stage.items() if s == wanted}
     for stage in sorted(by_stage, key=lambda s: STAGES.index(s) if s in STAGES else len(STAGES)):
-        stage_notes = []
-        steps = by_stage[stage]
         if stage == "idle":
             continue
-        if any(s.layer_source == "kernel pattern" for s in steps) and not any(s.num_layers for s in steps):
+        steps = by_stage[stage]
+        stage_notes = []
+        if all(s.layer_source == "kernel pattern" and not s.num_layers for s in steps):
             stage_notes.append("no attention kernel matched a rule with role 'attention': layers not found")
-        stages.append(_stage_measure(stage, steps, unmatched[stage], unmatched_time[stage], tuple(stage_notes)))
+        stages.append(_stage_measure(stage, steps, layer_sums[stage], unmatched[stage], unmatched_time[stage],
+                                     tuple(stage_notes)))
     if not groups:
         notes.append("no forward step found (no attention kernels and no step annotations)")
     return LaneMeasure(
-        path=str(raw.path), rank=rank, stages=tuple(stages), streams=_stream_times(kernels), kernels=len(kernels),
-        kernel_time_s=sum(k.dur_us for k in kernels) * US,
-        outside_steps_s=sum(k.dur_us for k in leftovers) * US, outside_steps_kernels=len(leftovers),
+        path=str(raw.path), rank=rank, stages=tuple(stages), streams=_stream_times(lane), kernels=len(lane),
+        kernel_time_s=sum(lane.dur) * US,
+        outside_steps_s=sum(lane.dur[p] for p in leftovers) * US, outside_steps_kernels=len(leftovers),
         notes=tuple(notes))
 
 

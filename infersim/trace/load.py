@@ -78,15 +78,22 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
+def _lane_labels(lanes: dict[Any, int]) -> tuple[str, ...]:
+    labels = [str(pid) for pid in lanes]
+    if len(set(labels)) != len(labels):  # 0 and "0" in one merged file: keep them apart
+        labels = [f"{pid!r}" for pid in lanes]
+    return tuple(labels)
+
+
 def load_trace(path: str | Path) -> RawTrace:
     """Stream one trace file and keep kernels, launches and annotations."""
     reader = ChromeTraceReader(path)
     names: dict[str, int] = {}
-    lanes: dict[str, int] = {}
+    lanes: dict[Any, int] = {}  # GPU pid as written (int in Kineto) -> lane index
     threads: dict[tuple[str, str], int] = {}
-    k_name, k_kind, k_lane, k_stream, k_corr = array("l"), array("b"), array("l"), array("q"), array("q")
+    k_name, k_kind, k_lane, k_stream, k_corr = array("i"), array("b"), array("i"), array("q"), array("q")
     k_start, k_dur = array("d"), array("d")
-    l_name, l_thread, l_corr = array("l"), array("l"), array("q")
+    l_name, l_thread, l_corr = array("i"), array("i"), array("q")
     l_start = array("d")
     annotations: list[Annotation] = []
     skipped = 0
@@ -120,16 +127,27 @@ def load_trace(path: str | Path) -> RawTrace:
         if not isinstance(args, dict):
             args = {}
         if kind is not None:
-            lane = str(event.get("pid", args.get("device", "?")))
-            stream = _int_or_none(args.get("stream"))
-            if stream is None:
-                stream = _int_or_none(event.get("tid"))
-            correlation = _int_or_none(args.get("correlation"))
-            k_name.append(intern(names, name))
+            # the hot path (millions of kernels): plain ints as Kineto writes them, interned keys
+            pid = event.get("pid", args.get("device", "?"))
+            lane_index = lanes.get(pid)
+            if lane_index is None:
+                lane_index = lanes[pid] = len(lanes)
+            name_index = names.get(name)
+            if name_index is None:
+                name_index = names[name] = len(names)
+            stream = args.get("stream")
+            if type(stream) is not int:
+                stream = _int_or_none(stream)
+                if stream is None:
+                    stream = _int_or_none(event.get("tid"))
+            correlation = args.get("correlation")
+            if type(correlation) is not int:
+                correlation = _int_or_none(correlation)
+            k_name.append(name_index)
             k_kind.append(kind)
             k_start.append(start)
-            k_dur.append(max(duration, 0.0))
-            k_lane.append(intern(lanes, lane))
+            k_dur.append(duration if duration > 0.0 else 0.0)
+            k_lane.append(lane_index)
             k_stream.append(stream if stream is not None else -1)
             k_corr.append(correlation if correlation is not None else -1)
             continue
@@ -148,7 +166,7 @@ def load_trace(path: str | Path) -> RawTrace:
             annotations.append(Annotation(name, intern(threads, thread_key), start, start + max(duration, 0.0)))
 
     return RawTrace(
-        path=Path(path), top_level=reader.top_level, names=tuple(names), lanes=tuple(lanes),
+        path=Path(path), top_level=reader.top_level, names=tuple(names), lanes=_lane_labels(lanes),
         threads=tuple(threads), kernel_name=k_name, kernel_kind=k_kind, kernel_start_us=k_start,
         kernel_dur_us=k_dur, kernel_lane=k_lane, kernel_stream=k_stream, kernel_correlation=k_corr,
         launch_name=l_name, launch_thread=l_thread, launch_start_us=l_start, launch_correlation=l_corr,

@@ -197,9 +197,7 @@ def _step_json(s: StepMeasure) -> dict[str, Any]:
     return {"index": s.index, "label": s.label, "stage": s.stage, "step_source": s.step_source,
             "layer_source": s.layer_source, "start_s": s.start_s, "span_s": s.span_s, "busy_s": s.busy_s,
             "kernel_time_s": s.kernel_time_s, "num_layers": s.num_layers,
-            "modules": [_module_json(m) for m in s.modules],
-            "layers": [{"index": layer.index, "time_s": layer.time_s, "modules": dict(layer.modules)}
-                       for layer in s.layers]}
+            "modules": [_module_json(m) for m in s.modules]}
 
 
 def stage_json(stage: StageMeasure) -> dict[str, Any]:
