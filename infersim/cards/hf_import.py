@@ -3,6 +3,14 @@
 Families differ in key names (n_routed_experts vs num_experts, n_layer vs num_hidden_layers, ...);
 this maps them onto the card's normalised names and says which family rule was used. A field the
 card needs that the config does not have is an error naming the file and the field.
+
+Per-layer mixers: `layer_types` (GPT-OSS, Qwen3.5, Gemma) is read as is and written as its
+shortest repeating pattern; `full_attention_interval` (Qwen3-Next) becomes the pattern
+(n-1) x linear_attention + full_attention; a `sliding_window` without layer_types makes every
+layer sliding (Mistral) unless `use_sliding_window` is false (Qwen2/3), Gemma-2 alternates and
+Gemma-3's `sliding_window_pattern` n makes every n-th layer global. Layouts InferSim does not
+model (Nemotron-H `hybrid_override_pattern`, Jamba periods, MLP-only layers) are refused with
+one message rather than imported as something else.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION
 from infersim.errors import MISSING, ConfigError
 
 # card field -> candidate HF keys, first present wins
@@ -36,7 +45,37 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "tie_word_embeddings": ("tie_word_embeddings",),
     "attention_bias": ("attention_bias", "enable_bias", "bias"),
     "mlp_bias": ("mlp_bias", "enable_bias", "bias"),
+    "sliding_window": ("sliding_window",),
+    "linear_num_key_heads": ("linear_num_key_heads",),
+    "linear_num_value_heads": ("linear_num_value_heads",),
+    "linear_key_head_dim": ("linear_key_head_dim",),
+    "linear_value_head_dim": ("linear_value_head_dim",),
+    "linear_conv_kernel_dim": ("linear_conv_kernel_dim", "conv_kernel", "mamba_d_conv"),
+    "mamba_d_state": ("mamba_d_state", "ssm_state_size", "state_size"),
+    "mamba_head_dim": ("mamba_head_dim",),
+    "mamba_num_heads": ("mamba_num_heads",),
+    "mamba_n_groups": ("mamba_n_groups", "n_groups"),
+    "mamba_expand": ("mamba_expand", "expand"),
+    "mamba_chunk_size": ("mamba_chunk_size", "chunk_size"),
+    "index_n_heads": ("index_n_heads",),
+    "index_head_dim": ("index_head_dim",),
+    "index_topk": ("index_topk",),
+    "num_nextn_predict_layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
 }
+
+# HF layer-type names -> card mixer kinds
+_LAYER_TYPE_NAMES = {
+    "full_attention": FULL_ATTENTION, "attention": FULL_ATTENTION, "global_attention": FULL_ATTENTION,
+    "sliding_attention": SLIDING_ATTENTION, "local_attention": SLIDING_ATTENTION,
+    "linear_attention": LINEAR_ATTENTION, "mamba": MAMBA, "mamba2": MAMBA,
+}
+_STATE_DTYPES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}
+_UNSUPPORTED_LAYOUTS = {
+    "hybrid_override_pattern": "Nemotron-H style hybrid patterns are not imported; write the card's layer_types by hand",
+    "attn_layer_period": "Jamba style attention periods are not imported; write the card's layer_types by hand",
+}
+_LINEAR_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+_MAMBA_FIELDS = ("mamba_d_state", "mamba_head_dim", "mamba_num_heads", "mamba_n_groups", "mamba_expand", "mamba_chunk_size")
 
 _PLAIN_MLP_FAMILIES = {"opt": "relu", "bloom": "gelu", "gpt2": "gelu", "gpt_neox": "gelu", "falcon": "gelu"}
 
@@ -98,7 +137,80 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
             fields.pop(key, None)
     elif fields.get("q_lora_rank") is None:
         fields.pop("q_lora_rank", None)
+    _layer_fields(config, fields, source, model_type)
     return fields
+
+
+def _shortest_pattern(kinds: list[str]) -> list[str]:
+    n = len(kinds)
+    for period in range(1, n + 1):
+        if n % period == 0 and kinds == kinds[:period] * (n // period):
+            return kinds[:period]
+    return kinds
+
+
+def _layer_fields(config: dict[str, Any], fields: dict[str, Any], source: str, model_type: str) -> None:
+    """layer_types / sliding window / linear-attention / Mamba-2 / DSA / MTP fields, consistent with each other."""
+    for key, problem in _UNSUPPORTED_LAYOUTS.items():
+        if config.get(key):
+            raise ConfigError(source, key, config[key], problem)
+    if config.get("mlp_only_layers"):
+        raise ConfigError(source, "mlp_only_layers", config["mlp_only_layers"],
+                          "dense-FFN layers at given positions of an MoE model are not supported yet")
+    n = fields["num_hidden_layers"]
+    window = fields.get("sliding_window") or 0
+    kinds: list[str]
+    raw = config.get("layer_types")
+    if raw is not None:
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError(source, "layer_types", raw, "expected a list of layer type names")
+        unknown = sorted({str(t) for t in raw if t not in _LAYER_TYPE_NAMES})
+        if unknown:
+            raise ConfigError(source, "layer_types", unknown[0],
+                              f"unknown layer type (InferSim models {', '.join(sorted(set(_LAYER_TYPE_NAMES)))})")
+        if len(raw) != n:
+            raise ConfigError(source, "layer_types", f"{len(raw)} entries", f"must list all {n} layers")
+        kinds = [_LAYER_TYPE_NAMES[t] for t in raw]
+    elif config.get("full_attention_interval"):
+        k = int(config["full_attention_interval"])
+        kinds = [FULL_ATTENTION if (i + 1) % k == 0 else LINEAR_ATTENTION for i in range(n)]
+    elif window and config.get("use_sliding_window") is not False:
+        if config.get("sliding_window_pattern"):  # Gemma-3: every n-th layer global
+            k = int(config["sliding_window_pattern"])
+            kinds = [FULL_ATTENTION if (i + 1) % k == 0 else SLIDING_ATTENTION for i in range(n)]
+        elif model_type.startswith("gemma2"):
+            kinds = [SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(n)]
+        else:  # Mistral: every layer slides
+            kinds = [SLIDING_ATTENTION] * n
+    else:
+        kinds = [FULL_ATTENTION] * n
+    fields.pop("layer_types", None)
+    if any(k != FULL_ATTENTION for k in kinds):
+        fields["layer_types"] = _shortest_pattern(kinds)
+    present = set(kinds)
+    if SLIDING_ATTENTION not in present:
+        fields.pop("sliding_window", None)
+    if LINEAR_ATTENTION not in present:
+        for key in _LINEAR_FIELDS:
+            fields.pop(key, None)
+    if MAMBA not in present:
+        for key in _MAMBA_FIELDS:
+            fields.pop(key, None)
+    if not present & {LINEAR_ATTENTION, MAMBA}:
+        fields.pop("linear_conv_kernel_dim", None)
+    else:
+        dtype = config.get("mamba_ssm_dtype")
+        if dtype is not None:
+            if str(dtype) not in _STATE_DTYPES:
+                raise ConfigError(source, "mamba_ssm_dtype", dtype, f"unknown state format (known: {', '.join(_STATE_DTYPES)})")
+            fields["mamba_ssm_dtype"] = _STATE_DTYPES[str(dtype)]
+    if config.get("attn_output_gate") or (model_type.startswith("qwen3_next") and config.get("attn_output_gate") is not False):
+        fields["attention_output_gate"] = True
+    if not fields.get("index_topk"):
+        for key in ("index_n_heads", "index_head_dim", "index_topk"):
+            fields.pop(key, None)
+    if not fields.get("num_nextn_predict_layers"):
+        fields.pop("num_nextn_predict_layers", None)
 
 
 def card_from_hf_file(path: Path, name: str | None = None) -> dict[str, Any]:

@@ -7,10 +7,20 @@ model designer can vary `model.num_key_value_heads` exactly as they would in a c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 from infersim.cards.schema import spec
 from infersim.errors import ConfigError
+
+# Layer mixers (the token-mixing half of a layer), named as HF `layer_types` names them.
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+LINEAR_ATTENTION = "linear_attention"  # Gated DeltaNet (Qwen3-Next, Qwen3.5)
+MAMBA = "mamba"  # Mamba-2 (SSD)
+LayerType = Literal["full_attention", "sliding_attention", "linear_attention", "mamba"]
+LAYER_TYPES: tuple[str, ...] = (FULL_ATTENTION, SLIDING_ATTENTION, LINEAR_ATTENTION, MAMBA)
+StateDtype = Literal["fp32", "bf16", "fp16"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +51,36 @@ class ModelCard:
     qk_nope_head_dim: int = spec(0, doc="MLA per-head QK dimension without rotary", ge=0)
     qk_rope_head_dim: int = spec(0, doc="MLA decoupled rotary dimension (shared K part)", ge=0)
     v_head_dim: int = spec(0, doc="MLA per-head value dimension", ge=0)
+    # -- per-layer mixers (local/global and hybrid models) --
+    layer_types: tuple[LayerType, ...] = spec(
+        (), doc="mixer of each layer: full_attention, sliding_attention, linear_attention (Gated DeltaNet) or "
+                "mamba (Mamba-2); a shorter list is a pattern repeated over the layers; empty = all full_attention")
+    full_attention_interval: int = spec(
+        0, doc="every n-th layer is full_attention, the others linear_attention (Qwen3-Next; 0 = unused)", ge=0)
+    sliding_window: int = spec(0, doc="tokens a sliding_attention layer attends to and keeps in its KV cache", ge=0)
+    attention_output_gate: bool = spec(
+        False, doc="attention output gated by a sigmoid of a second query-width projection (Qwen3-Next/3.5)")
+    # -- Gated DeltaNet (linear_attention layers) --
+    linear_num_key_heads: int = spec(0, doc="Gated DeltaNet query/key heads", ge=0)
+    linear_num_value_heads: int = spec(0, doc="Gated DeltaNet value heads (one recurrent state each)", ge=0)
+    linear_key_head_dim: int = spec(0, doc="Gated DeltaNet query/key head dimension", ge=0)
+    linear_value_head_dim: int = spec(0, doc="Gated DeltaNet value head dimension", ge=0)
+    linear_conv_kernel_dim: int = spec(4, doc="short causal convolution width of linear_attention/mamba layers", gt=0)
+    linear_chunk_size: int = spec(64, doc="chunk length of the chunked Gated DeltaNet prefill kernels (FLA)", gt=0)
+    # -- Mamba-2 (mamba layers) --
+    mamba_d_state: int = spec(0, doc="Mamba-2 SSM state size N per head (HF ssm_state_size)", ge=0)
+    mamba_head_dim: int = spec(64, doc="Mamba-2 head dimension P", gt=0)
+    mamba_expand: int = spec(2, doc="Mamba-2 inner width = mamba_expand x hidden_size (when mamba_num_heads is 0)", gt=0)
+    mamba_num_heads: int = spec(0, doc="Mamba-2 heads (0 = mamba_expand x hidden_size / mamba_head_dim)", ge=0)
+    mamba_n_groups: int = spec(1, doc="Mamba-2 B/C groups (shared by the heads of a group)", gt=0)
+    mamba_chunk_size: int = spec(256, doc="chunk length of the chunked Mamba-2 (SSD) prefill kernels", gt=0)
+    mamba_ssm_dtype: StateDtype = spec("fp32", doc="storage format of recurrent states (Gated DeltaNet and Mamba-2)")
+    # -- DeepSeek sparse attention (DSA) --
+    index_n_heads: int = spec(0, doc="DSA lightning-indexer heads", ge=0)
+    index_head_dim: int = spec(0, doc="DSA indexer head dimension (its keys are cached in fp8 per token)", ge=0)
+    index_topk: int = spec(0, doc="DSA: tokens each query attends to, chosen by the indexer (0 = dense attention)", ge=0)
+    # -- multi-token prediction --
+    num_nextn_predict_layers: int = spec(0, doc="MTP modules (one transformer layer each) for speculative decoding", ge=0)
 
     # ---- derived --------------------------------------------------------------------------
 
@@ -83,6 +123,47 @@ class ModelCard:
     def attn_v_head_dim(self) -> int:
         return self.v_head_dim if self.is_mla else self.head_dim
 
+    @cached_property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """The mixer of every layer, in order (layer_types repeated, or full_attention_interval)."""
+        n = self.num_hidden_layers
+        if self.layer_types:
+            reps, rest = divmod(n, len(self.layer_types))
+            return tuple(self.layer_types) * reps + tuple(self.layer_types[:rest])
+        if self.full_attention_interval:
+            return interval_layer_kinds(n, self.full_attention_interval)
+        return (FULL_ATTENTION,) * n
+
+    @cached_property
+    def layer_composition(self) -> tuple[tuple[str, bool, int], ...]:
+        """(mixer kind, MoE FFN?, layers) of each distinct layer kind, in order of first appearance."""
+        counts: dict[tuple[str, bool], int] = {}
+        for i, mixer in enumerate(self.layer_kinds):
+            key = (mixer, self.is_moe and i >= self.first_k_dense_replace)
+            counts[key] = counts.get(key, 0) + 1
+        return tuple((mixer, moe, n) for (mixer, moe), n in counts.items())
+
+    def layer_count(self, kind: str) -> int:
+        return self.layer_kinds.count(kind)
+
+    @cached_property
+    def is_hybrid(self) -> bool:
+        """Some layer is not full attention."""
+        return any(k != FULL_ATTENTION for k in self.layer_kinds)
+
+    @property
+    def is_sparse_attention(self) -> bool:
+        """DeepSeek sparse attention: an indexer picks index_topk tokens per query for MLA."""
+        return self.index_topk > 0
+
+    @property
+    def mamba_heads(self) -> int:
+        return self.mamba_num_heads or self.mamba_expand * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def mamba_inner(self) -> int:
+        return self.mamba_heads * self.mamba_head_dim
+
 
 def validate_model(card: ModelCard, source: str) -> ModelCard:
     """Checks that span several fields; each problem is one message naming field and value."""
@@ -107,7 +188,49 @@ def validate_model(card: ModelCard, source: str) -> ModelCard:
         for name in ("num_experts_per_tok", "num_shared_experts"):
             if getattr(card, name):
                 raise ConfigError(source, name, getattr(card, name), "set, but num_experts is 0 (dense model)")
+    _validate_layer_kinds(card, source)
     if card.num_dense_layers > 0 and card.intermediate_size <= 0:
         raise ConfigError(source, "intermediate_size", card.intermediate_size,
                           f"{card.num_dense_layers} dense FFN layers need a positive width")
     return card
+
+
+def interval_layer_kinds(layers: int, interval: int) -> tuple[str, ...]:
+    """Every `interval`-th layer (1-based) full attention, the others linear attention (Qwen3-Next)."""
+    return tuple(FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION for i in range(layers))
+
+
+def _validate_layer_kinds(card: ModelCard, source: str) -> None:
+    n = card.num_hidden_layers
+    if card.layer_types and n % len(card.layer_types):
+        raise ConfigError(source, "layer_types", list(card.layer_types),
+                          f"{len(card.layer_types)} entries: must list all {n} layers or a pattern whose length divides {n}")
+    if card.layer_types and card.full_attention_interval:
+        if interval_layer_kinds(n, card.full_attention_interval) != card.layer_kinds:
+            raise ConfigError(source, "full_attention_interval", card.full_attention_interval,
+                              "disagrees with layer_types (give one of them)")
+    kinds = set(card.layer_kinds)
+    if SLIDING_ATTENTION in kinds and card.sliding_window <= 0:
+        raise ConfigError(source, "sliding_window", card.sliding_window, "sliding_attention layers need a positive window")
+    if LINEAR_ATTENTION in kinds:
+        for name in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
+            if getattr(card, name) <= 0:
+                raise ConfigError(source, name, getattr(card, name), "linear_attention (Gated DeltaNet) layers need it positive")
+        if card.linear_num_value_heads % card.linear_num_key_heads:
+            raise ConfigError(source, "linear_num_value_heads", card.linear_num_value_heads,
+                              f"must be a multiple of linear_num_key_heads ({card.linear_num_key_heads})")
+    if MAMBA in kinds:
+        if card.mamba_d_state <= 0:
+            raise ConfigError(source, "mamba_d_state", card.mamba_d_state, "mamba layers need a positive SSM state size")
+        if card.mamba_heads <= 0 or (not card.mamba_num_heads and card.mamba_expand * card.hidden_size % card.mamba_head_dim):
+            raise ConfigError(source, "mamba_head_dim", card.mamba_head_dim,
+                              f"must divide mamba_expand x hidden_size ({card.mamba_expand * card.hidden_size}) "
+                              "when mamba_num_heads is not given")
+        if card.mamba_heads % card.mamba_n_groups:
+            raise ConfigError(source, "mamba_n_groups", card.mamba_n_groups, f"must divide the {card.mamba_heads} Mamba-2 heads")
+    if card.index_topk:
+        if not card.is_mla:
+            raise ConfigError(source, "index_topk", card.index_topk, "DSA sparse attention is modelled on MLA only (kv_lora_rank > 0)")
+        for name in ("index_n_heads", "index_head_dim", "q_lora_rank"):
+            if getattr(card, name) <= 0:
+                raise ConfigError(source, name, getattr(card, name), "DSA (index_topk > 0) needs it positive")
