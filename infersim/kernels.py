@@ -142,11 +142,15 @@ class AttentionShape:
     DeepSeek MLA decode with weight absorption: one shared latent KV head whose qk_head_dim is
     kv_lora_rank + rope_dim and whose values are the first v_head_dim (= kv_lora_rank) of it.
     MLA prefill without absorption is plain "mha" with num_kv_heads == num_heads.
+    kind "mla_sparse" is absorbed MLA over the `topk` tokens a DSA indexer chose for each query
+    (DeepSeek-V3.2, prefill and decode): every query computes a full list of `topk` keys, padded
+    when fewer tokens are visible (the published FlashMLA sparse timings are flat from kv_len 1024
+    to 131072, decode and prefill alike), and reads the min(topk, kv_len) real ones.
     Queries are the last q_len of kv_len positions; `window` > 0 limits each query to that many
     most recent keys (sliding-window layers).
     """
 
-    kind: Literal["mha", "mla"]
+    kind: Literal["mha", "mla", "mla_sparse"]
     stage: Literal["prefill", "decode"]
     batch: int
     q_len: int
@@ -160,11 +164,14 @@ class AttentionShape:
     window: int = 0
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
+    topk: int = 0  # mla_sparse: tokens selected per query
 
     @property
     def attended_pairs(self) -> float:
         """Query-key pairs actually computed per sequence and head."""
         q, kv = self.q_len, self.kv_len
+        if self.kind == "mla_sparse":
+            return float(q * self.topk)
         if not self.causal:
             return float(q * (min(kv, self.window) if self.window else kv))
         # query i (1-based position p = kv - q + i) sees min(p, window) keys
@@ -178,12 +185,17 @@ class AttentionShape:
 
     @property
     def kv_elements_per_token(self) -> int:
-        if self.kind == "mla":
+        if self.kind in ("mla", "mla_sparse"):
             return self.qk_head_dim  # latent and rope part, shared by K and V
         return self.num_kv_heads * (self.qk_head_dim + self.v_head_dim)
 
     @property
     def kv_tokens_read(self) -> int:
+        """Cached tokens one sequence's kernel reads from HBM."""
+        if self.kind == "mla_sparse":
+            gathered = self.q_len * min(self.topk, self.kv_len)  # each query gathers its own top-k
+            # prefill: queries of a sequence share the cache, so at most every cached token once
+            return min(gathered, self.kv_len) if self.stage == "prefill" else gathered
         return min(self.kv_len, self.window) if self.window else self.kv_len
 
     @property
@@ -196,6 +208,162 @@ class AttentionShape:
         q_and_out = self.batch * self.q_len * self.num_heads * (self.qk_head_dim + self.v_head_dim) * act
         kv = self.batch * self.kv_tokens_read * self.kv_elements_per_token * dtype_bytes(self.kv_dtype)
         return q_and_out + kv
+
+
+def causal_pairs(q_len: int, kv_len: int) -> float:
+    """Query-key pairs when the last q_len of kv_len positions each see every earlier position."""
+    first = kv_len - q_len + 1
+    return (first + kv_len) * q_len / 2.0
+
+
+@dataclass(frozen=True)
+class IndexerShape:
+    """DeepSeek sparse attention's lightning indexer for `batch` sequences on one GPU:
+    logits[q, t] = sum_h w[q, h] * ReLU(q_h . k_t) over every cached token t a query sees
+    (causal), in fp8 (DeepGEMM fp8 MQA logits). Keys are one head of head_dim per token, cached
+    in fp8 with one fp32 scale; logits are written in fp32 for the top-k kernel.
+    FLOPs count the dot products (2 x heads x head_dim per pair, as the published DSA tables do);
+    the ReLU and the head-weighted sum (3 x heads per pair) run in the epilogue and are left out.
+    """
+
+    stage: Literal["prefill", "decode"]
+    batch: int
+    q_len: int
+    kv_len: int
+    num_heads: int
+    head_dim: int
+    dtype: str = "fp8"
+    key_dtype: str = "fp8"
+    key_scale_bytes: float = 4.0
+
+    @property
+    def pairs(self) -> float:
+        return causal_pairs(self.q_len, self.kv_len)
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.pairs * self.num_heads * self.head_dim
+
+    @property
+    def bytes(self) -> float:
+        keys = self.kv_len * (self.head_dim * dtype_bytes(self.key_dtype) + self.key_scale_bytes)
+        queries = self.q_len * self.num_heads * (self.head_dim * dtype_bytes(self.dtype) + 4.0)  # + fp32 head weights
+        logits = self.pairs * 4.0
+        return self.batch * (keys + queries + logits)
+
+
+@dataclass(frozen=True)
+class LinearAttentionShape:
+    """One phase of a linear-attention / state-space mixer for `batch` sequences on one GPU.
+
+    kind "gdn": Gated DeltaNet (Qwen3-Next, Qwen3.5), per value head a key_dim x value_dim state
+    S <- g S + beta (v - S k) k^T, output S^T q; num_key_heads q/k heads are shared by the value
+    heads (like GQA). kind "mamba2": Mamba-2 SSD, per head a value_dim (head dim P) x key_dim
+    (state size N) state S <- exp(dt A) S + dt x B^T, output S C; num_key_heads is the number of
+    B/C groups.
+
+    Prefill runs the chunked algorithm (chunk length `chunk`, C = min(chunk, q_len)) as three
+    phases, each its own kernels:
+      intra_chunk  quadratic work inside each chunk (GDN: K K^T, the triangular solve and the
+                   W/U transforms; Mamba-2: C B^T)
+      state        the recurrence across chunks: chunk states and the final state
+      output       outputs from the previous chunk's state plus the masked intra-chunk product
+    Decode runs the recurrence token by token ("recurrent"): the whole state is read and written
+    once per step whatever q_len is (q_len > 1 when verifying speculative tokens).
+    FLOPs per token and head (dk = key_dim, dv = value_dim):
+      gdn    intra 2C dk + C^2/3 + 2C (dk + dv); state 4 dk dv; output 2 dk dv + 2C (dk + dv); recurrent 7 dk dv
+      mamba2 intra 2C dk per group; state 2 dk dv; output 2 dk dv + 2C dv; recurrent 5 dk dv
+    Bytes are the tensors each phase reads and writes (activations in `dtype`, states in
+    `state_dtype`, GDN's intra-chunk matrix A in fp32): see `bytes`.
+    """
+
+    kind: Literal["gdn", "mamba2"]
+    stage: Literal["prefill", "decode"]
+    phase: Literal["intra_chunk", "state", "output", "recurrent"]
+    batch: int
+    q_len: int
+    num_heads: int
+    num_key_heads: int
+    key_dim: int
+    value_dim: int
+    chunk: int = 64
+    dtype: str = "bf16"
+    state_dtype: str = "fp32"
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.q_len
+
+    @property
+    def chunk_len(self) -> int:
+        return min(self.chunk, self.q_len)
+
+    @property
+    def chunks(self) -> int:
+        """Chunks over all sequences."""
+        return self.batch * -(-self.q_len // self.chunk)
+
+    @property
+    def state_elements(self) -> int:
+        """Recurrent state elements of one sequence."""
+        return self.num_heads * self.key_dim * self.value_dim
+
+    @property
+    def kernels(self) -> int:
+        if self.phase == "intra_chunk":
+            return 3 if self.kind == "gdn" else 2  # kkt, solve_tril, recompute_w_u / cumsum, bmm
+        if self.phase == "state" and self.kind == "mamba2":
+            return 2  # chunk_state, state_passing
+        return 1
+
+    @property
+    def flops(self) -> float:
+        C, dk, dv, H, G = self.chunk_len, self.key_dim, self.value_dim, self.num_heads, self.num_key_heads
+        if self.kind == "gdn":
+            per_token = {
+                "intra_chunk": H * (2 * C * dk + C * C / 3.0 + 2 * C * (dk + dv)),
+                "state": H * 4 * dk * dv,
+                "output": H * (2 * dk * dv + 2 * C * (dk + dv)),
+                "recurrent": H * 7 * dk * dv,
+            }[self.phase]
+        else:
+            per_token = {
+                "intra_chunk": G * 2 * C * dk,
+                "state": H * 2 * dk * dv,
+                "output": H * (2 * dk * dv + 2 * C * dv),
+                "recurrent": H * 5 * dk * dv,
+            }[self.phase]
+        return float(self.tokens * per_token)
+
+    @property
+    def bytes(self) -> float:
+        act, sb = dtype_bytes(self.dtype), dtype_bytes(self.state_dtype)
+        T, C, dk, dv, H, G = self.tokens, self.chunk_len, self.key_dim, self.value_dim, self.num_heads, self.num_key_heads
+        states = self.batch * self.state_elements * sb * 2.0  # initial state read, final state written
+        if self.kind == "gdn":
+            qk = G * dk * act  # one of q or k, per token
+            if self.phase == "intra_chunk":
+                # read k, v, g, beta; A = (K K^T) in fp32 written and read, its inverse in bf16 written
+                # and read; W and U written
+                return T * (qk + H * dv * act + H * 8.0 + H * C * (8.0 + 2 * act) + H * (dk + dv) * act)
+            if self.phase == "state":
+                # read k, W, U; write V_new and one state per chunk (bf16)
+                return T * (qk + H * (dk + dv) * act + H * dv * act) + self.chunks * self.state_elements * act + states
+            if self.phase == "output":
+                # read q, k, V_new and the chunk states; write o
+                return T * (2 * qk + 2 * H * dv * act) + self.chunks * self.state_elements * act
+            # recurrent: read q, k, v, g, beta and the state; write the state and o
+            return T * (2 * qk + 2 * H * dv * act + H * 8.0) + states
+        bc = G * dk * act  # one of B or C, per token
+        if self.phase == "intra_chunk":
+            return T * (2 * bc + H * 4.0 + G * C * 4.0)  # read B, C, dt; write C B^T (fp32)
+        if self.phase == "state":
+            # read B, x, dt; write chunk states, rewrite them passing the state across chunks
+            return T * (bc + H * dv * act + H * 4.0) + 2.0 * self.chunks * self.state_elements * sb + states
+        if self.phase == "output":
+            # read C B^T, C, x, dt and the chunk states; write y
+            return T * (G * C * 4.0 + bc + 2 * H * dv * act + H * 4.0) + self.chunks * self.state_elements * sb
+        return T * (2 * bc + 2 * H * dv * act + H * 4.0) + states  # recurrent
 
 
 @dataclass(frozen=True)
@@ -311,7 +479,7 @@ class TokenExchangeShape:
         return sum(self.traffic())
 
 
-KernelShape = Union[GemmShape, GroupedGemmShape, AttentionShape, MemoryBoundShape]
+KernelShape = Union[GemmShape, GroupedGemmShape, AttentionShape, IndexerShape, LinearAttentionShape, MemoryBoundShape]
 CommShape = Union[CollectiveShape, TokenExchangeShape]
 AnyShape = Union[KernelShape, CommShape]
 

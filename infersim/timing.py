@@ -5,7 +5,18 @@ Roofline fallback (documented in the README):
         + kernel_launch_overhead
 FLOPs_padded rounds each GEMM's (each expert's) row count up to the card's tensor-core tile
 height `gemm_tile_m`, because a tile computes its full height however few rows are real.
-Attention uses `attention_compute_efficiency`. Collectives are timed in `infersim.comm`.
+Attention (softmax attention, the chunked linear-attention / SSM phases) uses
+`attention_compute_efficiency`; the DSA indexer is an fp8 GEMM-like kernel and uses the GEMM
+efficiency of its format. A shape made of several kernels (`kernels`) pays one launch overhead
+each. Collectives are timed in `infersim.comm`.
+
+Weight-only quantized GEMMs (weights narrower than the tensor-core input format, e.g. int4/fp4
+weights with bf16 activations) read their weights in the narrow format and run the MMAs at the
+activation format's rate. The dequantization is fused into the GEMM main loop (Marlin/Machete
+style) and overlaps with the MMAs: it costs about 4 CUDA-core operations per weight element per
+M tile (gemm_tile_m rows), i.e. 4/(2 x tile) of the tensor-core work at a tensor-to-CUDA-core
+rate of ~16x (A100 312/19.5, H100 989/67), never more than the MMAs themselves, so it adds no
+time in this roofline.
 """
 
 from __future__ import annotations
@@ -23,7 +34,9 @@ from infersim.kernels import (
     Cost,
     GemmShape,
     GroupedGemmShape,
+    IndexerShape,
     KernelTables,
+    LinearAttentionShape,
     MemoryBoundShape,
     Source,
 )
@@ -44,8 +57,10 @@ def _compute_flops_and_rate(shape: AnyShape, hw: HardwareCard) -> tuple[float, f
         per_expert = shape.routed_tokens / active
         rows = active * _padded_rows(per_expert, tile)
         return 2.0 * rows * shape.k * shape.n, hw.peak_flops(shape.dtype) * hw.compute_efficiency(shape.dtype)
-    if isinstance(shape, AttentionShape):
+    if isinstance(shape, (AttentionShape, LinearAttentionShape)):
         return shape.flops, hw.peak_flops(shape.dtype) * hw.derates.attention_compute_efficiency
+    if isinstance(shape, IndexerShape):
+        return shape.flops, hw.peak_flops(shape.dtype) * hw.compute_efficiency(shape.dtype)
     # elementwise kernels run on CUDA cores; their FLOPs never bound them at these intensities
     return shape.flops, hw.peak_flops("bf16") * hw.compute_efficiency("bf16")
 
@@ -54,7 +69,7 @@ def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "") -> Cost:
     flops_done, rate = _compute_flops_and_rate(shape, hw)
     compute_s = flops_done / rate
     memory_s = shape.bytes / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
-    kernels = shape.kernels if isinstance(shape, MemoryBoundShape) else 1
+    kernels = shape.kernels if isinstance(shape, (MemoryBoundShape, LinearAttentionShape)) else 1
     launch_s = hw.derates.kernel_launch_overhead * kernels
     busy = max(compute_s, memory_s)
     if launch_s > busy:
