@@ -44,13 +44,21 @@ class FfnLayout:
 @dataclass(frozen=True, kw_only=True)
 class Precision:
     gemm: Dtype = spec("bf16", doc="tensor-core input format of GEMMs (sets the FLOP/s peak)")
-    weights: WeightDtype | None = spec(None, doc="storage format of linear weights (default: same as gemm)")
+    weights: WeightDtype | None = spec(
+        None, doc="storage format of linear weights (default: same as gemm); narrower than gemm = weight-only "
+                  "quantisation (bytes follow weights, tensor-core rate follows gemm)")
+    expert_weights: WeightDtype | None = spec(
+        None, doc="storage format of routed-expert weights (default: weights), e.g. fp4 for GPT-OSS's MXFP4 experts")
     kv_cache: KvDtype = spec("bf16", doc="KV-cache storage format")
     attention: Dtype = spec("bf16", doc="format attention kernels compute in")
 
     @property
     def weight_dtype(self) -> str:
         return self.weights or self.gemm
+
+    @property
+    def expert_weight_dtype(self) -> str:
+        return self.expert_weights or self.weight_dtype
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +102,22 @@ class Workload:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Speculative:
+    """Speculative decoding: a drafter proposes `lookahead` tokens per step, the model verifies them
+    in one forward of lookahead + 1 tokens per request (see infersim.speculative)."""
+
+    method: Literal["draft", "mtp"] = spec(
+        doc="draft: a smaller model (draft_model) proposes the tokens; mtp: the model's own multi-token-prediction "
+            "layers (num_nextn_predict_layers) do")
+    draft_model: str | dict[str, Any] | None = spec(
+        None, doc="method draft: bundled model card name, path or inline card of the draft model (same vocabulary)")
+    lookahead: int | Literal["auto"] = spec(
+        3, doc="tokens proposed per step k; auto = the k in 1..max_lookahead with the lowest TPOT", gt=0)
+    acceptance_rate: float = spec(doc="probability that each proposed token is accepted (i.i.d. per token)", ge=0, le=1)
+    max_lookahead: int = spec(8, doc="largest k that lookahead: auto tries", gt=0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunSpec:
     """The run YAML as written: cards by name or path."""
 
@@ -102,6 +126,7 @@ class RunSpec:
     deployment: Deployment = spec(doc="parallel layout, precision, overlap")
     workload: Workload = spec(doc="sequence lengths and batch")
     mfu_tables: str | None = spec(None, doc="directory of measured kernel tables (default: roofline only)")
+    speculative: Speculative | None = spec(None, doc="speculative decoding (default: none)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +142,10 @@ class RunConfig:
     model_source: str = ""
     hardware_source: str = ""
     tables_source: str = ""
+    speculative: Speculative | None = None
+    draft_model: ModelCard | None = None  # method draft: the draft model's card
+    draft_deployment: Deployment | None = None  # method draft: how the draft model runs (see draft_deployment)
+    draft_model_source: str = ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,9 +246,52 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
             table_path = bundled_dir("mfu_tables") / table_dir
         tables = load_tables(table_path)
         tables_source = str(table_path)
+    draft, draft_dep, draft_source = None, None, ""
+    if spec_.speculative is not None:
+        draft, draft_dep, draft_source = _speculative_drafter(spec_.speculative, model, hardware, deployment, base, where)
     return RunConfig(model=model, hardware=hardware, deployment=deployment, workload=spec_.workload, tables=tables,
                      source=source, model_source=model_source, hardware_source=hardware_source,
-                     tables_source=tables_source)
+                     tables_source=tables_source, speculative=spec_.speculative, draft_model=draft,
+                     draft_deployment=draft_dep, draft_model_source=draft_source)
+
+
+def draft_deployment(dep: Deployment) -> Deployment:
+    """How a draft model runs: on each attention-TP group of the model, tensor-parallel over the
+    group (attention and FFN), no expert parallelism or overlap, in the model's formats."""
+    tp = dep.attention.tp
+    nodes = max(1, -(-tp // dep.gpus_per_node))
+    return Deployment(num_gpus=tp, num_nodes=nodes, attention=AttentionLayout(tp=tp, dp=1),
+                      ffn=FfnLayout(tp=tp, ep=1, dp=1), precision=dep.precision, overlap="none", moe_comm="all-gather")
+
+
+def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: HardwareCard, dep: Deployment,
+                         base: Path | None, where: str) -> tuple[ModelCard | None, Deployment | None, str]:
+    """Check the speculative section against the model; load and place the draft model."""
+    if dep.pp > 1:
+        raise ConfigError(where, "speculative", spec_.method, "speculative decoding with pipeline parallelism "
+                          "(deployment.pp > 1) is not modelled")
+    if spec_.method == "mtp":
+        if spec_.draft_model is not None:
+            raise ConfigError(where, "speculative.draft_model", spec_.draft_model, "only for method draft (mtp uses "
+                              "the model's own MTP layers)")
+        if model.num_nextn_predict_layers <= 0:
+            raise ConfigError(where, "speculative.method", "mtp", f"model {model.name} has no MTP layers "
+                              "(num_nextn_predict_layers is 0)")
+        return None, None, ""
+    if spec_.draft_model is None:
+        raise ConfigError(where, "speculative.draft_model", MISSING, "method draft needs a draft model card")
+    draft, source = load_model_card(spec_.draft_model, base)
+    if draft.vocab_size != model.vocab_size:
+        raise ConfigError(where, "speculative.draft_model", draft.name,
+                          f"vocabulary of {draft.vocab_size} tokens differs from the model's {model.vocab_size}: "
+                          "draft and model must share a tokenizer")
+    try:
+        draft_dep = complete_layout(draft_deployment(dep), draft, hardware, where)
+    except ConfigError as exc:
+        raise ConfigError(where, "speculative.draft_model", draft.name,
+                          f"cannot run tensor-parallel over the {dep.attention.tp} GPUs of an attention group: "
+                          f"{exc.problem}") from None
+    return draft, draft_dep, source
 
 
 def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source: str) -> Deployment:
@@ -253,6 +325,13 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
         else:
             shard(model.num_attention_heads, attn.tp, "num_attention_heads", "attention.tp")
             heads_per_rank(model.num_key_value_heads, attn.tp)
+        kinds = set(model.layer_kinds)
+        if "linear_attention" in kinds:
+            shard(model.linear_num_value_heads, attn.tp, "linear_num_value_heads", "attention.tp")
+            heads_per_rank(model.linear_num_key_heads, attn.tp, "linear_num_key_heads")
+        if "mamba" in kinds:
+            shard(model.mamba_heads, attn.tp, "Mamba-2 heads", "attention.tp")
+            heads_per_rank(model.mamba_n_groups, attn.tp, "mamba_n_groups")
     except LayoutError as exc:
         raise fail("deployment.attention.tp", attn.tp, str(exc)) from None
     if model.is_moe:
@@ -277,4 +356,7 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
         raise fail("deployment.ffn.tp", ffn.tp,
                    f"smaller than attention.tp ({attn.tp}); a TP FFN must span at least the attention TP group")
     hw.peak_flops(dep.precision.gemm, source)
+    if model.is_sparse_attention and "fp8" not in hw.peak.flops:
+        raise fail("model.index_topk", model.index_topk,
+                   f"DSA's indexer runs in fp8, but {hw.name} has no fp8 tensor-core rate")
     return replace(dep, attention=replace(attn, dp=attn_dp), ffn=replace(ffn, dp=ffn_dp))

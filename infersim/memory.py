@@ -1,14 +1,23 @@
-"""Memory accounting per GPU: weights, KV cache per token, KV capacity and the largest decode batch."""
+"""Memory accounting per GPU: weights, KV cache per token, KV capacity and the largest decode batch.
+
+What one request keeps, per layer kind: full attention (and DSA) layers one KV entry per token of
+context (DSA adds its fp8 index key); sliding-window layers at most `sliding_window` entries;
+linear-attention / Mamba-2 layers a constant recurrent state plus conv state. The first grows
+with the context (`kv_bytes_per_token`), the rest is bounded (`bounded_bytes_per_request`).
+A speculative drafter (draft model or MTP layers) adds its weights and its own cache.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from infersim.cards.hardware import HardwareCard
-from infersim.cards.model import ModelCard
+from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
 from infersim.config import Deployment, Workload
-from infersim.modules.attention import attention_weight_params, kv_elements_per_token_per_layer
-from infersim.modules.ffn import ffn_weight_params
+from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
+from infersim.modules.ffn import ffn_weight_params, routed_expert_params
+from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
+from infersim.modules.step import layer_composition
 from infersim.units import dtype_bytes
 
 EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every serving engine we model
@@ -17,59 +26,144 @@ EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every ser
 @dataclass(frozen=True)
 class MemoryResult:
     weights_bytes: float  # per GPU
-    kv_bytes_per_token: float  # one token's KV over all layers, whole model (unsharded)
-    kv_bytes_per_token_per_gpu: float  # what one request's token occupies on one GPU
+    kv_bytes_per_token: float  # one token's KV over all full-attention layers, whole model (unsharded), drafter included
+    kv_bytes_per_token_per_gpu: float  # what one request's token occupies on one GPU (drafter included)
     hbm_bytes: float
     reserved_bytes: float
     kv_capacity_bytes: float  # HBM left for KV per GPU (negative: weights do not fit)
     request_context: int  # tokens one request holds at its end (ISL + OSL)
     max_batch_per_gpu: int  # requests per GPU whose full context fits
+    # cache that stops growing (sliding-window KV up to the window, recurrent and conv states) of
+    # one request at its end: whole model, and on one GPU
+    bounded_bytes_per_request: float = 0.0
+    bounded_bytes_per_request_per_gpu: float = 0.0
+    # the speculative drafter's share of weights_bytes and kv_bytes_per_token_per_gpu (included there;
+    # its unsharded KV is included in kv_bytes_per_token too)
+    draft_weights_bytes: float = 0.0
+    draft_kv_bytes_per_token_per_gpu: float = 0.0
 
     @property
     def fits(self) -> bool:
         return self.kv_capacity_bytes > 0 and self.max_batch_per_gpu >= 1
 
 
-def total_parameters(model: ModelCard) -> float:
-    """All parameters of the model (unsharded), embeddings included."""
-    from infersim.config import Deployment as _D
+@dataclass(frozen=True)
+class DraftMemory:
+    """What a speculative drafter adds on every GPU (see infersim.speculative)."""
 
-    one = _D(num_gpus=1)
-    attn = attention_weight_params(model, 1)
-    dense, moe = ffn_weight_params(model, one)
-    norms = 2 * model.hidden_size
-    layers = model.num_dense_layers * (attn + dense + norms) + model.num_moe_layers * (attn + moe + norms)
+    weights_bytes: float  # per GPU
+    kv_bytes_per_token: float  # one token's cache over the drafter's layers (unsharded)
+    kv_bytes_per_token_per_gpu: float
+    bounded_bytes_per_request: float = 0.0  # unsharded
+    bounded_bytes_per_request_per_gpu: float = 0.0
+
+
+def mixer_weight_params(model: ModelCard, kind: str, attention_tp: int) -> float:
+    """Mixer (attention or linear-attention / Mamba-2) parameters of one layer of `kind` on one GPU."""
+    if kind in (FULL_ATTENTION, SLIDING_ATTENTION):
+        return attention_weight_params(model, attention_tp)
+    return linear_mixer_weight_params(model, kind, attention_tp)
+
+
+def _layer_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
+    """(linear-layer parameters but routed experts, routed-expert parameters) per GPU of one
+    pipeline stage, summed over the layer kinds."""
+    dense, moe = ffn_weight_params(model, dep)
+    routed = routed_expert_params(model, dep) if model.is_moe else 0.0
+    linear = experts = 0.0
+    for kind, is_moe, layers in layer_composition(model):
+        per_stage = layers / dep.pp
+        mixer = mixer_weight_params(model, kind, dep.attention.tp)
+        if is_moe:
+            linear += per_stage * (mixer + moe - routed)
+            experts += per_stage * routed
+        else:
+            linear += per_stage * (mixer + dense)
+    return linear, experts
+
+
+def total_parameters(model: ModelCard) -> float:
+    """All parameters of the model (unsharded), embeddings included; MTP modules are not."""
+    one = Deployment(num_gpus=1)
+    linear, experts = _layer_params(model, one)
+    norms = 2 * model.hidden_size * model.num_hidden_layers
     embed = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
-    return layers + embed
+    return linear + experts + norms + embed
 
 
 def weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
-    wbytes = dtype_bytes(dep.precision.weight_dtype)
-    attn = attention_weight_params(model, dep.attention.tp)
-    dense, moe = ffn_weight_params(model, dep)
-    per_stage_dense = model.num_dense_layers / dep.pp
-    per_stage_moe = model.num_moe_layers / dep.pp
-    linear = per_stage_dense * (attn + dense) + per_stage_moe * (attn + moe)
+    linear, experts = _layer_params(model, dep)
     norms = 2 * model.hidden_size * model.num_hidden_layers / dep.pp
     vocab_rows = model.vocab_size / dep.attention.tp * model.hidden_size
     # with PP the first stage holds the embedding and the last the LM head; report the larger
     embed = vocab_rows * (1 if model.tie_word_embeddings or dep.pp > 1 else 2)
-    return linear * wbytes + (norms + embed) * EMBEDDING_BYTES
+    prec = dep.precision
+    return (linear * dtype_bytes(prec.weight_dtype) + experts * dtype_bytes(prec.expert_weight_dtype)
+            + (norms + embed) * EMBEDDING_BYTES)
+
+
+def mtp_weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
+    """The MTP modules' weights per GPU: each one transformer layer (MoE FFN when the model has
+    experts) plus its input projection [embedding; hidden] -> hidden and three norms; embedding and
+    LM head are shared with the model."""
+    one_layer = mtp_card(model)
+    linear, experts = _layer_params(one_layer, dep)
+    prec = dep.precision
+    n = model.num_nextn_predict_layers
+    h = model.hidden_size
+    per_module = 2 * h * h * dtype_bytes(prec.weight_dtype) + (2 * h + 3 * h) * EMBEDDING_BYTES
+    return n * (linear * dtype_bytes(prec.weight_dtype) + experts * dtype_bytes(prec.expert_weight_dtype)) + n * per_module
+
+
+def mtp_card(model: ModelCard) -> ModelCard:
+    """The model card of one MTP module: one full-attention layer (DSA when the model has it) with
+    the model's MoE FFN (dense FFN for a dense model)."""
+    from dataclasses import replace
+
+    return replace(model, num_hidden_layers=1, first_k_dense_replace=0, layer_types=(), full_attention_interval=0,
+                   num_nextn_predict_layers=0)
 
 
 def kv_bytes_per_token(model: ModelCard, kv_dtype: str, attention_tp: int = 1) -> float:
-    return model.num_hidden_layers * kv_elements_per_token_per_layer(model, attention_tp) * dtype_bytes(kv_dtype)
+    """Cache bytes one token of context adds over the layers whose cache grows with the context
+    (full attention), on one GPU of the attention TP group (the whole model for tp = 1)."""
+    return model.layer_count(FULL_ATTENTION) * kv_bytes_per_token_per_layer(model, kv_dtype, attention_tp)
 
 
-def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload) -> MemoryResult:
+def bounded_bytes_per_request(model: ModelCard, kv_dtype: str, context: int, attention_tp: int = 1) -> float:
+    """Cache bytes of one request of `context` tokens that do not grow past a bound: sliding-window
+    KV (min(context, window) tokens) and recurrent + conv states, on one GPU of the attention TP group."""
+    total = 0.0
+    for kind in set(model.layer_kinds) - {FULL_ATTENTION}:
+        layers = model.layer_count(kind)
+        if kind == SLIDING_ATTENTION:
+            total += layers * min(context, model.sliding_window) * kv_bytes_per_token_per_layer(model, kv_dtype, attention_tp)
+        else:
+            total += layers * state_bytes_per_request_per_layer(model, kind, attention_tp)
+    return total
+
+
+def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload,
+                  draft: DraftMemory | None = None) -> MemoryResult:
     weights = weights_per_gpu(model, dep)
     kv_model = kv_bytes_per_token(model, dep.precision.kv_cache)
     kv_gpu = kv_bytes_per_token(model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
+    context = workload.isl + workload.osl
+    bounded_model = bounded_bytes_per_request(model, dep.precision.kv_cache, context)
+    bounded_gpu = bounded_bytes_per_request(model, dep.precision.kv_cache, context, dep.attention.tp) / dep.pp
+    draft_weights = draft_kv = 0.0
+    if draft is not None:
+        draft_weights, draft_kv = draft.weights_bytes, draft.kv_bytes_per_token_per_gpu
+        weights += draft_weights
+        kv_model += draft.kv_bytes_per_token
+        kv_gpu += draft_kv
+        bounded_model += draft.bounded_bytes_per_request
+        bounded_gpu += draft.bounded_bytes_per_request_per_gpu
     reserved = hw.derates.runtime_reserved_bytes
     capacity = hw.peak.hbm_bytes - reserved - weights
-    context = workload.isl + workload.osl
     # batch B per GPU: the attention TP group serves tp*B requests, each micro-batch of the
     # pipeline holds B per GPU and a GPU stores its share of every request's context
-    per_request = context * kv_gpu * dep.attention.tp * dep.pp
+    per_request = (context * kv_gpu + bounded_gpu) * dep.attention.tp * dep.pp
     max_batch = int(capacity // per_request) if capacity > 0 else 0
-    return MemoryResult(weights, kv_model, kv_gpu, hw.peak.hbm_bytes, reserved, capacity, context, max_batch)
+    return MemoryResult(weights, kv_model, kv_gpu, hw.peak.hbm_bytes, reserved, capacity, context, max_batch,
+                        bounded_model, bounded_gpu, draft_weights, draft_kv)

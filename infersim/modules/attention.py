@@ -1,32 +1,57 @@
-"""Attention operations of one layer on one GPU: MHA/GQA/MQA and MLA.
+"""Attention operations of one layer on one GPU: MHA/GQA/MQA and MLA, full or sliding-window,
+and DeepSeek sparse attention (DSA).
 
 Attention TP splits heads over `attention.tp` GPUs; each GPU of the TP group sees all of the
 group's tokens (tp x tokens_per_gpu). MLA decode uses weight absorption (queries projected into
 the latent space, attention over the compressed KV, values projected back); MLA prefill
 decompresses K/V and runs MHA.
+
+Sliding-window layers (`sliding_attention`) attend to, read and keep only the last
+`sliding_window` tokens; otherwise they cost what a full layer costs. Attention sinks (GPT-OSS)
+are one learned logit per head and are ignored.
+
+DSA (DeepSeek-V3.2, `index_topk` > 0): a lightning indexer (index_n_heads heads of
+index_head_dim, its queries projected from the MLA query latent, one fp8 key per token cached
+next to the latent KV) scores every cached token a query sees; a top-k kernel keeps index_topk of
+them; MLA then runs absorbed (as in decode) over those tokens only, in prefill and decode (as
+FlashMLA's sparse kernels do). The indexer is small and replicated on every attention-TP rank:
+each rank scores all of its group's tokens with all indexer heads.
+
+Qwen3-Next / Qwen3.5 full attention: the sigmoid output gate (`attention_output_gate`) doubles
+the query projection and adds one elementwise pass; partial rotary (rotary on a quarter of each
+head) and zero-centred norms change no cost we model and are ignored.
 """
 
 from __future__ import annotations
 
-from infersim.cards.model import ModelCard
+from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
 from infersim.config import Deployment
-from infersim.kernels import AttentionShape, GemmShape, MemoryBoundShape
+from infersim.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs
 from infersim.modules import categories as cat
 from infersim.plan import Operation, StageContext
 from infersim.sharding import heads_per_rank, shard
 from infersim.units import dtype_bytes
 
 ACT_BYTES = 2.0  # activations travel in bf16 between kernels
+INDEX_KEY_DTYPE = "fp8"  # DSA indexer keys are cached in fp8 ...
+INDEX_KEY_SCALE_BYTES = 4.0  # ... with one fp32 scale per key (DeepSeek-V3.2 inference code)
 
 
-def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: int) -> list[Operation]:
+def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: int, window: int = 0) -> list[Operation]:
     tp = dep.attention.tp
     prec = dep.precision
     ops = []
     for i, seqs in enumerate(ctx.sequences_per_gpu):
         common = dict(stage=ctx.stage, batch=seqs.count * tp, q_len=seqs.q_len, kv_len=seqs.kv_len,
                       dtype=prec.attention, kv_dtype=prec.kv_cache)
-        if model.is_mla and ctx.stage == "decode":
+        if window:
+            common["window"] = window
+        if model.is_sparse_attention:
+            shape = AttentionShape(kind="mla_sparse", num_heads=heads, num_kv_heads=1,
+                                   qk_head_dim=model.kv_lora_rank + model.qk_rope_head_dim,
+                                   v_head_dim=model.kv_lora_rank, rope_dim=model.qk_rope_head_dim,
+                                   topk=model.index_topk, **common)
+        elif model.is_mla and ctx.stage == "decode":
             shape = AttentionShape(kind="mla", num_heads=heads, num_kv_heads=1,
                                    qk_head_dim=model.kv_lora_rank + model.qk_rope_head_dim,
                                    v_head_dim=model.kv_lora_rank, rope_dim=model.qk_rope_head_dim, **common)
@@ -42,8 +67,37 @@ def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: in
     return ops
 
 
-def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
-    """Norm, projections, rotary + KV store and core attention of one layer (no communication)."""
+def _indexer_operations(model: ModelCard, dep: Deployment, ctx: StageContext, tokens: int) -> list[Operation]:
+    """DSA lightning indexer: projections, key store, logits over the cache, top-k selection."""
+    tp = dep.attention.tp
+    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+    nh, d = model.index_n_heads, model.index_head_dim
+    key_bytes = d * dtype_bytes(INDEX_KEY_DTYPE) + INDEX_KEY_SCALE_BYTES
+    ops = [
+        Operation("indexer_q_proj", cat.ATTN_PROJ, GemmShape(tokens, model.q_lora_rank, nh * d, **gemm)),
+        Operation("indexer_k_weights_proj", cat.ATTN_PROJ, GemmShape(tokens, model.hidden_size, d + nh, **gemm)),
+        Operation("indexer_rope_quant_store", cat.ELEMENTWISE, MemoryBoundShape(
+            "indexer key LayerNorm, rotary on q/k, fp8 quantisation, index-key cache write",
+            tokens * (nh * d * (2 * ACT_BYTES + dtype_bytes(INDEX_KEY_DTYPE)) + 3 * d * ACT_BYTES + key_bytes),
+            kernels=3)),
+    ]
+    for i, seqs in enumerate(ctx.sequences_per_gpu):
+        suffix = "" if i == 0 else f"_{i}"
+        batch = seqs.count * tp
+        ops.append(Operation("indexer_logits" + suffix, cat.ATTN_CORE, IndexerShape(
+            ctx.stage, batch, seqs.q_len, seqs.kv_len, nh, d, key_dtype=INDEX_KEY_DTYPE,
+            key_scale_bytes=INDEX_KEY_SCALE_BYTES)))
+        pairs = causal_pairs(seqs.q_len, seqs.kv_len)
+        ops.append(Operation("indexer_topk" + suffix, cat.ATTN_CORE, MemoryBoundShape(
+            "top-k of the indexer logits", batch * (pairs * 4.0 + seqs.q_len * model.index_topk * 4.0))))
+    return ops
+
+
+def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
+                         kind: str = FULL_ATTENTION) -> list[Operation]:
+    """Norm, projections, rotary + KV store and core attention of one layer (no communication).
+    kind: full_attention or sliding_attention (the last model.sliding_window tokens only)."""
+    window = model.sliding_window if kind == SLIDING_ATTENTION else 0
     tp = dep.attention.tp
     tokens = ctx.tokens_per_gpu * tp
     h = model.hidden_size
@@ -68,37 +122,53 @@ def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -
             "q/kv RMSNorm, rotary, latent KV write",
             tokens * (2 * (model.q_lora_rank + latent) + 2 * heads * qk_dim) * ACT_BYTES + tokens * latent * kv_bytes,
             kernels=3)))
-        if ctx.stage == "decode":
+        if model.is_sparse_attention:
+            ops += _indexer_operations(model, dep, ctx, tokens)
+        if ctx.stage == "decode" or model.is_sparse_attention:
             # absorbed: q_nope @ W_UK per head into the latent space, then latent output @ W_UV per head
             ops.append(Operation("q_absorb", cat.ATTN_PROJ,
                                  GemmShape(tokens, model.qk_nope_head_dim, heads * model.kv_lora_rank, "bf16", "bf16")))
-            ops += _core_shapes(model, dep, ctx, heads)
+            ops += _core_shapes(model, dep, ctx, heads, window)
             ops.append(Operation("v_absorb", cat.ATTN_PROJ,
                                  GemmShape(tokens, model.kv_lora_rank, heads * v_dim, "bf16", "bf16")))
         else:
             ops.append(Operation("kv_b_proj", cat.ATTN_PROJ,
                                  GemmShape(tokens, model.kv_lora_rank, heads * (model.qk_nope_head_dim + v_dim), **gemm)))
-            ops += _core_shapes(model, dep, ctx, heads)
+            ops += _core_shapes(model, dep, ctx, heads, window)
         ops.append(Operation("o_proj", cat.ATTN_PROJ, GemmShape(tokens, heads * v_dim, h, **gemm)))
         return ops
 
     kv_heads = heads_per_rank(model.num_key_value_heads, tp)
     d = model.head_dim
-    ops.append(Operation("qkv_proj", cat.ATTN_PROJ, GemmShape(tokens, h, (heads + 2 * kv_heads) * d, **gemm)))
+    q_heads = heads * 2 if model.attention_output_gate else heads  # the gate is a second query-width output
+    ops.append(Operation("qkv_proj", cat.ATTN_PROJ, GemmShape(tokens, h, (q_heads + 2 * kv_heads) * d, **gemm)))
     ops.append(Operation("rope_kv_store", cat.ELEMENTWISE, MemoryBoundShape(
         "rotary on q/k, KV-cache write",
         2 * tokens * (heads + kv_heads) * d * ACT_BYTES + tokens * 2 * kv_heads * d * (ACT_BYTES + kv_bytes),
         kernels=2)))
-    ops += _core_shapes(model, dep, ctx, heads)
+    ops += _core_shapes(model, dep, ctx, heads, window)
+    if model.attention_output_gate:
+        ops.append(Operation("attn_output_gate", cat.ELEMENTWISE, MemoryBoundShape(
+            "sigmoid output gate", 3 * tokens * heads * d * ACT_BYTES)))
     ops.append(Operation("o_proj", cat.ATTN_PROJ, GemmShape(tokens, heads * d, h, **gemm)))
     return ops
 
 
 def kv_elements_per_token_per_layer(model: ModelCard, attention_tp: int) -> int:
-    """KV-cache elements one token stores in one layer on one GPU of the attention TP group."""
+    """KV-cache elements one token stores in one (full or sliding) attention layer on one GPU of
+    the attention TP group (DSA index keys are extra: see kv_bytes_per_token_per_layer)."""
     if model.is_mla:
         return model.kv_lora_rank + model.qk_rope_head_dim  # latent is replicated on every TP rank
     return 2 * heads_per_rank(model.num_key_value_heads, attention_tp) * model.head_dim
+
+
+def kv_bytes_per_token_per_layer(model: ModelCard, kv_dtype: str, attention_tp: int) -> float:
+    """Cache bytes one token stores in one attention layer on one GPU: K/V (or the MLA latent) in
+    the KV format, plus the DSA index key (fp8 + fp32 scale, replicated on every TP rank)."""
+    kv = kv_elements_per_token_per_layer(model, attention_tp) * dtype_bytes(kv_dtype)
+    if model.is_sparse_attention:
+        kv += model.index_head_dim * dtype_bytes(INDEX_KEY_DTYPE) + INDEX_KEY_SCALE_BYTES
+    return kv
 
 
 def attention_weight_params(model: ModelCard, attention_tp: int) -> float:
@@ -110,10 +180,15 @@ def attention_weight_params(model: ModelCard, attention_tp: int) -> float:
         q = (h * model.q_lora_rank + model.q_lora_rank * heads * model.qk_head_dim) if model.q_lora_rank \
             else h * heads * model.qk_head_dim
         kv = h * latent + model.kv_lora_rank * heads * (model.qk_nope_head_dim + model.v_head_dim)
-        return q + kv + heads * model.v_head_dim * h
+        params = q + kv + heads * model.v_head_dim * h
+        if model.is_sparse_attention:  # indexer: wq_b, wk, head weights, key LayerNorm (replicated)
+            nh, d = model.index_n_heads, model.index_head_dim
+            params += model.q_lora_rank * nh * d + h * d + h * nh + 2 * d
+        return params
     kv_heads = heads_per_rank(model.num_key_value_heads, attention_tp)
     d = model.head_dim
-    params = h * (heads + 2 * kv_heads) * d + heads * d * h
+    q_heads = heads * 2 if model.attention_output_gate else heads
+    params = h * (q_heads + 2 * kv_heads) * d + heads * d * h
     if model.attention_bias:
         params += (heads + 2 * kv_heads) * d + h
     return params

@@ -109,7 +109,7 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
     active = expected_active_experts(local, E, k, routing_domain)
     grouped = dict(stage=ctx.stage, num_experts=E, ep=ffn.ep, topk=k, hidden=h, intermediate=width,
                    tokens_per_gpu=table_tokens, active_experts=active, gated=model.gated_ffn,
-                   dtype=prec.gemm, weight_dtype=prec.weight_dtype)
+                   dtype=prec.gemm, weight_dtype=prec.expert_weight_dtype)
     routed = table_tokens * k
     up = width * (2 if model.gated_ffn else 1)
     ops += [
@@ -150,3 +150,9 @@ def ffn_weight_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
     shared = mats * h * model.shared_width / shards
     router = h * model.num_experts
     return dense, routed + shared + router
+
+
+def routed_expert_params(model: ModelCard, dep: Deployment) -> float:
+    """Routed-expert parameters of one MoE layer held by one GPU (part of ffn_weight_params' MoE
+    figure; stored in precision.expert_weights)."""
+    return model.num_experts / dep.ffn.ep * model.ffn_matrices * model.hidden_size * model.moe_intermediate_size / dep.ffn.tp

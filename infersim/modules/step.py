@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from infersim.cards.model import ModelCard
+from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.config import Deployment, Workload
 from infersim.errors import InferSimError
 from infersim.kernels import CollectiveShape, GemmShape, MemoryBoundShape
 from infersim.modules import categories as cat
 from infersim.modules.attention import attention_operations
 from infersim.modules.ffn import ACT_BYTES, attention_output_collective, dense_ffn_operations, moe_operations
+from infersim.modules.linear_attention import linear_mixer_operations
 from infersim.plan import LayerGroup, Operation, SequenceBatch, Stage, StageContext, StagePlan
 from infersim.sharding import shard
 
@@ -25,26 +26,48 @@ def prefill_sequences(tokens: int, isl: int) -> tuple[SequenceBatch, ...]:
 
 
 def stage_context(stage: Stage, model: ModelCard, dep: Deployment, workload: Workload,
-                  tokens_per_gpu: int, micro_batches: int) -> StageContext:
+                  tokens_per_gpu: int, micro_batches: int, q_len: int = 1) -> StageContext:
+    """q_len (decode): new tokens per request in one step, > 1 when verifying speculative tokens;
+    they attend to the context and to each other, so the last one sees decode_context + q_len - 1."""
     per_micro = shard(tokens_per_gpu, micro_batches,
                       "prefill tokens per GPU" if stage == "prefill" else "decode batch per GPU",
                       "the two micro-batches of two-batch overlap")
     if stage == "prefill":
         seqs = prefill_sequences(per_micro, workload.isl)
-    else:
-        seqs = (SequenceBatch(per_micro, 1, max(1, round(workload.decode_context))),)
-    return StageContext(stage, per_micro, seqs, dep.gpus_per_node)
+        return StageContext(stage, per_micro, seqs, dep.gpus_per_node)
+    seqs = (SequenceBatch(per_micro, q_len, max(1, round(workload.decode_context)) + q_len - 1),)
+    return StageContext(stage, per_micro * q_len, seqs, dep.gpus_per_node)
+
+
+MIXER_LABELS = {FULL_ATTENTION: "full attention", SLIDING_ATTENTION: "sliding window",
+                LINEAR_ATTENTION: "Gated DeltaNet", MAMBA: "Mamba-2"}
+
+
+def layer_composition(model: ModelCard) -> tuple[tuple[str, bool, int], ...]:
+    """(mixer kind, MoE FFN?, layers) for each distinct layer kind, in order of first appearance."""
+    return model.layer_composition
+
+
+def mixer_operations(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str) -> list[Operation]:
+    if kind in (FULL_ATTENTION, SLIDING_ATTENTION):
+        return attention_operations(model, dep, ctx, kind)
+    return linear_mixer_operations(model, dep, ctx, kind)
 
 
 def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext) -> tuple[LayerGroup, ...]:
+    """One LayerGroup per distinct (mixer, FFN) layer kind; layers of a kind share it whatever
+    their order (order only matters for two-batch overlap, which pipelines layer by layer)."""
     groups = []
-    attention = attention_operations(model, dep, ctx)
-    if model.num_dense_layers:
-        ops = attention + attention_output_collective(model, dep, ctx, moe_layer=False) + dense_ffn_operations(model, dep, ctx)
-        groups.append(LayerGroup("dense layers", model.num_dense_layers, tuple(ops)))
-    if model.num_moe_layers:
-        ops = attention + attention_output_collective(model, dep, ctx, moe_layer=True) + moe_operations(model, dep, ctx)
-        groups.append(LayerGroup("MoE layers", model.num_moe_layers, tuple(ops)))
+    mixers: dict[str, list[Operation]] = {}
+    for kind, moe, layers in layer_composition(model):
+        if kind not in mixers:
+            mixers[kind] = mixer_operations(model, dep, ctx, kind)
+        ffn = moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx)
+        ops = mixers[kind] + attention_output_collective(model, dep, ctx, moe_layer=moe) + ffn
+        name = "MoE layers" if moe else "dense layers"
+        if model.is_hybrid:
+            name += f" ({MIXER_LABELS[kind]})"
+        groups.append(LayerGroup(name, layers, tuple(ops)))
     return tuple(groups)
 
 
@@ -70,12 +93,13 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
 
 
 def build_stage_plan(stage: Stage, model: ModelCard, dep: Deployment, workload: Workload,
-                     tokens_per_gpu: int, comm_sms: int) -> StagePlan:
-    """tokens_per_gpu: prompt tokens per GPU (prefill) or requests per GPU (decode)."""
+                     tokens_per_gpu: int, comm_sms: int, q_len: int = 1) -> StagePlan:
+    """tokens_per_gpu: prompt tokens per GPU (prefill) or requests per GPU (decode).
+    q_len (decode only): tokens each request feeds in one step (k + 1 to verify k speculative tokens)."""
     if tokens_per_gpu <= 0:
         raise InferSimError(f"{stage}: needs at least one token per GPU (got {tokens_per_gpu})")
     micro_batches = 2 if dep.overlap == "two-batch" else 1
-    ctx = stage_context(stage, model, dep, workload, tokens_per_gpu, micro_batches)
+    ctx = stage_context(stage, model, dep, workload, tokens_per_gpu, micro_batches, q_len)
     sms = comm_sms if (micro_batches == 2 and dep.moe_comm == "deepep-normal" and model.is_moe) else 0
     return StagePlan(stage, layer_groups(model, dep, ctx), per_step_operations(model, dep, ctx, micro_batches),
                      micro_batches, sms, tokens_per_gpu)
