@@ -47,11 +47,19 @@ class StageResult:
     overlap_saved_s: float  # time two-batch overlap saves against running compute and communication back to back (negative when SM sharing costs more)
     sm_slowdown: float  # factor compute is slowed by while overlapped communication holds SMs
     operations: tuple[OperationResult, ...]
+    # tokens each request gains per decode step: 1, or under speculative decoding the expected
+    # accepted draft tokens plus the bonus token (step_time_s is then draft + verification)
+    tokens_per_step: float = 1.0
 
     @property
     def tgs(self) -> float:
         """Tokens per GPU per second: prompt tokens (prefill) or generated tokens (decode)."""
-        return self.tokens_per_gpu / self.step_time_s
+        return self.tokens_per_gpu * self.tokens_per_step / self.step_time_s
+
+    @property
+    def tpot_s(self) -> float:
+        """Decode: time per output token of one request (the step time without speculative decoding)."""
+        return self.step_time_s / self.tokens_per_step
 
     @property
     def source(self) -> Source:

@@ -9,6 +9,7 @@ from infersim.engine import StageResult, run_stage
 from infersim.kernels import NoTables, Source
 from infersim.memory import MemoryResult, memory_budget
 from infersim.modules.step import build_stage_plan
+from infersim.speculative import SpeculativeResult, drafter_memory, run_speculative
 from infersim.units import GB
 
 
@@ -19,6 +20,10 @@ class SimulationResult:
     decode: StageResult
     memory: MemoryResult
     warnings: tuple[str, ...]
+    # speculative decoding (run config section `speculative`): then `decode` is the speculative
+    # step (drafting + verification; decode.tpot_s is the effective TPOT) and `prefill` includes
+    # the drafter's prefill
+    speculative: SpeculativeResult | None = None
 
 
 def decode_batch(config: RunConfig, memory: MemoryResult) -> int:
@@ -30,12 +35,17 @@ def decode_batch(config: RunConfig, memory: MemoryResult) -> int:
 
 def simulate(config: RunConfig) -> SimulationResult:
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
-    memory = memory_budget(model, hw, dep, workload)
+    speculative = None
+    memory = memory_budget(model, hw, dep, workload, drafter_memory(config))
     batch = decode_batch(config, memory)
     sms = hw.derates.deepep_normal_sms
     prefill = run_stage(build_stage_plan("prefill", model, dep, workload, workload.prefill_tokens, sms), hw, config.tables)
-    decode = run_stage(build_stage_plan("decode", model, dep, workload, batch, sms), hw, config.tables)
-    return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)))
+    if config.speculative is not None:
+        prefill, decode, speculative = run_speculative(config, prefill, batch)
+    else:
+        decode = run_stage(build_stage_plan("decode", model, dep, workload, batch, sms), hw, config.tables)
+    return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)),
+                            speculative)
 
 
 def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: StageResult) -> list[str]:

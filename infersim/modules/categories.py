@@ -17,9 +17,10 @@ ELEMENTWISE = "elementwise"  # norms, rotary, activation, KV-cache store, quant 
 EMBEDDING = "embedding"
 LM_HEAD = "lm_head"  # final norm + LM-head GEMM (+ sampling)
 OVERHEAD = "overhead"  # scheduler / framework time per step
+DRAFT = "draft"  # speculative decoding: the drafter's steps (draft model or MTP layers), all kernels
 
 ALL = (
     ATTN_CORE, ATTN_PROJ, MOE_EXPERTS, SHARED_EXPERT, DENSE_FFN, ROUTER, DISPATCH, COMBINE,
-    ALL_REDUCE, DP_GATHER, PP_SEND, ELEMENTWISE, EMBEDDING, LM_HEAD, OVERHEAD,
+    ALL_REDUCE, DP_GATHER, PP_SEND, ELEMENTWISE, EMBEDDING, LM_HEAD, OVERHEAD, DRAFT,
 )
 COMMUNICATION = frozenset({DISPATCH, COMBINE, ALL_REDUCE, DP_GATHER, PP_SEND})
