@@ -1,0 +1,210 @@
+"""The base configuration, loaded and validated once, and the variants derived from it.
+
+Loading cards from YAML costs milliseconds; a sweep point must cost far less. So the run config is
+loaded once (`load_base`) and each variant is derived from the validated objects with
+`dataclasses.replace`, re-running the same cross-field validators the loader runs
+(`validate_model`, `validate_hardware`, `complete_layout`), so an invalid variant is reported with
+the loader's own message instead of being simulated. Derived cards and layouts are cached, so
+a grid whose model fields vary slowly re-validates each model once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from infersim.cards.hardware import HardwareCard, validate_hardware
+from infersim.cards.model import ModelCard, validate_model
+from infersim.cards.registry import resolve
+from infersim.cards.schema import load_yaml
+from infersim.config import (
+    AttentionLayout,
+    Deployment,
+    FfnLayout,
+    RunConfig,
+    Workload,
+    complete_layout,
+    load_hardware_card,
+    load_model_card,
+    load_run_config,
+    parse_override,
+)
+from infersim.errors import ConfigError, InferSimError
+from infersim.sweep.grid import GridAxis
+
+_CACHE_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Base:
+    """A validated run config plus what is needed to derive variants of it anywhere (picklable)."""
+
+    config: RunConfig
+    deployment: Deployment  # the config's deployment with derived DP sizes reset to 0 (= derive again)
+    source: str
+    base_dir: str | None = None
+    card_overrides: dict[str, tuple[tuple[tuple[str, ...], Any, str], ...]] = field(default_factory=dict)
+
+
+def load_base(path: str | Path, overrides: Sequence[str] = (), mfu_tables: str | None = None) -> Base:
+    """Load, override and validate a run config once (raises InferSimError subclasses only)."""
+    config = load_run_config(path, list(overrides), mfu_tables)
+    config_path = resolve(str(path), "configs")
+    raw = load_yaml(config_path)
+    card_overrides: dict[str, list[tuple[tuple[str, ...], Any, str]]] = {"model": [], "hardware": []}
+    for text in overrides:
+        dotted, value = parse_override(text)
+        if dotted[0] in card_overrides and len(dotted) > 1 and not isinstance(raw.get(dotted[0]), dict):
+            card_overrides[dotted[0]].append((tuple(dotted[1:]), value, text))
+    return from_config(config, str(config_path), str(config_path.parent),
+                       {k: tuple(v) for k, v in card_overrides.items()})
+
+
+def from_config(config: RunConfig, source: str = "", base_dir: str | None = None,
+                card_overrides: dict[str, tuple] | None = None) -> Base:
+    """A Base from an already validated RunConfig (the Python API's entry point)."""
+    dep = config.deployment
+    dep = dataclasses.replace(dep, attention=dataclasses.replace(dep.attention, dp=0),
+                              ffn=dataclasses.replace(dep.ffn, dp=0))
+    return Base(config, dep, source or config.source, base_dir, dict(card_overrides or {}))
+
+
+def set_path(obj: Any, parts: Sequence[str], value: Any) -> Any:
+    """A copy of a frozen dataclass (or dict) tree with the dotted leaf replaced."""
+    head, rest = parts[0], parts[1:]
+    if isinstance(obj, dict):
+        new = dict(obj)
+        new[head] = set_path(obj[head], rest, value) if rest else value
+        return new
+    current = getattr(obj, head)
+    return dataclasses.replace(obj, **{head: set_path(current, rest, value) if rest else value})
+
+
+class Deriver:
+    """Derives validated RunConfigs for grid points (and searched layouts) from a Base."""
+
+    def __init__(self, base: Base, axes: Sequence[GridAxis]) -> None:
+        self.base = base
+        self.axes = tuple(axes)
+        self._card_axis: dict[str, int | None] = {"model": None, "hardware": None}
+        self._fields: dict[str, list[tuple[int, tuple[str, ...]]]] = {
+            "model": [], "hardware": [], "deployment": [], "workload": []}
+        for i, axis in enumerate(self.axes):
+            parts = axis.parts
+            if len(parts) == 1:
+                self._card_axis[parts[0]] = i
+            else:
+                self._fields[parts[0]].append((i, parts[1:]))
+        self._cards: dict[tuple[str, Any], Any] = {}
+        self._models: dict[tuple, Any] = {}
+        self._hardware: dict[tuple, Any] = {}
+        self._layouts: dict[tuple, Any] = {}
+
+    # -- cards -----------------------------------------------------------------------------
+
+    def _card(self, kind: str, values: tuple[Any, ...]) -> ModelCard | HardwareCard:
+        i = self._card_axis[kind]
+        if i is None:
+            return getattr(self.base.config, kind)
+        ref = values[i]
+        key = (kind, ref)
+        if key not in self._cards:
+            base_dir = Path(self.base.base_dir) if self.base.base_dir else None
+            overrides = [(list(p), v, t) for p, v, t in self.base.card_overrides.get(kind, ())]
+            loader = load_model_card if kind == "model" else load_hardware_card
+            try:
+                self._cards[key] = loader(ref, base_dir, overrides)[0]
+            except InferSimError as exc:
+                self._cards[key] = exc
+        card = self._cards[key]
+        if isinstance(card, InferSimError):
+            raise card
+        return card
+
+    def _derived(self, kind: str, values: tuple[Any, ...], cache: dict[tuple, Any]) -> Any:
+        fields = self._fields[kind]
+        key = tuple(values[i] for i, _ in fields)
+        if self._card_axis[kind] is not None:
+            key += (values[self._card_axis[kind]],)
+        hit = cache.get(key)
+        if hit is None:
+            try:
+                card = self._card(kind, values)
+                for i, parts in fields:
+                    card = set_path(card, parts, values[i])
+                if fields:
+                    validator = validate_model if kind == "model" else validate_hardware
+                    card = validator(card, "")
+                hit = card
+            except InferSimError as exc:
+                hit = exc
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[key] = hit
+        if isinstance(hit, InferSimError):
+            raise hit
+        return hit
+
+    def model(self, values: tuple[Any, ...]) -> ModelCard:
+        return self._derived("model", values, self._models)
+
+    def hardware(self, values: tuple[Any, ...]) -> HardwareCard:
+        return self._derived("hardware", values, self._hardware)
+
+    # -- deployment and workload ------------------------------------------------------------
+
+    def deployment(self, values: tuple[Any, ...]) -> Deployment:
+        """The variant's deployment before layout completion (DP sizes 0 = derive)."""
+        dep = self.base.deployment
+        for i, parts in self._fields["deployment"]:
+            dep = set_path(dep, parts, values[i])
+        return dep
+
+    def workload(self, values: tuple[Any, ...]) -> Workload:
+        work = self.base.config.workload
+        for i, parts in self._fields["workload"]:
+            work = set_path(work, parts, values[i])
+        return work
+
+    def complete(self, dep: Deployment, model: ModelCard, hw: HardwareCard) -> Deployment:
+        """complete_layout, cached on the (model, hardware, deployment) triple."""
+        key = (id(model), id(hw), dep)
+        entry = self._layouts.get(key)
+        if entry is None:
+            try:
+                hit = complete_layout(dep, model, hw, "")
+            except InferSimError as exc:
+                hit = exc
+            if len(self._layouts) >= _CACHE_LIMIT:
+                self._layouts.clear()
+            # the entry holds the cards, so their ids cannot be reused while it exists
+            entry = self._layouts[key] = (model, hw, hit)
+        hit = entry[2]
+        if isinstance(hit, InferSimError):
+            raise hit
+        return hit
+
+    def config(self, values: tuple[Any, ...]) -> RunConfig:
+        """The validated RunConfig of one grid point (raises InferSimError when the variant is invalid)."""
+        model = self.model(values)
+        hw = self.hardware(values)
+        dep = self.complete(self.deployment(values), model, hw)
+        return dataclasses.replace(self.base.config, model=model, hardware=hw, deployment=dep,
+                                   workload=self.workload(values))
+
+
+def with_layout(dep: Deployment, num_gpus: int, num_nodes: int, pp: int, attn_tp: int, ffn_tp: int,
+                ffn_ep: int) -> Deployment:
+    """A deployment with a searched parallel layout (DP sizes derived by complete_layout)."""
+    return dataclasses.replace(dep, num_gpus=num_gpus, num_nodes=num_nodes, pp=pp,
+                               attention=AttentionLayout(tp=attn_tp, dp=0),
+                               ffn=FfnLayout(tp=ffn_tp, ep=ffn_ep, dp=0))
+
+
+def problem_text(exc: InferSimError) -> str:
+    """The reason a variant was rejected, without the value (so equal reasons group together)."""
+    if isinstance(exc, ConfigError):
+        return f"{exc.field}: {exc.problem}" if exc.field else exc.problem
+    return str(exc)
