@@ -1,0 +1,309 @@
+"""Evaluating sweep points: the decode-only fast path and the layout search.
+
+A sweep is a list of *units* of work, numbered 0..spec.units-1, so that any worker can evaluate
+any range of them from the spec alone:
+
+* without a layout search, unit i is grid point i (the cross product of the --grid axes, the last
+  axis varying fastest), simulated once with the deployment and batch it names;
+* with a layout search (`Search`: --gpus, --batch), unit i is (grid point, GPU count, PP degree);
+  the worker tries every attention TP, FFN TP and expert-parallel size that divides the GPUs of a
+  pipeline stage (DP sizes follow), skips layouts `complete_layout` rejects (counted with their
+  reasons), and simulates every searched batch that fits in memory, plus the largest that fits.
+
+Only decode is simulated unless the spec asks for prefill (a TTFT target needs it); prefill does
+not depend on the decode batch, so it is simulated once per layout. The fast path calls the same
+functions `simulate()` does (memory_budget, build_stage_plan, run_stage), minus the work a sweep
+does not need.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import threading
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from infersim.engine import StageResult, run_stage
+from infersim.errors import InferSimError
+from infersim.kernels import Bound
+from infersim.memory import MemoryResult, memory_budget
+from infersim.modules.step import build_stage_plan
+from infersim.sweep.grid import GridAxis, grid_point, grid_size
+from infersim.sweep.variants import Base, Deriver, problem_text, with_layout
+
+NAN = float("nan")
+
+#: what a step's dominant bound means as a constraint on throughput
+BOUND_NAMES = {
+    Bound.COMPUTE: "compute",
+    Bound.MEMORY: "memory bandwidth",
+    Bound.COMM: "communication",
+    Bound.OVERHEAD: "overhead",
+}
+
+
+class Row(NamedTuple):
+    """One simulated (or rejected) configuration. Times in seconds, sizes in bytes."""
+
+    point: int  # index of the grid point (see grid_point)
+    num_gpus: int
+    num_nodes: int
+    pp: int
+    attn_tp: int
+    attn_dp: int
+    ffn_tp: int
+    ffn_ep: int
+    ffn_dp: int
+    batch: int  # decode requests per GPU
+    tpot_s: float
+    tgs: float  # decode tokens per GPU per second
+    ttft_s: float  # NaN unless prefill was simulated
+    prefill_tgs: float
+    bound: str  # what dominates the decode step: compute, memory bandwidth, communication, overhead
+    fits: bool  # the batch's KV cache fits beside the weights
+    max_batch: int  # the largest decode batch per GPU that fits
+    kv_capacity_bytes: float
+    weights_bytes: float
+    price: float  # USD per GPU-hour used for cost (0 = unknown)
+    status: str = ""  # "" when simulated; otherwise why the configuration was rejected
+
+    @property
+    def ok(self) -> bool:
+        return not self.status
+
+    @property
+    def user_tps(self) -> float:
+        """Output tokens per second one request sees (1 / TPOT)."""
+        return 1.0 / self.tpot_s if self.tpot_s > 0 else NAN
+
+    @property
+    def cost_per_mtok(self) -> float:
+        """USD per million output tokens: price * GPUs / (3600 * total tokens/s) * 1e6."""
+        if not self.price or not self.tgs or math.isnan(self.tgs):
+            return NAN
+        return self.price * self.num_gpus / (3600.0 * self.tgs * self.num_gpus) * 1e6
+
+
+def _rejected(point: int, problem: str, price: float = 0.0) -> Row:
+    return Row(point, 0, 0, 0, 0, 0, 0, 0, 0, 0, NAN, NAN, NAN, NAN, "", False, 0, NAN, NAN, price, problem)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class Search:
+    """Layout search: GPU counts, decode batches per GPU, and caps on the parallel degrees tried."""
+
+    gpus: tuple[int, ...]
+    batches: tuple[int, ...]
+    max_pp: int = 8
+    max_tp: int = 8
+    include_max_batch: bool = True  # also simulate the largest batch that fits (when within the batch range)
+
+    def __post_init__(self) -> None:
+        if not self.gpus or any(int(g) != g or g < 1 for g in self.gpus):
+            raise InferSimError(f"--gpus: GPU counts must be whole numbers >= 1 (got {list(self.gpus)})")
+        if not self.batches or any(int(b) != b or b < 1 for b in self.batches):
+            raise InferSimError(f"--batch: decode batches must be whole numbers >= 1 (got {list(self.batches)})")
+        if self.max_pp < 1 or self.max_tp < 1:
+            raise InferSimError("--max-pp and --max-tp must be at least 1")
+
+    @property
+    def units(self) -> tuple[tuple[int, int], ...]:
+        """(GPU count, PP degree) pairs; each is one unit of work per grid point."""
+        return tuple((n, pp) for n in sorted(set(self.gpus)) for pp in divisors(n) if pp <= self.max_pp)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Everything a worker needs to evaluate any range of units (picklable)."""
+
+    base: Base
+    axes: tuple[GridAxis, ...] = ()
+    search: Search | None = None
+    prefill: bool = False  # also simulate prefill (TTFT); a TTFT target needs it
+    skip_unfit: bool = False  # drop batches that do not fit in memory instead of reporting them
+    price_per_gpu_hour: float | None = None  # overrides the hardware card's usd_per_gpu_hour
+
+    @property
+    def points(self) -> int:
+        return grid_size(self.axes)
+
+    @property
+    def units_per_point(self) -> int:
+        return len(self.search.units) if self.search else 1
+
+    @property
+    def units(self) -> int:
+        return self.points * self.units_per_point
+
+    def values(self, point: int) -> tuple[Any, ...]:
+        return grid_point(self.axes, point)
+
+
+@dataclass
+class ChunkResult:
+    rows: list[Row] = field(default_factory=list)
+    units: int = 0  # units evaluated
+    rejected: int = 0  # configurations the validator rejected
+    unfit: int = 0  # searched batches skipped because their KV cache does not fit
+    problems: dict[str, int] = field(default_factory=dict)  # rejection reason -> count
+
+    def reject(self, problem: str) -> None:
+        self.rejected += 1
+        if problem in self.problems or len(self.problems) < 64:
+            self.problems[problem] = self.problems.get(problem, 0) + 1
+
+    def merge(self, other: ChunkResult) -> None:
+        self.rows.extend(other.rows)
+        self.units += other.units
+        self.rejected += other.rejected
+        self.unfit += other.unfit
+        for k, v in other.problems.items():
+            if k in self.problems or len(self.problems) < 64:
+                self.problems[k] = self.problems.get(k, 0) + v
+
+
+class Evaluator:
+    """Evaluates ranges of units of one spec; keeps its caches between calls (one per process)."""
+
+    def __init__(self, spec: SweepSpec) -> None:
+        self.spec = spec
+        self.deriver = Deriver(spec.base, spec.axes)
+        self.tables = spec.base.config.tables
+        self._memory_key: tuple | None = None
+        self._memory: MemoryResult | None = None
+        self._prefill_key: tuple | None = None
+        self._prefill: StageResult | None = None
+
+    # -- pieces ----------------------------------------------------------------------------
+
+    def _memory_for(self, model, hw, dep, work) -> MemoryResult:
+        key = (model, hw, dep, work.isl, work.osl)
+        if self._memory_key is None or any(a is not b and a != b for a, b in zip(key, self._memory_key)):
+            self._memory = memory_budget(model, hw, dep, work)
+            self._memory_key = key
+        return self._memory
+
+    def _prefill_for(self, model, hw, dep, work) -> StageResult:
+        key = (model, hw, dep, work.isl, work.prefill_tokens)
+        if self._prefill_key is None or any(a is not b and a != b for a, b in zip(key, self._prefill_key)):
+            plan = build_stage_plan("prefill", model, dep, work, work.prefill_tokens, hw.derates.deepep_normal_sms)
+            self._prefill = run_stage(plan, hw, self.tables)
+            self._prefill_key = key
+        return self._prefill
+
+    def _row(self, point, model, hw, dep, work, batch, mem, price) -> Row:
+        plan = build_stage_plan("decode", model, dep, work, batch, hw.derates.deepep_normal_sms)
+        decode = run_stage(plan, hw, self.tables)
+        if self.spec.prefill:
+            prefill = self._prefill_for(model, hw, dep, work)
+            ttft, ptgs = prefill.step_time_s, prefill.tgs
+        else:
+            ttft = ptgs = NAN
+        fits = mem.kv_capacity_bytes > 0 and 1 <= batch <= mem.max_batch_per_gpu
+        return Row(point, dep.num_gpus, dep.num_nodes, dep.pp, dep.attention.tp, dep.attention.dp, dep.ffn.tp,
+                   dep.ffn.ep, dep.ffn.dp, batch, decode.step_time_s, decode.tgs, ttft, ptgs,
+                   BOUND_NAMES[decode.bound], fits, mem.max_batch_per_gpu, mem.kv_capacity_bytes,
+                   mem.weights_bytes, price)
+
+    def _price(self, hw) -> float:
+        p = self.spec.price_per_gpu_hour
+        return hw.usd_per_gpu_hour if p is None else p
+
+    # -- units -----------------------------------------------------------------------------
+
+    def run(self, start: int, stop: int) -> ChunkResult:
+        out = ChunkResult()
+        per_point = self.spec.units_per_point
+        for unit in range(start, stop):
+            point, sub = divmod(unit, per_point)
+            if self.spec.search is None:
+                self._point(point, out)
+            else:
+                self._search(point, sub, out)
+            out.units += 1
+        return out
+
+    def _point(self, point: int, out: ChunkResult) -> None:
+        values = self.spec.values(point)
+        try:
+            cfg = self.deriver.config(values)
+            model, hw, dep, work = cfg.model, cfg.hardware, cfg.deployment, cfg.workload
+            mem = self._memory_for(model, hw, dep, work)
+            batch = work.decode_batch_per_gpu
+            if batch == "max":
+                batch = max(mem.max_batch_per_gpu, 1)
+                if dep.overlap == "two-batch" and batch > 1:
+                    batch -= batch % 2
+            if self.spec.skip_unfit and not (mem.kv_capacity_bytes > 0 and batch <= mem.max_batch_per_gpu):
+                out.unfit += 1
+                return
+            out.rows.append(self._row(point, model, hw, dep, work, batch, mem, self._price(hw)))
+        except InferSimError as exc:
+            problem = problem_text(exc)
+            out.reject(problem)
+            out.rows.append(_rejected(point, problem))
+
+    def _search(self, point: int, sub: int, out: ChunkResult) -> None:
+        search = self.spec.search
+        assert search is not None
+        num_gpus, pp = search.units[sub]
+        values = self.spec.values(point)
+        try:
+            model = self.deriver.model(values)
+            hw = self.deriver.hardware(values)
+            base_dep = self.deriver.deployment(values)
+            work = self.deriver.workload(values)
+        except InferSimError as exc:  # the variant itself is invalid: report it once per point
+            if sub == 0:
+                problem = problem_text(exc)
+                out.reject(problem)
+                out.rows.append(_rejected(point, problem))
+            return
+        per_node = hw.peak.gpus_per_node
+        if num_gpus > per_node and num_gpus % per_node:
+            out.reject(f"deployment.num_gpus: {num_gpus} GPUs do not fill whole {hw.name} nodes of {per_node}")
+            return
+        nodes = 1 if num_gpus <= per_node else num_gpus // per_node
+        per_stage = num_gpus // pp
+        tps = [d for d in divisors(per_stage) if d <= search.max_tp]
+        price = self._price(hw)
+        largest = max(search.batches)
+        for attn_tp in tps:
+            for ffn_tp in tps:
+                eps = divisors(per_stage // ffn_tp) if model.is_moe else [1]
+                for ep in eps:
+                    try:
+                        dep = self.deriver.complete(
+                            with_layout(base_dep, num_gpus, nodes, pp, attn_tp, ffn_tp, ep), model, hw)
+                    except InferSimError as exc:
+                        out.reject(problem_text(exc))
+                        continue
+                    mem = self._memory_for(model, hw, dep, work)
+                    fit = mem.max_batch_per_gpu if mem.kv_capacity_bytes > 0 else 0
+                    batches = [b for b in search.batches if b <= fit]
+                    out.unfit += len(search.batches) - len(batches)
+                    if search.include_max_batch and 1 <= fit <= largest and fit not in batches:
+                        batches.append(fit)
+                    for batch in batches:
+                        try:
+                            out.rows.append(self._row(point, model, hw, dep, work, batch, mem, price))
+                        except InferSimError as exc:  # e.g. an odd batch under two-batch overlap
+                            out.reject(problem_text(exc))
+
+
+_WORKER = threading.local()
+
+
+def evaluate_chunk(payload: bytes, start: int, stop: int) -> ChunkResult:
+    """Worker entry point: `payload` is the pickled SweepSpec. The unpickled spec and its caches
+    stay in the worker between chunks of the same sweep (one evaluator per thread, so thread
+    pools and threaded Dask workers are safe)."""
+    cached = getattr(_WORKER, "entry", None)
+    if cached is None or cached[0] != payload:
+        cached = _WORKER.entry = (payload, Evaluator(pickle.loads(payload)))
+    return cached[1].run(start, stop)

@@ -1,0 +1,227 @@
+"""Running a sweep: in process, on local worker processes, or on any concurrent.futures.Executor.
+
+The units of a spec (see `infersim.sweep.evaluate`) are cut into contiguous chunks; each chunk is
+one task `evaluate_chunk(pickled spec, start, stop)`, so a task ships a few kilobytes and a
+worker unpickles the spec once per sweep. Chunks are sized so that a worker spends a fraction of
+a second on each: process overhead stays small and an interrupt loses little.
+
+Ctrl-C stops the sweep and keeps every finished chunk: the result says how many units finished
+(`interrupted`, `finished_units`) and the caller writes what there is.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import os
+import pickle
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from infersim.errors import InferSimError
+from infersim.sweep.evaluate import ChunkResult, Evaluator, Row, SweepSpec, evaluate_chunk
+
+#: below this many estimated simulations a sweep runs in process (starting workers costs more)
+SERIAL_BELOW = 3000
+#: target simulations per chunk: about a tenth of a second of work
+CHUNK_SIMULATIONS = 1000
+
+
+@dataclass
+class SweepResult:
+    spec: SweepSpec
+    rows: list[Row]  # in unit order: grid order, then searched layouts and batches
+    total_units: int
+    finished_units: int
+    rejected: int = 0
+    unfit: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+    interrupted: bool = False
+    elapsed_s: float = 0.0
+    workers: int = 1  # worker processes used (1 = in process; 0 = a caller's executor)
+
+    @property
+    def simulated(self) -> int:
+        return sum(1 for r in self.rows if r.ok)
+
+    @property
+    def rate(self) -> float:
+        """Simulated configurations per second (wall clock)."""
+        return self.simulated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def estimated_simulations(spec: SweepSpec) -> int:
+    if spec.search is None:
+        return spec.units
+    # a rough guess of layouts per (GPU count, PP) unit times batches; it only sizes chunks
+    return spec.units * 6 * (len(spec.search.batches) + 1)
+
+
+def chunk_ranges(units: int, per_unit: float, workers: int) -> list[tuple[int, int]]:
+    """Contiguous (start, stop) ranges: about CHUNK_SIMULATIONS simulations each, and at least
+    four chunks per worker when the sweep is big enough to balance."""
+    if units <= 0:
+        return []
+    size = max(1, int(CHUNK_SIMULATIONS / max(per_unit, 1e-9)))
+    size = min(size, max(1, math.ceil(units / (4 * workers))))
+    return [(s, min(s + size, units)) for s in range(0, units, size)]
+
+
+class Progress:
+    """A one-line progress bar on stderr, drawn only after the sweep has run for a moment."""
+
+    def __init__(self, total: int, stream: IO[str] | None = None, enabled: bool | None = None,
+                 delay_s: float = 0.5, unit: str = "configs") -> None:
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.start = time.perf_counter()
+        self.delay_s = delay_s
+        self.unit = unit
+        self._last = 0.0
+        self._drawn = False
+
+    def update(self, done: int, simulated: int, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        elapsed = now - self.start
+        if not force and (elapsed < self.delay_s or now - self._last < 0.1):
+            return
+        self._last = now
+        frac = done / self.total if self.total else 1.0
+        width = 30
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        rate = simulated / elapsed if elapsed > 0 else 0.0
+        eta = (elapsed / frac - elapsed) if frac > 0 else math.inf
+        eta_text = f"{eta:5.0f}s left" if math.isfinite(eta) else "   ?s left"
+        self.stream.write(f"\r[{bar}] {frac:6.1%} {done:,}/{self.total:,} units, {simulated:,} {self.unit} "
+                          f"({rate:,.0f}/s), {eta_text} ")
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _ignore_sigint() -> None:
+    """Worker processes leave Ctrl-C to the parent, which cancels what has not started."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _payload(spec: SweepSpec) -> bytes:
+    try:
+        return pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # e.g. kernel tables holding closures
+        raise InferSimError(f"this sweep cannot be sent to worker processes ({type(exc).__name__}: {exc}); "
+                            "run it in process with --workers 1") from None
+
+
+def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int | None = None,
+              progress: bool | None = None, chunk_units: int | None = None,
+              stream: IO[str] | None = None) -> SweepResult:
+    """Evaluate every unit of `spec` and gather the rows in unit order.
+
+    executor: any concurrent.futures.Executor (a Dask `client.get_executor()`, a thread or process
+    pool); it is used as is and not shut down. Without one, `workers` processes run the chunks
+    (default: the CPUs available), or the sweep runs in this process when workers == 1 or it is
+    small (under SERIAL_BELOW simulations). progress: draw a progress bar on stderr (default: when
+    stderr is a terminal). Ctrl-C returns the finished part with `interrupted` set."""
+    total = spec.units
+    start = time.perf_counter()
+    sims = estimated_simulations(spec)
+    per_unit = sims / total if total else 1.0
+    if workers is not None and workers < 1:
+        raise InferSimError(f"--workers must be at least 1 (got {workers})")
+    serial = executor is None and (workers == 1 or (workers is None and sims < SERIAL_BELOW))
+    n_workers = 1 if serial else (workers or available_cpus())
+    if executor is None and n_workers <= 1:
+        serial = True
+    ranges = chunk_ranges(total, per_unit, n_workers)
+    if chunk_units:
+        ranges = [(s, min(s + chunk_units, total)) for s in range(0, total, chunk_units)]
+    bar = Progress(total, stream, progress)
+    results: dict[int, ChunkResult] = {}
+    done_units = simulated = 0
+    interrupted = False
+
+    def record(begin: int, chunk: ChunkResult) -> None:
+        nonlocal done_units, simulated
+        results[begin] = chunk
+        done_units += chunk.units
+        simulated += len(chunk.rows)
+        bar.update(done_units, simulated)
+
+    try:
+        if serial:
+            evaluator = Evaluator(spec)
+            for begin, stop in ranges:
+                record(begin, evaluator.run(begin, stop))
+        else:
+            payload = _payload(spec)
+            own = executor is None
+            pool = executor or cf.ProcessPoolExecutor(max_workers=n_workers, initializer=_ignore_sigint)
+            futures: dict[cf.Future, int] = {}
+            try:
+                futures = {pool.submit(evaluate_chunk, payload, begin, stop): begin for begin, stop in ranges}
+                for future in cf.as_completed(futures):
+                    record(futures[future], future.result())
+            except KeyboardInterrupt:
+                for future in futures:
+                    future.cancel()
+                for future, begin in futures.items():  # keep chunks that finished meanwhile
+                    if begin not in results and future.done() and not future.cancelled() \
+                            and future.exception() is None:
+                        record(begin, future.result())
+                raise
+            finally:
+                if own:
+                    pool.shutdown(wait=not interrupted_flag(futures), cancel_futures=True)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.update(done_units, simulated, force=bar._drawn)
+        bar.close()
+    merged = ChunkResult()
+    for begin in sorted(results):
+        merged.merge(results[begin])
+    return SweepResult(spec, merged.rows, total, merged.units, merged.rejected, merged.unfit, merged.problems,
+                       interrupted, time.perf_counter() - start, 0 if executor is not None else n_workers)
+
+
+def interrupted_flag(futures: dict[cf.Future, int]) -> bool:
+    """True when some future was cancelled or has not finished (do not wait for the pool then)."""
+    return any(not f.done() or f.cancelled() for f in futures)
+
+
+def dask_executor(address: str) -> tuple[cf.Executor, Any]:
+    """An Executor sending chunks to the Dask scheduler at `address` (dask://HOST:PORT or
+    tcp://HOST:PORT); returns (executor, client) — close the client when done."""
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise InferSimError("--executor dask://...: Dask is not installed; pip install 'infersim[dask]' "
+                            "(dask[distributed])") from None
+    target = address
+    if target.startswith("dask://"):
+        target = "tcp://" + target[len("dask://"):]
+    if not target.split("://", 1)[-1]:
+        raise InferSimError(f"--executor {address}: expected dask://HOST:PORT")
+    try:
+        client = Client(target, timeout=10)
+    except (OSError, TimeoutError) as exc:
+        raise InferSimError(f"--executor {address}: cannot reach a Dask scheduler there ({exc})") from None
+    return client.get_executor(), client
+
