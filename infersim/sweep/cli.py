@@ -1,0 +1,323 @@
+"""`infersim sweep` and `infersim pareto`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from infersim.errors import InferSimError
+from infersim.sweep.analysis import Targets, best_per_variant, feasible, frontiers, variant_axes
+from infersim.sweep.evaluate import Row, Search, SweepSpec
+from infersim.sweep.grid import expand_values, parse_grid
+from infersim.sweep.output import (
+    best_record,
+    best_table,
+    check_output_path,
+    check_plot_path,
+    frontier_table,
+    plot_frontier,
+    row_record,
+    rows_table,
+    write_output,
+)
+from infersim.sweep.runner import SweepResult, dask_executor, run_sweep
+from infersim.sweep.variants import load_base
+
+GRID_HELP = """\
+grid syntax (--grid FIELD=VALUES, repeatable; the sweep runs the cross product):
+  FIELD     any run config field (deployment.ffn.ep, deployment.precision.kv_cache,
+            workload.decode_batch_per_gpu), any model card field (model.num_key_value_heads),
+            any hardware card field (hardware.peak.hbm_bandwidth, hardware.peak.flops.fp8), or a
+            whole card by name or path (model=qwen3-8b,llama-3.1-8b; hardware=h20,h800)
+  v1,v2,v3  a list (each item read as YAML: 16, 2.5e12, max, fp8)
+  a..b      doubling from a up to b: 16..256 = 16,32,64,128,256; 1..512 = powers of two
+  a..b:s    step s, b included when reached: 16..64:16 = 16,32,48,64
+Fields are checked against the card and config schemas before anything runs; variants that a
+validator rejects (e.g. KV heads not dividing query heads, a layout not dividing the experts) are
+reported as rejected rows, not simulated.
+"""
+
+SEARCH_HELP = """\
+layout search (--gpus): for each GPU count N and each PP degree dividing N (up to --max-pp),
+every attention TP and FFN TP dividing N/PP (up to --max-tp) and, for MoE models, every expert-
+parallel size dividing what is left (DP sizes follow: DP attention = N/PP/TP); N above one node's
+GPUs must fill whole nodes. Each layout runs every --batch that fits in memory, plus the largest
+batch that fits when it is within the --batch range. Layouts the validator rejects are skipped
+and counted.
+"""
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="base run config: a path or a bundled example name")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a base config field before sweeping (repeatable)")
+    p.add_argument("--mfu-tables", default=None, metavar="DIR", help="measured kernel tables directory")
+    p.add_argument("--grid", action="append", default=[], metavar="FIELD=VALUES",
+                   help="sweep FIELD over VALUES (repeatable; see grid syntax below)")
+    p.add_argument("--batch", default=None, metavar="LIST",
+                   help="decode batches per GPU the layout search tries (default 1..1024)")
+    p.add_argument("--max-pp", type=int, default=8, help="largest pipeline degree searched (default 8)")
+    p.add_argument("--max-tp", type=int, default=8, help="largest attention/FFN TP degree searched (default 8)")
+    p.add_argument("--target-tpot-ms", type=float, default=None, metavar="MS", help="TPOT target (at most)")
+    p.add_argument("--target-ttft-ms", type=float, default=None, metavar="MS",
+                   help="TTFT target (at most); simulates prefill too")
+    p.add_argument("--target-tgs", type=float, default=None, metavar="TGS",
+                   help="decode throughput target, tokens per GPU per second (at least)")
+    p.add_argument("--prefill", action="store_true", help="also simulate prefill (TTFT column)")
+    p.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="USD",
+                   help="GPU price for cost per million tokens (default: the hardware card's usd_per_gpu_hour)")
+    p.add_argument("--out", default=None, metavar="FILE", help="write results to FILE: .csv, .json or .parquet")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes (default: CPUs available; small sweeps run in process; 1 = in process); "
+                        "with --executor dask://, the cluster's worker count (sizes the chunks)")
+    p.add_argument("--executor", default="processes", metavar="KIND",
+                   help="processes (default), serial, or dask://HOST:PORT to run on a Dask cluster "
+                        "(needs the dask extra; workers need infersim installed)")
+    progress = p.add_mutually_exclusive_group()
+    progress.add_argument("--progress", dest="progress", action="store_true", default=None,
+                          help="always draw the progress bar (default: when stderr is a terminal)")
+    progress.add_argument("--no-progress", dest="progress", action="store_false", help="never draw it")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    sweep = subparsers.add_parser(
+        "sweep", help="simulate the cross product of config, model and hardware fields; mark targets",
+        description="Simulate decode (and prefill with --prefill or a TTFT target) for every combination "
+                    "of the --grid values; with targets, report each variant's best deployment and its "
+                    "binding constraint (compute, memory bandwidth, KV capacity, communication, latency target).",
+        epilog=GRID_HELP + "\n" + SEARCH_HELP + textwrap.dedent("""
+            A variant is the combination of the grid values that are not deployment choices; rows
+            differing only in GPUs, layout, overlap, MoE communication or batch are deployments of
+            one variant, and the best is the feasible one with the most tokens per GPU per second.
+            example:
+              infersim sweep --config qwen3-30b.yaml --grid model.num_key_value_heads=2,4,8 \\
+                --grid deployment.ffn.ep=1,2,4 --grid workload.decode_batch_per_gpu=16..256 \\
+                --target-tpot-ms 50 --out results.csv"""),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(sweep)
+    sweep.add_argument("--gpus", default=None, metavar="LIST",
+                       help="search parallel layouts over these GPU counts (e.g. 1..64) instead of using the "
+                            "config's deployment")
+    sweep.add_argument("--rows", default="40", metavar="N|all", help="rows of the table to print (default 40)")
+    sweep.add_argument("--sort", choices=("grid", "tgs", "tpot", "cost"), default="grid",
+                       help="order of the printed rows (default: grid order)")
+    sweep.set_defaults(handler=sweep_command)
+
+    pareto = subparsers.add_parser(
+        "pareto", help="cost vs per-request speed Pareto frontier over GPU counts, layouts and batches",
+        description="Search parallel layouts (TP, DP attention, EP, PP), GPU counts and decode batches and "
+                    "print the Pareto frontier of per-request output speed (tokens/s per user = 1/TPOT) "
+                    "against cost per million output tokens = price_per_gpu_hour * GPUs / (3600 * total "
+                    "output tokens/s) * 1e6.",
+        epilog=SEARCH_HELP + "\n" + GRID_HELP + textwrap.dedent("""
+            With --grid, each variant gets its own frontier (and its own curve in --plot).
+            example:
+              infersim pareto --config qwen3-30b.yaml --gpus 1..64 --plot frontier.png"""),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_common(pareto)
+    pareto.add_argument("--gpus", default="1..64", metavar="LIST",
+                        help="GPU counts to search (default 1..64 = 1,2,4,...,64)")
+    pareto.add_argument("--plot", default=None, metavar="PNG", help="draw the frontier (needs the plot extra)")
+    pareto.add_argument("--all", action="store_true",
+                        help="--out: write every feasible point with an on_frontier column, not only the frontier")
+    pareto.set_defaults(handler=pareto_command)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def int_list(text: str, option: str) -> tuple[int, ...]:
+    values = expand_values(text, f"{option} {text}")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 1:
+            raise InferSimError(f"{option} {text}: {v!r} is not a whole number >= 1")
+        out.append(int(v))
+    return tuple(sorted(set(out)))
+
+
+def _targets(args: argparse.Namespace) -> Targets:
+    return Targets(args.target_tpot_ms, args.target_ttft_ms, args.target_tgs)
+
+
+def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> SweepSpec:
+    search = None
+    if gpus is not None:
+        search = Search(int_list(gpus, "--gpus"), int_list(args.batch or "1..1024", "--batch"),
+                        args.max_pp, args.max_tp)
+    elif args.batch is not None:
+        raise InferSimError("--batch is for the layout search (--gpus); in a sweep vary "
+                            "workload.decode_batch_per_gpu with --grid")
+    axes = parse_grid(args.grid, searched=search is not None)
+    if args.price_per_gpu_hour is not None and not args.price_per_gpu_hour > 0:
+        raise InferSimError(f"--price-per-gpu-hour must be positive (got {args.price_per_gpu_hour})")
+    base = load_base(args.config, args.overrides, args.mfu_tables)
+    return SweepSpec(base, tuple(axes), search, prefill=args.prefill or targets.needs_prefill,
+                     price_per_gpu_hour=args.price_per_gpu_hour)
+
+
+def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
+    kind = args.executor
+    if kind == "processes":
+        return run_sweep(spec, workers=args.workers, progress=args.progress)
+    if kind == "serial":
+        return run_sweep(spec, workers=1, progress=args.progress)
+    if kind.startswith(("dask://", "tcp://")):
+        executor, client = dask_executor(kind)
+        try:
+            return run_sweep(spec, executor=executor, workers=args.workers, progress=args.progress)
+        finally:
+            client.close()
+    raise InferSimError(f"--executor {kind}: expected processes, serial or dask://HOST:PORT")
+
+
+def _summary(result: SweepResult) -> str:
+    rejected = f", {result.rejected:,} rejected by the validator" if result.rejected else ""
+    unfit = f", {result.unfit:,} searched batches skipped (KV cache does not fit)" if result.unfit else ""
+    where = "on the given executor" if result.workers == 0 else \
+        f"{result.workers} worker{'s' if result.workers != 1 else ''}" if result.workers > 1 else "in process"
+    return (f"{result.simulated:,} configurations simulated{rejected}{unfit} in {result.elapsed_s:.2f} s "
+            f"({result.rate:,.0f}/s, {where})")
+
+
+def _problems(result: SweepResult, limit: int = 4) -> str:
+    top = sorted(result.problems.items(), key=lambda kv: -kv[1])[:limit]
+    return "; ".join(f"{n:,} x {p}" for p, n in top)
+
+
+def _interrupted(result: SweepResult, out: str | None) -> int:
+    wrote = f"; partial results written to {out}" if out else ""
+    print(f"infersim: interrupted: {result.finished_units:,} of {result.total_units:,} units finished "
+          f"({result.simulated:,} configurations simulated){wrote}", file=sys.stderr)
+    return 130
+
+
+def _meta(args: argparse.Namespace, spec: SweepSpec, result: SweepResult, targets: Targets) -> dict[str, Any]:
+    return {
+        "config": spec.base.source,
+        "overrides": list(args.overrides),
+        "grid": {a.path: list(a.values) for a in spec.axes},
+        "search": None if spec.search is None else {
+            "gpus": list(spec.search.gpus), "batches": list(spec.search.batches),
+            "max_pp": spec.search.max_pp, "max_tp": spec.search.max_tp},
+        "targets": {"tpot_ms": targets.tpot_ms, "ttft_ms": targets.ttft_ms, "tgs": targets.tgs},
+        "total_units": result.total_units,
+        "finished_units": result.finished_units,
+        "interrupted": result.interrupted,
+        "simulated": result.simulated,
+        "rejected": result.rejected,
+        "unfit_skipped": result.unfit,
+        "rejection_reasons": result.problems,
+    }
+
+
+def _sorted_rows(rows: Sequence[Row], order: str) -> list[Row]:
+    if order == "tgs":
+        return sorted(rows, key=lambda r: -r.tgs if r.ok else float("inf"))
+    if order == "tpot":
+        return sorted(rows, key=lambda r: r.tpot_s if r.ok else float("inf"))
+    if order == "cost":
+        return sorted(rows, key=lambda r: r.cost_per_mtok if r.ok and r.cost_per_mtok == r.cost_per_mtok else float("inf"))
+    return list(rows)
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    check_output_path(args.out)
+    targets = _targets(args)
+    if not args.grid and args.gpus is None:
+        raise InferSimError("nothing to sweep: give at least one --grid FIELD=VALUES (or --gpus to search layouts)")
+    if args.rows != "all" and (not args.rows.isdigit()):
+        raise InferSimError(f"--rows {args.rows}: expected a number or 'all'")
+    spec = _spec(args, args.gpus, targets)
+    result = _run(args, spec)
+    rows = result.rows
+    show_cost = any(r.ok and r.price > 0 for r in rows)
+    records = [row_record(spec, r, targets) for r in rows]
+    v_axes = variant_axes(spec)
+    bests = best_per_variant(spec, rows, targets)
+    meta = _meta(args, spec, result, targets)
+    meta["best"] = [best_record(spec, b, v_axes, targets) for b in bests]
+    if args.out and (records or result.interrupted):
+        write_output(args.out, records, meta)
+    print(_summary(result), file=sys.stderr)
+    if result.interrupted:
+        return _interrupted(result, args.out)
+    if result.simulated == 0:
+        raise InferSimError(f"no configuration could be simulated: all {len(rows):,} were rejected ({_problems(result)})")
+    limit = len(rows) if args.rows == "all" else int(args.rows)
+    shown = _sorted_rows(rows, args.sort)[:limit]
+    print(rows_table(spec, shown, targets, spec.prefill, show_cost))
+    if len(rows) > limit:
+        print(f"... {len(rows) - limit:,} more rows (--rows all to print them, --out FILE to save them)")
+    if result.rejected:
+        print(f"\nrejected by the validator: {_problems(result)}")
+    deployments_vary = spec.search is not None or any(a.is_deployment for a in spec.axes)
+    if targets.any or deployments_vary:
+        title = f"best deployment per variant (targets: {targets.describe()})"
+        print(f"\n{title}")
+        print(best_table(spec, bests, v_axes, spec.prefill, show_cost))
+    if args.out:
+        print(f"\nwrote {len(records):,} rows to {args.out}")
+    if targets.any and not any(feasible(r, targets) for r in rows):
+        print(f"infersim: no configuration meets the targets ({targets.describe()})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def pareto_command(args: argparse.Namespace) -> int:
+    check_output_path(args.out)
+    check_plot_path(args.plot)
+    targets = _targets(args)
+    spec = _spec(args, args.gpus, targets)
+    hw = spec.base.config.hardware
+    if spec.price_per_gpu_hour is None and not hw.usd_per_gpu_hour and not any(a.path == "hardware" for a in spec.axes):
+        raise InferSimError(f"hardware card {hw.name} has no usd_per_gpu_hour: pass --price-per-gpu-hour")
+    result = _run(args, spec)
+    fronts = frontiers(spec, result.rows, targets)
+    v_axes = variant_axes(spec)
+    print(_summary(result), file=sys.stderr)
+    records: list[dict[str, Any]] = []
+    on_front = {id(r) for front in fronts.values() for r in front}
+    source_rows = [r for r in result.rows if feasible(r, targets)] if args.all else \
+        [r for front in fronts.values() for r in front]
+    for r in source_rows:
+        rec = row_record(spec, r, targets)
+        rec["on_frontier"] = id(r) in on_front
+        records.append(rec)
+    meta = _meta(args, spec, result, targets)
+    if args.out and (records or result.interrupted):
+        write_output(args.out, records, meta)
+    if result.interrupted:
+        return _interrupted(result, args.out)
+    if not any(fronts.values()):
+        unpriced = any(r.ok and not r.price for r in result.rows)
+        why = "the hardware has no price (pass --price-per-gpu-hour)" if unpriced else \
+            f"no simulated configuration fits in memory and meets the targets ({targets.describe()})" \
+            if result.simulated else f"every layout was rejected ({_problems(result)})"
+        raise InferSimError(f"empty Pareto frontier: {why}")
+    curves = []
+    for variant, front in fronts.items():
+        label = ", ".join(f"{spec.axes[i].label}={v}" for i, v in zip(v_axes, variant))
+        points = [r for r in result.rows if feasible(r, targets) and
+                  tuple(spec.values(r.point)[i] for i in v_axes) == variant]
+        curves.append((label, points, front))
+        if label:
+            print(f"\n{label}")
+        print(f"Pareto frontier: {len(front)} of {len(points):,} feasible points "
+              f"(x = tokens/s per user, y = USD per million output tokens)")
+        print(frontier_table(spec, front, spec.prefill))
+    if result.rejected:
+        print(f"\nskipped {result.rejected:,} layouts the validator rejects: {_problems(result)}")
+    if args.plot:
+        cfg = spec.base.config
+        price = spec.price_per_gpu_hour or cfg.hardware.usd_per_gpu_hour
+        title = (f"{cfg.model.name} on {cfg.hardware.name}: ISL {cfg.workload.isl}, OSL {cfg.workload.osl}, "
+                 f"${price:.2f}/GPU-hour" + (f"; {targets.describe()}" if targets.any else ""))
+        plot_frontier(args.plot, curves, title)
+        print(f"\nwrote {args.plot}")
+    if args.out:
+        print(f"wrote {len(records):,} rows to {args.out}")
+    return 0

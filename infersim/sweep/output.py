@@ -1,0 +1,253 @@
+"""Sweep output: records, the tables printed on stdout, CSV / JSON / Parquet files and the frontier plot."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from infersim.errors import InferSimError
+from infersim.sweep.analysis import Best, Targets, why_not
+from infersim.sweep.evaluate import Row, SweepSpec
+
+GB = 1e9
+OUTPUT_FORMATS = (".csv", ".json", ".parquet")
+
+
+def check_output_path(path: str | None) -> None:
+    """Fail before a sweep runs when its output cannot be written."""
+    if not path:
+        return
+    suffix = Path(path).suffix.lower()
+    if suffix not in OUTPUT_FORMATS:
+        raise InferSimError(f"--out {path}: unknown format '{suffix or '(none)'}'; use a .csv, .json or .parquet file")
+    if suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise InferSimError(f"--out {path}: writing Parquet needs pyarrow (pip install pyarrow); "
+                            "or use .csv or .json")
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise InferSimError(f"--out {path}: directory {parent} does not exist")
+
+
+def check_plot_path(path: str | None) -> None:
+    if path and importlib.util.find_spec("matplotlib") is None:
+        raise InferSimError(f"--plot {path}: plotting needs matplotlib; pip install 'infersim[plot]'")
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def layout_text(row: Row) -> str:
+    """Compact parallel layout: [PPn ]A:TPxDP F:TPxEPxDP (x1 parts omitted)."""
+    if not row.ok:
+        return "-"
+    attn = f"TP{row.attn_tp}xDP{row.attn_dp}"
+    ffn = "x".join(p for p in (f"TP{row.ffn_tp}" if row.ffn_tp > 1 or row.ffn_ep == 1 else "",
+                               f"EP{row.ffn_ep}" if row.ffn_ep > 1 else "",
+                               f"DP{row.ffn_dp}" if row.ffn_dp > 1 else "") if p)
+    pp = f"PP{row.pp} " if row.pp > 1 else ""
+    return f"{pp}A:{attn} F:{ffn}"
+
+
+def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None) -> dict[str, Any]:
+    """One row as a flat mapping: grid values by full field path, then deployment and results."""
+    values = spec.values(row.point)
+    rec: dict[str, Any] = {axis.path: value for axis, value in zip(spec.axes, values)}
+    rec["status"] = "ok" if row.ok else "rejected"
+    rec.update({
+        "num_gpus": row.num_gpus or None, "num_nodes": row.num_nodes or None, "pp": row.pp or None,
+        "attention_tp": row.attn_tp or None, "attention_dp": row.attn_dp or None,
+        "ffn_tp": row.ffn_tp or None, "ffn_ep": row.ffn_ep or None, "ffn_dp": row.ffn_dp or None,
+        "batch_per_gpu": row.batch or None,
+        "tpot_ms": _num(row.tpot_s * 1e3), "user_tokens_per_s": _num(row.user_tps), "tgs": _num(row.tgs),
+        "total_tokens_per_s": _num(row.tgs * row.num_gpus) if row.ok else None,
+        "ttft_ms": _num(row.ttft_s * 1e3), "prefill_tgs": _num(row.prefill_tgs),
+        "cost_per_mtok_usd": _num(row.cost_per_mtok), "price_per_gpu_hour": row.price or None,
+        "bound": row.bound or None, "fits": row.fits if row.ok else None,
+        "max_batch_per_gpu": row.max_batch if row.ok else None,
+        "kv_capacity_gb": _num(row.kv_capacity_bytes / GB), "weights_gb": _num(row.weights_bytes / GB),
+    })
+    if targets is not None:
+        reason = why_not(row, targets)
+        rec["meets_targets"] = not reason
+        rec["why_not"] = reason or None
+    rec["problem"] = row.status or None
+    return rec
+
+
+def best_record(spec: SweepSpec, best: Best, axes: Sequence[int], targets: Targets) -> dict[str, Any]:
+    rec: dict[str, Any] = {spec.axes[i].path: v for i, v in zip(axes, best.variant)}
+    rec["binding"] = best.binding
+    rec["candidates"] = best.candidates
+    rec["feasible"] = best.feasible
+    if best.row is not None:
+        full = row_record(spec, best.row, targets)
+        rec.update({k: v for k, v in full.items() if k not in rec and k not in {a.path for a in spec.axes}})
+    return rec
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _value_text(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def rows_table(spec: SweepSpec, rows: Sequence[Row], targets: Targets, show_prefill: bool, show_cost: bool,
+               axes: Sequence[int] | None = None) -> str:
+    axes = list(range(len(spec.axes))) if axes is None else list(axes)
+    headers = [spec.axes[i].label for i in axes] + ["GPUs", "layout", "batch", "TPOT ms", "tok/s/user", "TGS"]
+    if show_prefill:
+        headers.append("TTFT ms")
+    if show_cost:
+        headers.append("$/Mtok")
+    headers += ["bound", "fits"]
+    if targets.any:
+        headers.append("meets")
+    body = []
+    for row in rows:
+        values = spec.values(row.point)
+        line = [_value_text(values[i]) for i in axes]
+        if not row.ok:
+            line += ["-", "rejected: " + row.status] + ["-"] * (len(headers) - len(line) - 2)
+            body.append(line)
+            continue
+        line += [row.num_gpus, layout_text(row), row.batch, _fmt(row.tpot_s * 1e3), _fmt(row.user_tps, 1),
+                 _fmt(row.tgs, 0)]
+        if show_prefill:
+            line.append(_fmt(row.ttft_s * 1e3, 1))
+        if show_cost:
+            line.append(_fmt(row.cost_per_mtok, 3))
+        line += [row.bound, "yes" if row.fits else f"no (max {row.max_batch})"]
+        if targets.any:
+            reason = why_not(row, targets)
+            line.append("yes" if not reason else "no: " + reason)
+        body.append(line)
+    return tabulate(body, headers=headers, disable_numparse=True)
+
+
+def best_table(spec: SweepSpec, bests: Sequence[Best], axes: Sequence[int], show_prefill: bool,
+               show_cost: bool) -> str:
+    headers = [spec.axes[i].label for i in axes] + ["GPUs", "layout", "batch", "TPOT ms", "TGS"]
+    if show_prefill:
+        headers.append("TTFT ms")
+    if show_cost:
+        headers.append("$/Mtok")
+    headers += ["binding constraint", "feasible"]
+    body = []
+    for best in bests:
+        line: list[Any] = [_value_text(v) for v in best.variant]
+        row = best.row
+        if row is None:
+            line += ["-", "none meets the targets", "-", "-", "-"] + (["-"] if show_prefill else []) + \
+                    (["-"] if show_cost else []) + [best.binding, f"0/{best.candidates}"]
+        else:
+            line += [row.num_gpus, layout_text(row), row.batch, _fmt(row.tpot_s * 1e3), _fmt(row.tgs, 0)]
+            if show_prefill:
+                line.append(_fmt(row.ttft_s * 1e3, 1))
+            if show_cost:
+                line.append(_fmt(row.cost_per_mtok, 3))
+            line += [best.binding, f"{best.feasible}/{best.candidates}"]
+        body.append(line)
+    return tabulate(body, headers=headers, disable_numparse=True)
+
+
+def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool) -> str:
+    headers = ["tok/s/user", "$/Mtok", "TPOT ms", "GPUs", "nodes", "layout", "batch", "TGS", "bound"]
+    if show_prefill:
+        headers.insert(3, "TTFT ms")
+    body = []
+    for row in frontier:
+        line = [_fmt(row.user_tps, 1), _fmt(row.cost_per_mtok, 3), _fmt(row.tpot_s * 1e3)]
+        if show_prefill:
+            line.append(_fmt(row.ttft_s * 1e3, 1))
+        line += [row.num_gpus, row.num_nodes, layout_text(row), row.batch, _fmt(row.tgs, 0), row.bound]
+        body.append(line)
+    return tabulate(body, headers=headers, disable_numparse=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def write_output(path: str, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    """Write records by the file's extension: .csv (one row per record), .json (meta + records),
+    .parquet (records; needs pyarrow)."""
+    check_output_path(path)
+    suffix = Path(path).suffix.lower()
+    if suffix == ".json":
+        data = dict(meta)
+        data["rows"] = records
+        Path(path).write_text(json.dumps(data, indent=1, default=str, allow_nan=False) + "\n")
+    elif suffix == ".csv":
+        columns: list[str] = []
+        for rec in records:
+            for key in rec:
+                if key not in columns:
+                    columns.append(key)
+        with open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            for rec in records:
+                writer.writerow({k: ("" if v is None else v) for k, v in rec.items()})
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(records), path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot
+
+
+def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence[Row]]], title: str) -> None:
+    """Frontier PNG: each curve is (label, all feasible rows, frontier rows)."""
+    check_plot_path(path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (label, points, frontier) in enumerate(curves):
+        color = colors[k % len(colors)]
+        xs = [r.user_tps for r in points]
+        ys = [r.cost_per_mtok for r in points]
+        ax.scatter(xs, ys, s=6, alpha=0.15, color=color, linewidths=0)
+        ordered = sorted(frontier, key=lambda r: r.user_tps)
+        fx = [r.user_tps for r in ordered]
+        fy = [r.cost_per_mtok for r in ordered]
+        # between two frontier points the cheapest way to reach a speed is the faster point's cost
+        ax.step(fx, fy, where="pre", color=color, linewidth=1.8, label=label or "Pareto frontier")
+        ax.scatter(fx, fy, s=18, color=color, zorder=3)
+        for r in frontier[:: max(1, len(frontier) // 8)]:
+            ax.annotate(f"{r.num_gpus} GPU b{r.batch}", (r.user_tps, r.cost_per_mtok), fontsize=6,
+                        xytext=(3, 3), textcoords="offset points", color=color)
+    ax.set_xlabel("output speed per request (tokens/s per user = 1 / TPOT)")
+    ax.set_ylabel("cost (USD per million output tokens)")
+    ax.set_yscale("log")
+    ax.set_xscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
