@@ -45,8 +45,8 @@ layout search (--gpus): for each GPU count N and each PP degree dividing N (up t
 every attention TP and FFN TP dividing N/PP (up to --max-tp) and, for MoE models, every expert-
 parallel size dividing what is left (DP sizes follow: DP attention = N/PP/TP); N above one node's
 GPUs must fill whole nodes. Each layout runs every --batch that fits in memory, plus the largest
-batch that fits when it is within the --batch range. Layouts the validator rejects are skipped
-and counted.
+batch that fits when it is within the --batch range (even batches only under two-batch overlap).
+Layouts the validator rejects are skipped and counted.
 """
 
 
@@ -313,9 +313,13 @@ def pareto_command(args: argparse.Namespace) -> int:
         print(f"\nskipped {result.rejected:,} layouts the validator rejects: {_problems(result)}")
     if args.plot:
         cfg = spec.base.config
-        price = spec.price_per_gpu_hour or cfg.hardware.usd_per_gpu_hour
-        title = (f"{cfg.model.name} on {cfg.hardware.name}: ISL {cfg.workload.isl}, OSL {cfg.workload.osl}, "
-                 f"${price:.2f}/GPU-hour" + (f"; {targets.describe()}" if targets.any else ""))
+        paths = {a.path for a in spec.axes}
+        model = "model variants" if "model" in paths else cfg.model.name
+        hardware = "each card's price" if "hardware" in paths and spec.price_per_gpu_hour is None else \
+            f"${spec.price_per_gpu_hour or cfg.hardware.usd_per_gpu_hour:.2f}/GPU-hour"
+        on = "" if "hardware" in paths else f" on {cfg.hardware.name}"
+        title = (f"{model}{on}: ISL {cfg.workload.isl}, OSL {cfg.workload.osl}, {hardware}"
+                 + (f"; {targets.describe()}" if targets.any else ""))
         plot_frontier(args.plot, curves, title)
         print(f"\nwrote {args.plot}")
     if args.out:

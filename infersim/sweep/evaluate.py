@@ -8,7 +8,8 @@ any range of them from the spec alone:
 * with a layout search (`Search`: --gpus, --batch), unit i is (grid point, GPU count, PP degree);
   the worker tries every attention TP, FFN TP and expert-parallel size that divides the GPUs of a
   pipeline stage (DP sizes follow), skips layouts `complete_layout` rejects (counted with their
-  reasons), and simulates every searched batch that fits in memory, plus the largest that fits.
+  reasons), and simulates every searched batch that fits in memory, plus the largest that fits
+  (even batches only under two-batch overlap, which splits the batch in two).
 
 Only decode is simulated unless the spec asks for prefill (a TTFT target needs it); prefill does
 not depend on the decode batch, so it is simulated once per layout. The fast path calls the same
@@ -264,6 +265,10 @@ class Evaluator:
                 out.reject(problem)
                 out.rows.append(_rejected(point, problem))
             return
+        if model.num_hidden_layers % pp:  # no layout of this unit can work: one rejection, not one per layout
+            out.reject(f"deployment.pp: num_hidden_layers ({model.num_hidden_layers}) is not divisible by "
+                       f"deployment.pp ({pp})")
+            return
         per_node = hw.peak.gpus_per_node
         if num_gpus > per_node and num_gpus % per_node:
             out.reject(f"deployment.num_gpus: {num_gpus} GPUs do not fill whole {hw.name} nodes of {per_node}")
@@ -273,6 +278,7 @@ class Evaluator:
         tps = [d for d in divisors(per_stage) if d <= search.max_tp]
         price = self._price(hw)
         largest = max(search.batches)
+        two_batch = base_dep.overlap == "two-batch"
         for attn_tp in tps:
             for ffn_tp in tps:
                 eps = divisors(per_stage // ffn_tp) if model.is_moe else [1]
@@ -287,6 +293,9 @@ class Evaluator:
                     fit = mem.max_batch_per_gpu if mem.kv_capacity_bytes > 0 else 0
                     batches = [b for b in search.batches if b <= fit]
                     out.unfit += len(search.batches) - len(batches)
+                    if two_batch:  # two micro-batches need an even batch
+                        batches = [b for b in batches if b % 2 == 0]
+                        fit -= fit % 2
                     if search.include_max_batch and 1 <= fit <= largest and fit not in batches:
                         batches.append(fit)
                     for batch in batches:

@@ -15,6 +15,7 @@ from tabulate import tabulate
 from infersim.errors import InferSimError
 from infersim.sweep.analysis import Best, Targets, why_not
 from infersim.sweep.evaluate import Row, SweepSpec
+from infersim.sweep.grid import SEARCHED_FIELDS
 
 GB = 1e9
 OUTPUT_FORMATS = (".csv", ".json", ".parquet")
@@ -142,9 +143,16 @@ def rows_table(spec: SweepSpec, rows: Sequence[Row], targets: Targets, show_pref
     return tabulate(body, headers=headers, disable_numparse=True)
 
 
+def choice_axes(spec: SweepSpec) -> list[int]:
+    """Deployment axes that the layout and batch columns do not show (overlap, MoE communication, ...)."""
+    return [i for i, a in enumerate(spec.axes) if a.is_deployment and a.path not in SEARCHED_FIELDS]
+
+
 def best_table(spec: SweepSpec, bests: Sequence[Best], axes: Sequence[int], show_prefill: bool,
                show_cost: bool) -> str:
-    headers = [spec.axes[i].label for i in axes] + ["GPUs", "layout", "batch", "TPOT ms", "TGS"]
+    extra = choice_axes(spec)
+    headers = [spec.axes[i].label for i in axes] + ["GPUs", "layout"] + [spec.axes[i].label for i in extra] + [
+        "batch", "TPOT ms", "TGS"]
     if show_prefill:
         headers.append("TTFT ms")
     if show_cost:
@@ -155,10 +163,12 @@ def best_table(spec: SweepSpec, bests: Sequence[Best], axes: Sequence[int], show
         line: list[Any] = [_value_text(v) for v in best.variant]
         row = best.row
         if row is None:
-            line += ["-", "none meets the targets", "-", "-", "-"] + (["-"] if show_prefill else []) + \
+            line += ["-", "none meets the targets"] + ["-"] * (len(extra) + 3) + (["-"] if show_prefill else []) + \
                     (["-"] if show_cost else []) + [best.binding, f"0/{best.candidates}"]
         else:
-            line += [row.num_gpus, layout_text(row), row.batch, _fmt(row.tpot_s * 1e3), _fmt(row.tgs, 0)]
+            values = spec.values(row.point)
+            line += [row.num_gpus, layout_text(row)] + [_value_text(values[i]) for i in extra] + [
+                row.batch, _fmt(row.tpot_s * 1e3), _fmt(row.tgs, 0)]
             if show_prefill:
                 line.append(_fmt(row.ttft_s * 1e3, 1))
             if show_cost:
@@ -169,7 +179,9 @@ def best_table(spec: SweepSpec, bests: Sequence[Best], axes: Sequence[int], show
 
 
 def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool) -> str:
-    headers = ["tok/s/user", "$/Mtok", "TPOT ms", "GPUs", "nodes", "layout", "batch", "TGS", "bound"]
+    extra = choice_axes(spec)
+    headers = ["tok/s/user", "$/Mtok", "TPOT ms", "GPUs", "nodes", "layout"] + [spec.axes[i].label for i in extra] + [
+        "batch", "TGS", "bound"]
     if show_prefill:
         headers.insert(3, "TTFT ms")
     body = []
@@ -177,7 +189,9 @@ def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool)
         line = [_fmt(row.user_tps, 1), _fmt(row.cost_per_mtok, 3), _fmt(row.tpot_s * 1e3)]
         if show_prefill:
             line.append(_fmt(row.ttft_s * 1e3, 1))
-        line += [row.num_gpus, row.num_nodes, layout_text(row), row.batch, _fmt(row.tgs, 0), row.bound]
+        values = spec.values(row.point)
+        line += [row.num_gpus, row.num_nodes, layout_text(row)] + [_value_text(values[i]) for i in extra] + [
+            row.batch, _fmt(row.tgs, 0), row.bound]
         body.append(line)
     return tabulate(body, headers=headers, disable_numparse=True)
 
@@ -231,16 +245,21 @@ def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence
         color = colors[k % len(colors)]
         xs = [r.user_tps for r in points]
         ys = [r.cost_per_mtok for r in points]
-        ax.scatter(xs, ys, s=6, alpha=0.15, color=color, linewidths=0)
+        ax.scatter(xs, ys, s=5, alpha=0.12, color=color, linewidths=0,
+                   label="all feasible deployments" if len(curves) == 1 else None)
         ordered = sorted(frontier, key=lambda r: r.user_tps)
         fx = [r.user_tps for r in ordered]
         fy = [r.cost_per_mtok for r in ordered]
         # between two frontier points the cheapest way to reach a speed is the faster point's cost
         ax.step(fx, fy, where="pre", color=color, linewidth=1.8, label=label or "Pareto frontier")
         ax.scatter(fx, fy, s=18, color=color, zorder=3)
-        for r in frontier[:: max(1, len(frontier) // 8)]:
-            ax.annotate(f"{r.num_gpus} GPU b{r.batch}", (r.user_tps, r.cost_per_mtok), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points", color=color)
+        # label a few frontier points (GPUs, batch per GPU), spread along the curve
+        marks = 5 if len(curves) == 1 else 3
+        picks = sorted({round(i * (len(ordered) - 1) / max(marks - 1, 1)) for i in range(marks)}) if ordered else []
+        for i in picks:
+            r = ordered[i]
+            ax.annotate(f"{r.num_gpus} GPU, batch {r.batch}", (r.user_tps, r.cost_per_mtok), fontsize=7,
+                        xytext=(4, 4), textcoords="offset points", color=color)
     ax.set_xlabel("output speed per request (tokens/s per user = 1 / TPOT)")
     ax.set_ylabel("cost (USD per million output tokens)")
     ax.set_yscale("log")
