@@ -35,7 +35,9 @@ def _stage(stage: StageResult) -> dict[str, Any]:
         out["ttft_ms"] = stage.step_time_s / MS
         out["tokens_per_gpu"] = stage.tokens_per_gpu
     else:
-        out["tpot_ms"] = stage.step_time_s / MS
+        out["tpot_ms"] = stage.tpot_s / MS
+        out["step_time_ms"] = stage.step_time_s / MS
+        out["tokens_per_step"] = stage.tokens_per_step
         out["batch_per_gpu"] = stage.tokens_per_gpu
     out.update({
         "tgs": stage.tgs,
@@ -72,9 +74,42 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
             "request_context_tokens": mem.request_context,
             "max_batch_per_gpu": mem.max_batch_per_gpu,
             "fits": mem.fits,
+            "bounded_bytes_per_request": mem.bounded_bytes_per_request,
+            "bounded_bytes_per_request_per_gpu": mem.bounded_bytes_per_request_per_gpu,
+            "draft_weights_gb": mem.draft_weights_bytes / GB,
+            "draft_kv_bytes_per_token_per_gpu": mem.draft_kv_bytes_per_token_per_gpu,
         },
+        "speculative": _speculative(result.speculative) if result.speculative else None,
         "warnings": list(result.warnings),
     }
+
+
+def _speculative(spec: Any) -> dict[str, Any]:
+    data = dataclasses.asdict(spec)
+    for key in [k for k in data if k.endswith("_s")]:
+        data[key[:-2] + "_ms"] = data.pop(key) / MS
+    data["search"] = [{"lookahead": p.lookahead, "expected_tokens": p.expected_tokens,
+                       "step_time_ms": p.step_time_s / MS, "tpot_ms": p.tpot_s / MS} for p in spec.search]
+    return data
+
+
+def _speculative_text(spec: Any) -> list[str]:
+    k = f"{spec.lookahead}" + (f" (auto: best of 1..{max(p.lookahead for p in spec.search)})" if spec.lookahead_auto else "")
+    lines = [
+        f"SPECULATIVE DECODING  {spec.method} with {spec.drafter}; lookahead k = {k}; acceptance rate {spec.acceptance_rate:g}",
+        f"  expected tokens per step (1 - a^(k+1)) / (1 - a) = {spec.expected_tokens_per_step:.3f}",
+        f"  step = draft {spec.draft_time_s / MS:,.2f} ms ({spec.lookahead} x {spec.draft_step_time_s / MS:,.2f} ms) "
+        f"+ verify {spec.verify_time_s / MS:,.2f} ms = {spec.step_time_s / MS:,.2f} ms",
+        f"  effective TPOT {spec.tpot_s / MS:,.2f} ms vs {spec.baseline_tpot_s / MS:,.2f} ms without speculation "
+        f"(x{spec.speedup:.2f}); throughput {spec.tgs:,.0f} tokens/GPU/s",
+        f"  TTFT includes the drafter's prefill: {spec.prefill_draft_time_s / MS:,.2f} ms",
+    ]
+    if spec.lookahead_auto:
+        rows = [[p.lookahead, f"{p.expected_tokens:.3f}", f"{p.step_time_s / MS:,.2f}", f"{p.tpot_s / MS:,.2f}"]
+                for p in spec.search]
+        table = tabulate(rows, headers=["k", "tokens/step", "step (ms)", "TPOT (ms)"], disable_numparse=True)
+        lines += ["  " + line for line in table.splitlines()]
+    return lines
 
 
 def _module_rows(stage: StageResult) -> list[list[Any]]:
@@ -113,8 +148,10 @@ def _stage_text(stage: StageResult, detail: bool) -> list[str]:
         head = (f"PREFILL  TTFT {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
                 f"   ({stage.tokens_per_gpu} prompt tokens per GPU per step)")
     else:
-        head = (f"DECODE   TPOT {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
+        head = (f"DECODE   TPOT {stage.tpot_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
                 f"   ({stage.tokens_per_gpu} requests per GPU)")
+        if stage.tokens_per_step != 1.0:
+            head += f"\n  one step takes {stage.step_time_s / MS:,.2f} ms and yields {stage.tokens_per_step:.3f} tokens per request"
     sources = sorted({op.source.value for op in stage.operations if op.time_s > 0})
     lines = [head, f"  bound by {stage.bound.value}; times from {' + '.join(sources)}"
              + (f"; two-batch overlap saves {stage.overlap_saved_s / MS:,.2f} ms"
@@ -131,6 +168,20 @@ def _stage_text(stage: StageResult, detail: bool) -> list[str]:
     return lines
 
 
+_MIXER_NAMES = {"full_attention": "full attention", "sliding_attention": "sliding-window attention",
+                "linear_attention": "Gated DeltaNet", "mamba": "Mamba-2"}
+
+
+def _layer_mix(model: Any) -> str:
+    attention = "MLA" if model.is_mla else (
+        "MHA" if model.num_key_value_heads == model.num_attention_heads else
+        "MQA" if model.num_key_value_heads == 1 else "GQA")
+    parts = [f"{n} {_MIXER_NAMES.get(mixer, mixer)}{' + MoE' if moe else ''}" for mixer, moe, n in model.layer_composition]
+    ffn = (f"MoE {model.num_experts} experts, top-{model.num_experts_per_tok}"
+           + (f", {model.num_shared_experts} shared" if model.num_shared_experts else "")) if model.is_moe else "dense FFN"
+    return f"{model.num_hidden_layers} layers ({', '.join(parts)}); {attention}; {ffn}"
+
+
 def to_text(result: SimulationResult, detail: bool = False) -> str:
     cfg = result.config
     dep, wl, mem = cfg.deployment, cfg.workload, result.memory
@@ -138,8 +189,12 @@ def to_text(result: SimulationResult, detail: bool = False) -> str:
               f"FFN TP{dep.ffn.tp} x EP{dep.ffn.ep} x DP{dep.ffn.dp}" + (f"; PP{dep.pp}" if dep.pp > 1 else "")
               + f"; GEMM {dep.precision.gemm}, weights {dep.precision.weight_dtype}, KV {dep.precision.kv_cache}"
               + f"; overlap {dep.overlap}" + (f"; MoE comm {dep.moe_comm}" if cfg.model.is_moe else ""))
+    expert_format = getattr(dep.precision, "expert_weights", None)
+    if expert_format:
+        layout += f"; routed experts stored {expert_format}"
     lines = [
         f"InferSim: {cfg.model.name} on {cfg.hardware.name} ({cfg.hardware.description})",
+        f"  model:      {_layer_mix(cfg.model)}",
         f"  deployment: {layout}",
         f"  workload:   ISL {wl.isl} tokens, OSL {wl.osl} tokens; decode context averages {wl.decode_context:g} tokens",
         f"  kernel times: {cfg.tables.describe()}",
@@ -156,6 +211,15 @@ def to_text(result: SimulationResult, detail: bool = False) -> str:
         f"  largest decode batch that fits: {mem.max_batch_per_gpu} requests per GPU of {mem.request_context} tokens"
         + ("" if mem.fits else "   ** DOES NOT FIT **"),
     ]
+    if mem.bounded_bytes_per_request:
+        lines.append(f"  state that does not grow with context (sliding-window KV, recurrent/conv state): "
+                     f"{mem.bounded_bytes_per_request:,.0f} bytes per request, "
+                     f"{mem.bounded_bytes_per_request_per_gpu:,.0f} on each GPU")
+    if mem.draft_weights_bytes:
+        lines.append(f"  drafter (included above): weights {mem.draft_weights_bytes / GB:,.2f} GB, "
+                     f"KV {mem.draft_kv_bytes_per_token_per_gpu:,.0f} bytes per token on each GPU")
+    if result.speculative:
+        lines += [""] + _speculative_text(result.speculative)
     if result.warnings:
         lines += ["", "WARNINGS"] + [f"  - {w}" for w in result.warnings]
     return "\n".join(lines)

@@ -95,7 +95,10 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
         hit = tables.lookup(shape, hw.peak_flops(dtype))
         if hit is not None:
             if hit.method == "edge":
-                return Cost(shape.flops, shape.bytes, hit.seconds + hw.derates.kernel_launch_overhead,
+                # the edge efficiency scales compute; outside the table the kernel can still not
+                # stream its bytes faster than HBM allows
+                memory_s = shape.bytes / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+                return Cost(shape.flops, shape.bytes, max(hit.seconds, memory_s) + hw.derates.kernel_launch_overhead,
                             _intensity_bound(shape, hw), Source.ROOFLINE,
                             f"outside table {hit.table}: roofline at its edge efficiency {hit.efficiency:.3f}"
                             + (f" ({hit.note})" if hit.note else ""))

@@ -77,6 +77,8 @@ _UNSUPPORTED_LAYOUTS = {
 _LINEAR_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
 _MAMBA_FIELDS = ("mamba_d_state", "mamba_head_dim", "mamba_num_heads", "mamba_n_groups", "mamba_expand", "mamba_chunk_size")
 
+_ALWAYS_BIASED = {"bloom", "gpt2", "gpt_neox", "falcon"}
+
 _PLAIN_MLP_FAMILIES = {"opt": "relu", "bloom": "gelu", "gpt2": "gelu", "gpt_neox": "gelu", "falcon": "gelu"}
 
 
@@ -113,6 +115,10 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     fields.setdefault("head_dim", fields["hidden_size"] // fields["num_attention_heads"])
 
     family = model_type.split("_")[0] if model_type else ""
+    # transformers' PretrainedConfig ties the LM head to the embedding unless a config says otherwise
+    fields.setdefault("tie_word_embeddings", True)
+    if family in _ALWAYS_BIASED and "attention_bias" not in fields:
+        fields["attention_bias"] = fields["mlp_bias"] = True  # BLOOM's modeling code has biases but no config key
     activation = _PLAIN_MLP_FAMILIES.get(model_type) or _PLAIN_MLP_FAMILIES.get(family)
     if activation:
         fields["ffn_activation"] = activation
