@@ -3,6 +3,8 @@
 Roofline fallback (documented in the README):
     t = max(FLOPs_padded / (peak(dtype) * compute_efficiency), bytes / (HBM bandwidth * memory_efficiency))
         + kernel_launch_overhead
+(elementwise kernels use elementwise_memory_efficiency instead of memory_efficiency)
+        + kernel_launch_overhead
 FLOPs_padded rounds each GEMM's (each expert's) row count up to the card's tensor-core tile
 height `gemm_tile_m`, because a tile computes its full height however few rows are real.
 Attention (softmax attention, the chunked linear-attention / SSM phases) uses
@@ -65,10 +67,18 @@ def _compute_flops_and_rate(shape: AnyShape, hw: HardwareCard) -> tuple[float, f
     return shape.flops, hw.peak_flops("bf16") * hw.compute_efficiency("bf16")
 
 
+def _memory_efficiency(shape: AnyShape, hw: HardwareCard) -> float:
+    """Elementwise kernels (norms, rotary, activation, casts) stream less well than GEMMs and
+    attention: short rows, two passes, launch tails."""
+    if isinstance(shape, MemoryBoundShape):
+        return hw.derates.elementwise_memory_efficiency
+    return hw.derates.memory_efficiency
+
+
 def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "") -> Cost:
     flops_done, rate = _compute_flops_and_rate(shape, hw)
     compute_s = flops_done / rate
-    memory_s = shape.bytes / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+    memory_s = shape.bytes / (hw.peak.hbm_bandwidth * _memory_efficiency(shape, hw))
     kernels = shape.kernels if isinstance(shape, (MemoryBoundShape, LinearAttentionShape)) else 1
     launch_s = hw.derates.kernel_launch_overhead * kernels
     busy = max(compute_s, memory_s)

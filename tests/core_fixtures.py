@@ -57,6 +57,7 @@ ROUND_GPU: dict[str, Any] = {
         "compute_efficiency": {"bf16": 1.0, "fp8": 1.0},
         "attention_compute_efficiency": 1.0,
         "memory_efficiency": 1.0,
+        "elementwise_memory_efficiency": 1.0,
         "nvlink_efficiency": 1.0,
         "network_efficiency": 1.0,
         "gemm_tile_m": 1,

@@ -39,7 +39,7 @@ def gpu(flops: float = 1e30, hbm_bandwidth: float = 1e30, **extra: Any) -> dict[
                  "hbm_bandwidth": hbm_bandwidth, "nvlink_bandwidth": 1e11, "network_bandwidth": 1e10,
                  "pcie_bandwidth": 10e9, "sm_count": 100, "l2_bytes": 1e6, "gpus_per_node": 8},
         "derates": {"compute_efficiency": {"bf16": 1.0, "fp16": 1.0, "fp8": 1.0}, "attention_compute_efficiency": 1.0,
-                    "memory_efficiency": 1.0, "nvlink_efficiency": 1.0, "network_efficiency": 1.0, "gemm_tile_m": 1,
+                    "memory_efficiency": 1.0, "elementwise_memory_efficiency": 1.0, "nvlink_efficiency": 1.0, "network_efficiency": 1.0, "gemm_tile_m": 1,
                     "kernel_launch_overhead": 0.0,
                     "collective_latency": {"LL": dict(_LAT), "LL128": dict(_LAT), "Simple": dict(_LAT)},
                     "deepep_normal_latency": 0.0, "deepep_low_latency_latency": 0.0, "deepep_normal_sms": 0,

@@ -43,6 +43,8 @@ class Derates:
     compute_efficiency: dict[str, float] = spec(doc="achievable fraction of peak FLOP/s for large GEMMs, by format", gt=0, le=1)
     attention_compute_efficiency: float = spec(doc="achievable fraction of bf16 peak for attention kernels", gt=0, le=1)
     memory_efficiency: float = spec(doc="achievable fraction of HBM bandwidth for streaming kernels", gt=0, le=1)
+    elementwise_memory_efficiency: float = spec(
+        doc="achievable fraction of HBM bandwidth for norm / rotary / activation / quant-cast kernels", gt=0, le=1)
     nvlink_efficiency: float = spec(doc="achievable fraction of NVLink bandwidth in collectives", gt=0, le=1)
     network_efficiency: float = spec(doc="achievable fraction of NIC bandwidth in collectives", gt=0, le=1)
     gemm_tile_m: int = spec(doc="rows per tensor-core tile: each GEMM/expert's M is padded to a multiple of it", gt=0)
