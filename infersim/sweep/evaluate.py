@@ -207,7 +207,7 @@ class Evaluator:
             ttft = ptgs = NAN
         fits = mem.kv_capacity_bytes > 0 and 1 <= batch <= mem.max_batch_per_gpu
         return Row(point, dep.num_gpus, dep.num_nodes, dep.pp, dep.attention.tp, dep.attention.dp, dep.ffn.tp,
-                   dep.ffn.ep, dep.ffn.dp, batch, decode.step_time_s, decode.tgs, ttft, ptgs,
+                   dep.ffn.ep, dep.ffn.dp, batch, decode.tpot_s, decode.tgs, ttft, ptgs,
                    BOUND_NAMES[decode.bound], fits, mem.max_batch_per_gpu, mem.kv_capacity_bytes,
                    mem.weights_bytes, price)
 
