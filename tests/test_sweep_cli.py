@@ -181,3 +181,16 @@ def test_interrupt_writes_partial_results(tmp_path):
     rows = list(csv.DictReader(out.open()))
     assert 0 < len(rows) < 100_000
     assert [int(r["workload.decode_batch_per_gpu"]) for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_sweep_refuses_speculative_configs_instead_of_ignoring_the_drafter():
+    from infersim.cli import main
+
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["sweep", "--config", "qwen3-8b-speculative.yaml", "--grid", "workload.decode_batch_per_gpu=8,16"])
+    assert code == 2
+    assert "do not model speculative decoding" in err.getvalue()
