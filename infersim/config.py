@@ -342,9 +342,11 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
             shard(model.moe_intermediate_size, ffn.tp, "moe_intermediate_size", "ffn.tp")
         except LayoutError as exc:
             raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep}, str(exc)) from None
-        if ffn.tp > 1 and ffn.ep > 1 and dep.moe_comm != "all-gather":
-            raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep},
-                       "expert TP together with EP is modelled only with moe_comm: all-gather")
+        if ffn.tp > 1 and dep.moe_comm != "all-gather":
+            # a TP-sharded expert needs every token of its TP group; exchanges only move routed copies
+            raise fail("deployment.moe_comm", dep.moe_comm,
+                       f"expert TP (ffn.tp = {ffn.tp}) needs moe_comm: all-gather, which brings every token "
+                       "of the FFN group to each shard")
     elif ffn.ep > 1:
         raise fail("deployment.ffn.ep", ffn.ep, f"expert parallelism needs an MoE model ({model.name} is dense)")
     if model.num_dense_layers:

@@ -122,13 +122,16 @@ def test_layout_search_rows_are_valid_and_fit(base):
         assert r.fits and 1 <= r.batch <= r.max_batch
         assert r.batch in search.batches or r.batch == r.max_batch
         assert r.num_nodes == max(1, r.num_gpus // 8)
-    assert result.rejected > 0 and any("expert TP together with EP" in p for p in result.problems)
+    assert result.rejected > 0 and any("must span at least the attention TP group" in p for p in result.problems)
+    # expert-TP layouts are searched with the only token movement that serves them
+    assert any(r.ffn_tp > 1 for r in ok)
     # spot-check one searched point against the full simulator
     r = max(ok, key=lambda r: r.tgs)
     ref = simulate(load_run_config(CONFIG, [
         f"deployment.num_gpus={r.num_gpus}", f"deployment.num_nodes={r.num_nodes}", f"deployment.pp={r.pp}",
         f"deployment.attention.tp={r.attn_tp}", "deployment.attention.dp=0", f"deployment.ffn.tp={r.ffn_tp}",
-        f"deployment.ffn.ep={r.ffn_ep}", "deployment.ffn.dp=0", f"workload.decode_batch_per_gpu={r.batch}"]))
+        f"deployment.ffn.ep={r.ffn_ep}", "deployment.ffn.dp=0", f"workload.decode_batch_per_gpu={r.batch}",
+        *(["deployment.moe_comm=all-gather"] if r.ffn_tp > 1 else [])]))
     assert r.tpot_s == pytest.approx(ref.decode.step_time_s, rel=1e-12)
 
 

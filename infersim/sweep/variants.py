@@ -200,7 +200,12 @@ class Deriver:
 
 def with_layout(dep: Deployment, num_gpus: int, num_nodes: int, pp: int, attn_tp: int, ffn_tp: int,
                 ffn_ep: int) -> Deployment:
-    """A deployment with a searched parallel layout (DP sizes derived by complete_layout)."""
+    """A deployment with a searched parallel layout (DP sizes derived by complete_layout).
+
+    Expert TP (ffn_tp > 1) only works with tokens gathered onto every shard, so such layouts use
+    moe_comm all-gather whatever the base config says (dense models ignore moe_comm)."""
+    if ffn_tp > 1:
+        dep = dataclasses.replace(dep, moe_comm="all-gather")
     return dataclasses.replace(dep, num_gpus=num_gpus, num_nodes=num_nodes, pp=pp,
                                attention=AttentionLayout(tp=attn_tp, dp=0),
                                ffn=FfnLayout(tp=ffn_tp, ep=ffn_ep, dp=0))
