@@ -38,7 +38,7 @@ from infersim.memory import (
     weights_per_gpu,
 )
 from infersim.modules import categories as cat
-from infersim.modules.ffn import ACT_BYTES
+from infersim.units import ACT_BYTES
 from infersim.modules.step import build_stage_plan
 from infersim.plan import Operation, Stage, StagePlan
 

@@ -20,3 +20,7 @@ DTYPE_BYTES: dict[str, float] = {
 
 def dtype_bytes(dtype: str) -> float:
     return DTYPE_BYTES[dtype]
+
+
+#: activations travel between kernels in bf16 in every serving engine modelled here
+ACT_BYTES = DTYPE_BYTES["bf16"]

@@ -30,9 +30,8 @@ from infersim.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoun
 from infersim.modules import categories as cat
 from infersim.plan import Operation, StageContext
 from infersim.sharding import heads_per_rank, shard
-from infersim.units import dtype_bytes
+from infersim.units import ACT_BYTES, dtype_bytes
 
-ACT_BYTES = 2.0  # activations travel in bf16 between kernels
 INDEX_KEY_DTYPE = "fp8"  # DSA indexer keys are cached in fp8 ...
 INDEX_KEY_SCALE_BYTES = 4.0  # ... with one fp32 scale per key (DeepSeek-V3.2 inference code)
 

@@ -15,8 +15,8 @@ from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, Memor
 from infersim.modules import categories as cat
 from infersim.plan import Operation, StageContext
 from infersim.sharding import shard
+from infersim.units import ACT_BYTES
 
-ACT_BYTES = 2.0
 
 
 def _ranks_per_node(ranks: int, ctx: StageContext) -> int:

@@ -23,9 +23,8 @@ from infersim.kernels import GemmShape, LinearAttentionShape, MemoryBoundShape
 from infersim.modules import categories as cat
 from infersim.plan import Operation, StageContext
 from infersim.sharding import heads_per_rank, shard
-from infersim.units import dtype_bytes
+from infersim.units import ACT_BYTES, dtype_bytes
 
-ACT_BYTES = 2.0
 CONV_STATE_DTYPE = "bf16"  # the conv1d state keeps activations in their own format
 
 

@@ -8,10 +8,11 @@ from infersim.errors import InferSimError
 from infersim.kernels import CollectiveShape, GemmShape, MemoryBoundShape
 from infersim.modules import categories as cat
 from infersim.modules.attention import attention_operations
-from infersim.modules.ffn import ACT_BYTES, attention_output_collective, dense_ffn_operations, moe_operations
+from infersim.modules.ffn import attention_output_collective, dense_ffn_operations, moe_operations
 from infersim.modules.linear_attention import linear_mixer_operations
 from infersim.plan import LayerGroup, Operation, SequenceBatch, Stage, StageContext, StagePlan
 from infersim.sharding import shard
+from infersim.units import ACT_BYTES
 
 
 def prefill_sequences(tokens: int, isl: int) -> tuple[SequenceBatch, ...]:
