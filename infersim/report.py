@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
@@ -139,8 +140,14 @@ def _module_rows(stage: StageResult) -> list[list[Any]]:
 
 def _operation_rows(stage: StageResult) -> list[list[Any]]:
     return [[op.group, op.name, op.module, op.layers, f"{op.time_per_layer_s / US:,.2f}", f"{op.time_s / MS:,.3f}",
-             f"{op.flops / 1e12:,.3f}", f"{op.bytes / GB:,.3f}", op.bound.value, op.source.value]
+             f"{op.flops / 1e12:,.3f}", f"{op.bytes / GB:,.3f}", op.bound.value, op.source.value, _short(op.detail)]
             for op in stage.operations]
+
+
+def _short(detail: str, width: int = 90) -> str:
+    """Where a number came from (table file, collective algorithm), shortened to keep rows on one line."""
+    detail = detail.replace(str(Path.cwd()) + "/", "")
+    return detail if len(detail) <= width else detail[: width - 3] + "..."
 
 
 def _stage_text(stage: StageResult, detail: bool) -> list[str]:
@@ -162,7 +169,7 @@ def _stage_text(stage: StageResult, detail: bool) -> list[str]:
     lines += ["  " + line for line in table.splitlines()]
     if detail:
         table = tabulate(_operation_rows(stage), headers=["group", "operation", "module", "layers", "per layer (us)",
-                                                          "step (ms)", "TFLOP", "GB", "bound", "source"],
+                                                          "step (ms)", "TFLOP", "GB", "bound", "source", "from"],
                          tablefmt="simple", disable_numparse=True)
         lines += [""] + ["  " + line for line in table.splitlines()]
     return lines
