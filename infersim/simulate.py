@@ -29,7 +29,9 @@ class SimulationResult:
 def decode_batch(config: RunConfig, memory: MemoryResult) -> int:
     requested = config.workload.decode_batch_per_gpu
     if requested == "max":
-        return max(memory.max_batch_per_gpu, 1)
+        # two-batch overlap splits the batch in two equal micro-batches
+        step = 2 if config.deployment.overlap == "two-batch" else 1
+        return max(memory.max_batch_per_gpu // step * step, step)
     return requested
 
 
@@ -72,7 +74,8 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
         out.append(f"decode batch {batch} per GPU exceeds the {memory.max_batch_per_gpu} requests of "
                    f"{memory.request_context} tokens whose KV cache fits ({memory.kv_capacity_bytes / GB:.2f} GB per GPU)")
     if workload.decode_batch_per_gpu == "max":
-        out.append(f"decode batch per GPU not given: using the largest that fits in memory ({batch})")
+        out.append(f"decode batch per GPU not given: using the largest that fits in memory ({batch}"
+                   + (", even for two-batch overlap)" if config.deployment.overlap == "two-batch" else ")"))
     rest = workload.prefill_tokens % workload.isl
     if rest and workload.prefill_tokens > workload.isl:
         out.append(f"prefill tokens per GPU ({workload.prefill_tokens}) is not a multiple of ISL ({workload.isl}): "

@@ -197,3 +197,17 @@ def test_expert_tp_without_gathering_tokens_is_refused(capsys):
     assert main(["--config", "qwen3-30b.yaml", "--format", "json", "--set", "deployment.attention.tp=4",
                  "--set", "deployment.attention.dp=1", "--set", "deployment.ffn.tp=4", "--set", "deployment.ffn.ep=1",
                  "--set", "deployment.moe_comm=all-gather"]) == 0
+
+
+def test_max_batch_is_even_under_two_batch_overlap(capsys):
+    assert main(["--config", "benchmarks/published/deepseek-v3-h800-decode.yaml", "--format", "json",
+                 "--set", "workload.decode_batch_per_gpu=max"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["decode"]["batch_per_gpu"] % 2 == 0
+    assert data["memory"]["max_batch_per_gpu"] - 1 <= data["decode"]["batch_per_gpu"] <= data["memory"]["max_batch_per_gpu"]
+
+
+def test_odd_batch_with_two_batch_overlap_names_the_field(capsys):
+    err = error_of(capsys, "--config", "benchmarks/published/deepseek-v3-h800-decode.yaml",
+                   "--set", "workload.decode_batch_per_gpu=127")
+    assert "workload.decode_batch_per_gpu (127)" in err and "two-batch" in err

@@ -31,8 +31,8 @@ def stage_context(stage: Stage, model: ModelCard, dep: Deployment, workload: Wor
     """q_len (decode): new tokens per request in one step, > 1 when verifying speculative tokens;
     they attend to the context and to each other, so the last one sees decode_context + q_len - 1."""
     per_micro = shard(tokens_per_gpu, micro_batches,
-                      "prefill tokens per GPU" if stage == "prefill" else "decode batch per GPU",
-                      "the two micro-batches of two-batch overlap")
+                      "workload.prefill_tokens_per_gpu" if stage == "prefill" else "workload.decode_batch_per_gpu",
+                      "the two micro-batches of deployment.overlap two-batch")
     if stage == "prefill":
         seqs = prefill_sequences(per_micro, workload.isl)
         return StageContext(stage, per_micro, seqs, dep.gpus_per_node)
