@@ -303,10 +303,13 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
 
     try:
         per_node = shard(dep.num_gpus, dep.num_nodes, "deployment.num_gpus", "deployment.num_nodes")
-        per_stage = shard(dep.num_gpus, dep.pp, "deployment.num_gpus", "deployment.pp")
-        shard(model.num_hidden_layers, dep.pp, "num_hidden_layers", "deployment.pp")
     except LayoutError as exc:
-        raise fail("deployment", dep.num_gpus, str(exc)) from None
+        raise fail("deployment.num_nodes", dep.num_nodes, str(exc)) from None
+    try:
+        per_stage = shard(dep.num_gpus, dep.pp, "deployment.num_gpus", "deployment.pp")
+        shard(model.num_hidden_layers, dep.pp, f"{model.name}'s num_hidden_layers", "deployment.pp")
+    except LayoutError as exc:
+        raise fail("deployment.pp", dep.pp, str(exc)) from None
     if per_node > hw.peak.gpus_per_node:
         raise fail("deployment.num_nodes", dep.num_nodes,
                    f"{per_node} GPUs per node, but a {hw.name} node holds {hw.peak.gpus_per_node}")
@@ -357,7 +360,9 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
     if ffn.tp < attn.tp and (model.num_dense_layers or dep.moe_comm == "all-gather"):
         raise fail("deployment.ffn.tp", ffn.tp,
                    f"smaller than attention.tp ({attn.tp}); a TP FFN must span at least the attention TP group")
-    hw.peak_flops(dep.precision.gemm, source)
+    if dep.precision.gemm not in hw.peak.flops:
+        raise fail("deployment.precision.gemm", dep.precision.gemm,
+                   f"{hw.name} has no {dep.precision.gemm} tensor-core rate (it has: {', '.join(sorted(hw.peak.flops))})")
     if model.is_sparse_attention and "fp8" not in hw.peak.flops:
         raise fail("model.index_topk", model.index_topk,
                    f"DSA's indexer runs in fp8, but {hw.name} has no fp8 tensor-core rate")
