@@ -211,3 +211,11 @@ def test_odd_batch_with_two_batch_overlap_names_the_field(capsys):
     err = error_of(capsys, "--config", "benchmarks/published/deepseek-v3-h800-decode.yaml",
                    "--set", "workload.decode_batch_per_gpu=127")
     assert "workload.decode_batch_per_gpu (127)" in err and "two-batch" in err
+
+
+def test_readme_worked_example_is_what_the_command_prints(capsys):
+    readme = (REPO_ROOT / "README.md").read_text()
+    start = readme.index("$ python -m infersim --config qwen3-30b.yaml\n") + len("$ python -m infersim --config qwen3-30b.yaml\n")
+    documented = readme[start:readme.index("```", start)].rstrip()
+    assert main(["--config", "qwen3-30b.yaml"]) == 0
+    assert capsys.readouterr().out.rstrip() == documented
