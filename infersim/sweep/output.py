@@ -16,8 +16,8 @@ from infersim.errors import InferSimError
 from infersim.sweep.analysis import Best, Targets, why_not
 from infersim.sweep.evaluate import Row, SweepSpec
 from infersim.sweep.grid import SEARCHED_FIELDS
+from infersim.units import GB
 
-GB = 1e9
 OUTPUT_FORMATS = (".csv", ".json", ".parquet")
 
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from infersim.modules import categories as cat
 from infersim.trace.load import KIND_KERNEL, RawTrace
 from infersim.trace.rules import GEMM, OTHER, UNMATCHED, RuleTable
+from infersim.units import US  # trace timestamps are microseconds
 
-US = 1e-6  # trace timestamps are microseconds
 
 _SGLANG_STEP = re.compile(r"^step\[(?P<mode>[A-Za-z_]+)")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")

@@ -24,10 +24,10 @@ from typing import Any
 
 from infersim.errors import InferSimError
 from infersim.trace.compare import relative_error
+from infersim.units import MS
 
 ONE_BATCH = "bench_one_batch"
 SERVING = "bench_serving"
-MS = 1e-3
 
 
 @dataclass(frozen=True)
