@@ -8,6 +8,7 @@ from infersim.config import RunConfig
 from infersim.engine import StageResult, run_stage
 from infersim.kernels import NoTables, Source
 from infersim.memory import MemoryResult, memory_budget
+from infersim.modules import categories as cat
 from infersim.modules.step import build_stage_plan
 from infersim.speculative import SpeculativeResult, drafter_memory, run_speculative
 from infersim.units import GB
@@ -50,6 +51,19 @@ def simulate(config: RunConfig) -> SimulationResult:
                             speculative)
 
 
+def _table_device_mismatch(config: RunConfig) -> str:
+    """A warning when the kernel tables were measured on another GPU than the hardware card's."""
+    provenance = getattr(config.tables, "provenance", None)
+    if provenance is None:
+        return ""
+    device = "".join(ch for ch in provenance.device.name.lower() if ch.isalnum())
+    model_tokens = [t for t in config.hardware.name.lower().split("-") if any(ch.isdigit() for ch in t)]
+    if model_tokens and all(token in device for token in model_tokens[:1]):
+        return ""
+    return (f"kernel tables measured on {provenance.device.name} are used for hardware card {config.hardware.name}: "
+            "table times are that device's, not this one's")
+
+
 def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: StageResult) -> list[str]:
     out: list[str] = []
     workload = config.workload
@@ -57,11 +71,16 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
         out.append("no measured MFU tables in use: every kernel time is a roofline estimate "
                    "(max of compute and memory time with the hardware card's derates, plus launch overhead)")
     else:
+        # tables cover GEMMs, grouped GEMMs and attention; elementwise kernels are always roofline
         fallback = sorted({op.name for s in stages for op in s.operations if op.source == Source.ROOFLINE
-                           and op.module not in ("dispatch", "combine", "all_reduce", "dp_gather", "pp_send")
-                           and op.bytes > 0})
+                           and op.flops > 0 and op.module not in cat.COMMUNICATION
+                           and op.module not in (cat.ELEMENTWISE, cat.EMBEDDING)
+                           and not op.detail.startswith("outside table")})
         if fallback:
             out.append("no table covers these kernels, roofline fallback used: " + ", ".join(fallback))
+        mismatch = _table_device_mismatch(config)
+        if mismatch:
+            out.append(mismatch)
         edges = sorted({op.detail for s in stages for op in s.operations if op.detail.startswith("outside table")})
         out.extend(edges)
     if memory.kv_capacity_bytes <= 0:

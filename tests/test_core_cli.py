@@ -219,3 +219,16 @@ def test_readme_worked_example_is_what_the_command_prints(capsys):
     documented = readme[start:readme.index("```", start)].rstrip()
     assert main(["--config", "qwen3-30b.yaml"]) == 0
     assert capsys.readouterr().out.rstrip() == documented
+
+
+def test_tables_of_another_gpu_are_flagged(capsys):
+    assert main(["--config", "benchmarks/published/qwen3-8b-h20-decode.yaml", "--format", "json",
+                 "--mfu-tables", "imported/h800"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert any("measured on NVIDIA H800 SXM are used for hardware card h20" in w for w in warnings)
+    assert main(["--config", "benchmarks/published/qwen3-8b-h20-decode.yaml", "--format", "json",
+                 "--mfu-tables", "imported/h20"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert not any("measured on" in w for w in warnings)
+    fallback = next(w for w in warnings if w.startswith("no table covers"))
+    assert "o_proj" in fallback and "input_norm" not in fallback  # elementwise kernels are never table kernels
