@@ -255,6 +255,21 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
                      draft_deployment=draft_dep, draft_model_source=draft_source)
 
 
+def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, deployment: Deployment,
+                 workload: Workload) -> RunConfig:
+    """The same run with another (validated) model, hardware, layout or workload; the speculative
+    drafter is checked and placed again for it (the draft card is not reloaded)."""
+    from dataclasses import replace
+
+    draft, draft_dep, draft_source = None, None, ""
+    if config.speculative is not None:
+        loaded = (config.draft_model, config.draft_model_source) if config.draft_model is not None else None
+        draft, draft_dep, draft_source = _speculative_drafter(config.speculative, model, hardware, deployment,
+                                                              None, config.source, loaded)
+    return replace(config, model=model, hardware=hardware, deployment=deployment, workload=workload,
+                   draft_model=draft, draft_deployment=draft_dep, draft_model_source=draft_source)
+
+
 def draft_deployment(dep: Deployment) -> Deployment:
     """How a draft model runs: on each attention-TP group of the model, tensor-parallel over the
     group (attention and FFN), no expert parallelism or overlap, in the model's formats."""
@@ -265,8 +280,9 @@ def draft_deployment(dep: Deployment) -> Deployment:
 
 
 def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: HardwareCard, dep: Deployment,
-                         base: Path | None, where: str) -> tuple[ModelCard | None, Deployment | None, str]:
-    """Check the speculative section against the model; load and place the draft model."""
+                         base: Path | None, where: str, loaded: tuple[ModelCard, str] | None = None,
+                         ) -> tuple[ModelCard | None, Deployment | None, str]:
+    """Check the speculative section against the model; load (unless `loaded`) and place the draft model."""
     if dep.pp > 1:
         raise ConfigError(where, "speculative", spec_.method, "speculative decoding with pipeline parallelism "
                           "(deployment.pp > 1) is not modelled")
@@ -280,7 +296,7 @@ def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: Hardwar
         return None, None, ""
     if spec_.draft_model is None:
         raise ConfigError(where, "speculative.draft_model", MISSING, "method draft needs a draft model card")
-    draft, source = load_model_card(spec_.draft_model, base)
+    draft, source = loaded or load_model_card(spec_.draft_model, base)
     if draft.vocab_size != model.vocab_size:
         raise ConfigError(where, "speculative.draft_model", draft.name,
                           f"vocabulary of {draft.vocab_size} tokens differs from the model's {model.vocab_size}: "

@@ -183,14 +183,19 @@ def test_interrupt_writes_partial_results(tmp_path):
     assert [int(r["workload.decode_batch_per_gpu"]) for r in rows] == list(range(1, len(rows) + 1))
 
 
-def test_sweep_refuses_speculative_configs_instead_of_ignoring_the_drafter():
-    from infersim.cli import main
+def test_sweep_of_a_speculative_config_matches_the_full_simulator():
+    from infersim.config import load_run_config
+    from infersim.simulate import simulate
+    from infersim.sweep import SweepSpec, load_base, parse_grid, run_sweep
 
-    import contextlib
-    import io
-
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        code = main(["sweep", "--config", "qwen3-8b-speculative.yaml", "--grid", "workload.decode_batch_per_gpu=8,16"])
-    assert code == 2
-    assert "do not model speculative decoding" in err.getvalue()
+    for rate in (0.5, 0.9):
+        base = load_base("qwen3-8b-speculative.yaml", [f"speculative.acceptance_rate={rate}"])
+        rows = run_sweep(SweepSpec(base, tuple(parse_grid(["workload.decode_batch_per_gpu=8,16"]))), workers=1).rows
+        assert [r.batch for r in rows] == [8, 16] and all(r.ok for r in rows)
+        for row in rows:
+            ref = simulate(load_run_config("qwen3-8b-speculative.yaml", [f"workload.decode_batch_per_gpu={row.batch}",
+                                                                         f"speculative.acceptance_rate={rate}"]))
+            assert ref.speculative is not None
+            assert row.tpot_s == pytest.approx(ref.decode.tpot_s, rel=1e-12)
+            assert row.tgs == pytest.approx(ref.decode.tgs, rel=1e-12)
+            assert row.max_batch == ref.memory.max_batch_per_gpu  # the drafter's weights and KV are counted

@@ -25,11 +25,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import dataclasses
+
+from infersim.config import with_variant
 from infersim.engine import StageResult, run_stage
 from infersim.errors import InferSimError
 from infersim.kernels import Bound
 from infersim.memory import MemoryResult, memory_budget
 from infersim.modules.step import build_stage_plan
+from infersim.simulate import simulate
+from infersim.speculative import drafter_memory
 from infersim.sweep.grid import GridAxis, grid_point, grid_size
 from infersim.sweep.variants import Base, Deriver, problem_text, with_layout
 
@@ -179,13 +184,17 @@ class Evaluator:
         self._memory: MemoryResult | None = None
         self._prefill_key: tuple | None = None
         self._prefill: StageResult | None = None
+        # speculative decoding changes decode, prefill (drafter prefill) and memory (drafter):
+        # such sweeps take the full simulate() path for every point
+        self.speculative = spec.base.config.speculative is not None
 
     # -- pieces ----------------------------------------------------------------------------
 
     def _memory_for(self, model, hw, dep, work) -> MemoryResult:
         key = (model, hw, dep, work.isl, work.osl)
         if self._memory_key is None or any(a is not b and a != b for a, b in zip(key, self._memory_key)):
-            self._memory = memory_budget(model, hw, dep, work)
+            drafter = drafter_memory(with_variant(self.spec.base.config, model, hw, dep, work)) if self.speculative else None
+            self._memory = memory_budget(model, hw, dep, work, drafter)
             self._memory_key = key
         return self._memory
 
@@ -198,10 +207,15 @@ class Evaluator:
         return self._prefill
 
     def _row(self, point, model, hw, dep, work, batch, mem, price) -> Row:
-        plan = build_stage_plan("decode", model, dep, work, batch, hw.derates.deepep_normal_sms)
-        decode = run_stage(plan, hw, self.tables)
-        if self.spec.prefill:
-            prefill = self._prefill_for(model, hw, dep, work)
+        if self.speculative:
+            full = simulate(with_variant(self.spec.base.config, model, hw, dep,
+                                         dataclasses.replace(work, decode_batch_per_gpu=batch)))
+            decode, prefill = full.decode, full.prefill
+        else:
+            decode = run_stage(build_stage_plan("decode", model, dep, work, batch, hw.derates.deepep_normal_sms),
+                               hw, self.tables)
+            prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
+        if prefill is not None and self.spec.prefill:
             ttft, ptgs = prefill.step_time_s, prefill.tgs
         else:
             ttft = ptgs = NAN
@@ -286,10 +300,10 @@ class Evaluator:
                     try:
                         dep = self.deriver.complete(
                             with_layout(base_dep, num_gpus, nodes, pp, attn_tp, ffn_tp, ep), model, hw)
+                        mem = self._memory_for(model, hw, dep, work)
                     except InferSimError as exc:
                         out.reject(problem_text(exc))
                         continue
-                    mem = self._memory_for(model, hw, dep, work)
                     fit = mem.max_batch_per_gpu if mem.kv_capacity_bytes > 0 else 0
                     batches = [b for b in search.batches if b <= fit]
                     out.unfit += len(search.batches) - len(batches)

@@ -65,9 +65,6 @@ def load_base(path: str | Path, overrides: Sequence[str] = (), mfu_tables: str |
 def from_config(config: RunConfig, source: str = "", base_dir: str | None = None,
                 card_overrides: dict[str, tuple] | None = None) -> Base:
     """A Base from an already validated RunConfig (the Python API's entry point)."""
-    if getattr(config, "speculative", None) is not None:
-        raise InferSimError(f"{source or config.source}: sweeps and Pareto searches do not model speculative decoding "
-                            "yet; remove the 'speculative' section (or simulate it with `infersim --config`)")
     dep = config.deployment
     dep = dataclasses.replace(dep, attention=dataclasses.replace(dep.attention, dp=0),
                               ffn=dataclasses.replace(dep.ffn, dp=0))
