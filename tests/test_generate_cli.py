@@ -135,3 +135,11 @@ def test_reference_configs_load():
     for path in sorted((REPO_ROOT / "benchmarks" / "offload").glob("*.yaml")):
         raw = yaml.safe_load(path.read_text())
         assert raw["hardware"] == "rtx-a6000" and raw["generate"]["offload"] == ["weights"], path
+
+
+def test_mixed_expert_weight_format_is_refused_not_misreported(capsys):
+    from infersim.cli import main
+
+    code = main(["generate", "--config", "gpt-oss-120b.yaml", "--batch", "8", "--prompt-len", "1024", "--gen-len", "16"])
+    err = capsys.readouterr().err
+    assert code == 2 and "expert_weights" in err and "not modelled for whole generations" in err

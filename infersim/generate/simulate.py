@@ -285,7 +285,9 @@ def _memory(config: RunConfig, gen: GenerateSpec, plan: StagePlan, stream: _Stre
     # one GPU holds its heads' share of the KV of every sequence of its attention TP group
     sequences = int(gen.batch or 0) // dep.num_gpus * dep.attention.tp
     kv_all = kv_bytes_per_token(model, dep.precision.kv_cache, dep.attention.tp) * sequences * context
-    kv_layers = sum(g.layers for g in plan.groups if any(isinstance(op.shape, AttentionShape) for op in g.operations))
+    # kv_bytes_per_token counts the layers whose KV grows with the context: full (not windowed) attention
+    kv_layers = sum(g.layers for g in plan.groups
+                    if any(isinstance(op.shape, AttentionShape) and not op.shape.window for op in g.operations))
     gpu_kv = min(2 * kv_all / max(kv_layers, 1), kv_all) if stream.kv_offloaded else kv_all  # two layers in flight
     # prefill working set: residual stream and its normalised copy, plus the largest kernel's input + output
     tokens = plan.tokens_per_gpu * dep.attention.tp
@@ -381,6 +383,13 @@ def simulate_generation(config: RunConfig, gen: GenerateSpec) -> GenerationResul
     `gen` must be resolved (spec.resolve_spec). Raises DoesNotFit when memory is too small."""
     if not gen.batch or not gen.prompt_len or not gen.gen_len:
         raise InferSimError("generate: batch, prompt_len and gen_len must be set (resolve the spec first)")
+    prec = config.deployment.precision
+    expert_format = getattr(prec, "expert_weights", None)
+    if expert_format and expert_format != prec.weight_dtype and config.model.is_moe:
+        # weight bytes here are weight elements x one stored format: a mixed model would be misreported
+        raise InferSimError(f"generate: routed experts stored {expert_format} and other weights {prec.weight_dtype} "
+                            "(deployment.precision.expert_weights) are not modelled for whole generations yet; "
+                            "use one weight format (--weights) or `infersim --config` for steady-state numbers")
     model, hw, tables = config.model, config.hardware, config.tables
     dep = _compute_deployment(config, gen)
     stream = _streaming(config, gen)
