@@ -40,14 +40,16 @@ def spec(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def load_yaml(path: Path) -> Any:
-    """Read a YAML file; a missing file or malformed YAML is one clear error naming the file."""
+def load_yaml(path: Path, what: str = "file") -> Any:
+    """Read a YAML file; a missing file or malformed YAML is one clear error naming the file.
+    `what` names the kind of file in the messages (e.g. "rules file")."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(str(path), "", MISSING, "file not found") from None
-    except OSError as exc:
-        raise ConfigError(str(path), "", MISSING, f"cannot read file: {exc.strerror}") from None
+        raise ConfigError(str(path), "", MISSING, f"{what} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(str(path), "", MISSING, f"cannot read {what}: {reason}") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -31,6 +31,8 @@ from typing import Any
 
 import yaml
 
+from infersim.cards.schema import load_yaml
+
 from infersim.errors import MISSING, ConfigError
 from infersim.modules import categories as cat
 
@@ -154,22 +156,6 @@ def parse_rules(data: Any, source: str) -> tuple[KernelRule, ...]:
     return tuple(out)
 
 
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _fail(str(path), "", MISSING, "rules file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _fail(str(path), "", MISSING, f"cannot read rules file: {exc}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise _fail(str(path), "", MISSING, f"malformed YAML{at}: {problem}") from None
-
-
 def shipped_rules() -> tuple[KernelRule, ...]:
     text = resources.files("infersim.trace").joinpath(SHIPPED_RULES).read_text(encoding="utf-8")
     return parse_rules(yaml.safe_load(text), f"infersim/trace/{SHIPPED_RULES}")
@@ -180,7 +166,7 @@ def load_rules(user_files: Sequence[str | Path] = ()) -> RuleTable:
     rules: list[KernelRule] = []
     sources = []
     for path in user_files:
-        rules.extend(parse_rules(_read_yaml(Path(path)), str(path)))
+        rules.extend(parse_rules(load_yaml(Path(path), "rules file"), str(path)))
         sources.append(str(path))
     rules.extend(shipped_rules())
     sources.append(f"infersim/trace/{SHIPPED_RULES}")
