@@ -32,7 +32,6 @@ from typing import Any
 import yaml
 
 from infersim.cards.schema import load_yaml
-
 from infersim.errors import MISSING, ConfigError
 from infersim.modules import categories as cat
 
