@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Literal, Protocol, Sequence, TextIO,
 
 from infersim.cards.model import ModelCard
 from infersim.errors import InferSimError
+from infersim.kernels import GroupedGemmShape
 from infersim.mfu.format import (
     FORMAT_VERSION,
     AttentionRow,
@@ -88,16 +89,22 @@ class GroupedGemmCase:
     family = "grouped_gemm"
 
     @property
+    def shape(self) -> GroupedGemmShape:
+        """The simulator's shape for this launch (through the table row, so the harness, the tables
+        and the simulator share one definition of K, N and the local experts)."""
+        return self.row(latency_us=0.0).shape()
+
+    @property
     def local_experts(self) -> int:
-        return self.num_experts // self.ep
+        return self.shape.local_experts
 
     @property
     def k(self) -> int:
-        return self.hidden if self.projection == "up" else self.intermediate
+        return self.shape.k
 
     @property
     def n(self) -> int:
-        return self.intermediate * (2 if self.gated else 1) if self.projection == "up" else self.hidden
+        return self.shape.n
 
     def rows_per_expert(self) -> list[int]:
         """Routed rows per local expert: tokens x topk spread as evenly as possible (balanced routing)."""
