@@ -9,7 +9,7 @@ predictions as "edge" with a warning rather than passing them off as interpolati
 
     python benchmarks/mfu_leave_one_out.py                      # every directory under mfu_tables/
     python benchmarks/mfu_leave_one_out.py mfu_tables/imported/h20 --format json
-    python benchmarks/mfu_leave_one_out.py --interpolation log-efficiency   # the alternative
+    python benchmarks/mfu_leave_one_out.py --interpolation time             # an alternative
 """
 
 from __future__ import annotations
@@ -165,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=("text", "json"), default="text")
     default = next(name for name, scheme in INTERPOLATIONS.items() if scheme == DEFAULT_INTERPOLATION)
     parser.add_argument("--interpolation", choices=sorted(INTERPOLATIONS), default=default,
-                        help="time: kernel time multilinear in work coordinates (what the lookup uses); "
-                             "log-efficiency: log(efficiency) multilinear in log2 of the axes (for comparison)")
+                        help="envelope: kernel time in work coordinates, bounded by the convex envelope "
+                             "across knees (what the lookup uses); time: plain multilinear time in work "
+                             "coordinates; log-efficiency: log(efficiency) multilinear in log2 of the axes "
+                             "(the first design); the last two for comparison")
     args = parser.parse_args(argv)
     roots = args.directories or [REPO / "mfu_tables"]
     directories = sorted({d for root in roots for d in table_directories(root)})

@@ -122,8 +122,15 @@ def test_grouped_gemm_interpolates_over_ep_as_local_experts(h800: MfuTables) -> 
     shape = GroupedGemmShape("decode", "up", 256, 48, 8, 7168, 2048, 128.0, 5.33, dtype="fp8", weight_dtype="fp8")
     hit = h800.lookup(shape, H800_FP8)
     assert hit is not None and hit.method == "interpolated"
-    w = (1 / 48 - 1 / 32) / (1 / 64 - 1 / 32)  # ep enters as 1/ep
-    assert hit.seconds == pytest.approx(1e-6 * (120.397 + (93.832 - 120.397) * w), rel=1e-12)
+    # ep enters as 1/ep; the row at 128 tokens per GPU has ep 16: 196.722, 32: 120.397, 64: 93.832,
+    # 128: 90.889 us. The straight line between ep 32 and 64 overestimates a convex curve; the secant
+    # through ep 128 and 64, extended to ep 48, is the larger lower bound and is what the lookup gives.
+    x, x16, x32, x64, x128 = 1 / 48, 1 / 16, 1 / 32, 1 / 64, 1 / 128
+    straight = 93.832 + (120.397 - 93.832) * (x - x64) / (x32 - x64)
+    from_below = 93.832 + (93.832 - 90.889) / (x64 - x128) * (x - x64)
+    from_above = 120.397 - (196.722 - 120.397) / (x16 - x32) * (x32 - x)
+    assert from_above < from_below < straight
+    assert hit.seconds == pytest.approx(1e-6 * from_below, rel=1e-12)
 
 
 def test_the_callers_peak_scales_time_and_keeps_efficiency(h800: MfuTables) -> None:
@@ -199,7 +206,7 @@ def test_time_is_monotone_in_m_where_the_table_is(h20: MfuTables, data: st.DataO
 @given(
     times=st.lists(st.floats(min_value=1.0, max_value=1e4), min_size=2, max_size=8),
     queries=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=2, max_size=6),
-    scheme=st.sampled_from(["time", "log-efficiency"]),
+    scheme=st.sampled_from(["envelope", "time", "log-efficiency"]),
 )
 def test_interpolation_of_monotone_data_is_monotone(times: list[float], queries: list[float], scheme: str) -> None:
     ms = [16 * 2**i for i in range(len(times))]
@@ -212,6 +219,30 @@ def test_interpolation_of_monotone_data_is_monotone(times: list[float], queries:
     values = sorted(ms[0] + q * span for q in queries)
     seconds = [grid.evaluate((m,), 2 * m * 64 * 64).seconds for m in values]
     assert all(b >= a * (1 - 1e-9) for a, b in zip(seconds, seconds[1:]))
+
+
+def knee_grid(points_us: dict[int, float], scheme: str = "envelope"):
+    points = [((m,), t * 1e-6, 2 * m * 64 * 64 / (t * 1e-6 * 1e15)) for m, t in points_us.items()]
+    return build_grid(("m",), points, 1e15, INTERPOLATIONS[scheme])
+
+
+def test_envelope_follows_a_knee_the_straight_line_cuts() -> None:
+    # flat at 10 us up to m = 32 (weight-bound), then 20 us per 128 rows: the true time at m = 64 is 10 us
+    grid = knee_grid({16: 10.0, 32: 10.0, 128: 20.0, 256: 40.0})
+    assert grid.evaluate((64,), 2 * 64 * 64 * 64).seconds == pytest.approx(10e-6, rel=1e-12)
+    assert knee_grid({16: 10.0, 32: 10.0, 128: 20.0, 256: 40.0}, "time").evaluate(
+        (64,), 2 * 64 * 64 * 64).seconds == pytest.approx((10 + 10 * 32 / 96) * 1e-6, rel=1e-12)
+    # past the knee (m = 192) the right-hand secant is exact: 20 + 20 * 64 / 128 = 30 us
+    assert grid.evaluate((192,), 2 * 192 * 64 * 64).seconds == pytest.approx(30e-6, rel=1e-12)
+
+
+def test_envelope_keeps_the_straight_line_where_data_are_concave_or_at_a_row_end() -> None:
+    # concave: time per row falls with m (efficiency rising), extensions lie above the straight line
+    concave = knee_grid({16: 10.0, 32: 18.0, 64: 30.0, 128: 40.0})
+    assert concave.evaluate((48,), 2 * 48 * 64 * 64).seconds == pytest.approx(24e-6, rel=1e-12)
+    # the last interval has a segment on one side only: straight line
+    assert knee_grid({16: 10.0, 32: 10.0, 128: 20.0}).evaluate((64,), 1.0).seconds == pytest.approx(
+        (10 + 10 * 32 / 96) * 1e-6, rel=1e-12)
 
 
 def test_table_directory_built_in_memory_answers_lookups(tmp_path: Path) -> None:

@@ -15,9 +15,13 @@ Within a grid the kernel time is interpolated multilinearly in "work" coordinate
 proportional to what the axis adds to the kernel's work: m, tokens, batch and kv_len as they
 are, a prefill's seq_len as s(s+1)/2 (causal query-key pairs), and ep as 1/ep (local experts, so
 weight bytes). Between grid points time is then affine in the work, the shape of a kernel with a
-fixed cost plus a cost per unit of work; the leave-one-out benchmark
-(benchmarks/mfu_leave_one_out.py) chose this over interpolating log(efficiency) in log2 of the
-axes (the first design, kept as `LOG_EFFICIENCY` for comparison): see mfu_tables/FORMAT.md.
+fixed cost plus a cost per unit of work, except across a knee: where the segments on both sides
+of the interval, extended into it, both lie below the straight line (the data are convex there,
+e.g. a GEMM flat in m up to a tile or wave boundary and linear after it), the time is the larger
+of the two extensions (the convex envelope; never below the interval's lower endpoint). The
+leave-one-out benchmark (benchmarks/mfu_leave_one_out.py) chose this over plain multilinear time
+(`TIME_IN_WORK`) and over interpolating log(efficiency) in log2 of the axes (the first design,
+`LOG_EFFICIENCY`): see mfu_tables/FORMAT.md.
 The efficiency reported is FLOPs / (time * peak).
 
 Grids may be ragged (rows of different extents, as published tables are): interpolation is
@@ -74,6 +78,7 @@ class Interpolation:
     name: str
     coordinate: Callable[[str, float], float]  # (axis name, axis value) -> interpolation coordinate
     interpolates_time: bool  # True: kernel time; False: log(efficiency)
+    convex_envelope: bool = False  # between two points, never above the secants of the segments beside them
 
 
 def _work_coordinate(axis: str, value: float) -> float:
@@ -85,9 +90,10 @@ def _work_coordinate(axis: str, value: float) -> float:
 
 
 TIME_IN_WORK = Interpolation("time-in-work", _work_coordinate, True)
+TIME_IN_WORK_ENVELOPE = Interpolation("time-in-work-convex-envelope", _work_coordinate, True, convex_envelope=True)
 LOG_EFFICIENCY = Interpolation("log-efficiency-in-log-axes", lambda axis, value: math.log2(value), False)
-INTERPOLATIONS = {"time": TIME_IN_WORK, "log-efficiency": LOG_EFFICIENCY}
-DEFAULT_INTERPOLATION = TIME_IN_WORK
+INTERPOLATIONS = {"time": TIME_IN_WORK, "envelope": TIME_IN_WORK_ENVELOPE, "log-efficiency": LOG_EFFICIENCY}
+DEFAULT_INTERPOLATION = TIME_IN_WORK_ENVELOPE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,7 +148,8 @@ class KernelGrid:
     def evaluate(self, query: Sequence[float], query_flops: float) -> GridValue:
         """Time and efficiency of the kernel at `query` (axis values) doing `query_flops`."""
         coords = tuple(self.interpolation.coordinate(a, q) for a, q in zip(self.axes, query))
-        (value, eff), exact, clamps = _evaluate(self.root, coords, tuple(query), self.axes)
+        (value, eff), exact, clamps = _evaluate(self.root, coords, tuple(query), self.axes,
+                                                self.interpolation.convex_envelope)
         if self.interpolation.interpolates_time:
             seconds = value
             if clamps:
@@ -195,7 +202,7 @@ def _build_level(points: list[tuple[tuple[float, ...], Leaf]], axes: tuple[str, 
 
 
 def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
-              names: tuple[str, ...]) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
+              names: tuple[str, ...], envelope: bool = False) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
     x = coords[0]
     grid = node.coords
     clamps: tuple[Clamp, ...] = ()
@@ -205,19 +212,38 @@ def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
     i = bisect.bisect_left(grid, x)
     for j in (i - 1, i):
         if 0 <= j < len(grid) and _same(grid[j], x):
-            leaf, exact, inner = _child(node.children[j], coords, raw, names)
+            leaf, exact, inner = _child(node.children[j], coords, raw, names, envelope)
             return leaf, exact and not clamps, clamps + inner
     lo, hi = i - 1, i
     t = (x - grid[lo]) / (grid[hi] - grid[lo])
-    (v0, e0), _, c0 = _child(node.children[lo], coords, raw, names)
-    (v1, e1), _, c1 = _child(node.children[hi], coords, raw, names)
-    return ((1.0 - t) * v0 + t * v1, (1.0 - t) * e0 + t * e1), False, clamps + c0 + c1
+    (v0, e0), _, c0 = _child(node.children[lo], coords, raw, names, envelope)
+    (v1, e1), _, c1 = _child(node.children[hi], coords, raw, names, envelope)
+    value = (1.0 - t) * v0 + t * v1
+    if envelope and not (c0 or c1):
+        # A kernel's time along a work axis is convex between tile steps (flat while bound by
+        # fixed costs or weight bytes, then growing with the work), so the straight line across a
+        # knee overestimates and the secants of the segments beside it, extended, bound it from
+        # below: take their larger, never above the straight line nor below the lower endpoint.
+        # Where the data are locally concave the straight line is already the smaller.
+        secants = [min(v0, v1)]
+        for a, b, vb in ((lo - 1, lo, v0), (hi + 1, hi, v1)):
+            if 0 <= a < len(grid):
+                (va, _), _, ca = _child(node.children[a], coords, raw, names, envelope)
+                if not ca:
+                    secants.append(_secant(grid[a], va, grid[b], vb, x))
+        if len(secants) == 3:
+            value = min(value, max(secants))
+    return (value, (1.0 - t) * e0 + t * e1), False, clamps + c0 + c1
+
+
+def _secant(xa: float, va: float, xb: float, vb: float, x: float) -> float:
+    return vb + (vb - va) / (xb - xa) * (x - xb)
 
 
 def _child(child: GridNode | Leaf, coords: tuple[float, ...], raw: tuple[float, ...],
-           names: tuple[str, ...]) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
+           names: tuple[str, ...], envelope: bool = False) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
     if isinstance(child, GridNode):
-        return _evaluate(child, coords[1:], raw[1:], names[1:])
+        return _evaluate(child, coords[1:], raw[1:], names[1:], envelope)
     return child, True, ()
 
 
