@@ -199,3 +199,34 @@ def test_sweep_of_a_speculative_config_matches_the_full_simulator():
             assert row.tpot_s == pytest.approx(ref.decode.tpot_s, rel=1e-12)
             assert row.tgs == pytest.approx(ref.decode.tgs, rel=1e-12)
             assert row.max_batch == ref.memory.max_batch_per_gpu  # the drafter's weights and KV are counted
+
+
+def test_speculative_fields_are_grid_axes_and_match_the_full_simulator():
+    from infersim.config import load_run_config
+    from infersim.simulate import simulate
+    from infersim.sweep import SweepSpec, load_base, parse_grid, run_sweep
+
+    base = load_base("qwen3-8b-speculative.yaml")
+    axes = parse_grid(["speculative.acceptance_rate=0.5,0.9", "speculative.lookahead=2,auto",
+                       "speculative.draft_model=qwen3-0.6b,llama-3.1-8b"])
+    rows = run_sweep(SweepSpec(base, tuple(axes)), workers=1).rows
+    assert len(rows) == 8
+    for row in rows:
+        rate, lookahead, draft = SweepSpec(base, tuple(axes)).values(row.point)
+        if draft == "llama-3.1-8b":  # another tokenizer: the variant is refused with the loader's message
+            assert not row.ok and "vocabulary of 128256 tokens differs from the model's 151936" in row.status
+            continue
+        ref = simulate(load_run_config("qwen3-8b-speculative.yaml", [
+            f"speculative.acceptance_rate={rate}", f"speculative.lookahead={lookahead}"]))
+        assert row.ok and row.tpot_s == pytest.approx(ref.decode.tpot_s, rel=1e-12)
+        assert row.max_batch == ref.memory.max_batch_per_gpu
+    tpot = {SweepSpec(base, tuple(axes)).values(r.point)[:2]: r.tpot_s for r in rows if r.ok}
+    assert tpot[(0.9, "auto")] < tpot[(0.9, 2)] and tpot[(0.9, "auto")] < tpot[(0.5, "auto")]
+
+
+def test_speculative_axes_need_a_speculative_base():
+    from infersim.errors import InferSimError
+    from infersim.sweep import SweepSpec, load_base, parse_grid
+
+    with pytest.raises(InferSimError, match="the base config has no speculative section to vary"):
+        SweepSpec(load_base("qwen3-30b.yaml"), tuple(parse_grid(["speculative.acceptance_rate=0.5"])))

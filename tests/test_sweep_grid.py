@@ -92,6 +92,9 @@ def test_unknown_fields_are_refused_before_running(text, message):
     ("workload.decode_batch_per_gpu=most", "must be one of max"),
     ("hardware.derates.memory_efficiency=1.5", "must be at most 1"),
     ("model=16", "given by name or path"),
+    ("speculative.acceptance_rate=0.5,1.2", "must be at most 1"),
+    ("speculative.lookahead=0", "must be greater than 0"),
+    ("speculative.method=medusa", "must be one of draft, mtp"),
 ])
 def test_values_are_checked_by_the_schema(text, message):
     with pytest.raises(InferSimError) as info:

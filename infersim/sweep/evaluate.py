@@ -149,6 +149,12 @@ class SweepSpec:
     def values(self, point: int) -> tuple[Any, ...]:
         return grid_point(self.axes, point)
 
+    def __post_init__(self) -> None:
+        swept = [a.path for a in self.axes if a.parts[0] == "speculative"]
+        if swept and self.base.config.speculative is None:
+            raise InferSimError(f"--grid {swept[0]}: the base config has no speculative section to vary; add one "
+                                "(method, draft_model, acceptance_rate) to the config or with --set")
+
 
 @dataclass
 class ChunkResult:
@@ -190,10 +196,10 @@ class Evaluator:
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _memory_for(self, model, hw, dep, work) -> MemoryResult:
-        key = (model, hw, dep, work.isl, work.osl)
+    def _memory_for(self, model, hw, dep, work, run) -> MemoryResult:
+        key = (model, hw, dep, work.isl, work.osl, run)
         if self._memory_key is None or any(a is not b and a != b for a, b in zip(key, self._memory_key)):
-            drafter = drafter_memory(with_variant(self.spec.base.config, model, hw, dep, work)) if self.speculative else None
+            drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
             self._memory = memory_budget(model, hw, dep, work, drafter)
             self._memory_key = key
         return self._memory
@@ -206,10 +212,9 @@ class Evaluator:
             self._prefill_key = key
         return self._prefill
 
-    def _row(self, point, model, hw, dep, work, batch, mem, price) -> Row:
+    def _row(self, point, model, hw, dep, work, batch, mem, price, run) -> Row:
         if self.speculative:
-            full = simulate(with_variant(self.spec.base.config, model, hw, dep,
-                                         dataclasses.replace(work, decode_batch_per_gpu=batch)))
+            full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)))
             decode, prefill = full.decode, full.prefill
         else:
             decode = run_stage(build_stage_plan("decode", model, dep, work, batch, hw.derates.deepep_normal_sms),
@@ -248,7 +253,8 @@ class Evaluator:
         try:
             cfg = self.deriver.config(values)
             model, hw, dep, work = cfg.model, cfg.hardware, cfg.deployment, cfg.workload
-            mem = self._memory_for(model, hw, dep, work)
+            run = self.deriver.run_base(values)  # cached: the same object for every point with these values
+            mem = self._memory_for(model, hw, dep, work, run)
             batch = work.decode_batch_per_gpu
             if batch == "max":
                 batch = max(mem.max_batch_per_gpu, 1)
@@ -257,7 +263,7 @@ class Evaluator:
             if self.spec.skip_unfit and not (mem.kv_capacity_bytes > 0 and batch <= mem.max_batch_per_gpu):
                 out.unfit += 1
                 return
-            out.rows.append(self._row(point, model, hw, dep, work, batch, mem, self._price(hw)))
+            out.rows.append(self._row(point, model, hw, dep, work, batch, mem, self._price(hw), run))
         except InferSimError as exc:
             problem = problem_text(exc)
             out.reject(problem)
@@ -273,6 +279,7 @@ class Evaluator:
             hw = self.deriver.hardware(values)
             base_dep = self.deriver.deployment(values)
             work = self.deriver.workload(values)
+            run = self.deriver.run_base(values)
         except InferSimError as exc:  # the variant itself is invalid: report it once per point
             if sub == 0:
                 problem = problem_text(exc)
@@ -300,7 +307,7 @@ class Evaluator:
                     try:
                         dep = self.deriver.complete(
                             with_layout(base_dep, num_gpus, nodes, pp, attn_tp, ffn_tp, ep), model, hw)
-                        mem = self._memory_for(model, hw, dep, work)
+                        mem = self._memory_for(model, hw, dep, work, run)
                     except InferSimError as exc:
                         out.reject(problem_text(exc))
                         continue
@@ -314,7 +321,7 @@ class Evaluator:
                         batches.append(fit)
                     for batch in batches:
                         try:
-                            out.rows.append(self._row(point, model, hw, dep, work, batch, mem, price))
+                            out.rows.append(self._row(point, model, hw, dep, work, batch, mem, price, run))
                         except InferSimError as exc:  # e.g. an odd batch under two-batch overlap
                             out.reject(problem_text(exc))
 

@@ -11,8 +11,9 @@ Syntax of VALUES (one `--grid` per field; the sweep runs the cross product of al
 
 FIELD is a dotted path as `--set` takes it: `deployment.ffn.ep`, `workload.decode_batch_per_gpu`,
 any model card field (`model.num_key_value_heads`), any hardware card field
-(`hardware.peak.hbm_bandwidth`, `hardware.peak.flops.fp8`), or a whole card (`model=qwen3-8b,llama-3.1-8b`,
-`hardware=h20,h800`). Every path is checked against the schema before anything runs, and every
+(`hardware.peak.hbm_bandwidth`, `hardware.peak.flops.fp8`), a field of the config's speculative
+section (`speculative.acceptance_rate`, `speculative.lookahead`, `speculative.draft_model`), or a
+whole card (`model=qwen3-8b,llama-3.1-8b`, `hardware=h20,h800`). Every path is checked against the schema before anything runs, and every
 value is converted and range-checked by the same schema code the config loader uses, so a typo or
 an out-of-range value is reported at once with the field named.
 """
@@ -32,7 +33,7 @@ import yaml
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.cards.schema import build
-from infersim.config import Deployment, Workload
+from infersim.config import Deployment, Speculative, Workload
 from infersim.errors import ConfigError, InferSimError
 
 MAX_VALUES_PER_AXIS = 100_000
@@ -48,7 +49,8 @@ SEARCHED_FIELDS = frozenset({
 #: these are alternative deployments of one variant (the "best deployment" is chosen among them)
 DEPLOYMENT_FIELDS = SEARCHED_FIELDS | {"deployment.overlap", "deployment.moe_comm", "workload.prefill_tokens_per_gpu"}
 
-_ROOTS: dict[str, type] = {"model": ModelCard, "hardware": HardwareCard, "deployment": Deployment, "workload": Workload}
+_ROOTS: dict[str, type] = {"model": ModelCard, "hardware": HardwareCard, "deployment": Deployment, "workload": Workload,
+                           "speculative": Speculative}
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class Deriver:
         self.axes = tuple(axes)
         self._card_axis: dict[str, int | None] = {"model": None, "hardware": None}
         self._fields: dict[str, list[tuple[int, tuple[str, ...]]]] = {
-            "model": [], "hardware": [], "deployment": [], "workload": []}
+            "model": [], "hardware": [], "deployment": [], "workload": [], "speculative": []}
         for i, axis in enumerate(self.axes):
             parts = axis.parts
             if len(parts) == 1:
@@ -101,6 +101,7 @@ class Deriver:
         self._models: dict[tuple, Any] = {}
         self._hardware: dict[tuple, Any] = {}
         self._layouts: dict[tuple, Any] = {}
+        self._runs: dict[tuple, Any] = {}
 
     # -- cards -----------------------------------------------------------------------------
 
@@ -186,12 +187,40 @@ class Deriver:
             raise hit
         return hit
 
+    def run_base(self, values: tuple[Any, ...]) -> RunConfig:
+        """The base config with the point's speculative fields; a swept draft model is loaded here
+        (once per card), so that `with_variant` only checks and places it."""
+        fields = self._fields["speculative"]
+        if not fields:
+            return self.base.config
+        key = tuple(values[i] for i, _ in fields)
+        hit = self._runs.get(key)
+        if hit is None:
+            base = self.base.config
+            spec = base.speculative
+            for i, parts in fields:
+                spec = set_path(spec, parts, values[i])
+            try:
+                draft, source = base.draft_model, base.draft_model_source
+                if spec.draft_model != base.speculative.draft_model:
+                    draft, source = (None, "") if spec.draft_model is None else load_model_card(
+                        spec.draft_model, Path(self.base.base_dir) if self.base.base_dir else None)
+                hit = dataclasses.replace(base, speculative=spec, draft_model=draft, draft_model_source=source)
+            except InferSimError as exc:
+                hit = exc
+            if len(self._runs) >= _CACHE_LIMIT:
+                self._runs.clear()
+            self._runs[key] = hit
+        if isinstance(hit, InferSimError):
+            raise hit
+        return hit
+
     def config(self, values: tuple[Any, ...]) -> RunConfig:
         """The validated RunConfig of one grid point (raises InferSimError when the variant is invalid)."""
         model = self.model(values)
         hw = self.hardware(values)
         dep = self.complete(self.deployment(values), model, hw)
-        return dataclasses.replace(self.base.config, model=model, hardware=hw, deployment=dep,
+        return dataclasses.replace(self.run_base(values), model=model, hardware=hw, deployment=dep,
                                    workload=self.workload(values))
 
 
