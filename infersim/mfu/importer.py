@@ -10,7 +10,8 @@ Source layout (SRC_DIR, e.g. ../shared/reference/infersim_bench_data):
   mha/decode/<dev>/<heads>-<kv_heads>-<head_dim>.csv       dtype,kv_dtype,batch_size,kv_len,latency_us,mfu
   mla/decode/<dev>/<heads>-<kv_lora_rank>-<rope>.csv       as mha decode
   mla/prefill/<dev>/<heads>-<qk_nope>-<rope>.csv           as mha prefill (v dim = qk_nope)
-  dsa/, gdn/                               no simulator kernel shape covers them: not imported
+  dsa/, gdn/                               not imported: the table format has no family for them yet
+                                           (the simulator times GDN and DSA by roofline)
 Some files lack the header row; it is then inferred from the table kind.
 
 The published `mfu` is relative to a dense peak the files do not name. The importer finds it:
@@ -76,8 +77,10 @@ _HEADERS = {
     "gemm": ["m", "k", "n", "latency_us", "mfu"],
 }
 _SKIPPED_FAMILIES = {
-    "dsa": "DeepSeek sparse attention (DSA) kernels: the simulator has no kernel shape for them",
-    "gdn": "gated DeltaNet (GDN) kernels: the simulator has no kernel shape for them",
+    "dsa": "DeepSeek sparse attention (DSA) kernels: the table format has no DSA family yet; the simulator times "
+           "the indexer and top-k attention by roofline",
+    "gdn": "gated DeltaNet (GDN) kernels: the table format has no GDN family yet; the simulator times GDN "
+           "phases by roofline",
 }
 
 
