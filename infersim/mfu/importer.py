@@ -10,8 +10,8 @@ Source layout (SRC_DIR, e.g. ../shared/reference/infersim_bench_data):
   mha/decode/<dev>/<heads>-<kv_heads>-<head_dim>.csv       dtype,kv_dtype,batch_size,kv_len,latency_us,mfu
   mla/decode/<dev>/<heads>-<kv_lora_rank>-<rope>.csv       as mha decode
   mla/prefill/<dev>/<heads>-<qk_nope>-<rope>.csv           as mha prefill (v dim = qk_nope)
-  dsa/, gdn/                               not imported: the table format has no family for them yet
-                                           (the simulator times GDN and DSA by roofline)
+  dsa/, gdn/                               not imported (reasons in _SKIPPED_FAMILIES, repeated in the
+                                           provenance notes); the simulator times GDN and DSA by roofline
 Some files lack the header row; it is then inferred from the table kind.
 
 The published `mfu` is relative to a dense peak the files do not name. The importer finds it:
@@ -77,10 +77,11 @@ _HEADERS = {
     "gemm": ["m", "k", "n", "latency_us", "mfu"],
 }
 _SKIPPED_FAMILIES = {
-    "dsa": "DeepSeek sparse attention (DSA) kernels: the table format has no DSA family yet; the simulator times "
-           "the indexer and top-k attention by roofline",
-    "gdn": "gated DeltaNet (GDN) kernels: the table format has no GDN family yet; the simulator times GDN "
-           "phases by roofline",
+    "dsa": "DeepSeek sparse attention (DSA) kernels: the table format has no family for the indexer logits or "
+           "for sparse MLA keyed by its top-k; the simulator times both by roofline",
+    "gdn": "gated DeltaNet (GDN) kernels: the table format has no GDN family, and the file names' layout fields "
+           "are undocumented (the H20 files named ...-32-... and ...-64-... hold identical numbers), so the head "
+           "layout measured cannot be established; the simulator times GDN by roofline",
 }
 
 
