@@ -13,9 +13,10 @@ FIELD is a dotted path as `--set` takes it: `deployment.ffn.ep`, `workload.decod
 any model card field (`model.num_key_value_heads`), any hardware card field
 (`hardware.peak.hbm_bandwidth`, `hardware.peak.flops.fp8`), a field of the config's speculative
 section (`speculative.acceptance_rate`, `speculative.lookahead`, `speculative.draft_model`), or a
-whole card (`model=qwen3-8b,llama-3.1-8b`, `hardware=h20,h800`). Every path is checked against the schema before anything runs, and every
-value is converted and range-checked by the same schema code the config loader uses, so a typo or
-an out-of-range value is reported at once with the field named.
+whole card (`model=qwen3-8b,llama-3.1-8b`, `hardware=h20,h800`). Every path is checked against
+the schema before anything runs, and every value is converted and range-checked by the same
+schema code the config loader uses, so a typo or an out-of-range value is reported at once with
+the field named.
 """
 
 from __future__ import annotations
