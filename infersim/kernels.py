@@ -2,7 +2,7 @@
 
 A shape is a frozen description of one kernel launch on one GPU. Its `flops` and `bytes` are pure
 functions of the shape. Turning a shape into seconds is `infersim.timing`'s job (measured table
-or roofline); turning a collective into seconds is `infersim.comm`'s.
+or roofline); turning a collective into seconds is `infersim.modules.comm`'s.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ height `gemm_tile_m`, because a tile computes its full height however few rows a
 Attention (softmax attention, the chunked linear-attention / SSM phases) uses
 `attention_compute_efficiency`; the DSA indexer is an fp8 GEMM-like kernel and uses the GEMM
 efficiency of its format. A shape made of several kernels (`kernels`) pays one launch overhead
-each. Collectives are timed in `infersim.comm`.
+each. Collectives are timed in `infersim.modules.comm`.
 
 Weight-only quantized GEMMs (weights narrower than the tensor-core input format, e.g. int4/fp4
 weights with bf16 activations) read their weights in the narrow format and run the MMAs at the
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from infersim.cards.hardware import HardwareCard
-from infersim.comm import comm_cost
+from infersim.modules.comm import comm_cost
 from infersim.kernels import (
     AnyShape,
     AttentionShape,
