@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import yaml
 
+from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.hf_import import card_from_hf_file
 from infersim.cards.model import ModelCard, validate_model
@@ -117,12 +118,17 @@ class Speculative:
     max_lookahead: int = spec(8, doc="largest k that lookahead: auto tries", gt=0)
 
 
+DEFAULT_ENGINE = "sglang"  # the engine the published calibration cases and the bundled examples were measured with
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunSpec:
     """The run YAML as written: cards by name or path."""
 
     model: str | dict[str, Any] = spec(doc="bundled model card name, path to a card YAML or HF config.json, or an inline card")
     hardware: str | dict[str, Any] = spec(doc="bundled hardware card name, path to a card YAML, or an inline card")
+    engine: str | dict[str, Any] = spec(
+        DEFAULT_ENGINE, doc="serving engine card (sglang, vllm, trtllm, huggingface): bundled name, path or inline card")
     deployment: Deployment = spec(doc="parallel layout, precision, overlap")
     workload: Workload = spec(doc="sequence lengths and batch")
     mfu_tables: str | None = spec(None, doc="directory of measured kernel tables (default: roofline only)")
@@ -138,10 +144,12 @@ class RunConfig:
     deployment: Deployment
     workload: Workload
     tables: KernelTables
+    engine: EngineCard
     source: str = ""
     model_source: str = ""
     hardware_source: str = ""
     tables_source: str = ""
+    engine_source: str = ""
     speculative: Speculative | None = None
     draft_model: ModelCard | None = None  # method draft: the draft model's card
     draft_deployment: Deployment | None = None  # method draft: how the draft model runs (see draft_deployment)
@@ -205,6 +213,21 @@ def load_hardware_card(ref: str | dict[str, Any], base: Path | None = None,
     return _load_card(HardwareCard, validate_hardware, ref, "hardware", base, overrides)
 
 
+def load_engine_card(ref: str | dict[str, Any], base: Path | None = None,
+                     overrides: list[tuple[list[str], Any, str]] = ()) -> tuple[EngineCard, str]:
+    return _load_card(EngineCard, validate_engine, ref, "engines", base, overrides)
+
+
+_ENGINE_CACHE: dict[str, EngineCard] = {}
+
+
+def default_engine(name: str = DEFAULT_ENGINE) -> EngineCard:
+    """A bundled engine card by name (cached: cards are immutable)."""
+    if name not in _ENGINE_CACHE:
+        _ENGINE_CACHE[name] = load_engine_card(name)[0]
+    return _ENGINE_CACHE[name]
+
+
 def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
                     mfu_tables: str | None = None) -> RunConfig:
     """Read, override, resolve and validate a run config. Raises InferSimError subclasses only."""
@@ -218,7 +241,7 @@ def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (
 def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] | tuple[str, ...] = (),
                         mfu_tables: str | None = None, base: Path | None = None) -> RunConfig:
     raw = copy.deepcopy(raw)
-    card_overrides: dict[str, list[tuple[list[str], Any, str]]] = {"model": [], "hardware": []}
+    card_overrides: dict[str, list[tuple[list[str], Any, str]]] = {"model": [], "hardware": [], "engine": []}
     for text in overrides:
         dotted, value = parse_override(text)
         head = dotted[0]
@@ -230,7 +253,14 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     spec_ = build(RunSpec, raw, where)
     model, model_source = load_model_card(spec_.model, base, card_overrides["model"])
     hardware, hardware_source = load_hardware_card(spec_.hardware, base, card_overrides["hardware"])
-    deployment = complete_layout(spec_.deployment, model, hardware, where)
+    engine, engine_source = load_engine_card(spec_.engine, base, card_overrides["engine"])
+    dep_spec = spec_.deployment
+    deployment_raw = raw.get("deployment")
+    if engine.moe_comm and isinstance(deployment_raw, dict) and "moe_comm" not in deployment_raw:
+        from dataclasses import replace as _replace
+
+        dep_spec = _replace(dep_spec, moe_comm=engine.moe_comm)  # the engine's default MoE path
+    deployment = complete_layout(dep_spec, model, hardware, where)
     tables: KernelTables = NoTables()
     table_dir = mfu_tables if mfu_tables is not None else spec_.mfu_tables
     tables_source = ""
@@ -250,6 +280,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     if spec_.speculative is not None:
         draft, draft_dep, draft_source = _speculative_drafter(spec_.speculative, model, hardware, deployment, base, where)
     return RunConfig(model=model, hardware=hardware, deployment=deployment, workload=spec_.workload, tables=tables,
+                     engine=engine, engine_source=engine_source,
                      source=source, model_source=model_source, hardware_source=hardware_source,
                      tables_source=tables_source, speculative=spec_.speculative, draft_model=draft,
                      draft_deployment=draft_dep, draft_model_source=draft_source)

@@ -7,14 +7,17 @@ operations); a micro-batch's phases run in order, the compute stream and the com
 each run one phase at a time, micro-batch A before B. So one micro-batch's communication hides
 behind the other's compute exactly as far as the dependencies allow. While communication kernels
 hold SMs (DeepEP normal mode), compute runs slower by SMs / (SMs - SMs taken).
-The step adds per-step operations and the card's scheduler overhead.
+The step adds per-step operations and the serving engine's software overhead (see
+infersim.cards.engine.step_overhead: fixed per-step work plus CPU work that an overlap scheduler
+hides behind the GPU step; eager kernel launches count unless the step is a CUDA graph).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from infersim.cards.engine import EngineCard, step_overhead
 from infersim.cards.hardware import HardwareCard
 from infersim.kernels import Bound, Cost, KernelTables, Source
 from infersim.modules import categories as cat
@@ -50,6 +53,7 @@ class StageResult:
     # tokens each request gains per decode step: 1, or under speculative decoding the expected
     # accepted draft tokens plus the bonus token (step_time_s is then draft + verification)
     tokens_per_step: float = 1.0
+    chunks: int = 1  # prefill: steps the prompt ran in (chunked prefill of a prompt longer than the token budget)
 
     @property
     def tgs(self) -> float:
@@ -118,7 +122,14 @@ def _phases(timed: list[tuple[bool, float]]) -> list[tuple[bool, float]]:
     return phases
 
 
-def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables) -> StageResult:
+def kernels_launched(plan: StagePlan) -> int:
+    """Kernels one step launches (every operation of every layer and micro-batch, per-step ones)."""
+    per_layer = sum(g.layers * sum(op.count for op in g.operations) for g in plan.groups)
+    return per_layer * plan.micro_batches + sum(op.count for op in plan.per_step)
+
+
+def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None) -> StageResult:
+    """Time one step. Without an engine card the step has no software overhead (kernel time only)."""
     mb = plan.micro_batches
     slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
     results: list[OperationResult] = []
@@ -146,8 +157,36 @@ def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables) -> StageR
         step += seconds
         results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
                                        cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
-    overhead = hw.derates.prefill_step_overhead if plan.stage == "prefill" else hw.derates.decode_step_overhead
-    results.append(OperationResult("scheduler", cat.OVERHEAD, 1, overhead, overhead, 0.0, 0.0, Bound.OVERHEAD,
-                                   Source.CARD, f"derates.{plan.stage}_step_overhead of the hardware card", "per step"))
-    step += overhead
+    if engine is not None:
+        overhead = step_overhead(engine, plan.stage, step, plan.requests_per_gpu, kernels_launched(plan),
+                                 hw.peak.hbm_bytes)
+        results.append(OperationResult("scheduler", cat.OVERHEAD, 1, overhead.seconds, overhead.seconds, 0.0, 0.0,
+                                       Bound.OVERHEAD, Source.CARD, overhead.detail, "per step"))
+        step += overhead.seconds
     return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, mb, saved, slowdown, tuple(results))
+
+
+def sequential_steps(steps: list[tuple[StageResult, int]], tokens_per_gpu: int) -> StageResult:
+    """Steps run one after another (the chunks of one long prompt) as one stage result. Each step
+    comes with the number of steps it stands for (1 when every chunk is priced). Times, FLOPs and
+    bytes of each operation add up; the operations keep the first step's order."""
+    if len(steps) == 1 and steps[0][1] == 1:
+        return steps[0][0]
+    merged: dict[tuple[str, str], OperationResult] = {}
+    for step, weight in steps:
+        for op in step.operations:
+            key = (op.group, op.name)
+            seen = merged.get(key)
+            if seen is None:
+                merged[key] = replace(op, time_s=op.time_s * weight, time_per_layer_s=op.time_per_layer_s * weight,
+                                      flops=op.flops * weight, bytes=op.bytes * weight)
+            else:
+                merged[key] = OperationResult(
+                    op.name, op.module, op.layers, seen.time_s + op.time_s * weight,
+                    seen.time_per_layer_s + op.time_per_layer_s * weight, seen.flops + op.flops * weight,
+                    seen.bytes + op.bytes * weight, seen.bound if seen.time_s >= op.time_s * weight else op.bound,
+                    combined_source((seen.source, op.source)), seen.detail, op.group)
+    first = steps[0][0]
+    return StageResult(first.stage, sum(s.step_time_s * w for s, w in steps), tokens_per_gpu, first.num_layers,
+                       first.micro_batches, sum(s.overlap_saved_s * w for s, w in steps), first.sm_slowdown,
+                       tuple(merged.values()), chunks=sum(w for _s, w in steps))

@@ -28,7 +28,7 @@ class Source(str, Enum):
 
     TABLE = "table"  # a measured MFU table (exact grid point or interpolated)
     ROOFLINE = "roofline"  # max(compute, memory) with the card's derates, plus launch overhead
-    CARD = "card"  # a constant in the hardware card (scheduler overhead, collective latency model)
+    CARD = "card"  # a constant in a card (engine overhead, collective latency model)
     MIXED = "mixed"  # a sum of several sources
 
 

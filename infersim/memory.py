@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infersim.cards.engine import EngineCard, tier_value
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
 from infersim.config import Deployment, Workload
@@ -18,7 +19,7 @@ from infersim.modules.attention import attention_weight_params, kv_bytes_per_tok
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
 from infersim.modules.step import layer_composition
-from infersim.units import dtype_bytes
+from infersim.units import ACT_BYTES, dtype_bytes
 
 EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every serving engine we model
 
@@ -32,7 +33,7 @@ class MemoryResult:
     reserved_bytes: float
     kv_capacity_bytes: float  # HBM left for KV per GPU (negative: weights do not fit)
     request_context: int  # tokens one request holds at its end (ISL + OSL)
-    max_batch_per_gpu: int  # requests per GPU whose full context fits
+    max_batch_per_gpu: int  # requests per GPU whose full context fits, within the engine's running-request cap
     # cache that stops growing (sliding-window KV up to the window, recurrent and conv states) of
     # one request at its end: whole model, and on one GPU
     bounded_bytes_per_request: float = 0.0
@@ -41,6 +42,11 @@ class MemoryResult:
     # its unsharded KV is included in kv_bytes_per_token too)
     draft_weights_bytes: float = 0.0
     draft_kv_bytes_per_token_per_gpu: float = 0.0
+    activation_bytes: float = 0.0  # activations of one prefill step of `prefill_step_tokens` (part of reserved_bytes)
+    prefill_step_tokens: int = 0  # the chunk the activations are sized for
+    kv_fit_batch_per_gpu: int = 0  # requests per GPU whose full context fits in the KV cache
+    running_cap_per_gpu: int = 0  # the engine's running-request cap per GPU (0 = none)
+    binding_limit: str = ""  # what sets max_batch_per_gpu: "kv cache", "running-request cap", "weights"
 
     @property
     def fits(self) -> bool:
@@ -143,8 +149,33 @@ def bounded_bytes_per_request(model: ModelCard, kv_dtype: str, context: int, att
     return total
 
 
+def activation_bytes(model: ModelCard, dep: Deployment, tokens: int) -> float:
+    """Peak activation memory of one forward over `tokens` tokens per GPU: the residual stream and
+    its normalised copy (2 x hidden) plus the widest intermediate of a layer - the QKV output, or
+    the FFN's gate+up output and its activation (3 x width on this GPU), for a routed MoE layer
+    the top-k copies of every token (k x 3 x expert width, spread over the local experts) - plus
+    the logits of the last position, all in the activation format. Engines free each layer's
+    intermediates before the next, so one layer's worth is live at a time."""
+    h = model.hidden_size
+    attn_width = (model.num_attention_heads + 2 * max(model.num_key_value_heads, 1)) * max(model.head_dim, 1) \
+        / dep.attention.tp
+    widths = [attn_width]
+    if model.intermediate_size:
+        widths.append(3 * model.intermediate_size / dep.ffn.tp)
+    if model.is_moe:
+        widths.append(3 * model.num_experts_per_tok * model.moe_intermediate_size / dep.ffn.tp
+                      + 3 * model.shared_width / dep.ffn.tp)
+    return tokens * dep.attention.tp * (2 * h + max(widths)) * ACT_BYTES
+
+
 def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload,
-                  draft: DraftMemory | None = None) -> MemoryResult:
+                  draft: DraftMemory | None = None, engine: EngineCard | None = None,
+                  prefill_step_tokens: int = 0) -> MemoryResult:
+    """KV capacity as the engine sizes it: of the HBM it uses (gpu_memory_utilization), weights,
+    a fixed reserve (context, graphs, NCCL buffers) and the activations of one prefill step of
+    `prefill_step_tokens` (the engine's chunk, not the whole batch: engines prefill within a token
+    budget) are set aside; kv_fraction_of_free of the rest holds KV. Without an engine card the
+    reserve is the activations alone."""
     weights = weights_per_gpu(model, dep)
     kv_model = kv_bytes_per_token(model, dep.precision.kv_cache)
     kv_gpu = kv_bytes_per_token(model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
@@ -159,11 +190,39 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         kv_gpu += draft_kv
         bounded_model += draft.bounded_bytes_per_request
         bounded_gpu += draft.bounded_bytes_per_request_per_gpu
-    reserved = hw.derates.runtime_reserved_bytes
-    capacity = hw.peak.hbm_bytes - reserved - weights
+    step_tokens = prefill_step_tokens or workload.isl
+    usable = hw.peak.hbm_bytes
+    kv_fraction = 1.0
+    cap = 0
+    if engine is not None:
+        mem = engine.memory
+        usable *= mem.gpu_memory_utilization
+        kv_fraction = mem.kv_fraction_of_free
+        activations = activation_bytes(model, dep, step_tokens)
+        if mem.reserved_per_chunk_token_bytes:
+            # the engine's own formula (SGLang) reserves per token of its default chunk (at least
+            # 2048); a larger step than that needs at least its own activations
+            engine_chunk = engine.chunk_tokens(hw.peak.hbm_bytes)
+            activations = max(activations, mem.reserved_per_chunk_token_bytes * max(engine_chunk, 2048))
+        reserved = max(mem.reserved_bytes + activations, tier_value(mem.reserved_min_bytes, hw.peak.hbm_bytes))
+        # a cap per engine instance; batch B per GPU means tp x pp x B requests in an instance
+        cap_instance = engine.max_running_requests(hw.peak.hbm_bytes)
+        cap = max(1, cap_instance // (dep.attention.tp * dep.pp)) if cap_instance else 0
+    else:
+        activations = activation_bytes(model, dep, step_tokens)
+        reserved = activations
+    capacity = (usable - reserved - weights) * kv_fraction if usable - reserved - weights > 0 else usable - reserved - weights
     # batch B per GPU: the attention TP group serves tp*B requests, each micro-batch of the
     # pipeline holds B per GPU and a GPU stores its share of every request's context
     per_request = (context * kv_gpu + bounded_gpu) * dep.attention.tp * dep.pp
-    max_batch = int(capacity // per_request) if capacity > 0 else 0
-    return MemoryResult(weights, kv_model, kv_gpu, hw.peak.hbm_bytes, reserved, capacity, context, max_batch,
-                        bounded_model, bounded_gpu, draft_weights, draft_kv)
+    kv_fit = int(capacity // per_request) if capacity > 0 else 0
+    max_batch = min(kv_fit, cap) if cap else kv_fit
+    if capacity <= 0:
+        binding = "weights"
+    elif cap and cap < kv_fit:
+        binding = "running-request cap"
+    else:
+        binding = "kv cache"
+    return MemoryResult(weights, kv_model, kv_gpu, hw.peak.hbm_bytes, hw.peak.hbm_bytes - usable + reserved, capacity,
+                        context, max_batch, bounded_model, bounded_gpu, draft_weights, draft_kv, activations,
+                        step_tokens, kv_fit, cap, binding)

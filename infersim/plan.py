@@ -57,6 +57,7 @@ class StagePlan:
     micro_batches: int  # 2 under two-batch overlap: group operations are sized per micro-batch
     comm_sms: int  # SMs overlapped communication takes from compute
     tokens_per_gpu: int  # tokens per GPU the whole step produces (prefill) or batch (decode)
+    requests_per_gpu: int = 0  # requests the step serves per GPU (sequences of a prefill, the decode batch)
 
     @property
     def num_layers(self) -> int:

@@ -35,6 +35,7 @@ def _stage(stage: StageResult) -> dict[str, Any]:
     if stage.stage == "prefill":
         out["ttft_ms"] = stage.step_time_s / MS
         out["tokens_per_gpu"] = stage.tokens_per_gpu
+        out["chunks"] = stage.chunks
     else:
         out["tpot_ms"] = stage.tpot_s / MS
         out["step_time_ms"] = stage.step_time_s / MS
@@ -62,6 +63,8 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
         "hardware": cfg.hardware.name,
         "deployment": dataclasses.asdict(cfg.deployment),
         "workload": dataclasses.asdict(cfg.workload),
+        "engine": {"name": cfg.engine.name, "framework": cfg.engine.framework, "version": cfg.engine.version,
+                   "source": cfg.engine_source},
         "mfu_tables": cfg.tables.describe(),
         "prefill": _stage(result.prefill),
         "decode": _stage(result.decode),
@@ -74,6 +77,11 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
             "kv_capacity_gb": mem.kv_capacity_bytes / GB,
             "request_context_tokens": mem.request_context,
             "max_batch_per_gpu": mem.max_batch_per_gpu,
+            "kv_fit_batch_per_gpu": mem.kv_fit_batch_per_gpu,
+            "running_cap_per_gpu": mem.running_cap_per_gpu,
+            "binding_limit": mem.binding_limit,
+            "activation_gb": mem.activation_bytes / GB,
+            "prefill_step_tokens": mem.prefill_step_tokens,
             "fits": mem.fits,
             "bounded_bytes_per_request": mem.bounded_bytes_per_request,
             "bounded_bytes_per_request_per_gpu": mem.bounded_bytes_per_request_per_gpu,
@@ -151,7 +159,11 @@ def _short(detail: str, width: int = 90) -> str:
 
 
 def _stage_text(stage: StageResult, detail: bool) -> list[str]:
-    if stage.stage == "prefill":
+    if stage.stage == "prefill" and stage.chunks > 1:
+        head = (f"PREFILL  TTFT {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
+                f"   (a {stage.tokens_per_gpu}-token prompt per GPU in {stage.chunks} chunks, each attending to "
+                f"the prefix already cached)")
+    elif stage.stage == "prefill":
         head = (f"PREFILL  TTFT {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
                 f"   ({stage.tokens_per_gpu} prompt tokens per GPU per step)")
     else:
@@ -204,6 +216,7 @@ def to_text(result: SimulationResult, detail: bool = False) -> str:
         f"  model:      {_layer_mix(cfg.model)}",
         f"  deployment: {layout}",
         f"  workload:   ISL {wl.isl} tokens, OSL {wl.osl} tokens; decode context averages {wl.decode_context:g} tokens",
+        f"  engine:     {cfg.engine.name} {cfg.engine.version} ({cfg.engine.description})",
         f"  kernel times: {cfg.tables.describe()}",
         "",
         *_stage_text(result.prefill, detail),
@@ -212,10 +225,13 @@ def to_text(result: SimulationResult, detail: bool = False) -> str:
         "",
         "MEMORY (per GPU; GB = 1e9 bytes)",
         f"  weights {mem.weights_bytes / GB:,.2f} GB of {mem.hbm_bytes / GB:,.2f} GB HBM "
-        f"(runtime reserves {mem.reserved_bytes / GB:,.2f} GB); KV cache space {mem.kv_capacity_bytes / GB:,.2f} GB",
+        f"({cfg.engine.name} keeps {mem.reserved_bytes / GB:,.2f} GB: context, graphs, buffers and the activations of "
+        f"one {mem.prefill_step_tokens}-token prefill step); KV cache space {mem.kv_capacity_bytes / GB:,.2f} GB",
         f"  KV cache per token: {mem.kv_bytes_per_token:,.0f} bytes for the whole model, "
         f"{mem.kv_bytes_per_token_per_gpu:,.0f} bytes on each GPU",
         f"  largest decode batch that fits: {mem.max_batch_per_gpu} requests per GPU of {mem.request_context} tokens"
+        + (f" (bound by the {mem.binding_limit}" + (f"; the KV cache holds {mem.kv_fit_batch_per_gpu})"
+                                                    if mem.binding_limit == "running-request cap" else ")"))
         + ("" if mem.fits else "   ** DOES NOT FIT **"),
     ]
     if mem.bounded_bytes_per_request:

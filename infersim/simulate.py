@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infersim.config import RunConfig
-from infersim.engine import StageResult, run_stage
+from infersim.cards.engine import EngineCard
+from infersim.cards.hardware import HardwareCard
+from infersim.cards.model import ModelCard
+from infersim.config import Deployment, RunConfig, Workload
+from infersim.engine import StageResult, run_stage, sequential_steps
 from infersim.kernels import NoTables, Source
 from infersim.memory import MemoryResult, memory_budget
 from infersim.modules import categories as cat
-from infersim.modules.step import build_stage_plan
+from infersim.modules.step import build_stage_plan, build_step_plan
+from infersim.plan import SequenceBatch
 from infersim.speculative import SpeculativeResult, drafter_memory, run_speculative
 from infersim.units import GB
 
@@ -36,17 +40,63 @@ def decode_batch(config: RunConfig, memory: MemoryResult) -> int:
     return requested
 
 
+# Prompts of more chunks than this are priced on this many chunks, each standing for an equal
+# stretch of consecutive chunks and taken at its middle: exact while a chunk's time grows linearly
+# with its prefix (attention over the prefix; GEMMs are the same for every full chunk).
+MAX_PRICED_CHUNKS = 64
+
+
+def prefill_step_tokens(workload: Workload, engine: EngineCard, hw: HardwareCard, dep: Deployment) -> int:
+    """Prompt tokens one prefill step processes per GPU: the workload's prefill_tokens_per_gpu when
+    given, else one prompt cut to the engine's chunk budget."""
+    if workload.prefill_tokens_per_gpu:
+        return workload.prefill_tokens_per_gpu
+    budget = engine.chunk_tokens(hw.peak.hbm_bytes, dep.attention.dp)
+    return min(workload.isl, budget) if budget else workload.isl
+
+
+def prompt_chunks(isl: int, step_tokens: int) -> list[tuple[int, int, int]]:
+    """(chunk index, new tokens, prefix already cached) of the chunks a prompt runs in, or of the
+    priced representatives with their weights folded in by the caller (see MAX_PRICED_CHUNKS)."""
+    count = -(-isl // step_tokens)
+    return [(i, min(step_tokens, isl - i * step_tokens), i * step_tokens) for i in range(count)]
+
+
+def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, tables: object,
+                engine: EngineCard) -> StageResult:
+    """TTFT stage: one step of `prefill_step_tokens` when a prompt fits in it (several prompts per
+    step when they fit together), else the prompt's chunks one after another, each attending to the
+    prefix already in the KV cache."""
+    sms = hw.derates.deepep_normal_sms
+    step = prefill_step_tokens(workload, engine, hw, dep)
+    if workload.isl <= step:
+        return run_stage(build_stage_plan("prefill", model, dep, workload, step, sms), hw, tables, engine)
+    chunks = prompt_chunks(workload.isl, step)
+    strata = [chunks[round(len(chunks) * j / MAX_PRICED_CHUNKS):round(len(chunks) * (j + 1) / MAX_PRICED_CHUNKS)]
+              for j in range(MAX_PRICED_CHUNKS)] if len(chunks) > MAX_PRICED_CHUNKS else [[c] for c in chunks]
+    priced = []
+    for stratum in strata:
+        if not stratum:
+            continue
+        _i, new, prefix = stratum[len(stratum) // 2]
+        plan = build_step_plan(model, dep, (SequenceBatch(1, new, prefix + new),), sms, stage="prefill")
+        priced.append((run_stage(plan, hw, tables, engine), len(stratum)))
+    return sequential_steps(priced, workload.isl)
+
+
 def simulate(config: RunConfig) -> SimulationResult:
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
     speculative = None
-    memory = memory_budget(model, hw, dep, workload, drafter_memory(config))
+    memory = memory_budget(model, hw, dep, workload, drafter_memory(config), config.engine,
+                           prefill_step_tokens(workload, config.engine, hw, dep))
     batch = decode_batch(config, memory)
     sms = hw.derates.deepep_normal_sms
-    prefill = run_stage(build_stage_plan("prefill", model, dep, workload, workload.prefill_tokens, sms), hw, config.tables)
+    prefill = run_prefill(model, hw, dep, workload, config.tables, config.engine)
     if config.speculative is not None:
         prefill, decode, speculative = run_speculative(config, prefill, batch)
     else:
-        decode = run_stage(build_stage_plan("decode", model, dep, workload, batch, sms), hw, config.tables)
+        decode = run_stage(build_stage_plan("decode", model, dep, workload, batch, sms), hw, config.tables,
+                           config.engine)
     return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)),
                             speculative)
 

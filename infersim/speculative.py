@@ -181,7 +181,7 @@ def speculative_decode(config: RunConfig, batch: int, baseline: StageResult) -> 
     search = []
     for k in candidates:
         verify = run_stage(build_stage_plan("decode", model, dep, workload, batch, hw.derates.deepep_normal_sms,
-                                            q_len=k + 1), hw, config.tables)
+                                            q_len=k + 1), hw, config.tables, config.engine)
         expected = expected_tokens_per_step(spec.acceptance_rate, k)
         step = verify.step_time_s + k * draft_step
         search.append(LookaheadPoint(k, expected, step, step / expected))
@@ -206,7 +206,7 @@ def run_speculative(config: RunConfig, prefill: StageResult, batch: int) -> tupl
     """(prefill with the drafter's prefill, speculative decode stage, speculative numbers)."""
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
     baseline = run_stage(build_stage_plan("decode", model, dep, workload, batch, hw.derates.deepep_normal_sms),
-                         hw, config.tables)
+                         hw, config.tables, config.engine)
     decode, result = speculative_decode(config, batch, baseline)
     prefill, draft_prefill = with_draft_prefill(config, prefill)
     return prefill, decode, replace(result, prefill_draft_time_s=draft_prefill)

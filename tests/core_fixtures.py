@@ -66,10 +66,20 @@ ROUND_GPU: dict[str, Any] = {
         "deepep_normal_latency": 0.0,
         "deepep_low_latency_latency": 0.0,
         "deepep_normal_sms": 20,
-        "prefill_step_overhead": 0.0,
-        "decode_step_overhead": 0.0,
-        "runtime_reserved_bytes": 1e9,
     },
+}
+
+# An engine with no software overhead, no chunking, no running-request cap and a 1 GB reserve:
+# step time = kernel time, KV capacity = HBM - 1 GB - weights.
+FREE_ENGINE: dict[str, Any] = {
+    "name": "free",
+    "framework": "sglang",
+    "version": "test",
+    "overheads": {"step_fixed": 0.0, "step_cpu": 0.0, "request_cpu": 0.0, "launch_cpu": 0.0,
+                  "overlap_scheduler": True, "decode_cuda_graph": False},
+    "scheduler": {"chunked_prefill_tokens": [{"min_gpu_bytes": 0, "value": 0}], "mixed_batches": True,
+                  "policy": "decode-first", "kv_admission": "on-demand", "page_size": 1, "prefix_cache": False},
+    "memory": {"gpu_memory_utilization": 1.0, "reserved_bytes": 1e9, "reserved_per_chunk_token_bytes": 1e-9},
 }
 
 
@@ -80,6 +90,7 @@ def run_mapping(model: dict | str = None, hardware: dict | str = None, **deploym
     return {
         "model": copy.deepcopy(model if model is not None else TINY_MODEL),
         "hardware": copy.deepcopy(hardware if hardware is not None else ROUND_GPU),
+        "engine": copy.deepcopy(FREE_ENGINE),
         "deployment": dep,
         "workload": workload,
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core_fixtures import ROUND_GPU, TINY_MODEL, TINY_MOE, make_config, run_mapping
+from core_fixtures import FREE_ENGINE, ROUND_GPU, TINY_MODEL, TINY_MOE, make_config, run_mapping
 from infersim.config import config_from_mapping, load_run_config
 from infersim.errors import ConfigError
 from infersim.memory import kv_bytes_per_token, memory_budget, weights_per_gpu
@@ -18,9 +18,11 @@ WORKLOAD = {"isl": 8, "osl": 4, "prefill_tokens_per_gpu": 8, "decode_batch_per_g
 DRAFT = {**TINY_MODEL, "name": "tiny-draft", "num_hidden_layers": 1, "intermediate_size": 64}
 
 
-def spec_config(speculative, model=None, hardware=None, **deployment):
+def spec_config(speculative, model=None, hardware=None, engine=None, **deployment):
     raw = run_mapping(model if model is not None else TINY_MODEL, hardware, workload=dict(WORKLOAD), **deployment)
     raw["speculative"] = speculative
+    if engine is not None:
+        raw["engine"] = engine
     return config_from_mapping(raw, "test")
 
 
@@ -79,8 +81,8 @@ def test_draft_step_composition_hand_checked():
 
 
 def test_scheduler_overhead_is_paid_once_per_speculative_step():
-    hw = {**ROUND_GPU, "derates": {**ROUND_GPU["derates"], "decode_step_overhead": 1e-3}}
-    cfg = spec_config({"method": "draft", "draft_model": DRAFT, "lookahead": 3, "acceptance_rate": 0.5}, hardware=hw)
+    engine = {**FREE_ENGINE, "overheads": {**FREE_ENGINE["overheads"], "step_fixed": 1e-3}}
+    cfg = spec_config({"method": "draft", "draft_model": DRAFT, "lookahead": 3, "acceptance_rate": 0.5}, engine=engine)
     decode = simulate(cfg).decode
     overhead = [op for op in decode.operations if op.module == cat.OVERHEAD]
     assert len(overhead) == 1 and overhead[0].time_s == 1e-3

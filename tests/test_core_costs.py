@@ -122,8 +122,12 @@ def test_weights_and_max_batch_hand_derived():
     params = 2 * per_layer + 2 * 2 * 64 + 2 * 128 * 64  # layers + norms + embedding and LM head
     assert total_parameters(config.model) == params
     assert weights_per_gpu(config.model, config.deployment) == params * 2
-    mem = memory_budget(config.model, config.hardware, config.deployment, config.workload)
-    capacity = 10e9 - 1e9 - params * 2
+    mem = memory_budget(config.model, config.hardware, config.deployment, config.workload, None, config.engine)
+    # the engine reserves 1 GB plus the activations of one prefill step of 8 tokens: residual and
+    # normed copy (2 x 64) plus the widest intermediate, SwiGLU gate+up+output (3 x 128), in bf16
+    activations = 8 * (2 * 64 + 3 * 128) * 2
+    assert mem.activation_bytes == activations
+    capacity = 10e9 - 1e9 - activations - params * 2
     assert mem.kv_capacity_bytes == pytest.approx(capacity)
     assert mem.max_batch_per_gpu == int(capacity // ((8 + 4) * 256))
     assert mem.fits

@@ -1,7 +1,7 @@
 """Whole-generation metrics on a tiny model, checked against numbers worked out by hand.
 
 The "instant" GPU below computes in ~1e-25 s, so with weights and KV streamed over a 5 GB/s link
-every pass takes exactly its transfer bytes / 5e9 plus the card's per-pass overhead: each latency
+every pass takes exactly its transfer bytes / 5e9 plus the toy engine's per-pass overhead: each latency
 can be written down from the model's matrix sizes.
 """
 
@@ -43,7 +43,6 @@ def gpu(flops: float = 1e30, hbm_bandwidth: float = 1e30, **extra: Any) -> dict[
                     "kernel_launch_overhead": 0.0,
                     "collective_latency": {"LL": dict(_LAT), "LL128": dict(_LAT), "Simple": dict(_LAT)},
                     "deepep_normal_latency": 0.0, "deepep_low_latency_latency": 0.0, "deepep_normal_sms": 0,
-                    "prefill_step_overhead": 1e-3, "decode_step_overhead": 5e-4, "runtime_reserved_bytes": 1e8,
                     "pcie_efficiency": 0.5},
         "host_memory_bytes": 1e10,
         "nvme_bandwidth": 2e9,
@@ -57,11 +56,23 @@ def gpu(flops: float = 1e30, hbm_bandwidth: float = 1e30, **extra: Any) -> dict[
     return card
 
 
+OVERHEAD = 5e-4  # the toy engine's fixed cost per pass (prefill or decode step)
+TOY_ENGINE: dict[str, Any] = {
+    "name": "toy-eager", "framework": "huggingface", "version": "test",
+    "overheads": {"step_fixed": OVERHEAD, "step_cpu": 0.0, "request_cpu": 0.0, "launch_cpu": 0.0,
+                  "overlap_scheduler": False, "decode_cuda_graph": False},
+    "scheduler": {"chunked_prefill_tokens": [{"min_gpu_bytes": 0, "value": 0}], "mixed_batches": False,
+                  "policy": "prefill-first", "kv_admission": "reserve-full", "page_size": 1, "prefix_cache": False},
+    "memory": {"gpu_memory_utilization": 1.0, "reserved_bytes": 1e8},
+}
+
+
 def mapping(model: dict | None = None, hardware: dict | None = None, weights: str = "bf16",
             **generate: Any) -> dict[str, Any]:
     return {
         "model": copy.deepcopy(model or TINY),
         "hardware": hardware or gpu(),
+        "engine": copy.deepcopy(TOY_ENGINE),
         "deployment": {"num_gpus": 1, "precision": {"gemm": "bf16", "weights": weights, "kv_cache": "bf16"}},
         "workload": {"isl": 16, "osl": 4},
         "generate": generate,
@@ -84,11 +95,11 @@ def test_metrics_by_hand_weights_and_kv_streamed():
     # direction after each layer's (instant) compute: the last layer's 3 x 16 x 128 B = 6144 B (1.23 us)
     # hides behind the LM head's fetch (128 x 64 x 2 B = 16384 B, 3.28 us), so only the fetches count.
     assert batch * prompt * KV_PER_POSITION < VOCAB_WEIGHTS * 2
-    prefill = weights / LINK + 1e-3
+    prefill = weights / LINK + OVERHEAD
     assert r.prefill_latency_s == pytest.approx(prefill, rel=1e-9)
     assert r.prefill.d2h_bytes == 2 * batch * prompt * KV_PER_POSITION
     # decode step j attends prompt + j positions and fetches the prompt + j - 1 cached ones, per layer
-    steps = [weights / LINK + 2 * batch * (prompt + j - 1) * KV_PER_POSITION / LINK + 5e-4 for j in range(1, gen_len)]
+    steps = [weights / LINK + 2 * batch * (prompt + j - 1) * KV_PER_POSITION / LINK + OVERHEAD for j in range(1, gen_len)]
     assert [s.seconds for s in r.decode_steps] == pytest.approx(steps, rel=1e-9)
     assert [s.d2h_bytes for s in r.decode_steps] == [2 * batch * KV_PER_POSITION] * (gen_len - 1)
     assert [s.kv_len for s in r.decode_steps] == [17, 18, 19, 20]
@@ -108,15 +119,15 @@ def test_int4_weights_stream_with_group_scales():
     per_weight = 0.5 + 4 / 64  # int4 + fp16 scale and zero point per group of 64
     weights = (2 * LAYER_WEIGHTS + 2 * VOCAB_WEIGHTS) * per_weight
     assert r.prefill.h2d_bytes == pytest.approx(weights)
-    assert r.prefill_latency_s == pytest.approx(weights / LINK + 1e-3, rel=1e-9)
-    assert r.decode_latency_s == pytest.approx(weights / LINK + 5e-4, rel=1e-9)
+    assert r.prefill_latency_s == pytest.approx(weights / LINK + OVERHEAD, rel=1e-9)
+    assert r.decode_latency_s == pytest.approx(weights / LINK + OVERHEAD, rel=1e-9)
     assert r.dequantize == "int4 -> bf16"
 
 
 def test_nvme_weights_are_read_at_the_slower_link():
     r = generate(mapping(batch=1, prompt_len=8, gen_len=1, offload="weights", offload_device="nvme"))
     weights = (2 * LAYER_WEIGHTS + 2 * VOCAB_WEIGHTS) * 2.0
-    assert r.prefill_latency_s == pytest.approx(weights / 2e9 + 1e-3, rel=1e-9)  # NVMe 2 GB/s < PCIe 5 GB/s
+    assert r.prefill_latency_s == pytest.approx(weights / 2e9 + OVERHEAD, rel=1e-9)  # NVMe 2 GB/s < PCIe 5 GB/s
     assert r.decode_steps == () and r.decode_latency_s == 0 and r.decode_throughput is None
     assert r.total_throughput == pytest.approx(1 * 1 / r.prefill_latency_s)
 
@@ -150,7 +161,7 @@ def test_decode_is_the_sum_of_steps_at_growing_kv_length():
     assert r.decode_latency_s > (gen_len - 1) * times[0]
     # the core's plan builder at an explicit KV length gives the same step
     plan = build_stage_plan("decode", config.model, config.deployment, Workload(isl=prompt + 2, osl=2), batch, 0)
-    assert run_stage(plan, config.hardware, config.tables).step_time_s == pytest.approx(times[2], rel=1e-12)
+    assert run_stage(plan, config.hardware, config.tables, config.engine).step_time_s == pytest.approx(times[2], rel=1e-12)
     # prefill is the core prefill of batch x prompt tokens
     core = config_from_mapping({k: v for k, v in mapping(hardware=hw).items() if k != "generate"}, "core",
                                [f"workload.isl={prompt}", f"workload.prefill_tokens_per_gpu={batch * prompt}",

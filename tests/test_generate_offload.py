@@ -75,14 +75,14 @@ def test_gpu_memory_by_hand():
 
 
 def test_batch_that_does_not_fit_the_gpu_says_so_with_numbers():
-    small = gpu(peak__hbm_bytes=1e9, derates__runtime_reserved_bytes=1e8)
+    small = gpu(peak__hbm_bytes=1e9)
     # 2048 x 512 prompt tokens: activations 896 B/token = 0.94 GB, KV 2048 x 516 x 2 layers x 128 B = 0.27 GB
     with pytest.raises(DoesNotFit) as err:
         generate(mapping(hardware=small, batch=2048, prompt_len=512, gen_len=4))
     text = str(err.value)
     assert text.startswith("does not fit (tiny, batch 2048 x 512+4 tokens): GPU memory needs 1.21 GB per GPU "
                            "(weights 0.00018 GB, KV cache 0.27 GB, activations 0.94 GB) but toy has 0.90 GB usable "
-                           "(1.00 GB less 0.10 GB the runtime reserves)")
+                           "(1.00 GB less 0.10 GB the toy-eager runtime reserves)")
     assert text.endswith("Try: offload the weights, or offload the KV cache, or lower the batch")
     # half the batch fits
     assert generate(mapping(hardware=small, batch=1024, prompt_len=512, gen_len=4)).memory.fits_gpu

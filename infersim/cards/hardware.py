@@ -53,9 +53,6 @@ class Derates:
     deepep_normal_latency: float = spec(doc="fixed latency of one DeepEP normal-mode dispatch or combine, seconds", ge=0)
     deepep_low_latency_latency: float = spec(doc="fixed latency of one DeepEP low-latency dispatch or combine, seconds", ge=0)
     deepep_normal_sms: int = spec(doc="SMs DeepEP normal mode occupies while it runs (taken from overlapped compute)", ge=0)
-    prefill_step_overhead: float = spec(doc="framework/scheduler time per prefill step, seconds", ge=0)
-    decode_step_overhead: float = spec(doc="framework/scheduler time per decode step, seconds", ge=0)
-    runtime_reserved_bytes: float = spec(doc="HBM the runtime keeps (CUDA context, activations, graphs), bytes", ge=0)
     # Default only so that inline test cards stay short; every bundled card sets it with its source.
     pcie_efficiency: float = spec(
         0.8, doc="achievable fraction of pcie_bandwidth for pinned host-to-device copies while streaming weights/KV "

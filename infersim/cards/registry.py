@@ -12,7 +12,7 @@ from pathlib import Path
 from infersim.errors import InferSimError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-KINDS = ("models", "hardware", "mfu_tables", "configs")
+KINDS = ("models", "hardware", "engines", "mfu_tables", "configs")
 
 
 def bundled_dir(kind: str) -> Path:

@@ -312,7 +312,7 @@ def _memory(config: RunConfig, gen: GenerateSpec, plan: StagePlan, stream: _Stre
         gpu_weights_bytes=gpu_weights,
         gpu_kv_bytes=gpu_kv,
         gpu_activation_bytes=activations,
-        gpu_usable_bytes=hw.peak.hbm_bytes - hw.derates.runtime_reserved_bytes,
+        gpu_usable_bytes=hw.peak.hbm_bytes - config.engine.memory.reserved_bytes,
         host_weights_bytes=offloaded_weights if gen.offload_device == "cpu" else 0.0,
         host_kv_bytes=kv_all if stream.kv_offloaded else 0.0,
         host_capacity_bytes=hw.host_memory_bytes,
@@ -335,7 +335,7 @@ def check_fits(memory: GenerationMemory, config: RunConfig, gen: GenerateSpec) -
             f"GPU memory needs {_gb(memory.peak_gpu_bytes)} per GPU (weights {_gb(memory.gpu_weights_bytes)}, "
             f"KV cache {_gb(memory.gpu_kv_bytes)}, activations {_gb(memory.gpu_activation_bytes)}) but "
             f"{hw.name} has {_gb(memory.gpu_usable_bytes)} usable ({_gb(hw.peak.hbm_bytes)} less "
-            f"{_gb(hw.derates.runtime_reserved_bytes)} the runtime reserves)")
+            f"{_gb(config.engine.memory.reserved_bytes)} the {config.engine.name} runtime reserves)")
     if not memory.fits_host:
         problems.append(
             f"host memory needs {_gb(memory.host_bytes)} per GPU (offloaded weights "
@@ -399,13 +399,13 @@ def simulate_generation(config: RunConfig, gen: GenerateSpec) -> GenerationResul
     plan = build_stage_plan("prefill", model, dep, prompt, per_gpu * gen.prompt_len, sms)
     memory = _memory(config, gen, plan, stream)
     check_fits(memory, config, gen)
-    prefill = _pass("prefill", plan, run_stage(plan, hw, tables), config, gen, stream, gen.prompt_len)
+    prefill = _pass("prefill", plan, run_stage(plan, hw, tables, config.engine), config, gen, stream, gen.prompt_len)
     steps = []
     for j in range(1, gen.gen_len):
         kv_len = gen.prompt_len + j  # the prompt, the first token from prefill, and the j - 1 decoded since
         # the core's decode step attends ISL + OSL/2 positions: ISL = kv_len - 1, OSL = 2 gives exactly kv_len
         step_plan = build_stage_plan("decode", model, dep, Workload(isl=kv_len - 1, osl=2), per_gpu, sms)
-        steps.append(_pass("decode", step_plan, run_stage(step_plan, hw, tables), config, gen, stream, kv_len))
+        steps.append(_pass("decode", step_plan, run_stage(step_plan, hw, tables, config.engine), config, gen, stream, kv_len))
     return GenerationResult(config, gen, memory, prefill, tuple(steps), stream.pcie, stream.nvme,
                             f"{config.deployment.precision.weight_dtype} -> {config.deployment.precision.gemm}"
                             if stream.dequant_bpw else "", tuple(_notes(config, gen, stream, len(steps))))

@@ -101,6 +101,43 @@ def build_stage_plan(stage: Stage, model: ModelCard, dep: Deployment, workload: 
         raise InferSimError(f"{stage}: needs at least one token per GPU (got {tokens_per_gpu})")
     micro_batches = 2 if dep.overlap == "two-batch" else 1
     ctx = stage_context(stage, model, dep, workload, tokens_per_gpu, micro_batches, q_len)
+    requests = tokens_per_gpu if stage == "decode" else sum(s.count for s in ctx.sequences_per_gpu) * micro_batches
+    return plan_from_context(ctx, model, dep, micro_batches, comm_sms, tokens_per_gpu, requests)
+
+
+def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micro_batches: int, comm_sms: int,
+                      tokens_per_gpu: int, requests_per_gpu: int) -> StagePlan:
+    """The plan of one step whose per-micro-batch work is `ctx` (any mix of sequences)."""
     sms = comm_sms if (micro_batches == 2 and dep.moe_comm == "deepep-normal" and model.is_moe) else 0
-    return StagePlan(stage, layer_groups(model, dep, ctx), per_step_operations(model, dep, ctx, micro_batches),
-                     micro_batches, sms, tokens_per_gpu)
+    return StagePlan(ctx.stage, layer_groups(model, dep, ctx), per_step_operations(model, dep, ctx, micro_batches),
+                     micro_batches, sms, tokens_per_gpu, requests_per_gpu)
+
+
+def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[SequenceBatch, ...], comm_sms: int,
+                    stage: Stage | None = None) -> StagePlan:
+    """One step over explicit per-GPU sequences: prefill chunks (q_len new tokens on top of a prefix,
+    kv_len = prefix + q_len) and decode requests (q_len 1, kv_len = context), each priced with its own
+    context. GEMMs, norms and communication see the total token count. The stage label (which
+    attention kernel family and tables apply) is prefill when any sequence feeds more than one token,
+    unless given. Under two-batch overlap each micro-batch holds half of every sequence group
+    (rounded up: an odd count is priced as one more)."""
+    if not sequences or any(s.count <= 0 or s.q_len <= 0 or s.kv_len < s.q_len for s in sequences):
+        raise InferSimError(f"a step needs sequences with count > 0 and kv_len >= q_len > 0 (got {sequences})")
+    label: Stage = stage or ("prefill" if any(s.q_len > 1 for s in sequences) else "decode")
+    micro_batches = 2 if dep.overlap == "two-batch" else 1
+    if micro_batches == 2:
+        halves = []
+        for s in sequences:
+            if s.count > 1:
+                halves.append(SequenceBatch(-(-s.count // 2), s.q_len, s.kv_len))
+            else:  # one sequence: each micro-batch carries half of its new tokens
+                halves.append(SequenceBatch(1, max(1, -(-s.q_len // 2)), s.kv_len))
+        per_micro = tuple(halves)
+    else:
+        per_micro = tuple(sequences)
+    tokens = sum(s.count * s.q_len for s in per_micro)
+    ctx = StageContext(label, tokens, per_micro, dep.gpus_per_node)
+    total_tokens = sum(s.count * s.q_len for s in sequences)
+    requests = sum(s.count for s in sequences)
+    return plan_from_context(ctx, model, dep, micro_batches, comm_sms,
+                             total_tokens if label == "prefill" else requests, requests)

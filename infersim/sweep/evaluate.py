@@ -33,7 +33,7 @@ from infersim.errors import InferSimError
 from infersim.kernels import Bound
 from infersim.memory import MemoryResult, memory_budget
 from infersim.modules.step import build_stage_plan
-from infersim.simulate import simulate
+from infersim.simulate import prefill_step_tokens, run_prefill, simulate
 from infersim.speculative import drafter_memory
 from infersim.sweep.grid import GridAxis, grid_point, grid_size
 from infersim.sweep.variants import Base, Deriver, problem_text, with_layout
@@ -193,22 +193,23 @@ class Evaluator:
         # speculative decoding changes decode, prefill (drafter prefill) and memory (drafter):
         # such sweeps take the full simulate() path for every point
         self.speculative = spec.base.config.speculative is not None
+        self.engine = spec.base.config.engine
 
     # -- pieces ----------------------------------------------------------------------------
 
     def _memory_for(self, model, hw, dep, work, run) -> MemoryResult:
-        key = (model, hw, dep, work.isl, work.osl, run)
+        key = (model, hw, dep, work.isl, work.osl, work.prefill_tokens_per_gpu, run)
         if self._memory_key is None or any(a is not b and a != b for a, b in zip(key, self._memory_key)):
             drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
-            self._memory = memory_budget(model, hw, dep, work, drafter)
+            self._memory = memory_budget(model, hw, dep, work, drafter, self.engine,
+                                         prefill_step_tokens(work, self.engine, hw, dep))
             self._memory_key = key
         return self._memory
 
     def _prefill_for(self, model, hw, dep, work) -> StageResult:
-        key = (model, hw, dep, work.isl, work.prefill_tokens)
+        key = (model, hw, dep, work.isl, work.prefill_tokens_per_gpu)
         if self._prefill_key is None or any(a is not b and a != b for a, b in zip(key, self._prefill_key)):
-            plan = build_stage_plan("prefill", model, dep, work, work.prefill_tokens, hw.derates.deepep_normal_sms)
-            self._prefill = run_stage(plan, hw, self.tables)
+            self._prefill = run_prefill(model, hw, dep, work, self.tables, self.engine)
             self._prefill_key = key
         return self._prefill
 
@@ -218,7 +219,7 @@ class Evaluator:
             decode, prefill = full.decode, full.prefill
         else:
             decode = run_stage(build_stage_plan("decode", model, dep, work, batch, hw.derates.deepep_normal_sms),
-                               hw, self.tables)
+                               hw, self.tables, self.engine)
             prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
         if prefill is not None and self.spec.prefill:
             ttft, ptgs = prefill.step_time_s, prefill.tgs

@@ -1,0 +1,169 @@
+"""Engine cards: what the serving software does, apart from the chip it runs on.
+
+A hardware card holds facts about the GPU and its links; an engine card holds the scheduler facts
+of a serving engine (SGLang, vLLM, TensorRT-LLM) at a version: how its per-step overhead arises,
+its chunked-prefill token budget, its running-request cap, how much GPU memory it gives the KV
+cache, its KV page size and its default MoE communication. Values that the engines pick by GPU
+memory are tiers (`min_gpu_bytes` -> value; the largest tier not above the GPU's HBM applies).
+
+How overhead arises (see `step_overhead`):
+  cpu  = step_cpu + request_cpu x requests in the step + launch_cpu x kernels launched eagerly
+  exposed = step_fixed + (max(0, cpu - gpu time) with an overlap scheduler, else cpu)
+Kernels are launched eagerly unless the step is CUDA-graph captured (decode up to the graph batch
+limit when decode graphs are on; prefill when prefill graphs are on). Launches are asynchronous,
+so without an overlap scheduler the launch part still overlaps the GPU; it is charged only past
+the GPU time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from infersim.cards.schema import spec
+from infersim.errors import MISSING, ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryTier:
+    min_gpu_bytes: float = spec(doc="the value applies to GPUs with at least this much HBM, bytes", ge=0)
+    value: float = spec(doc="the value for those GPUs", ge=0)
+
+
+def tier_value(tiers: tuple[MemoryTier, ...], hbm_bytes: float) -> float:
+    """The value of the largest tier whose min_gpu_bytes does not exceed the GPU's HBM."""
+    chosen = [t for t in tiers if t.min_gpu_bytes <= hbm_bytes]
+    return max(chosen, key=lambda t: t.min_gpu_bytes).value if chosen else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overheads:
+    step_fixed: float = spec(
+        doc="per-step time on the critical path that no overlap hides (graph replay launch, sampling, "
+            "host-device sync), seconds", ge=0)
+    step_cpu: float = spec(doc="scheduler CPU time per step (batch building, metadata), seconds", ge=0)
+    request_cpu: float = spec(doc="CPU time per request in a step (bookkeeping, stop checks, detokenise), seconds", ge=0)
+    launch_cpu: float = spec(doc="CPU time per kernel launched eagerly (not in a CUDA graph), seconds", ge=0)
+    overlap_scheduler: bool = spec(doc="the CPU prepares step N+1 while the GPU runs step N (CPU work hides "
+                                       "behind GPU time)")
+    decode_cuda_graph: bool = spec(doc="decode steps are replayed as CUDA graphs (no per-kernel launch cost)")
+    prefill_cuda_graph: bool = spec(False, doc="prefill steps are replayed as CUDA graphs")
+    cuda_graph_max_batch: tuple[MemoryTier, ...] = spec(
+        default_factory=tuple, doc="largest decode batch per GPU captured as a graph, by GPU memory "
+                                   "(larger batches run eagerly)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scheduler:
+    chunked_prefill_tokens: tuple[MemoryTier, ...] = spec(
+        doc="prompt tokens one step processes per GPU (the chunk budget; longer prompts run as several "
+            "chunks), by GPU memory; 0 = no chunking (a whole prompt per step)")
+    chunk_divided_by_attention_dp: bool = spec(
+        False, doc="the budget is for the whole DP-attention group and divided by its DP size (SGLang)")
+    max_running_requests: tuple[MemoryTier, ...] = spec(
+        default_factory=tuple, doc="cap on concurrently running requests per engine instance, by GPU memory "
+                                   "(0 or absent = bounded by the KV cache only)")
+    mixed_batches: bool = spec(doc="prefill chunks and decode requests share one forward pass")
+    policy: Literal["prefill-first", "decode-first"] = spec(
+        doc="which work a step takes first when both wait")
+    kv_admission: Literal["reserve-full", "on-demand"] = spec(
+        doc="reserve-full: a request is admitted only if its whole ISL + OSL KV fits (never evicted); "
+            "on-demand: blocks are taken as tokens arrive and running requests are preempted when they run out")
+    page_size: int = spec(doc="KV-cache page (block) size, tokens", gt=0)
+    prefix_cache: bool = spec(doc="prefix (radix / block) cache on by default")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryPolicy:
+    gpu_memory_utilization: float = spec(
+        doc="share of HBM the engine uses at all (weights, KV, activations, graphs)", gt=0, le=1)
+    reserved_bytes: float = spec(doc="fixed memory outside weights and KV: CUDA context, NCCL buffers, graphs, bytes", ge=0)
+    reserved_per_chunk_token_bytes: float = spec(
+        0.0, doc="activation memory the engine reserves per token of its chunk budget, bytes (0 = use the "
+                 "model's own activation estimate)", ge=0)
+    reserved_min_bytes: tuple[MemoryTier, ...] = spec(
+        default_factory=tuple, doc="the engine never reserves less than this outside weights and KV, by GPU memory, bytes")
+    kv_fraction_of_free: float = spec(
+        1.0, doc="share of the memory left after weights, activations and reserve that becomes KV cache", gt=0, le=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineCard:
+    name: str = spec(doc="short name, as used in run configs (engine: NAME)")
+    framework: Literal["sglang", "vllm", "trtllm", "huggingface"] = spec(doc="the serving software")
+    version: str = spec(doc="the version these facts belong to")
+    description: str = spec("", doc="what this card describes")
+    overheads: Overheads = spec(doc="how per-step software overhead arises")
+    scheduler: Scheduler = spec(doc="continuous-batching scheduler facts")
+    memory: MemoryPolicy = spec(doc="how the engine sizes its KV cache")
+    moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] | None = spec(
+        None, doc="default MoE communication when the run config does not name one")
+
+    def chunk_tokens(self, hbm_bytes: float, attention_dp: int = 1) -> int:
+        """Prompt tokens one prefill step processes per GPU (0 = no chunking)."""
+        budget = int(tier_value(self.scheduler.chunked_prefill_tokens, hbm_bytes))
+        if budget and self.scheduler.chunk_divided_by_attention_dp and attention_dp > 1:
+            budget = max(1, budget // attention_dp)
+        return budget
+
+    def graph_max_batch(self, hbm_bytes: float) -> int:
+        return int(tier_value(self.overheads.cuda_graph_max_batch, hbm_bytes))
+
+    def max_running_requests(self, hbm_bytes: float) -> int:
+        """Cap on running requests per engine instance (0 = none but the KV cache)."""
+        return int(tier_value(self.scheduler.max_running_requests, hbm_bytes))
+
+
+@dataclass(frozen=True)
+class StepOverhead:
+    """Exposed software time of one step and how it arose."""
+
+    seconds: float
+    cpu_seconds: float  # CPU work of the step (scheduler, requests, eager launches)
+    eager_kernels: int  # kernels launched one by one (0 when the step is a CUDA graph)
+    graph: bool
+    detail: str
+
+
+def step_overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
+                  hbm_bytes: float) -> StepOverhead:
+    """Exposed overhead of one step of `gpu_seconds` GPU time holding `requests` requests and
+    launching `kernels` kernels (see the module docstring for the composition)."""
+    o = engine.overheads
+    if stage == "decode":
+        graph = o.decode_cuda_graph and requests <= engine.graph_max_batch(hbm_bytes)
+    else:
+        graph = o.prefill_cuda_graph
+    eager = 0 if graph else kernels
+    cpu = o.step_cpu + o.request_cpu * requests + o.launch_cpu * eager
+    hidden_by = "overlap scheduler" if o.overlap_scheduler else "asynchronous launches"
+    if o.overlap_scheduler:
+        exposed_cpu = max(0.0, cpu - gpu_seconds)
+    else:
+        # the scheduler and per-request work run between steps; launches overlap the GPU
+        launch = o.launch_cpu * eager
+        exposed_cpu = o.step_cpu + o.request_cpu * requests + max(0.0, launch - gpu_seconds)
+    seconds = o.step_fixed + exposed_cpu
+    detail = (f"{engine.name} {engine.version}: fixed {o.step_fixed * 1e3:.2f} ms + CPU {cpu * 1e3:.2f} ms "
+              f"({requests} requests, {eager} eager launches{'; CUDA graph' if graph else ''}), "
+              f"{(cpu - exposed_cpu) * 1e3:.2f} ms of it hidden by {hidden_by}")
+    return StepOverhead(seconds, cpu, eager, graph, detail)
+
+
+def validate_engine(card: EngineCard, source: str) -> EngineCard:
+    if not card.scheduler.chunked_prefill_tokens:
+        raise ConfigError(source, "scheduler.chunked_prefill_tokens", MISSING,
+                          "needs at least one tier (min_gpu_bytes: 0, value: tokens; value 0 = no chunking)")
+    for field, tiers in (("scheduler.chunked_prefill_tokens", card.scheduler.chunked_prefill_tokens),
+                         ("scheduler.max_running_requests", card.scheduler.max_running_requests),
+                         ("overheads.cuda_graph_max_batch", card.overheads.cuda_graph_max_batch)):
+        floors = [t.min_gpu_bytes for t in tiers]
+        if len(set(floors)) != len(floors):
+            raise ConfigError(source, field, floors, "two tiers with the same min_gpu_bytes")
+        for i, t in enumerate(tiers):
+            if not float(t.value).is_integer():
+                raise ConfigError(source, f"{field}[{i}].value", t.value, "expected a whole number")
+    if card.overheads.decode_cuda_graph and not card.overheads.cuda_graph_max_batch:
+        raise ConfigError(source, "overheads.cuda_graph_max_batch", MISSING,
+                          "decode_cuda_graph is on: say up to which batch decode is captured")
+    return card
