@@ -72,8 +72,13 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
     if workload.isl <= step:
         return run_stage(build_stage_plan("prefill", model, dep, workload, step, sms), hw, tables, engine)
     chunks = prompt_chunks(workload.isl, step)
-    strata = [chunks[round(len(chunks) * j / MAX_PRICED_CHUNKS):round(len(chunks) * (j + 1) / MAX_PRICED_CHUNKS)]
-              for j in range(MAX_PRICED_CHUNKS)] if len(chunks) > MAX_PRICED_CHUNKS else [[c] for c in chunks]
+    if len(chunks) > MAX_PRICED_CHUNKS:
+        # the last chunk (often shorter) is priced on its own; the full ones by equal strata
+        full, last = chunks[:-1], chunks[-1]
+        n = MAX_PRICED_CHUNKS - 1
+        strata = [full[round(len(full) * j / n):round(len(full) * (j + 1) / n)] for j in range(n)] + [[last]]
+    else:
+        strata = [[c] for c in chunks]
     priced = []
     for stratum in strata:
         if not stratum:

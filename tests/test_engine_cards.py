@@ -1,0 +1,183 @@
+"""Engine cards: validated on load, overhead composition by hand, chunked prefill and memory fit."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core_fixtures import FREE_ENGINE, TINY_MODEL, make_config, run_mapping
+from infersim.cards.engine import EngineCard, MemoryTier, step_overhead, tier_value, validate_engine
+from infersim.cards.registry import bundled_names
+from infersim.cards.schema import build
+from infersim.cli import main
+from infersim.config import config_from_mapping, load_engine_card
+from infersim.errors import ConfigError
+from infersim.memory import memory_budget
+from infersim.simulate import prefill_step_tokens, simulate
+
+
+def engine(**overheads: float | bool) -> EngineCard:
+    data = copy.deepcopy(FREE_ENGINE)
+    data["overheads"].update(overheads)
+    data["overheads"].setdefault("cuda_graph_max_batch", [{"min_gpu_bytes": 0, "value": 8}])
+    return validate_engine(build(EngineCard, data, "test"), "test")
+
+
+def test_bundled_engines_load_and_name_their_framework():
+    names = bundled_names("engines")
+    assert {"sglang", "vllm", "trtllm", "huggingface"} <= set(names)
+    for name in names:
+        card, _source = load_engine_card(name)
+        assert card.name == name and card.version
+
+
+def test_engine_tiers_follow_gpu_memory():
+    sglang, _ = load_engine_card("sglang")
+    # engines.md: chunked_prefill_size 8192 on H100/H20/H200, 16384 on B200; graph batch 256 / 512
+    assert sglang.chunk_tokens(80e9) == 8192 and sglang.chunk_tokens(141e9) == 8192
+    assert sglang.chunk_tokens(180e9) == 16384
+    assert sglang.chunk_tokens(80e9, attention_dp=4) == 2048  # divided by the DP-attention size
+    assert sglang.graph_max_batch(96e9) == 256 and sglang.graph_max_batch(186e9) == 512
+    vllm, _ = load_engine_card("vllm")
+    assert vllm.chunk_tokens(80e9) == 8192 and vllm.max_running_requests(80e9) == 1024
+    assert vllm.chunk_tokens(48e9) == 2048 and vllm.max_running_requests(48e9) == 256
+    tiers = (MemoryTier(min_gpu_bytes=0, value=1), MemoryTier(min_gpu_bytes=10, value=2))
+    assert tier_value(tiers, 9.9) == 1 and tier_value(tiers, 10) == 2 and tier_value((), 5) == 0
+
+
+def test_overhead_by_hand():
+    e = engine(step_fixed=1e-3, step_cpu=2e-3, request_cpu=1e-4, launch_cpu=1e-5, overlap_scheduler=True,
+               decode_cuda_graph=True)
+    # decode, 4 requests, captured (4 <= 8): CPU 2 ms + 0.4 ms; hidden behind a 10 ms GPU step
+    o = step_overhead(e, "decode", 10e-3, 4, 500, 1e9)
+    assert o.graph and o.eager_kernels == 0
+    assert o.cpu_seconds == pytest.approx(2.4e-3) and o.seconds == pytest.approx(1e-3)
+    # the same CPU work behind a 1 ms GPU step: 1.4 ms of it shows
+    assert step_overhead(e, "decode", 1e-3, 4, 500, 1e9).seconds == pytest.approx(1e-3 + 1.4e-3)
+    # 9 requests exceed the graph: 500 eager launches add 5 ms of CPU
+    eager = step_overhead(e, "decode", 1e-3, 9, 500, 1e9)
+    assert not eager.graph and eager.cpu_seconds == pytest.approx(2e-3 + 9e-4 + 5e-3)
+    assert eager.seconds == pytest.approx(1e-3 + (7.9e-3 - 1e-3))
+    # without an overlap scheduler the scheduler and request work add; launches still overlap the GPU
+    serial = engine(step_fixed=1e-3, step_cpu=2e-3, request_cpu=1e-4, launch_cpu=1e-5, overlap_scheduler=False,
+                    decode_cuda_graph=False)
+    assert step_overhead(serial, "prefill", 3e-3, 2, 500, 1e9).seconds == pytest.approx(1e-3 + 2.2e-3 + 2e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(gpu=st.floats(0, 1.0), requests=st.integers(0, 5000), kernels=st.integers(0, 100000),
+       fixed=st.floats(0, 0.01), cpu=st.floats(0, 0.01), per=st.floats(0, 1e-4), launch=st.floats(0, 1e-4),
+       overlap=st.booleans(), stage=st.sampled_from(["prefill", "decode"]))
+def test_overhead_is_never_negative_nor_below_the_fixed_part(gpu, requests, kernels, fixed, cpu, per, launch, overlap, stage):
+    e = engine(step_fixed=fixed, step_cpu=cpu, request_cpu=per, launch_cpu=launch, overlap_scheduler=overlap,
+               decode_cuda_graph=True)
+    o = step_overhead(e, stage, gpu, requests, kernels, 1e9)
+    assert o.seconds >= fixed >= 0
+    assert o.seconds <= fixed + o.cpu_seconds + 1e-15
+
+
+def test_engine_card_errors_name_the_field():
+    bad = copy.deepcopy(FREE_ENGINE)
+    bad["scheduler"]["chunked_prefill_tokens"] = []
+    with pytest.raises(ConfigError, match="scheduler.chunked_prefill_tokens"):
+        validate_engine(build(EngineCard, bad, "e.yaml"), "e.yaml")
+    bad = copy.deepcopy(FREE_ENGINE)
+    bad["overheads"]["decode_cuda_graph"] = True
+    with pytest.raises(ConfigError, match="cuda_graph_max_batch"):
+        validate_engine(build(EngineCard, bad, "e.yaml"), "e.yaml")
+    bad = copy.deepcopy(FREE_ENGINE)
+    bad["memory"]["gpu_memory_utilization"] = 1.5
+    with pytest.raises(ConfigError, match="gpu_memory_utilization"):
+        build(EngineCard, bad, "e.yaml")
+    bad = copy.deepcopy(FREE_ENGINE)
+    bad["scheduler"]["kv_admission"] = "sometimes"
+    with pytest.raises(ConfigError, match="kv_admission"):
+        build(EngineCard, bad, "e.yaml")
+
+
+def test_run_config_picks_the_engine_and_overrides_reach_it(capsys):
+    assert main(["--config", "qwen3-30b.yaml", "--set", "engine=vllm", "--format", "json"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"]["name"] == "vllm"
+    assert main(["--config", "qwen3-30b.yaml", "--set", "engine.overheads.step_fixed=0.25", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    scheduler = next(op for op in data["decode"]["modules"] if op["name"] == "scheduler")
+    assert scheduler["time_us"] == pytest.approx(0.25e6)
+    assert main(["--config", "qwen3-30b.yaml", "--set", "engine=nosuchengine"]) == 2
+    assert "engine 'nosuchengine' not found" in capsys.readouterr().err
+
+
+def test_hardware_cards_hold_no_software_overheads(capsys):
+    assert main(["--config", "qwen3-30b.yaml", "--set", "hardware.derates.decode_step_overhead=0.003"]) == 2
+    assert "unknown key" in capsys.readouterr().err
+
+
+WORK = {"isl": 64, "osl": 4, "decode_batch_per_gpu": 2}
+
+
+def chunked_config(isl: int, budget: int):
+    raw = run_mapping(TINY_MODEL, workload={**WORK, "isl": isl})
+    raw["engine"]["scheduler"]["chunked_prefill_tokens"] = [{"min_gpu_bytes": 0, "value": budget}]
+    return config_from_mapping(raw, "test")
+
+
+def test_long_prompt_prefills_in_chunks_over_the_cached_prefix():
+    one = simulate(chunked_config(64, 64)).prefill
+    four = simulate(chunked_config(64, 16)).prefill
+    assert one.chunks == 1 and four.chunks == 4
+    # same GEMM work in four pieces; attention sees the prefix: chunk i attends to 16 new x (16 i + ...)
+    gemm = lambda st: sum(op.flops for op in st.operations if op.name in ("qkv_proj", "o_proj"))
+    assert gemm(four) == pytest.approx(gemm(one))
+    attn = lambda st: sum(op.flops for op in st.operations if op.module == "attn_core")
+    assert attn(four) == pytest.approx(attn(one))  # causal pairs add up to the same triangle
+    assert four.tokens_per_gpu == 64
+
+
+@settings(max_examples=25, deadline=None)
+@given(isl=st.integers(1, 4000), extra=st.integers(1, 4000), budget=st.sampled_from([16, 64, 256]))
+def test_ttft_grows_with_the_prompt_past_the_budget(isl, extra, budget):
+    short = simulate(chunked_config(isl, budget)).prefill.step_time_s
+    long = simulate(chunked_config(isl + extra, budget)).prefill.step_time_s
+    assert long > short
+
+
+def test_many_chunks_are_priced_on_a_sample_that_stays_exact_for_linear_growth():
+    exact = simulate(chunked_config(64 * 64, 64)).prefill  # 64 chunks: every one priced
+    sampled = simulate(chunked_config(64 * 128, 64)).prefill  # 128 chunks: 63 strata of ~2 full chunks + the last
+    assert exact.chunks == 64 and sampled.chunks == 128
+    # GEMM work is linear in tokens and must come out exactly doubled
+    gemm = lambda st: sum(op.flops for op in st.operations if op.name == "qkv_proj")
+    assert gemm(sampled) == pytest.approx(2 * gemm(exact))
+
+
+@settings(max_examples=30, deadline=None)
+@given(small=st.integers(1, 2000), extra=st.integers(0, 20000))
+def test_larger_token_budget_never_lowers_peak_memory(small, extra):
+    config = make_config(TINY_MODEL)
+    m, hw, dep, wl = config.model, config.hardware, config.deployment, config.workload
+    a = memory_budget(m, hw, dep, wl, None, config.engine, small)
+    b = memory_budget(m, hw, dep, wl, None, config.engine, small + extra)
+    assert b.reserved_bytes >= a.reserved_bytes
+    assert b.kv_capacity_bytes <= a.kv_capacity_bytes
+
+
+def test_running_request_cap_bounds_the_batch_and_is_named():
+    raw = run_mapping(TINY_MODEL, workload=dict(WORK))
+    raw["engine"]["scheduler"]["max_running_requests"] = [{"min_gpu_bytes": 0, "value": 6}]
+    config = config_from_mapping(raw, "test")
+    mem = simulate(config).memory
+    assert mem.max_batch_per_gpu == 6 and mem.binding_limit == "running-request cap"
+    assert mem.kv_fit_batch_per_gpu > 6
+
+
+def test_prefill_step_tokens_respects_the_workload_then_the_engine():
+    config = chunked_config(64, 16)
+    assert prefill_step_tokens(config.workload, config.engine, config.hardware, config.deployment) == 16
+    raw = run_mapping(TINY_MODEL, workload={**WORK, "prefill_tokens_per_gpu": 128})
+    explicit = config_from_mapping(raw, "test")
+    assert prefill_step_tokens(explicit.workload, explicit.engine, explicit.hardware, explicit.deployment) == 128
