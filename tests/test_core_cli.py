@@ -232,3 +232,13 @@ def test_tables_of_another_gpu_are_flagged(capsys):
     assert not any("measured on" in w for w in warnings)
     fallback = next(w for w in warnings if w.startswith("no table covers"))
     assert "o_proj" in fallback and "input_norm" not in fallback  # elementwise kernels are never table kernels
+
+
+def test_readme_field_tables_are_generated_from_the_schemas():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("refresh", REPO_ROOT / "scripts" / "refresh_readme_example.py")
+    refresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refresh)
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert refresh.with_field_tables(readme) == readme, "run python scripts/refresh_readme_example.py"
