@@ -432,7 +432,11 @@ class TokenExchangeShape:
 
     Each of `tokens` tokens goes once to every GPU holding at least one of its top-k experts
     (copies to the same GPU are merged). DeepEP normal mode also merges across a node: one RDMA
-    copy per destination node, forwarded over NVLink inside it.
+    copy per destination node, forwarded over NVLink inside it. DeepEP low-latency mode merges
+    nothing: it writes one message per (token, expert) straight into the receiving expert's buffer
+    (DeepEP README: the low-latency layout is per expert, so CUDA graphs see fixed shapes), to
+    same-node peers over NVLink and to other nodes through the NIC. With its published byte count
+    (tokens x top-k x hidden bytes / time) this reproduces DeepEP's own EP8-EP256 latencies.
     """
 
     direction: Literal["dispatch", "combine"]
@@ -460,14 +464,15 @@ class TokenExchangeShape:
     def traffic(self) -> tuple[float, float]:
         """(bytes this GPU sends over NVLink, bytes it sends over its NIC)."""
         local = min(self.ranks_per_node, self.ep)
+        if self.implementation == "deepep-low-latency":
+            copies = self.tokens * self.topk * self.token_bytes  # one per (token, expert), experts spread evenly
+            return copies * (local - 1) / self.ep, copies * (self.ep - local) / self.ep
         per_gpu = self.tokens * self.gpu_hit * self.token_bytes
         intra = per_gpu * (local - 1)
         if self.nodes == 1:
             return intra, 0.0
         if self.implementation == "deepep-normal":
             return intra, self.tokens * self.node_hit * self.token_bytes * (self.nodes - 1)
-        if self.implementation == "deepep-low-latency":
-            return 0.0, per_gpu * (self.ep - 1)  # IBGDA: every remote copy through the NIC
         return intra, per_gpu * (self.ep - local)
 
     @property
