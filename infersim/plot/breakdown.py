@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from infersim.errors import InferSimError
@@ -84,14 +85,15 @@ def breakdown_title(data: Mapping[str, Any]) -> str:
             f"TPOT {decode['tpot_ms']:,.2f} ms ({decode['tgs']:,.0f} tokens/GPU/s decode)")
 
 
-def _bound_legend(figure: Any, bounds: Sequence[str]) -> None:
+def _bound_legend(figure: Any, bounds: Sequence[str],
+                  title: str = "colour: what bounds the module (most of its time)") -> None:
     """One legend for the figure, below the panels, so it never covers a bar or a label."""
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=BOUND_COLOURS[b], edgecolor="white", label=f"{b}-bound")
                for b in BOUND_COLOURS if b in bounds]
     figure.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
-                  title="colour: what bounds the module (most of its time)", title_fontsize=8)
+                  title=title, title_fontsize=8)
 
 
 def draw_breakdown(data: Mapping[str, Any]) -> Drawing:
@@ -186,9 +188,9 @@ def draw_sweep_breakdown(data: Mapping[str, Any]) -> Drawing:
         ax.set_xticklabels(labels if ax is axes[-1, 0] else [], rotation=60, ha="right", fontsize=7)
         ax.grid(axis="y", alpha=0.3)
         drawn["metrics"][metric] = values
-    _bound_legend(figure, sorted(set(bounds)))
+    _bound_legend(figure, sorted(set(bounds)), "colour: what bounds the configuration's decode step")
     more = f" (first {len(shown)} of {len(rows)})" if len(rows) > len(shown) else ""
-    figure.suptitle(f"sweep of {data.get('config', '?')}: one bar per configuration{more}, coloured by what "
-                    "bounds its decode step", fontsize=9)
+    config = Path(str(data.get("config") or data.get("source_file") or "?")).name
+    figure.suptitle(f"sweep of {config}: one bar per configuration{more}", fontsize=9)
     figure.tight_layout(rect=(0, 0.08, 1, 1))
     return Drawing(figure, drawn)

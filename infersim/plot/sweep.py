@@ -20,6 +20,7 @@ before `status`). Rejected rows are left out.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from infersim.errors import InferSimError
@@ -150,7 +151,9 @@ def sweep_lines(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None 
     for group, points in groups.items():
         keys = sorted(points, key=lambda k: (0, k) if isinstance(k, float) else (1, k)) if numeric_x else \
             [k for k in x_values if k in points]
-        label = ", ".join(f"{c.rsplit('.', 1)[-1]}={v}" for c, v in zip(splitting, group)) or metric
+        # one splitting field: the legend title names it, entries give the value only
+        label = (str(group[0]) if len(splitting) == 1 else
+                 ", ".join(f"{c.rsplit('.', 1)[-1]}={v}" for c, v in zip(splitting, group))) or metric
         lines.append({"label": label, "x": [k if numeric_x else str(x_values[k]) for k in keys],
                       "y": [pick(points[k]) for k in keys], "reduced_from": [len(points[k]) for k in keys]})
     return {"kind": "sweep", "metric": metric, "x_field": x, "series_field": series, "splitting": splitting,
@@ -183,8 +186,8 @@ def draw_sweep(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None =
         ax.legend(fontsize=8, title=", ".join(c.rsplit(".", 1)[-1] for c in drawn["splitting"]) or None,
                   title_fontsize=8)
     title = f"{METRIC_LABELS.get(metric_name, metric_name)} vs {x_field}"
-    if data.get("config"):
-        title = f"{data['config']}: {title}"
+    if data.get("config") or data.get("source_file"):
+        title = f"{Path(str(data.get('config') or data.get('source_file'))).name}: {title}"
     if where:
         title += f" ({', '.join(where)})"
     if drawn["reduced"]:
