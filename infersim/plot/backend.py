@@ -8,7 +8,6 @@ backend first so drawing works on machines without a display.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -43,7 +42,12 @@ class PlottingUnavailable(InferSimError):
 
 
 def matplotlib_available() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
+    """Whether matplotlib imports (asked only when a picture is wanted, so its import cost is paid anyway)."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        return False
+    return True
 
 
 def require_matplotlib(what: str = "plotting") -> None:
