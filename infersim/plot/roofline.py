@@ -21,6 +21,7 @@ move bytes over links, not HBM; both are listed under the plot instead of drawn.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -142,11 +143,6 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
             f"{roof['label']}: {si_format(roof['flops_per_s'], 'FLOP/s')}", xy=(x_high, roof["flops_per_s"]),
             xytext=(-4, 3 if not roof["derated"] else -10), textcoords="offset points", ha="right", fontsize=7.5,
             color=colour))
-    slope_x = x_low * 1.6
-    fixed_labels.append(ax.annotate(f"HBM {si_format(bandwidth, 'B/s')}", xy=(slope_x, bandwidth * slope_x),
-                                    xytext=(-2, 8), textcoords="offset points", fontsize=7.5, color="#222222"))
-    fixed_labels.append(ax.annotate(f"HBM x {memory_eff:g}", xy=(slope_x, bandwidth * memory_eff * slope_x),
-                                    xytext=(8, -10), textcoords="offset points", fontsize=7.5, color="#222222"))
     ax.plot([ridge["intensity"]], [ridge["flops_per_s"]], marker="o", color="black", markersize=7, zorder=4)
     ax.plot([ridge["derated_intensity"]], [ridge["derated_flops_per_s"]], marker="o", markerfacecolor="white",
             color="black", markersize=7, zorder=4)
@@ -161,6 +157,16 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
     all_y = [p["achieved_flops_per_s"] for p in points] + [bandwidth * memory_eff * x_low]
     ax.set_xlim(x_low, x_high)
     ax.set_ylim(min(all_y) / 3, top * 2.5)
+    # memory roof labels run along their slope: its angle on screen depends on the limits set above
+    slope_x = x_low * 1.6
+    (x0, y0), (x1, y1) = ax.transData.transform([(slope_x, bandwidth * slope_x), (slope_x * 2, bandwidth * slope_x * 2)])
+    angle = math.degrees(math.atan2(y1 - y0, x1 - x0))
+    fixed_labels.append(ax.annotate(f"HBM {si_format(bandwidth, 'B/s')}", xy=(slope_x, bandwidth * slope_x),
+                                    xytext=(0, 4), textcoords="offset points", fontsize=7.5, color="#222222",
+                                    rotation=angle, rotation_mode="anchor"))
+    fixed_labels.append(ax.annotate(f"HBM x {memory_eff:g}", xy=(slope_x, bandwidth * memory_eff * slope_x),
+                                    xytext=(0, -10), textcoords="offset points", fontsize=7.5, color="#222222",
+                                    rotation=angle, rotation_mode="anchor"))
     place_point_labels(ax, [(p["intensity"], p["achieved_flops_per_s"], f"{p['module']} ({p['stage']})")
                             for p in points], avoid=fixed_labels)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
