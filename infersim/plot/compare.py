@@ -23,6 +23,7 @@ The reader is tolerant, so the validation report of any tool can be drawn:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from infersim.errors import InferSimError
@@ -134,11 +135,17 @@ def draw_bench_compare(data: Mapping[str, Any]) -> Drawing:
     if not metrics:
         raise InferSimError("compare: the bench results compare no metric")
     plt = pyplot("the compare picture")
-    figure, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 1, 0.5 * len(results) + 2.8),
+    columns = min(2, len(metrics))  # two panels a row keeps the figure a readable width
+    rows = -(-len(metrics) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns + 1.2, (0.5 * len(results) + 2.2) * rows + 0.6),
                                 squeeze=False)
+    for ax in axes.flat[len(metrics):]:
+        ax.set_axis_off()
     labels = [str(r.get("label") or f"line {r.get('line', k + 1)}") for k, r in enumerate(results)]
     drawn: dict[str, Any] = {"kind": "compare", "source": "bench", "labels": labels, "metrics": {}}
-    for ax, (metric, unit) in zip(axes[0], metrics):
+    from matplotlib.ticker import MaxNLocator
+
+    for ax, (metric, unit) in zip(axes.flat, metrics):
         scale, shown_unit = (1 / MS, "ms") if unit == "s" else (1.0, unit)
         measured, predicted = [], []
         for r in results:
@@ -146,12 +153,13 @@ def draw_bench_compare(data: Mapping[str, Any]) -> Drawing:
             mv, pv = number(m.get("measured")), number(m.get("predicted"))
             measured.append(mv * scale if mv is not None else None)
             predicted.append(pv * scale if pv is not None else None)
-        _paired_bars(ax, labels if ax is axes[0][0] else [""] * len(labels), measured, predicted, shown_unit)
+        _paired_bars(ax, labels, measured, predicted, shown_unit)
+        ax.xaxis.set_major_locator(MaxNLocator(5))  # large throughputs: few ticks so their labels do not touch
         ax.set_title(metric, fontsize=9)
         drawn["metrics"][metric] = {"unit": shown_unit, "measured": measured, "predicted": predicted}
-    axes[0][-1].legend(fontsize=8, loc="lower right")
-    figure.suptitle(f"benchmark vs prediction: {data.get('bench_result', '?')} with {data.get('config', '?')}",
-                    fontsize=9)
+    axes.flat[0].legend(fontsize=8, loc="lower right")
+    figure.suptitle(f"benchmark vs prediction: {Path(str(data.get('bench_result', '?'))).name} "
+                    f"with {Path(str(data.get('config', '?'))).name}", fontsize=9)
     figure.tight_layout()
     return Drawing(figure, drawn)
 

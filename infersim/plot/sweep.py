@@ -42,6 +42,20 @@ METRIC_LABELS = {
     "num_gpus": "GPUs",
 }
 
+FIELD_LABELS = {
+    "workload.decode_batch_per_gpu": "decode batch (requests/GPU)",
+    "workload.isl": "input length ISL (tokens)",
+    "workload.osl": "output length OSL (tokens)",
+    "workload.prefill_tokens_per_gpu": "prefill tokens per GPU per step",
+    "deployment.num_gpus": "GPUs",
+}
+
+
+def axis_label(column: str) -> str:
+    """A column with its unit where one is known; swept fields otherwise by their full name."""
+    return METRIC_LABELS.get(column) or FIELD_LABELS.get(column) or column
+
+
 #: a figure with more lines than this is unreadable; --where picks a slice instead
 MAX_LINES = 12
 
@@ -174,18 +188,25 @@ def draw_sweep(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None =
     if drawn["numeric_x"]:
         all_x = [v for line in drawn["lines"] for v in line["x"]]
         if min(all_x) > 0 and max(all_x) / min(all_x) >= 16:
+            from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
             ax.set_xscale("log", base=2)  # doubling grids (a..b) spread evenly
+            ticks = sorted(set(all_x))
+            if len(ticks) <= 12:  # the swept values themselves, written plainly (64, not 2^6)
+                ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
     else:
         ax.set_xticks(range(len(categories)))
         ax.set_xticklabels(categories)
     x_field, metric_name = drawn["x_field"], drawn["metric"]
-    ax.set_xlabel(METRIC_LABELS.get(x_field, x_field))
-    ax.set_ylabel(METRIC_LABELS.get(metric_name, metric_name))
+    ax.set_xlabel(axis_label(x_field))
+    ax.set_ylabel(axis_label(metric_name))
     ax.grid(True, which="both", alpha=0.3)
     if len(drawn["lines"]) > 1 or drawn["splitting"]:
         ax.legend(fontsize=8, title=", ".join(c.rsplit(".", 1)[-1] for c in drawn["splitting"]) or None,
                   title_fontsize=8)
-    title = f"{METRIC_LABELS.get(metric_name, metric_name)} vs {x_field}"
+    title = f"{axis_label(metric_name)} vs {x_field}"
     if data.get("config") or data.get("source_file"):
         title = f"{Path(str(data.get('config') or data.get('source_file'))).name}: {title}"
     if where:
