@@ -135,9 +135,9 @@ def draw_breakdown(data: Mapping[str, Any]) -> Drawing:
         if stage.get("micro_batches", 1) and stage.get("micro_batches", 1) > 1 and step_s < total_s * 0.999:
             ax.hlines(step_s / MS, -0.35, 0.35, colors="black", linestyles="--", linewidth=1.2)
             ax.annotate(f"step {step_s / MS:,.2f} ms", xy=(-0.35, step_s / MS), xytext=(0, 3),
-                        textcoords="offset points", fontsize=8)
-            overlap_note = (f"; two-batch overlap: kernels sum to {total_ms:,.2f} ms, "
-                            f"the step takes {step_s / MS:,.2f} ms")
+                        textcoords="offset points", fontsize=8,
+                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
+            overlap_note = f"\ntwo-batch overlap: kernels sum to {total_ms:,.2f} ms (step dashed)"
         label = "prefill step (TTFT)" if name == "prefill" else "decode step"
         ax.set_title(f"{label}: {step_s / MS:,.2f} ms, bound by {stage.get('bound', '?')}{overlap_note}", fontsize=9)
         ax.set_xlim(-0.45, 2.1)

@@ -94,7 +94,8 @@ LABEL_OFFSETS = ((6, 5, "left"), (6, -13, "left"), (-6, 5, "right"), (-6, -13, "
 
 
 def place_point_labels(ax: Any, labels: Sequence[tuple[float, float, str]], fontsize: float = 7.5,
-                       avoid: Sequence[Any] = (), marker_radius_px: float = 5.0) -> list[Any]:
+                       avoid: Sequence[Any] = (), marker_radius_px: float = 5.0,
+                       avoid_points: Sequence[tuple[float, float]] = ()) -> list[Any]:
     """Annotate points so that labels do not cover each other, the points, or the `avoid` artists.
 
     Greedy: each label (in the given order, most important first) takes the first offset around its
@@ -105,7 +106,7 @@ def place_point_labels(ax: Any, labels: Sequence[tuple[float, float, str]], font
     from matplotlib.transforms import Bbox
 
     taken = [artist.get_window_extent(renderer) for artist in avoid]
-    for x, y, _ in labels:
+    for x, y in [(x, y) for x, y, _ in labels] + list(avoid_points):
         px, py = ax.transData.transform((x, y))
         taken.append(Bbox.from_extents(px - marker_radius_px, py - marker_radius_px,
                                        px + marker_radius_px, py + marker_radius_px))

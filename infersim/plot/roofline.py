@@ -128,7 +128,8 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
                 color="#222222", linewidth=1.6 if style == "-" else 1.1)
     datasheet = [r for r in roofs if not r["derated"]]
     colour_of = {r["label"]: CEILING_COLOURS[i % len(CEILING_COLOURS)] for i, r in enumerate(datasheet)}
-    fixed_labels = []
+    fixed_labels: list[Any] = []
+    roof_labels: list[tuple[str, float, bool, str]] = []
     for roof in roofs:
         colour = "#ff7f0e" if roof.get("attention") else colour_of.get("/".join(roof["formats"]), "#444444")
         slope = bandwidth * (memory_eff if roof["derated"] else 1.0)
@@ -138,11 +139,8 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
                 linewidth=1.1 if roof["derated"] else 1.6)
         if roof.get("attention"):
             continue  # named in the legend: a label on its line would print over the GEMM roof of its format
-        # datasheet labels above their line at the right edge, derated ones below it
-        fixed_labels.append(ax.annotate(
-            f"{roof['label']}: {si_format(roof['flops_per_s'], 'FLOP/s')}", xy=(x_high, roof["flops_per_s"]),
-            xytext=(-4, 3 if not roof["derated"] else -10), textcoords="offset points", ha="right", fontsize=7.5,
-            color=colour))
+        roof_labels.append((f"{roof['label']}: {si_format(roof['flops_per_s'], 'FLOP/s')}", roof["flops_per_s"],
+                            roof["derated"], colour))
     ax.plot([ridge["intensity"]], [ridge["flops_per_s"]], marker="o", color="black", markersize=7, zorder=4)
     ax.plot([ridge["derated_intensity"]], [ridge["derated_flops_per_s"]], marker="o", markerfacecolor="white",
             color="black", markersize=7, zorder=4)
@@ -159,7 +157,8 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
     ax.set_ylim(min(all_y) / 3, top * 2.5)
     # memory roof labels run along their slope: its angle on screen depends on the limits set above
     slope_x = x_low * 1.6
-    (x0, y0), (x1, y1) = ax.transData.transform([(slope_x, bandwidth * slope_x), (slope_x * 2, bandwidth * slope_x * 2)])
+    (x0, y0), (x1, y1) = ax.transData.transform([(slope_x, bandwidth * slope_x),
+                                                  (slope_x * 2, bandwidth * slope_x * 2)])
     angle = math.degrees(math.atan2(y1 - y0, x1 - x0))
     fixed_labels.append(ax.annotate(f"HBM {si_format(bandwidth, 'B/s')}", xy=(slope_x, bandwidth * slope_x),
                                     xytext=(0, 4), textcoords="offset points", fontsize=7.5, color="#222222",
@@ -167,8 +166,12 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
     fixed_labels.append(ax.annotate(f"HBM x {memory_eff:g}", xy=(slope_x, bandwidth * memory_eff * slope_x),
                                     xytext=(0, -10), textcoords="offset points", fontsize=7.5, color="#222222",
                                     rotation=angle, rotation_mode="anchor"))
+    fixed_labels += _place_roof_labels(ax, roof_labels, x_high, [(p["intensity"], p["achieved_flops_per_s"])
+                                                                for p in points])
     place_point_labels(ax, [(p["intensity"], p["achieved_flops_per_s"], f"{p['module']} ({p['stage']})")
-                            for p in points], avoid=fixed_labels)
+                            for p in points], avoid=fixed_labels,
+                       avoid_points=[(ridge["intensity"], ridge["flops_per_s"]),
+                                     (ridge["derated_intensity"], ridge["derated_flops_per_s"])])
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
     ax.set_ylabel("FLOP/s (achieved by the module; ceilings of the card)")
     from matplotlib.ticker import EngFormatter
@@ -180,7 +183,8 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
     handles = [Line2D([], [], color="#444444", linestyle="-", label="datasheet peak"),
                Line2D([], [], color="#444444", linestyle="--", label="derated (what the roofline fallback uses)")]
     handles += [Line2D([], [], color="#ff7f0e", linestyle=":",
-                       label=f"attention roof: {r['label'].split(': ', 1)[1]} = {si_format(r['flops_per_s'], 'FLOP/s')}")
+                       label=f"attention roof: {r['label'].split(': ', 1)[1]} = "
+                             f"{si_format(r['flops_per_s'], 'FLOP/s')}")
                 for r in roofs if r.get("attention")]
     handles += [Line2D([], [], linestyle="", marker=STAGE_MARKERS[s], color="#999999", markeredgecolor="black",
                        label=f"{s} module") for s in stages]
@@ -207,3 +211,37 @@ def _bound_of(stage: Mapping[str, Any], module: str) -> str:
             bound = str(op.get("bound"))
             by_bound[bound] = by_bound.get(bound, 0.0) + (number(op.get("time_us")) or 0.0)
     return max(by_bound, key=by_bound.__getitem__) if by_bound else "overhead"
+
+
+def _place_roof_labels(ax: Any, labels: Sequence[tuple[str, float, bool, str]], x_right: float,
+                       points: Sequence[tuple[float, float]]) -> list[Any]:
+    """Name each compute roof on its line: at the right edge (datasheet above the line, derated below)
+    unless that covers another roof's label or a point; then further left, or on the other side."""
+    from matplotlib.transforms import Bbox
+
+    renderer = ax.figure.canvas.get_renderer()
+    taken = []
+    for x, y in points:
+        px, py = ax.transData.transform((x, y))
+        taken.append(Bbox.from_extents(px - 5, py - 5, px + 5, py + 5))
+    placed = []
+    for text, y, derated, colour in labels:
+        offsets = (-10, 3) if derated else (3, -10)
+        note = None
+        for shift in (1, 6, 36, 216):
+            for dy in offsets:
+                note = ax.annotate(text, xy=(x_right / shift, y), xytext=(-4, dy), textcoords="offset points",
+                                   ha="right", fontsize=7.5, color=colour)
+                box = note.get_window_extent(renderer)
+                if not any(box.overlaps(other) for other in taken):
+                    break
+                note.remove()
+                note = None
+            if note is not None:
+                break
+        if note is None:  # nowhere free: the preferred place
+            note = ax.annotate(text, xy=(x_right, y), xytext=(-4, offsets[0]), textcoords="offset points",
+                               ha="right", fontsize=7.5, color=colour)
+        taken.append(note.get_window_extent(renderer))
+        placed.append(note)
+    return placed
