@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import REPO_ROOT
 
 pytest.importorskip("matplotlib")
 
@@ -175,3 +176,16 @@ def test_labels_spread_keep_order_gap_and_limits() -> None:
     assert min(placed) >= 0.0 and max(placed) <= 10.0
     assert placed[3] == 5.0  # a label with room stays at its segment
     assert spread_labels([2.0, 6.0], 1.0, 0.0, 10.0) == [2.0, 6.0]
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (REPO_ROOT / "configs").glob("*.yaml")))
+def test_every_bundled_config_draws_breakdown_and_roofline(config: str) -> None:
+    data = to_json_data(simulate(load_run_config(config, [], None)))
+    figure, drawn = draw_breakdown(data)
+    for ax, stage in zip(figure.axes[:2], ("prefill", "decode")):
+        totals_ms = {m: t / 1000 for m, t in data[stage]["module_totals_us"].items() if t > 0}
+        assert {s["module"]: s["time_ms"] for s in drawn["stages"][stage]["segments"]} == pytest.approx(totals_ms)
+        assert sum(bar.get_height() for bar in ax.patches) == pytest.approx(sum(totals_ms.values()))
+    _, roofline = draw_roofline(data)
+    assert roofline["points"] and all(p["intensity"] > 0 and p["achieved_flops_per_s"] > 0
+                                      for p in roofline["points"])
