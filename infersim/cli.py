@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = (
     "infersim.trace.cli",
     "infersim.sweep.cli",
     "infersim.generate.cli",
+    "infersim.plot.cli",
 )
 
 
@@ -37,6 +38,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory of measured kernel tables (overrides the config's mfu_tables)")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument("--detail", action="store_true", help="text: also list every operation")
+    parser.add_argument("--plot", default=None, metavar="FILE",
+                        help="also draw the module breakdown to FILE (.png, .svg or .pdf; "
+                             "needs pip install 'infersim[plot]')")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -44,12 +48,22 @@ def run_command(args: argparse.Namespace) -> int:
     from infersim.report import to_json_data, to_text
     from infersim.simulate import simulate
 
+    plot_path = getattr(args, "plot", None)
+    if plot_path:
+        from infersim.plot.backend import check_picture_path
+
+        check_picture_path(plot_path, "--plot")  # before simulating: a missing matplotlib fails fast
     config = load_run_config(args.config, args.overrides, args.mfu_tables)
     result = simulate(config)
     if args.format == "json":
         print(json.dumps(to_json_data(result), indent=2))
     else:
         print(to_text(result, detail=args.detail))
+    if plot_path:
+        from infersim.plot.cli import write_run_breakdown
+
+        write_run_breakdown(to_json_data(result), plot_path)
+        print(f"wrote {plot_path}", file=sys.stderr)  # stderr: stdout stays the report (or clean JSON)
     return 0
 
 

@@ -61,6 +61,7 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
     return {
         "model": cfg.model.name,
         "hardware": cfg.hardware.name,
+        "hardware_peaks": _hardware_peaks(cfg.hardware),
         "deployment": dataclasses.asdict(cfg.deployment),
         "workload": dataclasses.asdict(cfg.workload),
         "engine": {"name": cfg.engine.name, "framework": cfg.engine.framework, "version": cfg.engine.version,
@@ -90,6 +91,18 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
         },
         "speculative": _speculative(result.speculative) if result.speculative else None,
         "warnings": list(result.warnings),
+    }
+
+
+def _hardware_peaks(hw: Any) -> dict[str, Any]:
+    """The card's ceilings (SI: FLOP/s, bytes/s) and derates, so a saved result can be drawn as a roofline."""
+    return {
+        "flops": dict(hw.peak.flops),
+        "hbm_bandwidth": hw.peak.hbm_bandwidth,
+        "compute_efficiency": dict(hw.derates.compute_efficiency),
+        "attention_compute_efficiency": hw.derates.attention_compute_efficiency,
+        "memory_efficiency": hw.derates.memory_efficiency,
+        "elementwise_memory_efficiency": hw.derates.elementwise_memory_efficiency,
     }
 
 

@@ -1,0 +1,133 @@
+"""Pictures from the JSON the commands emit, so a saved result can be drawn later.
+
+    python -m infersim plot RESULT.json [--out FILE] [--kind KIND]
+    python -m infersim --config X.yaml --plot breakdown.png
+    python -m infersim roofline --config X.yaml --out roofline.png
+
+Each figure is one function taking the parsed JSON and returning a `Drawing` (the matplotlib
+figure and a record of the numbers drawn, which the tests check against the JSON); writing files
+and printing belong to the CLI (`infersim.plot.cli`). matplotlib is imported only inside the figure
+functions (`infersim.plot.backend.pyplot`), so the simulator never needs it.
+
+Result kinds, recognised from their keys (`--kind` forces a figure):
+
+| data (command)                         | recognised by            | figures (first = default) |
+|----------------------------------------|--------------------------|---------------------------|
+| main run (`infersim --format json`)    | `prefill` and `decode`   | breakdown, roofline       |
+| sweep (`sweep`/`pareto --out .json/.csv`) | `rows` (or a .csv file) | sweep, breakdown          |
+| compare (`compare --format json`)      | `lanes`, or `results` + `bench_result` | compare     |
+| validate                               | `points` or `cases`      | validate                  |
+| serving (`serve --format json`)        | `rate_sweep`, `requests`, `output_throughput` or `mean_ttft_ms` | serve |
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from infersim.errors import InferSimError
+from infersim.plot.backend import Drawing
+
+#: figures that can be drawn from each kind of result; the first is drawn unless --kind says otherwise
+FIGURES_FOR = {
+    "run": ("breakdown", "roofline"),
+    "sweep": ("sweep", "breakdown"),
+    "compare": ("compare",),
+    "validate": ("validate",),
+    "serve": ("serve",),
+}
+FIGURE_KINDS = ("breakdown", "roofline", "compare", "validate", "sweep", "serve")
+
+
+def load_result(path: str) -> dict[str, Any]:
+    """A saved result: JSON (a file, or '-' for stdin), or a sweep's CSV (rows under 'rows')."""
+    if path == "-":
+        text, name = sys.stdin.read(), "stdin"
+    else:
+        file = Path(path)
+        if not file.is_file():
+            raise InferSimError(f"{path}: no such file")
+        text, name = file.read_text(), path
+    if path.lower().endswith(".csv"):
+        rows = list(csv.DictReader(io.StringIO(text)))
+        if not rows:
+            raise InferSimError(f"{name}: the CSV file has no rows")
+        return {"rows": rows, "source_file": name}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InferSimError(f"{name}: not JSON ({exc.msg} at line {exc.lineno}); "
+                            "save results with --format json (or a sweep's --out FILE.json)") from exc
+    if not isinstance(data, dict):
+        raise InferSimError(f"{name}: expected a JSON object at the top level")
+    return data
+
+
+def result_kind(data: Mapping[str, Any]) -> str | None:
+    """Which command's output this is (a key of FIGURES_FOR), from its keys; None if unknown."""
+    if isinstance(data.get("prefill"), Mapping) and isinstance(data.get("decode"), Mapping):
+        return "run"
+    if isinstance(data.get("rows"), list):
+        return "sweep"
+    if isinstance(data.get("lanes"), list) or (isinstance(data.get("results"), list) and "bench_result" in data):
+        return "compare"
+    if isinstance(data.get("points"), list) or isinstance(data.get("cases"), list):
+        return "validate"
+    if any(key in data for key in ("rate_sweep", "requests", "output_throughput", "mean_ttft_ms")):
+        return "serve"
+    return None
+
+
+def choose_figure(data: Mapping[str, Any], kind: str | None, source: str = "the data") -> str:
+    """The figure to draw: --kind if it fits the data, else the data's default figure."""
+    found = result_kind(data)
+    if kind is None:
+        if found is None:
+            raise InferSimError(f"{source}: cannot tell which command wrote it (no prefill/decode, rows, lanes, "
+                                f"points or serving keys); pass --kind {{{','.join(FIGURE_KINDS)}}}")
+        return FIGURES_FOR[found][0]
+    if kind not in FIGURE_KINDS:
+        raise InferSimError(f"--kind {kind}: expected one of {', '.join(FIGURE_KINDS)}")
+    if found is not None and kind not in FIGURES_FOR[found]:
+        raise InferSimError(f"--kind {kind}: {source} is {found} output, which draws as "
+                            f"{' or '.join(FIGURES_FOR[found])}")
+    return kind
+
+
+def draw(data: Mapping[str, Any], figure_kind: str, stages: Sequence[str] = ("prefill", "decode"),
+         metric: str = "tpot_ms", x: str | None = None, series: str | None = None,
+         where: Sequence[str] = ()) -> Drawing:
+    """Draw one figure of a result (figure_kind from `choose_figure`)."""
+    if figure_kind == "breakdown":
+        from infersim.plot.breakdown import draw_breakdown, draw_sweep_breakdown
+
+        return draw_sweep_breakdown(data) if result_kind(data) == "sweep" else draw_breakdown(data)
+    if figure_kind == "roofline":
+        from infersim.plot.roofline import draw_roofline
+
+        return draw_roofline(data, stages)
+    if figure_kind == "compare":
+        from infersim.plot.compare import draw_compare
+
+        return draw_compare(data)
+    if figure_kind == "validate":
+        from infersim.plot.compare import draw_validate
+
+        return draw_validate(data)
+    if figure_kind == "sweep":
+        from infersim.plot.sweep import draw_sweep
+
+        return draw_sweep(data, metric, x, series, where)
+    if figure_kind == "serve":
+        from infersim.plot.serve import draw_serve
+
+        return draw_serve(data)
+    raise InferSimError(f"unknown figure kind {figure_kind!r}; expected one of {', '.join(FIGURE_KINDS)}")
+
+
+__all__ = ["Drawing", "FIGURES_FOR", "FIGURE_KINDS", "choose_figure", "draw", "load_result", "result_kind"]

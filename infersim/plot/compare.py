@@ -1,0 +1,259 @@
+"""Predicted vs measured: `compare` results as side-by-side bars, `validate` results as a scatter.
+
+`compare --trace ... --config ... --format json` (infersim/trace/report.py `comparison_json`):
+one panel per compared stage of the first lane (rank) that has comparisons: per module, the
+measured and predicted time per step (ms) side by side, largest first, with the error of each.
+Without `--config` the JSON holds only the measured breakdown; then the measured bars are drawn.
+
+`compare --bench-result ... --format json` (`bench_json`): one panel per metric (TTFT, TPOT,
+throughputs), one pair of bars (measured, predicted) per benchmark line. Times are drawn in ms.
+
+`validate` JSON: a log-log scatter of measured against predicted, one point per case, coloured by
+the case's `source`, with the y = x line and the +-15% band; cases outside the band are labelled.
+The reader is tolerant, so the validation report of any tool can be drawn:
+- the cases: the list under `points`, else `cases`, else `results`;
+- measured: `measured`, else `actual`, `measured_tgs`, `actual_tgs`; predicted: `predicted`, else
+  `predicted_tgs` (cases without both as positive numbers are skipped and counted);
+- name: `id`, else `name`, `case`, `label`; colour group: `source` (else "unknown");
+- error: `error_pct` (percent), else `error` (a fraction), else computed as predicted / measured - 1;
+- `unit` (optional): when every case shares one, the axes name it.
+`benchmarks/validate_published.py --format json` output reads as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from infersim.errors import InferSimError
+from infersim.plot.backend import Drawing, pyplot
+from infersim.plot.common import first_number, number, place_point_labels
+from infersim.units import MS
+
+#: the band a prediction should fall in (the project's accuracy target)
+TOLERANCE = 0.15
+
+MEASURED_COLOUR = "#4c72b0"
+PREDICTED_COLOUR = "#dd8452"
+
+
+def comparison_lane(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The lane the picture shows: the first with comparisons, else the first."""
+    lanes = data.get("lanes")
+    if not isinstance(lanes, list) or not lanes:
+        raise InferSimError("compare: no 'lanes' in the data (is this `infersim compare --format json` output?)")
+    return next((lane for lane in lanes if lane.get("comparisons")), lanes[0])
+
+
+def module_pairs(comparison: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """(module, measured ms, predicted ms, error) of one stage comparison, largest first (pure)."""
+    rows = []
+    for m in comparison.get("modules") or []:
+        measured = number(m.get("measured_s")) or 0.0
+        predicted = number(m.get("predicted_s")) or 0.0
+        rows.append({"module": str(m.get("module", "?")), "measured_ms": measured / MS, "predicted_ms": predicted / MS,
+                     "error": number(m.get("error"))})
+    return sorted(rows, key=lambda r: -max(r["measured_ms"], r["predicted_ms"]))
+
+
+def _paired_bars(ax: Any, labels: Sequence[str], measured: Sequence[float | None],
+                 predicted: Sequence[float | None], unit: str) -> None:
+    import numpy as np
+
+    y = np.arange(len(labels))
+    height = 0.38
+    ax.barh(y - height / 2, [m or 0.0 for m in measured], height, color=MEASURED_COLOUR, label="measured")
+    ax.barh(y + height / 2, [p or 0.0 for p in predicted], height, color=PREDICTED_COLOUR, label="predicted")
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()  # largest first, at the top
+    ax.set_xlabel(unit)
+    ax.grid(axis="x", alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
+def draw_trace_compare(data: Mapping[str, Any]) -> Drawing:
+    lane = comparison_lane(data)
+    comparisons = lane.get("comparisons") or []
+    plt = pyplot("the compare picture")
+    drawn: dict[str, Any] = {"kind": "compare", "source": "trace", "lane": lane.get("path"), "rank": lane.get("rank"),
+                             "stages": {}}
+    if comparisons:
+        panels = comparisons
+    else:
+        panels = [s for s in lane.get("stages") or [] if s.get("modules")]
+        if not panels:
+            raise InferSimError("compare: the trace lane has no measured modules to draw")
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 0.42 * max(
+        len(p.get("modules") or []) for p in panels) + 2.6), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        stage = str(panel.get("stage", "?"))
+        if comparisons:
+            rows = module_pairs(panel)
+            _paired_bars(ax, [r["module"] for r in rows], [r["measured_ms"] for r in rows],
+                         [r["predicted_ms"] for r in rows], "time per step (ms)")
+            for k, r in enumerate(rows):
+                if r["error"] is not None:
+                    ax.annotate(f"{100 * r['error']:+.0f}%", xy=(max(r["measured_ms"], r["predicted_ms"]), k),
+                                xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
+            step_error = number(panel.get("step_error"))
+            measured_step = number(panel.get("measured_step_s"))
+            predicted_step = number(panel.get("predicted_step_s"))
+            title = f"{stage}: step measured {measured_step / MS:,.2f} ms, predicted {predicted_step / MS:,.2f} ms" \
+                if measured_step is not None and predicted_step is not None else stage
+            if step_error is not None:
+                title += f" ({100 * step_error:+.1f}%)"
+            ax.set_title(title, fontsize=9)
+            ax.margins(x=0.12)
+            drawn["stages"][stage] = rows
+        else:
+            modules = sorted(panel["modules"], key=lambda m: -(number(m.get("time_s")) or 0.0))
+            rows = [{"module": str(m.get("module")), "measured_ms": (number(m.get("time_s")) or 0.0) / MS,
+                     "predicted_ms": None, "error": None} for m in modules]
+            _paired_bars(ax, [r["module"] for r in rows], [r["measured_ms"] for r in rows], [None] * len(rows),
+                         "time per step (ms)")
+            ax.set_title(f"{stage}: measured only (run compare with --config for the prediction)", fontsize=9)
+            drawn["stages"][stage] = rows
+    axes[0][-1].legend(fontsize=8, loc="lower right")
+    rank = f", rank {lane.get('rank')}" if lane.get("rank") is not None else ""
+    figure.suptitle(f"measured vs predicted per module: {lane.get('path', '?')}{rank}", fontsize=9)
+    figure.tight_layout()
+    return Drawing(figure, drawn)
+
+
+def draw_bench_compare(data: Mapping[str, Any]) -> Drawing:
+    results = data.get("results")
+    if not isinstance(results, list) or not results:
+        raise InferSimError("compare: no 'results' in the bench comparison")
+    metrics: list[tuple[str, str]] = []
+    for r in results:
+        for m in r.get("metrics") or []:
+            key = (str(m.get("metric")), str(m.get("unit", "")))
+            if key not in metrics:
+                metrics.append(key)
+    if not metrics:
+        raise InferSimError("compare: the bench results compare no metric")
+    plt = pyplot("the compare picture")
+    columns = min(2, len(metrics))  # two panels a row keeps the figure a readable width
+    rows = -(-len(metrics) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns + 1.2, (0.5 * len(results) + 2.2) * rows + 0.6),
+                                squeeze=False)
+    for ax in axes.flat[len(metrics):]:
+        ax.set_axis_off()
+    labels = [str(r.get("label") or f"line {r.get('line', k + 1)}") for k, r in enumerate(results)]
+    drawn: dict[str, Any] = {"kind": "compare", "source": "bench", "labels": labels, "metrics": {}}
+    from matplotlib.ticker import MaxNLocator
+
+    for ax, (metric, unit) in zip(axes.flat, metrics):
+        scale, shown_unit = (1 / MS, "ms") if unit == "s" else (1.0, unit)
+        measured, predicted = [], []
+        for r in results:
+            m = next((m for m in r.get("metrics") or [] if m.get("metric") == metric), {})
+            mv, pv = number(m.get("measured")), number(m.get("predicted"))
+            measured.append(mv * scale if mv is not None else None)
+            predicted.append(pv * scale if pv is not None else None)
+        _paired_bars(ax, labels, measured, predicted, shown_unit)
+        ax.xaxis.set_major_locator(MaxNLocator(5))  # large throughputs: few ticks so their labels do not touch
+        ax.set_title(metric, fontsize=9)
+        drawn["metrics"][metric] = {"unit": shown_unit, "measured": measured, "predicted": predicted}
+    axes.flat[0].legend(fontsize=8, loc="lower right")
+    figure.suptitle(f"benchmark vs prediction: {Path(str(data.get('bench_result', '?'))).name} "
+                    f"with {Path(str(data.get('config', '?'))).name}", fontsize=9)
+    figure.tight_layout()
+    return Drawing(figure, drawn)
+
+
+def draw_compare(data: Mapping[str, Any]) -> Drawing:
+    """`compare` JSON of either kind: a trace comparison (lanes) or a bench comparison (results)."""
+    if "lanes" in data:
+        return draw_trace_compare(data)
+    if "results" in data:
+        return draw_bench_compare(data)
+    raise InferSimError("compare: expected 'lanes' (compare --trace) or 'results' (compare --bench-result)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def validation_cases(data: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """The drawable cases (pure) and how many were skipped (see the module doc for the fields read)."""
+    items = next((data[k] for k in ("points", "cases", "results") if isinstance(data.get(k), list)), None)
+    if not items:
+        raise InferSimError("validate: expected a list of cases under 'points' (or 'cases')")
+    cases, skipped = [], 0
+    for k, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            skipped += 1
+            continue
+        measured = first_number(item, ("measured", "actual", "measured_tgs", "actual_tgs"))
+        predicted = first_number(item, ("predicted", "predicted_tgs"))
+        if measured is None or predicted is None or measured <= 0 or predicted <= 0:
+            skipped += 1
+            continue
+        error_pct = number(item.get("error_pct"))
+        if error_pct is None:
+            fraction = number(item.get("error"))
+            error_pct = 100 * fraction if fraction is not None else 100 * (predicted / measured - 1)
+        name = next((str(item[key]) for key in ("id", "name", "case", "label") if item.get(key) is not None),
+                    f"case {k + 1}")
+        cases.append({"id": name, "source": str(item.get("source") or "unknown"), "measured": measured,
+                      "predicted": predicted, "error_pct": error_pct, "unit": item.get("unit"),
+                      "outlier": abs(error_pct) > 100 * TOLERANCE})
+    if not cases:
+        raise InferSimError(f"validate: none of the {len(items)} cases has positive measured and predicted values")
+    return cases, skipped
+
+
+def draw_validate(data: Mapping[str, Any]) -> Drawing:
+    cases, skipped = validation_cases(data)
+    plt = pyplot("the validation picture")
+    import numpy as np
+
+    figure, ax = plt.subplots(figsize=(7.8, 7))
+    values = [c["measured"] for c in cases] + [c["predicted"] for c in cases]
+    low, high = min(values) / 1.6, max(values) * 1.6
+    line = np.array([low, high])
+    ax.fill_between(line, line * (1 - TOLERANCE), line * (1 + TOLERANCE), color="#cccccc", alpha=0.5,
+                    label=f"within ±{100 * TOLERANCE:.0f}%")
+    ax.plot(line, line, color="black", linewidth=1, label="predicted = measured")
+    sources = sorted({c["source"] for c in cases})
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    drawn_sources: dict[str, list[int]] = {}
+    for k, source in enumerate(sources):
+        idx = [i for i, c in enumerate(cases) if c["source"] == source]
+        ax.scatter([cases[i]["measured"] for i in idx], [cases[i]["predicted"] for i in idx], s=36,
+                   color=colours[k % len(colours)], edgecolors="black", linewidths=0.4, zorder=3, label=source)
+        drawn_sources[source] = idx
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_aspect("equal")
+    units = {c["unit"] for c in cases}
+    unit = f" ({units.pop()})" if len(units) == 1 and None not in units else " (each case in its own unit)" \
+        if len(units) > 1 else ""
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:,.4g}")  # 2,000 reads better than 2 x 10^3 for throughputs
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
+    ax.set_xlabel(f"measured{unit}")
+    ax.set_ylabel(f"predicted{unit}")
+    ax.grid(True, which="both", alpha=0.25)
+    outliers = [c for c in cases if c["outlier"]]
+    place_point_labels(ax, [(c["measured"], c["predicted"], f"{c['id']} ({c['error_pct']:+.0f}%)") for c in outliers],
+                       fontsize=7)
+    ax.legend(fontsize=8, loc="upper left", title="source", title_fontsize=8)
+    errors = [abs(c["error_pct"]) for c in cases]
+    within = sum(not c["outlier"] for c in cases)
+    title = (f"predicted vs measured: {len(cases)} cases, mean |error| {sum(errors) / len(errors):.1f}%, "
+             f"largest {max(errors):.1f}%, {within}/{len(cases)} within ±{100 * TOLERANCE:.0f}%")
+    if skipped:
+        title += f"\n({skipped} cases without positive measured and predicted values not drawn)"
+    ax.set_title(title, fontsize=9)
+    figure.tight_layout()
+    return Drawing(figure, {"kind": "validate", "cases": cases, "skipped": skipped, "sources": drawn_sources,
+                            "outliers": [c["id"] for c in outliers], "tolerance": TOLERANCE})

@@ -1,0 +1,218 @@
+"""Sweep: a chosen metric against a chosen swept axis, one line per value of another axis.
+
+Reads what `infersim sweep --out FILE` / `infersim pareto --out FILE` write
+(infersim/sweep/output.py): a .json file (`grid` names the swept fields, `rows` holds one record
+per configuration) or a .csv file (one row per configuration; the swept fields are the columns
+before `status`). Rejected rows are left out.
+
+- metric (`--metric`, default `tpot_ms`): any numeric column, e.g. tpot_ms, ttft_ms, tgs,
+  user_tokens_per_s, total_tokens_per_s, cost_per_mtok_usd, max_batch_per_gpu.
+- x (`--x`, default: the first swept field with more than one value): a swept field or any
+  column (batch_per_gpu, num_gpus); a unique suffix is enough (`ep` for deployment.ffn.ep).
+- series (`--series`, default: the next swept field with more than one value): one line per value.
+  Swept fields that are neither x nor series also split lines (their values join the label);
+  `--where FIELD=VALUE` keeps only the rows with that value, to draw one slice.
+- Several rows at the same x on one line (a layout search gives many deployments per point) are
+  reduced to the best of them: the lowest for times and costs (names ending in _ms or _usd), the
+  highest otherwise; the drawn data and the title say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from infersim.errors import InferSimError
+from infersim.plot.backend import Drawing, pyplot
+from infersim.plot.common import number
+
+METRIC_LABELS = {
+    "tpot_ms": "TPOT (ms)",
+    "ttft_ms": "TTFT (ms)",
+    "tgs": "decode throughput (tokens/GPU/s)",
+    "prefill_tgs": "prefill throughput (tokens/GPU/s)",
+    "user_tokens_per_s": "output speed per request (tokens/s)",
+    "total_tokens_per_s": "total output throughput (tokens/s)",
+    "cost_per_mtok_usd": "cost (USD per million output tokens)",
+    "max_batch_per_gpu": "largest decode batch that fits (requests/GPU)",
+    "kv_capacity_gb": "KV cache space per GPU (GB)",
+    "weights_gb": "weights per GPU (GB)",
+    "batch_per_gpu": "decode batch (requests/GPU)",
+    "num_gpus": "GPUs",
+}
+
+FIELD_LABELS = {
+    "workload.decode_batch_per_gpu": "decode batch (requests/GPU)",
+    "workload.isl": "input length ISL (tokens)",
+    "workload.osl": "output length OSL (tokens)",
+    "workload.prefill_tokens_per_gpu": "prefill tokens per GPU per step",
+    "deployment.num_gpus": "GPUs",
+}
+
+
+def axis_label(column: str) -> str:
+    """A column with its unit where one is known; swept fields otherwise by their full name."""
+    return METRIC_LABELS.get(column) or FIELD_LABELS.get(column) or column
+
+
+#: a figure with more lines than this is unreadable; --where picks a slice instead
+MAX_LINES = 12
+
+
+def sweep_rows(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise InferSimError("sweep: no 'rows' in the data (is this `infersim sweep --out FILE.json` output?)")
+    return rows
+
+
+def sweep_axes(data: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The swept fields: the JSON's `grid`, or (CSV) the columns before `status`."""
+    grid = data.get("grid")
+    if isinstance(grid, Mapping):
+        return list(grid)
+    axes = []
+    for key in rows[0]:
+        if key == "status":
+            return axes
+        axes.append(key)
+    return []
+
+
+def resolve_column(name: str, columns: Sequence[str], option: str) -> str:
+    """A column by its full name or a unique dotted suffix (`ep` -> deployment.ffn.ep)."""
+    if name in columns:
+        return name
+    matches = [c for c in columns if c.endswith("." + name)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise InferSimError(f"{option} {name}: ambiguous, matches {', '.join(matches)}")
+    raise InferSimError(f"{option} {name}: no such column; columns: {', '.join(columns)}")
+
+
+def _key(value: Any) -> Any:
+    """A cell as a comparable key: numbers as floats (CSV cells are text), everything else as text."""
+    x = number(value)
+    return x if x is not None else str(value)
+
+
+def _varies(rows: Sequence[Mapping[str, Any]], column: str) -> bool:
+    return len({_key(r.get(column)) for r in rows}) > 1
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric.endswith(("_ms", "_usd"))
+
+
+def parse_where(conditions: Sequence[str], columns: Sequence[str]) -> list[tuple[str, Any]]:
+    out = []
+    for text in conditions:
+        if "=" not in text:
+            raise InferSimError(f"--where {text}: expected FIELD=VALUE")
+        field, value = text.split("=", 1)
+        out.append((resolve_column(field.strip(), columns, "--where"), _key(value.strip())))
+    return out
+
+
+def sweep_lines(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None = None, series: str | None = None,
+                where: Sequence[str] = ()) -> dict[str, Any]:
+    """The lines to draw (pure): {metric, x, series, lines: [{label, x, y, reduced_from}], ...}."""
+    rows = [r for r in sweep_rows(data) if str(r.get("status", "ok")) in ("ok", "")]
+    if not rows:
+        raise InferSimError("sweep: every row was rejected; nothing to draw")
+    columns = list(rows[0].keys())
+    metric = resolve_column(metric, columns, "--metric")
+    for column, value in parse_where(where, columns):
+        rows = [r for r in rows if _key(r.get(column)) == value]
+    if not rows:
+        raise InferSimError(f"sweep: no row matches --where {' '.join(where)}")
+    axes = sweep_axes(data, rows)
+    if x is None:
+        varying = [a for a in axes if _varies(rows, a)] or [c for c in ("batch_per_gpu", "num_gpus")
+                                                             if c in columns and _varies(rows, c)]
+        if not varying:
+            raise InferSimError("sweep: no swept field takes more than one value here; nothing to draw a line along")
+        x = varying[0]
+    else:
+        x = resolve_column(x, columns, "--x")
+    if series is None:
+        others = [a for a in axes if a != x and _varies(rows, a)]
+        series = others[0] if others else None
+    else:
+        series = resolve_column(series, columns, "--series")
+    # swept fields that are neither x nor series still separate lines
+    splitting = ([series] if series else []) + [a for a in axes if a not in (x, series) and _varies(rows, a)]
+    groups: dict[tuple[Any, ...], dict[Any, list[float]]] = {}
+    x_values: dict[Any, Any] = {}
+    for r in rows:
+        y = number(r.get(metric))
+        if y is None:
+            continue
+        group = tuple(r.get(c) for c in splitting)
+        xk = _key(r.get(x))
+        x_values.setdefault(xk, r.get(x))
+        groups.setdefault(group, {}).setdefault(xk, []).append(y)
+    if not groups:
+        raise InferSimError(f"sweep: no row has a value for {metric}")
+    if len(groups) > MAX_LINES:
+        raise InferSimError(f"sweep: {len(groups)} lines would be drawn (by {', '.join(splitting)}); "
+                            f"pick a slice with --where FIELD=VALUE or another --series")
+    numeric_x = all(isinstance(k, float) for k in x_values)
+    pick = min if lower_is_better(metric) else max
+    lines = []
+    for group, points in groups.items():
+        keys = sorted(points, key=lambda k: (0, k) if isinstance(k, float) else (1, k)) if numeric_x else \
+            [k for k in x_values if k in points]
+        # one splitting field: the legend title names it, entries give the value only
+        label = (str(group[0]) if len(splitting) == 1 else
+                 ", ".join(f"{c.rsplit('.', 1)[-1]}={v}" for c, v in zip(splitting, group))) or metric
+        lines.append({"label": label, "x": [k if numeric_x else str(x_values[k]) for k in keys],
+                      "y": [pick(points[k]) for k in keys], "reduced_from": [len(points[k]) for k in keys]})
+    return {"kind": "sweep", "metric": metric, "x_field": x, "series_field": series, "splitting": splitting,
+            "numeric_x": numeric_x, "categories": None if numeric_x else [str(v) for v in x_values.values()],
+            "best_of": "lowest" if lower_is_better(metric) else "highest",
+            "reduced": any(n > 1 for line in lines for n in line["reduced_from"]), "lines": lines}
+
+
+def draw_sweep(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None = None, series: str | None = None,
+               where: Sequence[str] = ()) -> Drawing:
+    drawn = sweep_lines(data, metric, x, series, where)
+    plt = pyplot("the sweep picture")
+    figure, ax = plt.subplots(figsize=(8, 5.2))
+    categories = drawn["categories"]
+    for line in drawn["lines"]:
+        xs = line["x"] if drawn["numeric_x"] else [categories.index(v) for v in line["x"]]
+        ax.plot(xs, line["y"], marker="o", markersize=4, linewidth=1.5, label=line["label"])
+    if drawn["numeric_x"]:
+        all_x = [v for line in drawn["lines"] for v in line["x"]]
+        if min(all_x) > 0 and max(all_x) / min(all_x) >= 16:
+            from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+            ax.set_xscale("log", base=2)  # doubling grids (a..b) spread evenly
+            ticks = sorted(set(all_x))
+            if len(ticks) <= 12:  # the swept values themselves, written plainly (64, not 2^6)
+                ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.set_xticks(range(len(categories)))
+        ax.set_xticklabels(categories)
+    x_field, metric_name = drawn["x_field"], drawn["metric"]
+    ax.set_xlabel(axis_label(x_field))
+    ax.set_ylabel(axis_label(metric_name))
+    ax.grid(True, which="both", alpha=0.3)
+    if len(drawn["lines"]) > 1 or drawn["splitting"]:
+        ax.legend(fontsize=8, title=", ".join(c.rsplit(".", 1)[-1] for c in drawn["splitting"]) or None,
+                  title_fontsize=8)
+    title = f"{axis_label(metric_name)} vs {x_field}"
+    if data.get("config") or data.get("source_file"):
+        title = f"{Path(str(data.get('config') or data.get('source_file'))).name}: {title}"
+    if where:
+        title += f" ({', '.join(where)})"
+    if drawn["reduced"]:
+        title += f"\neach point: the {drawn['best_of']} of the deployments simulated there"
+    ax.set_title(title, fontsize=9)
+    figure.tight_layout()
+    return Drawing(figure, drawn)
