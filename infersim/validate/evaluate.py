@@ -325,11 +325,11 @@ def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMappi
         if entry.not_expressed:
             out.not_expressed.append(NotExpressed(pid, point.source, kind, entry.not_expressed))
             continue
-        extra = [k for k in entry.metrics if k not in keys]
-        if extra:
-            shown = ", ".join(repr(k) if k else "metric (one number)" for k in extra)
-            raise InferSimError(f"{points_file}: {pid}: {shown} not in the reference point's value "
-                                f"(it has: {', '.join(k or 'one number' for k in keys)})")
+        if isinstance(point.value, dict) == ("" in entry.metrics):
+            has = "one number" if not isinstance(point.value, dict) else "sub-metrics " + ", ".join(keys)
+            raise InferSimError(f"{points_file}: {pid}: the entry gives "
+                                f"{'`metric`' if '' in entry.metrics else '`metrics`'} but the reference point's "
+                                f"value is {has}")
         refused = ""
         for key in selected:
             cid = f"{pid}/{key}" if key else pid
