@@ -129,3 +129,23 @@ def test_only_selects_points_and_sub_metrics(tmp_path):
     assert [c.id for c in result.comparisons] == ["deepgemm-dense-m64-n2112-k7168/GBps",
                                                   "deepgemm-dense-m128-n7168-k16384/tflops",
                                                   "deepgemm-dense-m128-n7168-k16384/GBps"]
+
+
+def test_kernel_tables_per_hardware_card(tmp_path):
+    """--mfu-tables DIR uses DIR/<card> for each point's hardware card; cards without tables stay on
+    the roofline and the note says so."""
+    from infersim.cards.registry import bundled_dir
+    from infersim.mfu.lookup import load_tables
+
+    points = [_point("deepgemm-dense-m4096-n7168-k16384", {"tflops": 1358, "GBps": 343}),
+              _point("sgl-gb200-prefill-p2-std", 18471, "GB200_2", "tok/s/GPU")]
+    result = _run(tmp_path, points, mfu_tables="imported")
+    by_id = {c.id: c for c in result.comparisons}
+    hw, _ = load_hardware_card("h800")
+    shape = GemmShape(4096, 16384, 7168, "fp8", "fp8", "bf16")
+    cost = kernel_cost(shape, hw, load_tables(bundled_dir("mfu_tables") / "imported" / "h800"))
+    assert cost.source.value == "table"
+    tflops = by_id["deepgemm-dense-m4096-n7168-k16384/tflops"]
+    assert tflops.predicted == pytest.approx(shape.flops / cost.seconds / 1e12, rel=1e-9)
+    assert tflops.note.startswith("table: exact from h800/gemm.csv")
+    assert "no kernel tables for gb200 under imported: roofline" in by_id["sgl-gb200-prefill-p2-std"].note
