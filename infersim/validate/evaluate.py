@@ -47,7 +47,8 @@ class Comparison:
     measured: float
     predicted: float
     unit: str
-    dominant_module: str
+    dominant_module: str  # module category (stages: the largest share of kernel time; kernels: the kernel's)
+    dominant_detail: str = ""  # stages: that module's share of the step; kernels: its bound
     note: str = ""
 
     @property
@@ -215,7 +216,7 @@ class _Evaluator:
                 self._tables[hardware] = load_tables(Path(directory))
         return self._tables[hardware]
 
-    def kernel(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, str, str]:
+    def kernel(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str], str]:
         from infersim.config import load_hardware_card
         from infersim.timing import kernel_cost
 
@@ -224,9 +225,8 @@ class _Evaluator:
         where = f"{self.points_file}: {entry.id}" + (f"/{key}" if key else "")
         shape = build(SHAPES[entry.kind], fields, where, "kernel")
         cost = kernel_cost(shape, hw, self.tables(hw.name))
-        module = f"{_kernel_module(entry.kind, shape)} ({cost.bound.value})"
         note = f"{cost.source.value}" + (f": {cost.detail}" if cost.detail else "")
-        return _kernel_value(conv, shape, cost.seconds), module, note
+        return _kernel_value(conv, shape, cost.seconds), (_kernel_module(entry.kind, shape), cost.bound.value), note
 
     def config(self, entry: PointMapping) -> tuple[Any, list[str]]:
         from infersim.config import config_from_mapping
@@ -245,7 +245,7 @@ class _Evaluator:
             notes.append(f"no kernel tables for {hardware} under {self.mfu_tables}: roofline")
         return config, notes
 
-    def stage(self, entry: PointMapping, conv: Conversion) -> tuple[float, str, str]:
+    def stage(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
         from infersim.simulate import simulate
 
         config, notes = self.config(entry)
@@ -265,9 +265,9 @@ class _Evaluator:
         module = max(times, key=times.__getitem__)
         share = times[module] / sum(times.values())
         notes += [w for w in result.warnings if "does not fit" in w or "exceeds" in w]
-        return value * conv.multiply, f"{module} ({100 * share:.0f}%)", "; ".join(notes)
+        return value * conv.multiply, (module, f"{100 * share:.0f}%"), "; ".join(notes)
 
-    def serving(self, entry: PointMapping, conv: Conversion) -> tuple[float, str, str]:
+    def serving(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
         config, notes = self.config(entry)
         try:
             from infersim.serve.api import simulate_serving  # the request-level simulator (issue 14)
@@ -282,10 +282,10 @@ class _Evaluator:
         if conv.source not in out:
             raise InferSimError(f"{self.points_file}: {entry.id}: metric.from '{conv.source}' is not a key of the "
                                 f"serving result (keys: {', '.join(sorted(out))})")
-        module = str(out.get("dominant_module", "-"))
+        module = (str(out.get("dominant_module", "-")), "")
         return float(out[conv.source]) * conv.multiply, module, "; ".join(notes)
 
-    def value(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, str, str]:
+    def value(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str], str]:
         if entry.kind in KERNEL_KINDS:
             return self.kernel(entry, key, conv)
         if entry.kind in STAGE_KINDS:
@@ -349,5 +349,5 @@ def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMappi
                 continue
             measured = point.value[key] if isinstance(point.value, dict) else point.value
             out.comparisons.append(Comparison(cid, pid, point.source, entry.kind, entry.family, float(measured),
-                                              predicted, _unit(point, key, conv), module, note))
+                                              predicted, _unit(point, key, conv), module[0], module[1], note))
     return out

@@ -27,7 +27,7 @@ def _stats_data(stats: Stats | None) -> dict[str, Any] | None:
 
 def _point_data(c: Comparison) -> dict[str, Any]:
     return {"id": c.id, "source": c.source, "kind": c.kind, "measured": c.measured, "predicted": c.predicted,
-            "error_pct": 100 * c.error, "unit": c.unit, "dominant_module": c.dominant_module, "note": c.note}
+            "error_pct": 100 * c.error, "unit": c.unit, "dominant_module": c.dominant_module, "dominant_detail": c.dominant_detail, "note": c.note}
 
 
 def to_json_data(result: Validation) -> dict[str, Any]:
@@ -59,7 +59,8 @@ def to_text(result: Validation) -> str:
              f"kernel tables: {result.mfu_tables}", ""]
     if result.comparisons:
         rows = [[c.id, c.kind, _number(c.measured), _number(c.predicted), f"{100 * c.error:+.1f}%", c.unit,
-                 c.dominant_module] for c in result.comparisons]
+                 c.dominant_module + (f" ({c.dominant_detail})" if c.dominant_detail else "")]
+                for c in result.comparisons]
         lines.append(tabulate(rows, headers=["point", "kind", "measured", "predicted", "error", "unit", "dominant module"],
                               disable_numparse=True))
     else:
