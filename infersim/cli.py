@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = (
     "infersim.sweep.cli",
     "infersim.generate.cli",
     "infersim.plot.cli",
+    "infersim.validate.cli",
 )
 
 

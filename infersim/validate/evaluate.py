@@ -1,0 +1,353 @@
+"""Runs the reference points through the simulator and compares.
+
+Every point of the reference file is either compared (one number per point, or one per sub-metric
+when the point's value is a mapping: id "<point id>/<key>") or listed as not expressed with the
+reason: no entry in the mapping, the entry's own `not_expressed`, the run config refused by this
+build (the loader's message), or the request-level simulator missing for serving points.
+Error = (predicted - measured) / measured, signed.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infersim.cards.schema import build, load_yaml
+from infersim.errors import MISSING, ConfigError, InferSimError
+from infersim.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables, TokenExchangeShape
+from infersim.modules import categories as cat
+from infersim.validate.mapping import KERNEL_KINDS, STAGE_FROM, STAGE_KINDS, Conversion, PointMapping, fit_run_to_spec
+
+WITHIN = 0.15  # the share of points within this |error| is reported
+NEEDS_SERVE = "needs the request-level simulator (issue 14): infersim.serve.api is not part of this build"
+
+SHAPES = {"kernel_gemm": GemmShape, "kernel_grouped_gemm": GroupedGemmShape, "deepep": TokenExchangeShape}
+
+
+@dataclass(frozen=True)
+class ReferencePoint:
+    id: str
+    source: str
+    value: float | dict[str, float]
+    unit: str
+    metric: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    id: str  # point id, or "<point id>/<sub-metric>"
+    point_id: str
+    source: str
+    kind: str
+    family: str
+    measured: float
+    predicted: float
+    unit: str
+    dominant_module: str  # module category (stages: the largest share of kernel time; kernels: the kernel's)
+    dominant_detail: str = ""  # stages: that module's share of the step; kernels: its bound
+    note: str = ""
+
+    @property
+    def error(self) -> float:
+        """Signed relative error (predicted - measured) / measured."""
+        return (self.predicted - self.measured) / self.measured
+
+
+@dataclass(frozen=True)
+class NotExpressed:
+    id: str
+    source: str
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stats:
+    n: int
+    median_abs_error: float
+    mean_abs_error: float
+    signed_mean_error: float
+    within_share: float  # share of points with |error| <= WITHIN
+
+
+@dataclass
+class Validation:
+    reference: str
+    points_file: str
+    mfu_tables: str
+    comparisons: list[Comparison] = field(default_factory=list)
+    not_expressed: list[NotExpressed] = field(default_factory=list)
+
+    def stats(self) -> dict[str, Any]:
+        """Overall, by source and by kind family (kernel / stage / serving)."""
+        by_source: dict[str, list[float]] = {}
+        by_kind: dict[str, list[float]] = {}
+        for c in self.comparisons:
+            by_source.setdefault(c.source, []).append(c.error)
+            by_kind.setdefault(c.family, []).append(c.error)
+        return {
+            "overall": summarize(c.error for c in self.comparisons),
+            "by_source": {k: summarize(v) for k, v in by_source.items()},
+            "by_kind": {k: summarize(v) for k, v in by_kind.items()},
+        }
+
+
+def summarize(errors: Iterable[float]) -> Stats | None:
+    """Median and mean |error|, signed mean error and the share within 15%; None without points."""
+    values = list(errors)
+    if not values:
+        return None
+    absolute = [abs(e) for e in values]
+    return Stats(len(values), statistics.median(absolute), sum(absolute) / len(values), sum(values) / len(values),
+                 sum(1 for a in absolute if a <= WITHIN + 1e-12) / len(values))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference file
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load_reference(path: Path) -> dict[str, ReferencePoint]:
+    """The points of a reference file (format of ../shared/reference/validation.yaml), by id."""
+    source = str(path)
+    data = load_yaml(Path(path), "reference file")
+    if not isinstance(data, dict) or not isinstance(data.get("data_points"), list):
+        raise ConfigError(source, "data_points", MISSING,
+                          "expected a mapping with a `data_points` list (the format of validation.yaml)")
+    out: dict[str, ReferencePoint] = {}
+    for index, raw in enumerate(data["data_points"]):
+        where = f"data_points[{index}]"
+        if not isinstance(raw, dict):
+            raise ConfigError(source, where, raw, "expected a mapping with id, value, unit and source")
+        pid = raw.get("id")
+        if not isinstance(pid, str) or not pid:
+            raise ConfigError(source, f"{where}.id", pid if pid is not None else MISSING, "every point needs an id")
+        where = f"{where} ({pid})"
+        if pid in out:
+            raise ConfigError(source, f"{where}.id", pid, "a second point with the same id")
+        value = raw.get("value")
+        if isinstance(value, dict):
+            bad = [k for k, v in value.items() if not _number(v) or v <= 0]
+            if not value or bad:
+                raise ConfigError(source, f"{where}.value", value,
+                                  "a mapping value needs a positive number for every sub-metric")
+            value = {str(k): float(v) for k, v in value.items()}
+        elif _number(value) and value > 0:
+            value = float(value)
+        else:
+            raise ConfigError(source, f"{where}.value", value if "value" in raw else MISSING,
+                              "expected a positive number (or a mapping of sub-metric -> number)")
+        src = raw.get("source")
+        if not isinstance(src, str) or not src:
+            raise ConfigError(source, f"{where}.source", src if src is not None else MISSING,
+                              "every point names its source")
+        out[pid] = ReferencePoint(pid, src, value, str(raw.get("unit") or ""), str(raw.get("metric") or ""))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel tables per hardware card
+
+
+def table_dir_for(mfu_tables: str | None, hardware: str) -> str | None:
+    """The table directory for a hardware card: DIR/<card> when present, DIR itself when it is
+    one device's tables, else None (roofline). DIR may name a bundled table set."""
+    if not mfu_tables:
+        return None
+    base = Path(mfu_tables)
+    if not base.exists():
+        from infersim.cards.registry import bundled_dir
+
+        base = bundled_dir("mfu_tables") / mfu_tables
+    if not base.is_dir():
+        raise InferSimError(f"--mfu-tables {mfu_tables}: no such directory (nor a bundled table set of that name)")
+    if (base / hardware).is_dir():
+        return str(base / hardware)
+    from infersim.mfu.format import PROVENANCE_FILE
+
+    return str(base) if (base / PROVENANCE_FILE).is_file() else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+
+
+class _Refused(Exception):
+    """A point the simulator cannot express, with the reason."""
+
+
+def _kernel_value(conv: Conversion, shape: Any, seconds: float) -> float:
+    if conv.source == "time_us":
+        value = seconds * 1e6
+    elif conv.source == "tflops":
+        value = shape.flops / seconds / 1e12
+    else:
+        value = (conv.bytes if conv.bytes is not None else shape.bytes) / seconds / 1e9
+    return value * conv.multiply
+
+
+def _kernel_module(kind: str, shape: Any) -> str:
+    if kind == "deepep":
+        return cat.DISPATCH if shape.direction == "dispatch" else cat.COMBINE
+    return cat.MOE_EXPERTS if kind == "kernel_grouped_gemm" else "gemm"
+
+
+class _Evaluator:
+    def __init__(self, points_file: str, mfu_tables: str | None) -> None:
+        self.points_file = points_file
+        self.mfu_tables = mfu_tables
+        self._tables: dict[str, KernelTables] = {}
+
+    def tables(self, hardware: str) -> KernelTables:
+        if hardware not in self._tables:
+            directory = table_dir_for(self.mfu_tables, hardware)
+            if directory is None:
+                self._tables[hardware] = NoTables()
+            else:
+                from infersim.mfu.lookup import load_tables
+
+                self._tables[hardware] = load_tables(Path(directory))
+        return self._tables[hardware]
+
+    def kernel(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+        from infersim.config import load_hardware_card
+        from infersim.timing import kernel_cost
+
+        hw, _ = load_hardware_card(entry.hardware)
+        fields = {**entry.kernel, **conv.kernel}
+        where = f"{self.points_file}: {entry.id}" + (f"/{key}" if key else "")
+        shape = build(SHAPES[entry.kind], fields, where, "kernel")
+        cost = kernel_cost(shape, hw, self.tables(hw.name))
+        note = f"{cost.source.value}" + (f": {cost.detail}" if cost.detail else "")
+        return _kernel_value(conv, shape, cost.seconds), (_kernel_module(entry.kind, shape), cost.bound.value), note
+
+    def config(self, entry: PointMapping) -> tuple[Any, list[str]]:
+        from infersim.config import config_from_mapping
+
+        run, dropped = fit_run_to_spec(entry.run)
+        notes = []
+        if dropped:
+            notes.append(f"dropped {', '.join(dropped)} (not a run-config field in this build)")
+        hardware = run.get("hardware")
+        tables = table_dir_for(self.mfu_tables, hardware) if isinstance(hardware, str) else None
+        try:
+            config = config_from_mapping(run, f"{self.points_file}: {entry.id}: run", mfu_tables=tables)
+        except InferSimError as exc:
+            raise _Refused("; ".join([f"refused: {exc}", *notes])) from None
+        if self.mfu_tables and tables is None:
+            notes.append(f"no kernel tables for {hardware} under {self.mfu_tables}: roofline")
+        return config, notes
+
+    def stage(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+        from infersim.simulate import simulate
+
+        config, notes = self.config(entry)
+        try:
+            result = simulate(config)
+        except InferSimError as exc:
+            raise _Refused("; ".join([f"refused: {exc}", *notes])) from None
+        stage_name, quantity = STAGE_FROM[conv.source]
+        stage = result.prefill if stage_name == "prefill" else result.decode
+        if quantity == "tgs":
+            value = stage.tgs
+        elif quantity == "ttft_ms":
+            value = stage.step_time_s * 1e3
+        else:
+            value = stage.tpot_s * 1e3
+        times = stage.module_times()
+        module = max(times, key=times.__getitem__)
+        share = times[module] / sum(times.values())
+        notes += [w for w in result.warnings if "does not fit" in w or "exceeds" in w]
+        return value * conv.multiply, (module, f"{100 * share:.0f}%"), "; ".join(notes)
+
+    def serving(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+        config, notes = self.config(entry)
+        try:
+            from infersim.serve.api import simulate_serving  # the request-level simulator (issue 14)
+        except ModuleNotFoundError as exc:
+            if exc.name and "infersim.serve.api".startswith(exc.name):
+                raise _Refused(NEEDS_SERVE) from None
+            raise
+        try:
+            out = simulate_serving(config, dict(entry.serving))
+        except InferSimError as exc:
+            raise _Refused("; ".join([f"refused by the serving simulator: {exc}", *notes])) from None
+        if conv.source not in out:
+            raise InferSimError(f"{self.points_file}: {entry.id}: metric.from '{conv.source}' is not a key of the "
+                                f"serving result (keys: {', '.join(sorted(out))})")
+        module = (str(out.get("dominant_module", "-")), "")
+        return float(out[conv.source]) * conv.multiply, module, "; ".join(notes)
+
+    def value(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+        if entry.kind in KERNEL_KINDS:
+            return self.kernel(entry, key, conv)
+        if entry.kind in STAGE_KINDS:
+            return self.stage(entry, conv)
+        return self.serving(entry, conv)
+
+
+def _unit(point: ReferencePoint, key: str, conv: Conversion) -> str:
+    return conv.unit or point.unit
+
+
+def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMapping], *,
+             reference_path: str = "", points_file: str = "points.yaml", mfu_tables: str | None = None,
+             only: Sequence[str] = ()) -> Validation:
+    """Compare every reference point (or only the ids in `only`: point ids or '<id>/<sub-metric>')."""
+    if only:
+        known = set(reference)
+        for pid, point in reference.items():
+            if isinstance(point.value, dict):
+                known.update(f"{pid}/{k}" for k in point.value)
+        unknown = [i for i in only if i not in known]
+        if unknown:
+            raise InferSimError(f"unknown point id(s) {', '.join(unknown)}: not in {reference_path or 'the reference'}")
+    wanted = set(only)
+    evaluator = _Evaluator(points_file, mfu_tables)
+    out = Validation(reference_path, points_file, mfu_tables or "none (roofline)")
+    for pid, point in reference.items():
+        entry = mapping.get(pid)
+        kind = entry.kind if entry else "-"
+        keys = list(point.value) if isinstance(point.value, dict) else [""]
+        selected = [k for k in keys if not wanted or pid in wanted or f"{pid}/{k}" in wanted]
+        if not selected:
+            continue
+        if entry is None:
+            out.not_expressed.append(NotExpressed(pid, point.source, kind, f"no entry for this point in {points_file}"))
+            continue
+        if entry.not_expressed:
+            out.not_expressed.append(NotExpressed(pid, point.source, kind, entry.not_expressed))
+            continue
+        if isinstance(point.value, dict) == ("" in entry.metrics):
+            has = "one number" if not isinstance(point.value, dict) else "sub-metrics " + ", ".join(keys)
+            raise InferSimError(f"{points_file}: {pid}: the entry gives "
+                                f"{'`metric`' if '' in entry.metrics else '`metrics`'} but the reference point's "
+                                f"value is {has}")
+        refused = ""
+        for key in selected:
+            cid = f"{pid}/{key}" if key else pid
+            conv = entry.metrics.get(key)
+            if conv is None:
+                out.not_expressed.append(NotExpressed(cid, point.source, kind,
+                                                      f"no conversion for sub-metric '{key}' in {points_file}"))
+                continue
+            if refused:
+                out.not_expressed.append(NotExpressed(cid, point.source, kind, refused))
+                continue
+            try:
+                predicted, module, note = evaluator.value(entry, key, conv)
+            except _Refused as exc:
+                refused = str(exc)
+                out.not_expressed.append(NotExpressed(cid, point.source, kind, refused))
+                continue
+            measured = point.value[key] if isinstance(point.value, dict) else point.value
+            out.comparisons.append(Comparison(cid, pid, point.source, entry.kind, entry.family, float(measured),
+                                              predicted, _unit(point, key, conv), module[0], module[1], note))
+    return out

@@ -1,0 +1,81 @@
+"""Validation results as readable text and as JSON-ready data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from infersim.validate.evaluate import WITHIN, Comparison, Stats, Validation
+
+
+def _number(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:,.1f}"
+    return f"{value:,.2f}"
+
+
+def _stats_data(stats: Stats | None) -> dict[str, Any] | None:
+    if stats is None:
+        return None
+    return {"n": stats.n, "median_abs_error_pct": 100 * stats.median_abs_error,
+            "mean_abs_error_pct": 100 * stats.mean_abs_error, "signed_mean_error_pct": 100 * stats.signed_mean_error,
+            f"within_{round(100 * WITHIN)}pct_share_pct": 100 * stats.within_share}
+
+
+def _point_data(c: Comparison) -> dict[str, Any]:
+    return {"id": c.id, "source": c.source, "kind": c.kind, "measured": c.measured, "predicted": c.predicted,
+            "error_pct": 100 * c.error, "unit": c.unit, "dominant_module": c.dominant_module, "dominant_detail": c.dominant_detail, "note": c.note}
+
+
+def to_json_data(result: Validation) -> dict[str, Any]:
+    stats = result.stats()
+    return {
+        "reference": result.reference,
+        "points_file": result.points_file,
+        "mfu_tables": result.mfu_tables,
+        "points": [_point_data(c) for c in result.comparisons],
+        "summary": {
+            "overall": _stats_data(stats["overall"]),
+            "by_source": {k: _stats_data(v) for k, v in stats["by_source"].items()},
+            "by_kind": {k: _stats_data(v) for k, v in stats["by_kind"].items()},
+        },
+        "not_expressed": [{"id": n.id, "source": n.source, "kind": n.kind, "reason": n.reason}
+                          for n in result.not_expressed],
+    }
+
+
+def _stats_row(name: str, stats: Stats | None) -> list[str]:
+    if stats is None:
+        return [name, "0", "-", "-", "-", "-"]
+    return [name, str(stats.n), f"{100 * stats.median_abs_error:.1f}%", f"{100 * stats.mean_abs_error:.1f}%",
+            f"{100 * stats.signed_mean_error:+.1f}%", f"{100 * stats.within_share:.0f}%"]
+
+
+def to_text(result: Validation) -> str:
+    lines = [f"reference: {result.reference}", f"points:    {result.points_file}",
+             f"kernel tables: {result.mfu_tables}", ""]
+    if result.comparisons:
+        rows = [[c.id, c.kind, _number(c.measured), _number(c.predicted), f"{100 * c.error:+.1f}%", c.unit,
+                 c.dominant_module + (f" ({c.dominant_detail})" if c.dominant_detail else "")]
+                for c in result.comparisons]
+        lines.append(tabulate(rows, headers=["point", "kind", "measured", "predicted", "error", "unit", "dominant module"],
+                              disable_numparse=True))
+    else:
+        lines.append("no point compared")
+    stats = result.stats()
+    rows = [_stats_row("overall", stats["overall"])]
+    rows += [_stats_row(f"source {k}", v) for k, v in sorted(stats["by_source"].items())]
+    rows += [_stats_row(f"kind {k}", v) for k, v in sorted(stats["by_kind"].items())]
+    lines += ["", "SUMMARY (error = (predicted - measured) / measured)",
+              tabulate(rows, headers=["group", "n", "median |err|", "mean |err|", "signed mean",
+                                      f"within {round(100 * WITHIN)}%"], disable_numparse=True)]
+    notes = [c for c in result.comparisons if c.note and c.kind not in ("kernel_gemm", "kernel_grouped_gemm", "deepep")]
+    if notes:
+        lines += ["", "NOTES"] + [f"  {c.id}: {c.note}" for c in notes]
+    if result.not_expressed:
+        lines += ["", f"NOT EXPRESSED ({len(result.not_expressed)})"]
+        lines += [f"  {n.id} [{n.source}]: {n.reason}" for n in result.not_expressed]
+    return "\n".join(lines)
