@@ -432,7 +432,9 @@ class TokenExchangeShape:
 
     Each of `tokens` tokens goes once to every GPU holding at least one of its top-k experts
     (copies to the same GPU are merged). DeepEP normal mode also merges across a node: one RDMA
-    copy per destination node, forwarded over NVLink inside it. DeepEP low-latency mode merges
+    copy per destination node, forwarded over NVLink inside it (DeepEP's internode kernels: RDMA to
+    the same local rank on the target node, then NVLink to the expert's GPU), so across n nodes a
+    GPU forwards n times its own node-local share. DeepEP low-latency mode merges
     nothing: it writes one message per (token, expert) straight into the receiving expert's buffer
     (DeepEP README: the low-latency layout is per expert, so CUDA graphs see fixed shapes), to
     same-node peers over NVLink and to other nodes through the NIC. With its published byte count
@@ -472,7 +474,10 @@ class TokenExchangeShape:
         if self.nodes == 1:
             return intra, 0.0
         if self.implementation == "deepep-normal":
-            return intra, self.tokens * self.node_hit * self.token_bytes * (self.nodes - 1)
+            # every token reaches a node through the RDMA buffer of the GPU with the sender's local
+            # rank there, which forwards it over NVLink: each GPU forwards the copies that all
+            # `nodes` senders of its local rank (itself included) addressed to its node
+            return intra * self.nodes, self.tokens * self.node_hit * self.token_bytes * (self.nodes - 1)
         return intra, per_gpu * (self.ep - local)
 
     @property
