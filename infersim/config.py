@@ -55,6 +55,10 @@ class MoeBalanceSpec:
     routing_skew: float = spec(
         1.01, doc="power-law exponent alpha of one sequence's expert popularity (aiconfigurator: 1.01 DeepSeek/Kimi, "
                   "1.2 other MoE models)", ge=0, le=10)
+    dataset_skew: float | None = spec(
+        None, doc="power-law exponent of the long-run expert popularity of the served traffic (null = even long-run "
+                  "load, what routers are trained for; a narrow dataset is skewed, and EPLB placement removes it)",
+        ge=0, le=10)
 
 
 @dataclass(frozen=True, kw_only=True)

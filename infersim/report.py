@@ -52,7 +52,8 @@ def _balance_json(balance: Any) -> dict[str, Any] | None:
             "active_experts": balance.active_experts, "mean_active_experts": balance.mean_active_experts,
             "tokens_per_rank": balance.tokens_per_rank, "ep": balance.ep, "experts": balance.experts,
             "slots": balance.slots, "redundant_experts": balance.slots - balance.experts,
-            "routing_skew": balance.routing_skew, "sequence_length": balance.sequence_length,
+            "routing_skew": balance.routing_skew, "dataset_skew": balance.dataset_skew,
+            "sequence_length": balance.sequence_length,
             "placement_factor": balance.placement_factor, "derivation": balance.derivation()}
 
 

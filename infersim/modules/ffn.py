@@ -100,7 +100,7 @@ def stage_moe_balance(model: ModelCard, dep: Deployment, ctx: StageContext) -> M
     spec = dep.moe
     return moe_balance(spec.load_balance, model.num_experts, model.num_experts_per_tok, dep.ffn.ep,
                        routing_domain(dep, ctx) / dep.ffn.ep, sequence_length(ctx), spec.redundant_experts,
-                       spec.routing_skew)
+                       spec.routing_skew, spec.dataset_skew)
 
 
 def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:

@@ -32,47 +32,54 @@ statistical (default)
     the per-rank batch of TensorRT-LLM's wide-EP measurement; fixed here so that popularity is a
     property of the traffic, not of the batch size.
 
-    A GPU holding E/P of the E experts (P = EP size) then receives, for N routed tokens from
-    sequences of L tokens each, L_g pairs with mean mu = N k / P and variance
+    The long-run popularity of the served traffic can be skewed too (`deployment.moe.dataset_skew`,
+    the same power law, default null = even): a narrow dataset keeps the same experts hot
+    (TensorRT-LLM measured max/mean 2.56 without EPLB at EP32 on machine-translation data).
 
-        var = N [ v_tok + (L_w - 1) v_seq ]
-        v_tok = k (1/P)(1 - 1/P)(E - k)/(E - 1)       one token's k distinct experts (hypergeometric)
-        v_seq = s_q^2 (sum_j w_j^2 - (sum_j w_j)^2 / E) E / (E - 1)
-                                                       the covariance of two tokens of one sequence:
-                                                       the variance, over random placements, of the
-                                                       share of the sequence's popularity the GPU
-                                                       holds (w_j = 1/replicas of each slot's expert)
+    A GPU holding E/P of the E experts (P = EP size) then receives, for N tokens routed over the
+    EP group from sequences of L tokens each, pairs with mean mu = N k / P and variance
 
-    with s_q^2 the variance of the popularity q_e over experts and L_w the token-weighted mean
-    sequence length in the batch (decode: tokens per request per step, 1 without speculation; so
-    decode reduces to the multinomial noise of independent tokens). The expected maximum of P
-    exchangeable loads with a fixed sum (correlation -1/(P-1)) is mu + z_P sqrt(P/(P-1)) sqrt(var)
-    with z_P the expected maximum of P independent standard normals, so
+        var = N^2 v_run + N [ v_tok + (L_w - 1) v_seq ]
+        v_tok = k (1/P)(1 - 1/P)(E - k)/(E - 1)     one token's k distinct experts (hypergeometric)
+        v_seq = V(s_seq^2)                         covariance of two tokens of one sequence
+        v_run = V(s_run^2)                         the GPU's share of the long-run popularity
+        V(s^2) = s^2 (sum_j w_j^2 - (sum_j w_j)^2 / E) E / (E - 1)
+                 the variance, over random placements of the experts, of the popularity share a
+                 GPU holds (w_j = 1 / replicas of each of its slots' experts: 1 without EPLB)
+
+    with s^2 the variance over experts of the popularity q_e and L_w the token-weighted mean
+    sequence length in the batch (decode: tokens per request per step, 1 without speculation, so
+    decode keeps only the multinomial noise of independent tokens and the long-run skew). The
+    expected maximum of P exchangeable loads with a fixed sum (correlation -1/(P-1)) is
+    mu + z_P sqrt(P/(P-1)) sqrt(var), z_P the expected maximum of P independent standard normals:
 
         token_factor = min(1 + z_P sqrt(P/(P-1)) sqrt(var) / mu,  P min(k, slots per GPU) / k)
 
     (the cap: one token sends at most min(k, slots per GPU) pairs to one GPU). It is >= 1, falls
-    like 1/sqrt(tokens per rank) and tends to 1 as they grow. With alpha = 0 (uniform popularity)
-    it is the multinomial noise alone: 1 + z_P sqrt((E-k) / (T k (E-1))) for T tokens per rank,
-    which reproduces the max/mean of `moe_load.md`'s multinomial simulation (1.09/1.26/1.42 at
-    EP8/32/64 for 256 tokens of top-8 of 256 experts; 1.01/1.03/1.05 for 16,384).
+    with the tokens per rank and tends to 1 as they grow (to 1 + z_P sqrt(P/(P-1)) sqrt(v_run) P/k
+    with a skewed dataset). For independent tokens (L = 1) and an even dataset it is the
+    multinomial noise alone, 1 + z_P sqrt((E - k) / (T k (E - 1))) for T tokens per rank, which
+    reproduces `moe_load.md`'s multinomial simulation (max/mean 1.09/1.26/1.42 at EP8/32/64 for 256
+    tokens of top-8 of 256 experts; 1.01/1.03/1.05 for 16,384). With dataset_skew 1.01 at EP32 and
+    1024 tokens per rank it gives 2.14, against TensorRT-LLM's measured 2.56 (aiconfigurator's own
+    sampled power law gives 2.3 to 2.9 there).
 
 eplb (with `deployment.moe.redundant_experts` R >= 0)
     DeepSeek's EPLB (deepseek-ai/EPLB, global policy) on E + R slots: each redundant slot goes to
     the expert with the highest load per replica, then replicas are packed heaviest first onto the
     lightest GPU with a free slot; an expert's tokens split evenly over its replicas. The
-    placement is computed from observed statistics, which are long-run loads, not today's batch:
-    it balances the long-run (uniform) load exactly, but each sequence's hot experts are new to
-    it, so the same variance as above applies with the placement's weights w_j (replicated
-    experts spread a hot expert over GPUs, lowering v_seq). Slot granularity counts too: the
-    most loaded GPU's long-run share (max over GPUs of the sum of its slots' loads) multiplies
-    the factor (256 experts + 32 on EP72 give 3 or 4 full experts per GPU). So eplb <= statistical
-    when the slots leave room to balance, and > 1: TensorRT-LLM measured max/mean 1.11 with EPLB
-    at EP32 x 9 slots (`moe_load.md`).
+    placement is computed from observed statistics, i.e. the long-run popularity, not today's
+    batch: the long-run share of each GPU is then known (v_run = 0) and only its granularity
+    remains (`placement_factor` = the fullest GPU's long-run share over the mean; 256 experts + 32
+    redundant on EP72 leave 3 or 4 full experts per GPU), but each sequence's hot experts are new
+    to it, so v_seq stays, with the fullest GPU's weights w_j (replicas spread a hot expert over
+    GPUs). token_factor = placement_factor x (1 + z_P sqrt(P/(P-1)) sqrt(var) / mu). So
+    eplb <= statistical where the slots leave room to balance, and eplb > 1: TensorRT-LLM measured
+    1.11 with EPLB at EP32 x 9 slots and 1.115 at EP36 x 8 (the model: 1.02 to 1.10 for sequences
+    of 1 to 256 tokens, 1.02 to 1.11 at EP36).
 
-What is not modelled: a long-run skew of a narrow dataset (TensorRT-LLM's machine-translation
-run, max/mean 2.56 without EPLB at EP32) that a placement from that dataset's statistics removes;
-layers whose hot experts differ.
+Not modelled: layers whose hot experts differ (one exponent for all layers); a placement that
+lags a drifting dataset; EPLB's hierarchical (node-first) policy.
 
 Measured tables: a grouped-GEMM table measured under balanced routing (the imported InferSim
 tables) is looked up at the most loaded GPU's token count, which the shape carries. Tables
@@ -113,6 +120,7 @@ class MoeBalance:
     slots: int  # experts + redundant experts
     topk: int
     routing_skew: float
+    dataset_skew: float | None  # long-run popularity exponent (None: even long-run load)
     sequence_length: float  # token-weighted mean tokens per sequence in the batch
     placement_factor: float = 1.0  # eplb: the fullest GPU's long-run share / mean (slot granularity)
 
@@ -128,17 +136,20 @@ class MoeBalance:
                if self.policy == "eplb" else "statistical")
         return (f"{how}: most loaded EP rank x{self.token_factor:.3f} tokens, "
                 f"{self.active_experts:.1f} of {self.slots // self.ep} experts read "
-                f"({self.tokens_per_rank:,.0f} tokens per rank, EP{self.ep}, routing skew {self.routing_skew:g})")
+                f"({self.tokens_per_rank:,.0f} tokens per rank, EP{self.ep}, routing skew {self.routing_skew:g}"
+                + (f", dataset skew {self.dataset_skew:g}" if self.dataset_skew is not None else "") + ")")
 
     def derivation(self) -> str:
         if self.policy == "ideal":
             return "load_balance: ideal assumes every EP rank carries the mean load"
-        return (f"1 + z_P sqrt(P/(P-1)) sqrt(N (v_tok + (L-1) v_seq)) / (N k / P) with P = {self.ep}, "
+        return ((f"x{self.placement_factor:.3f} (EPLB placement granularity) " if self.policy == "eplb" else "")
+                + "(1 + z_P sqrt(P/(P-1)) sqrt(N^2 v_run + N (v_tok + (L-1) v_seq)) / (N k / P)) with P = "
+                f"{self.ep}, "
                 f"N = {self.tokens_per_rank * self.ep:,.0f} tokens routed over the EP group, k = {self.topk}, "
                 f"L = {self.sequence_length:,.0f} tokens per sequence, per-sequence power-law popularity "
-                f"alpha = {self.routing_skew:g} on [1, {POPULARITY_RANGE:g}]"
-                + (f", x{self.placement_factor:.3f} slot granularity of the EPLB placement"
-                   if self.policy == "eplb" else "")
+                f"alpha = {self.routing_skew:g} on [1, {POPULARITY_RANGE:g}], long-run popularity "
+                + (f"alpha = {self.dataset_skew:g}" if self.dataset_skew is not None else "even")
+                + (" (known to the placement: v_run = 0)" if self.policy == "eplb" else "")
                 + " (see infersim/modules/load_balance.py)")
 
 
@@ -229,10 +240,11 @@ def _max_active(slots_per_gpu: int, hit: float, ep: int) -> tuple[float, float]:
 
 def moe_balance(policy: Policy, num_experts: int, topk: int, ep: int, tokens_per_rank: float,
                 sequence_length: float = 1.0, redundant_experts: int = 0,
-                routing_skew: float = DEFAULT_ROUTING_SKEW) -> MoeBalance:
+                routing_skew: float = DEFAULT_ROUTING_SKEW, dataset_skew: float | None = None) -> MoeBalance:
     """Imbalance of one MoE layer (see the module docstring). tokens_per_rank: tokens whose routing
     each EP rank contributes (the routing domain is tokens_per_rank x ep); sequence_length: the
-    token-weighted mean tokens per sequence among them."""
+    token-weighted mean tokens per sequence among them; dataset_skew: power-law exponent of the
+    long-run expert popularity (None: even long-run load)."""
     E, k, P = num_experts, topk, ep
     S = E + redundant_experts
     per_gpu = S // P
@@ -241,32 +253,45 @@ def moe_balance(policy: Policy, num_experts: int, topk: int, ep: int, tokens_per
     # a slot is hit by a token with probability ~ k/S (replicas share their expert's tokens)
     hit = 1.0 - (1.0 - k / E) ** (N * E / S) if N > 0 else 0.0
     mean_active = per_gpu * hit
-    base = dict(ep=P, experts=E, slots=S, topk=k, routing_skew=routing_skew, sequence_length=L,
-                tokens_per_rank=tokens_per_rank, mean_active_experts=mean_active)
+    base = dict(ep=P, experts=E, slots=S, topk=k, routing_skew=routing_skew, dataset_skew=dataset_skew,
+                sequence_length=L, tokens_per_rank=tokens_per_rank, mean_active_experts=mean_active)
     if policy == "ideal" or P <= 1 or N <= 0:
         return MoeBalance(policy=policy, token_factor=1.0, active_experts=mean_active, **base)
-    q = popularity(E, k, routing_skew)
-    s2 = _variance(q)
+    s2_seq = _variance(popularity(E, k, routing_skew))
+    long_run = popularity(E, k, dataset_skew) if dataset_skew is not None else tuple(k / E for _ in range(E))
+    s2_run = _variance(long_run)
     if policy == "eplb":
-        replicas, gpus = eplb_placement(tuple(1.0 for _ in range(E)), S, P)  # long-run load is even
-        shares = [sum(1.0 / replicas[e] for e in gpu) for gpu in gpus]
-        mean_share = sum(shares) / P
-        placement = max(shares) / mean_share
-        # v_seq for the fullest GPU: random permutation of popularity over experts, weights w_e
+        # placed from the long-run statistics: that share is known, only its granularity remains
+        replicas, gpus = eplb_placement(long_run, S, P)
+        shares = [sum(long_run[e] / replicas[e] for e in gpu) for gpu in gpus]
         heaviest = max(range(P), key=lambda g: shares[g])
+        placement = shares[heaviest] / (k / P)
         weights: dict[int, float] = {}
         for e in gpus[heaviest]:
             weights[e] = weights.get(e, 0.0) + 1.0 / replicas[e]
         sum_w = sum(weights.values())
         sum_w2 = sum(w * w for w in weights.values())
+        run_var = 0.0
     else:
+        # contiguous blocks of E/P experts; which experts are hot is random with respect to them
         placement = 1.0
         sum_w = sum_w2 = E / P
+        run_var = _placement_variance(s2_run, sum_w, sum_w2, E)
     v_tok = k * (1.0 / P) * (1.0 - 1.0 / P) * (E - k) / (E - 1) if E > 1 else 0.0
-    v_seq = s2 * (sum_w2 - sum_w * sum_w / E) * E / (E - 1) if E > 1 else 0.0
+    v_seq = _placement_variance(s2_seq, sum_w, sum_w2, E)
     mu = N * k / P
     z = expected_max_normal(P) * math.sqrt(P / (P - 1))
-    factor = placement * (1.0 + z * math.sqrt(N * (v_tok + (L - 1.0) * v_seq)) / mu)
+    spread = math.sqrt(N * N * run_var + N * (v_tok + (L - 1.0) * v_seq))
+    factor = placement * (1.0 + z * spread / mu)
     factor = max(1.0, min(factor, P * min(k, per_gpu) / k))
     _, max_active = _max_active(per_gpu, hit, P)
     return MoeBalance(policy=policy, token_factor=factor, active_experts=max_active, placement_factor=placement, **base)
+
+
+def _placement_variance(s2: float, sum_w: float, sum_w2: float, num_experts: int) -> float:
+    """Variance of sum_j w_j q_pi(j) over random assignments pi of E popularity values (variance
+    s2) to the weighted slots of one GPU (sampling without replacement)."""
+    E = num_experts
+    if E <= 1:
+        return 0.0
+    return max(0.0, s2 * (sum_w2 - sum_w * sum_w / E) * E / (E - 1))
