@@ -204,6 +204,12 @@ def _variance(values: tuple[float, ...]) -> float:
 
 
 @lru_cache(maxsize=None)
+def popularity_variance(num_experts: int, topk: int, alpha: float | None) -> float:
+    """Variance over experts of the routing probabilities (0 for alpha None: even popularity)."""
+    return 0.0 if alpha is None else _variance(popularity(num_experts, topk, alpha))
+
+
+@lru_cache(maxsize=None)
 def eplb_placement(loads: tuple[float, ...], slots: int, ep: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """DeepSeek EPLB, global policy (deepseek-ai/EPLB): replicas per expert, and the experts on
     each GPU (one entry per slot). Each of the slots - E redundant slots goes to the expert with
@@ -257,20 +263,11 @@ def moe_balance(policy: Policy, num_experts: int, topk: int, ep: int, tokens_per
                 sequence_length=L, tokens_per_rank=tokens_per_rank, mean_active_experts=mean_active)
     if policy == "ideal" or P <= 1 or N <= 0:
         return MoeBalance(policy=policy, token_factor=1.0, active_experts=mean_active, **base)
-    s2_seq = _variance(popularity(E, k, routing_skew))
-    long_run = popularity(E, k, dataset_skew) if dataset_skew is not None else tuple(k / E for _ in range(E))
-    s2_run = _variance(long_run)
+    s2_seq = popularity_variance(E, k, routing_skew)
+    s2_run = popularity_variance(E, k, dataset_skew)
     if policy == "eplb":
         # placed from the long-run statistics: that share is known, only its granularity remains
-        replicas, gpus = eplb_placement(long_run, S, P)
-        shares = [sum(long_run[e] / replicas[e] for e in gpu) for gpu in gpus]
-        heaviest = max(range(P), key=lambda g: shares[g])
-        placement = shares[heaviest] / (k / P)
-        weights: dict[int, float] = {}
-        for e in gpus[heaviest]:
-            weights[e] = weights.get(e, 0.0) + 1.0 / replicas[e]
-        sum_w = sum(weights.values())
-        sum_w2 = sum(w * w for w in weights.values())
+        placement, sum_w, sum_w2 = _eplb_fullest_gpu(E, k, S, P, dataset_skew)
         run_var = 0.0
     else:
         # contiguous blocks of E/P experts; which experts are hot is random with respect to them
@@ -286,6 +283,20 @@ def moe_balance(policy: Policy, num_experts: int, topk: int, ep: int, tokens_per
     factor = max(1.0, min(factor, P * min(k, per_gpu) / k))
     _, max_active = _max_active(per_gpu, hit, P)
     return MoeBalance(policy=policy, token_factor=factor, active_experts=max_active, placement_factor=placement, **base)
+
+
+@lru_cache(maxsize=None)
+def _eplb_fullest_gpu(E: int, k: int, slots: int, ep: int, dataset_skew: float | None) -> tuple[float, float, float]:
+    """EPLB placed from the long-run popularity: (the fullest GPU's long-run share / the mean,
+    sum and sum of squares of its slot weights w_j = 1 / replicas)."""
+    long_run = popularity(E, k, dataset_skew) if dataset_skew is not None else tuple(k / E for _ in range(E))
+    replicas, gpus = eplb_placement(long_run, slots, ep)
+    shares = [sum(long_run[e] / replicas[e] for e in gpu) for gpu in gpus]
+    heaviest = max(range(ep), key=lambda g: shares[g])
+    weights: dict[int, float] = {}
+    for e in gpus[heaviest]:
+        weights[e] = weights.get(e, 0.0) + 1.0 / replicas[e]
+    return (shares[heaviest] / (k / ep), sum(weights.values()), sum(w * w for w in weights.values()))
 
 
 def _placement_variance(s2: float, sum_w: float, sum_w2: float, num_experts: int) -> float:
