@@ -37,46 +37,47 @@ statistical (default)
     (TensorRT-LLM measured max/mean 2.56 without EPLB at EP32 on machine-translation data).
 
     A GPU holding E/P of the E experts (P = EP size) then receives, for N tokens routed over the
-    EP group from sequences of L tokens each, pairs with mean mu = N k / P and variance
+    EP group from sequences of L tokens each, pairs with mean mu = N k / P and, around the share
+    of the long-run popularity it holds, a variance
 
-        var = N^2 v_run + N [ v_tok + (L_w - 1) v_seq ]
+        var = N [ v_tok + (L_w - 1) v_seq ]
         v_tok = k (1/P)(1 - 1/P)(E - k)/(E - 1)     one token's k distinct experts (hypergeometric)
-        v_seq = V(s_seq^2)                         covariance of two tokens of one sequence
-        v_run = V(s_run^2)                         the GPU's share of the long-run popularity
-        V(s^2) = s^2 (sum_j w_j^2 - (sum_j w_j)^2 / E) E / (E - 1)
-                 the variance, over random placements of the experts, of the popularity share a
-                 GPU holds (w_j = 1 / replicas of each of its slots' experts: 1 without EPLB)
+        v_seq = s^2 (sum_j w_j^2 - (sum_j w_j)^2 / E) E / (E - 1)
+                the covariance of two tokens of one sequence: the variance, over random
+                placements of the sequence's hot experts, of the popularity share the GPU holds
+                (s^2 the variance of the sequence's q_e over experts; w_j = 1 / replicas of each
+                of the GPU's slots' experts, 1 without EPLB)
 
-    with s^2 the variance over experts of the popularity q_e and L_w the token-weighted mean
-    sequence length in the batch (decode: tokens per request per step, 1 without speculation, so
-    decode keeps only the multinomial noise of independent tokens and the long-run skew). The
-    expected maximum of P exchangeable loads with a fixed sum (correlation -1/(P-1)) is
-    mu + z_P sqrt(P/(P-1)) sqrt(var), z_P the expected maximum of P independent standard normals:
+    with L_w the token-weighted mean sequence length in the batch (decode: tokens per request per
+    step, 1 without speculation, so decode keeps only the multinomial noise of independent
+    tokens). The expected maximum of P exchangeable loads with a fixed sum (correlation -1/(P-1))
+    is mu + z_P sqrt(P/(P-1)) sqrt(var), z_P the expected maximum of P independent standard
+    normals. So
 
-        token_factor = min(1 + z_P sqrt(P/(P-1)) sqrt(var) / mu,  P min(k, slots per GPU) / k)
+        token_factor = min(F + z_P sqrt(P/(P-1)) sqrt(var) / mu,  P min(k, slots per GPU) / k)
 
-    (the cap: one token sends at most min(k, slots per GPU) pairs to one GPU). It is >= 1, falls
-    with the tokens per rank and tends to 1 as they grow (to 1 + z_P sqrt(P/(P-1)) sqrt(v_run) P/k
-    with a skewed dataset). For independent tokens (L = 1) and an even dataset it is the
-    multinomial noise alone, 1 + z_P sqrt((E - k) / (T k (E - 1))) for T tokens per rank, which
-    reproduces `moe_load.md`'s multinomial simulation (max/mean 1.09/1.26/1.42 at EP8/32/64 for 256
-    tokens of top-8 of 256 experts; 1.01/1.03/1.05 for 16,384). With dataset_skew 1.01 at EP32 and
-    1024 tokens per rank it gives 2.14, against TensorRT-LLM's measured 2.56 (aiconfigurator's own
-    sampled power law gives 2.3 to 2.9 there).
+    where F is the fullest GPU's long-run share over the mean (1 for even traffic; with a skewed
+    dataset the mean over PLACEMENT_SAMPLES seeded random placements, computed once and cached)
+    and the cap says that one token sends at most min(k, slots per GPU) pairs to one GPU. The
+    factor is >= 1, falls like 1/sqrt(tokens per rank) and tends to F (1 for even traffic) as they
+    grow. For independent tokens (L = 1) and even traffic it is the multinomial noise alone,
+    1 + z_P sqrt((E - k) / (T k (E - 1))) for T tokens per rank, which reproduces `moe_load.md`'s
+    multinomial simulation (max/mean 1.09/1.26/1.42 at EP8/32/64 for 256 tokens of top-8 of 256
+    experts; 1.01/1.03/1.05 for 16,384). With dataset_skew 1.01 at EP32 and 1024 tokens per rank
+    it gives 2.36 to 2.44 (sequences of 1 to 256 tokens), against TensorRT-LLM's measured 2.56 (aiconfigurator's own sampled power
+    law gives 2.3 to 2.9 there).
 
 eplb (with `deployment.moe.redundant_experts` R >= 0)
     DeepSeek's EPLB (deepseek-ai/EPLB, global policy) on E + R slots: each redundant slot goes to
     the expert with the highest load per replica, then replicas are packed heaviest first onto the
     lightest GPU with a free slot; an expert's tokens split evenly over its replicas. The
     placement is computed from observed statistics, i.e. the long-run popularity, not today's
-    batch: the long-run share of each GPU is then known (v_run = 0) and only its granularity
-    remains (`placement_factor` = the fullest GPU's long-run share over the mean; 256 experts + 32
-    redundant on EP72 leave 3 or 4 full experts per GPU), but each sequence's hot experts are new
-    to it, so v_seq stays, with the fullest GPU's weights w_j (replicas spread a hot expert over
-    GPUs). token_factor = placement_factor x (1 + z_P sqrt(P/(P-1)) sqrt(var) / mu). So
-    eplb <= statistical where the slots leave room to balance, and eplb > 1: TensorRT-LLM measured
-    1.11 with EPLB at EP32 x 9 slots and 1.115 at EP36 x 8 (the model: 1.02 to 1.10 for sequences
-    of 1 to 256 tokens, 1.02 to 1.11 at EP36).
+    batch: F is then the fullest GPU's long-run share of that placement (slot granularity: 256
+    experts + 32 redundant on EP72 leave some GPU 4 whole experts, F = 4 / 3.56 = 1.125), and
+    each sequence's hot experts are new to it, so v_seq stays, with the fullest GPU's weights w_j
+    (replicas spread a hot expert over GPUs). So eplb <= statistical where the slots leave room to
+    balance, and eplb > 1: TensorRT-LLM measured 1.11 with EPLB at EP32 x 9 slots and 1.115 at
+    EP36 x 8 (the model, dataset skew 1.01: 1.02 to 1.10 for sequences of 1 to 256 tokens).
 
 Not modelled: layers whose hot experts differ (one exponent for all layers); a placement that
 lags a drifting dataset; EPLB's hierarchical (node-first) policy.
@@ -92,6 +93,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -104,6 +106,10 @@ Policy = Literal["ideal", "statistical", "eplb"]
 POPULARITY_RANGE = 0.8 * 1024
 # aiconfigurator's alpha for the DeepSeek and Kimi families (moe_load.md); 1.2 for other MoE models.
 DEFAULT_ROUTING_SKEW = 1.01
+# random placements averaged for the fullest GPU's share of a skewed long-run popularity (a
+# sampling error of about 1% of the excess over 1 at EP32; deterministic through the seed)
+PLACEMENT_SAMPLES = 256
+PLACEMENT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -142,14 +148,14 @@ class MoeBalance:
     def derivation(self) -> str:
         if self.policy == "ideal":
             return "load_balance: ideal assumes every EP rank carries the mean load"
-        return ((f"x{self.placement_factor:.3f} (EPLB placement granularity) " if self.policy == "eplb" else "")
-                + "(1 + z_P sqrt(P/(P-1)) sqrt(N^2 v_run + N (v_tok + (L-1) v_seq)) / (N k / P)) with P = "
+        return (f"{self.placement_factor:.3f} (fullest GPU's long-run share / mean"
+                + (", EPLB placement" if self.policy == "eplb" else "") + ") "
+                + "+ z_P sqrt(P/(P-1)) sqrt(N (v_tok + (L-1) v_seq)) / (N k / P) with P = "
                 f"{self.ep}, "
                 f"N = {self.tokens_per_rank * self.ep:,.0f} tokens routed over the EP group, k = {self.topk}, "
                 f"L = {self.sequence_length:,.0f} tokens per sequence, per-sequence power-law popularity "
                 f"alpha = {self.routing_skew:g} on [1, {POPULARITY_RANGE:g}], long-run popularity "
                 + (f"alpha = {self.dataset_skew:g}" if self.dataset_skew is not None else "even")
-                + (" (known to the placement: v_run = 0)" if self.policy == "eplb" else "")
                 + " (see infersim/modules/load_balance.py)")
 
 
@@ -255,7 +261,7 @@ def moe_balance(policy: Policy, num_experts: int, topk: int, ep: int, tokens_per
     S = E + redundant_experts
     per_gpu = S // P
     N = tokens_per_rank * P
-    L = max(1.0, sequence_length)
+    L = max(1.0, min(sequence_length, N))  # a sequence is at most the whole batch
     # a slot is hit by a token with probability ~ k/S (replicas share their expert's tokens)
     hit = 1.0 - (1.0 - k / E) ** (N * E / S) if N > 0 else 0.0
     mean_active = per_gpu * hit
@@ -264,25 +270,40 @@ def moe_balance(policy: Policy, num_experts: int, topk: int, ep: int, tokens_per
     if policy == "ideal" or P <= 1 or N <= 0:
         return MoeBalance(policy=policy, token_factor=1.0, active_experts=mean_active, **base)
     s2_seq = popularity_variance(E, k, routing_skew)
-    s2_run = popularity_variance(E, k, dataset_skew)
     if policy == "eplb":
         # placed from the long-run statistics: that share is known, only its granularity remains
         placement, sum_w, sum_w2 = _eplb_fullest_gpu(E, k, S, P, dataset_skew)
-        run_var = 0.0
     else:
         # contiguous blocks of E/P experts; which experts are hot is random with respect to them
-        placement = 1.0
+        placement = random_placement_floor(E, k, P, dataset_skew)
         sum_w = sum_w2 = E / P
-        run_var = _placement_variance(s2_run, sum_w, sum_w2, E)
     v_tok = k * (1.0 / P) * (1.0 - 1.0 / P) * (E - k) / (E - 1) if E > 1 else 0.0
     v_seq = _placement_variance(s2_seq, sum_w, sum_w2, E)
     mu = N * k / P
     z = expected_max_normal(P) * math.sqrt(P / (P - 1))
-    spread = math.sqrt(N * N * run_var + N * (v_tok + (L - 1.0) * v_seq))
-    factor = placement * (1.0 + z * spread / mu)
+    factor = placement + z * math.sqrt(N * (v_tok + (L - 1.0) * v_seq)) / mu
     factor = max(1.0, min(factor, P * min(k, per_gpu) / k))
     _, max_active = _max_active(per_gpu, hit, P)
     return MoeBalance(policy=policy, token_factor=factor, active_experts=max_active, placement_factor=placement, **base)
+
+
+@lru_cache(maxsize=None)
+def random_placement_floor(E: int, k: int, ep: int, dataset_skew: float | None) -> float:
+    """Expected long-run share of the fullest GPU over the mean when E/ep experts of popularity
+    `dataset_skew` sit on each GPU in blocks unrelated to their popularity: 1 for even popularity;
+    otherwise the mean over PLACEMENT_SAMPLES random assignments (seed PLACEMENT_SEED; computed
+    once per layout and cached, so every run gives the same number)."""
+    if dataset_skew is None or ep <= 1:
+        return 1.0
+    q = popularity(E, k, dataset_skew)
+    rng = random.Random(PLACEMENT_SEED)
+    order = list(range(E))
+    per = E // ep
+    total = 0.0
+    for _ in range(PLACEMENT_SAMPLES):
+        rng.shuffle(order)
+        total += max(sum(q[e] for e in order[g * per:(g + 1) * per]) for g in range(ep))
+    return max(1.0, total / PLACEMENT_SAMPLES / (k / ep))
 
 
 @lru_cache(maxsize=None)
