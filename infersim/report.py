@@ -32,16 +32,17 @@ def _operation(op: OperationResult) -> dict[str, Any]:
 
 def stage_moe_balance(result: SimulationResult, stage: StageResult) -> Any:
     """The expert-load balance (infersim.modules.load_balance.MoeBalance) the stage's MoE layers
-    were sized with, or None for a dense model. Decode is rebuilt at one token per request (a
-    speculative verification step routes lookahead + 1 tokens per request)."""
+    were sized with, or None for a dense model (under speculative decoding: the verification
+    step's, lookahead + 1 tokens per request)."""
     cfg = result.config
     if not cfg.model.is_moe:
         return None
     from infersim.modules.ffn import stage_moe_balance as balance_of
     from infersim.modules.step import stage_context
 
+    q_len = result.speculative.lookahead + 1 if result.speculative and stage.stage == "decode" else 1
     ctx = stage_context(stage.stage, cfg.model, cfg.deployment, cfg.workload, stage.tokens_per_gpu,  # type: ignore[arg-type]
-                        stage.micro_batches)
+                        stage.micro_batches, q_len)
     return balance_of(cfg.model, cfg.deployment, ctx)
 
 
