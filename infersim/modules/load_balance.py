@@ -1,8 +1,9 @@
 """Expert-load balance under expert parallelism: how much more the most loaded EP rank carries.
 
 With EP every MoE layer waits for its most loaded GPU. `moe_balance` returns the factors the FFN
-module applies (all pure functions of the layout and the stage's batch; no sampling, so every
-run gives the same number):
+module applies, pure functions of the layout and the stage's batch: closed form for even
+long-run traffic (the default), and for a skewed dataset one seeded sampling of placements per
+layout, done once and cached; every run gives the same number:
 
 - `token_factor` = expected token-expert pairs on the most loaded GPU / the mean over GPUs.
   It scales the routed tokens of that GPU's grouped GEMMs (compute and activation bytes; a
@@ -80,7 +81,9 @@ eplb (with `deployment.moe.redundant_experts` R >= 0)
     EP36 x 8 (the model, dataset skew 1.01: 1.02 to 1.10 for sequences of 1 to 256 tokens).
 
 Not modelled: layers whose hot experts differ (one exponent for all layers); a placement that
-lags a drifting dataset; EPLB's hierarchical (node-first) policy.
+lags a drifting dataset; EPLB's hierarchical (node-first) policy; the extra activation memory of
+the most loaded rank; node-level (rather than GPU-level) imbalance of inter-node traffic, which
+is smaller (the GPU factor is applied to both links, an upper bound).
 
 Measured tables: a grouped-GEMM table measured under balanced routing (the imported InferSim
 tables) is looked up at the most loaded GPU's token count, which the shape carries. Tables
@@ -128,7 +131,7 @@ class MoeBalance:
     routing_skew: float
     dataset_skew: float | None  # long-run popularity exponent (None: even long-run load)
     sequence_length: float  # token-weighted mean tokens per sequence in the batch
-    placement_factor: float = 1.0  # eplb: the fullest GPU's long-run share / mean (slot granularity)
+    placement_factor: float = 1.0  # F: the fullest GPU's long-run share / mean (random or EPLB placement)
 
     @property
     def weight_factor(self) -> float:
