@@ -7,7 +7,7 @@ or roofline); turning a collective into seconds is `infersim.modules.comm`'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Literal, Protocol, Union
 
@@ -116,8 +116,6 @@ class GroupedGemmShape:
     def balanced(self) -> "GroupedGemmShape":
         """The kernel at the mean GPU's load (load factor 1): for measured tables that already
         contain expert-load imbalance (the load-balance factor must then not be applied again)."""
-        from dataclasses import replace
-
         if self.load_factor == 1.0 and self.balanced_active_experts < 0:
             return self
         active = self.balanced_active_experts if self.balanced_active_experts >= 0 else self.active_experts
