@@ -43,6 +43,26 @@ class FfnLayout:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MoeBalanceSpec:
+    """How evenly routed tokens spread over the EP ranks (see infersim.modules.load_balance)."""
+
+    load_balance: Literal["statistical", "ideal", "eplb"] = spec(
+        "statistical", doc="expert-load balance over EP ranks: statistical (random routing, most loaded rank from "
+                           "the batch's statistics), ideal (even load), eplb (DeepSeek EPLB placement over "
+                           "experts + redundant_experts slots)")
+    redundant_experts: int = spec(
+        0, doc="eplb: extra expert slots holding replicas of hot experts; experts + redundant must divide by ffn.ep",
+        ge=0)
+    routing_skew: float = spec(
+        1.01, doc="power-law exponent alpha of one sequence's expert popularity (aiconfigurator: 1.01 DeepSeek/Kimi, "
+                  "1.2 other MoE models)", ge=0, le=10)
+    dataset_skew: float | None = spec(
+        None, doc="power-law exponent of the long-run expert popularity of the served traffic (null = even long-run "
+                  "load, what routers are trained for; a narrow dataset is skewed, and EPLB placement removes it)",
+        ge=0, le=10)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Precision:
     gemm: Dtype = spec("bf16", doc="tensor-core input format of GEMMs (sets the FLOP/s peak)")
     weights: WeightDtype | None = spec(
@@ -74,6 +94,7 @@ class Deployment:
         "none", doc="two-batch: two micro-batches, one's compute hides the other's communication")
     moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] = spec(
         "all-to-all", doc="how tokens reach experts: NCCL all-to-all, DeepEP normal / low-latency, or all-gather + reduce-scatter")
+    moe: MoeBalanceSpec = spec(default_factory=MoeBalanceSpec, doc="expert-load balance and redundant experts")
 
     @property
     def gpus_per_stage(self) -> int:
@@ -384,11 +405,27 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
             heads_per_rank(model.mamba_n_groups, attn.tp, "mamba_n_groups")
     except LayoutError as exc:
         raise fail("deployment.attention.tp", attn.tp, str(exc)) from None
+    balance = dep.moe
     if model.is_moe:
-        if ffn.ep > model.num_experts:
-            raise fail("deployment.ffn.ep", ffn.ep, f"larger than the model's {model.num_experts} experts")
+        redundant = balance.redundant_experts
+        slots = model.num_experts + redundant
+        if redundant and balance.load_balance == "statistical":
+            raise fail("deployment.moe.redundant_experts", redundant,
+                       "redundant experts are placed by EPLB: set deployment.moe.load_balance: eplb")
+        if ffn.ep > slots:
+            raise fail("deployment.ffn.ep", ffn.ep, f"larger than the model's {model.num_experts} experts"
+                       + (f" + {redundant} redundant" if redundant else "")
+                       + " (deployment.moe.redundant_experts adds expert slots)")
         try:
-            shard(model.num_experts, ffn.ep, "num_experts", "ffn.ep")
+            shard(slots, ffn.ep, "expert slots", "deployment.ffn.ep")
+        except LayoutError:
+            what = (f"expert slots = {model.num_experts} experts + {redundant} redundant = {slots}" if redundant
+                    else f"{model.name}'s {model.num_experts} experts")
+            raise fail("deployment.moe.redundant_experts" if redundant else "deployment.ffn.ep",
+                       redundant if redundant else ffn.ep,
+                       f"{what} do not divide by deployment.ffn.ep ({ffn.ep}): every EP rank holds the same "
+                       "number of expert slots (redundant experts, with load_balance: eplb, add slots)") from None
+        try:
             shard(model.moe_intermediate_size, ffn.tp, "moe_intermediate_size", "ffn.tp")
         except LayoutError as exc:
             raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep}, str(exc)) from None
@@ -399,6 +436,9 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
                        "of the FFN group to each shard")
     elif ffn.ep > 1:
         raise fail("deployment.ffn.ep", ffn.ep, f"expert parallelism needs an MoE model ({model.name} is dense)")
+    elif balance.redundant_experts:
+        raise fail("deployment.moe.redundant_experts", balance.redundant_experts,
+                   f"redundant experts need an MoE model ({model.name} is dense)")
     if model.num_dense_layers:
         try:
             shard(model.intermediate_size, ffn.tp, "intermediate_size", "ffn.tp")

@@ -7,7 +7,7 @@ or roofline); turning a collective into seconds is `infersim.modules.comm`'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Literal, Protocol, Union
 
@@ -84,6 +84,13 @@ class GroupedGemmShape:
     spread evenly over the `num_experts` experts on `ep` GPUs. `intermediate` is the expert FFN
     width on this GPU (already divided by expert TP). `active_experts` is the expected number of
     distinct local experts that receive at least one token: only their weights are read.
+
+    Under uneven expert load (infersim.modules.load_balance) the shape is the most loaded GPU's:
+    tokens_per_gpu is the mean tokens per GPU times `load_factor` (so a table measured under
+    balanced routing is looked up at that GPU's token count) and active_experts is the expected
+    distinct experts that GPU activates; `balanced()` is the same kernel at the mean load, for
+    tables whose measurements already include the imbalance. `expert_slots` counts redundant
+    expert replicas too (0 = num_experts).
     """
 
     stage: Literal["prefill", "decode"]
@@ -98,10 +105,22 @@ class GroupedGemmShape:
     gated: bool = True
     dtype: str = "bf16"
     weight_dtype: str = "bf16"
+    load_factor: float = 1.0  # routed tokens of the most loaded GPU / the mean GPU's (>= 1)
+    balanced_active_experts: float = -1.0  # distinct experts a GPU of mean load activates (< 0: active_experts)
+    expert_slots: int = 0  # experts + redundant replicas over the EP group (0 = num_experts)
 
     @property
     def local_experts(self) -> int:
-        return self.num_experts // self.ep
+        return (self.expert_slots or self.num_experts) // self.ep
+
+    def balanced(self) -> "GroupedGemmShape":
+        """The kernel at the mean GPU's load (load factor 1): for measured tables that already
+        contain expert-load imbalance (the load-balance factor must then not be applied again)."""
+        if self.load_factor == 1.0 and self.balanced_active_experts < 0:
+            return self
+        active = self.balanced_active_experts if self.balanced_active_experts >= 0 else self.active_experts
+        return replace(self, tokens_per_gpu=self.tokens_per_gpu / self.load_factor, active_experts=active,
+                       load_factor=1.0, balanced_active_experts=-1.0)
 
     @property
     def routed_tokens(self) -> float:
@@ -439,6 +458,9 @@ class TokenExchangeShape:
     (DeepEP README: the low-latency layout is per expert, so CUDA graphs see fixed shapes), to
     same-node peers over NVLink and to other nodes through the NIC. With its published byte count
     (tokens x top-k x hidden bytes / time) this reproduces DeepEP's own EP8-EP256 latencies.
+    `load_factor` (>= 1, infersim.modules.load_balance) is the most loaded GPU's share of the
+    routed tokens over the mean: that GPU receives (dispatch) and returns (combine) that many
+    times the mean traffic, and the exchange waits for it, so the per-GPU bytes scale with it.
     """
 
     direction: Literal["dispatch", "combine"]
@@ -449,6 +471,7 @@ class TokenExchangeShape:
     ep: int
     ranks_per_node: int
     implementation: Literal["nccl", "deepep-normal", "deepep-low-latency"] = "nccl"
+    load_factor: float = 1.0
 
     @property
     def nodes(self) -> int:
@@ -456,20 +479,22 @@ class TokenExchangeShape:
 
     @property
     def gpu_hit(self) -> float:
-        return prob_group_hit(self.num_experts, self.num_experts // self.ep, self.topk)
+        # a GPU carries 1/ep of the expert load (E/ep experts' worth, redundant replicas included)
+        return prob_group_hit(self.num_experts, self.num_experts / self.ep, self.topk)
 
     @property
     def node_hit(self) -> float:
-        per_node = self.num_experts // self.ep * min(self.ranks_per_node, self.ep)
+        per_node = self.num_experts / self.ep * min(self.ranks_per_node, self.ep)
         return prob_group_hit(self.num_experts, per_node, self.topk)
 
     def traffic(self) -> tuple[float, float]:
-        """(bytes this GPU sends over NVLink, bytes it sends over its NIC)."""
+        """(bytes the most loaded GPU moves over NVLink, bytes it moves over its NIC)."""
         local = min(self.ranks_per_node, self.ep)
+        tokens = self.tokens * self.load_factor
         if self.implementation == "deepep-low-latency":
-            copies = self.tokens * self.topk * self.token_bytes  # one per (token, expert), experts spread evenly
+            copies = tokens * self.topk * self.token_bytes  # one per (token, expert), experts spread evenly
             return copies * (local - 1) / self.ep, copies * (self.ep - local) / self.ep
-        per_gpu = self.tokens * self.gpu_hit * self.token_bytes
+        per_gpu = tokens * self.gpu_hit * self.token_bytes
         intra = per_gpu * (local - 1)
         if self.nodes == 1:
             return intra, 0.0
@@ -477,7 +502,7 @@ class TokenExchangeShape:
             # every token reaches a node through the RDMA buffer of the GPU with the sender's local
             # rank there, which forwards it over NVLink: each GPU forwards the copies that all
             # `nodes` senders of its local rank (itself included) addressed to its node
-            return intra * self.nodes, self.tokens * self.node_hit * self.token_bytes * (self.nodes - 1)
+            return intra * self.nodes, tokens * self.node_hit * self.token_bytes * (self.nodes - 1)
         return intra, per_gpu * (self.ep - local)
 
     @property

@@ -30,7 +30,35 @@ def _operation(op: OperationResult) -> dict[str, Any]:
     }
 
 
-def _stage(stage: StageResult) -> dict[str, Any]:
+def stage_moe_balance(result: SimulationResult, stage: StageResult) -> Any:
+    """The expert-load balance (infersim.modules.load_balance.MoeBalance) the stage's MoE layers
+    were sized with, or None for a dense model (under speculative decoding: the verification
+    step's, lookahead + 1 tokens per request)."""
+    cfg = result.config
+    if not cfg.model.is_moe:
+        return None
+    from infersim.modules.ffn import stage_moe_balance as balance_of
+    from infersim.modules.step import stage_context
+
+    q_len = result.speculative.lookahead + 1 if result.speculative and stage.stage == "decode" else 1
+    ctx = stage_context(stage.stage, cfg.model, cfg.deployment, cfg.workload, stage.tokens_per_gpu,  # type: ignore[arg-type]
+                        stage.micro_batches, q_len)
+    return balance_of(cfg.model, cfg.deployment, ctx)
+
+
+def _balance_json(balance: Any) -> dict[str, Any] | None:
+    if balance is None:
+        return None
+    return {"policy": balance.policy, "factor": balance.token_factor, "weight_factor": balance.weight_factor,
+            "active_experts": balance.active_experts, "mean_active_experts": balance.mean_active_experts,
+            "tokens_per_rank": balance.tokens_per_rank, "ep": balance.ep, "experts": balance.experts,
+            "slots": balance.slots, "redundant_experts": balance.slots - balance.experts,
+            "routing_skew": balance.routing_skew, "dataset_skew": balance.dataset_skew,
+            "sequence_length": balance.sequence_length,
+            "placement_factor": balance.placement_factor, "derivation": balance.derivation()}
+
+
+def _stage(stage: StageResult, balance: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if stage.stage == "prefill":
         out["ttft_ms"] = stage.step_time_s / MS
@@ -50,6 +78,7 @@ def _stage(stage: StageResult) -> dict[str, Any]:
         "bound": stage.bound.value,
         "source": stage.source.value,
         "module_totals_us": {k: v / US for k, v in stage.module_times().items()},
+        "moe_load_balance": _balance_json(balance),
         "modules": [_operation(op) for op in stage.operations],
     })
     return out
@@ -67,8 +96,8 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
         "engine": {"name": cfg.engine.name, "framework": cfg.engine.framework, "version": cfg.engine.version,
                    "source": cfg.engine_source},
         "mfu_tables": cfg.tables.describe(),
-        "prefill": _stage(result.prefill),
-        "decode": _stage(result.decode),
+        "prefill": _stage(result.prefill, stage_moe_balance(result, result.prefill)),
+        "decode": _stage(result.decode, stage_moe_balance(result, result.decode)),
         "memory": {
             "weights_gb": mem.weights_bytes / GB,
             "kv_bytes_per_token": mem.kv_bytes_per_token,
@@ -171,7 +200,7 @@ def _short(detail: str, width: int = 90) -> str:
     return detail if len(detail) <= width else detail[: width - 3] + "..."
 
 
-def _stage_text(stage: StageResult, detail: bool) -> list[str]:
+def _stage_text(stage: StageResult, detail: bool, balance: Any = None) -> list[str]:
     if stage.stage == "prefill" and stage.chunks > 1:
         head = (f"PREFILL  TTFT {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
                 f"   (a {stage.tokens_per_gpu}-token prompt per GPU in {stage.chunks} chunks, each attending to "
@@ -189,6 +218,10 @@ def _stage_text(stage: StageResult, detail: bool) -> list[str]:
              + (f"; two-batch overlap saves {stage.overlap_saved_s / MS:,.2f} ms"
                 + (f" (compute slowed x{stage.sm_slowdown:.3f} by SMs held by communication)" if stage.sm_slowdown > 1 else "")
                 if stage.micro_batches > 1 else "")]
+    if balance is not None:
+        lines.append(f"  expert load: {balance.describe()}")
+        if detail:
+            lines.append(f"    factor = {balance.derivation()}")
     table = tabulate(_module_rows(stage), headers=["module", "per layer (us)", "step (ms)", "share", "bound", "source"],
                      tablefmt="simple", disable_numparse=True)
     lines += ["  " + line for line in table.splitlines()]
@@ -232,9 +265,9 @@ def to_text(result: SimulationResult, detail: bool = False) -> str:
         f"  engine:     {cfg.engine.name} {cfg.engine.version} ({cfg.engine.description})",
         f"  kernel times: {cfg.tables.describe()}",
         "",
-        *_stage_text(result.prefill, detail),
+        *_stage_text(result.prefill, detail, stage_moe_balance(result, result.prefill)),
         "",
-        *_stage_text(result.decode, detail),
+        *_stage_text(result.decode, detail, stage_moe_balance(result, result.decode)),
         "",
         "MEMORY (per GPU; GB = 1e9 bytes)",
         f"  weights {mem.weights_bytes / GB:,.2f} GB of {mem.hbm_bytes / GB:,.2f} GB HBM "

@@ -42,10 +42,9 @@ def test_every_mapped_id_is_a_reference_point_and_every_point_is_mapped():
             assert set(entry.metrics) == {""}, pid
 
 
-def test_every_run_config_builds_except_the_ep48_deployments():
-    """Stage and serving run configs load with this build's loader once unknown fields (engine,
-    deployment.moe) are dropped; only the GB200 EP48 decode points are refused (256 experts on
-    48 ranks need redundant experts, the expert-load branch of issue 13)."""
+def test_every_run_config_builds():
+    """Stage and serving run configs load with this build's loader once unknown fields are dropped;
+    no real deployment is refused (the GB200 EP48 decode points need redundant experts)."""
     refused = {}
     for entry in load_mapping(POINTS_FILE).values():
         if not entry.run:
@@ -56,9 +55,8 @@ def test_every_run_config_builds_except_the_ep48_deployments():
             config_from_mapping(run, entry.id)
         except InferSimError as exc:
             refused[entry.id] = str(exc)
-    # (a subset once expert-load balance with redundant experts lands)
-    assert set(refused) <= {"sgl-gb200-decode-p1", "sgl-gb200-decode-p2-std", "sgl-gb200-decode-p2-lowprec"}
-    assert all("48" in msg for msg in refused.values())
+    # the GB200 EP48 decode points run with 32 redundant experts (288 = 48 x 6 slots)
+    assert refused == {}
 
 
 def test_fit_run_to_spec_drops_only_unknown_fields():
@@ -66,9 +64,9 @@ def test_fit_run_to_spec_drops_only_unknown_fields():
            "deployment": {"num_gpus": 8, "moe": {"load_balance": "eplb"}, "attention": {"tp": 8, "bogus": 1}},
            "workload": {"isl": 10, "osl": 1}, "speculative": {"method": "mtp", "acceptance_rate": 0.8, "extra": 2}}
     fitted, dropped = fit_run_to_spec(run)
-    assert sorted(dropped) == ["deployment.attention.bogus", "deployment.moe", "speculative.extra"]
+    assert sorted(dropped) == ["deployment.attention.bogus", "speculative.extra"]
     assert fitted == {"model": "deepseek-v3", "hardware": "h20", "engine": "sglang",
-                      "deployment": {"num_gpus": 8, "attention": {"tp": 8}},
+                      "deployment": {"num_gpus": 8, "moe": {"load_balance": "eplb"}, "attention": {"tp": 8}},
                       "workload": {"isl": 10, "osl": 1}, "speculative": {"method": "mtp", "acceptance_rate": 0.8}}
 
 

@@ -5,6 +5,10 @@ Token bookkeeping: every GPU owns `tokens_per_gpu` distinct tokens. Attention TP
 group's tokens on every rank of the group. MoE with an all-to-all style (NCCL all-to-all, DeepEP)
 sends each token's top-k copies to the GPUs holding those experts and back; with "all-gather"
 every GPU of the FFN group sees all the group's tokens and computes its own experts for them.
+
+Expert load is uneven (`deployment.moe`, infersim.modules.load_balance): the layer waits for the
+most loaded EP rank, so the routed-expert operations and the token exchange are sized for that
+rank (its tokens, its distinct activated experts), not the mean one.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from infersim.cards.model import ModelCard
 from infersim.config import Deployment
 from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape, TokenExchangeShape
 from infersim.modules import categories as cat
+from infersim.modules.load_balance import MoeBalance, moe_balance
 from infersim.plan import Operation, StageContext
 from infersim.sharding import shard
 from infersim.units import ACT_BYTES
@@ -77,26 +82,48 @@ def dense_ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -
     return ops
 
 
+def sequence_length(ctx: StageContext) -> float:
+    """Token-weighted mean tokens per sequence of the batch (tokens of one sequence route alike)."""
+    tokens = sum(s.count * s.q_len for s in ctx.sequences_per_gpu)
+    return sum(s.count * s.q_len * s.q_len for s in ctx.sequences_per_gpu) / tokens if tokens else 1.0
+
+
+def routing_domain(dep: Deployment, ctx: StageContext) -> float:
+    """Tokens routed over the EP group of one GPU in one (micro-)batch."""
+    if dep.moe_comm == "all-gather":
+        return ctx.tokens_per_gpu * dep.ffn.tp * dep.ffn.ep
+    return ctx.tokens_per_gpu * dep.ffn.ep
+
+
+def stage_moe_balance(model: ModelCard, dep: Deployment, ctx: StageContext) -> MoeBalance:
+    """The expert-load balance of one MoE layer of this stage (deployment.moe)."""
+    spec = dep.moe
+    return moe_balance(spec.load_balance, model.num_experts, model.num_experts_per_tok, dep.ffn.ep,
+                       routing_domain(dep, ctx) / dep.ffn.ep, sequence_length(ctx), spec.redundant_experts,
+                       spec.routing_skew, spec.dataset_skew)
+
+
 def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
     ffn, attn_tp = dep.ffn, dep.attention.tp
     h, E, k = model.hidden_size, model.num_experts, model.num_experts_per_tok
     prec = dep.precision
     width = shard(model.moe_intermediate_size, ffn.tp, "moe_intermediate_size", "ffn.tp")
-    local = shard(E, ffn.ep, "num_experts", "ffn.ep")
+    slots = E + dep.moe.redundant_experts
+    shard(slots, ffn.ep, "expert slots (experts + deployment.moe.redundant_experts)", "ffn.ep")
+    balance = stage_moe_balance(model, dep, ctx)
+    load = balance.token_factor
     T = ctx.tokens_per_gpu
     ops: list[Operation] = [Operation("post_attn_norm", cat.ELEMENTWISE,
                                       MemoryBoundShape("fused add + RMSNorm", 4 * T * attn_tp * h * ACT_BYTES))]
     group = ffn.tp * ffn.ep
     if dep.moe_comm == "all-gather":
         tokens_seen = T * group  # every rank of the FFN group holds all of its tokens
-        routing_domain = tokens_seen
         table_tokens = tokens_seen / ffn.ep
         shared_shards = group
         if group > attn_tp:
             ops.append(_collective("dp_all_gather", cat.DP_GATHER, "all_gather", tokens_seen * h * ACT_BYTES, group, ctx))
     else:
         tokens_seen = T
-        routing_domain = T * ffn.ep
         table_tokens = T
         shared_shards = 1
     ops.append(Operation("router_gate", cat.ROUTER, GemmShape(tokens_seen, h, E, "bf16", "bf16")))
@@ -105,12 +132,14 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
         dispatch_bytes = 1.0 if prec.gemm == "fp8" else ACT_BYTES  # DeepEP/SGLang dispatch fp8 when GEMMs are fp8
         ops.append(Operation("dispatch", cat.DISPATCH, TokenExchangeShape(
-            "dispatch", T, h * dispatch_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl)))
-    active = expected_active_experts(local, E, k, routing_domain)
+            "dispatch", T, h * dispatch_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load)))
+    # the most loaded EP rank: its routed tokens and its distinct activated experts
     grouped = dict(stage=ctx.stage, num_experts=E, ep=ffn.ep, topk=k, hidden=h, intermediate=width,
-                   tokens_per_gpu=table_tokens, active_experts=active, gated=model.gated_ffn,
-                   dtype=prec.gemm, weight_dtype=prec.expert_weight_dtype)
-    routed = table_tokens * k
+                   tokens_per_gpu=table_tokens * load, active_experts=balance.active_experts, gated=model.gated_ffn,
+                   dtype=prec.gemm, weight_dtype=prec.expert_weight_dtype, load_factor=load,
+                   balanced_active_experts=balance.mean_active_experts,
+                   expert_slots=slots if slots != E else 0)
+    routed = table_tokens * load * k
     up = width * (2 if model.gated_ffn else 1)
     ops += [
         Operation("experts_up", cat.MOE_EXPERTS, GroupedGemmShape(projection="up", **grouped)),
@@ -130,7 +159,7 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
     else:
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
         ops.append(Operation("combine", cat.COMBINE, TokenExchangeShape(
-            "combine", T, h * ACT_BYTES, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl)))
+            "combine", T, h * ACT_BYTES, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load)))
         if attn_tp > 1:
             ops.append(_collective("attn_all_gather", cat.ALL_REDUCE, "all_gather", T * attn_tp * h * ACT_BYTES, attn_tp, ctx))
     return ops
@@ -145,7 +174,7 @@ def ffn_weight_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
         dense += (model.intermediate_size * (mats - 1)) / dep.ffn.tp + h
     if not model.is_moe:
         return dense, 0.0
-    routed = model.num_experts / dep.ffn.ep * mats * h * model.moe_intermediate_size / dep.ffn.tp
+    routed = routed_expert_params(model, dep)
     shards = dep.ffn.tp * dep.ffn.ep if dep.moe_comm == "all-gather" else 1
     shared = mats * h * model.shared_width / shards
     router = h * model.num_experts
@@ -154,5 +183,6 @@ def ffn_weight_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
 
 def routed_expert_params(model: ModelCard, dep: Deployment) -> float:
     """Routed-expert parameters of one MoE layer held by one GPU (part of ffn_weight_params' MoE
-    figure; stored in precision.expert_weights)."""
-    return model.num_experts / dep.ffn.ep * model.ffn_matrices * model.hidden_size * model.moe_intermediate_size / dep.ffn.tp
+    figure; stored in precision.expert_weights). Redundant experts (EPLB replicas) are slots too."""
+    slots = model.num_experts + dep.moe.redundant_experts
+    return slots / dep.ffn.ep * model.ffn_matrices * model.hidden_size * model.moe_intermediate_size / dep.ffn.tp
