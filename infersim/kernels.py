@@ -7,6 +7,7 @@ or roofline); turning a collective into seconds is `infersim.modules.comm`'s.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Literal, Protocol, Union
@@ -472,6 +473,10 @@ class TokenExchangeShape:
     ranks_per_node: int
     implementation: Literal["nccl", "deepep-normal", "deepep-low-latency"] = "nccl"
     load_factor: float = 1.0
+    # group-limited routing (DeepSeek-V3: experts in n_group groups, a token picks topk_group of
+    # them, then its top-k experts inside those): it bounds the nodes a token reaches
+    expert_groups: int = 1
+    groups_per_token: int = 0  # 0 = no limit
 
     @property
     def nodes(self) -> int:
@@ -484,7 +489,15 @@ class TokenExchangeShape:
 
     @property
     def node_hit(self) -> float:
+        """Probability that a token has at least one expert on a given node. Under group-limited
+        routing with whole groups per node, a node is reached when one of its groups is among the
+        token's topk_group groups (each chosen group holds at least one of its experts: groups are
+        ranked by their best experts' scores); otherwise experts are drawn uniformly."""
         per_node = self.num_experts / self.ep * min(self.ranks_per_node, self.ep)
+        groups, chosen = self.expert_groups, self.groups_per_token
+        if chosen and chosen < groups and self.nodes > 1 and groups % self.nodes == 0:
+            on_node = groups // self.nodes
+            return 1.0 - math.comb(groups - on_node, chosen) / math.comb(groups, chosen)
         return prob_group_hit(self.num_experts, per_node, self.topk)
 
     def traffic(self) -> tuple[float, float]:

@@ -35,3 +35,23 @@ def test_deepep_low_latency_kernel_times_within_30_percent():
                                                          "deepep-low-latency"), hw).seconds
         assert dispatch * 1e6 == pytest.approx(measured["dispatch_us"], rel=0.3), ep
         assert combine * 1e6 == pytest.approx(measured["combine_us"], rel=0.3), ep
+
+
+def test_group_limited_routing_bounds_the_nodes_a_token_reaches():
+    # DeepSeek-V3: 8 groups of 32 experts, 4 groups per token; EP64 on 8 nodes holds one group per node
+    limited = TokenExchangeShape("dispatch", 1, 1.0, 256, 8, 64, 8, "deepep-normal", 1.0, 8, 4)
+    assert limited.node_hit == pytest.approx(1 - 35 / 70)  # 1 - C(7,4)/C(8,4): exactly 4 of 8 nodes
+    uniform = TokenExchangeShape("dispatch", 1, 1.0, 256, 8, 64, 8, "deepep-normal")
+    assert uniform.node_hit * 8 > 5  # top-8 of 256 uniformly reaches ~5.3 of 8 nodes
+    # two groups per node at EP32 (4 nodes): 1 - C(6,4)/C(8,4)
+    assert TokenExchangeShape("dispatch", 1, 1.0, 256, 8, 32, 8, "deepep-normal", 1.0, 8, 4).node_hit == \
+        pytest.approx(1 - 15 / 70)
+    assert limited.traffic()[1] < uniform.traffic()[1]
+
+
+def test_deepseek_cards_carry_group_limited_routing():
+    from infersim.config import load_model_card
+
+    for name in ("deepseek-v3", "deepseek-v3.2"):
+        card, _ = load_model_card(name)
+        assert (card.n_group, card.topk_group) == (8, 4)

@@ -33,6 +33,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "num_experts": ("num_experts", "n_routed_experts", "num_routed_experts", "num_local_experts", "moe_num_experts"),
     "num_experts_per_tok": ("num_experts_per_tok", "moe_top_k", "top_k"),
     "moe_intermediate_size": ("moe_intermediate_size",),
+    "n_group": ("n_group",),
+    "topk_group": ("topk_group",),
     "num_shared_experts": ("n_shared_experts", "num_shared_experts"),
     "shared_expert_intermediate_size": ("shared_expert_intermediate_size",),
     "first_k_dense_replace": ("first_k_dense_replace",),
@@ -136,7 +138,8 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
         if fields["moe_intermediate_size"] == fields.get("intermediate_size") and "first_k_dense_replace" not in fields:
             fields.pop("intermediate_size", None)  # no dense layers: the only width is the experts'
     else:
-        for key in ("num_experts_per_tok", "num_shared_experts", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        for key in ("num_experts_per_tok", "num_shared_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
+                    "n_group", "topk_group"):
             fields.pop(key, None)
     if not fields.get("kv_lora_rank"):
         for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):

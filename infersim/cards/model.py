@@ -42,6 +42,8 @@ class ModelCard:
     num_experts: int = spec(0, doc="routed experts per MoE layer (0 = dense model)", ge=0)
     num_experts_per_tok: int = spec(0, doc="routed experts each token activates (top-k)", ge=0)
     moe_intermediate_size: int = spec(0, doc="routed expert FFN width", ge=0)
+    n_group: int = spec(1, doc="expert groups for group-limited routing (DeepSeek-V3: 8; 1 = no groups)", gt=0)
+    topk_group: int = spec(0, doc="groups each token may route to (DeepSeek-V3: 4; 0 = any)", ge=0)
     num_shared_experts: int = spec(0, doc="always-active shared experts per MoE layer", ge=0)
     shared_expert_intermediate_size: int = spec(
         0, doc="width of each shared expert (0 = moe_intermediate_size)", ge=0)
@@ -181,6 +183,10 @@ def validate_model(card: ModelCard, source: str) -> ModelCard:
         if card.moe_intermediate_size <= 0:
             raise ConfigError(source, "moe_intermediate_size", card.moe_intermediate_size,
                               "an MoE model (num_experts > 0) needs a positive expert width")
+        if card.num_experts % card.n_group:
+            raise ConfigError(source, "n_group", card.n_group, f"must divide num_experts ({card.num_experts})")
+        if card.topk_group > card.n_group:
+            raise ConfigError(source, "topk_group", card.topk_group, f"more than n_group ({card.n_group})")
         if card.first_k_dense_replace > card.num_hidden_layers:
             raise ConfigError(source, "first_k_dense_replace", card.first_k_dense_replace,
                               f"more than num_hidden_layers ({card.num_hidden_layers})")

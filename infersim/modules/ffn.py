@@ -132,7 +132,8 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
         dispatch_bytes = 1.0 if prec.gemm == "fp8" else ACT_BYTES  # DeepEP/SGLang dispatch fp8 when GEMMs are fp8
         ops.append(Operation("dispatch", cat.DISPATCH, TokenExchangeShape(
-            "dispatch", T, h * dispatch_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load)))
+            "dispatch", T, h * dispatch_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load,
+            model.n_group, model.topk_group)))
     # the most loaded EP rank: its routed tokens and its distinct activated experts
     grouped = dict(stage=ctx.stage, num_experts=E, ep=ffn.ep, topk=k, hidden=h, intermediate=width,
                    tokens_per_gpu=table_tokens * load, active_experts=balance.active_experts, gated=model.gated_ffn,
@@ -159,7 +160,8 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
     else:
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
         ops.append(Operation("combine", cat.COMBINE, TokenExchangeShape(
-            "combine", T, h * ACT_BYTES, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load)))
+            "combine", T, h * ACT_BYTES, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load,
+            model.n_group, model.topk_group)))
         if attn_tp > 1:
             ops.append(_collective("attn_all_gather", cat.ALL_REDUCE, "all_gather", T * attn_tp * h * ACT_BYTES, attn_tp, ctx))
     return ops
