@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = (
     "infersim.trace.cli",
     "infersim.sweep.cli",
     "infersim.generate.cli",
+    "infersim.serve.cli",
 )
 
 

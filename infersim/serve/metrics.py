@@ -152,6 +152,7 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
             "iterations": sum(i.stats.iterations for i in insts),
             "busy_fraction": busy / (duration * len(insts)) if duration else 0.0,
             "preemptions": sum(i.stats.preemptions for i in insts),
+            "tokens_emitted": sum(i.stats.tokens_emitted for i in insts),
             "priced_step_shapes": pool.coster.priced,
         })
     out["pools"] = pools
@@ -159,6 +160,7 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
     out["kv_utilization_mean"] = pools[-1]["kv_utilization_mean"]
     out["kv_utilization_peak"] = pools[-1]["kv_utilization_peak"]
     out["steps"] = sum(p["steps"] for p in pools)
+    out["tokens_emitted"] = sum(p["tokens_emitted"] for p in pools)
     out["iterations"] = sum(p["iterations"] for p in pools)
     if include_requests:
         out["requests"] = [request_record(r) for r in records]

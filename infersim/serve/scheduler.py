@@ -189,6 +189,7 @@ class InstanceStats:
     kv_integral: float = 0.0  # integral of KV tokens in use over busy time
     kv_peak: float = 0.0
     preemptions: int = 0
+    tokens_emitted: int = 0  # output tokens this instance produced (prefill first tokens + decode tokens)
     itl_samples: list[tuple[float, int]] = field(default_factory=list)  # (gap seconds, tokens with that gap)
 
 
@@ -423,6 +424,7 @@ class Instance:
             if m > 1:
                 stats.itl_samples.append((dt, n * (m - 1)))
             self.last_decode_end = self.now
+            stats.tokens_emitted += n * m
             self.k += m
             if s.sglang_reservation:
                 self.ratio = max(SGLANG_MIN_RATIO,
@@ -443,6 +445,7 @@ class Instance:
             if r.req.prefix_id:
                 self.seen_prefixes.add(r.req.prefix_id)
             r.generated += 1
+            stats.tokens_emitted += 1
             if r.first_token_s < 0:
                 r.first_token_s = self.now
             if r.generated >= r.req.output_tokens or self.prefill_only:
