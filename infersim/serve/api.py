@@ -22,6 +22,9 @@ Options (all optional but what the mode needs):
   prefix_hit_rate share of each prompt found in the prefix cache; prefix_cache: true/false overrides the engine card
   slo             {ttft_ms, tpot_ms} (or ttft_s, tpot_s): goodput and attainment
   disaggregate    "3P1D" or {prefill: 3, decode: 1, prefill_deployment: {...}, decode_deployment: {...}}
+  max_running_requests, max_num_tokens
+                  override the running-request cap and the per-step token budget of every instance
+                  (e.g. MLPerf's gpu_batch_size); default: engine card, or trtllm-bench's heuristic offline
   bucket_width    relative width of the step-cost grid (default 1.04; see infersim.serve.cost)
   requests        true: include per-request records under "requests"
 Returns the summary dict (infersim.serve.metrics.summarize): vllm-bench-serve names (mean_ttft_ms,

@@ -71,6 +71,8 @@ class ServeOptions:
     slo: Slo | None = None
     disaggregate: Disaggregation | None = None
     bucket_width: float = DEFAULT_WIDTH
+    max_running_requests: int | None = None  # overrides the engine card's / trtllm-bench's running cap per instance
+    max_num_tokens: int | None = None  # overrides the per-step token budget per instance
 
 
 def parse_disaggregation(text: str) -> Disaggregation:
@@ -98,7 +100,8 @@ def _seconds(value: Any, name: str) -> float:
 def parse_options(options: dict[str, Any]) -> ServeOptions:
     """The options dict of the Python API (see infersim.serve.api.simulate_serving)."""
     known = {"mode", "num_requests", "rate", "concurrency", "isl", "osl", "seed", "replicas", "router", "burstiness",
-             "trace", "trace_time_scale", "prefix_hit_rate", "prefix_cache", "slo", "disaggregate", "bucket_width"}
+             "trace", "trace_time_scale", "prefix_hit_rate", "prefix_cache", "slo", "disaggregate", "bucket_width",
+             "max_running_requests", "max_num_tokens"}
     unknown = set(options) - known
     if unknown:
         raise InferSimError(f"serve options: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -150,7 +153,11 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
         burstiness=float(options.get("burstiness", 1.0)), trace=options.get("trace"),
         trace_time_scale=float(options.get("trace_time_scale", 1.0)), prefix_hit_rate=float(hit),
         prefix_cache=options.get("prefix_cache"), slo=slo, disaggregate=disagg,
-        bucket_width=float(options.get("bucket_width", DEFAULT_WIDTH)))
+        bucket_width=float(options.get("bucket_width", DEFAULT_WIDTH)),
+        max_running_requests=(_positive_int(options["max_running_requests"], "max_running_requests")
+                              if options.get("max_running_requests") is not None else None),
+        max_num_tokens=(_positive_int(options["max_num_tokens"], "max_num_tokens")
+                        if options.get("max_num_tokens") is not None else None))
 
 
 @dataclass
@@ -206,6 +213,12 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
           prefill_only: bool = False) -> Pool:
     settings = settings_from_engine(config, mean_isl, mean_osl, opts.mode == "offline", opts.prefix_cache,
                                     prefill_only)
+    if opts.max_running_requests:
+        settings = replace(settings, max_running=opts.max_running_requests,
+                           origin=settings.origin + f"; running cap {opts.max_running_requests} given")
+    if opts.max_num_tokens:
+        settings = replace(settings, token_budget=opts.max_num_tokens,
+                           origin=settings.origin + f"; token budget {opts.max_num_tokens} given")
     coster = StepCoster(config, opts.bucket_width)
     instances = [Instance(settings, coster, i, prefill_only) for i in range(count)]
     for inst in instances:
