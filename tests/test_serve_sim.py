@@ -201,3 +201,18 @@ def test_stretches_keep_the_loop_short():
     assert summary["iterations"] < summary["steps"] / 1.5
     assert summary["pools"][0]["priced_step_shapes"] < 2000
     assert math.isfinite(summary["p99_itl_ms"])
+
+
+def test_ttft_far_below_capacity_under_attention_dp_and_chunking():
+    """Qwen3-30B-A3B on 4 H20s with DP attention: SGLang divides its 8192-token chunk budget by the
+    DP size, so a 3000-token prompt prefills in chunks of 2048 + 952 on one rank, as run_prefill
+    prices it (every rank of the stage engine's step holds such a prompt)."""
+    cfg = config_from_mapping({"model": "qwen3-30b-a3b", "hardware": "h20", "engine": "sglang",
+                               "deployment": {"num_gpus": 4, "attention": {"tp": 1, "dp": 4}, "ffn": {"tp": 1, "ep": 4}},
+                               "workload": {"isl": 3000, "osl": 20}}, "test")
+    prefill = run_prefill(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, cfg.tables, cfg.engine)
+    assert prefill.chunks == 2
+    result = simulate_serving_run(cfg, parse_options({"mode": "poisson", "rate": 0.01, "num_requests": 5,
+                                                      "isl": 3000, "osl": 20, "bucket_width": 1.0}))
+    for r in result.records:
+        assert r.first_token_s - r.req.arrival_s == pytest.approx(prefill.step_time_s, rel=1e-9)

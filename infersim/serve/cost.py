@@ -9,11 +9,13 @@ engine card's software overhead included) over per-GPU sequences:
     attention sees each chunk's own context (exact for one chunk, the common case);
   - decode requests as n sequences of one token at their mean context (decode attention reads
     every cached token once, so its cost is linear in the context and the mean is exact);
-  - the stage engine's sequences are per GPU, and an attention TP group of tp GPUs processes tp
-    times them; under attention data parallelism the instance's requests spread evenly over the
-    dp ranks. So one GPU is given g = tp x dp-th of the instance's step: ceil(n / g) decode requests,
-    and ceil(T / g) prefill tokens in max(1, round(c / g)) chunks (one chunk on a TP group becomes
-    one sequence of q / tp tokens at the chunk's context: the group's attention work q x kv and its
+  - under attention data parallelism the step is set by the busiest DP rank: it holds
+    ceil(n / dp) decode requests and ceil(c / dp) chunks with their share of the tokens (a single
+    prompt is not split over ranks: with fewer chunks than ranks one rank prefills a whole chunk);
+  - the stage engine's sequences are per GPU and an attention TP group of tp GPUs processes tp times
+    them, so the rank's work is given as ceil(count / tp) decode requests and ceil(tokens / tp)
+    prefill tokens in max(1, round(chunks / tp)) sequences (one chunk on a TP group becomes one
+    sequence of q / tp tokens at the chunk's context: the group's attention work q x kv and its
     GEMM tokens q are kept).
 Memoisation and its error bound. Every length (T, kv, mean decode context) and every count above
 EXACT_BELOW is rounded to the nearest point of a geometric grid of ratio `width` (default 1.04),
@@ -58,7 +60,8 @@ class StepCoster:
         self.config = config
         self.width = width
         self._log_width = math.log(width) if width > 1 else 0.0
-        self.share = config.deployment.attention.dp * config.deployment.attention.tp
+        self.dp = config.deployment.attention.dp
+        self.tp = config.deployment.attention.tp
         self._memo: dict[tuple[int, int, int, int, int], float] = {}
         self.priced = 0  # stage-engine evaluations (memo misses)
         self.sms = config.hardware.derates.deepep_normal_sms
@@ -88,15 +91,18 @@ class StepCoster:
 
     def price(self, shape: StepShape) -> float:
         """Run the stage engine on one (already bucketed) step."""
-        g = self.share
+        dp, tp = self.dp, self.tp
         seqs = []
         if shape.prefill_chunks:
-            chunks = max(1, round(shape.prefill_chunks / g))
-            tokens = max(chunks, -(-shape.prefill_tokens // g))
+            rank_chunks = -(-shape.prefill_chunks // dp)
+            rank_tokens = shape.prefill_tokens * rank_chunks / shape.prefill_chunks
+            chunks = max(1, round(rank_chunks / tp))
+            tokens = max(chunks, math.ceil(rank_tokens / tp))
             q = max(1, tokens // chunks)
             seqs.append(SequenceBatch(chunks, q, max(q, shape.prefill_context)))
         if shape.decode_requests:
-            seqs.append(SequenceBatch(-(-shape.decode_requests // g), 1, max(1, shape.decode_context)))
+            rank_requests = -(-shape.decode_requests // dp)
+            seqs.append(SequenceBatch(-(-rank_requests // tp), 1, max(1, shape.decode_context)))
         cfg = self.config
         plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms)
         self.priced += 1

@@ -65,6 +65,7 @@ class SchedulerSettings:
     kv_capacity_tokens: int  # KV pool of the instance, tokens
     sglang_reservation: bool  # SGLang's new_token_ratio reservation for running requests' future tokens
     origin: str  # where the budget and cap come from
+    max_chunk: int = 0  # largest chunk of one prompt per step (the per-rank budget under attention DP; 0 = budget)
 
     def describe(self) -> str:
         cap = str(self.max_running) if self.max_running else "KV-bound"
@@ -126,8 +127,8 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     sched = engine.scheduler
     dp = dep.attention.dp
     hbm = hw.peak.hbm_bytes
-    per_gpu = engine.chunk_tokens(hbm, dp)
-    budget = per_gpu * dp if per_gpu else 0
+    per_gpu = engine.chunk_tokens(hbm, dp)  # per attention-DP rank
+    budget = per_gpu * dp if per_gpu else 0  # the instance's DP ranks each take a budget per step
     cap = engine.max_running_requests(hbm)
     chunked = budget > 0
     origin = f"engine card {engine.name} {engine.version}"
@@ -149,7 +150,8 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,
         admission=sched.kv_admission, page_size=sched.page_size, chunked=chunked,
         prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
-        sglang_reservation=engine.framework == "sglang" and sched.kv_admission == "on-demand", origin=origin)
+        sglang_reservation=engine.framework == "sglang" and sched.kv_admission == "on-demand", origin=origin,
+        max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0)
 
 
 class RequestState:
@@ -472,7 +474,7 @@ class Instance:
                 break
             left = r.prompt_total - r.prompt_done
             if self.s.chunked:
-                q = min(left, room)
+                q = min(left, room, self.s.max_chunk) if self.s.max_chunk else min(left, room)
             elif left <= room or not chunks:
                 q = left  # whole prompts only; the first one runs even past the budget
             else:
