@@ -216,3 +216,32 @@ def test_ttft_far_below_capacity_under_attention_dp_and_chunking():
                                                       "isl": 3000, "osl": 20, "bucket_width": 1.0}))
     for r in result.records:
         assert r.first_token_s - r.req.arrival_s == pytest.approx(prefill.step_time_s, rel=1e-9)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(engine=st.sampled_from(["sglang", "vllm", "trtllm"]), rate=st.floats(0.5, 60), seed=st.integers(0, 10_000),
+       isl_mean=st.integers(50, 3000), osl_max=st.integers(2, 500), replicas=st.integers(1, 3))
+def test_littles_law_and_conservation_hold_for_any_open_loop(engine, rate, seed, isl_mean, osl_max, replicas):
+    summary = simulate_serving(config(engine), {
+        "mode": "poisson", "rate": rate, "num_requests": 120, "seed": seed, "replicas": replicas,
+        "isl": {"dist": "lognormal", "mean": isl_mean, "std": isl_mean / 2}, "osl": {"dist": "uniform", "min": 1,
+                                                                                       "max": osl_max}})
+    assert_little(summary)
+    assert_tokens_conserved(summary)
+    assert summary["p99_ttft_ms"] >= summary["median_ttft_ms"] > 0
+
+
+def test_shared_prefixes_are_served_from_the_cache(tmp_path):
+    import json
+
+    path = tmp_path / "chat.jsonl"
+    rows = [{"arrival_s": 10.0 * i, "input_tokens": 4000, "output_tokens": 10, "prefix_id": "system",
+             "prefix_tokens": 3000} for i in range(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = simulate_serving(config("vllm"), {"mode": "trace", "trace": str(path), "requests": True})
+    cached = [r["cached_tokens"] for r in summary["requests"]]
+    ttft = [r["ttft_ms"] for r in summary["requests"]]
+    assert cached == [0, 2992, 2992, 2992]  # whole 16-token pages of the 3000 shared tokens
+    assert ttft[1] < ttft[0] / 2
+    off = simulate_serving(config("vllm"), {"mode": "trace", "trace": str(path), "prefix_cache": False})
+    assert off["mean_ttft_ms"] == pytest.approx(ttft[0], rel=0.01)

@@ -91,6 +91,12 @@ def _positive_int(value: Any, name: str) -> int:
     return value
 
 
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InferSimError(f"{name} must be a positive number (got {value!r})")
+    return float(value)
+
+
 def _seconds(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InferSimError(f"{name} must be a positive number of seconds (got {value!r})")
@@ -141,6 +147,9 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
     router = options.get("router", "round-robin")
     if router not in ROUTERS:
         raise InferSimError(f"router {router!r} is not one of {', '.join(ROUTERS)}")
+    width = options.get("bucket_width", DEFAULT_WIDTH)
+    if isinstance(width, bool) or not isinstance(width, (int, float)) or not 1.0 <= width <= 2.0:
+        raise InferSimError(f"bucket_width must be a ratio in [1, 2] (1 = price every step shape exactly; got {width!r})")
     seed = options.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InferSimError(f"seed must be a whole number (got {seed!r})")
@@ -150,10 +159,10 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
         isl=length_dist(options["isl"], "isl") if options.get("isl") is not None else None,
         osl=length_dist(options["osl"], "osl") if options.get("osl") is not None else None,
         seed=seed, replicas=_positive_int(options.get("replicas", 1), "replicas"), router=router,
-        burstiness=float(options.get("burstiness", 1.0)), trace=options.get("trace"),
-        trace_time_scale=float(options.get("trace_time_scale", 1.0)), prefix_hit_rate=float(hit),
+        burstiness=_number(options.get("burstiness", 1.0), "burstiness"), trace=options.get("trace"),
+        trace_time_scale=_number(options.get("trace_time_scale", 1.0), "trace_time_scale"), prefix_hit_rate=float(hit),
         prefix_cache=options.get("prefix_cache"), slo=slo, disaggregate=disagg,
-        bucket_width=float(options.get("bucket_width", DEFAULT_WIDTH)),
+        bucket_width=float(width),
         max_running_requests=(_positive_int(options["max_running_requests"], "max_running_requests")
                               if options.get("max_running_requests") is not None else None),
         max_num_tokens=(_positive_int(options["max_num_tokens"], "max_num_tokens")
