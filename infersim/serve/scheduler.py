@@ -9,6 +9,14 @@ run out the most recently admitted running request is preempted and later recomp
 size and the prefix cache. For trtllm in offline mode `trtllm_bench_settings` reproduces
 trtllm-bench's own max_batch_size / max_num_tokens heuristic.
 
+Prefix cache: with a hit rate h, the first h x prompt tokens (whole pages) of a request admitted
+for the first time are found in the cache; with shared-prefix ids, a request whose prefix id was
+prefilled before finds its prefix_tokens there. Cached tokens are not recomputed and their pages,
+shared with the cache, are not charged to the request (eviction of cached prefixes is not
+modelled). The KV pool counts cache that grows with the context; the bounded per-request state of
+sliding-window or recurrent layers is not charged. Decode-first without mixed steps means a
+static batch: prompts are prefilled only when no request is decoding.
+
 Each iteration: arrivals join the waiting queue; waiting requests are admitted FCFS while the cap,
 the step's token budget and the KV pages allow; the step is formed (decode requests one token
 each, prefill chunks FCFS within the budget) and priced by `StepCoster`; then chunks advance,
@@ -298,7 +306,7 @@ class Instance:
                 self.new_joiners += 1
                 self.last_join_s = max(self.last_join_s, r.ready_s)
             r.cached = cached
-            r.shared = cached if r.req.prefix_id and cached else 0
+            r.shared = cached  # cached pages belong to the prefix cache, shared: not charged to this request
             r.kv_charge = charge
             self.kv_fixed += charge
             if prefilled:
