@@ -89,3 +89,15 @@ def test_bad_trace_rows_name_the_row_and_column(tmp_path, body, message):
     path.write_text(body)
     with pytest.raises(InferSimError, match=message):
         load_trace(path)
+
+
+def test_lengths_drawn_from_a_trace_keep_its_pairs(tmp_path):
+    from infersim.serve.workload import lengths_from_trace
+
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,7\n1,2000,300\n2,50,1\n")
+    base = poisson_requests(length_dist(1, "isl"), length_dist(1, "osl"), 300, 2.0, seed=3)
+    drawn = lengths_from_trace(base, path, seed=3)
+    assert {(r.input_tokens, r.output_tokens) for r in drawn} == {(100, 7), (2000, 300), (50, 1)}
+    assert [r.arrival_s for r in drawn] == [r.arrival_s for r in base]
+    assert drawn == lengths_from_trace(base, path, seed=3)

@@ -16,6 +16,7 @@ Options (all optional but what the mode needs):
   trace           path of a JSONL/CSV trace (trace); trace_time_scale stretches its arrival times
   isl, osl        an int, or {dist: fixed|uniform|normal|lognormal, mean, std, min, max}
                   (default: the config's workload.isl / workload.osl, fixed)
+  lengths_trace   path of a trace whose (input, output) rows the lengths are drawn from (any mode but trace)
   seed            random seed (default 0)
   replicas        data-parallel instances of the config's deployment behind a router (default 1)
   router          round-robin | least-loaded

@@ -69,6 +69,8 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         value = _length(getattr(args, name), name)
         if value is not None:
             options[name] = value
+    if args.lengths_from is not None:
+        options["lengths_trace"] = args.lengths_from
     if args.burstiness is not None:
         options["burstiness"] = args.burstiness
     if args.prefix_hit_rate is not None:
@@ -175,6 +177,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--isl", default=None, help="input length: N, or '{dist: lognormal, mean: 2000, std: 800}' "
                                               "(default: the config's workload.isl)")
     p.add_argument("--osl", default=None, help="output length, as --isl (default: workload.osl)")
+    p.add_argument("--lengths-from", default=None, metavar="TRACE",
+                   help="draw (input, output) lengths from a trace's rows, with --rate/--concurrency/--offline")
     p.add_argument("--burstiness", type=float, default=None, help="gamma shape of Poisson gaps (1 = Poisson)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--replicas", type=int, default=1, help="data-parallel copies of the deployment behind a router")

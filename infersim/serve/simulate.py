@@ -29,6 +29,7 @@ from infersim.serve.workload import (
     Request,
     check_rate,
     length_dist,
+    lengths_from_trace,
     load_trace,
     offline_requests,
     poisson_requests,
@@ -73,6 +74,7 @@ class ServeOptions:
     bucket_width: float = DEFAULT_WIDTH
     max_running_requests: int | None = None  # overrides the engine card's / trtllm-bench's running cap per instance
     max_num_tokens: int | None = None  # overrides the per-step token budget per instance
+    lengths_trace: str | None = None  # draw (input, output) lengths from this trace's rows
 
 
 def parse_disaggregation(text: str) -> Disaggregation:
@@ -107,7 +109,7 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
     """The options dict of the Python API (see infersim.serve.api.simulate_serving)."""
     known = {"mode", "num_requests", "rate", "concurrency", "isl", "osl", "seed", "replicas", "router", "burstiness",
              "trace", "trace_time_scale", "prefix_hit_rate", "prefix_cache", "slo", "disaggregate", "bucket_width",
-             "max_running_requests", "max_num_tokens"}
+             "max_running_requests", "max_num_tokens", "lengths_trace"}
     unknown = set(options) - known
     if unknown:
         raise InferSimError(f"serve options: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -165,6 +167,7 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
         bucket_width=float(width),
         max_running_requests=(_positive_int(options["max_running_requests"], "max_running_requests")
                               if options.get("max_running_requests") is not None else None),
+        lengths_trace=options.get("lengths_trace"),
         max_num_tokens=(_positive_int(options["max_num_tokens"], "max_num_tokens")
                         if options.get("max_num_tokens") is not None else None))
 
@@ -203,8 +206,12 @@ def build_requests(config: RunConfig, opts: ServeOptions) -> list[Request]:
     if opts.mode == "trace":
         return load_trace(opts.trace, opts.num_requests, opts.trace_time_scale)
     if opts.mode == "poisson":
-        return poisson_requests(isl, osl, opts.num_requests, opts.rate, opts.seed, opts.burstiness)
-    return offline_requests(isl, osl, opts.num_requests, opts.seed)  # offline; concurrency times set later
+        requests = poisson_requests(isl, osl, opts.num_requests, opts.rate, opts.seed, opts.burstiness)
+    else:
+        requests = offline_requests(isl, osl, opts.num_requests, opts.seed)  # offline; concurrency times set later
+    if opts.lengths_trace:
+        requests = lengths_from_trace(requests, opts.lengths_trace, opts.seed)
+    return requests
 
 
 def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: str) -> RunConfig:

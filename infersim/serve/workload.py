@@ -9,7 +9,8 @@ Kinds of arrival (all seeded and reproducible with `random.Random(seed)`):
                one completes (zero think time); arrival times are decided during the simulation
   trace        replay of a JSONL or CSV file of (arrival time, input tokens, output tokens[, prefix id,
                prefix tokens])
-Lengths: an int (fixed) or a mapping {dist: fixed|uniform|normal|lognormal, mean, std, min, max}; normal
+Lengths: from a trace (`lengths_from_trace`: (input, output) pairs of a trace's rows drawn with
+replacement, jointly, so their correlation is kept), or an int (fixed) or a mapping {dist: fixed|uniform|normal|lognormal, mean, std, min, max}; normal
 and lognormal draws are rounded and clipped to [min, max] (min defaults to 1). For lognormal, mean
 and std are those of the lengths themselves (not of their logarithm).
 """
@@ -260,3 +261,13 @@ def load_trace(path: str | Path, num_requests: int | None = None, time_scale: fl
     start = parsed[0][0]
     return [Request(i, (a - start) * time_scale, isl, osl, pid, ptok)
             for i, (a, _n, isl, osl, pid, ptok) in enumerate(parsed)]
+
+
+def lengths_from_trace(requests: list[Request], path: str | Path, seed: int) -> list[Request]:
+    """`requests` with their (input, output) lengths drawn with replacement from the rows of a trace."""
+    import dataclasses
+
+    pairs = [(r.input_tokens, r.output_tokens) for r in load_trace(path)]
+    rng = random.Random(seed + 2)
+    return [dataclasses.replace(r, input_tokens=a, output_tokens=b)
+            for r, (a, b) in zip(requests, (rng.choice(pairs) for _ in requests))]
