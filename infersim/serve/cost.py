@@ -63,14 +63,22 @@ class StepCoster:
         self.dp = config.deployment.attention.dp
         self.tp = config.deployment.attention.tp
         self._memo: dict[tuple[int, int, int, int, int], float] = {}
+        self._grid: dict[int, int] = {}
         self.priced = 0  # stage-engine evaluations (memo misses)
         self.sms = config.hardware.derates.deepep_normal_sms
 
     def bucket(self, value: float) -> int:
-        """`value` on the geometric grid (counts below EXACT_BELOW and width 1 stay exact)."""
-        if value < EXACT_BELOW or not self._log_width:
-            return max(0, int(round(value)))
-        return int(round(math.exp(round(math.log(value) / self._log_width) * self._log_width)))
+        """`value` (rounded to a whole number first) on the geometric grid (counts below EXACT_BELOW
+        and width 1 stay exact); memoised per whole number."""
+        whole = int(value + 0.5)
+        point = self._grid.get(whole)
+        if point is None:
+            if whole < EXACT_BELOW or not self._log_width:
+                point = max(0, whole)
+            else:
+                point = int(round(math.exp(round(math.log(whole) / self._log_width) * self._log_width)))
+            self._grid[whole] = point
+        return point
 
     def cost(self, decode_requests: int, decode_context_sum: float, prefill_chunks: int, prefill_tokens: int,
              prefill_context_weighted: float) -> float:

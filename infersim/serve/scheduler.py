@@ -266,6 +266,8 @@ class Instance:
     def _admit(self) -> None:
         s = self.s
         waiting = self.waiting
+        if not waiting:
+            return
         pending_tokens = sum(r.prompt_total - r.prompt_done for r in self.prefilling)
         room = s.token_budget - (self.n_dec if s.mixed else 0)
         while waiting:
