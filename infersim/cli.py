@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES = (
     "infersim.generate.cli",
     "infersim.plot.cli",
     "infersim.validate.cli",
+    "infersim.serve.cli",
 )
 
 

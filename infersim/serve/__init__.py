@@ -1,0 +1,1 @@
+"""Request-level serving simulation on top of the stage engine (see infersim.serve.api)."""

@@ -1,0 +1,200 @@
+"""`infersim serve`: request-level serving simulation of a run config."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+from typing import Any
+
+import yaml
+
+from infersim.errors import InferSimError
+
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """'ttft=2s,tpot=50ms' -> {'ttft_s': 2.0, 'tpot_s': 0.05} (units s, ms, us; bare numbers are ms)."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        match = re.fullmatch(r"(ttft|tpot)\s*=\s*([0-9.eE+-]+)\s*(s|ms|us)?", part)
+        if not match:
+            raise InferSimError(f"--slo {text!r}: expected ttft=VALUE[s|ms|us],tpot=VALUE[s|ms|us], e.g. ttft=2s,tpot=50ms")
+        try:
+            value = float(match.group(2)) * UNITS[match.group(3) or "ms"]
+        except ValueError:
+            raise InferSimError(f"--slo {text!r}: {match.group(2)!r} is not a number") from None
+        if not value > 0:
+            raise InferSimError(f"--slo {text!r}: limits must be > 0")
+        out[f"{match.group(1)}_s"] = value
+    if not out:
+        raise InferSimError(f"--slo {text!r}: give ttft=... and/or tpot=...")
+    return out
+
+
+def _length(text: str | None, name: str) -> Any:
+    if text is None:
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise InferSimError(f"--{name} {text!r}: expected a number or a mapping like "
+                            "'{dist: lognormal, mean: 2000, std: 800}'") from None
+    return value
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    modes = [m for m, on in (("offline", args.offline), ("concurrency", args.concurrency is not None),
+                             ("trace", args.trace is not None), ("poisson", args.rate is not None)) if on]
+    sweeping = args.rate_sweep is not None or args.max_rate_under_slo
+    if len(modes) > 1:
+        raise InferSimError("choose one load: --rate, --concurrency, --offline or --trace (got " + ", ".join(modes) + ")")
+    if sweeping and modes and modes != ["poisson"]:
+        raise InferSimError("--rate-sweep and --max-rate-under-slo vary a Poisson rate; drop " + modes[0])
+    if not modes and not sweeping:
+        raise InferSimError("give a load: --rate R, --concurrency N, --offline or --trace FILE")
+    options: dict[str, Any] = {"mode": modes[0] if modes else "poisson", "num_requests": args.num_requests,
+                               "seed": args.seed, "replicas": args.replicas, "router": args.router}
+    if args.rate is not None:
+        options["rate"] = args.rate
+    if args.concurrency is not None:
+        options["concurrency"] = args.concurrency
+    if args.trace is not None:
+        options["trace"] = args.trace
+        if args.trace_time_scale is not None:
+            options["trace_time_scale"] = args.trace_time_scale
+    for name in ("isl", "osl"):
+        value = _length(getattr(args, name), name)
+        if value is not None:
+            options[name] = value
+    if args.lengths_from is not None:
+        options["lengths_trace"] = args.lengths_from
+    if args.burstiness is not None:
+        options["burstiness"] = args.burstiness
+    if args.prefix_hit_rate is not None:
+        options["prefix_hit_rate"] = args.prefix_hit_rate
+    if args.slo:
+        options["slo"] = parse_slo(args.slo)
+    if args.disaggregate:
+        options["disaggregate"] = args.disaggregate
+    return options
+
+
+def write_requests(path: str, records: list[dict[str, Any]]) -> None:
+    try:
+        with open(path, "w", newline="") as fh:
+            if path.endswith(".csv"):
+                writer = csv.DictWriter(fh, fieldnames=list(records[0]))
+                writer.writeheader()
+                writer.writerows(records)
+            else:
+                for rec in records:
+                    fh.write(json.dumps(rec) + "\n")
+    except OSError as exc:
+        raise InferSimError(f"--requests-out {path}: cannot write ({exc.strerror})") from None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from infersim.config import load_run_config
+    from infersim.serve import report
+    from infersim.serve.api import simulate_serving
+
+    config = load_run_config(args.config, args.overrides, args.mfu_tables)
+    options = options_from_args(args)
+    want_records = bool(args.requests_out) or args.include_requests
+    executor, client = None, None
+    if args.executor:
+        from infersim.sweep.runner import dask_executor
+
+        executor, client = dask_executor(args.executor)
+    try:
+        if args.rate_sweep is not None or args.max_rate_under_slo:
+            return _search(args, config, options, executor)
+        summary = simulate_serving(config, {**options, "requests": want_records})
+    finally:
+        if client is not None:
+            client.close()
+    records = summary.pop("requests", None) if not args.include_requests else summary.get("requests")
+    if args.requests_out and records:
+        write_requests(args.requests_out, records)
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+    else:
+        print(report.summary_text(summary, f"InferSim serve: {config.model.name} on {config.hardware.name}"))
+    return 0
+
+
+def _search(args: argparse.Namespace, config: Any, options: dict[str, Any], executor: Any) -> int:
+    from infersim.serve import report
+    from infersim.serve.api import simulate_serving
+    from infersim.serve.search import RateRunner, max_rate_under_slo, parse_rate_range, rate_sweep
+
+    out: dict[str, Any] = {}
+    text = []
+    with RateRunner(config, options, executor, args.workers, None) as runner:
+        if args.rate_sweep is not None:
+            rows = rate_sweep(runner, parse_rate_range(args.rate_sweep))
+            out["rate_sweep"] = rows
+            text.append(report.sweep_text(rows))
+        if args.max_rate_under_slo:
+            slo = options.get("slo")
+            if not slo:
+                raise InferSimError("--max-rate-under-slo needs --slo ttft=...,tpot=...")
+            offline = simulate_serving(config, {**options, "mode": "offline", "rate": None})
+            found = max_rate_under_slo(runner, offline, slo.get("ttft_s"), slo.get("tpot_s"), args.slo_percentile)
+            out["max_rate_under_slo"] = found
+            text.append(report.slo_search_text(found))
+    if "slo" in options:
+        out["slo"] = {"ttft_ms": options["slo"].get("ttft_s", 0) * 1e3 or None,
+                      "tpot_ms": options["slo"].get("tpot_s", 0) * 1e3 or None}
+    if args.format == "json":
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"InferSim serve: {config.model.name} on {config.hardware.name}\n" + "\n\n".join(text))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve", help="request-level serving simulation: arrivals, continuous batching, chunked prefill, paged KV, "
+                      "PD disaggregation; TTFT/TPOT/ITL percentiles and throughput",
+        description="Simulate serving a stream of requests on the config's deployment with its engine card's "
+                    "scheduler. Steps are priced by the stage engine. Output names follow vllm bench serve.")
+    p.add_argument("--config", required=True, help="run config: a path or a bundled example (serve-llama-8b-h100.yaml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override any config field (repeatable)")
+    p.add_argument("--mfu-tables", default=None, metavar="DIR", help="directory of measured kernel tables")
+    load = p.add_argument_group("load (one of)")
+    load.add_argument("--rate", type=float, default=None, help="open loop: Poisson arrivals at this many requests/s")
+    load.add_argument("--concurrency", type=int, default=None, help="closed loop: this many clients")
+    load.add_argument("--offline", action="store_true", help="all requests at t = 0 (trtllm-bench / MLPerf Offline)")
+    load.add_argument("--trace", default=None, metavar="FILE",
+                      help="replay a JSONL/CSV trace (arrival, input, output tokens; Azure column names accepted)")
+    p.add_argument("--trace-time-scale", type=float, default=None, help="multiply trace arrival times (0.5 = 2x rate)")
+    p.add_argument("--num-requests", type=int, default=1000, help="requests to simulate (default 1000)")
+    p.add_argument("--isl", default=None, help="input length: N, or '{dist: lognormal, mean: 2000, std: 800}' "
+                                              "(default: the config's workload.isl)")
+    p.add_argument("--osl", default=None, help="output length, as --isl (default: workload.osl)")
+    p.add_argument("--lengths-from", default=None, metavar="TRACE",
+                   help="draw (input, output) lengths from a trace's rows, with --rate/--concurrency/--offline")
+    p.add_argument("--burstiness", type=float, default=None, help="gamma shape of Poisson gaps (1 = Poisson)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--replicas", type=int, default=1, help="data-parallel copies of the deployment behind a router")
+    p.add_argument("--router", choices=("round-robin", "least-loaded"), default="round-robin")
+    p.add_argument("--prefix-hit-rate", type=float, default=None, help="share of every prompt found in the prefix cache")
+    p.add_argument("--disaggregate", default=None, metavar="xPyD", help="PD disaggregation, e.g. 3P1D")
+    p.add_argument("--slo", default=None, metavar="ttft=2s,tpot=50ms", help="latency limits for goodput and searches")
+    p.add_argument("--rate-sweep", default=None, metavar="START:STOP:STEP",
+                   help="Poisson rates to sweep (e.g. 1:16:1 or 2,4,8): the throughput-latency curve")
+    p.add_argument("--max-rate-under-slo", action="store_true", help="find the highest Poisson rate meeting --slo")
+    p.add_argument("--slo-percentile", type=int, default=99, choices=(50, 90, 99),
+                   help="percentile of TTFT and TPOT the SLO search holds to its limits (default 99, as MLPerf)")
+    p.add_argument("--workers", type=int, default=None, help="worker processes for searches (default: all CPUs)")
+    p.add_argument("--executor", default=None, metavar="dask://HOST:PORT", help="run search points on a Dask cluster")
+    p.add_argument("--requests-out", default=None, metavar="FILE", help="write per-request records (.jsonl or .csv)")
+    p.add_argument("--include-requests", action="store_true", help="JSON: per-request records under 'requests'")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    p.set_defaults(handler=_serve)
+

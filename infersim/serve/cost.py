@@ -1,0 +1,117 @@
+"""Step cost of one serving iteration, from the stage engine, memoised on bucketed shapes.
+
+How a step is composed. One iteration of an engine instance holds `c` prefill chunks (q_i new
+prompt tokens on top of p_i cached ones) and `n` decode requests with contexts ctx_j. It is priced
+by `build_step_plan` + `run_stage` (the stage engine stays the only place that prices a step, the
+engine card's software overhead included) over per-GPU sequences:
+  - prefill chunks as c sequences of q = T / c new tokens each (T = sum q_i) attending to
+    kv = the token-weighted mean of (p_i + q_i): GEMMs, norms and collectives see the total T,
+    attention sees each chunk's own context (exact for one chunk, the common case);
+  - decode requests as n sequences of one token at their mean context (decode attention reads
+    every cached token once, so its cost is linear in the context and the mean is exact);
+  - under attention data parallelism the step is set by the busiest DP rank: it holds
+    ceil(n / dp) decode requests and ceil(c / dp) chunks with their share of the tokens (a single
+    prompt is not split over ranks: with fewer chunks than ranks one rank prefills a whole chunk);
+  - the stage engine's sequences are per GPU and an attention TP group of tp GPUs processes tp times
+    them, so the rank's work is given as ceil(count / tp) decode requests and ceil(tokens / tp)
+    prefill tokens in max(1, round(chunks / tp)) sequences (one chunk on a TP group becomes one
+    sequence of q / tp tokens at the chunk's context: the group's attention work q x kv and its
+    GEMM tokens q are kept).
+Memoisation and its error bound. Every length (T, kv, mean decode context) and every count above
+EXACT_BELOW is rounded to the nearest point of a geometric grid of ratio `width` (default 1.04),
+i.e. by at most a factor sqrt(width) = 1.0198. Step time is non-decreasing and at most linear in
+each of these sizes, so rounding changes a step by at most +-2% (+-4% for prefill attention, which
+is linear in q and in kv at once), not counting GEMM tile padding where a rounded token count
+crosses a 64-row tile edge (memory-bound decode GEMMs are insensitive to it). Rounding goes both
+ways on a log grid, so over many steps the errors largely cancel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from infersim.config import RunConfig
+from infersim.engine import run_stage
+from infersim.modules.step import build_step_plan
+from infersim.plan import SequenceBatch
+
+EXACT_BELOW = 16  # counts below this are priced exactly
+DEFAULT_WIDTH = 1.04
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """A bucketed step: per-instance counts and lengths after rounding."""
+
+    decode_requests: int
+    decode_context: int
+    prefill_chunks: int
+    prefill_tokens: int
+    prefill_context: int
+
+
+class StepCoster:
+    """Prices steps of one deployment; `cost(...)` is memoised on the bucketed shape."""
+
+    def __init__(self, config: RunConfig, width: float = DEFAULT_WIDTH) -> None:
+        if not width >= 1.0:
+            raise ValueError("bucket width must be >= 1")
+        self.config = config
+        self.width = width
+        self._log_width = math.log(width) if width > 1 else 0.0
+        self.dp = config.deployment.attention.dp
+        self.tp = config.deployment.attention.tp
+        self._memo: dict[tuple[int, int, int, int, int], float] = {}
+        self._grid: dict[int, int] = {}
+        self.priced = 0  # stage-engine evaluations (memo misses)
+        self.sms = config.hardware.derates.deepep_normal_sms
+
+    def bucket(self, value: float) -> int:
+        """`value` (rounded to a whole number first) on the geometric grid (counts below EXACT_BELOW
+        and width 1 stay exact); memoised per whole number."""
+        whole = int(value + 0.5)
+        point = self._grid.get(whole)
+        if point is None:
+            if whole < EXACT_BELOW or not self._log_width:
+                point = max(0, whole)
+            else:
+                point = int(round(math.exp(round(math.log(whole) / self._log_width) * self._log_width)))
+            self._grid[whole] = point
+        return point
+
+    def cost(self, decode_requests: int, decode_context_sum: float, prefill_chunks: int, prefill_tokens: int,
+             prefill_context_weighted: float) -> float:
+        """Seconds of one step. decode_context_sum: sum of the decode requests' contexts (the KV
+        length each attends to, its new token included); prefill_context_weighted: sum over chunks of
+        q_i x (p_i + q_i)."""
+        b = self.bucket
+        n = b(decode_requests)
+        ctx = b(decode_context_sum / decode_requests) if decode_requests else 0
+        c = prefill_chunks
+        t = b(prefill_tokens) if c else 0
+        kv = b(prefill_context_weighted / prefill_tokens) if c else 0
+        key = (n, ctx, c, t, kv)
+        seconds = self._memo.get(key)
+        if seconds is None:
+            seconds = self._memo[key] = self.price(StepShape(n, ctx, c, t, kv))
+        return seconds
+
+    def price(self, shape: StepShape) -> float:
+        """Run the stage engine on one (already bucketed) step."""
+        dp, tp = self.dp, self.tp
+        seqs = []
+        if shape.prefill_chunks:
+            rank_chunks = -(-shape.prefill_chunks // dp)
+            rank_tokens = shape.prefill_tokens * rank_chunks / shape.prefill_chunks
+            chunks = max(1, round(rank_chunks / tp))
+            tokens = max(chunks, math.ceil(rank_tokens / tp))
+            q = max(1, tokens // chunks)
+            seqs.append(SequenceBatch(chunks, q, max(q, shape.prefill_context)))
+        if shape.decode_requests:
+            rank_requests = -(-shape.decode_requests // dp)
+            seqs.append(SequenceBatch(-(-rank_requests // tp), 1, max(1, shape.decode_context)))
+        cfg = self.config
+        plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms)
+        self.priced += 1
+        return run_stage(plan, cfg.hardware, cfg.tables, cfg.engine).step_time_s

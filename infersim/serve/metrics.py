@@ -1,0 +1,189 @@
+"""Summary of a serving run, with the field names `vllm bench serve` writes (milliseconds, tokens/s).
+
+Definitions (as vLLM's benchmark computes them): TTFT = first token - arrival; TPOT of a request =
+(E2E - TTFT) / (output tokens - 1), over requests with more than one output token; ITL = the gaps
+between consecutive tokens of a request (mean_itl_ms = all gaps of all requests / their count;
+percentiles from the per-step gaps, weighted by the tokens that saw them); E2E latency = finish -
+arrival; duration = from t = 0 (the benchmark's start) to the last completion. Queueing time =
+admission - arrival. Goodput = requests per second that meet every given SLO.
+Little's law check: mean requests in the system (integrated over time inside the instances, in
+flight between PD pools included) over [first arrival, last completion] against request
+throughput x mean E2E latency over the same window.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from infersim.serve.simulate import ServeResult, Slo
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default) of already sorted values."""
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q / 100
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def weighted_percentile(samples: list[tuple[float, int]], q: float) -> float:
+    total = sum(w for _v, w in samples)
+    if not total:
+        return 0.0
+    target = q / 100 * total
+    seen = 0
+    for value, weight in sorted(samples):
+        seen += weight
+        if seen >= target:
+            return value
+    return max(v for v, _w in samples)
+
+
+def _stats(name: str, values: list[float], out: dict[str, Any]) -> None:
+    """mean/median/std/p90/p99 of `values` (seconds) as <stat>_<name>_ms."""
+    values = sorted(values)
+    n = len(values)
+    mean = sum(values) / n if n else 0.0
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / n) if n else 0.0
+    out[f"mean_{name}_ms"] = mean * 1e3
+    out[f"median_{name}_ms"] = percentile(values, 50) * 1e3
+    out[f"std_{name}_ms"] = std * 1e3
+    out[f"p90_{name}_ms"] = percentile(values, 90) * 1e3
+    out[f"p99_{name}_ms"] = percentile(values, 99) * 1e3
+
+
+def meets_slo(ttft_s: float, tpot_s: float | None, slo: Slo | None) -> bool:
+    if slo is None:
+        return True
+    if slo.ttft_s is not None and ttft_s > slo.ttft_s:
+        return False
+    return not (slo.tpot_s is not None and tpot_s is not None and tpot_s > slo.tpot_s)
+
+
+def summarize(result: ServeResult, slo: Slo | None = None, include_requests: bool = False) -> dict[str, Any]:
+    records = result.records
+    opts = result.options
+    slo = slo if slo is not None else opts.slo
+    ttft, tpot, e2e, queue = [], [], [], []
+    gap_sum = 0.0
+    gap_count = 0
+    good = 0
+    first_arrival = min(r.req.arrival_s for r in records)
+    last_finish = max(r.finish_s for r in records)
+    for r in records:
+        t = r.first_token_s - r.req.arrival_s
+        total = r.finish_s - r.req.arrival_s
+        ttft.append(t)
+        e2e.append(total)
+        queue.append(max(0.0, r.scheduled_s - r.req.arrival_s))
+        per_token = None
+        if r.req.output_tokens > 1:
+            per_token = (total - t) / (r.req.output_tokens - 1)
+            tpot.append(per_token)
+            gap_sum += total - t
+            gap_count += r.req.output_tokens - 1
+        if meets_slo(t, per_token, slo):
+            good += 1
+    duration = last_finish
+    input_tokens = sum(r.req.input_tokens for r in records)
+    output_tokens = sum(r.req.output_tokens for r in records)
+    gpus = result.gpus
+    out: dict[str, Any] = {
+        "mode": opts.mode,
+        "num_prompts": len(records),
+        "completed": len(records),
+        "duration": duration,
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
+        "request_throughput": len(records) / duration,
+        "request_goodput": good / duration if slo is not None else None,
+        "output_throughput": output_tokens / duration,
+        "total_token_throughput": (input_tokens + output_tokens) / duration,
+        "num_gpus": gpus,
+        "output_throughput_per_gpu": output_tokens / duration / gpus,
+        "total_token_throughput_per_gpu": (input_tokens + output_tokens) / duration / gpus,
+        "request_throughput_per_gpu": len(records) / duration / gpus,
+    }
+    if opts.mode == "poisson":
+        out["request_rate"] = opts.rate
+    if opts.mode == "concurrency":
+        out["max_concurrency"] = opts.concurrency
+    _stats("ttft", ttft, out)
+    _stats("tpot", tpot, out)
+    samples = [s for pool in result.pools for inst in pool.instances for s in inst.stats.itl_samples]
+    out["mean_itl_ms"] = gap_sum / gap_count * 1e3 if gap_count else 0.0
+    out["median_itl_ms"] = weighted_percentile(samples, 50) * 1e3
+    out["p90_itl_ms"] = weighted_percentile(samples, 90) * 1e3
+    out["p99_itl_ms"] = weighted_percentile(samples, 99) * 1e3
+    _stats("e2el", e2e, out)
+    _stats("queue", queue, out)
+    if slo is not None:
+        out["slo"] = {"ttft_ms": slo.ttft_s * 1e3 if slo.ttft_s is not None else None,
+                      "tpot_ms": slo.tpot_s * 1e3 if slo.tpot_s is not None else None}
+        out["slo_attainment"] = good / len(records)
+    window = last_finish - first_arrival
+    inflight = sum(inst.stats.inflight_integral for pool in result.pools for inst in pool.instances)
+    inflight += result.transfer_integral_s
+    mean_latency = sum(e2e) / len(e2e)
+    out["little"] = {
+        "mean_in_flight": inflight / window if window > 0 else 0.0,
+        "throughput_x_latency": len(records) / window * mean_latency if window > 0 else 0.0,
+    }
+    pools = []
+    for pool in result.pools:
+        insts = pool.instances
+        busy = sum(i.stats.busy_s for i in insts)
+        kv_mean = sum(i.stats.kv_integral for i in insts) / busy / pool.settings.kv_capacity_tokens if busy else 0.0
+        pools.append({
+            "role": pool.name,
+            "instances": len(insts),
+            "gpus_per_instance": pool.config.deployment.num_gpus,
+            "engine": f"{pool.config.engine.name} {pool.config.engine.version}",
+            "scheduler": pool.settings.describe(),
+            "token_budget": pool.settings.token_budget,
+            "max_running_requests": pool.settings.max_running,
+            "kv_capacity_tokens": pool.settings.kv_capacity_tokens,
+            "kv_utilization_mean": kv_mean,
+            "kv_utilization_peak": max(i.stats.kv_peak for i in insts) / pool.settings.kv_capacity_tokens,
+            "steps": sum(i.stats.steps for i in insts),
+            "iterations": sum(i.stats.iterations for i in insts),
+            "busy_fraction": busy / (duration * len(insts)) if duration else 0.0,
+            "preemptions": sum(i.stats.preemptions for i in insts),
+            "tokens_emitted": sum(i.stats.tokens_emitted for i in insts),
+            "priced_step_shapes": pool.coster.priced,
+        })
+    out["pools"] = pools
+    out["preemptions"] = sum(p["preemptions"] for p in pools)
+    out["kv_utilization_mean"] = pools[-1]["kv_utilization_mean"]
+    out["kv_utilization_peak"] = pools[-1]["kv_utilization_peak"]
+    out["steps"] = sum(p["steps"] for p in pools)
+    out["tokens_emitted"] = sum(p["tokens_emitted"] for p in pools)
+    out["iterations"] = sum(p["iterations"] for p in pools)
+    if include_requests:
+        out["requests"] = [request_record(r) for r in records]
+    return out
+
+
+def request_record(r: Any) -> dict[str, Any]:
+    out_tokens = r.req.output_tokens
+    ttft = r.first_token_s - r.req.arrival_s
+    e2e = r.finish_s - r.req.arrival_s
+    return {
+        "id": r.req.id,
+        "arrival_s": r.req.arrival_s,
+        "input_tokens": r.req.input_tokens,
+        "output_tokens": out_tokens,
+        "cached_tokens": r.cached,
+        "instance": r.instance,
+        "scheduled_s": r.scheduled_s,
+        "first_token_s": r.first_token_s,
+        "finish_s": r.finish_s,
+        "queue_ms": max(0.0, r.scheduled_s - r.req.arrival_s) * 1e3,
+        "ttft_ms": ttft * 1e3,
+        "tpot_ms": (e2e - ttft) / (out_tokens - 1) * 1e3 if out_tokens > 1 else None,
+        "e2el_ms": e2e * 1e3,
+        "preemptions": r.preemptions,
+    }

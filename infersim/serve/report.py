@@ -1,0 +1,75 @@
+"""Text report of a serving run, a rate sweep and an SLO search (JSON is the summary dict itself)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def summary_text(s: dict[str, Any], title: str = "") -> str:
+    lines = []
+    if title:
+        lines.append(title)
+    mode = s["mode"]
+    load = {"poisson": f"Poisson {s.get('request_rate', 0):g} req/s", "concurrency": f"closed loop, "
+            f"{s.get('max_concurrency')} clients", "offline": "offline (all requests at t = 0)",
+            "trace": "trace replay"}[mode]
+    lines.append(f"  load:        {s['completed']:,} requests, {load}; {s['total_input_tokens']:,} input and "
+                 f"{s['total_output_tokens']:,} output tokens")
+    for pool in s["pools"]:
+        lines.append(f"  {pool['role']:<12} {pool['instances']} x {pool['gpus_per_instance']} GPU(s), "
+                     f"{pool['engine']}: {pool['scheduler']}")
+    lines.append("")
+    lines.append(f"THROUGHPUT  over {s['duration']:,.2f} s on {s['num_gpus']} GPU(s)")
+    lines.append(f"  requests   {s['request_throughput']:,.3f} req/s"
+                 + (f"   goodput {s['request_goodput']:,.3f} req/s ({s['slo_attainment']:.1%} of requests meet the SLO)"
+                    if s.get("request_goodput") is not None else ""))
+    lines.append(f"  output     {s['output_throughput']:,.1f} tok/s   ({s['output_throughput_per_gpu']:,.1f} per GPU)")
+    lines.append(f"  total      {s['total_token_throughput']:,.1f} tok/s   ({s['total_token_throughput_per_gpu']:,.1f} per GPU)")
+    lines.append("")
+    rows = []
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"),
+                       ("queue", "queueing")):
+        rows.append([label, _ms(s.get(f"mean_{key}_ms")), _ms(s.get(f"median_{key}_ms")),
+                     _ms(s.get(f"p90_{key}_ms")), _ms(s.get(f"p99_{key}_ms"))])
+    lines.append("LATENCY (ms)")
+    lines.append(tabulate(rows, headers=["metric", "mean", "p50", "p90", "p99"], tablefmt="simple",
+                          disable_numparse=True, colalign=("left", "right", "right", "right", "right")))
+    lines.append("")
+    kv = ", ".join(f"{p['role']} KV use mean {p['kv_utilization_mean']:.1%} peak {p['kv_utilization_peak']:.1%}, "
+                   f"busy {p['busy_fraction']:.1%}" for p in s["pools"])
+    lines.append(f"ENGINE  {kv}; preemptions {s['preemptions']:,}; {s['steps']:,} steps simulated in "
+                 f"{s['iterations']:,} iterations")
+    little = s["little"]
+    lines.append(f"  Little's law: mean requests in the system {little['mean_in_flight']:,.2f} = throughput x mean "
+                 f"latency {little['throughput_x_latency']:,.2f}")
+    return "\n".join(lines)
+
+
+def sweep_text(rows: list[dict[str, Any]]) -> str:
+    table = [[f"{r['rate']:g}", f"{r['request_throughput']:,.2f}", f"{r['output_throughput']:,.0f}",
+              f"{r['output_throughput_per_gpu']:,.0f}", _ms(r["median_ttft_ms"]), _ms(r["p99_ttft_ms"]),
+              _ms(r["median_tpot_ms"]), _ms(r["p99_tpot_ms"]), _ms(r["mean_e2el_ms"]),
+              f"{r['slo_attainment']:.1%}" if r.get("slo_attainment") is not None else "-"] for r in rows]
+    return "RATE SWEEP (Poisson)\n" + tabulate(
+        table, headers=["rate", "req/s", "out tok/s", "per GPU", "p50 TTFT", "p99 TTFT", "p50 TPOT", "p99 TPOT",
+                        "mean E2E", "SLO met"], tablefmt="simple", disable_numparse=True)
+
+
+def slo_search_text(found: dict[str, Any]) -> str:
+    s = found["summary"]
+    pct = found["percentile"]
+    key = "p99" if pct == 99 else ("p90" if pct == 90 else "median")
+    lines = [f"HIGHEST RATE UNDER THE SLO (p{pct} TTFT <= {_ms(s['slo']['ttft_ms'])} ms, "
+             f"p{pct} TPOT <= {_ms(s['slo']['tpot_ms'])} ms): {found['max_rate']:.3f} req/s "
+             f"(offline capacity {found['capacity_rate']:.3f} req/s)",
+             f"  at that rate: {s['output_throughput']:,.1f} output tok/s ({s['output_throughput_per_gpu']:,.1f} per GPU), "
+             f"{key} TTFT {s[f'{key}_ttft_ms']:,.1f} ms, {key} TPOT {s[f'{key}_tpot_ms']:,.2f} ms",
+             "  probes: " + ", ".join(f"{p['rate']:.3g}{'+' if p['met'] else 'x'}" for p in found["probes"])
+             + "   (+ met, x missed)"]
+    return "\n".join(lines)

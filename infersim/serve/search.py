@@ -1,0 +1,170 @@
+"""Searches over the request rate: a rate sweep (the throughput-latency curve) and the highest rate
+that meets an SLO. Runs go to the sweep executor of `infersim.sweep.runner` (local worker processes
+or any concurrent.futures.Executor, e.g. Dask's) and report progress on stderr.
+
+SLO met at a rate: the `percentile` (default 99, as MLPerf Server) of TTFT is within the TTFT
+limit and that of TPOT within the TPOT limit. The highest such rate is bracketed between a rate
+far below capacity (1/100 of the offline max-load request throughput, which must meet the SLO, or
+no rate does) and the offline throughput (no open-loop rate above it is sustained), then narrowed
+by rounds of `probes` rates spread evenly inside the bracket, evaluated in parallel (probes = 1
+is plain bisection), until the bracket is within `tolerance` of its top.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import pickle
+from collections.abc import Callable
+from typing import IO, Any
+
+from infersim.config import RunConfig
+from infersim.errors import InferSimError
+from infersim.serve.api import simulate_serving
+
+
+def _serve_task(payload: bytes, rate: float | None) -> dict[str, Any]:
+    config, options = pickle.loads(payload)
+    if rate is not None:
+        options = {**options, "mode": "poisson", "rate": rate}
+    return simulate_serving(config, options)
+
+
+class RateRunner:
+    """Runs serving simulations of one config at several rates, in process or on an executor."""
+
+    def __init__(self, config: RunConfig, options: dict[str, Any], executor: cf.Executor | None = None,
+                 workers: int | None = None, progress: bool | None = None, stream: IO[str] | None = None) -> None:
+        from infersim.sweep.runner import available_cpus
+
+        if workers is not None and workers < 1:
+            raise InferSimError(f"--workers must be at least 1 (got {workers})")
+        self.payload = pickle.dumps((config, options), protocol=pickle.HIGHEST_PROTOCOL)
+        self.executor = executor
+        self.workers = workers or available_cpus()
+        self.progress = progress
+        self.stream = stream
+        self.pool: cf.Executor | None = None
+
+    def __enter__(self) -> RateRunner:
+        if self.executor is None and self.workers > 1:
+            from infersim.sweep.runner import _ignore_sigint
+
+            self.pool = cf.ProcessPoolExecutor(max_workers=self.workers, initializer=_ignore_sigint)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+    def run(self, rates: list[float | None], label: str = "runs") -> list[dict[str, Any]]:
+        from infersim.sweep.runner import Progress
+
+        bar = Progress(len(rates), self.stream, self.progress, delay_s=0.0, unit=label)
+        results: list[dict[str, Any] | None] = [None] * len(rates)
+        pool = self.executor or self.pool
+        done = 0
+        try:
+            if pool is None or len(rates) == 1:
+                for i, rate in enumerate(rates):
+                    results[i] = _serve_task(self.payload, rate)
+                    done += 1
+                    bar.update(done, done, force=True)
+            else:
+                futures = {pool.submit(_serve_task, self.payload, rate): i for i, rate in enumerate(rates)}
+                for future in cf.as_completed(futures):
+                    results[futures[future]] = future.result()
+                    done += 1
+                    bar.update(done, done, force=True)
+        finally:
+            bar.close()
+        return [r for r in results if r is not None]
+
+
+def parse_rate_range(text: str) -> list[float]:
+    """'1:16:1' (start:stop:step, stop included), or 'a,b,c'."""
+    try:
+        if ":" in text:
+            parts = [float(p) for p in text.split(":")]
+            if len(parts) != 3:
+                raise ValueError
+            start, stop, step = parts
+            if step <= 0 or stop < start:
+                raise InferSimError(f"--rate-sweep {text}: needs start <= stop and step > 0")
+            count = int(round((stop - start) / step)) + 1
+            rates = [round(start + i * step, 9) for i in range(count) if start + i * step <= stop + 1e-9]
+        else:
+            rates = [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise InferSimError(f"--rate-sweep {text!r}: expected start:stop:step (e.g. 1:16:1) or a list 2,4,8") from None
+    if not rates or any(r <= 0 for r in rates):
+        raise InferSimError(f"--rate-sweep {text!r}: rates must be > 0 requests/s")
+    return rates
+
+
+def rate_sweep(runner: RateRunner, rates: list[float]) -> list[dict[str, Any]]:
+    rows = runner.run(list(rates), "rates")
+    return [{"rate": rate, **row} for rate, row in zip(rates, rows)]
+
+
+def slo_met(summary: dict[str, Any], ttft_s: float | None, tpot_s: float | None, percentile: int) -> bool:
+    key = "p99" if percentile == 99 else ("p90" if percentile == 90 else "median")
+    if ttft_s is not None and summary[f"{key}_ttft_ms"] > ttft_s * 1e3:
+        return False
+    return not (tpot_s is not None and summary[f"{key}_tpot_ms"] > tpot_s * 1e3)
+
+
+def max_rate_under_slo(runner: RateRunner, offline_summary: dict[str, Any], ttft_s: float | None,
+                       tpot_s: float | None, percentile: int = 99, tolerance: float = 0.02, probes: int | None = None,
+                       max_rounds: int = 12, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The highest Poisson rate whose `percentile` TTFT and TPOT meet the limits (see module docstring).
+    Returns {"max_rate", "summary" (at that rate), "probes": [{"rate", "met", p.._ttft_ms, p.._tpot_ms}]}."""
+    if ttft_s is None and tpot_s is None:
+        raise InferSimError("--max-rate-under-slo needs an SLO: --slo ttft=2s,tpot=50ms")
+    if percentile not in (50, 90, 99):
+        raise InferSimError(f"SLO percentile must be 50, 90 or 99 (got {percentile})")
+    key = "p99" if percentile == 99 else ("p90" if percentile == 90 else "median")
+    capacity = offline_summary["request_throughput"]
+    lo, hi = capacity / 100, capacity
+    history: list[dict[str, Any]] = []
+
+    def probe(rates: list[float]) -> list[tuple[float, bool, dict[str, Any]]]:
+        rows = runner.run(rates, "rates")
+        out = []
+        for rate, row in zip(rates, rows):
+            met = slo_met(row, ttft_s, tpot_s, percentile)
+            history.append({"rate": rate, "met": met, f"{key}_ttft_ms": row[f"{key}_ttft_ms"],
+                            f"{key}_tpot_ms": row[f"{key}_tpot_ms"]})
+            out.append((rate, met, row))
+        return out
+
+    (_r, met_lo, best), (_r2, met_hi, top) = probe([lo, hi])
+    if not met_lo:
+        limits = []
+        if ttft_s is not None:
+            limits.append(f"{key} TTFT {best[f'{key}_ttft_ms']:.1f} ms (limit {ttft_s * 1e3:g} ms)")
+        if tpot_s is not None:
+            limits.append(f"{key} TPOT {best[f'{key}_tpot_ms']:.1f} ms (limit {tpot_s * 1e3:g} ms)")
+        raise InferSimError(f"no request rate meets the SLO on this deployment: even at {lo:.3g} req/s "
+                            f"(1/100 of its capacity) {' and '.join(limits)}")
+    best_rate = lo
+    if met_hi:
+        best_rate, best = hi, top
+    else:
+        width = probes or max(1, runner.workers if runner.pool is not None or runner.executor else 1)
+        for _round in range(max_rounds):
+            if (hi - lo) <= tolerance * hi:
+                break
+            rates = [lo + (hi - lo) * (i + 1) / (width + 1) for i in range(width)]
+            results = probe(rates)
+            new_lo, new_hi = lo, hi
+            for rate, met, row in results:
+                if met and rate > new_lo:
+                    new_lo, best_rate, best = rate, rate, row
+            failing = [rate for rate, met, _row in results if not met and rate > new_lo]
+            if failing:
+                new_hi = min(failing)
+            lo, hi = new_lo, new_hi
+            if note:
+                note(f"bracket {lo:.4g}..{hi:.4g} req/s")
+    return {"max_rate": best_rate, "summary": best, "capacity_rate": capacity, "percentile": percentile,
+            "probes": sorted(history, key=lambda h: h["rate"])}

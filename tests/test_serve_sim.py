@@ -1,0 +1,247 @@
+"""Serving simulation: Little's law, token conservation, TTFT at low load, the decode-throughput bound,
+trtllm-bench's heuristic, PD disaggregation and replicas."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infersim.config import Workload, config_from_mapping
+from infersim.engine import run_stage
+from infersim.errors import InferSimError
+from infersim.modules.step import build_step_plan
+from infersim.plan import SequenceBatch
+from infersim.serve.api import simulate_serving
+from infersim.serve.scheduler import trtllm_bench_settings
+from infersim.serve.simulate import parse_options, simulate_serving_run
+from infersim.simulate import run_prefill
+
+FP8 = {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}
+
+
+@lru_cache(maxsize=None)
+def config(engine: str = "sglang", model: str = "llama-3.1-8b", hardware: str = "h100-sxm", tp: int = 1):
+    return config_from_mapping({
+        "model": model, "hardware": hardware, "engine": engine,
+        "deployment": {"num_gpus": tp, "attention": {"tp": tp}, "ffn": {"tp": tp}, "precision": FP8},
+        "workload": {"isl": 1000, "osl": 200}}, "test")
+
+
+def assert_little(summary):
+    little = summary["little"]
+    assert little["mean_in_flight"] == pytest.approx(little["throughput_x_latency"], rel=0.02)
+
+
+def assert_tokens_conserved(summary):
+    assert summary["tokens_emitted"] == summary["total_output_tokens"]
+
+
+RUNS = [
+    ("sglang", {"mode": "poisson", "rate": 6, "num_requests": 300, "isl": {"dist": "lognormal", "mean": 1500, "std": 600},
+                "osl": {"dist": "uniform", "min": 20, "max": 400}}),
+    ("vllm", {"mode": "offline", "num_requests": 400, "isl": 1000, "osl": 300}),
+    ("trtllm", {"mode": "offline", "num_requests": 400, "isl": 1000, "osl": 300}),
+    ("vllm", {"mode": "concurrency", "concurrency": 64, "num_requests": 300}),
+    ("sglang", {"mode": "poisson", "rate": 20, "num_requests": 300, "replicas": 3, "router": "least-loaded"}),
+    ("trtllm", {"mode": "poisson", "rate": 10, "num_requests": 300, "replicas": 2, "burstiness": 0.3}),
+    ("sglang", {"mode": "poisson", "rate": 8, "num_requests": 300, "disaggregate": "2P1D"}),
+    ("vllm", {"mode": "poisson", "rate": 10, "num_requests": 300, "prefix_hit_rate": 0.5}),
+]
+
+
+@pytest.mark.parametrize("engine, options", RUNS)
+def test_littles_law_and_token_conservation_in_every_mode(engine, options):
+    summary = simulate_serving(config(engine), options)
+    assert_little(summary)
+    assert_tokens_conserved(summary)
+    assert summary["completed"] == options["num_requests"]
+    assert summary["mean_ttft_ms"] > 0 and summary["mean_tpot_ms"] > 0
+
+
+def test_preemption_under_on_demand_admission_is_counted_and_conserves_tokens():
+    # a small KV pool (most of the H100's memory taken away) forces vLLM to preempt and recompute
+    cfg = config_from_mapping({
+        "model": "llama-3.1-8b", "hardware": "h100-sxm", "engine": "vllm",
+        "deployment": {"num_gpus": 1, "precision": FP8}, "workload": {"isl": 1000, "osl": 200}},
+        "test", ["hardware.peak.hbm_bytes=20e9"])
+    summary = simulate_serving(cfg, {"mode": "offline", "num_requests": 300, "isl": 500, "osl": 1500})
+    assert summary["preemptions"] > 0
+    assert_little(summary)
+    assert_tokens_conserved(summary)
+    assert summary["kv_utilization_peak"] <= 1.0
+
+
+def test_ttft_far_below_capacity_is_the_stage_engines_prefill_time():
+    """Isolated requests (each finishes long before the next arrives): TTFT = the stage engine's
+    prefill of the prompt (run_prefill), exactly with the step-cost grid off (width 1) and within
+    the grid's 2% bound with the default width."""
+    cfg = config("sglang")
+    prefill = run_prefill(cfg.model, cfg.hardware, cfg.deployment, Workload(isl=3000, osl=20), cfg.tables,
+                          cfg.engine).step_time_s
+    for width, tolerance in ((1.0, 1e-9), (1.04, 0.02)):
+        result = simulate_serving_run(cfg, parse_options({"mode": "poisson", "rate": 0.01, "num_requests": 20,
+                                                          "isl": 3000, "osl": 20, "bucket_width": width}))
+        for r in result.records:
+            assert r.first_token_s - r.req.arrival_s == pytest.approx(prefill, rel=tolerance)
+
+
+def test_ttft_plus_one_step_when_the_engine_is_busy():
+    """An arrival while another request decodes waits for the step in flight (at most one decode
+    step), then its prompt is prefilled: prefill < TTFT <= prefill + one decode step."""
+    cfg = config("sglang")
+    prefill = run_prefill(cfg.model, cfg.hardware, cfg.deployment, Workload(isl=2000, osl=20), cfg.tables,
+                          cfg.engine).step_time_s
+    decode_step = run_stage(build_step_plan(cfg.model, cfg.deployment, (SequenceBatch(1, 1, 2100),), 0),
+                            cfg.hardware, cfg.tables, cfg.engine).step_time_s
+    from infersim.serve.simulate import ServeOptions
+    from infersim.serve.workload import Request
+    import infersim.serve.simulate as sim
+
+    requests = [Request(0, 0.0, 2000, 5000), Request(1, 1.0, 2000, 20), Request(2, 2.3456, 2000, 20)]
+    original = sim.build_requests
+    sim.build_requests = lambda config, opts: requests
+    try:
+        result = simulate_serving_run(cfg, ServeOptions(mode="trace", trace="x", bucket_width=1.0))
+    finally:
+        sim.build_requests = original
+    for r in result.records[1:]:
+        ttft = r.first_token_s - r.req.arrival_s
+        assert prefill < ttft <= prefill + decode_step * 1.0001
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(engine=st.sampled_from(["sglang", "vllm", "trtllm"]), isl=st.integers(64, 4000), osl=st.integers(2, 600))
+def test_throughput_never_exceeds_decode_throughput_at_the_running_cap(engine, isl, osl):
+    cfg = config(engine)
+    result = simulate_serving_run(cfg, parse_options({"mode": "offline", "num_requests": 200, "isl": isl, "osl": osl}))
+    settings_ = result.pools[0].settings
+    cap = settings_.kv_capacity_tokens // (isl + 1)
+    if settings_.max_running:
+        cap = min(cap, settings_.max_running)
+    cap = min(cap, 200)
+    step = run_stage(build_step_plan(cfg.model, cfg.deployment, (SequenceBatch(cap, 1, isl + 1),), 0),
+                     cfg.hardware, cfg.tables, cfg.engine).step_time_s
+    bound = cap / step
+    from infersim.serve.metrics import summarize
+
+    summary = summarize(result)
+    assert summary["output_throughput"] <= bound * 1.02  # 1.02: the step-cost grid's bound
+
+
+def test_trtllm_bench_heuristic_by_hand():
+    # Llama-3.1-8B FP8 on one H100, 1000/1000: KV memory (80e9 - 8.03e9 params x 1 B) x 0.95 = 68.4e9 B;
+    # KV per token 2 x 32 layers x 8 heads x 128 x 1 B = 65,536 B; 68.4e9 / 65,536 / 2000 = 522 requests
+    # -> max_batch_size: next multiple of 128 = 640; tokens 522 x 2 = 1044 -> max(2048, ...) = 2048
+    assert trtllm_bench_settings(config("trtllm"), 1000, 1000) == (640, 2048)
+    # 128/128: 4096-request ceiling -> 4096; tokens min(4096 x 2, 32768) = 8192 -> multiple of 1024
+    assert trtllm_bench_settings(config("trtllm"), 128, 128) == (4096, 8192)
+
+
+def test_trtllm_offline_uses_the_bench_heuristic_and_never_preempts():
+    summary = simulate_serving(config("trtllm"), {"mode": "offline", "num_requests": 1000, "isl": 1000, "osl": 1000})
+    pool = summary["pools"][0]
+    assert (pool["max_running_requests"], pool["token_budget"]) == (640, 2048)
+    assert summary["preemptions"] == 0
+    # trt10-llama3.1-8b-h100-tp1-1000-1000 measured 15,220 output tok/s (validation.yaml)
+    assert 13000 < summary["output_throughput"] < 17500
+
+
+def test_disaggregation_ttft_includes_the_kv_transfer():
+    cfg = config("sglang")
+    colocated = simulate_serving(cfg, {"mode": "poisson", "rate": 0.05, "num_requests": 10, "isl": 4000, "osl": 10,
+                                       "bucket_width": 1.0})
+    pd = simulate_serving(cfg, {"mode": "poisson", "rate": 0.05, "num_requests": 10, "isl": 4000, "osl": 10,
+                                "bucket_width": 1.0, "disaggregate": "1P1D"})
+    # 4000 tokens x 65,536 B = 262 MB over NVLink (450e9 x 0.8 B/s, both instances in one node) = 0.728 ms
+    assert pd["mean_ttft_ms"] - colocated["mean_ttft_ms"] == pytest.approx(4000 * 65536 / 360e9 * 1e3, rel=0.01)
+    assert pd["num_gpus"] == 2
+    assert [p["role"] for p in pd["pools"]] == ["prefill", "decode"]
+
+
+def test_replicas_multiply_gpus_and_capacity():
+    one = simulate_serving(config("trtllm"), {"mode": "offline", "num_requests": 800, "isl": 500, "osl": 100})
+    four = simulate_serving(config("trtllm"), {"mode": "offline", "num_requests": 3200, "isl": 500, "osl": 100,
+                                               "replicas": 4})
+    assert four["num_gpus"] == 4
+    assert four["output_throughput_per_gpu"] == pytest.approx(one["output_throughput_per_gpu"], rel=0.02)
+
+
+def test_summary_uses_vllm_bench_serve_names():
+    summary = simulate_serving(config("vllm"), {"mode": "poisson", "rate": 5, "num_requests": 50,
+                                                "slo": {"ttft_ms": 500, "tpot_ms": 50}, "requests": True})
+    for key in ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+                "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "p90_e2el_ms", "output_throughput",
+                "request_throughput", "total_token_throughput", "output_throughput_per_gpu", "request_goodput",
+                "duration", "completed", "total_input_tokens", "total_output_tokens"):
+        assert key in summary, key
+    assert summary["slo"] == {"ttft_ms": 500.0, "tpot_ms": 50.0}
+    assert len(summary["requests"]) == 50
+    assert summary["mean_itl_ms"] == pytest.approx(summary["mean_tpot_ms"], rel=0.2)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"mode": "poisson", "rate": 0}, "positive number of requests per second"),
+    ({"mode": "poisson"}, "needs a rate"),
+    ({"mode": "poisson", "rate": 1, "isl": -3}, "whole number of tokens >= 1"),
+    ({"mode": "concurrency", "concurrency": 0}, "concurrency must be a whole number >= 1"),
+    ({"mode": "offline", "disaggregate": "3X1D"}, "expected xPyD"),
+    ({"mode": "offline", "bogus": 1}, "unknown key"),
+])
+def test_bad_options_get_one_clear_message(options, message):
+    with pytest.raises(InferSimError, match=message):
+        simulate_serving(config("sglang"), options)
+
+
+def test_stretches_keep_the_loop_short():
+    summary = simulate_serving(config("trtllm"), {"mode": "offline", "num_requests": 2000, "isl": 1000, "osl": 1000})
+    assert summary["iterations"] < summary["steps"] / 1.5
+    assert summary["pools"][0]["priced_step_shapes"] < 2000
+    assert math.isfinite(summary["p99_itl_ms"])
+
+
+def test_ttft_far_below_capacity_under_attention_dp_and_chunking():
+    """Qwen3-30B-A3B on 4 H20s with DP attention: SGLang divides its 8192-token chunk budget by the
+    DP size, so a 3000-token prompt prefills in chunks of 2048 + 952 on one rank, as run_prefill
+    prices it (every rank of the stage engine's step holds such a prompt)."""
+    cfg = config_from_mapping({"model": "qwen3-30b-a3b", "hardware": "h20", "engine": "sglang",
+                               "deployment": {"num_gpus": 4, "attention": {"tp": 1, "dp": 4}, "ffn": {"tp": 1, "ep": 4}},
+                               "workload": {"isl": 3000, "osl": 20}}, "test")
+    prefill = run_prefill(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, cfg.tables, cfg.engine)
+    assert prefill.chunks == 2
+    result = simulate_serving_run(cfg, parse_options({"mode": "poisson", "rate": 0.01, "num_requests": 5,
+                                                      "isl": 3000, "osl": 20, "bucket_width": 1.0}))
+    for r in result.records:
+        assert r.first_token_s - r.req.arrival_s == pytest.approx(prefill.step_time_s, rel=1e-9)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(engine=st.sampled_from(["sglang", "vllm", "trtllm"]), rate=st.floats(0.5, 60), seed=st.integers(0, 10_000),
+       isl_mean=st.integers(50, 3000), osl_max=st.integers(2, 500), replicas=st.integers(1, 3))
+def test_littles_law_and_conservation_hold_for_any_open_loop(engine, rate, seed, isl_mean, osl_max, replicas):
+    summary = simulate_serving(config(engine), {
+        "mode": "poisson", "rate": rate, "num_requests": 120, "seed": seed, "replicas": replicas,
+        "isl": {"dist": "lognormal", "mean": isl_mean, "std": isl_mean / 2}, "osl": {"dist": "uniform", "min": 1,
+                                                                                       "max": osl_max}})
+    assert_little(summary)
+    assert_tokens_conserved(summary)
+    assert summary["p99_ttft_ms"] >= summary["median_ttft_ms"] > 0
+
+
+def test_shared_prefixes_are_served_from_the_cache(tmp_path):
+    import json
+
+    path = tmp_path / "chat.jsonl"
+    rows = [{"arrival_s": 10.0 * i, "input_tokens": 4000, "output_tokens": 10, "prefix_id": "system",
+             "prefix_tokens": 3000} for i in range(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = simulate_serving(config("vllm"), {"mode": "trace", "trace": str(path), "requests": True})
+    cached = [r["cached_tokens"] for r in summary["requests"]]
+    ttft = [r["ttft_ms"] for r in summary["requests"]]
+    assert cached == [0, 2992, 2992, 2992]  # whole 16-token pages of the 3000 shared tokens
+    assert ttft[1] < ttft[0] / 2
+    off = simulate_serving(config("vllm"), {"mode": "trace", "trace": str(path), "prefix_cache": False})
+    assert off["mean_ttft_ms"] == pytest.approx(ttft[0], rel=0.01)
