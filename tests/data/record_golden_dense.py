@@ -40,7 +40,9 @@ def stage_numbers(stage) -> dict:
 def record() -> dict:
     out = {}
     for path, overrides in CASES:
-        result = simulate(load_run_config(str(REPO / path), list(overrides)))
+        # at even expert load, as tests/test_arch_dense_regression.py compares them
+        result = simulate(load_run_config(str(REPO / path), [*overrides, "deployment.moe.load_balance=ideal",
+                                                             "deployment.moe.redundant_experts=0"]))
         mem = result.memory
         key = path + ("" if not overrides else " " + " ".join(overrides))
         out[key] = {
