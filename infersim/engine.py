@@ -54,6 +54,7 @@ class StageResult:
     # accepted draft tokens plus the bonus token (step_time_s is then draft + verification)
     tokens_per_step: float = 1.0
     chunks: int = 1  # prefill: steps the prompt ran in (chunked prefill of a prompt longer than the token budget)
+    padded_batch: int = 0  # decode: the batch a CUDA-graph step computes when padded past tokens_per_gpu (0 = none)
 
     @property
     def tgs(self) -> float:

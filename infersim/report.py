@@ -69,6 +69,7 @@ def _stage(stage: StageResult, balance: Any = None) -> dict[str, Any]:
         out["step_time_ms"] = stage.step_time_s / MS
         out["tokens_per_step"] = stage.tokens_per_step
         out["batch_per_gpu"] = stage.tokens_per_gpu
+        out["graph_padded_batch"] = stage.padded_batch or stage.tokens_per_gpu
     out.update({
         "tgs": stage.tgs,
         "num_layers": stage.num_layers,
@@ -210,7 +211,9 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None) -> list[s
                 f"   ({stage.tokens_per_gpu} prompt tokens per GPU per step)")
     else:
         head = (f"DECODE   TPOT {stage.tpot_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
-                f"   ({stage.tokens_per_gpu} requests per GPU)")
+                f"   ({stage.tokens_per_gpu} requests per GPU"
+                + (f"; the CUDA graph computes {stage.padded_batch}, padded to a captured size)" if stage.padded_batch
+                   else ")"))
         if stage.tokens_per_step != 1.0:
             head += f"\n  one step takes {stage.step_time_s / MS:,.2f} ms and yields {stage.tokens_per_step:.3f} tokens per request"
     sources = sorted({op.source.value for op in stage.operations if op.time_s > 0})

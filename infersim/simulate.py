@@ -89,19 +89,33 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
     return sequential_steps(priced, workload.isl)
 
 
+def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
+               engine: EngineCard) -> StageResult:
+    """TPOT stage: one decode step of `batch` requests per GPU. A CUDA-graph step computes the batch
+    padded up to the engine's next captured size; throughput counts the real requests."""
+    padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes)
+    if dep.overlap == "two-batch" and padded % 2:
+        padded += 1  # two equal micro-batches
+    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms)
+    result = run_stage(plan, hw, tables, engine)
+    if padded == batch:
+        return result
+    from dataclasses import replace
+
+    return replace(result, tokens_per_gpu=batch, padded_batch=padded)
+
+
 def simulate(config: RunConfig) -> SimulationResult:
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
     speculative = None
     memory = memory_budget(model, hw, dep, workload, drafter_memory(config), config.engine,
                            prefill_step_tokens(workload, config.engine, hw, dep))
     batch = decode_batch(config, memory)
-    sms = hw.derates.deepep_normal_sms
     prefill = run_prefill(model, hw, dep, workload, config.tables, config.engine)
     if config.speculative is not None:
         prefill, decode, speculative = run_speculative(config, prefill, batch)
     else:
-        decode = run_stage(build_stage_plan("decode", model, dep, workload, batch, sms), hw, config.tables,
-                           config.engine)
+        decode = run_decode(model, hw, dep, workload, batch, config.tables, config.engine)
     return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)),
                             speculative)
 

@@ -181,3 +181,19 @@ def test_prefill_step_tokens_respects_the_workload_then_the_engine():
     raw = run_mapping(TINY_MODEL, workload={**WORK, "prefill_tokens_per_gpu": 128})
     explicit = config_from_mapping(raw, "test")
     assert prefill_step_tokens(explicit.workload, explicit.engine, explicit.hardware, explicit.deployment) == 128
+
+
+def test_cuda_graph_decode_pads_to_the_next_captured_batch():
+    sglang, _ = load_engine_card("sglang")
+    # engines.md: 1, 2, 4, 8, 12, then 16..256 step 8
+    assert [sglang.graph_padded_batch(b, 96e9) for b in (1, 3, 5, 9, 13, 100, 256)] == [1, 4, 8, 12, 16, 104, 256]
+    assert sglang.graph_padded_batch(300, 96e9) == 300  # beyond cuda_graph_max_bs 256: eager, no padding
+    raw = run_mapping(TINY_MODEL, workload={**WORK, "decode_batch_per_gpu": 5})
+    raw["engine"]["overheads"].update(decode_cuda_graph=True, cuda_graph_max_batch=[{"min_gpu_bytes": 0, "value": 8}],
+                                      cuda_graph_batch_sizes=[{"start": 4, "stop": 8, "step": 4}])
+    padded = simulate(config_from_mapping(raw, "test")).decode
+    raw["workload"]["decode_batch_per_gpu"] = 8
+    eight = simulate(config_from_mapping(raw, "test")).decode
+    assert padded.padded_batch == 8 and padded.tokens_per_gpu == 5
+    assert padded.step_time_s == pytest.approx(eight.step_time_s)  # the graph computes 8 requests
+    assert padded.tgs == pytest.approx(5 / padded.step_time_s)  # but only 5 produce tokens

@@ -37,6 +37,13 @@ def tier_value(tiers: tuple[MemoryTier, ...], hbm_bytes: float) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CaptureRange:
+    start: int = spec(doc="first captured decode batch of the range", gt=0)
+    stop: int = spec(doc="last captured decode batch of the range (inclusive)", gt=0)
+    step: int = spec(1, doc="spacing of captured batches in the range", gt=0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Overheads:
     step_fixed: float = spec(
         doc="per-step time on the critical path that no overlap hides (graph replay launch, sampling, "
@@ -51,6 +58,9 @@ class Overheads:
     cuda_graph_max_batch: tuple[MemoryTier, ...] = spec(
         default_factory=tuple, doc="largest decode batch per GPU captured as a graph, by GPU memory "
                                    "(larger batches run eagerly)")
+    cuda_graph_batch_sizes: tuple[CaptureRange, ...] = spec(
+        default_factory=tuple, doc="decode batches captured as graphs (ranges start..stop by step); a batch "
+                                   "runs padded up to the next captured size (empty = every batch captured)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +118,16 @@ class EngineCard:
 
     def graph_max_batch(self, hbm_bytes: float) -> int:
         return int(tier_value(self.overheads.cuda_graph_max_batch, hbm_bytes))
+
+    def graph_padded_batch(self, batch: int, hbm_bytes: float) -> int:
+        """The batch a captured decode step really computes: the next captured size at or above
+        `batch` (engines pad the inputs to replay a graph); `batch` itself when the step runs
+        eagerly or every size is captured."""
+        o = self.overheads
+        if not o.decode_cuda_graph or batch > self.graph_max_batch(hbm_bytes) or not o.cuda_graph_batch_sizes:
+            return batch
+        sizes = [s for r in o.cuda_graph_batch_sizes for s in range(r.start, r.stop + 1, r.step) if s >= batch]
+        return min(sizes) if sizes else batch
 
     def max_running_requests(self, hbm_bytes: float) -> int:
         """Cap on running requests per engine instance (0 = none but the KV cache)."""

@@ -108,10 +108,13 @@ class StepCoster:
             tokens = max(chunks, math.ceil(rank_tokens / tp))
             q = max(1, tokens // chunks)
             seqs.append(SequenceBatch(chunks, q, max(q, shape.prefill_context)))
+        cfg = self.config
         if shape.decode_requests:
             rank_requests = -(-shape.decode_requests // dp)
-            seqs.append(SequenceBatch(-(-rank_requests // tp), 1, max(1, shape.decode_context)))
-        cfg = self.config
+            per_gpu = -(-rank_requests // tp)
+            if not shape.prefill_chunks:  # a pure decode step replays a graph at the padded batch
+                per_gpu = cfg.engine.graph_padded_batch(per_gpu, cfg.hardware.peak.hbm_bytes)
+            seqs.append(SequenceBatch(per_gpu, 1, max(1, shape.decode_context)))
         plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms)
         self.priced += 1
         return run_stage(plan, cfg.hardware, cfg.tables, cfg.engine).step_time_s

@@ -13,7 +13,7 @@ any range of them from the spec alone:
 
 Only decode is simulated unless the spec asks for prefill (a TTFT target needs it); prefill does
 not depend on the decode batch, so it is simulated once per layout. The fast path calls the same
-functions `simulate()` does (memory_budget, build_stage_plan, run_stage), minus the work a sweep
+functions `simulate()` does (memory_budget, run_prefill, run_decode), minus the work a sweep
 does not need.
 """
 
@@ -28,12 +28,11 @@ from typing import Any, NamedTuple
 import dataclasses
 
 from infersim.config import with_variant
-from infersim.engine import StageResult, run_stage
+from infersim.engine import StageResult
 from infersim.errors import InferSimError
 from infersim.kernels import Bound
 from infersim.memory import MemoryResult, memory_budget
-from infersim.modules.step import build_stage_plan
-from infersim.simulate import prefill_step_tokens, run_prefill, simulate
+from infersim.simulate import prefill_step_tokens, run_decode, run_prefill, simulate
 from infersim.speculative import drafter_memory
 from infersim.sweep.grid import GridAxis, grid_point, grid_size
 from infersim.sweep.variants import Base, Deriver, problem_text, with_layout
@@ -218,8 +217,7 @@ class Evaluator:
             full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)))
             decode, prefill = full.decode, full.prefill
         else:
-            decode = run_stage(build_stage_plan("decode", model, dep, work, batch, hw.derates.deepep_normal_sms),
-                               hw, self.tables, self.engine)
+            decode = run_decode(model, hw, dep, work, batch, self.tables, self.engine)
             prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
         if prefill is not None and self.spec.prefill:
             ttft, ptgs = prefill.step_time_s, prefill.tgs
