@@ -14,6 +14,7 @@ from infersim.cards.schema import build
 from infersim.cli import main
 from infersim.cli_cards import card_yaml
 from infersim.config import load_model_card
+from infersim.memory import total_parameters
 from infersim.errors import ConfigError
 
 BASE = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -107,3 +108,14 @@ def test_bundled_example_configs_run(capsys):
         assert main(["--config", name]) == 0, name
         assert "DECODE" in capsys.readouterr().out
     assert Path(REPO_ROOT / "models" / "qwen3-0.6b.yaml").is_file()
+
+
+def test_llama4_interleaved_moe_and_chunked_attention_import():
+    fields = card_from_hf_file(shared_reference("hf_configs", "llama-4-maverick_config.json"), "maverick")
+    card = validate_model(build(ModelCard, fields, "maverick"), "maverick")
+    assert card.moe_layer_interval == 2 and card.num_moe_layers == 24 and card.num_dense_layers == 24
+    assert card.intermediate_size == 16384 and card.moe_intermediate_size == 8192  # dense vs expert width
+    assert card.num_shared_experts == 1 and card.shared_width == 8192
+    # every 4th layer global, the others chunked (8192) attention as an 8192-token window
+    assert card.layer_kinds[:4] == ("sliding_attention",) * 3 + ("full_attention",) and card.sliding_window == 8192
+    assert total_parameters(card) == pytest.approx(400e9, rel=0.01)  # Maverick: 400B total

@@ -38,6 +38,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "num_shared_experts": ("n_shared_experts", "num_shared_experts"),
     "shared_expert_intermediate_size": ("shared_expert_intermediate_size",),
     "first_k_dense_replace": ("first_k_dense_replace",),
+    "moe_layer_interval": ("interleave_moe_layer_step", "decoder_sparse_step"),
     "q_lora_rank": ("q_lora_rank",),
     "kv_lora_rank": ("kv_lora_rank",),
     "qk_nope_head_dim": ("qk_nope_head_dim",),
@@ -132,14 +133,22 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
         fields.setdefault("moe_intermediate_size", fields.get("intermediate_size", 0))
         if fields.get("shared_expert_intermediate_size") and not fields.get("num_shared_experts"):
             fields["num_shared_experts"] = 1
-        if "decoder_sparse_step" in config and config["decoder_sparse_step"] not in (1, None):
-            raise ConfigError(source, "decoder_sparse_step", config["decoder_sparse_step"],
-                              "MoE on every n-th layer is not supported yet (only 1)")
-        if fields["moe_intermediate_size"] == fields.get("intermediate_size") and "first_k_dense_replace" not in fields:
+        if model_type.startswith("llama4"):
+            # Llama-4: intermediate_size is the expert width (and its one shared expert's), the
+            # interleaved dense layers use intermediate_size_mlp
+            fields["moe_intermediate_size"] = config.get("intermediate_size", fields["moe_intermediate_size"])
+            fields["num_shared_experts"] = 1
+            fields["shared_expert_intermediate_size"] = fields["moe_intermediate_size"]
+            if config.get("intermediate_size_mlp"):
+                fields["intermediate_size"] = config["intermediate_size_mlp"]
+        if fields.get("moe_layer_interval", 1) in (None, 1):
+            fields.pop("moe_layer_interval", None)
+        if (fields["moe_intermediate_size"] == fields.get("intermediate_size") and "first_k_dense_replace" not in fields
+                and "moe_layer_interval" not in fields):
             fields.pop("intermediate_size", None)  # no dense layers: the only width is the experts'
     else:
         for key in ("num_experts_per_tok", "num_shared_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
-                    "n_group", "topk_group"):
+                    "n_group", "topk_group", "moe_layer_interval"):
             fields.pop(key, None)
     if not fields.get("kv_lora_rank"):
         for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
@@ -180,6 +189,14 @@ def _layer_fields(config: dict[str, Any], fields: dict[str, Any], source: str, m
         if len(raw) != n:
             raise ConfigError(source, "layer_types", f"{len(raw)} entries", f"must list all {n} layers")
         kinds = [_LAYER_TYPE_NAMES[t] for t in raw]
+    elif config.get("attention_chunk_size") and config.get("no_rope_layer_interval"):
+        # Llama-4: every n-th layer global (no RoPE), the others attend within fixed chunks of
+        # attention_chunk_size tokens. Modelled as a sliding window of the chunk size: identical
+        # while a context fits one chunk; past it a chunk layer attends to 1..chunk tokens (the
+        # window always to chunk), so attention is overestimated there and KV kept is the same bound.
+        k = int(config["no_rope_layer_interval"])
+        kinds = [FULL_ATTENTION if (i + 1) % k == 0 else SLIDING_ATTENTION for i in range(n)]
+        window = fields["sliding_window"] = int(config["attention_chunk_size"])
     elif config.get("full_attention_interval"):
         k = int(config["full_attention_interval"])
         kinds = [FULL_ATTENTION if (i + 1) % k == 0 else LINEAR_ATTENTION for i in range(n)]

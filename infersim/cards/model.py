@@ -48,6 +48,9 @@ class ModelCard:
     shared_expert_intermediate_size: int = spec(
         0, doc="width of each shared expert (0 = moe_intermediate_size)", ge=0)
     first_k_dense_replace: int = spec(0, doc="the first k layers use the dense FFN instead of MoE", ge=0)
+    moe_layer_interval: int = spec(
+        1, doc="MoE on every n-th layer (layer i is MoE when (i + 1) % n == 0), dense FFN on the others "
+               "(Llama-4 interleave_moe_layer_step, Qwen2-MoE decoder_sparse_step)", gt=0)
     q_lora_rank: int = spec(0, doc="MLA query compression rank (0 = uncompressed queries)", ge=0)
     kv_lora_rank: int = spec(0, doc="MLA compressed KV rank (> 0 makes attention MLA)", ge=0)
     qk_nope_head_dim: int = spec(0, doc="MLA per-head QK dimension without rotary", ge=0)
@@ -100,11 +103,14 @@ class ModelCard:
 
     @property
     def num_dense_layers(self) -> int:
-        return self.num_hidden_layers if not self.is_moe else self.first_k_dense_replace
+        return self.num_hidden_layers - self.num_moe_layers
+
+    def is_moe_layer(self, index: int) -> bool:
+        return self.is_moe and index >= self.first_k_dense_replace and (index + 1) % self.moe_layer_interval == 0
 
     @property
     def num_moe_layers(self) -> int:
-        return self.num_hidden_layers - self.num_dense_layers
+        return sum(1 for i in range(self.num_hidden_layers) if self.is_moe_layer(i))
 
     @property
     def shared_width(self) -> int:
@@ -141,7 +147,7 @@ class ModelCard:
         """(mixer kind, MoE FFN?, layers) of each distinct layer kind, in order of first appearance."""
         counts: dict[tuple[str, bool], int] = {}
         for i, mixer in enumerate(self.layer_kinds):
-            key = (mixer, self.is_moe and i >= self.first_k_dense_replace)
+            key = (mixer, self.is_moe_layer(i))
             counts[key] = counts.get(key, 0) + 1
         return tuple((mixer, moe, n) for (mixer, moe), n in counts.items())
 
