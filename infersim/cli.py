@@ -16,18 +16,22 @@ from pathlib import Path
 
 from infersim.errors import InferSimError
 
-# Subcommand modules, each exposing register(subparsers) that sets a `handler` default returning
-# an exit code. Optional modules that are absent are skipped.
-SUBCOMMAND_MODULES = (
-    "infersim.cli_cards",
-    "infersim.mfu.cli",
-    "infersim.trace.cli",
-    "infersim.sweep.cli",
-    "infersim.generate.cli",
-    "infersim.plot.cli",
-    "infersim.validate.cli",
-    "infersim.serve.cli",
-)
+# Subcommands and the module that registers each (register(subparsers) sets a `handler` default
+# returning an exit code). A plain run imports none of them; a subcommand imports only its own
+# module; --help imports them all. Optional modules that are absent are skipped.
+SUBCOMMANDS = {
+    "cards": "infersim.cli_cards",
+    "mfu": "infersim.mfu.cli",
+    "compare": "infersim.trace.cli",
+    "sweep": "infersim.sweep.cli",
+    "pareto": "infersim.sweep.cli",
+    "generate": "infersim.generate.cli",
+    "plot": "infersim.plot.cli",
+    "roofline": "infersim.plot.cli",
+    "validate": "infersim.validate.cli",
+    "serve": "infersim.serve.cli",
+}
+SUBCOMMAND_MODULES = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +73,8 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser with the run command and the subcommand modules `only` (default: all)."""
     parser = argparse.ArgumentParser(
         prog="infersim",
         description="Predict LLM serving speed and cost (TTFT, TPOT, tokens/GPU/s) on given GPUs, module by module.",
@@ -78,7 +83,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     run = subparsers.add_parser("run", help="simulate a run config (the default command)")
     add_run_arguments(run)
     run.set_defaults(handler=run_command)
-    for name in SUBCOMMAND_MODULES:
+    for name in SUBCOMMAND_MODULES if only is None else only:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -91,9 +96,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser, commands = build_parser()
-    if not args_list or (args_list[0] not in commands and args_list[0] not in ("-h", "--help")):
-        args_list = ["run", *args_list]
+    first = args_list[0] if args_list else ""
+    if first in SUBCOMMANDS:
+        parser, _commands = build_parser([SUBCOMMANDS[first]])
+    elif first in ("-h", "--help") or not args_list:
+        parser, _commands = build_parser()
+    else:
+        parser, _commands = build_parser([])
+        if first != "run":
+            args_list = ["run", *args_list]
     try:
         args = parser.parse_args(args_list)
         handler: Callable[[argparse.Namespace], int] = args.handler
