@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
 
 from infersim.engine import OperationResult, StageResult, combined_source
 from infersim.kernels import Bound
 from infersim.simulate import SimulationResult
+from infersim.texttable import simple_table
 from infersim.units import GB, MS, US
 
 
@@ -159,7 +159,7 @@ def _speculative_text(spec: Any) -> list[str]:
     if spec.lookahead_auto:
         rows = [[p.lookahead, f"{p.expected_tokens:.3f}", f"{p.step_time_s / MS:,.2f}", f"{p.tpot_s / MS:,.2f}"]
                 for p in spec.search]
-        table = tabulate(rows, headers=["k", "tokens/step", "step (ms)", "TPOT (ms)"], disable_numparse=True)
+        table = simple_table(rows, ["k", "tokens/step", "step (ms)", "TPOT (ms)"])
         lines += ["  " + line for line in table.splitlines()]
     return lines
 
@@ -225,13 +225,11 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None) -> list[s
         lines.append(f"  expert load: {balance.describe()}")
         if detail:
             lines.append(f"    factor = {balance.derivation()}")
-    table = tabulate(_module_rows(stage), headers=["module", "per layer (us)", "step (ms)", "share", "bound", "source"],
-                     tablefmt="simple", disable_numparse=True)
+    table = simple_table(_module_rows(stage), ["module", "per layer (us)", "step (ms)", "share", "bound", "source"])
     lines += ["  " + line for line in table.splitlines()]
     if detail:
-        table = tabulate(_operation_rows(stage), headers=["group", "operation", "module", "layers", "per layer (us)",
-                                                          "step (ms)", "TFLOP", "GB", "bound", "source", "from"],
-                         tablefmt="simple", disable_numparse=True)
+        table = simple_table(_operation_rows(stage), ["group", "operation", "module", "layers", "per layer (us)",
+                                                      "step (ms)", "TFLOP", "GB", "bound", "source", "from"])
         lines += [""] + ["  " + line for line in table.splitlines()]
     return lines
 
