@@ -57,24 +57,11 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         raise InferSimError("give a load: --rate R, --concurrency N, --offline or --trace FILE")
     options: dict[str, Any] = {"mode": modes[0] if modes else "poisson", "num_requests": args.num_requests,
                                "seed": args.seed, "replicas": args.replicas, "router": args.router}
-    if args.rate is not None:
-        options["rate"] = args.rate
-    if args.concurrency is not None:
-        options["concurrency"] = args.concurrency
-    if args.trace is not None:
-        options["trace"] = args.trace
-        if args.trace_time_scale is not None:
-            options["trace_time_scale"] = args.trace_time_scale
-    for name in ("isl", "osl"):
-        value = _length(getattr(args, name), name)
-        if value is not None:
-            options[name] = value
-    if args.lengths_from is not None:
-        options["lengths_trace"] = args.lengths_from
-    if args.burstiness is not None:
-        options["burstiness"] = args.burstiness
-    if args.prefix_hit_rate is not None:
-        options["prefix_hit_rate"] = args.prefix_hit_rate
+    given = {"rate": args.rate, "concurrency": args.concurrency, "trace": args.trace,
+             "trace_time_scale": args.trace_time_scale if args.trace is not None else None,
+             "isl": _length(args.isl, "isl"), "osl": _length(args.osl, "osl"), "lengths_trace": args.lengths_from,
+             "burstiness": args.burstiness, "prefix_hit_rate": args.prefix_hit_rate}
+    options.update({name: value for name, value in given.items() if value is not None})
     if args.slo:
         options["slo"] = parse_slo(args.slo)
     if args.disaggregate:
