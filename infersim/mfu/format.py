@@ -56,6 +56,14 @@ class TableInfo:
     description: str = spec("", doc="what the table holds, in words")
     source_file: str = spec("", doc="imported tables: the source file, relative to the source path")
     notes: tuple[str, ...] = spec((), doc="anything a reader must know (assumptions, skipped rows)")
+    moe_routing: str = spec("balanced", doc="grouped_gemm tables: how tokens were routed to experts when timed: "
+                                            "'balanced' (evenly) or 'power_law_<alpha>' (timed on the most "
+                                            "loaded rank, so the time already contains the expert-load imbalance)")
+
+    @property
+    def includes_imbalance(self) -> bool:
+        """True when the measured time already contains an uneven expert load (power-law routing)."""
+        return self.family == "grouped_gemm" and self.moe_routing != "balanced"
 
 
 @dataclass(frozen=True)
@@ -208,6 +216,8 @@ def provenance_yaml_text(provenance: Provenance) -> str:
     data["notes"] = list(provenance.notes)
     for info in data["tables"].values():
         info["notes"] = list(info["notes"])
+        if info.get("moe_routing") == "balanced":
+            del info["moe_routing"]  # the default: kept out so that older directories read unchanged
     header = ("# Provenance of the kernel tables in this directory (format: mfu_tables/FORMAT.md).\n"
               "# `efficiency` in every CSV = kernel FLOPs / (latency * peak_flops[dtype]).\n")
     return header + yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True)

@@ -63,6 +63,8 @@ from infersim.mfu.format import (
 
 _RELATIVE_TOLERANCE = 1e-9  # coordinates this close (relatively) are the same grid point
 _CACHE_LIMIT = 200_000
+#: share of the K x N product a GEMM table must measure to interpolate between (K, N) (see _gemm_planes)
+PLANE_COVERAGE = 0.9
 
 GridKey = tuple[Hashable, ...]
 
@@ -381,6 +383,20 @@ class MfuTables:
             self.grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
                                    f"{label}/{tables}", len(source.points))
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
+        self._gemm_planes = _gemm_planes(self.grids)
+
+    @property
+    def moe_includes_imbalance(self) -> bool:
+        """True when the grouped-GEMM (MoE) tables were timed on the most loaded rank under uneven
+        (power-law) routing (provenance `moe_routing`, e.g. aiconfigurator's): their times already
+        contain the expert-load imbalance, so the simulator must not multiply in its own factor."""
+        return any(info.includes_imbalance for info in self.provenance.tables.values())
+
+    @property
+    def moe_routing(self) -> tuple[str, ...]:
+        """The routings the grouped-GEMM tables were timed under ('balanced', 'power_law_1.01', ...)."""
+        return tuple(sorted({info.moe_routing for info in self.provenance.tables.values()
+                             if info.family == "grouped_gemm"}))
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc)."""
@@ -403,6 +419,8 @@ class MfuTables:
         key, coords, repeats = found
         grid = self.grids.get(key)
         if grid is None:
+            if isinstance(shape, GemmShape):
+                return self._gemm_between_planes(shape, peak_flops)
             return None
         value = grid.kernel_grid.evaluate(coords, shape.flops / repeats)
         # the table's efficiency carries over to the caller's peak: time scales with peak ratio
@@ -413,6 +431,40 @@ class MfuTables:
             return TableHit(seconds, grid.table, "edge", value.efficiency, note)
         method: Literal["exact", "interpolated"] = "exact" if value.exact else "interpolated"
         return TableHit(seconds, grid.table, method, value.efficiency)
+
+    def _gemm_between_planes(self, shape: GemmShape, peak_flops: float) -> TableHit | None:
+        """A GEMM whose (K, N) was not measured, in a table measured on a full K x N grid: the times
+        of the four measured (K, N) around it at the same m, bilinear in K and N (a GEMM's work is
+        bilinear in them). Tables not measured on a full K x N grid (e.g. per-model shapes) answer None."""
+        plane = self._gemm_planes.get(shape.dtype)
+        if plane is None:
+            return None
+        ks, ns = plane
+        k_pair = _bracket(ks, shape.k)
+        n_pair = _bracket(ns, shape.n)
+        if k_pair is None or n_pair is None:
+            return None
+        corners = {}
+        tables = set()
+        edge_notes = []
+        for k in set(k_pair):
+            for n in set(n_pair):
+                corner = GemmShape(m=shape.m, k=k, n=n, dtype=shape.dtype, weight_dtype=shape.weight_dtype)
+                hit = self.lookup(corner, peak_flops)
+                if hit is None:
+                    return None
+                corners[(k, n)] = hit.seconds
+                tables.add(hit.table)
+                if hit.method == "edge":
+                    edge_notes.append(hit.note)
+        seconds = _bilinear(corners, k_pair, n_pair, shape.k, shape.n)
+        efficiency = shape.flops / (seconds * peak_flops)
+        table = "+".join(sorted(tables))
+        where = (f"k={shape.k} between {k_pair[0]} and {k_pair[1]}, n={shape.n} between {n_pair[0]} and "
+                 f"{n_pair[1]}")
+        if edge_notes:
+            return TableHit(seconds, table, "edge", efficiency, f"{where}; " + edge_notes[0])
+        return TableHit(seconds, table, "interpolated", efficiency, where)
 
     def describe(self) -> str:
         prov = self.provenance
@@ -426,6 +478,50 @@ class MfuTables:
             origin += f" from {prov.source['project']}"
         return (f"{self.directory} ({prov.device.name}, {origin}, measured {prov.measured_on}; "
                 f"{len(self.grids)} grids: {kinds})")
+
+
+def _gemm_planes(grids: dict[GridKey, Grid]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """dtype -> (K values, N values) for the GEMM dtypes measured on a K x N product grid (at least
+    two of each, and at least PLANE_COVERAGE of all K x N pairs measured, e.g. aiconfigurator's 483
+    of 22 x 22): only those interpolate between (K, N). Per-model tables (the original InferSim's
+    cover 15-21% of their K x N product) answer only their measured (K, N)."""
+    pairs: dict[str, set[tuple[int, int]]] = {}
+    for key in grids:
+        if key[0] == "gemm":
+            pairs.setdefault(str(key[1]), set()).add((int(key[2]), int(key[3])))  # type: ignore[call-overload]
+    planes = {}
+    for dtype, measured in pairs.items():
+        ks = tuple(sorted({k for k, _ in measured}))
+        ns = tuple(sorted({n for _, n in measured}))
+        if len(ks) >= 2 and len(ns) >= 2 and len(measured) >= PLANE_COVERAGE * len(ks) * len(ns):
+            planes[dtype] = (ks, ns)
+    return planes
+
+
+def _bracket(values: tuple[int, ...], x: int) -> tuple[int, int] | None:
+    """The grid values on either side of x (the same twice if x is one), or None outside the range."""
+    if x < values[0] or x > values[-1]:
+        return None
+    i = bisect.bisect_left(values, x)
+    if values[i] == x:
+        return x, x
+    return values[i - 1], values[i]
+
+
+def _bilinear(corners: dict[tuple[int, int], float], k_pair: tuple[int, int], n_pair: tuple[int, int],
+              k: int, n: int) -> float:
+    def along_n(kk: int) -> float:
+        n0, n1 = n_pair
+        if n0 == n1:
+            return corners[(kk, n0)]
+        t = (n - n0) / (n1 - n0)
+        return (1.0 - t) * corners[(kk, n0)] + t * corners[(kk, n1)]
+
+    k0, k1 = k_pair
+    if k0 == k1:
+        return along_n(k0)
+    t = (k - k0) / (k1 - k0)
+    return (1.0 - t) * along_n(k0) + t * along_n(k1)
 
 
 def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOLATION) -> MfuTables:
