@@ -51,6 +51,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from infersim.errors import InferSimError
+from infersim.mfu.select import version_key
 from infersim.mfu.format import (
     FORMAT_VERSION,
     AttentionRow,
@@ -95,7 +96,8 @@ DEEPSEEK_FAMILY_HIDDEN = 7168
 COMPACT_GEMM_M: frozenset[int] = frozenset({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
                                             32768})
 COMPACT_MOE_TOKENS: frozenset[int] = frozenset(2 ** i for i in range(0, 18))
-COMPACT_DECODE_KV: frozenset[int] = frozenset([2 ** i for i in range(0, 18, 2)] + [2 ** 17])
+#: (aiconfigurator's kv lengths are 2^1 .. 2^17: every other one, and both ends)
+COMPACT_DECODE_KV: frozenset[int] = frozenset([2] + [2 ** i for i in range(2, 18, 2)] + [2 ** 17])
 
 
 def moe_alpha(hidden: int) -> float:
@@ -150,14 +152,6 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
-def _version_key(text: str) -> tuple:
-    """Sortable version: numbers compare as numbers; a pre-release (rc, dev, post) sorts below its release."""
-    parts: list[tuple[int, Any]] = []
-    for piece in re.findall(r"\d+|[a-zA-Z]+", text):
-        parts.append((1, int(piece)) if piece.isdigit() else (0, piece))
-    return tuple(parts)
-
-
 def current_versions(systems_dir: Path) -> dict[tuple[str, str], str]:
     """(system, framework) -> the engine version aiconfigurator calls `current` (query_versions.yaml)."""
     path = systems_dir / "query_versions.yaml"
@@ -183,8 +177,8 @@ def family_version_dir(data_dir: Path, system: str, family: str, framework: str,
         return base / version
     if not base.is_dir():
         return None
-    older = [p for p in base.iterdir() if p.is_dir() and _version_key(p.name) < _version_key(version)]
-    return max(older, key=lambda p: _version_key(p.name)) if older else None
+    older = [p for p in base.iterdir() if p.is_dir() and version_key(p.name) < version_key(version)]
+    return max(older, key=lambda p: version_key(p.name)) if older else None
 
 
 def _table_file(directory: Path, stem: str) -> Path | None:
@@ -393,6 +387,13 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
             target.rows.append(GroupedGemmRow(stage=stage, projection="up", latency_us=total * up_share, **common))
             target.rows.append(GroupedGemmRow(stage=stage, projection="down", latency_us=total * (1.0 - up_share),
                                               **common))
+    for converted in out.values():
+        converted.rows, dropped = _drop_spikes(converted.rows)
+        if dropped:
+            converted.notes.append(
+                f"{dropped} measurements dropped as outliers: time more than {SPIKE_RATIO:g}x that of the next "
+                f"larger token count at the same shape and EP (a kernel's time does not fall when its work grows; "
+                f"these are single-run spikes, e.g. 459 us between 81 us and 97 us)")
     for (label, routing), converted in out.items():
         converted.notes += _count_note(skipped)
         if label == "fp8_block":
@@ -405,6 +406,30 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
         if compact:
             converted.notes.append(f"compact grid: num_tokens powers of two only")
     return out
+
+
+#: a MoE measurement more than this many times the next larger token count's is a spike (see convert_moe)
+SPIKE_RATIO = 1.5
+
+
+def _drop_spikes(rows: list[Row]) -> tuple[list[Row], int]:
+    """Grouped-GEMM rows without spikes: a point whose time exceeds SPIKE_RATIO x the time of the next
+    larger tokens_per_gpu in the same (shape, ep, stage, projection) row. Returns (kept rows, measurements dropped)."""
+    series: dict[tuple, list[GroupedGemmRow]] = {}
+    for row in rows:
+        assert isinstance(row, GroupedGemmRow)
+        key = (row.dtype, row.stage, row.projection, row.num_experts, row.ep, row.topk, row.hidden,
+               row.intermediate, row.gated)
+        series.setdefault(key, []).append(row)
+    spikes: set[int] = set()
+    for members in series.values():
+        members.sort(key=lambda r: r.tokens_per_gpu)
+        for here, after in zip(members, members[1:]):
+            if here.latency_us > SPIKE_RATIO * after.latency_us:
+                spikes.add(id(here))
+    kept = [r for r in rows if id(r) not in spikes]
+    measurements = len(spikes) // 4  # each measurement is four rows: up/down x prefill/decode
+    return kept, measurements
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,8 +38,16 @@ class TableChoice:
     note: str
 
 
-def _version_key(text: str) -> tuple:
-    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in re.findall(r"\d+|[a-zA-Z]+", text))
+def version_key(text: str) -> tuple:
+    """Sortable engine version: numbers as numbers; a pre-release (1.3.0rc20, 0.1.dev5) sorts below
+    its release (1.3.0), a post-release (0.5.6.post2) above it."""
+    parts: list[tuple] = []
+    for piece in re.findall(r"\d+|[a-zA-Z]+", text):
+        if piece.isdigit():
+            parts.append((1, int(piece)))
+        else:
+            parts.append((2 if piece.lower() == "post" else 0, piece.lower()))
+    return tuple(parts) + ((0.5, ""),)  # the end of a version: above a pre-release tag, below any number
 
 
 def bundled_candidates(hardware_name: str, root: Path | None = None) -> list[TableChoice]:
@@ -59,7 +67,7 @@ def bundled_candidates(hardware_name: str, root: Path | None = None) -> list[Tab
 
 
 def _newest_first(choices: list[TableChoice]) -> list[TableChoice]:
-    versioned = sorted((c for c in choices if c.version != "unknown"), key=lambda c: _version_key(c.version),
+    versioned = sorted((c for c in choices if c.version != "unknown"), key=lambda c: version_key(c.version),
                        reverse=True)
     return versioned + [c for c in choices if c.version == "unknown"]
 
