@@ -261,3 +261,54 @@ def test_parquet_tables(package: aic.AicSource, tmp_path: Path) -> None:
     (directory / "gemm_perf.csv").unlink()
     tables = read_table_dir(imported(package, tmp_path / "out"))
     assert len(tables.tables["gemm_bf16.csv"]) == 12
+
+
+def allreduce(gpus: int, size: int, ms: float, source: str = "TRTLLM") -> dict:
+    return {"framework": "TRTLLM", "version": VERSION, "device": "NVIDIA H100 80GB HBM3", "op_name": "all_reduce",
+            "kernel_source": source, "allreduce_dtype": "bfloat16", "num_gpus": gpus, "message_size": size,
+            "latency": ms, "implementation": "trtllm"}
+
+
+def nccl(op: str, gpus: int, size: int, ms: float, dtype: str = "half") -> dict:
+    return {"framework": "TRTLLM", "version": "2.29.2", "device": "NVIDIA H100 80GB HBM3", "op_name": op,
+            "kernel_source": "NCCL", "nccl_dtype": dtype, "num_gpus": gpus, "message_size": size, "latency": ms}
+
+
+def test_collectives_imported_and_timed(package: aic.AicSource, tmp_path: Path) -> None:
+    """The engine's custom all-reduce and NCCL all-gather/reduce-scatter become `collective` tables
+    (message bytes = 2 x their 16-bit element count) and time the simulator's collectives in one node."""
+    from infersim.config import load_hardware_card
+    from infersim.kernels import CollectiveShape, NoTables, Source
+    from infersim.timing import kernel_cost
+
+    data = package.data_dir / "h100_sxm"
+    write_table(data / "comm" / "trtllm" / VERSION, "custom_allreduce_perf",
+                [allreduce(8, 1024, 0.01), allreduce(8, 1048576, 0.05), allreduce(4, 1024, 0.008)])
+    write_table(data / "comm" / "nccl" / "2.29.2", "nccl_perf",
+                [nccl("all_reduce", 8, 1024, 0.02), nccl("all_gather", 8, 1024, 0.012),
+                 nccl("all_gather", 8, 1024, 0.5, dtype="int8"), nccl("alltoall", 8, 1024, 0.03)])
+    directory = imported(package, tmp_path / "out")
+    tables = read_table_dir(directory)
+    assert [(r.kind, r.library, r.ranks, r.message_bytes, r.latency_us) for r in tables.tables[
+        "collective_allreduce.csv"]] == [("all_reduce", "trtllm-custom-allreduce", 8, 2048, pytest.approx(10.0)),
+                                         ("all_reduce", "trtllm-custom-allreduce", 8, 2097152, pytest.approx(50.0)),
+                                         ("all_reduce", "trtllm-custom-allreduce", 4, 2048, pytest.approx(8.0))]
+    # NCCL's all_reduce stays out: the engine runs its custom all-reduce
+    assert [(r.kind, r.library, r.message_bytes) for r in tables.tables["collective_nccl.csv"]] == [
+        ("all_gather", "nccl", 2048)]
+    assert (directory / "collective_nccl.csv").read_text().splitlines()[0] == \
+        "kind,library,dtype,ranks,message_bytes,latency_us"
+    loaded = load_tables(directory)
+    middle = loaded.lookup(CollectiveShape("all_reduce", (2048 + 2097152) / 2, 8, 8), 1.0)
+    assert middle is not None and middle.method == "interpolated" and middle.seconds == pytest.approx(30e-6)
+    small = loaded.lookup(CollectiveShape("all_reduce", 100, 8, 8), 1.0)
+    assert small.seconds == pytest.approx(10e-6)
+    big = loaded.lookup(CollectiveShape("all_reduce", 4 * 2097152, 8, 8), 1.0)
+    assert big.method == "edge" and big.seconds == pytest.approx(200e-6)
+    assert loaded.lookup(CollectiveShape("all_reduce", 2048, 16, 8), 1.0) is None  # two nodes
+    assert loaded.lookup(CollectiveShape("all_reduce", 2048, 2, 8), 1.0) is None  # not measured
+    hw, _ = load_hardware_card("h100-sxm")
+    cost = kernel_cost(CollectiveShape("all_reduce", 2048, 8, 8), hw, loaded)
+    assert cost.source == Source.TABLE and cost.seconds == pytest.approx(10e-6)
+    assert cost.detail == f"exact from trtllm-{VERSION}/collective_allreduce.csv"
+    assert kernel_cost(CollectiveShape("all_reduce", 2048, 8, 8), hw, NoTables()).source == Source.ROOFLINE

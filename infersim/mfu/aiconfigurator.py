@@ -31,9 +31,14 @@ engine version, `<out>/<device>/<framework>-<version>/`):
                                            its own expert-load imbalance on top (MfuTables.moe_includes_imbalance).
                                            Written twice, as stage prefill and stage decode (one kernel serves both).
 
-Not imported (listed in the provenance notes): MLA, DSA/MSA, linear attention, MoE comm and the
-collective tables (all-reduce, NCCL): the table format has no collective family yet, and the
-simulator times collectives from the hardware card.
+  custom_allreduce_perf       collective   the engine's all-reduce (TP all-reduce), CUDA-graph rows where both
+                                           graph and eager were measured; message_bytes = 2 x message_size
+                                           (16-bit elements); 2-8 GPUs in one node.
+  nccl_perf (newest NCCL)     collective   all_gather and reduce_scatter (all_reduce too where the engine has no
+                                           custom all-reduce table), half precision.
+
+Not imported (listed in the provenance notes): MLA, DSA/MSA, linear attention, DeepEP / NCCL
+all-to-all (EP token exchange stays with the hardware card's model), WideEP tables.
 
 Reading parquet needs pyarrow (the optional extra `aic`: pip install 'infersim[aic]'). A table may
 also be given as a CSV with the same columns (tests do so, needing neither package).
@@ -55,6 +60,7 @@ from infersim.mfu.select import version_key
 from infersim.mfu.format import (
     FORMAT_VERSION,
     AttentionRow,
+    CollectiveRow,
     DeviceInfo,
     GemmRow,
     GroupedGemmRow,
@@ -408,6 +414,39 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
     return out
 
 
+COLLECTIVE_KINDS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
+ELEMENT_BYTES = {"bfloat16": 2, "half": 2, "float16": 2}
+
+
+def convert_collectives(records: Iterable[dict[str, Any]], where: str, library: str,
+                        kinds: Sequence[str]) -> Converted:
+    """Collective rows of the given kinds. aiconfigurator's message_size counts elements (16-bit
+    here), so message_bytes = 2 x message_size: at 2^29 elements an 8-GPU H100 all-reduce then
+    moves 2 x 7/8 x 1.07 GB in 4.0 ms, 470 GB/s of bus bandwidth, what NVLink 4 achieves (read
+    as bytes it would be half that). Engines' custom all-reduce tables measured with CUDA graphs
+    and eagerly keep the graph rows (what serving runs)."""
+    records = list(records)
+    out = Converted()
+    graph = [r for r in records if "graph" in str(r.get("kernel_source", "")).lower()
+             or "graph" in str(r.get("backend", "")).lower()]
+    if graph:
+        out.notes.append(f"{len(records) - len(graph)} rows skipped: eager (not CUDA-graph) all-reduce")
+        records = graph
+    skipped = {"op or dtype not imported": 0}
+    for record in records:
+        kind = COLLECTIVE_KINDS.get(str(record.get("op_name")))
+        dtype = str(record.get("allreduce_dtype") or record.get("nccl_dtype"))
+        if kind not in kinds or dtype not in ELEMENT_BYTES:
+            skipped["op or dtype not imported"] += 1
+            continue
+        out.rows.append(CollectiveRow(kind=kind, library=library, dtype="bf16", ranks=_int(record, "num_gpus", where),
+                                      message_bytes=_int(record, "message_size", where) * ELEMENT_BYTES[dtype],
+                                      latency_us=_latency_us(record, where)))
+    out.notes += _count_note(skipped)
+    out.notes.append("message_bytes = 2 x message_size (aiconfigurator counts 16-bit elements); one node")
+    return out
+
+
 #: a MoE measurement more than this many times the next larger token count's is a spike (see convert_moe)
 SPIKE_RATIO = 1.5
 
@@ -438,9 +477,8 @@ def _drop_spikes(rows: list[Row]) -> tuple[list[Row], int]:
 
 NOT_IMPORTED = (
     "not imported: MLA (mla/, mla_bmm/), DSA/MSA (sparse_attention/, msa/), linear attention, mhc, quantize, "
-    "encoder attention, WideEP MoE tables, MoE all-to-all and the collective tables (comm/: custom all-reduce, "
-    "NCCL): the table format has no collective family yet and the simulator times collectives from the "
-    "hardware card",
+    "encoder attention, WideEP MoE tables, MoE all-to-all (DeepEP) and NCCL all-to-all (the simulator times EP "
+    "token exchange from the hardware card); collectives are one node only (the tables measure 2-8 GPUs)",
 )
 
 
@@ -521,6 +559,26 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
             add(f"grouped_gemm_{label}_{routing}.csv", "grouped_gemm", conv.rows,
                 f"routed experts of one MoE layer on one GPU, {label}, routing {routing}", path, status,
                 conv.notes, routing=routing, served=served)
+    found = load("comm", "custom_allreduce_perf")
+    custom = False
+    if found:
+        records, path, status, served = found
+        conv = convert_collectives(records, str(path), f"{plan.framework}-custom-allreduce", ("all_reduce",))
+        add("collective_allreduce.csv", "collective", conv.rows,
+            f"{LIBRARY[plan.framework]} custom all-reduce (the engine's TP all-reduce), one node", path, status,
+            conv.notes, served=served)
+        custom = bool(conv.rows)
+    nccl_base = data / plan.system / "comm" / "nccl"
+    nccl_dirs = sorted((p for p in nccl_base.iterdir() if p.is_dir()), key=lambda p: version_key(p.name)) \
+        if nccl_base.is_dir() else []
+    nccl_path = _table_file(nccl_dirs[-1], "nccl_perf") if nccl_dirs else None
+    if nccl_path is not None:
+        kinds = ("all_gather", "reduce_scatter") + (() if custom else ("all_reduce",))
+        conv = convert_collectives(read_records(nccl_path), str(nccl_path), "nccl", kinds)
+        if custom:
+            conv.notes.append("all_reduce rows not imported: the engine's custom all-reduce table times it")
+        add("collective_nccl.csv", "collective", conv.rows, "NCCL collectives, one node", nccl_path,
+            collection_status(nccl_dirs[-1], "nccl_perf"), conv.notes, served=f"nccl {nccl_dirs[-1].name}")
     if not tables:
         return None
     peaks = _peaks_of(plan.device)

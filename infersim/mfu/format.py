@@ -24,12 +24,14 @@ import yaml
 
 from infersim.cards.schema import build, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError
-from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape
+from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, GroupedGemmShape
 
 FORMAT_VERSION = 1
 PROVENANCE_FILE = "provenance.yaml"
-Family = Literal["gemm", "grouped_gemm", "attention"]
-FAMILIES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention")
+Family = Literal["gemm", "grouped_gemm", "attention", "collective"]
+FAMILIES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention", "collective")
+#: families whose rows have no FLOPs, hence no `efficiency` column (latency is the whole record)
+NO_EFFICIENCY: frozenset[str] = frozenset({"collective"})
 
 #: relative tolerance between a stored `efficiency` and the one recomputed from latency and peak
 EFFICIENCY_TOLERANCE = 2e-3
@@ -50,7 +52,7 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class TableInfo:
-    family: Family = spec(doc="kernel family: gemm, grouped_gemm or attention")
+    family: Family = spec(doc="kernel family: gemm, grouped_gemm, attention or collective")
     library: str = spec(doc="the library/kernel that ran it (DeepGEMM, FlashInfer, torch SDPA ...)")
     library_version: str = spec("unknown", doc="its version, or 'unknown'")
     description: str = spec("", doc="what the table holds, in words")
@@ -157,13 +159,34 @@ class AttentionRow:
         )
 
 
-Row = Union[GemmRow, GroupedGemmRow, AttentionRow]
-ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "attention": AttentionRow}
+@dataclass(frozen=True)
+class CollectiveRow:
+    """One collective inside one node: `ranks` GPUs, each holding `message_bytes` (the full buffer
+    for all-reduce, the gathered output for all-gather, the input for reduce-scatter), as
+    `CollectiveShape.bytes_per_rank`. `library` names the implementation (nccl, trtllm-custom ...)."""
+
+    kind: Literal["all_reduce", "all_gather", "reduce_scatter"]
+    library: str
+    dtype: str
+    ranks: int
+    message_bytes: int
+    latency_us: float
+
+    def shape(self) -> CollectiveShape:
+        return CollectiveShape(kind=self.kind, bytes_per_rank=float(self.message_bytes), ranks=self.ranks,
+                               ranks_per_node=self.ranks)
+
+
+Row = Union[GemmRow, GroupedGemmRow, AttentionRow, CollectiveRow]
+ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "attention": AttentionRow,
+                              "collective": CollectiveRow}
 
 
 def row_columns(family: str) -> list[str]:
     """CSV header of a family: the row fields in order, `efficiency` after `latency_us`."""
     names = [f.name for f in dataclasses.fields(ROW_TYPES[family])]
+    if family in NO_EFFICIENCY:
+        return names
     at = names.index("latency_us") + 1
     return names[:at] + ["efficiency"] + names[at:]
 
@@ -206,7 +229,8 @@ def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], f
     writer.writerow(columns)
     for row in rows:
         values = dataclasses.asdict(row)
-        values["efficiency"] = float(f"{efficiency_of(row, peak_for(row.dtype)):.6g}")
+        if family not in NO_EFFICIENCY:
+            values["efficiency"] = float(f"{efficiency_of(row, peak_for(row.dtype)):.6g}")
         writer.writerow([_format_number(values[c]) for c in columns])
     return out.getvalue()
 
@@ -342,6 +366,9 @@ def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float]) ->
                 raise ConfigError(where, "", MISSING, str(exc)) from None
             if not row.latency_us > 0:
                 raise ConfigError(where, "latency_us", row.latency_us, "must be positive")
+            if family in NO_EFFICIENCY:
+                rows.append(row)
+                continue
             stored = _parse_cell(float, record["efficiency"], where, "efficiency")
             recomputed = efficiency_of(row, peak_for(row.dtype))
             if abs(stored - recomputed) > EFFICIENCY_TOLERANCE * max(recomputed, 1e-12) + 5e-7:

@@ -44,6 +44,7 @@ from typing import Callable, Hashable, Iterable, Literal, Sequence, Union
 from infersim.errors import InferSimError
 from infersim.kernels import (
     AttentionShape,
+    CollectiveShape,
     GemmShape,
     GroupedGemmShape,
     KernelShape,
@@ -52,6 +53,7 @@ from infersim.kernels import (
 from infersim.mfu.format import (
     PROVENANCE_FILE,
     AttentionRow,
+    CollectiveRow,
     GemmRow,
     GroupedGemmRow,
     Row,
@@ -342,6 +344,8 @@ def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
     collected: dict[GridKey, tuple[tuple[str, ...], list[str], float, list[GridPoint]]] = {}
     for name, rows in table_dir.tables.items():
         for row in rows:
+            if isinstance(row, CollectiveRow):
+                continue  # no FLOPs, no efficiency: collectives are indexed by MfuTables (collective_series)
             key, coords, axes = row_grid_key(row)
             peak = prov.peak_flops[row.dtype]
             entry = collected.setdefault(key, (axes, [], peak, []))
@@ -384,6 +388,7 @@ class MfuTables:
                                    f"{label}/{tables}", len(source.points))
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
         self._gemm_planes = _gemm_planes(self.grids)
+        self.collectives = collective_series(table_dir, label)
 
     @property
     def moe_includes_imbalance(self) -> bool:
@@ -413,6 +418,8 @@ class MfuTables:
         return hit
 
     def _lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+        if isinstance(shape, CollectiveShape):
+            return self._collective(shape)
         found = shape_grid_key(shape)
         if found is None or not peak_flops > 0:
             return None
@@ -431,6 +438,33 @@ class MfuTables:
             return TableHit(seconds, grid.table, "edge", value.efficiency, note)
         method: Literal["exact", "interpolated"] = "exact" if value.exact else "interpolated"
         return TableHit(seconds, grid.table, method, value.efficiency)
+
+    def _collective(self, shape: CollectiveShape) -> TableHit | None:
+        """A collective inside one node, by kind and ranks, piecewise linear in the message bytes
+        (a latency plus bytes over a bandwidth on each segment). Below the smallest message: the
+        smallest message's time (the latency floor). Above the largest: the largest message's time
+        scaled by bytes (bandwidth-bound), marked edge. Across nodes, or not NCCL-style (DeepEP): None."""
+        if shape.nodes != 1 or shape.implementation != "nccl" or shape.ranks <= 1:
+            return None
+        series = self.collectives.get((shape.kind, shape.ranks))
+        if series is None:
+            return None
+        points, table = series
+        sizes = [b for b, _ in points]
+        x = shape.bytes_per_rank
+        if x <= sizes[0]:
+            return TableHit(points[0][1], table, "exact" if x == sizes[0] else "interpolated", 0.0,
+                            "" if x == sizes[0] else f"{x:g} bytes below the smallest message: its latency")
+        if x > sizes[-1]:
+            seconds = points[-1][1] * x / sizes[-1]
+            return TableHit(seconds, table, "edge", 0.0,
+                            f"{shape.kind} of {x:g} bytes above the table's largest message ({sizes[-1]:g}): "
+                            f"its time scaled by bytes")
+        i = bisect.bisect_left(sizes, x)
+        if sizes[i] == x:
+            return TableHit(points[i][1], table, "exact", 0.0)
+        (b0, t0), (b1, t1) = points[i - 1], points[i]
+        return TableHit(t0 + (t1 - t0) * (x - b0) / (b1 - b0), table, "interpolated", 0.0)
 
     def _gemm_between_planes(self, shape: GemmShape, peak_flops: float) -> TableHit | None:
         """A GEMM whose (K, N) was not measured, in a table measured on a full K x N grid: the times
@@ -478,6 +512,27 @@ class MfuTables:
             origin += f" from {prov.source['project']}"
         return (f"{self.directory} ({prov.device.name}, {origin}, measured {prov.measured_on}; "
                 f"{len(self.grids)} grids: {kinds})")
+
+
+def collective_series(table_dir: TableDirectory, label: str
+                      ) -> dict[tuple[str, int], tuple[list[tuple[float, float]], str]]:
+    """(kind, ranks) -> ([(message bytes, seconds)] ascending, table name); repeats averaged. One
+    library per (kind, ranks): a directory holding two (e.g. NCCL and an engine's custom all-reduce
+    for the same kind) is refused, as the lookup could not say which the engine runs."""
+    found: dict[tuple[str, int], dict[float, list[float]]] = {}
+    names: dict[tuple[str, int], tuple[str, str]] = {}
+    for name, rows in table_dir.tables.items():
+        for row in rows:
+            if not isinstance(row, CollectiveRow):
+                continue
+            key = (row.kind, row.ranks)
+            seen = names.setdefault(key, (name, row.library))
+            if seen[1] != row.library:
+                raise InferSimError(f"{label}: {row.kind} over {row.ranks} GPUs is timed by both {seen[1]} "
+                                    f"({seen[0]}) and {row.library} ({name}); keep one")
+            found.setdefault(key, {}).setdefault(float(row.message_bytes), []).append(row.latency_us * 1e-6)
+    return {key: (sorted((b, sum(t) / len(t)) for b, t in by_size.items()), f"{label}/{names[key][0]}")
+            for key, by_size in found.items()}
 
 
 def _gemm_planes(grids: dict[GridKey, Grid]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
