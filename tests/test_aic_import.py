@@ -312,3 +312,16 @@ def test_collectives_imported_and_timed(package: aic.AicSource, tmp_path: Path) 
     assert cost.source == Source.TABLE and cost.seconds == pytest.approx(10e-6)
     assert cost.detail == f"exact from trtllm-{VERSION}/collective_allreduce.csv"
     assert kernel_cost(CollectiveShape("all_reduce", 2048, 8, 8), hw, NoTables()).source == Source.ROOFLINE
+
+
+def test_two_libraries_for_one_collective_are_refused(tmp_path: Path) -> None:
+    from infersim.mfu.format import CollectiveRow, DeviceInfo, Provenance, TableDirectory, TableInfo, write_table_dir
+
+    rows = {"a.csv": (CollectiveRow("all_reduce", "nccl", "bf16", 8, 2048, 20.0),),
+            "b.csv": (CollectiveRow("all_reduce", "trtllm-custom-allreduce", "bf16", 8, 2048, 10.0),)}
+    prov = Provenance(format_version=1, device=DeviceInfo(name="NVIDIA H100 80GB HBM3"), peak_flops={"bf16": H100_BF16},
+                      origin="imported", measured_on="unknown", written_on="2026-11-23", command="test",
+                      tables={name: TableInfo(family="collective", library="test") for name in rows})
+    write_table_dir(tmp_path / "dir", TableDirectory(provenance=prov, tables=rows))
+    with pytest.raises(InferSimError, match="all_reduce over 8 GPUs is timed by both nccl"):
+        load_tables(tmp_path / "dir")
