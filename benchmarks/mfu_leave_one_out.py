@@ -31,8 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.mfu.format import read_table_dir, table_directories  # noqa: E402
+from infersim.mfu.format import CollectiveRow, read_table_dir, table_directories  # noqa: E402
 from infersim.mfu.lookup import (  # noqa: E402
+    collective_series,
     load_tables,
     row_grid_key,
     DEFAULT_INTERPOLATION,
@@ -90,6 +91,13 @@ def leave_one_out(directory: Path, interpolation: Interpolation) -> list[Predict
             predictions.append(Prediction(str(directory), family_label(key), describe_key(key), point.coords,
                                           point.row.latency_us, value.seconds * 1e6, bool(value.clamps),
                                           disagreement))
+    # collectives: piecewise linear in message bytes, as the lookup; the end points are edges
+    for (kind, ranks), (points, _) in collective_series(table_dir, directory.name).items():
+        for i in range(1, len(points) - 1):
+            (b0, t0), (b, t), (b1, t1) = points[i - 1], points[i], points[i + 1]
+            predicted = t0 + (t1 - t0) * (b - b0) / (b1 - b0)
+            predictions.append(Prediction(str(directory), "collective", f"{kind} {ranks} GPUs", (b,), t * 1e6,
+                                          predicted * 1e6, False, None))
     return predictions
 
 
@@ -103,6 +111,8 @@ def held_out(thinned: Path, full: Path) -> list[Prediction]:
     predictions = []
     for _, row in (item for name in reference.tables for item in reference.rows_of(
             reference.provenance.tables[name].family) if item[0] == name):
+        if isinstance(row, CollectiveRow):
+            continue  # collectives are not thinned: every point is held
         key, coords, _ = row_grid_key(row)
         if (key, coords) in held:
             continue
