@@ -325,3 +325,30 @@ def test_two_libraries_for_one_collective_are_refused(tmp_path: Path) -> None:
     write_table_dir(tmp_path / "dir", TableDirectory(provenance=prov, tables=rows))
     with pytest.raises(InferSimError, match="all_reduce over 8 GPUs is timed by both nccl"):
         load_tables(tmp_path / "dir")
+
+
+def mla(op: str, heads: int, tp: int, batch: int, isl: int, step: int, ms: float) -> dict:
+    return {"framework": "TRTLLM", "version": VERSION, "device": "NVIDIA H100 80GB HBM3", "op_name": op,
+            "kernel_source": "default", "mla_dtype": "bfloat16", "kv_cache_dtype": "fp8", "num_heads": heads,
+            "batch_size": batch, "isl": isl, "tp_size": tp, "step": step, "latency": ms}
+
+
+def test_mla_rows(package: aic.AicSource, tmp_path: Path) -> None:
+    """MLA prefill becomes MHA 192/128 with as many KV heads as heads; decode becomes absorbed MLA
+    576/512; heads per GPU = num_heads / tp_size (DeepSeek-V3 geometry)."""
+    directory = package.data_dir / "h100_sxm" / "mla" / "trtllm" / VERSION
+    write_table(directory, "context_mla_perf", [mla("mla_context", 128, 8, 1, 4096, 0, 0.5),
+                                                mla("mla_context", 128, 8, 2, 4096, 0, 0.9),
+                                                mla("mla_context", 16, 32, 1, 4096, 0, 0.1)])
+    write_table(directory, "generation_mla_perf", [mla("mla_generation", 128, 1, 32, 1, 4095, 0.12)])
+    tables = read_table_dir(imported(package, tmp_path / "out"))
+    (prefill,) = tables.tables["attention_prefill_mla.csv"]
+    assert (prefill.kind, prefill.stage, prefill.num_heads, prefill.num_kv_heads, prefill.qk_head_dim,
+            prefill.v_head_dim, prefill.kv_dtype, prefill.kv_len, prefill.latency_us) == (
+        "mha", "prefill", 16, 16, 192, 128, "fp8", 4096, pytest.approx(500.0))
+    (decode,) = tables.tables["attention_decode_mla.csv"]
+    assert (decode.kind, decode.num_heads, decode.num_kv_heads, decode.qk_head_dim, decode.v_head_dim,
+            decode.batch, decode.q_len, decode.kv_len, decode.latency_us) == (
+        "mla", 128, 1, 576, 512, 32, 1, 4096, pytest.approx(120.0))
+    notes = " ".join(tables.provenance.tables["attention_prefill_mla.csv"].notes)
+    assert "1 rows skipped: batch_size > 1" in notes and "1 rows skipped: fewer than one head per GPU" in notes

@@ -37,7 +37,11 @@ engine version, `<out>/<device>/<framework>-<version>/`):
   nccl_perf (newest NCCL)     collective   all_gather and reduce_scatter (all_reduce too where the engine has no
                                            custom all-reduce table), half precision.
 
-Not imported (listed in the provenance notes): MLA, DSA/MSA, linear attention, DeepEP / NCCL
+  context_mla_perf            attention    MLA prefill as MHA (qk 192, v 128, heads = num_heads / tp_size), batch 1.
+  generation_mla_perf         attention    absorbed MLA decode (kind mla, qk 576, v 512), kv_len = isl + step.
+                                           Both in DeepSeek-V3 geometry, which the tables do not name.
+
+Not imported (listed in the provenance notes): MLA module tables, DSA/MSA, linear attention, DeepEP / NCCL
 all-to-all (EP token exchange stays with the hardware card's model), WideEP tables.
 
 Reading parquet needs pyarrow (the optional extra `aic`: pip install 'infersim[aic]'). A table may
@@ -414,6 +418,57 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
     return out
 
 
+#: DeepSeek-V3 MLA geometry, the one aiconfigurator's MLA collector measures (its tables do not name it)
+MLA_KV_LORA_RANK = 512
+MLA_ROPE_DIM = 64
+MLA_NOPE_DIM = 128
+MLA_V_DIM = 128
+
+
+def convert_mla(records: Iterable[dict[str, Any]], where: str, stage: str, compact: bool = False) -> Converted:
+    """context_mla_perf (stage prefill) or generation_mla_perf (decode), DeepSeek-V3 geometry. Heads per
+    GPU = num_heads / tp_size. Prefill: MLA without absorption, stored as MHA with num_kv_heads =
+    num_heads, qk = nope + rope = 192, v = 128, batch-1 rows. Decode: absorbed MLA (kind mla), qk =
+    kv_lora_rank + rope = 576, v = kv_lora_rank = 512, kv_len = isl + step."""
+    out = Converted()
+    skipped = {"batch_size > 1 (prefill rows are one sequence)": 0, "fewer than one head per GPU": 0,
+               "dtype not bf16/fp8": 0}
+    for record in records:
+        heads_total, tp = _int(record, "num_heads", where), _int(record, "tp_size", where)
+        if heads_total % tp:
+            skipped["fewer than one head per GPU"] += 1
+            continue
+        heads = heads_total // tp
+        dtype = DTYPES.get(str(record.get("mla_dtype")))
+        kv_dtype = DTYPES.get(str(record.get("kv_cache_dtype")))
+        if dtype is None or kv_dtype is None:
+            skipped["dtype not bf16/fp8"] += 1
+            continue
+        batch = _int(record, "batch_size", where)
+        isl = _int(record, "isl", where)
+        if stage == "prefill":
+            if batch != 1:
+                skipped["batch_size > 1 (prefill rows are one sequence)"] += 1
+                continue
+            out.rows.append(AttentionRow(kind="mha", stage="prefill", dtype=dtype, kv_dtype=kv_dtype, num_heads=heads,
+                                         num_kv_heads=heads, qk_head_dim=MLA_NOPE_DIM + MLA_ROPE_DIM,
+                                         v_head_dim=MLA_V_DIM, causal=True, batch=1, q_len=isl, kv_len=isl,
+                                         latency_us=_latency_us(record, where)))
+        else:
+            kv_len = isl + _int(record, "step", where)
+            if compact and kv_len not in COMPACT_DECODE_KV:
+                continue
+            out.rows.append(AttentionRow(kind="mla", stage="decode", dtype=dtype, kv_dtype=kv_dtype, num_heads=heads,
+                                         num_kv_heads=1, qk_head_dim=MLA_KV_LORA_RANK + MLA_ROPE_DIM,
+                                         v_head_dim=MLA_KV_LORA_RANK, causal=True, batch=batch, q_len=isl,
+                                         kv_len=kv_len, latency_us=_latency_us(record, where)))
+    out.notes += _count_note(skipped)
+    out.notes.append("DeepSeek-V3 MLA geometry (kv_lora_rank 512, rope 64, nope 128, v 128), which aiconfigurator's "
+                     "MLA collector measures; heads per GPU = num_heads / tp_size"
+                     + ("; kv_len = isl + step" if stage == "decode" else ""))
+    return out
+
+
 COLLECTIVE_KINDS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
 ELEMENT_BYTES = {"bfloat16": 2, "half": 2, "float16": 2}
 
@@ -476,7 +531,7 @@ def _drop_spikes(rows: list[Row]) -> tuple[list[Row], int]:
 
 
 NOT_IMPORTED = (
-    "not imported: MLA (mla/, mla_bmm/), DSA/MSA (sparse_attention/, msa/), linear attention, mhc, quantize, "
+    "not imported: MLA module tables and mla_bmm (the MLA attention kernels are: context_mla, generation_mla), DSA/MSA (sparse_attention/, msa/), linear attention, mhc, quantize, "
     "encoder attention, WideEP MoE tables, MoE all-to-all (DeepEP) and NCCL all-to-all (the simulator times EP "
     "token exchange from the hardware card); collectives are one node only (the tables measure 2-8 GPUs)",
 )
@@ -552,6 +607,15 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
         conv = convert_generation_attention(records, str(path), compact)
         add("attention_decode.csv", "attention", conv.rows, "decode attention (MHA/GQA), one query token",
             path, status, conv.notes, served=served)
+    for stem, stage, name, what in (
+            ("context_mla_perf", "prefill", "attention_prefill_mla.csv",
+             "MLA prefill (no absorption) as MHA 192/128, one sequence"),
+            ("generation_mla_perf", "decode", "attention_decode_mla.csv", "absorbed MLA decode, one query token")):
+        found = load("mla", stem)
+        if found:
+            records, path, status, served = found
+            conv = convert_mla(records, str(path), stage, compact)
+            add(name, "attention", conv.rows, what, path, status, conv.notes, served=served)
     found = load("moe", "moe_perf")
     if found:
         records, path, status, served = found
