@@ -88,3 +88,11 @@ def test_bundled_h100_tables_serve_llama_2_7b_prefill() -> None:
                                              num_heads=32, num_kv_heads=32, qk_head_dim=128, v_head_dim=128,
                                              causal=True, dtype="bf16", kv_dtype="bf16"), peak)
     assert attention is not None and attention.method == "exact"
+
+
+def test_report_line_names_engine_and_routing() -> None:
+    tables = load_tables(BUNDLED / "aiconfigurator" / "h200" / "trtllm-1.3.0rc20")
+    line = tables.describe()
+    assert "engine trtllm 1.3.0rc20" in line
+    assert line.endswith("MoE tables timed under power_law_1.01, power_law_1.2 routing: expert-load imbalance "
+                         "included)")

@@ -510,8 +510,16 @@ class MfuTables:
         origin = prov.origin
         if prov.source.get("project"):
             origin += f" from {prov.source['project']}"
-        return (f"{self.directory} ({prov.device.name}, {origin}, measured {prov.measured_on}; "
-                f"{len(self.grids)} grids: {kinds})")
+        engine = ""
+        if prov.software.get("framework"):
+            engine = f", engine {prov.software['framework']} {prov.software.get('framework_version', '')}".rstrip()
+        collectives = f", {len(self.collectives)} collective series" if self.collectives else ""
+        routing = ""
+        if self.moe_includes_imbalance:
+            routing = (f"; MoE tables timed under {', '.join(self.moe_routing)} routing: expert-load imbalance "
+                       f"included")
+        return (f"{self.directory} ({prov.device.name}, {origin}{engine}, measured {prov.measured_on}; "
+                f"{len(self.grids)} grids: {kinds}{collectives}{routing})")
 
 
 def collective_series(table_dir: TableDirectory, label: str
