@@ -47,6 +47,7 @@ HF_FILES = {
     "qwen3-30b-a3b": "qwen3-30B-A3B_config.json",
     "qwen3-235b-a22b": "qwen3-235B-A22B_config.json",
     "mixtral-8x7b": "mixtral-8x7b_config.json",
+    "deepseek-v3": "deepseek_v3_config.json",
 }
 
 
@@ -62,6 +63,7 @@ class Case:
     batch: int = 1  # sequences per attention-DP rank
     isl: int = 4096
     osl: int = 1024
+    fp8: bool = False  # fp8 GEMM and weights (the checkpoint's own quantization on aiconfigurator's side)
 
     @property
     def gpus(self) -> int:
@@ -85,6 +87,8 @@ CASES: tuple[Case, ...] = (
     Case("mixtral decode tp4 ep4 b64 h200", "mixtral-8x7b", "h200", "decode", 4, ep=4, batch=64, isl=2048, osl=512),
     Case("qwen3-235b prefill tp8 ep8 b200", "qwen3-235b-a22b", "b200", "prefill", 8, ep=8),
     Case("qwen3-235b decode dp8 ep8 b64 b200", "qwen3-235b-a22b", "b200", "decode", 1, dp=8, ep=8, batch=64),
+    Case("deepseek-v3 prefill dp8 ep8 h200", "deepseek-v3", "h200", "prefill", 1, dp=8, ep=8, fp8=True),
+    Case("deepseek-v3 decode dp8 ep8 b32 h200", "deepseek-v3", "h200", "decode", 1, dp=8, ep=8, batch=32, fp8=True),
 )
 
 
@@ -101,8 +105,8 @@ def aiconfigurator_ms(exe: str, case: Case, model_dir: Path) -> float:
     label = "TTFT" if case.stage == "prefill" else "TPOT"
     found = re.search(rf"^\s*{label}:\s+([\d.,]+) ms", done.stdout, re.MULTILINE)
     if done.returncode != 0 or not found:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-        raise RuntimeError(f"aiconfigurator failed on {case.name}: " + " | ".join(tail))
+        last = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"aiconfigurator failed: {last[0].strip()}")
     return float(found.group(1).replace(",", ""))
 
 
@@ -113,7 +117,8 @@ def infersim_ms(case: Case) -> tuple[float, float, str]:
         "model": case.model, "hardware": case.hardware,
         "mfu_tables": str(choice.path) if choice else None,
         "deployment": {"num_gpus": case.gpus, "attention": {"tp": case.tp, "dp": case.dp},
-                       "ffn": {"tp": case.gpus // case.ep, "ep": case.ep, "dp": 1}},
+                       "ffn": {"tp": case.gpus // case.ep, "ep": case.ep, "dp": 1},
+                       **({"precision": {"gemm": "fp8", "weights": "fp8"}} if case.fp8 else {})},
         "workload": {"isl": case.isl, "osl": case.osl if case.stage == "decode" else 2,
                      "prefill_tokens_per_gpu": max(1, case.batch * case.isl // case.tp),
                      "decode_batch_per_gpu": max(1, case.batch // case.tp)},
@@ -161,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["aiconfigurator_ms"] is None:
             print(f"{r['name']:36s} {r['metric']:6s} {'-':>9s} {r['infersim_ms']:9.2f} {'':7s} "
-                  f"{r['infersim_kernels_ms']:9.2f} {'':7s}  {r['tables']}  ({r['error'][:80]})")
+                  f"{r['infersim_kernels_ms']:9.2f} {'':7s}  {r['tables']}  ({r['error'][:120]})")
             continue
         print(f"{r['name']:36s} {r['metric']:6s} {r['aiconfigurator_ms']:9.2f} {r['infersim_ms']:9.2f} "
               f"{100 * r['diff']:+6.1f}% {r['infersim_kernels_ms']:9.2f} {100 * r['diff_kernels']:+6.1f}%  {r['tables']}")
