@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -414,7 +413,7 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
             f"(gated 2/3 : 1/3); tokens_per_gpu = num_tokens / moe_ep_size; routing {routing} (timed on the most "
             f"loaded rank): do not add an expert-load imbalance factor on top")
         if compact:
-            converted.notes.append(f"compact grid: num_tokens powers of two only")
+            converted.notes.append("compact grid: num_tokens powers of two only")
     return out
 
 
