@@ -10,6 +10,13 @@ predictions as "edge" with a warning rather than passing them off as interpolati
     python benchmarks/mfu_leave_one_out.py                      # every directory under mfu_tables/
     python benchmarks/mfu_leave_one_out.py mfu_tables/imported/h20 --format json
     python benchmarks/mfu_leave_one_out.py --interpolation time             # an alternative
+
+A thinned table directory (the bundled aiconfigurator tables are converted with --compact) is
+judged by what it leaves out: `--reference FULL_DIR` predicts every point of the full conversion
+that the thinned directory does not hold, with the lookup (`load_tables`) of the thinned one:
+
+    python benchmarks/mfu_leave_one_out.py mfu_tables/aiconfigurator/h100-sxm/trtllm-1.3.0rc20 \
+        --reference /tmp/full/h100-sxm/trtllm-1.3.0rc20
 """
 
 from __future__ import annotations
@@ -24,8 +31,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.mfu.format import read_table_dir, table_directories  # noqa: E402
+from infersim.mfu.format import CollectiveRow, read_table_dir, table_directories  # noqa: E402
 from infersim.mfu.lookup import (  # noqa: E402
+    collective_series,
+    load_tables,
+    row_grid_key,
     DEFAULT_INTERPOLATION,
     INTERPOLATIONS,
     Interpolation,
@@ -81,6 +91,36 @@ def leave_one_out(directory: Path, interpolation: Interpolation) -> list[Predict
             predictions.append(Prediction(str(directory), family_label(key), describe_key(key), point.coords,
                                           point.row.latency_us, value.seconds * 1e6, bool(value.clamps),
                                           disagreement))
+    # collectives: piecewise linear in message bytes, as the lookup; the end points are edges
+    for (kind, ranks), (points, _) in collective_series(table_dir, directory.name).items():
+        for i in range(1, len(points) - 1):
+            (b0, t0), (b, t), (b1, t1) = points[i - 1], points[i], points[i + 1]
+            predicted = t0 + (t1 - t0) * (b - b0) / (b1 - b0)
+            predictions.append(Prediction(str(directory), "collective", f"{kind} {ranks} GPUs", (b,), t * 1e6,
+                                          predicted * 1e6, False, None))
+    return predictions
+
+
+def held_out(thinned: Path, full: Path) -> list[Prediction]:
+    """Every point of `full` that `thinned` does not hold, predicted by the lookup of `thinned`
+    (points no grid of `thinned` covers are left out)."""
+    tables = load_tables(thinned)
+    held = {(key, coords) for key, source in grid_points(read_table_dir(thinned)).items()
+            for coords in (p.coords for p in source.points)}
+    reference = read_table_dir(full)
+    predictions = []
+    for _, row in (item for name in reference.tables for item in reference.rows_of(
+            reference.provenance.tables[name].family) if item[0] == name):
+        if isinstance(row, CollectiveRow):
+            continue  # collectives are not thinned: every point is held
+        key, coords, _ = row_grid_key(row)
+        if (key, coords) in held:
+            continue
+        hit = tables.lookup(row.shape(), tables.provenance.peak_flops[row.dtype])
+        if hit is None:
+            continue
+        predictions.append(Prediction(str(thinned), family_label(key), describe_key(key), coords, row.latency_us,
+                                      hit.seconds * 1e6, hit.method == "edge", None))
     return predictions
 
 
@@ -163,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directories", nargs="*", type=Path,
                         help="table directories or roots holding them (default: mfu_tables/)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="the full conversion of the one (thinned) directory given: predict its points "
+                             "the thinned directory left out, instead of leave-one-out")
     default = next(name for name, scheme in INTERPOLATIONS.items() if scheme == DEFAULT_INTERPOLATION)
     parser.add_argument("--interpolation", choices=sorted(INTERPOLATIONS), default=default,
                         help="envelope: kernel time in work coordinates, bounded by the convex envelope "
@@ -176,7 +219,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no table directories (with provenance.yaml) under {', '.join(map(str, roots))}", file=sys.stderr)
         return 2
     scheme = INTERPOLATIONS[args.interpolation]
-    predictions = [p for d in directories for p in leave_one_out(d, scheme)]
+    if args.reference is not None:
+        if len(directories) != 1:
+            print("--reference compares one thinned table directory with its full conversion", file=sys.stderr)
+            return 2
+        predictions = held_out(directories[0], args.reference)
+    else:
+        predictions = [p for d in directories for p in leave_one_out(d, scheme)]
     result = report(predictions)
     if args.format == "json":
         result["directories"] = [str(d) for d in directories]

@@ -98,6 +98,12 @@ def _intensity_bound(shape: AnyShape, hw: HardwareCard) -> Bound:
 
 def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost:
     """Time of one kernel of `shape`, with its source: table, roofline at a table's edge, or roofline."""
+    if isinstance(shape, CollectiveShape):
+        hit = tables.lookup(shape, 1.0)  # collectives have no FLOPs: the peak is not used
+        if hit is not None:
+            source = Source.ROOFLINE if hit.method == "edge" else Source.TABLE
+            return Cost(0.0, shape.bytes, hit.seconds, Bound.COMM, source,
+                        f"{hit.method} from {hit.table}" + (f" ({hit.note})" if hit.note else ""))
     if isinstance(shape, (CollectiveShape, TokenExchangeShape)):
         return comm_cost(shape, hw)
     if not isinstance(shape, MemoryBoundShape):

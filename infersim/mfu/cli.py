@@ -97,6 +97,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--devices", type=_csv_list, default=(), help="only these devices (default: all found)")
     imp.set_defaults(handler=import_command)
 
+    aic = commands.add_parser(
+        "import-aiconfigurator", help="convert NVIDIA aiconfigurator's kernel database (needs the extra 'aic')",
+        description="Convert the kernel tables of the installed aiconfigurator-core (GEMM, context/generation "
+                    "attention, MoE) into one table directory per device and engine version under --out "
+                    "(<device>/<framework>-<version>/), provenance and Apache-2.0 notice included. "
+                    "Needs: pip install 'infersim[aic]'.")
+    aic.add_argument("--out", type=Path, default=None,
+                     help="output root (default: the bundled mfu_tables/aiconfigurator/)")
+    aic.add_argument("--devices", type=_csv_list, default=(),
+                     help="hardware card names (default: all with an aiconfigurator system: "
+                          "h100-sxm, h200, b200, gb200, a100-sxm-80g)")
+    aic.add_argument("--frameworks", type=_csv_list, default=(), help="trtllm, sglang, vllm (default: all)")
+    aic.add_argument("--version", default=None,
+                     help="engine version (default: each engine's current version in aiconfigurator)")
+    aic.add_argument("--compact", action="store_true",
+                     help="thinned grids (GEMM m and MoE tokens at powers of two), as bundled")
+    aic.set_defaults(handler=import_aic_command)
+
+
+def import_aic_command(args: argparse.Namespace) -> int:
+    from infersim.cards.registry import bundled_dir
+    from infersim.mfu.aiconfigurator import import_aiconfigurator
+
+    out = args.out or bundled_dir("mfu_tables") / "aiconfigurator"
+    written = import_aiconfigurator(out, _command_of(args), args.devices or None, args.frameworks or None,
+                                    args.version, args.compact)
+    for directory in written:
+        print(f"wrote {directory}")
+    return 0
+
 
 def import_command(args: argparse.Namespace) -> int:
     from infersim.mfu.importer import import_infersim

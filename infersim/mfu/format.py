@@ -24,12 +24,14 @@ import yaml
 
 from infersim.cards.schema import build, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError
-from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape
+from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, GroupedGemmShape
 
 FORMAT_VERSION = 1
 PROVENANCE_FILE = "provenance.yaml"
-Family = Literal["gemm", "grouped_gemm", "attention"]
-FAMILIES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention")
+Family = Literal["gemm", "grouped_gemm", "attention", "collective"]
+FAMILIES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention", "collective")
+#: families whose rows have no FLOPs, hence no `efficiency` column (latency is the whole record)
+NO_EFFICIENCY: frozenset[str] = frozenset({"collective"})
 
 #: relative tolerance between a stored `efficiency` and the one recomputed from latency and peak
 EFFICIENCY_TOLERANCE = 2e-3
@@ -50,12 +52,20 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class TableInfo:
-    family: Family = spec(doc="kernel family: gemm, grouped_gemm or attention")
+    family: Family = spec(doc="kernel family: gemm, grouped_gemm, attention or collective")
     library: str = spec(doc="the library/kernel that ran it (DeepGEMM, FlashInfer, torch SDPA ...)")
     library_version: str = spec("unknown", doc="its version, or 'unknown'")
     description: str = spec("", doc="what the table holds, in words")
     source_file: str = spec("", doc="imported tables: the source file, relative to the source path")
     notes: tuple[str, ...] = spec((), doc="anything a reader must know (assumptions, skipped rows)")
+    moe_routing: str = spec("balanced", doc="grouped_gemm tables: how tokens were routed to experts when timed: "
+                                            "'balanced' (evenly) or 'power_law_<alpha>' (timed on the most "
+                                            "loaded rank, so the time already contains the expert-load imbalance)")
+
+    @property
+    def includes_imbalance(self) -> bool:
+        """True when the measured time already contains an uneven expert load (power-law routing)."""
+        return self.family == "grouped_gemm" and self.moe_routing != "balanced"
 
 
 @dataclass(frozen=True)
@@ -149,13 +159,34 @@ class AttentionRow:
         )
 
 
-Row = Union[GemmRow, GroupedGemmRow, AttentionRow]
-ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "attention": AttentionRow}
+@dataclass(frozen=True)
+class CollectiveRow:
+    """One collective inside one node: `ranks` GPUs, each holding `message_bytes` (the full buffer
+    for all-reduce, the gathered output for all-gather, the input for reduce-scatter), as
+    `CollectiveShape.bytes_per_rank`. `library` names the implementation (nccl, trtllm-custom ...)."""
+
+    kind: Literal["all_reduce", "all_gather", "reduce_scatter"]
+    library: str
+    dtype: str
+    ranks: int
+    message_bytes: int
+    latency_us: float
+
+    def shape(self) -> CollectiveShape:
+        return CollectiveShape(kind=self.kind, bytes_per_rank=float(self.message_bytes), ranks=self.ranks,
+                               ranks_per_node=self.ranks)
+
+
+Row = Union[GemmRow, GroupedGemmRow, AttentionRow, CollectiveRow]
+ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "attention": AttentionRow,
+                              "collective": CollectiveRow}
 
 
 def row_columns(family: str) -> list[str]:
     """CSV header of a family: the row fields in order, `efficiency` after `latency_us`."""
     names = [f.name for f in dataclasses.fields(ROW_TYPES[family])]
+    if family in NO_EFFICIENCY:
+        return names
     at = names.index("latency_us") + 1
     return names[:at] + ["efficiency"] + names[at:]
 
@@ -198,7 +229,8 @@ def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], f
     writer.writerow(columns)
     for row in rows:
         values = dataclasses.asdict(row)
-        values["efficiency"] = float(f"{efficiency_of(row, peak_for(row.dtype)):.6g}")
+        if family not in NO_EFFICIENCY:
+            values["efficiency"] = float(f"{efficiency_of(row, peak_for(row.dtype)):.6g}")
         writer.writerow([_format_number(values[c]) for c in columns])
     return out.getvalue()
 
@@ -208,6 +240,8 @@ def provenance_yaml_text(provenance: Provenance) -> str:
     data["notes"] = list(provenance.notes)
     for info in data["tables"].values():
         info["notes"] = list(info["notes"])
+        if info.get("moe_routing") == "balanced":
+            del info["moe_routing"]  # the default: kept out so that older directories read unchanged
     header = ("# Provenance of the kernel tables in this directory (format: mfu_tables/FORMAT.md).\n"
               "# `efficiency` in every CSV = kernel FLOPs / (latency * peak_flops[dtype]).\n")
     return header + yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True)
@@ -332,6 +366,9 @@ def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float]) ->
                 raise ConfigError(where, "", MISSING, str(exc)) from None
             if not row.latency_us > 0:
                 raise ConfigError(where, "latency_us", row.latency_us, "must be positive")
+            if family in NO_EFFICIENCY:
+                rows.append(row)
+                continue
             stored = _parse_cell(float, record["efficiency"], where, "efficiency")
             recomputed = efficiency_of(row, peak_for(row.dtype))
             if abs(stored - recomputed) > EFFICIENCY_TOLERANCE * max(recomputed, 1e-12) + 5e-7:

@@ -44,6 +44,7 @@ from typing import Callable, Hashable, Iterable, Literal, Sequence, Union
 from infersim.errors import InferSimError
 from infersim.kernels import (
     AttentionShape,
+    CollectiveShape,
     GemmShape,
     GroupedGemmShape,
     KernelShape,
@@ -52,6 +53,7 @@ from infersim.kernels import (
 from infersim.mfu.format import (
     PROVENANCE_FILE,
     AttentionRow,
+    CollectiveRow,
     GemmRow,
     GroupedGemmRow,
     Row,
@@ -63,6 +65,8 @@ from infersim.mfu.format import (
 
 _RELATIVE_TOLERANCE = 1e-9  # coordinates this close (relatively) are the same grid point
 _CACHE_LIMIT = 200_000
+#: share of the K x N product a GEMM table must measure to interpolate between (K, N) (see _gemm_planes)
+PLANE_COVERAGE = 0.9
 
 GridKey = tuple[Hashable, ...]
 
@@ -340,6 +344,8 @@ def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
     collected: dict[GridKey, tuple[tuple[str, ...], list[str], float, list[GridPoint]]] = {}
     for name, rows in table_dir.tables.items():
         for row in rows:
+            if isinstance(row, CollectiveRow):
+                continue  # no FLOPs, no efficiency: collectives are indexed by MfuTables (collective_series)
             key, coords, axes = row_grid_key(row)
             peak = prov.peak_flops[row.dtype]
             entry = collected.setdefault(key, (axes, [], peak, []))
@@ -381,6 +387,21 @@ class MfuTables:
             self.grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
                                    f"{label}/{tables}", len(source.points))
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
+        self._gemm_planes = _gemm_planes(self.grids)
+        self.collectives = collective_series(table_dir, label)
+
+    @property
+    def moe_includes_imbalance(self) -> bool:
+        """True when the grouped-GEMM (MoE) tables were timed on the most loaded rank under uneven
+        (power-law) routing (provenance `moe_routing`, e.g. aiconfigurator's): their times already
+        contain the expert-load imbalance, so the simulator must not multiply in its own factor."""
+        return any(info.includes_imbalance for info in self.provenance.tables.values())
+
+    @property
+    def moe_routing(self) -> tuple[str, ...]:
+        """The routings the grouped-GEMM tables were timed under ('balanced', 'power_law_1.01', ...)."""
+        return tuple(sorted({info.moe_routing for info in self.provenance.tables.values()
+                             if info.family == "grouped_gemm"}))
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc)."""
@@ -397,12 +418,16 @@ class MfuTables:
         return hit
 
     def _lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+        if isinstance(shape, CollectiveShape):
+            return self._collective(shape)
         found = shape_grid_key(shape)
         if found is None or not peak_flops > 0:
             return None
         key, coords, repeats = found
         grid = self.grids.get(key)
         if grid is None:
+            if isinstance(shape, GemmShape):
+                return self._gemm_between_planes(shape, peak_flops)
             return None
         value = grid.kernel_grid.evaluate(coords, shape.flops / repeats)
         # the table's efficiency carries over to the caller's peak: time scales with peak ratio
@@ -414,6 +439,67 @@ class MfuTables:
         method: Literal["exact", "interpolated"] = "exact" if value.exact else "interpolated"
         return TableHit(seconds, grid.table, method, value.efficiency)
 
+    def _collective(self, shape: CollectiveShape) -> TableHit | None:
+        """A collective inside one node, by kind and ranks, piecewise linear in the message bytes
+        (a latency plus bytes over a bandwidth on each segment). Below the smallest message: the
+        smallest message's time (the latency floor). Above the largest: the largest message's time
+        scaled by bytes (bandwidth-bound), marked edge. Across nodes, or not NCCL-style (DeepEP): None."""
+        if shape.nodes != 1 or shape.implementation != "nccl" or shape.ranks <= 1:
+            return None
+        series = self.collectives.get((shape.kind, shape.ranks))
+        if series is None:
+            return None
+        points, table = series
+        sizes = [b for b, _ in points]
+        x = shape.bytes_per_rank
+        if x <= sizes[0]:
+            return TableHit(points[0][1], table, "exact" if x == sizes[0] else "interpolated", 0.0,
+                            "" if x == sizes[0] else f"{x:g} bytes below the smallest message: its latency")
+        if x > sizes[-1]:
+            seconds = points[-1][1] * x / sizes[-1]
+            return TableHit(seconds, table, "edge", 0.0,
+                            f"{shape.kind} of {x:g} bytes above the table's largest message ({sizes[-1]:g}): "
+                            f"its time scaled by bytes")
+        i = bisect.bisect_left(sizes, x)
+        if sizes[i] == x:
+            return TableHit(points[i][1], table, "exact", 0.0)
+        (b0, t0), (b1, t1) = points[i - 1], points[i]
+        return TableHit(t0 + (t1 - t0) * (x - b0) / (b1 - b0), table, "interpolated", 0.0)
+
+    def _gemm_between_planes(self, shape: GemmShape, peak_flops: float) -> TableHit | None:
+        """A GEMM whose (K, N) was not measured, in a table measured on a full K x N grid: the times
+        of the four measured (K, N) around it at the same m, bilinear in K and N (a GEMM's work is
+        bilinear in them). Tables not measured on a full K x N grid (e.g. per-model shapes) answer None."""
+        plane = self._gemm_planes.get(shape.dtype)
+        if plane is None:
+            return None
+        ks, ns = plane
+        k_pair = _bracket(ks, shape.k)
+        n_pair = _bracket(ns, shape.n)
+        if k_pair is None or n_pair is None:
+            return None
+        corners = {}
+        tables = set()
+        edge_notes = []
+        for k in set(k_pair):
+            for n in set(n_pair):
+                corner = GemmShape(m=shape.m, k=k, n=n, dtype=shape.dtype, weight_dtype=shape.weight_dtype)
+                hit = self.lookup(corner, peak_flops)
+                if hit is None:
+                    return None
+                corners[(k, n)] = hit.seconds
+                tables.add(hit.table)
+                if hit.method == "edge":
+                    edge_notes.append(hit.note)
+        seconds = _bilinear(corners, k_pair, n_pair, shape.k, shape.n)
+        efficiency = shape.flops / (seconds * peak_flops)
+        table = "+".join(sorted(tables))
+        where = (f"k={shape.k} between {k_pair[0]} and {k_pair[1]}, n={shape.n} between {n_pair[0]} and "
+                 f"{n_pair[1]}")
+        if edge_notes:
+            return TableHit(seconds, table, "edge", efficiency, f"{where}; " + edge_notes[0])
+        return TableHit(seconds, table, "interpolated", efficiency, where)
+
     def describe(self) -> str:
         prov = self.provenance
         families: dict[str, int] = {}
@@ -424,8 +510,81 @@ class MfuTables:
         origin = prov.origin
         if prov.source.get("project"):
             origin += f" from {prov.source['project']}"
-        return (f"{self.directory} ({prov.device.name}, {origin}, measured {prov.measured_on}; "
-                f"{len(self.grids)} grids: {kinds})")
+        engine = ""
+        if prov.software.get("framework"):
+            engine = f", engine {prov.software['framework']} {prov.software.get('framework_version', '')}".rstrip()
+        collectives = f", {len(self.collectives)} collective series" if self.collectives else ""
+        routing = ""
+        if self.moe_includes_imbalance:
+            routing = (f"; MoE tables timed under {', '.join(self.moe_routing)} routing: expert-load imbalance "
+                       f"included")
+        return (f"{self.directory} ({prov.device.name}, {origin}{engine}, measured {prov.measured_on}; "
+                f"{len(self.grids)} grids: {kinds}{collectives}{routing})")
+
+
+def collective_series(table_dir: TableDirectory, label: str
+                      ) -> dict[tuple[str, int], tuple[list[tuple[float, float]], str]]:
+    """(kind, ranks) -> ([(message bytes, seconds)] ascending, table name); repeats averaged. One
+    library per (kind, ranks): a directory holding two (e.g. NCCL and an engine's custom all-reduce
+    for the same kind) is refused, as the lookup could not say which the engine runs."""
+    found: dict[tuple[str, int], dict[float, list[float]]] = {}
+    names: dict[tuple[str, int], tuple[str, str]] = {}
+    for name, rows in table_dir.tables.items():
+        for row in rows:
+            if not isinstance(row, CollectiveRow):
+                continue
+            key = (row.kind, row.ranks)
+            seen = names.setdefault(key, (name, row.library))
+            if seen[1] != row.library:
+                raise InferSimError(f"{label}: {row.kind} over {row.ranks} GPUs is timed by both {seen[1]} "
+                                    f"({seen[0]}) and {row.library} ({name}); keep one")
+            found.setdefault(key, {}).setdefault(float(row.message_bytes), []).append(row.latency_us * 1e-6)
+    return {key: (sorted((b, sum(t) / len(t)) for b, t in by_size.items()), f"{label}/{names[key][0]}")
+            for key, by_size in found.items()}
+
+
+def _gemm_planes(grids: dict[GridKey, Grid]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """dtype -> (K values, N values) for the GEMM dtypes measured on a K x N product grid (at least
+    two of each, and at least PLANE_COVERAGE of all K x N pairs measured, e.g. aiconfigurator's 483
+    of 22 x 22): only those interpolate between (K, N). Per-model tables (the original InferSim's
+    cover 15-21% of their K x N product) answer only their measured (K, N)."""
+    pairs: dict[str, set[tuple[int, int]]] = {}
+    for key in grids:
+        if key[0] == "gemm":
+            pairs.setdefault(str(key[1]), set()).add((int(key[2]), int(key[3])))  # type: ignore[call-overload]
+    planes = {}
+    for dtype, measured in pairs.items():
+        ks = tuple(sorted({k for k, _ in measured}))
+        ns = tuple(sorted({n for _, n in measured}))
+        if len(ks) >= 2 and len(ns) >= 2 and len(measured) >= PLANE_COVERAGE * len(ks) * len(ns):
+            planes[dtype] = (ks, ns)
+    return planes
+
+
+def _bracket(values: tuple[int, ...], x: int) -> tuple[int, int] | None:
+    """The grid values on either side of x (the same twice if x is one), or None outside the range."""
+    if x < values[0] or x > values[-1]:
+        return None
+    i = bisect.bisect_left(values, x)
+    if values[i] == x:
+        return x, x
+    return values[i - 1], values[i]
+
+
+def _bilinear(corners: dict[tuple[int, int], float], k_pair: tuple[int, int], n_pair: tuple[int, int],
+              k: int, n: int) -> float:
+    def along_n(kk: int) -> float:
+        n0, n1 = n_pair
+        if n0 == n1:
+            return corners[(kk, n0)]
+        t = (n - n0) / (n1 - n0)
+        return (1.0 - t) * corners[(kk, n0)] + t * corners[(kk, n1)]
+
+    k0, k1 = k_pair
+    if k0 == k1:
+        return along_n(k0)
+    t = (k - k0) / (k1 - k0)
+    return (1.0 - t) * along_n(k0) + t * along_n(k1)
 
 
 def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOLATION) -> MfuTables:

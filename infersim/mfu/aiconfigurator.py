@@ -1,0 +1,718 @@
+"""Import NVIDIA aiconfigurator's collected kernel database into the project's table format.
+
+aiconfigurator (https://github.com/ai-dynamo/aiconfigurator, Apache-2.0) ships measured kernel
+times per GPU ("system"), serving engine ("framework": trtllm, sglang, vllm) and engine version in
+the package `aiconfigurator-core`, under `aiconfigurator_core/systems/data/`:
+
+    <system>/<family>/<framework>/<version>/<table>_perf.parquet    one row per measured kernel
+    <system>/<family>/<framework>/<version>/collection_meta.yaml    status of each table
+    aiconfigurator_core/systems/query_versions.yaml                 each engine's current version
+
+Latencies there are in milliseconds. What is converted (one output directory per device and
+engine version, `<out>/<device>/<framework>-<version>/`):
+
+  gemm_perf                   gemm         gemm_dtype bfloat16 -> bf16, fp8 (per-tensor) -> fp8; m, n, k as
+                                           they are. fp8_block, nvfp4 ... are not imported (the
+                                           simulator has one fp8 format; its GEMM rate is per-tensor fp8).
+  context_attention_perf      attention    prefill, MHA/GQA: batch_size 1, no sliding window; seq_len = isl;
+                                           num_heads / num_key_value_heads per GPU; qk = v = head_dim.
+  generation_attention_perf   attention    decode, MHA/GQA: batch_size, q_len 1 (isl), kv_len = isl + step
+                                           (the cached tokens plus the new one); no sliding window.
+  moe_perf                    grouped_gemm the whole routed-expert computation of one MoE layer on one GPU
+                                           (moe_tp_size 1 only). Their num_tokens are the tokens of the whole EP
+                                           group, so tokens_per_gpu = num_tokens / moe_ep_size (rows where that
+                                           is not whole are skipped). The measured time covers both projections;
+                                           it is split into `up` and `down` rows in proportion to their FLOPs
+                                           (gated: 2/3 and 1/3), so up + down reproduces the measurement.
+                                           The time is measured on the most loaded rank under power-law
+                                           routing with exponent alpha: 1.01 for the DeepSeek/Kimi family
+                                           (hidden 7168), 1.2 for others, as aiconfigurator's models do. The
+                                           table records it (`moe_routing`), so the simulator must not add
+                                           its own expert-load imbalance on top (MfuTables.moe_includes_imbalance).
+                                           Written twice, as stage prefill and stage decode (one kernel serves both).
+
+  custom_allreduce_perf       collective   the engine's all-reduce (TP all-reduce), CUDA-graph rows where both
+                                           graph and eager were measured; message_bytes = 2 x message_size
+                                           (16-bit elements); 2-8 GPUs in one node.
+  nccl_perf (newest NCCL)     collective   all_gather and reduce_scatter (all_reduce too where the engine has no
+                                           custom all-reduce table), half precision.
+
+  context_mla_perf            attention    MLA prefill as MHA (qk 192, v 128, heads = num_heads / tp_size), batch 1.
+  generation_mla_perf         attention    absorbed MLA decode (kind mla, qk 576, v 512), kv_len = isl + step.
+                                           Both in DeepSeek-V3 geometry, which the tables do not name.
+
+Not imported (listed in the provenance notes): MLA module tables, DSA/MSA, linear attention, DeepEP / NCCL
+all-to-all (EP token exchange stays with the hardware card's model), WideEP tables.
+
+Reading parquet needs pyarrow (the optional extra `aic`: pip install 'infersim[aic]'). A table may
+also be given as a CSV with the same columns (tests do so, needing neither package).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import yaml
+
+from infersim.errors import InferSimError
+from infersim.mfu.select import version_key
+from infersim.mfu.format import (
+    FORMAT_VERSION,
+    AttentionRow,
+    CollectiveRow,
+    DeviceInfo,
+    GemmRow,
+    GroupedGemmRow,
+    Provenance,
+    Row,
+    TableDirectory,
+    TableInfo,
+    write_table_dir,
+)
+
+PACKAGE = "aiconfigurator-core"
+PROJECT = "NVIDIA aiconfigurator (aiconfigurator-core), Apache-2.0"
+URL = "https://github.com/ai-dynamo/aiconfigurator"
+LICENSE_NOTICE = ("Apache-2.0: the numbers in this directory are converted from NVIDIA aiconfigurator's collected "
+                  "performance database (Copyright (c) NVIDIA CORPORATION & AFFILIATES, licensed under the Apache "
+                  "License, Version 2.0, http://www.apache.org/licenses/LICENSE-2.0); converted by InferSim "
+                  "(units, layout, FLOP split of MoE times), values otherwise unchanged")
+MISSING_EXTRA = ("importing aiconfigurator's tables needs the optional extra: pip install 'infersim[aic]' "
+                 "(installs aiconfigurator-core and pyarrow)")
+
+#: our hardware card -> aiconfigurator system directory
+SYSTEMS: dict[str, str] = {
+    "h100-sxm": "h100_sxm",
+    "h200": "h200_sxm",
+    "b200": "b200_sxm",
+    "gb200": "gb200",
+    "a100-sxm-80g": "a100_sxm",
+}
+FRAMEWORKS: tuple[str, ...] = ("trtllm", "sglang", "vllm")
+LIBRARY = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
+DTYPES: dict[str, str] = {"bfloat16": "bf16", "fp8": "fp8"}
+
+#: power-law exponent aiconfigurator's models route MoE tokens with: DeepSeek/Kimi family 1.01
+MOE_ALPHA_DEEPSEEK_FAMILY = 1.01
+MOE_ALPHA_OTHERS = 1.2
+DEEPSEEK_FAMILY_HIDDEN = 7168
+
+#: compact (bundled) grids: GEMM m and MoE token counts kept; attention is kept whole (it is small)
+COMPACT_GEMM_M: frozenset[int] = frozenset({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+                                            32768})
+COMPACT_MOE_TOKENS: frozenset[int] = frozenset(2 ** i for i in range(0, 18))
+#: (aiconfigurator's kv lengths are 2^1 .. 2^17: every other one, and both ends)
+COMPACT_DECODE_KV: frozenset[int] = frozenset([2] + [2 ** i for i in range(2, 18, 2)] + [2 ** 17])
+
+
+def moe_alpha(hidden: int) -> float:
+    """The power-law exponent aiconfigurator routes an MoE of this hidden size with."""
+    return MOE_ALPHA_DEEPSEEK_FAMILY if hidden == DEEPSEEK_FAMILY_HIDDEN else MOE_ALPHA_OTHERS
+
+
+# ---------------------------------------------------------------------------------------------
+# Locating and reading the package data
+
+
+@dataclass(frozen=True)
+class AicSource:
+    """Where aiconfigurator's data are: `systems/` (with query_versions.yaml and data/) and the package version."""
+
+    systems_dir: Path
+    package_version: str
+
+    @property
+    def data_dir(self) -> Path:
+        return self.systems_dir / "data"
+
+
+def installed_source() -> AicSource:
+    """The installed aiconfigurator-core's data, or one clear error naming the extra to install."""
+    try:
+        import aiconfigurator_core  # type: ignore[import-not-found]
+    except ImportError:
+        raise InferSimError(MISSING_EXTRA) from None
+    try:
+        from importlib.metadata import version
+
+        package_version = version(PACKAGE)
+    except Exception:  # noqa: BLE001 - metadata missing in an odd install: say so in the provenance
+        package_version = "unknown"
+    systems = Path(aiconfigurator_core.__file__).parent / "systems"
+    if not (systems / "data").is_dir():
+        raise InferSimError(f"{systems / 'data'}: not found; this aiconfigurator-core ({package_version}) does not "
+                            f"ship its performance data where the importer expects it")
+    return AicSource(systems, package_version)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Rows of one aiconfigurator table: parquet (needs pyarrow) or CSV with the same columns."""
+    if path.suffix == ".csv":
+        with path.open(newline="") as handle:
+            return [dict(row) for row in csv.DictReader(handle)]
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-not-found]
+    except ImportError:
+        raise InferSimError(f"{path}: reading parquet needs pyarrow; {MISSING_EXTRA}") from None
+    return pq.read_table(path).to_pylist()
+
+
+def current_versions(systems_dir: Path) -> dict[tuple[str, str], str]:
+    """(system, framework) -> the engine version aiconfigurator calls `current` (query_versions.yaml)."""
+    path = systems_dir / "query_versions.yaml"
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    defaults = data.get("defaults") or {}
+    overrides = data.get("overrides") or {}
+    result: dict[tuple[str, str], str] = {}
+    for system in SYSTEMS.values():
+        for framework in FRAMEWORKS:
+            slot = (overrides.get(system) or {}).get(framework) or defaults.get(framework) or {}
+            if slot.get("current"):
+                result[(system, framework)] = str(slot["current"])
+    return result
+
+
+def family_version_dir(data_dir: Path, system: str, family: str, framework: str, version: str) -> Path | None:
+    """The directory serving `version` for one table family: the version itself, or else the newest
+    older one (aiconfigurator fills missing families backward from older collections, never forward)."""
+    base = data_dir / system / family / framework
+    if (base / version).is_dir():
+        return base / version
+    if not base.is_dir():
+        return None
+    older = [p for p in base.iterdir() if p.is_dir() and version_key(p.name) < version_key(version)]
+    return max(older, key=lambda p: version_key(p.name)) if older else None
+
+
+def _table_file(directory: Path, stem: str) -> Path | None:
+    for suffix in (".parquet", ".csv"):
+        if (directory / f"{stem}{suffix}").is_file():
+            return directory / f"{stem}{suffix}"
+    return None
+
+
+def collection_status(directory: Path, stem: str) -> str:
+    """`<provenance>/<status>` of one table from collection_meta.yaml, e.g. 'collected/complete'."""
+    path = directory / "collection_meta.yaml"
+    if not path.is_file():
+        return "no collection_meta.yaml"
+    meta = yaml.safe_load(path.read_text()) or {}
+    table = ((meta.get("tables") or {}).get(stem) or {})
+    return f"{meta.get('provenance', 'unstated')}/{table.get('status', 'unstated')}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversion of each table (pure functions of the records)
+
+
+def _int(record: dict[str, Any], name: str, where: str) -> int:
+    value = record.get(name)
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InferSimError(f"{where}: column {name} = {value!r} is not a number") from None
+    if not number.is_integer():
+        raise InferSimError(f"{where}: column {name} = {value!r} is not a whole number")
+    return int(number)
+
+
+def _latency_us(record: dict[str, Any], where: str) -> float:
+    """aiconfigurator latencies are milliseconds."""
+    try:
+        ms = float(record["latency"])
+    except (KeyError, TypeError, ValueError):
+        raise InferSimError(f"{where}: column latency = {record.get('latency')!r} is not a number") from None
+    return ms * 1000.0
+
+
+@dataclass
+class Converted:
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _count_note(skipped: dict[str, int]) -> list[str]:
+    return [f"{n} rows skipped: {why}" for why, n in sorted(skipped.items()) if n]
+
+
+def convert_gemm(records: Iterable[dict[str, Any]], where: str, compact: bool = False) -> dict[str, Converted]:
+    """GEMM rows by our dtype."""
+    out: dict[str, Converted] = {}
+    skipped: dict[str, dict[str, int]] = {}
+    for record in records:
+        dtype = DTYPES.get(str(record.get("gemm_dtype")))
+        if dtype is None:
+            why = f"gemm_dtype {record.get('gemm_dtype')} (not a format the simulator's GEMM tables key on)"
+            skipped.setdefault("*", {})[why] = skipped.get("*", {}).get(why, 0) + 1
+            continue
+        m = _int(record, "m", where)
+        if compact and m not in COMPACT_GEMM_M:
+            continue
+        row = GemmRow(dtype=dtype, m=m, k=_int(record, "k", where), n=_int(record, "n", where),
+                      latency_us=_latency_us(record, where))
+        if row.latency_us > 0:
+            out.setdefault(dtype, Converted()).rows.append(row)
+    for converted in out.values():
+        converted.notes += _count_note(skipped.get("*", {}))
+        if compact:
+            converted.notes.append(f"compact grid: m in {sorted(COMPACT_GEMM_M)} only")
+    return out
+
+
+def _dtypes(record: dict[str, Any]) -> tuple[str, str] | None:
+    dtype = DTYPES.get(str(record.get("attn_dtype")))
+    kv_dtype = DTYPES.get(str(record.get("kv_cache_dtype")))
+    return (dtype, kv_dtype) if dtype and kv_dtype else None
+
+
+def _heads(record: dict[str, Any], where: str) -> tuple[int, int] | None:
+    heads = _int(record, "num_heads", where)
+    kv_heads = _int(record, "num_key_value_heads", where)
+    if kv_heads <= 0 or kv_heads > heads or heads % kv_heads:
+        return None
+    return heads, kv_heads
+
+
+def _plain(record: dict[str, Any], where: str) -> bool:
+    window = _int(record, "window_size", where) if record.get("window_size") not in (None, "") else 0
+    beam = _int(record, "beam_width", where) if record.get("beam_width") not in (None, "") else 1
+    return window == 0 and beam == 1
+
+
+def convert_context_attention(records: Iterable[dict[str, Any]], where: str) -> Converted:
+    out = Converted()
+    skipped = {"batch_size > 1 (prefill rows are one sequence)": 0, "sliding window or beam search": 0,
+               "num_key_value_heads not a divisor of num_heads": 0, "dtype not bf16/fp8": 0}
+    for record in records:
+        if _int(record, "batch_size", where) != 1:
+            skipped["batch_size > 1 (prefill rows are one sequence)"] += 1
+            continue
+        if not _plain(record, where):
+            skipped["sliding window or beam search"] += 1
+            continue
+        heads = _heads(record, where)
+        if heads is None:
+            skipped["num_key_value_heads not a divisor of num_heads"] += 1
+            continue
+        dtypes = _dtypes(record)
+        if dtypes is None:
+            skipped["dtype not bf16/fp8"] += 1
+            continue
+        isl = _int(record, "isl", where)
+        head_dim = _int(record, "head_dim", where)
+        out.rows.append(AttentionRow(kind="mha", stage="prefill", dtype=dtypes[0], kv_dtype=dtypes[1],
+                                     num_heads=heads[0], num_kv_heads=heads[1], qk_head_dim=head_dim,
+                                     v_head_dim=head_dim, causal=True, batch=1, q_len=isl, kv_len=isl,
+                                     latency_us=_latency_us(record, where)))
+    out.notes += _count_note(skipped)
+    return out
+
+
+def convert_generation_attention(records: Iterable[dict[str, Any]], where: str, compact: bool = False) -> Converted:
+    out = Converted()
+    skipped = {"sliding window or beam search": 0, "num_key_value_heads not a divisor of num_heads": 0,
+               "dtype not bf16/fp8": 0}
+    for record in records:
+        if not _plain(record, where):
+            skipped["sliding window or beam search"] += 1
+            continue
+        heads = _heads(record, where)
+        if heads is None:
+            skipped["num_key_value_heads not a divisor of num_heads"] += 1
+            continue
+        dtypes = _dtypes(record)
+        if dtypes is None:
+            skipped["dtype not bf16/fp8"] += 1
+            continue
+        q_len = _int(record, "isl", where)
+        kv_len = q_len + _int(record, "step", where)
+        if compact and kv_len not in COMPACT_DECODE_KV:
+            continue
+        head_dim = _int(record, "head_dim", where)
+        out.rows.append(AttentionRow(kind="mha", stage="decode", dtype=dtypes[0], kv_dtype=dtypes[1],
+                                     num_heads=heads[0], num_kv_heads=heads[1], qk_head_dim=head_dim,
+                                     v_head_dim=head_dim, causal=True, batch=_int(record, "batch_size", where),
+                                     q_len=q_len, kv_len=kv_len, latency_us=_latency_us(record, where)))
+    out.notes += _count_note(skipped)
+    out.notes.append("kv_len = isl + step (aiconfigurator's step is the number of cached tokens before this one)")
+    if compact:
+        out.notes.append(f"compact grid: kv_len in {sorted(COMPACT_DECODE_KV)} only")
+    return out
+
+
+def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = False) -> dict[tuple[str, str], Converted]:
+    """Grouped-GEMM rows by (label, routing), each measurement split into up and down, both stages.
+
+    label is the dtype, or fp8_block for block-scaled fp8 MoEs that have no per-tensor fp8 measurement
+    (stored as dtype fp8: the simulator has one fp8 format)."""
+    out: dict[tuple[str, str], Converted] = {}
+    skipped = {"moe_tp_size > 1 (the format has no expert-TP axis)": 0,
+               "num_tokens not a multiple of moe_ep_size": 0, "moe_dtype not bf16/fp8 (fp8_block only where no per-tensor fp8)": 0,
+               "routing other than the model family's power law": 0}
+    records = list(records)
+
+    def shape_key(record: dict[str, Any]) -> tuple:
+        return tuple(str(record.get(c)) for c in ("hidden_size", "inter_size", "num_experts", "topk"))
+
+    per_tensor_fp8 = {shape_key(r) for r in records if str(r.get("moe_dtype")) == "fp8"}
+    for record in records:
+        moe_dtype = str(record.get("moe_dtype"))
+        dtype = DTYPES.get(moe_dtype)
+        label = dtype
+        if moe_dtype == "fp8_block" and shape_key(record) not in per_tensor_fp8:
+            dtype, label = "fp8", "fp8_block"  # the only fp8 measurement of this MoE (DeepSeek-style block scales)
+        if dtype is None:
+            skipped["moe_dtype not bf16/fp8 (fp8_block only where no per-tensor fp8)"] += 1
+            continue
+        if _int(record, "moe_tp_size", where) != 1:
+            skipped["moe_tp_size > 1 (the format has no expert-TP axis)"] += 1
+            continue
+        hidden = _int(record, "hidden_size", where)
+        routing = f"power_law_{moe_alpha(hidden):g}"
+        if str(record.get("distribution")) != routing:
+            skipped["routing other than the model family's power law"] += 1
+            continue
+        tokens = _int(record, "num_tokens", where)
+        ep = _int(record, "moe_ep_size", where)
+        if tokens % ep:
+            skipped["num_tokens not a multiple of moe_ep_size"] += 1
+            continue
+        if compact and tokens not in COMPACT_MOE_TOKENS:
+            continue
+        gated = "nongated" not in str(record.get("kernel_source", ""))
+        total = _latency_us(record, where)
+        up_share = (2.0 if gated else 1.0) / (3.0 if gated else 2.0)
+        common = dict(dtype=dtype, num_experts=_int(record, "num_experts", where), ep=ep,
+                      topk=_int(record, "topk", where), hidden=hidden,
+                      intermediate=_int(record, "inter_size", where), gated=gated, tokens_per_gpu=tokens // ep)
+        target = out.setdefault((label, routing), Converted())
+        for stage in ("prefill", "decode"):
+            target.rows.append(GroupedGemmRow(stage=stage, projection="up", latency_us=total * up_share, **common))
+            target.rows.append(GroupedGemmRow(stage=stage, projection="down", latency_us=total * (1.0 - up_share),
+                                              **common))
+    for converted in out.values():
+        converted.rows, dropped = _drop_spikes(converted.rows)
+        if dropped:
+            converted.notes.append(
+                f"{dropped} measurements dropped as outliers: time more than {SPIKE_RATIO:g}x that of the next "
+                f"larger token count at the same shape and EP (a kernel's time does not fall when its work grows; "
+                f"these are single-run spikes, e.g. 459 us between 81 us and 97 us)")
+    for (label, routing), converted in out.items():
+        converted.notes += _count_note(skipped)
+        if label == "fp8_block":
+            converted.notes.append("moe_dtype fp8_block (block-scaled fp8, as DeepGEMM) stored as dtype fp8: these "
+                                   "MoE shapes have no per-tensor fp8 measurement")
+        converted.notes.append(
+            f"moe_perf rows time the whole routed-expert computation; split up/down by FLOPs "
+            f"(gated 2/3 : 1/3); tokens_per_gpu = num_tokens / moe_ep_size; routing {routing} (timed on the most "
+            f"loaded rank): do not add an expert-load imbalance factor on top")
+        if compact:
+            converted.notes.append("compact grid: num_tokens powers of two only")
+    return out
+
+
+#: DeepSeek-V3 MLA geometry, the one aiconfigurator's MLA collector measures (its tables do not name it)
+MLA_KV_LORA_RANK = 512
+MLA_ROPE_DIM = 64
+MLA_NOPE_DIM = 128
+MLA_V_DIM = 128
+
+
+def convert_mla(records: Iterable[dict[str, Any]], where: str, stage: str, compact: bool = False) -> Converted:
+    """context_mla_perf (stage prefill) or generation_mla_perf (decode), DeepSeek-V3 geometry. Heads per
+    GPU = num_heads / tp_size. Prefill: MLA without absorption, stored as MHA with num_kv_heads =
+    num_heads, qk = nope + rope = 192, v = 128, batch-1 rows. Decode: absorbed MLA (kind mla), qk =
+    kv_lora_rank + rope = 576, v = kv_lora_rank = 512, kv_len = isl + step."""
+    out = Converted()
+    skipped = {"batch_size > 1 (prefill rows are one sequence)": 0, "fewer than one head per GPU": 0,
+               "dtype not bf16/fp8": 0}
+    for record in records:
+        heads_total, tp = _int(record, "num_heads", where), _int(record, "tp_size", where)
+        if heads_total % tp:
+            skipped["fewer than one head per GPU"] += 1
+            continue
+        heads = heads_total // tp
+        dtype = DTYPES.get(str(record.get("mla_dtype")))
+        kv_dtype = DTYPES.get(str(record.get("kv_cache_dtype")))
+        if dtype is None or kv_dtype is None:
+            skipped["dtype not bf16/fp8"] += 1
+            continue
+        batch = _int(record, "batch_size", where)
+        isl = _int(record, "isl", where)
+        if stage == "prefill":
+            if batch != 1:
+                skipped["batch_size > 1 (prefill rows are one sequence)"] += 1
+                continue
+            out.rows.append(AttentionRow(kind="mha", stage="prefill", dtype=dtype, kv_dtype=kv_dtype, num_heads=heads,
+                                         num_kv_heads=heads, qk_head_dim=MLA_NOPE_DIM + MLA_ROPE_DIM,
+                                         v_head_dim=MLA_V_DIM, causal=True, batch=1, q_len=isl, kv_len=isl,
+                                         latency_us=_latency_us(record, where)))
+        else:
+            kv_len = isl + _int(record, "step", where)
+            if compact and kv_len not in COMPACT_DECODE_KV:
+                continue
+            out.rows.append(AttentionRow(kind="mla", stage="decode", dtype=dtype, kv_dtype=kv_dtype, num_heads=heads,
+                                         num_kv_heads=1, qk_head_dim=MLA_KV_LORA_RANK + MLA_ROPE_DIM,
+                                         v_head_dim=MLA_KV_LORA_RANK, causal=True, batch=batch, q_len=isl,
+                                         kv_len=kv_len, latency_us=_latency_us(record, where)))
+    out.notes += _count_note(skipped)
+    out.notes.append("DeepSeek-V3 MLA geometry (kv_lora_rank 512, rope 64, nope 128, v 128), which aiconfigurator's "
+                     "MLA collector measures; heads per GPU = num_heads / tp_size"
+                     + ("; kv_len = isl + step" if stage == "decode" else ""))
+    return out
+
+
+COLLECTIVE_KINDS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
+ELEMENT_BYTES = {"bfloat16": 2, "half": 2, "float16": 2}
+
+
+def convert_collectives(records: Iterable[dict[str, Any]], where: str, library: str,
+                        kinds: Sequence[str]) -> Converted:
+    """Collective rows of the given kinds. aiconfigurator's message_size counts elements (16-bit
+    here), so message_bytes = 2 x message_size: at 2^29 elements an 8-GPU H100 all-reduce then
+    moves 2 x 7/8 x 1.07 GB in 4.0 ms, 470 GB/s of bus bandwidth, what NVLink 4 achieves (read
+    as bytes it would be half that). Engines' custom all-reduce tables measured with CUDA graphs
+    and eagerly keep the graph rows (what serving runs)."""
+    records = list(records)
+    out = Converted()
+    graph = [r for r in records if "graph" in str(r.get("kernel_source", "")).lower()
+             or "graph" in str(r.get("backend", "")).lower()]
+    if graph:
+        out.notes.append(f"{len(records) - len(graph)} rows skipped: eager (not CUDA-graph) all-reduce")
+        records = graph
+    skipped = {"op or dtype not imported": 0}
+    for record in records:
+        kind = COLLECTIVE_KINDS.get(str(record.get("op_name")))
+        dtype = str(record.get("allreduce_dtype") or record.get("nccl_dtype"))
+        if kind not in kinds or dtype not in ELEMENT_BYTES:
+            skipped["op or dtype not imported"] += 1
+            continue
+        out.rows.append(CollectiveRow(kind=kind, library=library, dtype="bf16", ranks=_int(record, "num_gpus", where),
+                                      message_bytes=_int(record, "message_size", where) * ELEMENT_BYTES[dtype],
+                                      latency_us=_latency_us(record, where)))
+    out.notes += _count_note(skipped)
+    out.notes.append("message_bytes = 2 x message_size (aiconfigurator counts 16-bit elements); one node")
+    return out
+
+
+#: a MoE measurement more than this many times the next larger token count's is a spike (see convert_moe)
+SPIKE_RATIO = 1.5
+
+
+def _drop_spikes(rows: list[Row]) -> tuple[list[Row], int]:
+    """Grouped-GEMM rows without spikes: a point whose time exceeds SPIKE_RATIO x the time of the next
+    larger tokens_per_gpu in the same (shape, ep, stage, projection) row. Returns (kept rows, measurements dropped)."""
+    series: dict[tuple, list[GroupedGemmRow]] = {}
+    for row in rows:
+        assert isinstance(row, GroupedGemmRow)
+        key = (row.dtype, row.stage, row.projection, row.num_experts, row.ep, row.topk, row.hidden,
+               row.intermediate, row.gated)
+        series.setdefault(key, []).append(row)
+    spikes: set[int] = set()
+    for members in series.values():
+        members.sort(key=lambda r: r.tokens_per_gpu)
+        for here, after in zip(members, members[1:]):
+            if here.latency_us > SPIKE_RATIO * after.latency_us:
+                spikes.add(id(here))
+    kept = [r for r in rows if id(r) not in spikes]
+    measurements = len(spikes) // 4  # each measurement is four rows: up/down x prefill/decode
+    return kept, measurements
+
+
+# ---------------------------------------------------------------------------------------------
+# One device and engine version
+
+
+NOT_IMPORTED = (
+    "not imported: MLA module tables and mla_bmm (the MLA attention kernels are: context_mla, generation_mla), DSA/MSA (sparse_attention/, msa/), linear attention, mhc, quantize, "
+    "encoder attention, WideEP MoE tables, MoE all-to-all (DeepEP) and NCCL all-to-all (the simulator times EP "
+    "token exchange from the hardware card); collectives are one node only (the tables measure 2-8 GPUs)",
+)
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    device: str  # our hardware card name
+    system: str  # aiconfigurator system
+    framework: str
+    version: str
+
+
+def _peaks_of(device: str) -> dict[str, float]:
+    """Dense bf16/fp8 peaks of our hardware card for the device (efficiency is relative to them)."""
+    from infersim.config import load_hardware_card
+
+    card, _ = load_hardware_card(device)
+    return {d: card.peak_flops(d) for d in ("bf16", "fp8") if d in card.peak.flops}
+
+
+def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
+                ) -> tuple[TableDirectory, list[str]] | None:
+    """The table directory for one device and engine version, or None if the package has no data for it."""
+    data = source.data_dir
+    tables: dict[str, tuple[Row, ...]] = {}
+    infos: dict[str, TableInfo] = {}
+    notes: list[str] = []
+    device_names: set[str] = set()
+    library = LIBRARY[plan.framework]
+
+    def add(name: str, family: str, rows: list[Row], description: str, src: Path, status: str,
+            table_notes: list[str], routing: str = "balanced", served: str = "") -> None:
+        if not rows:
+            return
+        tables[name] = tuple(rows)
+        infos[name] = TableInfo(family=family, library=f"{library} (aiconfigurator collector)",  # type: ignore[arg-type]
+                                library_version=served or plan.version, description=description,
+                                source_file=str(src.relative_to(data)),
+                                notes=(f"collection status: {status}",) + tuple(table_notes), moe_routing=routing)
+
+    def load(family: str, stem: str) -> tuple[list[dict[str, Any]], Path, str, str] | None:
+        directory = family_version_dir(data, plan.system, family, plan.framework, plan.version)
+        if directory is None:
+            notes.append(f"{family}/{stem}: no collection for {plan.framework} {plan.version} or older")
+            return None
+        path = _table_file(directory, stem)
+        if path is None:
+            notes.append(f"{family}/{stem}: not in {directory.relative_to(data)}")
+            return None
+        if directory.name != plan.version:
+            notes.append(f"{stem}: taken from version {directory.name} (no {plan.version} collection; "
+                         f"aiconfigurator serves it the same way, by backward fill)")
+        records = read_records(path)
+        device_names.update(str(r["device"]) for r in records[:1] if r.get("device"))
+        return records, path, collection_status(directory, stem), directory.name
+
+    found = load("gemm", "gemm_perf")
+    if found:
+        records, path, status, served = found
+        for dtype, conv in sorted(convert_gemm(records, str(path), compact).items()):
+            add(f"gemm_{dtype}.csv", "gemm", conv.rows, f"dense GEMM, {dtype} inputs and weights, bf16 output",
+                path, status, conv.notes, served=served)
+    found = load("attention", "context_attention_perf")
+    if found:
+        records, path, status, served = found
+        conv = convert_context_attention(records, str(path))
+        add("attention_prefill.csv", "attention", conv.rows, "causal prefill attention (MHA/GQA), one sequence",
+            path, status, conv.notes, served=served)
+    found = load("attention", "generation_attention_perf")
+    if found:
+        records, path, status, served = found
+        conv = convert_generation_attention(records, str(path), compact)
+        add("attention_decode.csv", "attention", conv.rows, "decode attention (MHA/GQA), one query token",
+            path, status, conv.notes, served=served)
+    for stem, stage, name, what in (
+            ("context_mla_perf", "prefill", "attention_prefill_mla.csv",
+             "MLA prefill (no absorption) as MHA 192/128, one sequence"),
+            ("generation_mla_perf", "decode", "attention_decode_mla.csv", "absorbed MLA decode, one query token")):
+        found = load("mla", stem)
+        if found:
+            records, path, status, served = found
+            conv = convert_mla(records, str(path), stage, compact)
+            add(name, "attention", conv.rows, what, path, status, conv.notes, served=served)
+    found = load("moe", "moe_perf")
+    if found:
+        records, path, status, served = found
+        for (label, routing), conv in sorted(convert_moe(records, str(path), compact).items()):
+            add(f"grouped_gemm_{label}_{routing}.csv", "grouped_gemm", conv.rows,
+                f"routed experts of one MoE layer on one GPU, {label}, routing {routing}", path, status,
+                conv.notes, routing=routing, served=served)
+    found = load("comm", "custom_allreduce_perf")
+    custom = False
+    if found:
+        records, path, status, served = found
+        conv = convert_collectives(records, str(path), f"{plan.framework}-custom-allreduce", ("all_reduce",))
+        add("collective_allreduce.csv", "collective", conv.rows,
+            f"{LIBRARY[plan.framework]} custom all-reduce (the engine's TP all-reduce), one node", path, status,
+            conv.notes, served=served)
+        custom = bool(conv.rows)
+    nccl_base = data / plan.system / "comm" / "nccl"
+    nccl_dirs = sorted((p for p in nccl_base.iterdir() if p.is_dir()), key=lambda p: version_key(p.name)) \
+        if nccl_base.is_dir() else []
+    nccl_path = _table_file(nccl_dirs[-1], "nccl_perf") if nccl_dirs else None
+    if nccl_path is not None:
+        kinds = ("all_gather", "reduce_scatter") + (() if custom else ("all_reduce",))
+        conv = convert_collectives(read_records(nccl_path), str(nccl_path), "nccl", kinds)
+        if custom:
+            conv.notes.append("all_reduce rows not imported: the engine's custom all-reduce table times it")
+        add("collective_nccl.csv", "collective", conv.rows, "NCCL collectives, one node", nccl_path,
+            collection_status(nccl_dirs[-1], "nccl_perf"), conv.notes, served=f"nccl {nccl_dirs[-1].name}")
+    if not tables:
+        return None
+    peaks = _peaks_of(plan.device)
+    alphas = sorted({info.moe_routing for info in infos.values() if info.family == "grouped_gemm"})
+    prov = Provenance(
+        format_version=FORMAT_VERSION,
+        device=DeviceInfo(name=sorted(device_names)[0] if device_names else plan.device),
+        peak_flops=peaks,
+        origin="imported",
+        measured_on="unknown",
+        written_on=_dt.date.today().isoformat(),
+        command="",  # set by the caller
+        software={"package": PACKAGE, "package_version": source.package_version, "system": plan.system,
+                  "framework": plan.framework, "framework_version": plan.version},
+        source={"path": f"{PACKAGE} {source.package_version}: aiconfigurator_core/systems/data/{plan.system}",
+                "project": PROJECT, "url": URL, "license": "Apache-2.0"},
+        notes=(LICENSE_NOTICE,
+               f"aiconfigurator system {plan.system}, {LIBRARY[plan.framework]} {plan.version} (the version "
+               f"aiconfigurator {source.package_version} calls current unless chosen otherwise); latencies converted "
+               f"from ms; efficiency relative to this hardware card's dense datasheet peaks",
+               "MoE routing: " + (", ".join(alphas) + " (power-law exponent alpha: 1.01 DeepSeek/Kimi family, "
+                                  "1.2 others); grouped-GEMM times already contain the expert-load imbalance"
+                                  if alphas else "no MoE tables"),
+               "measurement dates, clocks and driver are not in the package: unknown")
+        + NOT_IMPORTED + tuple(notes),
+        tables=infos,
+    )
+    return TableDirectory(provenance=prov, tables=tables), notes
+
+
+def plans_for(source: AicSource, devices: Sequence[str] | None, frameworks: Sequence[str] | None,
+              version: str | None) -> list[ImportPlan]:
+    devices = list(devices) if devices else list(SYSTEMS)
+    unknown = [d for d in devices if d not in SYSTEMS]
+    if unknown:
+        raise InferSimError(f"--devices: no aiconfigurator system known for {unknown[0]} "
+                            f"(known: {', '.join(SYSTEMS)})")
+    frameworks = list(frameworks) if frameworks else list(FRAMEWORKS)
+    bad = [f for f in frameworks if f not in FRAMEWORKS]
+    if bad:
+        raise InferSimError(f"--frameworks: {bad[0]} is not one of {', '.join(FRAMEWORKS)}")
+    current = current_versions(source.systems_dir)
+    plans = []
+    for device in devices:
+        system = SYSTEMS[device]
+        for framework in frameworks:
+            chosen = version or current.get((system, framework))
+            if chosen is None:
+                continue
+            plans.append(ImportPlan(device, system, framework, chosen))
+    return plans
+
+
+def import_aiconfigurator(out_root: Path, command: str, devices: Sequence[str] | None = None,
+                          frameworks: Sequence[str] | None = None, version: str | None = None,
+                          compact: bool = False, source: AicSource | None = None) -> list[Path]:
+    """Convert and write one directory per device and engine version; returns the directories written."""
+    from dataclasses import replace
+
+    source = source or installed_source()
+    written: list[Path] = []
+    for plan in plans_for(source, devices, frameworks, version):
+        result = convert_one(source, plan, compact)
+        if result is None:
+            continue
+        table_dir, _ = result
+        prov = replace(table_dir.provenance, command=command)
+        directory = Path(out_root) / plan.device / f"{plan.framework}-{plan.version}"
+        write_table_dir(directory, TableDirectory(provenance=prov, tables=table_dir.tables))
+        written.append(directory)
+    if not written:
+        raise InferSimError(f"{source.data_dir}: no tables found for devices {devices or list(SYSTEMS)}, "
+                            f"frameworks {frameworks or list(FRAMEWORKS)}, version {version or 'current'}")
+    return written
