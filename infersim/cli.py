@@ -41,7 +41,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override any config field, e.g. deployment.num_gpus=8 or model.num_key_value_heads=2 "
                              "(repeatable)")
     parser.add_argument("--mfu-tables", default=None, metavar="DIR",
-                        help="directory of measured kernel tables (overrides the config's mfu_tables)")
+                        help="directory of measured kernel tables (overrides the config's mfu_tables); 'none' = "
+                             "roofline only; default: the bundled tables of the card's device and the engine")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument("--detail", action="store_true", help="text: also list every operation")
     parser.add_argument("--plot", default=None, metavar="FILE",

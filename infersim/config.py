@@ -152,7 +152,9 @@ class RunSpec:
         DEFAULT_ENGINE, doc="serving engine card (sglang, vllm, trtllm, huggingface): bundled name, path or inline card")
     deployment: Deployment = spec(doc="parallel layout, precision, overlap")
     workload: Workload = spec(doc="sequence lengths and batch")
-    mfu_tables: str | None = spec(None, doc="directory of measured kernel tables (default: roofline only)")
+    mfu_tables: str | None = spec(
+        None, doc="directory of measured kernel tables; default (or auto): the bundled tables of the hardware card's "
+                  "device for the engine's framework when there are any; none: roofline only")
     speculative: Speculative | None = spec(None, doc="speculative decoding (default: none)")
 
 
@@ -171,6 +173,8 @@ class RunConfig:
     hardware_source: str = ""
     tables_source: str = ""
     engine_source: str = ""
+    tables_note: str = ""  # how the kernel tables were chosen (or why bundled ones were not used)
+    tables_auto: bool = False  # tables chosen by device and engine, not named by the run
     speculative: Speculative | None = None
     draft_model: ModelCard | None = None  # method draft: the draft model's card
     draft_deployment: Deployment | None = None  # method draft: how the draft model runs (see draft_deployment)
@@ -284,7 +288,21 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     deployment = complete_layout(dep_spec, model, hardware, where)
     tables: KernelTables = NoTables()
     table_dir = mfu_tables if mfu_tables is not None else spec_.mfu_tables
-    tables_source = ""
+    tables_source = tables_note = ""
+    if table_dir in (None, "", "auto"):
+        table_dir = None
+        if card_overrides["hardware"] or not isinstance(spec_.hardware, str):
+            # measured times belong to the real device: a modified or inline card is timed by roofline
+            tables_note = ("bundled kernel tables not used: the hardware card is inline or changed by --set, "
+                           "and measured times belong to the unmodified device")
+        else:
+            from infersim.mfu.select import bundled_tables_for
+
+            choice = bundled_tables_for(hardware.name, engine.framework)
+            if choice is not None:
+                table_dir, tables_note = str(choice.path), choice.note
+    elif table_dir == "none":
+        table_dir = None
     if table_dir:
         from infersim.mfu.lookup import load_tables  # measured tables are optional
 
@@ -301,7 +319,8 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     if spec_.speculative is not None:
         draft, draft_dep, draft_source = _speculative_drafter(spec_.speculative, model, hardware, deployment, base, where)
     return RunConfig(model=model, hardware=hardware, deployment=deployment, workload=spec_.workload, tables=tables,
-                     engine=engine, engine_source=engine_source,
+                     engine=engine, engine_source=engine_source, tables_note=tables_note,
+                     tables_auto=mfu_tables in (None, "auto") and spec_.mfu_tables in (None, "auto"),
                      source=source, model_source=model_source, hardware_source=hardware_source,
                      tables_source=tables_source, speculative=spec_.speculative, draft_model=draft,
                      draft_deployment=draft_dep, draft_model_source=draft_source)

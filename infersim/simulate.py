@@ -136,6 +136,8 @@ def _table_device_mismatch(config: RunConfig) -> str:
 def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: StageResult) -> list[str]:
     out: list[str] = []
     workload = config.workload
+    if config.tables_note:
+        out.append(config.tables_note)
     if isinstance(config.tables, NoTables):
         out.append("no measured MFU tables in use: every kernel time is a roofline estimate "
                    "(max of compute and memory time with the hardware card's derates, plus launch overhead)")

@@ -30,7 +30,7 @@ import dataclasses
 from infersim.config import with_variant
 from infersim.engine import StageResult
 from infersim.errors import InferSimError
-from infersim.kernels import Bound
+from infersim.kernels import Bound, NoTables
 from infersim.memory import MemoryResult, memory_budget
 from infersim.simulate import prefill_step_tokens, run_decode, run_prefill, simulate
 from infersim.speculative import drafter_memory
@@ -185,6 +185,9 @@ class Evaluator:
         self.spec = spec
         self.deriver = Deriver(spec.base, spec.axes)
         self.tables = spec.base.config.tables
+        if spec.base.config.tables_auto and any(a.path.split(".")[0] == "hardware" for a in spec.axes):
+            # tables chosen for the base's device would time other or changed devices: roofline for all
+            self.tables = NoTables()
         self._memory_key: tuple | None = None
         self._memory: MemoryResult | None = None
         self._prefill_key: tuple | None = None

@@ -66,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="compare only this point id or '<id>/<sub-metric>' (repeatable)")
     p.add_argument("--mfu-tables", default=None, metavar="DIR",
                    help="measured kernel tables: DIR/<hardware card> per card, or one device's directory "
-                        "(e.g. mfu_tables/imported); default roofline")
+                        "(e.g. mfu_tables/imported); none = roofline everywhere; default: each run's bundled "
+                        "tables for its device and engine (kernel points: roofline)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.set_defaults(handler=_validate)

@@ -158,8 +158,9 @@ def load_reference(path: Path) -> dict[str, ReferencePoint]:
 
 def table_dir_for(mfu_tables: str | None, hardware: str) -> str | None:
     """The table directory for a hardware card: DIR/<card> when present, DIR itself when it is
-    one device's tables, else None (roofline). DIR may name a bundled table set."""
-    if not mfu_tables:
+    one device's tables, else None (roofline). DIR may name a bundled table set; none, auto or
+    nothing: None here (see _Evaluator.config for what runs then)."""
+    if not mfu_tables or mfu_tables in ("none", "auto"):
         return None
     base = Path(mfu_tables)
     if not base.exists():
@@ -236,12 +237,16 @@ class _Evaluator:
         if dropped:
             notes.append(f"dropped {', '.join(dropped)} (not a run-config field in this build)")
         hardware = run.get("hardware")
-        tables = table_dir_for(self.mfu_tables, hardware) if isinstance(hardware, str) else None
+        if self.mfu_tables in (None, "auto", "none"):
+            # auto: the run's own default (bundled tables of its device and engine); none: roofline
+            tables = self.mfu_tables or "auto"
+        else:
+            tables = (table_dir_for(self.mfu_tables, hardware) if isinstance(hardware, str) else None) or "none"
         try:
             config = config_from_mapping(run, f"{self.points_file}: {entry.id}: run", mfu_tables=tables)
         except InferSimError as exc:
             raise _Refused("; ".join([f"refused: {exc}", *notes])) from None
-        if self.mfu_tables and tables is None:
+        if self.mfu_tables not in (None, "auto", "none") and tables == "none":
             notes.append(f"no kernel tables for {hardware} under {self.mfu_tables}: roofline")
         return config, notes
 
@@ -311,7 +316,10 @@ def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMappi
             raise InferSimError(f"unknown point id(s) {', '.join(unknown)}: not in {reference_path or 'the reference'}")
     wanted = set(only)
     evaluator = _Evaluator(points_file, mfu_tables)
-    out = Validation(reference_path, points_file, mfu_tables or "none (roofline)")
+    described = {None: "auto: stage and serving runs use the bundled tables of their device and engine; kernel "
+                       "points the roofline", "auto": None, "none": "none (roofline)"}
+    out = Validation(reference_path, points_file,
+                     described.get(mfu_tables) or described[None] if mfu_tables in described else mfu_tables)
     for pid, point in reference.items():
         entry = mapping.get(pid)
         kind = entry.kind if entry else "-"
