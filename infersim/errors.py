@@ -19,8 +19,19 @@ class ConfigError(InferSimError):
         self.problem = problem
         where = f"{source}: " if source else ""
         at = f"field '{field}'" if field else "top level"
-        shown = "" if value is _MISSING else f" (value: {value!r})"
+        shown = "" if value is _MISSING else f" (value: {shorten(repr(value))})"
         super().__init__(f"{where}{at}{shown}: {problem}")
+
+
+#: echoed values and messages are cut to this many characters (a YAML anchor can expand to megabytes)
+MAX_ECHO_CHARS = 200
+
+
+def shorten(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """`text`, or its first `limit` characters and how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} chars)"
 
 
 class _Missing:
