@@ -1,7 +1,9 @@
 """Command line. `python -m infersim --config X.yaml` simulates; subcommands do the rest.
 
-Every user error is an InferSimError and is printed as one line on stderr with exit status 2;
-no traceback reaches the user.
+Exit status: 0 ok; 1 the answer is "cannot run" (does not fit in memory, nothing to compare, no
+configuration meets the targets); 2 bad input (an InferSimError, printed as one line on stderr);
+3 internal error (a bug, one line unless INFERSIM_DEBUG=1); 130 interrupted. No traceback reaches
+the user.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, shorten
+
+#: a message longer than this is cut (values inside messages are cut to 200 characters already)
+MAX_MESSAGE_CHARS = 2000
 
 # Subcommand modules, each exposing register(subparsers) that sets a `handler` default returning
 # an exit code. Optional modules that are absent are skipped.
@@ -37,6 +42,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory of measured kernel tables (overrides the config's mfu_tables)")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument("--detail", action="store_true", help="text: also list every operation")
+    parser.add_argument("--show-unfit", action="store_true",
+                        help="text: print TTFT/TPOT/throughput even when the run does not fit in memory (marked); "
+                             "the exit status is still 1")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -49,7 +57,10 @@ def run_command(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(to_json_data(result), indent=2))
     else:
-        print(to_text(result, detail=args.detail))
+        print(to_text(result, detail=args.detail, show_unfit=args.show_unfit))
+    if not result.fits:
+        print(f"infersim: does not fit: {result.unfit[0]}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -83,8 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except InferSimError as exc:
-        print(f"infersim: error: {exc}", file=sys.stderr)
-        return 2
+        code = getattr(exc, "exit_code", 2)
+        print(f"infersim: {'error: ' if code == 2 else ''}{shorten(str(exc), MAX_MESSAGE_CHARS)}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         print("infersim: interrupted", file=sys.stderr)
         return 130

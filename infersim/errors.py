@@ -9,6 +9,13 @@ class InferSimError(Exception):
     """A problem with the user's input or environment, explained in one message."""
 
 
+class NotPossible(InferSimError):
+    """Valid input whose answer is "this cannot run" or "nothing to show" (a deployment that does not
+    fit, nothing to compare): the command line exits with status 1, not 2 (bad input)."""
+
+    exit_code = 1
+
+
 class ConfigError(InferSimError):
     """A bad value in a card or config: names the file, the dotted field and the value."""
 

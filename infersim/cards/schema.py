@@ -38,9 +38,13 @@ def check_number(value: Any, source: str, path: str, *, whole: bool = False, gt:
     finite, whole when `whole` (a float like 4.0 is accepted as 4), within MAX_COUNT /
     MIN_MAGNITUDE..MAX_MAGNITUDE, and in the range gt/ge/le; returns it as int or float. Any
     failure is one ConfigError naming source, field and value."""
+    original = value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        if not whole and isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
-            value = float(value)
+        text = value.strip() if isinstance(value, str) else ""
+        if _FLOAT_TEXT.match(text):
+            value = int(text) if text.lstrip("+-").isdigit() else float(text)
+        elif text.lower().lstrip("+-.") in ("inf", "infinity", "nan"):
+            raise ConfigError(source, path, value, "must be a finite number")
         else:
             raise ConfigError(source, path, value, "expected a whole number" if whole else "expected a number")
     if isinstance(value, float) and not math.isfinite(value):
@@ -48,16 +52,16 @@ def check_number(value: Any, source: str, path: str, *, whole: bool = False, gt:
     if whole:
         if isinstance(value, float):
             if not value.is_integer():
-                raise ConfigError(source, path, value, "expected a whole number")
+                raise ConfigError(source, path, original, "expected a whole number")
             value = int(value)
         if abs(value) > MAX_COUNT:
-            raise ConfigError(source, path, value, f"too large: at most {MAX_COUNT:.0e} for a count")
+            raise ConfigError(source, path, original, f"too large: at most {MAX_COUNT:.0e} for a count")
     else:
         value = float(value)
         if abs(value) > MAX_MAGNITUDE or (value != 0 and abs(value) < MIN_MAGNITUDE):
-            raise ConfigError(source, path, value,
+            raise ConfigError(source, path, original,
                               f"out of range: magnitude must be 0 or between {MIN_MAGNITUDE:g} and {MAX_MAGNITUDE:g}")
-    check_bounds(value, source, path, gt=gt, ge=ge, le=le)
+    check_bounds(value, source, path, original, gt=gt, ge=ge, le=le)
     return value
 
 
@@ -151,6 +155,13 @@ def _check_range(fld: dataclasses.Field, value: Any, source: str, path: str) -> 
             check_bounds(item, source, path, value, gt=meta.get("gt"), ge=meta.get("ge"), le=meta.get("le"))
 
 
+def _numeric(value: Any) -> bool:
+    """A number, or text that reads as one ("1e30", as YAML 1.1 leaves it)."""
+    if isinstance(value, str):
+        return bool(_FLOAT_TEXT.match(value.strip()))
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
     origin = get_origin(hint)
     if origin in (Union, types.UnionType):
@@ -163,7 +174,7 @@ def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
             try:
                 return _convert(option, value, source, path)
             except ConfigError as exc:
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and option in (int, float):
+                if _numeric(value) and option in (int, float):
                     raise  # a number for a numeric option: its own problem is the one to name
                 errors.append(exc.problem)
         raise ConfigError(source, path, value, " or ".join(dict.fromkeys(errors)))
