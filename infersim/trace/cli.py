@@ -106,7 +106,7 @@ def _compare_bench(args: argparse.Namespace) -> int:
         result = simulate(config)
         comparisons.append(compare_bench_record(
             record, workload, result.prefill.step_time_s, result.prefill.tgs, result.decode.step_time_s,
-            result.decode.tgs, gpus, tuple(f"the prediction does not fit: {reason}" for reason in result.unfit)
+            result.decode.tgs, gpus, tuple(f"the prediction does not fit: {reason}" for reason in getattr(result, "unfit", ()))
             + tuple(result.warnings)))
     if args.format == "json":
         print(json.dumps(bench_json(args.bench_result, args.config, comparisons), indent=2))
