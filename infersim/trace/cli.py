@@ -87,7 +87,8 @@ def _compare_trace(args: argparse.Namespace) -> int:
 
 
 def _compare_bench(args: argparse.Namespace) -> int:
-    from infersim.config import load_run_config
+    from infersim.cards.schema import build
+    from infersim.config import Workload, load_run_config
     from infersim.simulate import simulate
     from infersim.trace.bench import bench_workload, compare_bench_record, read_bench_results
     from infersim.trace.report import bench_json, bench_text
@@ -100,9 +101,11 @@ def _compare_bench(args: argparse.Namespace) -> int:
     comparisons = []
     for record in records:
         workload = bench_workload(record, gpus, base.deployment.attention.tp)
-        config = dataclasses.replace(base, workload=dataclasses.replace(
-            base.workload, isl=workload.isl, osl=workload.osl, prefill_tokens_per_gpu=workload.prefill_tokens_per_gpu,
-            decode_batch_per_gpu=workload.decode_batch_per_gpu))
+        # the per-GPU workload passes the same checks as a run config's (e.g. no count above 1e15)
+        config = dataclasses.replace(base, workload=build(Workload, {
+            "isl": workload.isl, "osl": workload.osl, "prefill_tokens_per_gpu": workload.prefill_tokens_per_gpu,
+            "decode_batch_per_gpu": workload.decode_batch_per_gpu}, f"{args.bench_result}: line {record.line}",
+            "workload per GPU"))
         result = simulate(config)
         comparisons.append(compare_bench_record(
             record, workload, result.prefill.step_time_s, result.prefill.tgs, result.decode.step_time_s,
