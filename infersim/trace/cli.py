@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, NotPossible
 
 EPILOG = """\
 --trace takes a Kineto trace (.json or .json.gz), a directory of per-rank files as SGLang writes
@@ -74,7 +75,7 @@ def _compare_trace(args: argparse.Namespace) -> int:
             print(json.dumps({"lanes": [lane_json(lane) for lane in lanes]}, indent=2))
         else:
             print("\n\n".join(lane_text(lane, args.steps) for lane in lanes))
-        return 0
+        return _nothing_found(args.trace, lanes, "report")
     _, result = _simulate(args)
     unknown_as = args.stage or "prefill"
     comparisons = [(lane, compare_lane(lane, result.prefill, result.decode, unknown_as)) for lane in lanes]
@@ -83,7 +84,16 @@ def _compare_trace(args: argparse.Namespace) -> int:
                          indent=2))
     else:
         print("\n\n".join(comparison_text(lane, comps, args.steps) for lane, comps in comparisons))
-    return 0
+    return _nothing_found(args.trace, lanes, "compare")
+
+
+def _nothing_found(trace: str, lanes: Any, what: str) -> int:
+    """Exit status 1 with one line on stderr when no lane of the trace has a forward step."""
+    if any(lane.stages for lane in lanes):
+        return 0
+    print(f"infersim: nothing to {what}: no forward steps found in {trace} (no attention kernels and no step "
+          "annotations; --layers-per-step N cuts unannotated kernels into steps)", file=sys.stderr)
+    return 1
 
 
 def _compare_bench(args: argparse.Namespace) -> int:
@@ -111,6 +121,9 @@ def _compare_bench(args: argparse.Namespace) -> int:
             record, workload, result.prefill.step_time_s, result.prefill.tgs, result.decode.step_time_s,
             result.decode.tgs, gpus, tuple(f"the prediction does not fit: {reason}" for reason in getattr(result, "unfit", ()))
             + tuple(result.warnings)))
+    if not any(c.metrics for c in comparisons):
+        raise NotPossible(f"{args.bench_result}: nothing to compare: no line gives a latency or throughput "
+                          "(prefill_latency, median_decode_latency, mean_ttft_ms, median_tpot_ms, ...)")
     if args.format == "json":
         print(json.dumps(bench_json(args.bench_result, args.config, comparisons), indent=2))
     else:
