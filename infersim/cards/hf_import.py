@@ -95,9 +95,14 @@ def _hf_key(config: dict[str, Any], card_key: str) -> str:
 
 def read_hf_config(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(str(path), "", MISSING, "file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), "", MISSING, "is a directory, not a HuggingFace config.json") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(str(path), "", MISSING, f"cannot read file: {reason}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(str(path), "", MISSING, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict):

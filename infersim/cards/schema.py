@@ -100,6 +100,8 @@ def load_yaml(path: Path, what: str = "file") -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(str(path), "", MISSING, f"{what} not found") from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), "", MISSING, f"is a directory, not a {what}") from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(str(path), "", MISSING, f"cannot read {what}: {reason}") from None

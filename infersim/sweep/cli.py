@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, NotPossible
 from infersim.sweep.analysis import Targets, best_per_variant, feasible, frontiers, variant_axes
 from infersim.sweep.evaluate import Row, Search, SweepSpec
 from infersim.sweep.grid import expand_values, parse_grid
@@ -188,6 +188,20 @@ def _problems(result: SweepResult, limit: int = 4) -> str:
     return "; ".join(f"{n:,} x {p}" for p, n in top)
 
 
+def _nothing_simulated(result: SweepResult) -> InferSimError:
+    """Why a sweep simulated nothing: the validator rejected every row (bad input), or no searched
+    batch fits in memory (exit status 1)."""
+    parts = []
+    if result.rejected:
+        parts.append(f"{result.rejected:,} rejected by the validator ({_problems(result)})")
+    if result.unfit:
+        parts.append(f"{result.unfit:,} searched batches skipped because their KV cache does not fit")
+    if not parts:
+        parts.append("the grid and the layout search produced no configuration")
+    message = "no configuration could be simulated: " + "; ".join(parts)
+    return InferSimError(message) if result.rejected and not result.unfit else NotPossible(message)
+
+
 def _interrupted(result: SweepResult, out: str | None) -> int:
     wrote = f"; partial results written to {out}" if out else ""
     print(f"infersim: interrupted: {result.finished_units:,} of {result.total_units:,} units finished "
@@ -246,7 +260,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     if result.interrupted:
         return _interrupted(result, args.out)
     if result.simulated == 0:
-        raise InferSimError(f"no configuration could be simulated: all {len(rows):,} were rejected ({_problems(result)})")
+        raise _nothing_simulated(result)
     limit = len(rows) if args.rows == "all" else int(args.rows)
     shown = _sorted_rows(rows, args.sort)[:limit]
     print(rows_table(spec, shown, targets, spec.prefill, show_cost))
@@ -296,7 +310,7 @@ def pareto_command(args: argparse.Namespace) -> int:
         unpriced = any(r.ok and not r.price for r in result.rows)
         why = "the hardware has no price (pass --price-per-gpu-hour)" if unpriced else \
             f"no simulated configuration fits in memory and meets the targets ({targets.describe()})" \
-            if result.simulated else f"every layout was rejected ({_problems(result)})"
+            if result.simulated else str(_nothing_simulated(result))
         raise InferSimError(f"empty Pareto frontier: {why}")
     curves = []
     for variant, front in fronts.items():

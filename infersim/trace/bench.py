@@ -141,6 +141,8 @@ def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InferSimError(f"{source}: file not found") from None
+    except IsADirectoryError:
+        raise InferSimError(f"{source}: is a directory, not a benchmark result file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InferSimError(f"{source}: cannot read file: {exc}") from None
     stripped = text.strip()
