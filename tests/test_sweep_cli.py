@@ -106,7 +106,7 @@ def test_pareto_plot(tmp_path):
     (["sweep", "--grid", "model.num_kv_heads=2"], "unknown field 'num_kv_heads' in 'model'; did you mean 'num_key_value_heads'?"),
     (["sweep", "--grid", "workload.decode_batch_per_gpu=64..16"], "ends (16) before it starts (64)"),
     (["sweep"], "nothing to sweep"),
-    (["sweep", "--grid", "model.num_key_value_heads=3,5"], "no configuration could be simulated: all 2 were rejected"),
+    (["sweep", "--grid", "model.num_key_value_heads=3,5"], "no configuration could be simulated: 2 rejected by the validator"),
     (["sweep", "--grid", "deployment.ffn.ep=2", "--out", "r.xlsx"], "unknown format '.xlsx'"),
     (["sweep", "--grid", "deployment.ffn.ep=2", "--executor", "ray"], "expected processes, serial or dask://"),
     (["sweep", "--grid", "deployment.ffn.ep=2", "--batch", "1..8"], "--batch is for the layout search"),

@@ -29,7 +29,7 @@ import dataclasses
 
 from infersim.config import with_variant
 from infersim.engine import StageResult, run_stage
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, shorten
 from infersim.kernels import Bound
 from infersim.memory import MemoryResult, memory_budget
 from infersim.modules.step import build_stage_plan
@@ -241,10 +241,15 @@ class Evaluator:
         per_point = self.spec.units_per_point
         for unit in range(start, stop):
             point, sub = divmod(unit, per_point)
-            if self.spec.search is None:
-                self._point(point, out)
-            else:
-                self._search(point, sub, out)
+            try:
+                if self.spec.search is None:
+                    self._point(point, out)
+                else:
+                    self._search(point, sub, out)
+            except Exception as exc:  # noqa: BLE001 - a bug hit by this row's values: reject it, keep the sweep
+                problem = f"internal error ({type(exc).__name__}: {shorten(str(exc), 120)}); please report it"
+                out.reject(problem)
+                out.rows.append(_rejected(point, problem))
             out.units += 1
         return out
 

@@ -33,9 +33,9 @@ import yaml
 
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
-from infersim.cards.schema import build
+from infersim.cards.schema import build, check_number
 from infersim.config import Deployment, Speculative, Workload
-from infersim.errors import ConfigError, InferSimError
+from infersim.errors import ConfigError, InferSimError, shorten
 
 MAX_VALUES_PER_AXIS = 100_000
 
@@ -301,20 +301,11 @@ def _fast_converter(path: str, hint: Any) -> Any:
     def convert(value: Any, text: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return convert_value(path, hint, value, text)
-        if kind is int:
-            if isinstance(value, float):
-                if not value.is_integer():
-                    return convert_value(path, hint, value, text)
-                value = int(value)
-        else:
-            value = float(value)
-        for key, ok, words in (("gt", lambda v, b: v > b, "must be greater than"),
-                               ("ge", lambda v, b: v >= b, "must be at least"),
-                               ("le", lambda v, b: v <= b, "must be at most")):
-            bound = meta.get(key)
-            if bound is not None and not ok(value, bound):
-                raise InferSimError(f"--grid '{text or path}': value {value!r} {words} {bound:g}")
-        return value
+        try:  # the one number rule of the schema (finite, whole for counts, magnitudes, range)
+            return check_number(value, "", path, whole=kind is int, gt=meta.get("gt"), ge=meta.get("ge"),
+                                le=meta.get("le"))
+        except ConfigError as exc:
+            raise InferSimError(f"--grid '{shorten(text or path)}': value {shorten(repr(value))} {exc.problem}") from None
 
     return convert
 
