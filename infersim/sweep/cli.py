@@ -204,9 +204,10 @@ def _nothing_simulated(result: SweepResult) -> InferSimError:
 
 def _interrupted(result: SweepResult, out: str | None) -> int:
     wrote = f"; partial results written to {out}" if out else ""
-    print(f"infersim: interrupted: {result.finished_units:,} of {result.total_units:,} units finished "
+    by = " by SIGTERM" if result.interrupted_by == "SIGTERM" else ""
+    print(f"infersim: interrupted{by}: {result.finished_units:,} of {result.total_units:,} units finished "
           f"({result.simulated:,} configurations simulated){wrote}", file=sys.stderr)
-    return 130
+    return 143 if by else 130
 
 
 def _meta(args: argparse.Namespace, spec: SweepSpec, result: SweepResult, targets: Targets) -> dict[str, Any]:
