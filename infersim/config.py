@@ -246,6 +246,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
             table_path = bundled_dir("mfu_tables") / table_dir
         tables = load_tables(table_path)
         tables_source = str(table_path)
+        tables.check_hardware(hardware, where)  # no row may beat the card's HBM bandwidth
     draft, draft_dep, draft_source = None, None, ""
     if spec_.speculative is not None:
         draft, draft_dep, draft_source = _speculative_drafter(spec_.speculative, model, hardware, deployment, base, where)

@@ -39,15 +39,16 @@ import bisect
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Hashable, Iterable, Literal, Sequence, Union
+from typing import Any, Callable, Hashable, Iterable, Literal, Sequence, Union
 
-from infersim.errors import InferSimError
+from infersim.errors import ConfigError, InferSimError
 from infersim.kernels import (
     AttentionShape,
     GemmShape,
     GroupedGemmShape,
     KernelShape,
     TableHit,
+    minimum_bytes,
 )
 from infersim.mfu.format import (
     PROVENANCE_FILE,
@@ -381,6 +382,34 @@ class MfuTables:
             self.grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
                                    f"{label}/{tables}", len(source.points))
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
+        self._rows = tuple((name, table_dir.row_lines.get(name, ()), rows) for name, rows in table_dir.tables.items())
+        self._checked: set[tuple[str, float, tuple[tuple[str, float], ...]]] = set()
+
+    def check_hardware(self, hw: Any, source: str = "") -> None:
+        """Refuse rows that, on the GPU of hardware card `hw`, would move their bytes faster than its
+        HBM peak (a latency too small: a unit slip, a cached benchmark); each names file and line.
+        Only tables measured on that GPU are checked (on another GPU, lookups are floored at the
+        HBM bound instead: see infersim.timing)."""
+        if not same_device(self.provenance.device.name, hw.name):
+            return
+        key = (hw.name, hw.peak.hbm_bandwidth, tuple(sorted(hw.peak.flops.items())))
+        if key in self._checked:
+            return
+        for name, lines, rows in self._rows:
+            for i, row in enumerate(rows):
+                peak = self.provenance.peak_flops.get(row.dtype)
+                card_peak = hw.peak.flops.get(row.dtype)
+                if not peak or not card_peak:
+                    continue
+                seconds = row.latency_us * 1e-6 * peak / card_peak  # as lookups scale it
+                moved = minimum_bytes(row.shape())
+                if moved > seconds * hw.peak.hbm_bandwidth:
+                    where = f"{self.directory / name}:{lines[i]}" if i < len(lines) else f"{self.directory / name}"
+                    raise ConfigError(where, "latency_us", row.latency_us,
+                                      f"moves {moved:.4g} bytes in {seconds * 1e6:.4g} us = {moved / seconds / 1e12:.4g} "
+                                      f"TB/s, more than the {hw.peak.hbm_bandwidth / 1e12:.4g} TB/s HBM peak of hardware "
+                                      f"card {hw.name}" + (f" ({source})" if source else ""))
+        self._checked.add(key)
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc)."""
@@ -426,6 +455,14 @@ class MfuTables:
             origin += f" from {prov.source['project']}"
         return (f"{self.directory} ({prov.device.name}, {origin}, measured {prov.measured_on}; "
                 f"{len(self.grids)} grids: {kinds})")
+
+
+def same_device(device_name: str, card_name: str) -> bool:
+    """Whether a table's device (as the driver names it, e.g. "NVIDIA H800") is the GPU of a
+    hardware card (e.g. "h800"): the card name's first token with a digit appears in it."""
+    device = "".join(ch for ch in device_name.lower() if ch.isalnum())
+    tokens = [t for t in card_name.lower().split("-") if any(ch.isdigit() for ch in t)]
+    return bool(tokens) and tokens[0] in device
 
 
 def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOLATION) -> MfuTables:
