@@ -115,3 +115,19 @@ def existing_path(text: str) -> Path:
     if not path.exists():
         raise InferSimError(f"{text}: no such file or directory")
     return path
+
+
+def number_arg(whole: bool = False, gt: float | None = None, ge: float | None = None) -> Callable[[str], float]:
+    """An argparse `type` applying the schema's number rule (finite, whole for counts, range), so
+    `--target-tpot-ms nan` or `--max-tp 0` is refused like a bad card value."""
+    from infersim.cards.schema import check_number
+    from infersim.errors import ConfigError
+
+    def parse(text: str) -> float:
+        try:
+            return check_number(text, "", "", whole=whole, gt=gt, ge=ge)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(f"{shorten(repr(text))}: {exc.problem}") from None
+
+    parse.__name__ = "whole number" if whole else "number"
+    return parse

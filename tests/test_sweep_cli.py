@@ -112,7 +112,7 @@ def test_pareto_plot(tmp_path):
     (["sweep", "--grid", "deployment.ffn.ep=2", "--batch", "1..8"], "--batch is for the layout search"),
     (["pareto", "--gpus", "4", "--grid", "deployment.ffn.ep=2,4"], "chosen by the layout search"),
     (["pareto", "--gpus", "4", "--target-tpot-ms", "0.5", "--max-pp", "1"], "empty Pareto frontier"),
-    (["pareto", "--gpus", "0..4:2"], "--gpus 0..4:2: 0 is not a whole number >= 1"),
+    (["pareto", "--gpus", "0..4:2"], "--gpus 0..4:2: 0: must be at least 1"),
 ])
 def test_clear_errors(args, message, tmp_path):
     proc = infersim(args[0], "--config", "qwen3-30b.yaml", *args[1:], check=2, cwd=tmp_path)
