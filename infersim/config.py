@@ -114,7 +114,7 @@ class Speculative:
     lookahead: int | Literal["auto"] = spec(
         3, doc="tokens proposed per step k; auto = the k in 1..max_lookahead with the lowest TPOT", gt=0)
     acceptance_rate: float = spec(doc="probability that each proposed token is accepted (i.i.d. per token)", ge=0, le=1)
-    max_lookahead: int = spec(8, doc="largest k that lookahead: auto tries", gt=0)
+    max_lookahead: int = spec(8, doc="largest k that lookahead: auto tries (at most 64)", gt=0, le=64)
 
 
 @dataclass(frozen=True, kw_only=True)

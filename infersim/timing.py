@@ -46,7 +46,7 @@ from infersim.kernels import (
 
 
 def _padded_rows(rows: float, tile: int) -> float:
-    return math.ceil(rows / tile - 1e-9) * tile if rows > 0 else 0.0
+    return max(1, math.ceil(rows / tile - 1e-9)) * tile if rows > 0 else 0.0  # a tile taller than the rows is one tile
 
 
 def _compute_flops_and_rate(shape: AnyShape, hw: HardwareCard) -> tuple[float, float]:

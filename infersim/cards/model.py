@@ -28,7 +28,7 @@ class ModelCard:
     name: str = spec(doc="short name, as used in run configs")
     source: str = spec("", doc="where the numbers come from (HF repo, paper)")
     hidden_size: int = spec(doc="model width d_model", gt=0)
-    num_hidden_layers: int = spec(doc="transformer layers", gt=0)
+    num_hidden_layers: int = spec(doc="transformer layers", gt=0, le=100_000)
     num_attention_heads: int = spec(doc="query heads", gt=0)
     num_key_value_heads: int = spec(doc="K/V heads (= query heads for MHA, 1 for MQA); ignored for MLA", gt=0)
     head_dim: int = spec(doc="per-head dimension of Q/K/V (MHA/GQA)", gt=0)
@@ -40,7 +40,7 @@ class ModelCard:
     attention_bias: bool = spec(False, doc="QKV/O projections have biases (parameter count only)")
     mlp_bias: bool = spec(False, doc="MLP projections have biases (parameter count only)")
     num_experts: int = spec(0, doc="routed experts per MoE layer (0 = dense model)", ge=0)
-    num_experts_per_tok: int = spec(0, doc="routed experts each token activates (top-k)", ge=0)
+    num_experts_per_tok: int = spec(0, doc="routed experts each token activates (top-k)", ge=0, le=100_000)
     moe_intermediate_size: int = spec(0, doc="routed expert FFN width", ge=0)
     num_shared_experts: int = spec(0, doc="always-active shared experts per MoE layer", ge=0)
     shared_expert_intermediate_size: int = spec(
