@@ -498,3 +498,10 @@ def test_a_list_where_a_mapping_belongs_is_called_so(tmp_path, capsys):
     code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", f"hardware={path}")
     assert code == 2
     one_line_error(err, "expected a mapping of HardwareCard fields")
+
+
+def test_a_layout_over_links_the_card_lacks_is_refused(capsys):
+    """Found by the property test: nvlink_bandwidth 0 with 4 GPUs in a node divided by zero."""
+    code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "hardware.peak.nvlink_bandwidth=0")
+    assert code == 2
+    one_line_error(err, "field 'deployment.num_gpus'", "peak.nvlink_bandwidth is 0")
