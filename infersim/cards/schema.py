@@ -178,6 +178,8 @@ def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
             except ConfigError as exc:
                 if _numeric(value) and option in (int, float):
                     raise  # a number for a numeric option: its own problem is the one to name
+                if exc.field != path and exc.field.startswith(f"{path}."):
+                    raise  # a section of the right shape with one bad field inside: name that field
                 errors.append(exc.problem)
         raise ConfigError(source, path, value, " or ".join(dict.fromkeys(errors)))
     if origin is Literal:
