@@ -124,7 +124,7 @@ def config_and_spec(raw: dict[str, Any], source: str, overrides: list[str] | tup
 
 
 #: generate simulates each decode step; more steps than this is a hang, not a question
-MAX_GEN_LEN = 1_000_000
+MAX_GEN_LEN = 131_072
 
 
 def resolve_spec(gen: GenerateSpec, config: RunConfig, source: str) -> GenerateSpec:

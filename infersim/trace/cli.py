@@ -77,6 +77,8 @@ def _compare_trace(args: argparse.Namespace) -> int:
             print("\n\n".join(lane_text(lane, args.steps) for lane in lanes))
         return _nothing_found(args.trace, lanes, "report")
     _, result = _simulate(args)
+    for reason in getattr(result, "unfit", ()):
+        print(f"infersim: warning: the predicted run does not fit, its times cannot happen: {reason}", file=sys.stderr)
     unknown_as = args.stage or "prefill"
     comparisons = [(lane, compare_lane(lane, result.prefill, result.decode, unknown_as)) for lane in lanes]
     if args.format == "json":
