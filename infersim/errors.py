@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 
@@ -26,7 +27,7 @@ class ConfigError(InferSimError):
         self.problem = problem
         where = f"{source}: " if source else ""
         at = f"field '{field}'" if field else "top level"
-        shown = "" if value is _MISSING else f" (value: {shorten(repr(value))})"
+        shown = "" if value is _MISSING else f" (value: {echo(value)})"
         super().__init__(f"{where}{at}{shown}: {problem}")
 
 
@@ -39,6 +40,24 @@ def shorten(text: str, limit: int = MAX_ECHO_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text):,} chars)"
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 12, 12, 8, 8
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_ECHO_CHARS
+
+
+def echo(value: Any) -> str:
+    """`value` as a message shows it: its repr, cut to MAX_ECHO_CHARS. Containers are abbreviated
+    while they are written (a YAML alias bomb expands to gigabytes; its repr is never built)."""
+    if isinstance(value, str):
+        return shorten(repr(value))
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        return shorten(_REPR.repr(value))
+    try:
+        return shorten(repr(value))
+    except RecursionError:
+        return f"<{type(value).__name__}>"
 
 
 class _Missing:

@@ -472,7 +472,24 @@ def test_echoed_values_are_cut(tmp_path, capsys):
     path.write_text(text + yaml.safe_dump(config).replace("isl: 4096", "isl: *big"))
     code, _, err = run(capsys, "--config", str(path))
     assert code == 2 and len(err) < 1000
-    one_line_error(err, "field 'big'", "chars)")
+    one_line_error(err, "field 'big'", "...")
+
+
+def test_a_yaml_alias_bomb_is_never_expanded_into_a_message(tmp_path, capsys):
+    levels = ["a0: &a0 [123456789, 123456789, 123456789, 123456789, 123456789, 123456789, 123456789, 123456789]"]
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]  # 8 x 9^9 numbers
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(levels) + "\n")
+    start = time.perf_counter()
+    code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", f"hardware={path}")
+    assert code == 2 and time.perf_counter() - start < 5 and len(err) < 1000
+    one_line_error(err, "field 'a0'", "unknown key")
+
+
+def test_a_long_text_value_is_cut_with_its_length(capsys):
+    code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "model.hidden_size=" + "x" * 100_000)
+    assert code == 2 and len(err) < 1000
+    one_line_error(err, "field 'hidden_size'", "(100,002 chars)")
 
 
 @pytest.mark.parametrize("argv", [
