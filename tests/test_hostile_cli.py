@@ -522,3 +522,18 @@ def test_a_layout_over_links_the_card_lacks_is_refused(capsys):
     code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "hardware.peak.nvlink_bandwidth=0")
     assert code == 2
     one_line_error(err, "field 'deployment.num_gpus'", "peak.nvlink_bandwidth is 0")
+
+
+def test_trace_events_with_nan_times_or_object_pids_are_skipped(trace_file, tmp_path, capsys):
+    import gzip
+
+    events = json.loads(gzip.decompress(trace_file.read_bytes()))["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    kernels[0]["ts"] = float("nan")
+    kernels[1]["dur"] = float("inf")
+    kernels[2]["pid"] = {"device": 0}
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps({"traceEvents": events}))  # json writes NaN and Infinity
+    code, out, err = run(capsys, "compare", "--trace", str(path), "--format", "json")
+    assert code == 0, err
+    assert "NaN" not in out and "Infinity" not in out
