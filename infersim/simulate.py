@@ -75,7 +75,7 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
     if memory.max_batch_per_gpu < 1:
         out.append(f"one request of {memory.request_context:,} tokens needs {per_request / GB:,.2f} GB of KV cache per GPU, "
                    f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB")
-    elif workload.decode_batch_per_gpu != "max" and batch > memory.max_batch_per_gpu:
+    elif batch > memory.max_batch_per_gpu:  # also 'max' under two-batch overlap when only 1 request fits
         need = batch * per_request
         out.append(f"decode batch {batch:,} per GPU needs {need / GB:,.2f} GB of KV cache per GPU ({memory.request_context:,} "
                    f"tokens each), but {capacity / GB:,.2f} GB are left after the weights: over by "
