@@ -537,3 +537,13 @@ def test_trace_events_with_nan_times_or_object_pids_are_skipped(trace_file, tmp_
     code, out, err = run(capsys, "compare", "--trace", str(path), "--format", "json")
     assert code == 0, err
     assert "NaN" not in out and "Infinity" not in out
+
+
+@pytest.mark.parametrize("text, problem", [("[]\n", "the list holds no rules"), ("42\n", "not a mapping"),
+                                           ("- text\n", "expected a mapping"), ("", "empty rules file")])
+def test_rules_files_of_the_wrong_shape_are_named_so(trace_file, tmp_path, capsys, text, problem):
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    code, _, err = run(capsys, "compare", "--trace", str(trace_file), "--rules", str(path))
+    assert code == 2
+    one_line_error(err, str(path), problem)
