@@ -111,13 +111,19 @@ def test_pareto_plot(tmp_path):
     (["sweep", "--grid", "deployment.ffn.ep=2", "--executor", "ray"], "expected processes, serial or dask://"),
     (["sweep", "--grid", "deployment.ffn.ep=2", "--batch", "1..8"], "--batch is for the layout search"),
     (["pareto", "--gpus", "4", "--grid", "deployment.ffn.ep=2,4"], "chosen by the layout search"),
-    (["pareto", "--gpus", "4", "--target-tpot-ms", "0.5", "--max-pp", "1"], "empty Pareto frontier"),
     (["pareto", "--gpus", "0..4:2"], "--gpus 0..4:2: 0: must be at least 1"),
 ])
 def test_clear_errors(args, message, tmp_path):
     proc = infersim(args[0], "--config", "qwen3-30b.yaml", *args[1:], check=2, cwd=tmp_path)
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("infersim: error:")
+
+
+def test_empty_frontier_is_not_bad_input(tmp_path):
+    """Nothing meets the targets: a valid question whose answer is 'nothing', exit status 1."""
+    proc = infersim("pareto", "--config", "qwen3-30b.yaml", "--gpus", "4", "--target-tpot-ms", "0.5", "--max-pp", "1",
+                    check=1, cwd=tmp_path)
+    assert proc.stderr.strip().splitlines()[-1].startswith("infersim: empty Pareto frontier: no simulated")
 
 
 def test_parquet_needs_pyarrow(tmp_path):

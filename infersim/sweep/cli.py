@@ -317,10 +317,14 @@ def pareto_command(args: argparse.Namespace) -> int:
         return _interrupted(result, args.out)
     if not any(fronts.values()):
         unpriced = any(r.ok and not r.price for r in result.rows)
-        why = "the hardware has no price (pass --price-per-gpu-hour)" if unpriced else \
-            f"no simulated configuration fits in memory and meets the targets ({targets.describe()})" \
-            if result.simulated else str(_nothing_simulated(result))
-        raise InferSimError(f"empty Pareto frontier: {why}")
+        if unpriced:
+            raise InferSimError("empty Pareto frontier: the hardware has no price (pass --price-per-gpu-hour)")
+        if not result.simulated:
+            nothing = _nothing_simulated(result)
+            raise type(nothing)(f"empty Pareto frontier: {nothing}")
+        # valid input whose answer is "nothing can run": exit status 1
+        raise NotPossible(f"empty Pareto frontier: no simulated configuration fits in memory and meets the targets "
+                          f"({targets.describe()})")
     curves = []
     for variant, front in fronts.items():
         label = ", ".join(f"{spec.axes[i].label}={v}" for i, v in zip(v_axes, variant))
