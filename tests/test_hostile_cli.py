@@ -547,3 +547,24 @@ def test_rules_files_of_the_wrong_shape_are_named_so(trace_file, tmp_path, capsy
     code, _, err = run(capsys, "compare", "--trace", str(trace_file), "--rules", str(path))
     assert code == 2
     one_line_error(err, str(path), problem)
+
+
+@pytest.mark.parametrize("cell, problem", [("-1", "must be greater than 0"), ("nan", "must be a finite number"),
+                                           ("fast", "expected a number")])
+def test_published_tables_with_a_bad_cell_are_one_message(tmp_path, capsys, cell, problem):
+    import shutil
+
+    from conftest import shared_reference
+
+    source = tmp_path / "published"
+    shutil.copytree(shared_reference("infersim_bench_data"), source)
+    table = source / "gemm" / "h20" / "data.csv"
+    table.chmod(0o644)
+    lines = table.read_text().splitlines()
+    cells = lines[2].split(",")
+    cells[3] = cell  # latency_us
+    lines[2] = ",".join(cells)
+    table.write_text("\n".join(lines) + "\n")
+    code, _, err = run(capsys, "mfu", "import-infersim", str(source), "--out", str(tmp_path / "out"))
+    assert code == 2
+    one_line_error(err, f"{table}:3", "field 'latency_us'", problem)
