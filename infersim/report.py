@@ -233,7 +233,9 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
     lines += [
         "MEMORY (per GPU; GB = 1e9 bytes)",
         f"  weights {mem.weights_bytes / GB:,.2f} GB of {mem.hbm_bytes / GB:,.2f} GB HBM "
-        f"(runtime reserves {mem.reserved_bytes / GB:,.2f} GB); KV cache space {mem.kv_capacity_bytes / GB:,.2f} GB",
+        f"(runtime reserves {mem.reserved_bytes / GB:,.2f} GB); "
+        + (f"KV cache space {mem.kv_capacity_bytes / GB:,.2f} GB" if mem.kv_capacity_bytes > 0 else
+           f"no KV cache space (weights exceed what is left by {-mem.kv_capacity_bytes / GB:,.2f} GB)"),
         f"  KV cache per token: {mem.kv_bytes_per_token:,.0f} bytes for the whole model, "
         f"{mem.kv_bytes_per_token_per_gpu:,.0f} bytes on each GPU",
         f"  largest decode batch that fits: {mem.max_batch_per_gpu} requests per GPU of {mem.request_context} tokens"

@@ -117,6 +117,7 @@ def test_model_that_does_not_fit_prints_no_throughput(capsys):
     code, out, err = run(capsys, *args)
     assert code == 1
     assert "DOES NOT FIT" in out and "weights need 141.11 GB per GPU" in out and "over by 54.71 GB" in out
+    assert "KV cache space -" not in out and "no KV cache space (weights exceed what is left by 54.71 GB)" in out
     assert no_speed(out)
     one_line_error(err, "does not fit", "weights need")
     code, out, _ = run(capsys, *args, "--show-unfit")
