@@ -569,3 +569,11 @@ def test_published_tables_with_a_bad_cell_are_one_message(tmp_path, capsys, cell
     code, _, err = run(capsys, "mfu", "import-infersim", str(source), "--out", str(tmp_path / "out"))
     assert code == 2
     one_line_error(err, f"{table}:3", "field 'latency_us'", problem)
+
+
+def test_a_binary_table_file_is_one_message(tmp_path, capsys):
+    tables = scaled_tables(tmp_path, "attention_decode_mha_32-4-128.csv", 1)
+    (tables / "attention_decode_mha_32-4-128.csv").write_bytes(b"\xff\xfe\x00\x9c binary")
+    code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--mfu-tables", str(tables))
+    assert code == 2
+    one_line_error(err, "attention_decode_mha_32-4-128.csv", "not a text CSV file")

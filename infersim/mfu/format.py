@@ -302,10 +302,21 @@ def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float],
                    lines: list[int] | None = None) -> tuple[Row, ...]:
     """Rows of one CSV; checks the header, that `efficiency` matches latency and peak and that it
     is not above MAX_EFFICIENCY. `lines`, when given, receives each row's line number."""
+    try:
+        return _read_table_csv(path, family, peak_for, lines)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", MISSING, f"not a text CSV file (invalid UTF-8 at byte {exc.start})") from None
+    except csv.Error as exc:
+        raise ConfigError(str(path), "", MISSING, f"not a readable CSV file ({exc})") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", MISSING, f"cannot read table file: {exc.strerror or exc}") from None
+
+
+def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], lines: list[int] | None) -> tuple[Row, ...]:
     row_type = ROW_TYPES[family]
     hints = get_type_hints(row_type)
     expected = row_columns(family)
-    with path.open(newline="") as handle:
+    with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
         if header is None:

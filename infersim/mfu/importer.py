@@ -98,9 +98,14 @@ class _TableBuild:
 
 def _read_rows(path: Path, kind: str) -> tuple[list[dict[str, str]], list[str]]:
     """Rows as dicts, and notes (e.g. a missing header row that was inferred)."""
-    with path.open(newline="") as handle:
-        reader = csv.reader(handle)
-        numbered = [(reader.line_num, cells) for cells in reader if cells and any(c.strip() for c in cells)]
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            numbered = [(reader.line_num, cells) for cells in reader if cells and any(c.strip() for c in cells)]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise InferSimError(f"{path}: not a readable text CSV file ({exc})") from None
+    except OSError as exc:
+        raise InferSimError(f"{path}: cannot read file: {exc.strerror or exc}") from None
     lines = [cells for _, cells in numbered]
     if not lines:
         return [], [f"{path.name}: empty"]
