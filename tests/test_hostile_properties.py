@@ -235,3 +235,33 @@ def test_bundled_models_on_bundled_gpus_never_hit_an_internal_error(model: str) 
                     check_result(simulate(config))
                     simulated += 1
     assert simulated > 0
+
+
+GENERATE_FIELDS = ["generate.batch", "generate.prompt_len", "generate.gen_len", "hardware.host_memory_bytes",
+                   "hardware.nvme_bandwidth", "hardware.derates.pcie_efficiency", "hardware.peak.pcie_bandwidth"]
+# generate times every decode step: keep generated lengths that pass validation short
+SHORT = NUMBERS.filter(lambda v: not (isinstance(v, (int, float)) and not isinstance(v, bool) and 300 < abs(v) < 2e5))
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.lists(st.tuples(st.sampled_from(FIELDS + GENERATE_FIELDS), SHORT), min_size=1, max_size=3),
+       offload=st.sampled_from([[], ["weights"], ["kv"], ["weights", "kv"]]))
+def test_arbitrary_numbers_in_generate(changes: list[tuple[str, Any]], offload: list[str]) -> None:
+    from infersim.generate import simulate_generation
+    from infersim.generate.report import to_json_data as generation_json
+    from infersim.generate.report import to_text as generation_text
+    from infersim.generate.spec import config_and_spec
+
+    run = base_run()
+    run["hardware"]["host_memory_bytes"] = 1e12
+    run["generate"] = {"batch": 8, "prompt_len": 128, "gen_len": 8, "offload": offload}
+    for path, value in changes:
+        set_path(run, path, value)
+    try:
+        config, gen = config_and_spec(run, "generated")
+        result = simulate_generation(config, gen)
+    except InferSimError as exc:
+        check_error(exc, changes)
+        return
+    json.dumps(generation_json(result), allow_nan=False)
+    generation_text(result)
