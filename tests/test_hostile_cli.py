@@ -577,3 +577,12 @@ def test_a_binary_table_file_is_one_message(tmp_path, capsys):
     code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--mfu-tables", str(tables))
     assert code == 2
     one_line_error(err, "attention_decode_mha_32-4-128.csv", "not a text CSV file")
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "x" * 300, ""])
+def test_card_names_cannot_escape_the_output_directory(tmp_path, capsys, name):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(HF))
+    code, _, err = run(capsys, "cards", "import-hf", str(path), "--name", name, "--out", str(tmp_path / "out"))
+    assert code == 2 and not (tmp_path / "escape.yaml").exists()
+    one_line_error(err, "--name", "a card name is")
