@@ -222,9 +222,8 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
         simulated += len(chunk.rows)
         bar.update(done_units, simulated)
 
-    previous_sigterm = None
-    if threading.current_thread() is threading.main_thread():
-        previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    handles_sigterm = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
+    previous_sigterm: Any = signal.signal(signal.SIGTERM, _on_sigterm) if handles_sigterm else None
     interrupted_by = ""
     try:
         if serial:
@@ -255,8 +254,8 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
         interrupted = True
         interrupted_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
     finally:
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
+        if handles_sigterm:
+            signal.signal(signal.SIGTERM, previous_sigterm if previous_sigterm is not None else signal.SIG_DFL)
         bar.update(done_units, simulated, force=bar._drawn)
         bar.close()
     merged = ChunkResult()
