@@ -161,7 +161,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise InferSimError(f"--set '{text}': empty part in field name '{key}'")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: an integer beyond Python's 4,300-digit limit
         value = raw
     return path, value
 

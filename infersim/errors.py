@@ -52,11 +52,13 @@ def echo(value: Any) -> str:
     while they are written (a YAML alias bomb expands to gigabytes; its repr is never built)."""
     if isinstance(value, str):
         return shorten(repr(value))
-    if isinstance(value, (list, tuple, dict, set, frozenset)):
-        return shorten(_REPR.repr(value))
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"<a whole number of {value.bit_length():,} bits>"  # repr would pass Python's digit limit
     try:
+        if isinstance(value, (list, tuple, dict, set, frozenset)):
+            return shorten(_REPR.repr(value))
         return shorten(repr(value))
-    except RecursionError:
+    except (RecursionError, ValueError):
         return f"<{type(value).__name__}>"
 
 

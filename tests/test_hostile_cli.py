@@ -586,3 +586,25 @@ def test_card_names_cannot_escape_the_output_directory(tmp_path, capsys, name):
     code, _, err = run(capsys, "cards", "import-hf", str(path), "--name", name, "--out", str(tmp_path / "out"))
     assert code == 2 and not (tmp_path / "escape.yaml").exists()
     one_line_error(err, "--name", "a card name is")
+
+
+LONG = "9" * 5000  # beyond Python's 4,300-digit limit on reading integers from text
+
+
+def test_integers_of_thousands_of_digits_are_one_message(tmp_path, capsys, trace_file):
+    cases = []
+    (tmp_path / "big.yaml").write_text(f"x: {LONG}\n")
+    cases.append((["--config", str(tmp_path / "big.yaml")], "too long to read"))
+    cases.append((["--config", "qwen3-30b.yaml", "--set", f"workload.isl={LONG}"], "too large"))
+    cases.append((["sweep", "--config", "qwen3-30b.yaml", "--grid", f"workload.isl={LONG}"], "too large"))
+    (tmp_path / "b.jsonl").write_text('{"batch_size": %s, "input_len": 1, "output_len": 1, "prefill_latency": 1}\n' % LONG)
+    cases.append((["compare", "--bench-result", str(tmp_path / "b.jsonl"), "--config", "qwen3-30b.yaml"], "too long to read"))
+    (tmp_path / "hf.json").write_text('{"hidden_size": %s}' % LONG)
+    cases.append((["cards", "import-hf", str(tmp_path / "hf.json")], "too long to read"))
+    (tmp_path / "t.json").write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "a", "ts": %s}]}' % LONG)
+    cases.append((["compare", "--trace", str(tmp_path / "t.json")], "too long to read"))
+    for argv, problem in cases:
+        code, _, err = run(capsys, *argv)
+        assert code == 2, argv
+        one_line_error(err, problem)
+        assert len(err) < 1000

@@ -105,6 +105,8 @@ def read_hf_config(path: Path) -> dict[str, Any]:
         raise ConfigError(str(path), "", MISSING, f"cannot read file: {reason}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(str(path), "", MISSING, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except ValueError:  # an integer of more than 4,300 digits
+        raise ConfigError(str(path), "", MISSING, "holds a number too long to read (Python reads at most 4,300 digits)") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", MISSING, "expected a JSON object (a HuggingFace config.json)")
     return data

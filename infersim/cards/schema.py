@@ -41,6 +41,9 @@ def check_number(value: Any, source: str, path: str, *, whole: bool = False, gt:
     original = value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         text = value.strip() if isinstance(value, str) else ""
+        if len(text) > 64 and _FLOAT_TEXT.match(text):  # no count or measure needs 64 characters
+            raise ConfigError(source, path, value, "too large: at most 1e+15 for a count" if whole else
+                              f"out of range: magnitude must be 0 or between {MIN_MAGNITUDE:g} and {MAX_MAGNITUDE:g}")
         if _FLOAT_TEXT.match(text):
             value = int(text) if text.lstrip("+-").isdigit() else float(text)
         elif text.lower().lstrip("+-.") in ("inf", "infinity", "nan"):
@@ -107,6 +110,8 @@ def load_yaml(path: Path, what: str = "file") -> Any:
         raise ConfigError(str(path), "", MISSING, f"cannot read {what}: {reason}") from None
     try:
         return yaml.safe_load(text)
+    except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise ConfigError(str(path), "", MISSING, "holds a number too long to read (Python reads at most 4,300 digits)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -149,7 +149,7 @@ def expand_values(raw: str, text: str = "") -> list[Any]:
         else:
             try:
                 out.append(yaml.safe_load(item))
-            except yaml.YAMLError:
+            except (yaml.YAMLError, ValueError):  # ValueError: an integer beyond Python's 4,300-digit limit
                 out.append(item)
         if len(out) > MAX_VALUES_PER_AXIS:
             raise InferSimError(f"--grid '{text}': more than {MAX_VALUES_PER_AXIS:,} values")

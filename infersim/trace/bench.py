@@ -154,10 +154,12 @@ def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
             items = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise InferSimError(f"{source}: malformed JSON: {exc.msg} at line {exc.lineno}") from None
+        except ValueError:
+            raise InferSimError(f"{source}: holds a number too long to read (Python reads at most 4,300 digits)") from None
         return tuple(parse_bench_record(item, source, i + 1) for i, item in enumerate(items))
     try:  # one pretty-printed object
         whole = json.loads(stripped)
-    except json.JSONDecodeError:
+    except ValueError:  # not one object (JSONDecodeError), or an over-long integer: read line by line
         whole = None
     if isinstance(whole, dict):
         return (parse_bench_record(whole, source, 1),)
@@ -168,6 +170,8 @@ def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
             data = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InferSimError(f"{source}: line {number}: not JSON ({exc.msg})") from None
+        except ValueError:
+            raise InferSimError(f"{source}: line {number}: holds a number too long to read (Python reads at most 4,300 digits)") from None
         records.append(parse_bench_record(data, source, number))
     return tuple(records)
 

@@ -183,6 +183,9 @@ class _Parser:
                 err_pos, msg = exc.pos, exc.msg
             except RecursionError:
                 raise self.reader.fail(f"{what} near character {self.base + self.pos} is nested too deeply") from None
+            except ValueError:  # an integer beyond Python's 4,300-digit limit
+                raise self.reader.fail(f"{what} near character {self.base + self.pos} holds a number too long to "
+                                       "read (Python reads at most 4,300 digits)") from None
             else:
                 if end < len(self.buf) or self.eof or not self._read_more():
                     self.pos = end
@@ -275,7 +278,7 @@ class _Parser:
             if pos < len(buf) and buf[pos] == "{":
                 try:
                     event, end = scan(buf, pos)
-                except (StopIteration, json.JSONDecodeError, RecursionError):
+                except (StopIteration, ValueError, RecursionError):  # ValueError includes JSONDecodeError
                     event = None
                 if event is not None:
                     after = skip_ws(buf, end).end()
