@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except InferSimError as exc:
         code = getattr(exc, "exit_code", 2)
-        print(f"infersim: {'error: ' if code == 2 else ''}{shorten(str(exc), MAX_MESSAGE_CHARS)}", file=sys.stderr)
+        print(f"infersim: {'error: ' if code == 2 else ''}{shorten(str(exc), MAX_MESSAGE_CHARS, 600)}", file=sys.stderr)
         return code
     except KeyboardInterrupt:
         print("infersim: interrupted", file=sys.stderr)

@@ -35,11 +35,12 @@ class ConfigError(InferSimError):
 MAX_ECHO_CHARS = 200
 
 
-def shorten(text: str, limit: int = MAX_ECHO_CHARS) -> str:
-    """`text`, or its first `limit` characters and how long it was."""
-    if len(text) <= limit:
+def shorten(text: str, limit: int = MAX_ECHO_CHARS, tail: int = 0) -> str:
+    """`text`, or its first `limit` characters and how long it was (and its last `tail` characters:
+    a message says what is wrong at its end)."""
+    if len(text) <= limit + tail:
         return text
-    return f"{text[:limit]}… ({len(text):,} chars)"
+    return f"{text[:limit]}… ({len(text):,} chars)" + (f" …{text[-tail:]}" if tail else "")
 
 
 _REPR = reprlib.Repr()

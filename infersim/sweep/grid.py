@@ -35,7 +35,7 @@ from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.cards.schema import build, check_number
 from infersim.config import Deployment, Speculative, Workload
-from infersim.errors import ConfigError, InferSimError, shorten
+from infersim.errors import ConfigError, InferSimError, echo, shorten
 
 MAX_VALUES_PER_AXIS = 100_000
 
@@ -264,7 +264,8 @@ def convert_value(path: str, hint: Any, value: Any, text: str = "") -> Any:
     parts = path.split(".")
     if len(parts) == 1:  # a whole card by name or path
         if not isinstance(value, str):
-            raise InferSimError(f"--grid '{text or path}': a {parts[0]} card is given by name or path (got {value!r})")
+            raise InferSimError(f"--grid '{shorten(text or path)}': a {parts[0]} card is given by name or path "
+                                f"(got {echo(value)})")
         return value
     root_cls = _ROOTS[parts[0]]
     cls, data, leaf_parts = _enclosing(root_cls, parts[1:])
@@ -276,7 +277,7 @@ def convert_value(path: str, hint: Any, value: Any, text: str = "") -> Any:
     try:
         built = build(cls, data, f"--grid {path}", prefix)
     except ConfigError as exc:
-        raise InferSimError(f"--grid '{text or path}': value {value!r} {exc.problem}") from None
+        raise InferSimError(f"--grid '{shorten(text or path)}': value {echo(value)} {exc.problem}") from None
     out: Any = built
     for p in leaf_parts:
         out = out[p] if isinstance(out, dict) else getattr(out, p)
