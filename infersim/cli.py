@@ -1,7 +1,9 @@
 """Command line. `python -m infersim --config X.yaml` simulates; subcommands do the rest.
 
-Every user error is an InferSimError and is printed as one line on stderr with exit status 2;
-no traceback reaches the user.
+Exit status: 0 ok; 1 the answer is "cannot run" (does not fit in memory, nothing to compare, no
+configuration meets the targets); 2 bad input (an InferSimError, printed as one line on stderr);
+3 internal error (a bug, one line unless INFERSIM_DEBUG=1); 130 interrupted. No traceback reaches
+the user.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, shorten
+
+#: a message longer than this is cut (values inside messages are cut to 200 characters already)
+MAX_MESSAGE_CHARS = 2000
 
 # Subcommands and the module that registers each (register(subparsers) sets a `handler` default
 # returning an exit code). A plain run imports none of them; a subcommand imports only its own
@@ -48,6 +53,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default=None, metavar="FILE",
                         help="also draw the module breakdown to FILE (.png, .svg or .pdf; "
                              "needs pip install 'infersim[plot]')")
+    parser.add_argument("--show-unfit", action="store_true",
+                        help="text: print TTFT/TPOT/throughput even when the run does not fit in memory (marked); "
+                             "the exit status is still 1")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -65,12 +73,15 @@ def run_command(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(to_json_data(result), indent=2))
     else:
-        print(to_text(result, detail=args.detail))
+        print(to_text(result, detail=args.detail, show_unfit=args.show_unfit))
     if plot_path:
         from infersim.plot.cli import write_run_breakdown
 
         write_run_breakdown(to_json_data(result), plot_path)
         print(f"wrote {plot_path}", file=sys.stderr)  # stderr: stdout stays the report (or clean JSON)
+    if not result.fits:
+        print(f"infersim: does not fit: {result.unfit[0]}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -111,8 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except InferSimError as exc:
-        print(f"infersim: error: {exc}", file=sys.stderr)
-        return 2
+        code = getattr(exc, "exit_code", 2)
+        print(f"infersim: {'error: ' if code == 2 else ''}{shorten(str(exc), MAX_MESSAGE_CHARS, 600)}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         print("infersim: interrupted", file=sys.stderr)
         return 130
@@ -131,3 +143,19 @@ def existing_path(text: str) -> Path:
     if not path.exists():
         raise InferSimError(f"{text}: no such file or directory")
     return path
+
+
+def number_arg(whole: bool = False, gt: float | None = None, ge: float | None = None) -> Callable[[str], float]:
+    """An argparse `type` applying the schema's number rule (finite, whole for counts, range), so
+    `--target-tpot-ms nan` or `--max-tp 0` is refused like a bad card value."""
+    from infersim.cards.schema import check_number
+    from infersim.errors import ConfigError
+
+    def parse(text: str) -> float:
+        try:
+            return check_number(text, "", "", whole=whole, gt=gt, ge=ge)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(f"{shorten(repr(text))}: {exc.problem}") from None
+
+    parse.__name__ = "whole number" if whole else "number"
+    return parse

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import yaml
@@ -11,10 +12,16 @@ from infersim.cards.hf_import import card_from_hf_file, default_card_name
 from infersim.cards.model import ModelCard, validate_model
 from infersim.cards.registry import bundled_dir, bundled_names
 from infersim.cards.schema import build, field_docs
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, shorten
+
+
+_CARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 
 
 def _import_hf(args: argparse.Namespace) -> int:
+    if args.name is not None and not _CARD_NAME.match(args.name):
+        raise InferSimError(f"--name {shorten(repr(args.name))}: a card name is 1 to 128 letters, digits, '.', '_', "
+                            "'+' or '-' (it becomes the file name)")
     written = []
     for config in args.configs:
         path = Path(config)
@@ -26,11 +33,14 @@ def _import_hf(args: argparse.Namespace) -> int:
             print(text)
             continue
         out_dir = Path(args.out)
-        out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / f"{name}.yaml"
         if target.exists() and not args.force:
             raise InferSimError(f"{target} exists (use --force to overwrite)")
-        target.write_text(text)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        except OSError as exc:
+            raise InferSimError(f"{target}: cannot write the card: {exc.strerror or exc}") from None
         written.append(str(target))
     for path in written:
         print(f"wrote {path}")

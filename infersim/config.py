@@ -136,7 +136,7 @@ class Speculative:
     lookahead: int | Literal["auto"] = spec(
         3, doc="tokens proposed per step k; auto = the k in 1..max_lookahead with the lowest TPOT", gt=0)
     acceptance_rate: float = spec(doc="probability that each proposed token is accepted (i.i.d. per token)", ge=0, le=1)
-    max_lookahead: int = spec(8, doc="largest k that lookahead: auto tries", gt=0)
+    max_lookahead: int = spec(8, doc="largest k that lookahead: auto tries (at most 64)", gt=0, le=64)
 
 
 DEFAULT_ENGINE = "sglang"  # the engine the published calibration cases and the bundled examples were measured with
@@ -194,7 +194,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise InferSimError(f"--set '{text}': empty part in field name '{key}'")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: an integer beyond Python's 4,300-digit limit
         value = raw
     return path, value
 
@@ -315,6 +315,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
             table_path = bundled_dir("mfu_tables") / table_dir
         tables = load_tables(table_path)
         tables_source = str(table_path)
+        tables.check_hardware(hardware, where)  # no row may beat the card's HBM bandwidth
     draft, draft_dep, draft_source = None, None, ""
     if spec_.speculative is not None:
         draft, draft_dep, draft_source = _speculative_drafter(spec_.speculative, model, hardware, deployment, base, where)
@@ -400,6 +401,13 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
     if per_node > hw.peak.gpus_per_node:
         raise fail("deployment.num_nodes", dep.num_nodes,
                    f"{per_node} GPUs per node, but a {hw.name} node holds {hw.peak.gpus_per_node}")
+    # the links a layout talks over must exist (a zero bandwidth would divide by zero)
+    if per_node > 1 and not hw.peak.nvlink_bandwidth > 0:
+        raise fail("deployment.num_gpus", dep.num_gpus, f"{per_node} GPUs per node talk over NVLink, but hardware "
+                   f"card {hw.name} has none (peak.nvlink_bandwidth is 0)")
+    if dep.num_nodes > 1 and not hw.peak.network_bandwidth > 0:
+        raise fail("deployment.num_nodes", dep.num_nodes, f"{dep.num_nodes} nodes talk over the network, but hardware "
+                   f"card {hw.name} has no NIC (peak.network_bandwidth is 0)")
     attn, ffn = dep.attention, dep.ffn
     attn_dp = attn.dp or per_stage // attn.tp
     if attn.tp * attn_dp != per_stage:

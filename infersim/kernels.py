@@ -570,3 +570,13 @@ class NoTables:
 
     def describe(self) -> str:
         return "none (roofline fallback for every kernel)"
+
+
+def minimum_bytes(shape: KernelShape) -> float:
+    """Bytes a kernel of `shape` must move at the least: its modelled bytes, except that a
+    grouped GEMM may find a single local expert active (the model's expected count can be more)."""
+    if isinstance(shape, GroupedGemmShape):
+        from dataclasses import replace
+
+        return replace(shape, active_experts=min(shape.active_experts, 1.0)).bytes
+    return shape.bytes

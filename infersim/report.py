@@ -121,6 +121,9 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
         },
         "speculative": _speculative(result.speculative) if result.speculative else None,
         "warnings": list(result.warnings),
+        # false: the stage numbers above are what the model computes, not a speed that can happen
+        "fits": result.fits,
+        "unfit_reasons": list(result.unfit),
     }
 
 
@@ -248,7 +251,21 @@ def _layer_mix(model: Any) -> str:
     return f"{model.num_hidden_layers} layers ({', '.join(parts)}); {attention}; {ffn}"
 
 
-def to_text(result: SimulationResult, detail: bool = False) -> str:
+UNFIT_MARK = "[DOES NOT FIT: not achievable] "
+
+
+def _unfit_text(result: SimulationResult, show_unfit: bool) -> list[str]:
+    lines = ["DOES NOT FIT on " + f"{result.config.deployment.num_gpus} x {result.config.hardware.name}:"]
+    lines += [f"  - {reason}" for reason in result.unfit]
+    if show_unfit:
+        lines.append("  the times below are computed anyway (--show-unfit); no server can reach them")
+    else:
+        lines.append("  no TTFT, TPOT or throughput is printed for a run that cannot happen "
+                     "(--show-unfit prints them, marked)")
+    return lines
+
+
+def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = False) -> str:
     cfg = result.config
     dep, wl, mem = cfg.deployment, cfg.workload, result.memory
     layout = (f"{dep.num_gpus} GPU(s) on {dep.num_nodes} node(s); attention TP{dep.attention.tp} x DP{dep.attention.dp}; "
@@ -266,14 +283,21 @@ def to_text(result: SimulationResult, detail: bool = False) -> str:
         f"  engine:     {cfg.engine.name} {cfg.engine.version} ({cfg.engine.description})",
         f"  kernel times: {cfg.tables.describe()}",
         "",
-        *_stage_text(result.prefill, detail, stage_moe_balance(result, result.prefill)),
-        "",
-        *_stage_text(result.decode, detail, stage_moe_balance(result, result.decode)),
-        "",
+    ]
+    stages = [*_stage_text(result.prefill, detail, stage_moe_balance(result, result.prefill)), "",
+              *_stage_text(result.decode, detail, stage_moe_balance(result, result.decode)), ""]
+    if not result.fits:
+        lines += [*_unfit_text(result, show_unfit), ""]
+        stages = [UNFIT_MARK + line if line.startswith(("PREFILL", "DECODE")) else line for line in stages]
+    if result.fits or show_unfit:
+        lines += stages
+    lines += [
         "MEMORY (per GPU; GB = 1e9 bytes)",
         f"  weights {mem.weights_bytes / GB:,.2f} GB of {mem.hbm_bytes / GB:,.2f} GB HBM "
         f"({cfg.engine.name} keeps {mem.reserved_bytes / GB:,.2f} GB: context, graphs, buffers and the activations of "
-        f"one {mem.prefill_step_tokens}-token prefill step); KV cache space {mem.kv_capacity_bytes / GB:,.2f} GB",
+        f"one {mem.prefill_step_tokens}-token prefill step); "
+        + (f"KV cache space {mem.kv_capacity_bytes / GB:,.2f} GB" if mem.kv_capacity_bytes > 0 else
+           f"no KV cache space (weights exceed what is left by {-mem.kv_capacity_bytes / GB:,.2f} GB)"),
         f"  KV cache per token: {mem.kv_bytes_per_token:,.0f} bytes for the whole model, "
         f"{mem.kv_bytes_per_token_per_gpu:,.0f} bytes on each GPU",
         f"  largest decode batch that fits: {mem.max_batch_per_gpu} requests per GPU of {mem.request_context} tokens"
@@ -288,8 +312,9 @@ def to_text(result: SimulationResult, detail: bool = False) -> str:
     if mem.draft_weights_bytes:
         lines.append(f"  drafter (included above): weights {mem.draft_weights_bytes / GB:,.2f} GB, "
                      f"KV {mem.draft_kv_bytes_per_token_per_gpu:,.0f} bytes per token on each GPU")
-    if result.speculative:
-        lines += [""] + _speculative_text(result.speculative)
+    if result.speculative and (result.fits or show_unfit):
+        lines += [""] + [(UNFIT_MARK if not result.fits and i == 0 else "") + line
+                         for i, line in enumerate(_speculative_text(result.speculative))]
     if result.warnings:
         lines += ["", "WARNINGS"] + [f"  - {w}" for w in result.warnings]
     return "\n".join(lines)

@@ -29,6 +29,13 @@ class SimulationResult:
     # step (drafting + verification; decode.tpot_s is the effective TPOT) and `prefill` includes
     # the drafter's prefill
     speculative: SpeculativeResult | None = None
+    # why this deployment cannot run as asked (which memory limit binds and by how much); empty
+    # when it fits. The stage numbers are still computed, but are not a speed that can happen.
+    unfit: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return not self.unfit
 
 
 def decode_batch(config: RunConfig, memory: MemoryResult) -> int:
@@ -117,7 +124,37 @@ def simulate(config: RunConfig) -> SimulationResult:
     else:
         decode = run_decode(model, hw, dep, workload, batch, config.tables, config.engine)
     return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)),
-                            speculative)
+                            speculative, tuple(fit_problems(config, memory, batch)))
+
+
+def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[str]:
+    """Each memory limit the run breaks, with the numbers: weights against HBM, one request's KV
+    cache, the decode batch's KV cache, the prefill step's KV cache."""
+    out: list[str] = []
+    workload, dep = config.workload, config.deployment
+    left = memory.hbm_bytes - memory.reserved_bytes
+    if memory.kv_capacity_bytes <= 0:
+        out.append(f"weights need {memory.weights_bytes / GB:,.2f} GB per GPU, but only {left / GB:,.2f} GB of the "
+                   f"{memory.hbm_bytes / GB:,.2f} GB HBM are left after the runtime's {memory.reserved_bytes / GB:,.2f} GB: "
+                   f"over by {(memory.weights_bytes - left) / GB:,.2f} GB")
+        return out
+    capacity = memory.kv_capacity_bytes
+    per_request = (memory.request_context * memory.kv_bytes_per_token_per_gpu
+                   + memory.bounded_bytes_per_request_per_gpu) * dep.attention.tp * dep.pp
+    if memory.max_batch_per_gpu < 1:
+        out.append(f"one request of {memory.request_context:,} tokens needs {per_request / GB:,.2f} GB of KV cache per GPU, "
+                   f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB")
+    elif batch > memory.max_batch_per_gpu:  # also 'max' under two-batch overlap when only 1 request fits
+        need = batch * per_request
+        out.append(f"decode batch {batch:,} per GPU needs {need / GB:,.2f} GB of KV cache per GPU ({memory.request_context:,} "
+                   f"tokens each), but {capacity / GB:,.2f} GB are left after the weights: over by "
+                   f"{(need - capacity) / GB:,.2f} GB; at most {memory.max_batch_per_gpu:,} requests per GPU fit")
+    prefill_kv = workload.prefill_tokens * memory.kv_bytes_per_token_per_gpu * dep.attention.tp * dep.pp
+    if prefill_kv > capacity:
+        out.append(f"a prefill step of {workload.prefill_tokens:,} prompt tokens per GPU needs {prefill_kv / GB:,.2f} GB of "
+                   f"KV cache per GPU, but {capacity / GB:,.2f} GB are left after the weights: over by "
+                   f"{(prefill_kv - capacity) / GB:,.2f} GB")
+    return out
 
 
 def _table_device_mismatch(config: RunConfig) -> str:
@@ -154,15 +191,7 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
             out.append(mismatch)
         edges = sorted({op.detail for s in stages for op in s.operations if op.detail.startswith("outside table")})
         out.extend(edges)
-    if memory.kv_capacity_bytes <= 0:
-        out.append(f"does not fit: weights need {memory.weights_bytes / GB:.2f} GB per GPU, but the GPU has "
-                   f"{memory.hbm_bytes / GB:.2f} GB of which the runtime reserves {memory.reserved_bytes / GB:.2f} GB")
-    elif memory.max_batch_per_gpu < 1:
-        out.append(f"does not fit: one request of {memory.request_context} tokens needs more KV cache than the "
-                   f"{memory.kv_capacity_bytes / GB:.2f} GB left per GPU")
-    elif workload.decode_batch_per_gpu != "max" and batch > memory.max_batch_per_gpu:
-        out.append(f"decode batch {batch} per GPU exceeds the {memory.max_batch_per_gpu} requests of "
-                   f"{memory.request_context} tokens whose KV cache fits ({memory.kv_capacity_bytes / GB:.2f} GB per GPU)")
+    # memory limits the run breaks are not warnings: they are SimulationResult.unfit
     if workload.decode_batch_per_gpu == "max":
         out.append(f"decode batch per GPU not given: using the largest that fits in memory ({batch}"
                    + (", even for two-batch overlap)" if config.deployment.overlap == "two-batch" else ")"))

@@ -40,12 +40,13 @@ from infersim.kernels import (
     KernelTables,
     LinearAttentionShape,
     MemoryBoundShape,
+    minimum_bytes,
     Source,
 )
 
 
 def _padded_rows(rows: float, tile: int) -> float:
-    return math.ceil(rows / tile - 1e-9) * tile if rows > 0 else 0.0
+    return max(1, math.ceil(rows / tile - 1e-9)) * tile if rows > 0 else 0.0  # a tile taller than the rows is one tile
 
 
 def _compute_flops_and_rate(shape: AnyShape, hw: HardwareCard) -> tuple[float, float]:
@@ -118,6 +119,11 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
                             _intensity_bound(shape, hw), Source.ROOFLINE,
                             f"outside table {hit.table}: roofline at its edge efficiency {hit.efficiency:.3f}"
                             + (f" ({hit.note})" if hit.note else ""))
+            floor = minimum_bytes(shape) / hw.peak.hbm_bandwidth
+            if hit.seconds < floor:  # a table from a faster GPU, scaled by FLOP/s: never beat this card's HBM
+                return Cost(shape.flops, shape.bytes, floor, Bound.MEMORY, Source.TABLE,
+                            f"{hit.method} from {hit.table}, raised to the HBM bound of {hw.name} "
+                            f"({hit.seconds * 1e6:.3g} us would beat its bandwidth)")
             return Cost(shape.flops, shape.bytes, hit.seconds, _intensity_bound(shape, hw), Source.TABLE,
                         f"{hit.method} from {hit.table}")
     return roofline_cost(shape, hw)

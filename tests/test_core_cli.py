@@ -64,7 +64,7 @@ def test_set_overrides_reach_config_and_cards(capsys):
 def test_hf_config_accepted_as_model(capsys, tmp_path):
     config = shared_reference("hf_configs", "qwen3-8B_config.json")
     assert main(["--config", "qwen3-30b.yaml", "--format", "json", "--set", f"model={config}",
-                 "--set", "deployment.ffn.ep=1", "--set", "deployment.moe_comm=all-to-all"]) == 0
+                 "--set", "deployment.ffn.ep=1", "--set", "deployment.moe_comm=all-to-all", "--set", "workload.decode_batch_per_gpu=64"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["model"] == "qwen3-8b"
 

@@ -137,7 +137,7 @@ def test_weights_that_do_not_fit_are_reported_with_numbers():
     config = make_config(overrides=("hardware.peak.hbm_bytes=1.0001e9",))
     result = simulate(config)
     assert not result.memory.fits
-    assert any(w.startswith("does not fit: weights need") for w in result.warnings)
+    assert not result.fits and result.unfit[0].startswith("weights need")
 
 
 def test_tensor_parallel_two_halves_gemm_flops_per_gpu():

@@ -69,7 +69,8 @@ def test_overhead_by_hand():
 
 @settings(max_examples=60, deadline=None)
 @given(gpu=st.floats(0, 1.0), requests=st.integers(0, 5000), kernels=st.integers(0, 100000),
-       fixed=st.floats(0, 0.01), cpu=st.floats(0, 0.01), per=st.floats(0, 1e-4), launch=st.floats(0, 1e-4),
+       fixed=st.sampled_from([0.0]) | st.floats(1e-9, 0.01), cpu=st.sampled_from([0.0]) | st.floats(1e-9, 0.01),
+       per=st.sampled_from([0.0]) | st.floats(1e-12, 1e-4), launch=st.sampled_from([0.0]) | st.floats(1e-12, 1e-4),
        overlap=st.booleans(), stage=st.sampled_from(["prefill", "decode"]))
 def test_overhead_is_never_negative_nor_below_the_fixed_part(gpu, requests, kernels, fixed, cpu, per, launch, overlap, stage):
     e = engine(step_fixed=fixed, step_cpu=cpu, request_cpu=per, launch_cpu=launch, overlap_scheduler=overlap,

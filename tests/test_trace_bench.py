@@ -99,8 +99,8 @@ def test_metrics_and_errors(tmp_path: Path) -> None:
     ("", "empty file"),
     ("{not json\n", "line 1: not JSON"),
     ('{"a": 1}\n', "not a sglang.bench_one_batch or sglang.bench_serving result"),
-    ('{"prefill_latency": 1.0, "input_len": 5, "output_len": 1}\n', "field 'batch_size' is missing"),
-    ('{"prefill_latency": "fast", "batch_size": 1, "input_len": 5, "output_len": 1}\n', "should be a number"),
+    ('{"prefill_latency": 1.0, "input_len": 5, "output_len": 1}\n', "field 'batch_size': required field is missing"),
+    ('{"prefill_latency": "fast", "batch_size": 1, "input_len": 5, "output_len": 1}\n', "expected a number"),
     ('{"mean_ttft_ms": 1.0, "completed": 0, "total_input_tokens": 1, "total_output_tokens": 1}\n',
      "no completed requests"),
     ('{"mean_ttft_ms": 1.0, "completed": 2, "total_input_tokens": 1, "total_output_tokens": 1}\n',
@@ -166,7 +166,8 @@ def test_command_simulates_each_line_with_its_workload(tmp_path: Path, capsys: p
     path = _jsonl(tmp_path / "r.jsonl", ONE_BATCH_LINES)
     code, out = _run(["--bench-result", str(path), "--config", "x.yaml", "--format", "json"], capsys)
     assert code == 0
-    assert seen == [_Workload(1024, 16, 8192, 8), _Workload(512, 8, 256, 1)]
+    fields = lambda w: (w.isl, w.osl, w.prefill_tokens_per_gpu, w.decode_batch_per_gpu)  # noqa: E731
+    assert [fields(w) for w in seen] == [fields(_Workload(1024, 16, 8192, 8)), fields(_Workload(512, 8, 256, 1))]
     first = json.loads(out)["results"][0]
     tpot = next(m for m in first["metrics"] if m["metric"] == "TPOT")
     assert tpot["predicted"] == pytest.approx(0.02) and tpot["error"] == pytest.approx(-0.2)

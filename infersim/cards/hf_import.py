@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
-from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION
+from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
+from infersim.cards.schema import check_number
 from infersim.errors import MISSING, ConfigError
 
 # card field -> candidate HF keys, first present wins
@@ -85,13 +86,30 @@ _ALWAYS_BIASED = {"bloom", "gpt2", "gpt_neox", "falcon"}
 _PLAIN_MLP_FAMILIES = {"opt": "relu", "bloom": "gelu", "gpt2": "gelu", "gpt_neox": "gelu", "falcon": "gelu"}
 
 
+_COUNT_FIELDS = frozenset(k for k, hint in get_type_hints(ModelCard).items() if hint is int)
+_POSITIVE_FIELDS = frozenset(("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
+                              "num_key_value_heads", "head_dim"))
+
+
+def _hf_key(config: dict[str, Any], card_key: str) -> str:
+    """The config key a card field was read from (for messages)."""
+    return next((k for k in _ALIASES.get(card_key, ()) if config.get(k) is not None), card_key)
+
+
 def read_hf_config(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(str(path), "", MISSING, "file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), "", MISSING, "is a directory, not a HuggingFace config.json") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(str(path), "", MISSING, f"cannot read file: {reason}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(str(path), "", MISSING, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except ValueError:  # an integer of more than 4,300 digits
+        raise ConfigError(str(path), "", MISSING, "holds a number too long to read (Python reads at most 4,300 digits)") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", MISSING, "expected a JSON object (a HuggingFace config.json)")
     return data
@@ -112,6 +130,13 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     for required in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if required not in fields:
             raise ConfigError(source, _ALIASES[required][0], MISSING, "required by InferSim but not in the config")
+    # every count through the number rule before any arithmetic on it (head_dim, layer patterns)
+    for key in [k for k in fields if k in _COUNT_FIELDS]:
+        fields[key] = check_number(fields[key], source, _hf_key(config, key), whole=True,
+                                   **({"gt": 0} if key in _POSITIVE_FIELDS else {"ge": 0}))
+    for key in ("full_attention_interval", "sliding_window_pattern"):
+        if config.get(key) is not None:
+            config = {**config, key: check_number(config[key], source, key, whole=True, ge=0)}
     fields.setdefault("num_key_value_heads", fields["num_attention_heads"])
     if fields.get("kv_lora_rank") and "head_dim" not in fields:
         fields["head_dim"] = fields.get("qk_nope_head_dim", 0) + fields.get("qk_rope_head_dim", 0)

@@ -40,6 +40,10 @@ def resolve(name_or_path: str, kind: str, relative_to: Path | None = None) -> Pa
     for candidate in candidates:
         if candidate.is_file():
             return candidate
+    for candidate in candidates[:-2]:  # a path the user gave that names a directory
+        if candidate.is_dir():
+            raise InferSimError(f"{name_or_path}: is a directory, not a {kind[:-1] if kind.endswith('s') else kind} "
+                                "file")
     known = ", ".join(bundled_names(kind)) or "none"
     raise InferSimError(
         f"{kind[:-1] if kind.endswith('s') else kind} '{name_or_path}' not found: no such file, and no bundled "

@@ -8,6 +8,7 @@ and the value. Field constraints are declared next to the field with `spec(...)`
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -22,6 +23,61 @@ T = TypeVar("T")
 
 # YAML 1.1 reads "989e12" as a string; a number written that way is still a number.
 _FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+# One rule for every number entering InferSim (cards, run configs, --set, sweep grids, bench
+# results, HF configs, kernel tables): finite, whole where a count, and within these magnitudes,
+# so that no product or quotient the simulator forms can overflow to inf or lose its meaning.
+MAX_COUNT = 10**15  # largest whole number (tokens, requests, layers, widths ...)
+MAX_MAGNITUDE = 1e40  # largest |value| of a real number (bytes, bytes/s, FLOP/s, seconds ...)
+MIN_MAGNITUDE = 1e-40  # smallest non-zero |value| of a real number
+
+
+def check_number(value: Any, source: str, path: str, *, whole: bool = False, gt: float | None = None,
+                 ge: float | None = None, le: float | None = None) -> int | float:
+    """The one validation rule for a number from anywhere: a number (not text, not a boolean),
+    finite, whole when `whole` (a float like 4.0 is accepted as 4), within MAX_COUNT /
+    MIN_MAGNITUDE..MAX_MAGNITUDE, and in the range gt/ge/le; returns it as int or float. Any
+    failure is one ConfigError naming source, field and value."""
+    original = value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        text = value.strip() if isinstance(value, str) else ""
+        if len(text) > 64 and _FLOAT_TEXT.match(text):  # no count or measure needs 64 characters
+            raise ConfigError(source, path, value, "too large: at most 1e+15 for a count" if whole else
+                              f"out of range: magnitude must be 0 or between {MIN_MAGNITUDE:g} and {MAX_MAGNITUDE:g}")
+        if _FLOAT_TEXT.match(text):
+            value = int(text) if text.lstrip("+-").isdigit() else float(text)
+        elif text.lower().lstrip("+-.") in ("inf", "infinity", "nan"):
+            raise ConfigError(source, path, value, "must be a finite number")
+        else:
+            raise ConfigError(source, path, value, "expected a whole number" if whole else "expected a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(source, path, value, "must be a finite number")
+    if whole:
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ConfigError(source, path, original, "expected a whole number")
+            value = int(value)
+        if abs(value) > MAX_COUNT:
+            raise ConfigError(source, path, original, f"too large: at most {MAX_COUNT:.0e} for a count")
+    else:
+        value = float(value)
+        if abs(value) > MAX_MAGNITUDE or (value != 0 and abs(value) < MIN_MAGNITUDE):
+            raise ConfigError(source, path, original,
+                              f"out of range: magnitude must be 0 or between {MIN_MAGNITUDE:g} and {MAX_MAGNITUDE:g}")
+    check_bounds(value, source, path, original, gt=gt, ge=ge, le=le)
+    return value
+
+
+def check_bounds(value: int | float, source: str, path: str, shown: Any = MISSING, *, gt: float | None = None,
+                 ge: float | None = None, le: float | None = None) -> None:
+    """The range part of the rule; `shown` is the value to echo (default: `value`)."""
+    shown = value if shown is MISSING else shown
+    if gt is not None and not value > gt:
+        raise ConfigError(source, path, shown, f"must be greater than {gt:g}")
+    if ge is not None and not value >= ge:
+        raise ConfigError(source, path, shown, f"must be at least {ge:g}")
+    if le is not None and not value <= le:
+        raise ConfigError(source, path, shown, f"must be at most {le:g}")
 
 
 def spec(
@@ -47,11 +103,15 @@ def load_yaml(path: Path, what: str = "file") -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(str(path), "", MISSING, f"{what} not found") from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), "", MISSING, f"is a directory, not a {what}") from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(str(path), "", MISSING, f"cannot read {what}: {reason}") from None
     try:
         return yaml.safe_load(text)
+    except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise ConfigError(str(path), "", MISSING, "holds a number too long to read (Python reads at most 4,300 digits)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -96,16 +156,17 @@ def _check_range(fld: dataclasses.Field, value: Any, source: str, path: str) -> 
     if value is None or isinstance(value, bool):
         return
     values = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else (value,)
+    meta = fld.metadata
     for item in values:
-        if not isinstance(item, (int, float)):
-            continue
-        meta = fld.metadata
-        if meta.get("gt") is not None and not item > meta["gt"]:
-            raise ConfigError(source, path, value, f"must be greater than {meta['gt']:g}")
-        if meta.get("ge") is not None and not item >= meta["ge"]:
-            raise ConfigError(source, path, value, f"must be at least {meta['ge']:g}")
-        if meta.get("le") is not None and not item <= meta["le"]:
-            raise ConfigError(source, path, value, f"must be at most {meta['le']:g}")
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            check_bounds(item, source, path, value, gt=meta.get("gt"), ge=meta.get("ge"), le=meta.get("le"))
+
+
+def _numeric(value: Any) -> bool:
+    """A number, or text that reads as one ("1e30", as YAML 1.1 leaves it)."""
+    if isinstance(value, str):
+        return bool(_FLOAT_TEXT.match(value.strip()))
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
@@ -120,8 +181,12 @@ def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
             try:
                 return _convert(option, value, source, path)
             except ConfigError as exc:
+                if _numeric(value) and option in (int, float):
+                    raise  # a number for a numeric option: its own problem is the one to name
+                if exc.field != path and exc.field.startswith(f"{path}."):
+                    raise  # a section of the right shape with one bad field inside: name that field
                 errors.append(exc.problem)
-        raise ConfigError(source, path, value, " or ".join(errors))
+        raise ConfigError(source, path, value, " or ".join(dict.fromkeys(errors)))
     if origin is Literal:
         allowed = get_args(hint)
         if value not in allowed:
@@ -144,19 +209,9 @@ def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
             raise ConfigError(source, path, value, "expected true or false")
         return value
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(source, path, value, "expected a whole number")
-        return value
+        return check_number(value, source, path, whole=True)
     if hint is float:
-        if isinstance(value, bool):
-            raise ConfigError(source, path, value, "expected a number")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
-            return float(value)
-        raise ConfigError(source, path, value, "expected a number")
+        return check_number(value, source, path)
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(source, path, value, "expected text")

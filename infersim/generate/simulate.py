@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from infersim.config import Deployment, RunConfig, Workload
 from infersim.engine import StageResult, run_stage
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, NotPossible
 from infersim.generate.offload import (
     PassUnit,
     is_weight_only_quantized,
@@ -43,7 +43,7 @@ ACT_BYTES = 2.0  # activations and the benchmark's 16-bit sizes
 LOGIT_BYTES = 4.0  # the runtime upcasts the last position's logits to fp32 for sampling
 
 
-class DoesNotFit(InferSimError):
+class DoesNotFit(NotPossible):
     """The batch or the model does not fit GPU (+ host) memory; the message gives the numbers."""
 
 

@@ -123,6 +123,10 @@ def config_and_spec(raw: dict[str, Any], source: str, overrides: list[str] | tup
     return config, resolve_spec(gen, config, where)
 
 
+#: generate simulates each decode step; more steps than this is a hang, not a question
+MAX_GEN_LEN = 131_072
+
+
 def resolve_spec(gen: GenerateSpec, config: RunConfig, source: str) -> GenerateSpec:
     """Fill batch and lengths from the workload where not given, and check them."""
     workload, dep = config.workload, config.deployment
@@ -144,6 +148,9 @@ def resolve_spec(gen: GenerateSpec, config: RunConfig, source: str) -> GenerateS
         raise ConfigError(source, f"{SECTION}.gen_len", gen_len,
                           "must be at least 1 token: the first generated token comes from prefill, "
                           "gen_len - 1 decode steps follow")
+    if gen_len > MAX_GEN_LEN:
+        raise ConfigError(source, f"{SECTION}.gen_len", gen_len,
+                          f"at most {MAX_GEN_LEN:,} tokens: every decode step is simulated one by one")
     if dep.pp != 1:
         raise ConfigError(source, "deployment.pp", dep.pp,
                           "generate runs one static batch through all layers; pipeline parallelism is not modelled here")

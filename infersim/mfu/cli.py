@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from infersim.cli import number_arg
 from infersim.errors import InferSimError
 
 
@@ -24,20 +25,13 @@ def _csv_list(text: str) -> tuple[str, ...]:
 
 
 def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in _csv_list(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got '{text}'") from None
+    """Comma-separated whole numbers >= 1, through the schema's number rule."""
+    parse = number_arg(whole=True, gt=0)
+    return tuple(int(parse(part)) for part in _csv_list(text))
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got '{text}'")
-    return value
+# the schema's number rule: finite and positive (nan, inf and 0 are refused)
+_positive_float = number_arg(gt=0)
 
 
 def invoked_command(argv: Sequence[str] | None = None) -> str:
@@ -78,8 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--m", dest="m_values", type=_int_list, default=None, help="GEMM M values (tokens)")
     bench.add_argument("--ep", type=_int_list, default=None, help="EP sizes for grouped GEMM (default 1..64)")
     bench.add_argument("--quick", action="store_true", help="a reduced grid (every other point, TP 1 and 8)")
-    bench.add_argument("--warmup", type=int, default=5, help="warm-up runs per kernel (default 5)")
-    bench.add_argument("--repeats", type=int, default=20, help="timed runs per kernel, median kept (default 20)")
+    bench.add_argument("--warmup", type=number_arg(whole=True, ge=0), default=5, help="warm-up runs per kernel (default 5)")
+    bench.add_argument("--repeats", type=number_arg(whole=True, gt=0), default=20, help="timed runs per kernel, median kept (default 20)")
     bench.add_argument("--max-seconds", type=_positive_float, default=None,
                        help="stop after this long and write what was measured")
     bench.add_argument("--hardware", default=None,

@@ -22,7 +22,7 @@ from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin
 
 import yaml
 
-from infersim.cards.schema import build, load_yaml, spec
+from infersim.cards.schema import build, check_number, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, GroupedGemmShape
 
@@ -35,6 +35,9 @@ NO_EFFICIENCY: frozenset[str] = frozenset({"collective"})
 
 #: relative tolerance between a stored `efficiency` and the one recomputed from latency and peak
 EFFICIENCY_TOLERANCE = 2e-3
+#: largest efficiency a row may imply: above 1 only by what boost clocks above the datasheet peak and
+#: timing noise explain (the imported H20 grouped-GEMM rows reach 1.14); a latency off by 1000x is refused
+MAX_EFFICIENCY = 1.25
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,6 +205,7 @@ class TableDirectory:
 
     provenance: Provenance
     tables: dict[str, tuple[Row, ...]] = field(default_factory=dict)
+    row_lines: dict[str, tuple[int, ...]] = field(default_factory=dict)  # CSV line of each row (when read)
 
     def rows_of(self, family: str) -> list[tuple[str, Row]]:
         return [(name, row) for name, rows in self.tables.items()
@@ -318,25 +322,35 @@ def _parse_cell(hint: Any, text: str, source: str, column: str) -> Any:
             if text.lower() not in ("true", "false"):
                 raise ValueError
             return text.lower() == "true"
-        if hint is int:
-            number = float(text)
-            if not number.is_integer():
-                raise ValueError
-            return int(number)
+        if hint is int:  # the schema's number rule: finite, whole, at most 1e15; a kernel dimension is positive
+            return check_number(text, source, column, whole=True, gt=0)
         if hint is float:
-            return float(text)
+            return check_number(text, source, column)
         return text
     except ValueError:
         wanted = " or ".join(get_args(hint)) if get_origin(hint) is Literal else getattr(hint, "__name__", str(hint))
         raise ConfigError(source, column, text, f"expected {wanted}") from None
 
 
-def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float]) -> tuple[Row, ...]:
-    """Rows of one CSV; checks the header and that `efficiency` matches latency and peak."""
+def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float],
+                   lines: list[int] | None = None) -> tuple[Row, ...]:
+    """Rows of one CSV; checks the header, that `efficiency` matches latency and peak and that it
+    is not above MAX_EFFICIENCY. `lines`, when given, receives each row's line number."""
+    try:
+        return _read_table_csv(path, family, peak_for, lines)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", MISSING, f"not a text CSV file (invalid UTF-8 at byte {exc.start})") from None
+    except csv.Error as exc:
+        raise ConfigError(str(path), "", MISSING, f"not a readable CSV file ({exc})") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", MISSING, f"cannot read table file: {exc.strerror or exc}") from None
+
+
+def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], lines: list[int] | None) -> tuple[Row, ...]:
     row_type = ROW_TYPES[family]
     hints = get_type_hints(row_type)
     expected = row_columns(family)
-    with path.open(newline="") as handle:
+    with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
         if header is None:
@@ -375,7 +389,14 @@ def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float]) ->
                 raise ConfigError(where, "efficiency", stored,
                                   f"does not match FLOPs/(latency*peak) = {recomputed:.6g} with the peak in "
                                   f"{PROVENANCE_FILE}; the table and its provenance disagree")
+            if recomputed > MAX_EFFICIENCY:
+                raise ConfigError(where, "latency_us", row.latency_us,
+                                  f"implies efficiency {recomputed:.3g}: the kernel would run faster than the peak "
+                                  f"FLOP/s in {PROVENANCE_FILE} (at most {MAX_EFFICIENCY:g} is accepted, for boost "
+                                  "clocks and measurement noise)")
             rows.append(row)
+            if lines is not None:
+                lines.append(line_no)
     return tuple(rows)
 
 
@@ -395,12 +416,15 @@ def read_table_dir(directory: Path) -> TableDirectory:
         raise ConfigError(prov_path, "tables", unlisted[0],
                           "this CSV is in the directory but not listed in the provenance; list it or remove it")
     tables: dict[str, tuple[Row, ...]] = {}
+    row_lines: dict[str, tuple[int, ...]] = {}
     for name, info in prov.tables.items():
         path = directory / name
         if not path.is_file():
             raise ConfigError(prov_path, f"tables.{name}", name, "listed table file not found")
-        tables[name] = read_table_csv(path, info.family, lambda d: prov.peak_for(d, prov_path))
-    return TableDirectory(provenance=prov, tables=tables)
+        lines: list[int] = []
+        tables[name] = read_table_csv(path, info.family, lambda d: prov.peak_for(d, prov_path), lines)
+        row_lines[name] = tuple(lines)
+    return TableDirectory(provenance=prov, tables=tables, row_lines=row_lines)
 
 
 def table_directories(root: Path) -> list[Path]:

@@ -29,9 +29,10 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from infersim.errors import InferSimError
+from infersim.cards.schema import check_number
+from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.mfu.format import (
     FORMAT_VERSION,
     AttentionRow,
@@ -97,8 +98,15 @@ class _TableBuild:
 
 def _read_rows(path: Path, kind: str) -> tuple[list[dict[str, str]], list[str]]:
     """Rows as dicts, and notes (e.g. a missing header row that was inferred)."""
-    with path.open(newline="") as handle:
-        lines = [cells for cells in csv.reader(handle) if cells and any(c.strip() for c in cells)]
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            numbered = [(reader.line_num, cells) for cells in reader if cells and any(c.strip() for c in cells)]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise InferSimError(f"{path}: not a readable text CSV file ({exc})") from None
+    except OSError as exc:
+        raise InferSimError(f"{path}: cannot read file: {exc.strerror or exc}") from None
+    lines = [cells for _, cells in numbered]
     if not lines:
         return [], [f"{path.name}: empty"]
     first = [c.strip() for c in lines[0]]
@@ -111,7 +119,36 @@ def _read_rows(path: Path, kind: str) -> tuple[list[dict[str, str]], list[str]]:
         notes.append(f"source file has no header row; columns taken as {','.join(expected)}")
     else:
         header, body = first, lines[1:]
-    return [dict(zip(header, (c.strip() for c in cells))) for cells in body], notes
+    numbers = [n for n, _ in numbered][len(lines) - len(body):]
+    return [{**dict(zip(header, (c.strip() for c in cells))), _WHERE: f"{path}:{n}"}
+            for n, cells in zip(numbers, body)], notes
+
+
+_WHERE = "\0where"  # key of a row's "file:line" (no CSV header can hold a NUL)
+
+
+def _cell(row: dict[str, str], column: str, whole: bool) -> Any:
+    """A numeric cell through the number rule (finite; whole and positive for counts, positive
+    latencies), so a bad source row is one message naming file, line and column."""
+    where = row.get(_WHERE, "")
+    if column not in row or row[column] == "":
+        raise ConfigError(where, column, MISSING, "required column is empty or missing")
+    bounds = {"gt": 0} if whole or column.endswith("_us") else {"ge": 0}
+    return check_number(row[column], where, column, whole=whole, **bounds)
+
+
+def _text(row: dict[str, str], column: str) -> str:
+    if not row.get(column):
+        raise ConfigError(row.get(_WHERE, ""), column, MISSING, "required column is empty or missing")
+    return row[column]
+
+
+def _int(row: dict[str, str], column: str) -> int:
+    return int(_cell(row, column, True))
+
+
+def _float(row: dict[str, str], column: str) -> float:
+    return float(_cell(row, column, False))
 
 
 def _devices_in(src: Path) -> list[str]:
@@ -179,8 +216,8 @@ def _with_dtype(rows: Sequence[Row], dtype: str) -> list[Row]:
 
 def _import_gemm(path: Path, device: PublishedDevice, rel: str) -> _TableBuild:
     records, notes = _read_rows(path, "gemm")
-    rows: list[Row] = [GemmRow(dtype="fp8", m=int(r["m"]), k=int(r["k"]), n=int(r["n"]),
-                               latency_us=float(r["latency_us"]), source_mfu=float(r["mfu"])) for r in records]
+    rows: list[Row] = [GemmRow(dtype="fp8", m=_int(r, "m"), k=_int(r, "k"), n=_int(r, "n"),
+                               latency_us=_float(r, "latency_us"), source_mfu=_float(r, "mfu")) for r in records]
     rows, dedupe_notes = _dedupe(rows, ("m", "k", "n"))
     dtype, dtype_note = _implied_dtype(rows, device)
     rows = _with_dtype(rows, dtype)
@@ -195,18 +232,18 @@ def _import_grouped(path: Path, stage: str, device: PublishedDevice, rel: str) -
     rows: list[Row] = []
     skipped = []
     for r in records:
-        experts, gpus, local = int(r["num_experts"]), int(r["num_gpus"]), int(r["num_local_experts"])
+        experts, gpus, local = _int(r, "num_experts"), _int(r, "num_gpus"), _int(r, "num_local_experts")
         if experts % gpus or experts // gpus != local:
             skipped.append(f"num_experts={experts} num_gpus={gpus} num_local_experts={local} "
                            f"hidden={r['hidden_size']} {tokens_column}={r[tokens_column]}")
             continue
-        common = dict(dtype="fp8", stage=stage, num_experts=experts, ep=gpus, topk=int(r["topk"]),
-                      hidden=int(r["hidden_size"]), intermediate=int(r["intermediate_size"]), gated=True,
+        common = dict(dtype="fp8", stage=stage, num_experts=experts, ep=gpus, topk=_int(r, "topk"),
+                      hidden=_int(r, "hidden_size"), intermediate=_int(r, "intermediate_size"), gated=True,
                       tokens_per_gpu=int(r[tokens_column]))
-        rows.append(GroupedGemmRow(projection="up", latency_us=float(r["up_proj_us"]),
-                                   source_mfu=float(r["up_mfu"]), **common))  # type: ignore[arg-type]
-        rows.append(GroupedGemmRow(projection="down", latency_us=float(r["down_proj_us"]),
-                                   source_mfu=float(r["down_mfu"]), **common))  # type: ignore[arg-type]
+        rows.append(GroupedGemmRow(projection="up", latency_us=_float(r, "up_proj_us"),
+                                   source_mfu=_float(r, "up_mfu"), **common))  # type: ignore[arg-type]
+        rows.append(GroupedGemmRow(projection="down", latency_us=_float(r, "down_proj_us"),
+                                   source_mfu=_float(r, "down_mfu"), **common))  # type: ignore[arg-type]
     if skipped:
         notes.append(f"{len(skipped)} source rows skipped because num_local_experts != num_experts/num_gpus "
                      f"(inconsistent, cannot be keyed): " + "; ".join(skipped))
@@ -227,15 +264,15 @@ def _attention_rows(records: list[dict[str, str]], kind: str, stage: str, heads:
                     qk: int, v: int) -> list[Row]:
     rows: list[Row] = []
     for r in records:
-        dtype = r["dtype"]
+        dtype = _text(r, "dtype")
         if stage == "decode":
-            batch, q_len, kv_len, kv_dtype = int(r["batch_size"]), 1, int(r["kv_len"]), r["kv_dtype"]
+            batch, q_len, kv_len, kv_dtype = _int(r, "batch_size"), 1, _int(r, "kv_len"), _text(r, "kv_dtype")
         else:
-            batch, q_len, kv_len, kv_dtype = 1, int(r["seq_len"]), int(r["seq_len"]), dtype
+            batch, q_len, kv_len, kv_dtype = 1, _int(r, "seq_len"), _int(r, "seq_len"), dtype
         rows.append(AttentionRow(kind=kind, stage=stage, dtype=dtype, kv_dtype=kv_dtype,  # type: ignore[arg-type]
                                  num_heads=heads, num_kv_heads=kv_heads, qk_head_dim=qk, v_head_dim=v,
                                  causal=True, batch=batch, q_len=q_len, kv_len=kv_len,
-                                 latency_us=float(r["latency_us"]), source_mfu=float(r["mfu"])))
+                                 latency_us=_float(r, "latency_us"), source_mfu=_float(r, "mfu")))
     return rows
 
 

@@ -39,9 +39,9 @@ import bisect
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Hashable, Iterable, Literal, Sequence, Union
+from typing import Any, Callable, Hashable, Iterable, Literal, Sequence, Union
 
-from infersim.errors import InferSimError
+from infersim.errors import ConfigError, InferSimError
 from infersim.kernels import (
     AttentionShape,
     CollectiveShape,
@@ -49,6 +49,7 @@ from infersim.kernels import (
     GroupedGemmShape,
     KernelShape,
     TableHit,
+    minimum_bytes,
 )
 from infersim.mfu.format import (
     PROVENANCE_FILE,
@@ -389,6 +390,8 @@ class MfuTables:
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
         self._gemm_planes = _gemm_planes(self.grids)
         self.collectives = collective_series(table_dir, label)
+        self._rows = tuple((name, table_dir.row_lines.get(name, ()), rows) for name, rows in table_dir.tables.items())
+        self._checked: set[tuple[str, float, tuple[tuple[str, float], ...]]] = set()
 
     @property
     def moe_includes_imbalance(self) -> bool:
@@ -402,6 +405,37 @@ class MfuTables:
         """The routings the grouped-GEMM tables were timed under ('balanced', 'power_law_1.01', ...)."""
         return tuple(sorted({info.moe_routing for info in self.provenance.tables.values()
                              if info.family == "grouped_gemm"}))
+
+    def check_hardware(self, hw: Any, source: str = "") -> None:
+        """Refuse rows that, on the GPU of hardware card `hw`, would move their bytes faster than its
+        HBM peak (a latency too small: a unit slip, a cached benchmark); each names file and line.
+        Only tables measured on that GPU are checked (on another GPU, lookups are floored at the
+        HBM bound instead: see infersim.timing)."""
+        if not same_device(self.provenance.device.name, hw.name):
+            return
+        key = (hw.name, hw.peak.hbm_bandwidth, tuple(sorted(hw.peak.flops.items())))
+        if key in self._checked:
+            return
+        for name, lines, rows in self._rows:
+            for i, row in enumerate(rows):
+                if not hasattr(row, "dtype"):  # collective rows: latencies of links, not of HBM traffic
+                    continue
+                peak = self.provenance.peak_flops.get(row.dtype)
+                card_peak = hw.peak.flops.get(row.dtype)
+                if not peak or not card_peak:
+                    continue
+                seconds = row.latency_us * 1e-6 * peak / card_peak  # as lookups scale it
+                moved = minimum_bytes(row.shape())
+                # a benchmark that repeats a kernel without flushing L2 can read an operand set that
+                # fits in L2 faster than HBM allows (aiconfigurator's small GEMMs do): only data larger
+                # than L2 must have crossed HBM
+                if moved > seconds * hw.peak.hbm_bandwidth and moved > hw.peak.l2_bytes:
+                    where = f"{self.directory / name}:{lines[i]}" if i < len(lines) else f"{self.directory / name}"
+                    raise ConfigError(where, "latency_us", row.latency_us,
+                                      f"moves {moved:.4g} bytes in {seconds * 1e6:.4g} us = {moved / seconds / 1e12:.4g} "
+                                      f"TB/s, more than the {hw.peak.hbm_bandwidth / 1e12:.4g} TB/s HBM peak of hardware "
+                                      f"card {hw.name}" + (f" ({source})" if source else ""))
+        self._checked.add(key)
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc)."""
@@ -585,6 +619,14 @@ def _bilinear(corners: dict[tuple[int, int], float], k_pair: tuple[int, int], n_
         return along_n(k0)
     t = (k - k0) / (k1 - k0)
     return (1.0 - t) * along_n(k0) + t * along_n(k1)
+
+
+def same_device(device_name: str, card_name: str) -> bool:
+    """Whether a table's device (as the driver names it, e.g. "NVIDIA H800") is the GPU of a
+    hardware card (e.g. "h800"): the card name's first token with a digit appears in it."""
+    device = "".join(ch for ch in device_name.lower() if ch.isalnum())
+    tokens = [t for t in card_name.lower().split("-") if any(ch.isdigit() for ch in t)]
+    return bool(tokens) and tokens[0] in device
 
 
 def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOLATION) -> MfuTables:

@@ -8,7 +8,9 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.cli import number_arg
+from infersim.cards.schema import check_number
+from infersim.errors import ConfigError, InferSimError, NotPossible, shorten
 from infersim.sweep.analysis import Targets, best_per_variant, feasible, frontiers, variant_axes
 from infersim.sweep.evaluate import Row, Search, SweepSpec
 from infersim.sweep.grid import expand_values, parse_grid
@@ -59,15 +61,15 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="sweep FIELD over VALUES (repeatable; see grid syntax below)")
     p.add_argument("--batch", default=None, metavar="LIST",
                    help="decode batches per GPU the layout search tries (default 1..1024)")
-    p.add_argument("--max-pp", type=int, default=8, help="largest pipeline degree searched (default 8)")
-    p.add_argument("--max-tp", type=int, default=8, help="largest attention/FFN TP degree searched (default 8)")
-    p.add_argument("--target-tpot-ms", type=float, default=None, metavar="MS", help="TPOT target (at most)")
-    p.add_argument("--target-ttft-ms", type=float, default=None, metavar="MS",
+    p.add_argument("--max-pp", type=number_arg(whole=True, gt=0), default=8, help="largest pipeline degree searched (default 8)")
+    p.add_argument("--max-tp", type=number_arg(whole=True, gt=0), default=8, help="largest attention/FFN TP degree searched (default 8)")
+    p.add_argument("--target-tpot-ms", type=number_arg(gt=0), default=None, metavar="MS", help="TPOT target (at most)")
+    p.add_argument("--target-ttft-ms", type=number_arg(gt=0), default=None, metavar="MS",
                    help="TTFT target (at most); simulates prefill too")
-    p.add_argument("--target-tgs", type=float, default=None, metavar="TGS",
+    p.add_argument("--target-tgs", type=number_arg(ge=0), default=None, metavar="TGS",
                    help="decode throughput target, tokens per GPU per second (at least)")
     p.add_argument("--prefill", action="store_true", help="also simulate prefill (TTFT column)")
-    p.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="USD",
+    p.add_argument("--price-per-gpu-hour", type=number_arg(gt=0), default=None, metavar="USD",
                    help="GPU price for cost per million tokens (default: the hardware card's usd_per_gpu_hour)")
     p.add_argument("--out", default=None, metavar="FILE", help="write results to FILE: .csv, .json or .parquet")
     p.add_argument("--workers", type=int, default=None, metavar="N",
@@ -129,13 +131,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def int_list(text: str, option: str) -> tuple[int, ...]:
+#: largest GPU count the layout search takes (the largest clusters hold about 10^5 GPUs)
+MAX_SEARCH_GPUS = 1_000_000
+
+
+def int_list(text: str, option: str, le: float | None = None) -> tuple[int, ...]:
+    """Whole numbers >= 1 (at most `le`) from a list or range, through the schema's number rule."""
     values = expand_values(text, f"{option} {text}")
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 1:
-            raise InferSimError(f"{option} {text}: {v!r} is not a whole number >= 1")
-        out.append(int(v))
+        try:
+            out.append(int(check_number(v, "", "", whole=True, ge=1, le=le)))
+        except ConfigError as exc:
+            raise InferSimError(f"{option} {shorten(text)}: {shorten(repr(v))}: {exc.problem}") from None
     return tuple(sorted(set(out)))
 
 
@@ -146,7 +154,7 @@ def _targets(args: argparse.Namespace) -> Targets:
 def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> SweepSpec:
     search = None
     if gpus is not None:
-        search = Search(int_list(gpus, "--gpus"), int_list(args.batch or "1..1024", "--batch"),
+        search = Search(int_list(gpus, "--gpus", MAX_SEARCH_GPUS), int_list(args.batch or "1..1024", "--batch"),
                         args.max_pp, args.max_tp)
     elif args.batch is not None:
         raise InferSimError("--batch is for the layout search (--gpus); in a sweep vary "
@@ -188,11 +196,26 @@ def _problems(result: SweepResult, limit: int = 4) -> str:
     return "; ".join(f"{n:,} x {p}" for p, n in top)
 
 
+def _nothing_simulated(result: SweepResult) -> InferSimError:
+    """Why a sweep simulated nothing: the validator rejected every row (bad input), or no searched
+    batch fits in memory (exit status 1)."""
+    parts = []
+    if result.rejected:
+        parts.append(f"{result.rejected:,} rejected by the validator ({_problems(result)})")
+    if result.unfit:
+        parts.append(f"{result.unfit:,} searched batches skipped because their KV cache does not fit")
+    if not parts:
+        parts.append("the grid and the layout search produced no configuration")
+    message = "no configuration could be simulated: " + "; ".join(parts)
+    return InferSimError(message) if result.rejected and not result.unfit else NotPossible(message)
+
+
 def _interrupted(result: SweepResult, out: str | None) -> int:
     wrote = f"; partial results written to {out}" if out else ""
-    print(f"infersim: interrupted: {result.finished_units:,} of {result.total_units:,} units finished "
+    by = " by SIGTERM" if result.interrupted_by == "SIGTERM" else ""
+    print(f"infersim: interrupted{by}: {result.finished_units:,} of {result.total_units:,} units finished "
           f"({result.simulated:,} configurations simulated){wrote}", file=sys.stderr)
-    return 130
+    return 143 if by else 130
 
 
 def _meta(args: argparse.Namespace, spec: SweepSpec, result: SweepResult, targets: Targets) -> dict[str, Any]:
@@ -246,7 +269,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     if result.interrupted:
         return _interrupted(result, args.out)
     if result.simulated == 0:
-        raise InferSimError(f"no configuration could be simulated: all {len(rows):,} were rejected ({_problems(result)})")
+        raise _nothing_simulated(result)
     limit = len(rows) if args.rows == "all" else int(args.rows)
     shown = _sorted_rows(rows, args.sort)[:limit]
     print(rows_table(spec, shown, targets, spec.prefill, show_cost))
@@ -294,10 +317,14 @@ def pareto_command(args: argparse.Namespace) -> int:
         return _interrupted(result, args.out)
     if not any(fronts.values()):
         unpriced = any(r.ok and not r.price for r in result.rows)
-        why = "the hardware has no price (pass --price-per-gpu-hour)" if unpriced else \
-            f"no simulated configuration fits in memory and meets the targets ({targets.describe()})" \
-            if result.simulated else f"every layout was rejected ({_problems(result)})"
-        raise InferSimError(f"empty Pareto frontier: {why}")
+        if unpriced:
+            raise InferSimError("empty Pareto frontier: the hardware has no price (pass --price-per-gpu-hour)")
+        if not result.simulated:
+            nothing = _nothing_simulated(result)
+            raise type(nothing)(f"empty Pareto frontier: {nothing}")
+        # valid input whose answer is "nothing can run": exit status 1
+        raise NotPossible(f"empty Pareto frontier: no simulated configuration fits in memory and meets the targets "
+                          f"({targets.describe()})")
     curves = []
     for variant, front in fronts.items():
         label = ", ".join(f"{spec.axes[i].label}={v}" for i, v in zip(v_axes, variant))

@@ -29,7 +29,7 @@ import dataclasses
 
 from infersim.config import with_variant
 from infersim.engine import StageResult
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, shorten
 from infersim.kernels import Bound, NoTables
 from infersim.memory import MemoryResult, memory_budget
 from infersim.simulate import prefill_step_tokens, run_decode, run_prefill, simulate
@@ -95,7 +95,8 @@ def _rejected(point: int, problem: str, price: float = 0.0) -> Row:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 @dataclass(frozen=True)
@@ -243,10 +244,15 @@ class Evaluator:
         per_point = self.spec.units_per_point
         for unit in range(start, stop):
             point, sub = divmod(unit, per_point)
-            if self.spec.search is None:
-                self._point(point, out)
-            else:
-                self._search(point, sub, out)
+            try:
+                if self.spec.search is None:
+                    self._point(point, out)
+                else:
+                    self._search(point, sub, out)
+            except Exception as exc:  # noqa: BLE001 - a bug hit by this row's values: reject it, keep the sweep
+                problem = f"internal error ({type(exc).__name__}: {shorten(str(exc), 120)}); please report it"
+                out.reject(problem)
+                out.rows.append(_rejected(point, problem))
             out.units += 1
         return out
 

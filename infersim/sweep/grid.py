@@ -33,9 +33,9 @@ import yaml
 
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
-from infersim.cards.schema import build
+from infersim.cards.schema import build, check_number
 from infersim.config import Deployment, Speculative, Workload
-from infersim.errors import ConfigError, InferSimError
+from infersim.errors import ConfigError, InferSimError, echo, shorten
 
 MAX_VALUES_PER_AXIS = 100_000
 
@@ -149,7 +149,7 @@ def expand_values(raw: str, text: str = "") -> list[Any]:
         else:
             try:
                 out.append(yaml.safe_load(item))
-            except yaml.YAMLError:
+            except (yaml.YAMLError, ValueError):  # ValueError: an integer beyond Python's 4,300-digit limit
                 out.append(item)
         if len(out) > MAX_VALUES_PER_AXIS:
             raise InferSimError(f"--grid '{text}': more than {MAX_VALUES_PER_AXIS:,} values")
@@ -264,7 +264,8 @@ def convert_value(path: str, hint: Any, value: Any, text: str = "") -> Any:
     parts = path.split(".")
     if len(parts) == 1:  # a whole card by name or path
         if not isinstance(value, str):
-            raise InferSimError(f"--grid '{text or path}': a {parts[0]} card is given by name or path (got {value!r})")
+            raise InferSimError(f"--grid '{shorten(text or path)}': a {parts[0]} card is given by name or path "
+                                f"(got {echo(value)})")
         return value
     root_cls = _ROOTS[parts[0]]
     cls, data, leaf_parts = _enclosing(root_cls, parts[1:])
@@ -276,7 +277,7 @@ def convert_value(path: str, hint: Any, value: Any, text: str = "") -> Any:
     try:
         built = build(cls, data, f"--grid {path}", prefix)
     except ConfigError as exc:
-        raise InferSimError(f"--grid '{text or path}': value {value!r} {exc.problem}") from None
+        raise InferSimError(f"--grid '{shorten(text or path)}': value {echo(value)} {exc.problem}") from None
     out: Any = built
     for p in leaf_parts:
         out = out[p] if isinstance(out, dict) else getattr(out, p)
@@ -301,20 +302,11 @@ def _fast_converter(path: str, hint: Any) -> Any:
     def convert(value: Any, text: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return convert_value(path, hint, value, text)
-        if kind is int:
-            if isinstance(value, float):
-                if not value.is_integer():
-                    return convert_value(path, hint, value, text)
-                value = int(value)
-        else:
-            value = float(value)
-        for key, ok, words in (("gt", lambda v, b: v > b, "must be greater than"),
-                               ("ge", lambda v, b: v >= b, "must be at least"),
-                               ("le", lambda v, b: v <= b, "must be at most")):
-            bound = meta.get(key)
-            if bound is not None and not ok(value, bound):
-                raise InferSimError(f"--grid '{text or path}': value {value!r} {words} {bound:g}")
-        return value
+        try:  # the one number rule of the schema (finite, whole for counts, magnitudes, range)
+            return check_number(value, "", path, whole=kind is int, gt=meta.get("gt"), ge=meta.get("ge"),
+                                le=meta.get("le"))
+        except ConfigError as exc:
+            raise InferSimError(f"--grid '{shorten(text or path)}': value {shorten(repr(value))} {exc.problem}") from None
 
     return convert
 

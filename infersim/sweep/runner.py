@@ -5,7 +5,7 @@ one task `evaluate_chunk(pickled spec, start, stop)`, so a task ships a few kilo
 worker unpickles the spec once per sweep. Chunks are sized so that a worker spends a fraction of
 a second on each: process overhead stays small and an interrupt loses little.
 
-Ctrl-C stops the sweep and keeps every finished chunk: the result says how many units finished
+Ctrl-C (SIGINT) or SIGTERM stops the sweep and keeps every finished chunk: the result says how many units finished
 (`interrupted`, `finished_units`) and the caller writes what there is.
 """
 
@@ -17,6 +17,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -42,6 +43,7 @@ class SweepResult:
     interrupted: bool = False
     elapsed_s: float = 0.0
     workers: int = 1  # worker processes used (1 = in process; 0 = a caller's executor)
+    interrupted_by: str = ""  # "SIGINT" (Ctrl-C) or "SIGTERM" when interrupted
 
     @property
     def simulated(self) -> int:
@@ -78,33 +80,49 @@ def chunk_ranges(units: int, per_unit: float, workers: int) -> list[tuple[int, i
 
 
 class Progress:
-    """A one-line progress bar on stderr, drawn only after the sweep has run for a moment."""
+    """Progress on stderr: a one-line bar redrawn in place when the stream is a terminal (or
+    `enabled` is True); plain text lines every `interval_s` seconds when it is not (a log file, a
+    batch job), unless `enabled` is False."""
 
     def __init__(self, total: int, stream: IO[str] | None = None, enabled: bool | None = None,
-                 delay_s: float = 0.5, unit: str = "configs") -> None:
+                 delay_s: float = 0.5, unit: str = "configs", interval_s: float = 5.0) -> None:
         self.total = total
         self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
+        tty = _isatty(self.stream)
+        self.enabled = tty if enabled is None else enabled
+        self.lines = enabled is None and not tty
         self.start = time.perf_counter()
         self.delay_s = delay_s
+        self.interval_s = interval_s
         self.unit = unit
         self._last = 0.0
         self._drawn = False
 
+    def _numbers(self, done: int, simulated: int, elapsed: float) -> tuple[float, float, str]:
+        frac = done / self.total if self.total else 1.0
+        rate = simulated / elapsed if elapsed > 0 else 0.0
+        eta = (elapsed / frac - elapsed) if frac > 0 else math.inf
+        return frac, rate, (f"{eta:5.0f}s left" if math.isfinite(eta) else "   ?s left")
+
     def update(self, done: int, simulated: int, force: bool = False) -> None:
-        if not self.enabled:
-            return
         now = time.perf_counter()
         elapsed = now - self.start
+        if self.lines:
+            if done < self.total and now - max(self._last, self.start) >= self.interval_s:
+                self._last = now
+                frac, rate, eta = self._numbers(done, simulated, elapsed)
+                self.stream.write(f"infersim: sweep progress: {frac:.1%}, {done:,} of {self.total:,} units, "
+                                  f"{simulated:,} {self.unit} ({rate:,.0f}/s), {eta.strip()} after {elapsed:,.0f} s\n")
+                self.stream.flush()
+            return
+        if not self.enabled:
+            return
         if not force and (elapsed < self.delay_s or now - self._last < 0.1):
             return
         self._last = now
-        frac = done / self.total if self.total else 1.0
+        frac, rate, eta_text = self._numbers(done, simulated, elapsed)
         width = 30
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        rate = simulated / elapsed if elapsed > 0 else 0.0
-        eta = (elapsed / frac - elapsed) if frac > 0 else math.inf
-        eta_text = f"{eta:5.0f}s left" if math.isfinite(eta) else "   ?s left"
         self.stream.write(f"\r[{bar}] {frac:6.1%} {done:,}/{self.total:,} units, {simulated:,} {self.unit} "
                           f"({rate:,.0f}/s), {eta_text} ")
         self.stream.flush()
@@ -116,9 +134,43 @@ class Progress:
             self.stream.flush()
 
 
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or file-like stream without a terminal
+        return False
+
+
+#: a sweep estimated above this many simulations gets a size estimate on stderr before it runs
+LARGE_SWEEP = 1_000_000
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a sweep: stop like Ctrl-C and keep what is done."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def size_estimate(spec: SweepSpec, workers: int, sample_units: int = 32) -> tuple[int, float]:
+    """(estimated simulations, estimated seconds) of a sweep, from timing its first units here."""
+    sims = estimated_simulations(spec)
+    units = min(sample_units, spec.units)
+    if units <= 0:
+        return sims, 0.0
+    start = time.perf_counter()
+    sample = Evaluator(spec).run(0, units)
+    seconds = time.perf_counter() - start
+    per_unit = seconds / units
+    return max(sims, sample.units and len(sample.rows) * spec.units // sample.units), per_unit * spec.units / max(workers, 1)
+
+
 def _ignore_sigint() -> None:
-    """Worker processes leave Ctrl-C to the parent, which cancels what has not started."""
+    """Worker processes leave Ctrl-C and SIGTERM (sent to the whole process group by a job
+    scheduler or `timeout`) to the parent, which cancels what has not started."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _payload(spec: SweepSpec) -> bytes:
@@ -152,6 +204,12 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
     ranges = chunk_ranges(total, per_unit, n_workers)
     if chunk_units:
         ranges = [(s, min(s + chunk_units, total)) for s in range(0, total, chunk_units)]
+    if sims > LARGE_SWEEP:
+        expected, seconds = size_estimate(spec, n_workers)
+        (stream or sys.stderr).write(
+            f"infersim: large sweep: {total:,} units, about {expected:,} configurations; estimated "
+            f"{_duration(seconds)} on {n_workers if executor is None else 'the given executor'} "
+            f"{'worker' if n_workers == 1 else 'workers'} (Ctrl-C or SIGTERM stops it and keeps what is done)\n")
     bar = Progress(total, stream, progress)
     results: dict[int, ChunkResult] = {}
     done_units = simulated = 0
@@ -164,6 +222,9 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
         simulated += len(chunk.rows)
         bar.update(done_units, simulated)
 
+    handles_sigterm = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
+    previous_sigterm: Any = signal.signal(signal.SIGTERM, _on_sigterm) if handles_sigterm else None
+    interrupted_by = ""
     try:
         if serial:
             evaluator = Evaluator(spec)
@@ -189,16 +250,28 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
             finally:
                 if own:
                     pool.shutdown(wait=not interrupted_flag(futures), cancel_futures=True)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         interrupted = True
+        interrupted_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
     finally:
+        if handles_sigterm:
+            signal.signal(signal.SIGTERM, previous_sigterm if previous_sigterm is not None else signal.SIG_DFL)
         bar.update(done_units, simulated, force=bar._drawn)
         bar.close()
     merged = ChunkResult()
     for begin in sorted(results):
         merged.merge(results[begin])
     return SweepResult(spec, merged.rows, total, merged.units, merged.rejected, merged.unfit, merged.problems,
-                       interrupted, time.perf_counter() - start, 0 if executor is not None else n_workers)
+                       interrupted, time.perf_counter() - start, 0 if executor is not None else n_workers,
+                       interrupted_by)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:,.0f} min"
+    return f"{seconds / 3600:,.1f} h"
 
 
 def interrupted_flag(futures: dict[cf.Future, int]) -> bool:

@@ -17,12 +17,12 @@ B x ISL / G prompt tokens and B / G decode requests per GPU; throughputs are com
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.cards.schema import check_number
+from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.trace.compare import relative_error
 from infersim.units import MS
 
@@ -75,28 +75,30 @@ class BenchComparison:
     notes: tuple[str, ...]
 
 
-def _number(data: dict[str, Any], key: str, source: str, line: int, required: bool = True) -> float | None:
+def _number(data: dict[str, Any], key: str, source: str, line: int, required: bool = True, whole: bool = False,
+            ge: float | None = None) -> float | None:
+    """A result field through the same number rule as cards and configs (finite, whole where a
+    count, in range): a count or time must be positive, a throughput at least 0."""
     value = data.get(key)
     if value is None:
         if required:
-            raise InferSimError(f"{source}: line {line}: field '{key}' is missing")
+            raise ConfigError(f"{source}: line {line}", key, MISSING, "required field is missing")
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InferSimError(f"{source}: line {line}: field '{key}' should be a number, got {value!r}")
-    return float(value)
+    bound = {"ge": ge} if ge is not None else {"gt": 0}
+    return float(check_number(value, f"{source}: line {line}", key, whole=whole, **bound))
 
 
 def parse_bench_record(data: Any, source: str, line: int) -> BenchRecord:
     if not isinstance(data, dict):
         raise InferSimError(f"{source}: line {line}: expected a JSON object of benchmark results")
     if "prefill_latency" in data or "median_decode_latency" in data:
-        batch = _number(data, "batch_size", source, line)
-        isl = _number(data, "input_len", source, line)
-        osl = _number(data, "output_len", source, line)
+        batch = _number(data, "batch_size", source, line, whole=True)
+        isl = _number(data, "input_len", source, line, whole=True)
+        osl = _number(data, "output_len", source, line, whole=True)
         prefill = _number(data, "prefill_latency", source, line, required=False)
         decode = _number(data, "median_decode_latency", source, line, required=False)
-        prefill_tp = _number(data, "prefill_throughput", source, line, required=False)
-        decode_tp = _number(data, "median_decode_throughput", source, line, required=False)
+        prefill_tp = _number(data, "prefill_throughput", source, line, required=False, ge=0)
+        decode_tp = _number(data, "median_decode_throughput", source, line, required=False, ge=0)
         if prefill_tp is None and prefill:
             prefill_tp = batch * isl / prefill
         if decode_tp is None and decode:
@@ -104,11 +106,11 @@ def parse_bench_record(data: Any, source: str, line: int) -> BenchRecord:
         label = str(data.get("run_name") or f"batch {int(batch)}, input {int(isl)}, output {int(osl)}")
         return BenchRecord(ONE_BATCH, line, label, batch, int(isl), int(osl), prefill, decode, prefill_tp, decode_tp)
     if any(key in data for key in ("mean_ttft_ms", "median_tpot_ms", "median_ttft_ms", "mean_tpot_ms")):
-        completed = _number(data, "completed", source, line)
+        completed = _number(data, "completed", source, line, whole=True, ge=0)
         if not completed:
             raise InferSimError(f"{source}: line {line}: no completed requests")
-        total_in = _number(data, "total_input_tokens", source, line)
-        total_out = _number(data, "total_output_tokens", source, line)
+        total_in = _number(data, "total_input_tokens", source, line, whole=True)
+        total_out = _number(data, "total_output_tokens", source, line, whole=True)
         ttft = _number(data, "mean_ttft_ms", source, line, required=False)
         if ttft is None:
             ttft = _number(data, "median_ttft_ms", source, line, required=False)
@@ -125,8 +127,8 @@ def parse_bench_record(data: Any, source: str, line: int) -> BenchRecord:
         return BenchRecord(SERVING, line, label, batch, max(1, round(total_in / completed)),
                            max(1, round(total_out / completed)),
                            ttft * MS if ttft is not None else None, tpot * MS if tpot is not None else None,
-                           _number(data, "input_throughput", source, line, required=False),
-                           _number(data, "output_throughput", source, line, required=False))
+                           _number(data, "input_throughput", source, line, required=False, ge=0),
+                           _number(data, "output_throughput", source, line, required=False, ge=0))
     keys = ", ".join(sorted(map(str, data))[:8]) or "none"
     raise InferSimError(f"{source}: line {line}: not a sglang.bench_one_batch or sglang.bench_serving result "
                         f"(fields: {keys})")
@@ -139,6 +141,8 @@ def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InferSimError(f"{source}: file not found") from None
+    except IsADirectoryError:
+        raise InferSimError(f"{source}: is a directory, not a benchmark result file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InferSimError(f"{source}: cannot read file: {exc}") from None
     stripped = text.strip()
@@ -150,10 +154,12 @@ def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
             items = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise InferSimError(f"{source}: malformed JSON: {exc.msg} at line {exc.lineno}") from None
+        except ValueError:
+            raise InferSimError(f"{source}: holds a number too long to read (Python reads at most 4,300 digits)") from None
         return tuple(parse_bench_record(item, source, i + 1) for i, item in enumerate(items))
     try:  # one pretty-printed object
         whole = json.loads(stripped)
-    except json.JSONDecodeError:
+    except ValueError:  # not one object (JSONDecodeError), or an over-long integer: read line by line
         whole = None
     if isinstance(whole, dict):
         return (parse_bench_record(whole, source, 1),)
@@ -164,6 +170,8 @@ def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
             data = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InferSimError(f"{source}: line {number}: not JSON ({exc.msg})") from None
+        except ValueError:
+            raise InferSimError(f"{source}: line {number}: holds a number too long to read (Python reads at most 4,300 digits)") from None
         records.append(parse_bench_record(data, source, number))
     return tuple(records)
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, NotPossible
 
 EPILOG = """\
 --trace takes a Kineto trace (.json or .json.gz), a directory of per-rank files as SGLang writes
@@ -74,8 +75,10 @@ def _compare_trace(args: argparse.Namespace) -> int:
             print(json.dumps({"lanes": [lane_json(lane) for lane in lanes]}, indent=2))
         else:
             print("\n\n".join(lane_text(lane, args.steps) for lane in lanes))
-        return 0
+        return _nothing_found(args.trace, lanes, "report")
     _, result = _simulate(args)
+    for reason in getattr(result, "unfit", ()):
+        print(f"infersim: warning: the predicted run does not fit, its times cannot happen: {reason}", file=sys.stderr)
     unknown_as = args.stage or "prefill"
     comparisons = [(lane, compare_lane(lane, result.prefill, result.decode, unknown_as)) for lane in lanes]
     if args.format == "json":
@@ -83,11 +86,21 @@ def _compare_trace(args: argparse.Namespace) -> int:
                          indent=2))
     else:
         print("\n\n".join(comparison_text(lane, comps, args.steps) for lane, comps in comparisons))
-    return 0
+    return _nothing_found(args.trace, lanes, "compare")
+
+
+def _nothing_found(trace: str, lanes: Any, what: str) -> int:
+    """Exit status 1 with one line on stderr when no lane of the trace has a forward step."""
+    if any(lane.stages for lane in lanes):
+        return 0
+    print(f"infersim: nothing to {what}: no forward steps found in {trace} (no attention kernels and no step "
+          "annotations; --layers-per-step N cuts unannotated kernels into steps)", file=sys.stderr)
+    return 1
 
 
 def _compare_bench(args: argparse.Namespace) -> int:
-    from infersim.config import load_run_config
+    from infersim.cards.schema import build
+    from infersim.config import Workload, load_run_config
     from infersim.simulate import simulate
     from infersim.trace.bench import bench_workload, compare_bench_record, read_bench_results
     from infersim.trace.report import bench_json, bench_text
@@ -100,13 +113,19 @@ def _compare_bench(args: argparse.Namespace) -> int:
     comparisons = []
     for record in records:
         workload = bench_workload(record, gpus, base.deployment.attention.tp)
-        config = dataclasses.replace(base, workload=dataclasses.replace(
-            base.workload, isl=workload.isl, osl=workload.osl, prefill_tokens_per_gpu=workload.prefill_tokens_per_gpu,
-            decode_batch_per_gpu=workload.decode_batch_per_gpu))
+        # the per-GPU workload passes the same checks as a run config's (e.g. no count above 1e15)
+        config = dataclasses.replace(base, workload=build(Workload, {
+            "isl": workload.isl, "osl": workload.osl, "prefill_tokens_per_gpu": workload.prefill_tokens_per_gpu,
+            "decode_batch_per_gpu": workload.decode_batch_per_gpu}, f"{args.bench_result}: line {record.line}",
+            "workload per GPU"))
         result = simulate(config)
         comparisons.append(compare_bench_record(
             record, workload, result.prefill.step_time_s, result.prefill.tgs, result.decode.step_time_s,
-            result.decode.tgs, gpus, tuple(result.warnings)))
+            result.decode.tgs, gpus, tuple(f"the prediction does not fit: {reason}" for reason in getattr(result, "unfit", ()))
+            + tuple(result.warnings)))
+    if not any(c.metrics for c in comparisons):
+        raise NotPossible(f"{args.bench_result}: nothing to compare: no line gives a latency or throughput "
+                          "(prefill_latency, median_decode_latency, mean_ttft_ms, median_tpot_ms, ...)")
     if args.format == "json":
         print(json.dumps(bench_json(args.bench_result, args.config, comparisons), indent=2))
     else:

@@ -66,6 +66,8 @@ def _is_trace_name(path: Path) -> bool:
 def find_trace_files(spec: str) -> list[RankFile]:
     """The trace files named by a path, a directory or a glob, sorted by rank."""
     path = Path(spec)
+    if spec == "-" or (path.exists() and not path.is_dir() and not path.is_file()):
+        return [RankFile(path, None)]  # standard input, a pipe or a device: read once, forward only
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if _is_trace_name(p))
         if not files:

@@ -9,6 +9,8 @@ Times stay in the trace's microseconds here; the analysis converts to seconds.
 
 from __future__ import annotations
 
+import json
+import math
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +80,15 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
+def _lane_key(pid: Any) -> Any:
+    """A GPU pid as a dict key: kept when hashable, else its JSON text (a list or object in the file)."""
+    try:
+        hash(pid)
+        return pid
+    except TypeError:
+        return json.dumps(pid, sort_keys=True, default=str)
+
+
 def _lane_labels(lanes: dict[Any, int]) -> tuple[str, ...]:
     labels = [str(pid) for pid in lanes]
     if len(set(labels)) != len(labels):  # 0 and "0" in one merged file: keep them apart
@@ -121,6 +132,9 @@ def load_trace(path: str | Path) -> RawTrace:
         except (KeyError, TypeError, ValueError):
             skipped += 1
             continue
+        if not (math.isfinite(start) and math.isfinite(duration)):  # NaN/Infinity in the file: not a time
+            skipped += 1
+            continue
         if not isinstance(name, str):
             name = str(name)
         args = event.get("args")
@@ -129,6 +143,8 @@ def load_trace(path: str | Path) -> RawTrace:
         if kind is not None:
             # the hot path (millions of kernels): plain ints as Kineto writes them, interned keys
             pid = event.get("pid", args.get("device", "?"))
+            if type(pid) is not int and not isinstance(pid, str):
+                pid = _lane_key(pid)
             lane_index = lanes.get(pid)
             if lane_index is None:
                 lane_index = lanes[pid] = len(lanes)

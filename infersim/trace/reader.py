@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import sys
 import json
 import re
 import zlib
@@ -37,6 +38,36 @@ MAX_KEPT_TOP_LEVEL_CHARS = 1 << 20
 _CUT_MARGIN = 16  # characters: longer than any JSON literal or escape a chunk boundary can cut
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SCANNER = json.JSONDecoder().scan_once
+
+
+#: the trace path that means standard input
+STDIN = "-"
+
+
+class _Prefixed(io.RawIOBase):
+    """`head` then the rest of `stream`: a stream read forward only (a pipe) with its first bytes
+    put back after sniffing them."""
+
+    def __init__(self, head: bytes, stream: io.BufferedIOBase) -> None:
+        self._head = head
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
 
 
 class TraceFormatError(InferSimError):
@@ -68,15 +99,22 @@ class ChromeTraceReader:
 
     def _open(self) -> io.TextIOBase:
         try:
-            raw = self.path.open("rb")
+            if str(self.path) == STDIN:
+                raw: io.BufferedIOBase = open(sys.stdin.fileno(), "rb", closefd=False)
+            else:
+                raw = self.path.open("rb")
         except FileNotFoundError:
             raise TraceFormatError(f"{self.path}: file not found") from None
         except IsADirectoryError:
             raise TraceFormatError(f"{self.path}: is a directory, not a trace file") from None
         except OSError as exc:
             raise TraceFormatError(f"{self.path}: cannot read file: {exc.strerror}") from None
-        magic = raw.read(2)
-        raw.seek(0)
+        # pipes and stdin cannot seek: read the magic bytes and put them back in front
+        try:
+            magic = raw.read(2)
+        except OSError as exc:
+            raise TraceFormatError(f"{self.path}: cannot read file: {exc.strerror or exc}") from None
+        raw = io.BufferedReader(_Prefixed(magic, raw))
         binary: io.BufferedIOBase = gzip.GzipFile(fileobj=raw, mode="rb") if magic == GZIP_MAGIC else raw
         # strict UTF-8: a binary file that is neither gzip nor text fails on its first bytes
         return io.TextIOWrapper(binary, encoding="utf-8", errors="strict", newline="")
@@ -145,6 +183,9 @@ class _Parser:
                 err_pos, msg = exc.pos, exc.msg
             except RecursionError:
                 raise self.reader.fail(f"{what} near character {self.base + self.pos} is nested too deeply") from None
+            except ValueError:  # an integer beyond Python's 4,300-digit limit
+                raise self.reader.fail(f"{what} near character {self.base + self.pos} holds a number too long to "
+                                       "read (Python reads at most 4,300 digits)") from None
             else:
                 if end < len(self.buf) or self.eof or not self._read_more():
                     self.pos = end
@@ -237,7 +278,7 @@ class _Parser:
             if pos < len(buf) and buf[pos] == "{":
                 try:
                     event, end = scan(buf, pos)
-                except (StopIteration, json.JSONDecodeError, RecursionError):
+                except (StopIteration, ValueError, RecursionError):  # ValueError includes JSONDecodeError
                     event = None
                 if event is not None:
                     after = skip_ws(buf, end).end()

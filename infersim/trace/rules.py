@@ -113,7 +113,12 @@ def parse_rules(data: Any, source: str) -> tuple[KernelRule, ...]:
     else:
         items = data
     if not isinstance(items, list):
-        raise _fail(source, "rules", items, "expected a list of {pattern, module} rules")
+        if isinstance(data, dict):
+            raise _fail(source, "rules", items, "expected a list of {pattern, module} rules")
+        raise _fail(source, "", items, "not a mapping with a 'rules' list, nor a list of {pattern, module} rules")
+    if not items:
+        raise _fail(source, "rules" if isinstance(data, dict) else "", items,
+                    "the list holds no rules: expected {pattern, module} rules")
     out = []
     for i, item in enumerate(items):
         where_ = f"rules[{i}]"
