@@ -62,11 +62,9 @@ def prefill_step_tokens(workload: Workload, engine: EngineCard, hw: HardwareCard
     return min(workload.isl, budget) if budget else workload.isl
 
 
-def prompt_chunks(isl: int, step_tokens: int) -> list[tuple[int, int, int]]:
-    """(chunk index, new tokens, prefix already cached) of the chunks a prompt runs in, or of the
-    priced representatives with their weights folded in by the caller (see MAX_PRICED_CHUNKS)."""
-    count = -(-isl // step_tokens)
-    return [(i, min(step_tokens, isl - i * step_tokens), i * step_tokens) for i in range(count)]
+def prompt_chunk(isl: int, step_tokens: int, index: int) -> tuple[int, int]:
+    """(new tokens, prefix already cached) of chunk `index` of a prompt run in steps of step_tokens."""
+    return min(step_tokens, isl - index * step_tokens), index * step_tokens
 
 
 def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, tables: object,
@@ -78,21 +76,20 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
     step = prefill_step_tokens(workload, engine, hw, dep)
     if workload.isl <= step:
         return run_stage(build_stage_plan("prefill", model, dep, workload, step, sms), hw, tables, engine)
-    chunks = prompt_chunks(workload.isl, step)
-    if len(chunks) > MAX_PRICED_CHUNKS:
-        # the last chunk (often shorter) is priced on its own; the full ones by equal strata
-        full, last = chunks[:-1], chunks[-1]
-        n = MAX_PRICED_CHUNKS - 1
-        strata = [full[round(len(full) * j / n):round(len(full) * (j + 1) / n)] for j in range(n)] + [[last]]
+    count = -(-workload.isl // step)
+    if count > MAX_PRICED_CHUNKS:
+        # the last chunk (often shorter) is priced on its own; the full ones by equal strata, each
+        # at its middle chunk (index arithmetic: a huge prompt never lists its chunks)
+        full, n = count - 1, MAX_PRICED_CHUNKS - 1
+        bounds = [round(full * j / n) for j in range(n + 1)]
+        strata = [((lo + hi - 1) // 2, hi - lo) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] + [(count - 1, 1)]
     else:
-        strata = [[c] for c in chunks]
+        strata = [(i, 1) for i in range(count)]
     priced = []
-    for stratum in strata:
-        if not stratum:
-            continue
-        _i, new, prefix = stratum[len(stratum) // 2]
+    for index, weight in strata:
+        new, prefix = prompt_chunk(workload.isl, step, index)
         plan = build_step_plan(model, dep, (SequenceBatch(1, new, prefix + new),), sms, stage="prefill")
-        priced.append((run_stage(plan, hw, tables, engine), len(stratum)))
+        priced.append((run_stage(plan, hw, tables, engine), weight))
     return sequential_steps(priced, workload.isl)
 
 

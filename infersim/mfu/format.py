@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin
 
 import yaml
 
-from infersim.cards.schema import build, check_number, load_yaml, spec
+from infersim.cards.schema import MAX_MAGNITUDE, MIN_MAGNITUDE, build, check_number, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, GroupedGemmShape
 
@@ -332,6 +333,32 @@ def _parse_cell(hint: Any, text: str, source: str, column: str) -> Any:
         raise ConfigError(source, column, text, f"expected {wanted}") from None
 
 
+def _cell_parser(hint: Any) -> Callable[[str, str, str], Any]:
+    """A parser for one column's cells: plain numbers take a fast path (tables hold hundreds of
+    thousands of cells); anything else goes through _parse_cell and the schema's number rule,
+    which give the same values and the same messages."""
+    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else ()
+    if hint is float:
+        def parse_float(text: str, source: str, column: str) -> Any:
+            try:
+                value = float(text)
+            except ValueError:
+                return _parse_cell(hint, text, source, column)
+            if math.isfinite(value) and (value == 0 or MIN_MAGNITUDE <= abs(value) <= MAX_MAGNITUDE):
+                return value
+            return _parse_cell(hint, text, source, column)
+        return parse_float
+    if hint is int:
+        def parse_int(text: str, source: str, column: str) -> Any:
+            stripped = text.strip()
+            if stripped.isdigit() and len(stripped) < 16 and int(stripped) > 0:
+                return int(stripped)
+            return _parse_cell(hint, text, source, column)
+        return parse_int
+    del options
+    return lambda text, source, column: _parse_cell(hint, text, source, column)
+
+
 def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float],
                    lines: list[int] | None = None) -> tuple[Row, ...]:
     """Rows of one CSV; checks the header, that `efficiency` matches latency and peak and that it
@@ -349,6 +376,7 @@ def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float],
 def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], lines: list[int] | None) -> tuple[Row, ...]:
     row_type = ROW_TYPES[family]
     hints = get_type_hints(row_type)
+    parsers = {name: _cell_parser(hint) for name, hint in hints.items()}
     expected = row_columns(family)
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
@@ -372,8 +400,7 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
             if len(cells) != len(header):
                 raise ConfigError(where, "", cells, f"has {len(cells)} cells, the header {len(header)}")
             record = dict(zip(header, cells))
-            values = {name: _parse_cell(hints[name], record[name], where, name)
-                      for name in hints if name in record}
+            values = {name: parsers[name](record[name], where, name) for name in parsers if name in record}
             try:
                 row = row_type(**values)
             except TypeError as exc:

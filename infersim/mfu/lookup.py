@@ -629,9 +629,28 @@ def same_device(device_name: str, card_name: str) -> bool:
     return bool(tokens) and tokens[0] in device
 
 
+_LOADED: dict[tuple[str, str, tuple[tuple[str, int, int], ...]], MfuTables] = {}
+
+
 def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOLATION) -> MfuTables:
-    """Load one device's table directory (refused without provenance.yaml) and index it."""
+    """Load one device's table directory (refused without provenance.yaml) and index it. Loaded
+    tables are kept for the process (they are read-only), keyed by the files' sizes and mtimes so
+    an edited table is read again."""
     directory = Path(directory)
+    try:
+        stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()))
+    except OSError:
+        stamp = ()
+    key = (str(directory.resolve()), str(interpolation), stamp)
+    if stamp and key in _LOADED:
+        return _LOADED[key]
+    tables = _load_tables(directory, interpolation)
+    if stamp:
+        _LOADED[key] = tables
+    return tables
+
+
+def _load_tables(directory: Path, interpolation: Interpolation) -> MfuTables:
     if directory.is_dir() and not (directory / PROVENANCE_FILE).is_file():
         nested = table_directories(directory)
         if nested:
