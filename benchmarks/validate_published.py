@@ -30,8 +30,9 @@ CONFIG_DIR = Path(__file__).resolve().parent / "published"
 
 
 def tables_for(mfu_tables: str | None, hardware: str) -> str | None:
-    if not mfu_tables:
-        return None
+    """None: each case's default (the bundled tables of its device and engine); 'none': roofline."""
+    if not mfu_tables or mfu_tables in ("none", "auto"):
+        return mfu_tables or None
     per_device = Path(mfu_tables) / hardware
     return str(per_device) if per_device.is_dir() else mfu_tables
 
@@ -58,7 +59,8 @@ def validate(published: Path, mfu_tables: str | None = None) -> dict:
         })
     errors = [abs(r["error"]) for r in rows]
     return {"cases": rows, "mean_abs_error": sum(errors) / len(errors), "max_abs_error": max(errors),
-            "mfu_tables": mfu_tables or "none (roofline)"}
+            "mfu_tables": {None: "default (bundled tables of each case's device and engine)",
+                           "none": "none (roofline)"}.get(mfu_tables, mfu_tables)}
 
 
 def main(argv: list[str] | None = None) -> int:
