@@ -136,10 +136,13 @@ def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: E
     results: list[OperationResult] = []
     serial = 0.0
     schedule: list[list[tuple[bool, float]]] = []
+    fused = set(engine.fused_operations) if engine is not None else set()
     for group in plan.groups:
         timed: list[tuple[bool, float]] = []
         for op in group.operations:
             cost = _timed(op, hw, tables)
+            if op.name in fused:  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
+                cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD, f"fused into a neighbouring kernel by {engine.name}")
             per_micro_batch = cost.seconds * op.count
             per_layer = per_micro_batch * mb
             is_comm = op.module in cat.COMMUNICATION

@@ -106,6 +106,9 @@ class EngineCard:
     overheads: Overheads = spec(doc="how per-step software overhead arises")
     scheduler: Scheduler = spec(doc="continuous-batching scheduler facts")
     memory: MemoryPolicy = spec(doc="how the engine sizes its KV cache")
+    fused_operations: tuple[str, ...] = spec(
+        default_factory=tuple, doc="plan operations (by name, e.g. rope_kv_store) this engine runs inside a "
+                                   "neighbouring kernel: they cost no separate kernel time")
     moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] | None = spec(
         None, doc="default MoE communication when the run config does not name one")
 
