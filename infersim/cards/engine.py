@@ -64,6 +64,19 @@ class Overheads:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FutureTokenReservation:
+    """KV an on-demand scheduler holds back for running requests' future tokens (SGLang's
+    new_token_ratio): per request min(remaining output, cap_tokens) x ratio, the ratio decaying
+    linearly from initial_ratio to initial_ratio x final_fraction over decay_steps decode steps and
+    jumping back after a retraction."""
+
+    initial_ratio: float = spec(doc="ratio at start and after a retraction", gt=0, le=1)
+    final_fraction: float = spec(doc="the ratio decays to this fraction of initial_ratio", gt=0, le=1)
+    decay_steps: int = spec(doc="decode steps over which the ratio decays", gt=0)
+    cap_tokens: int = spec(doc="at most this many future tokens are reserved per running request", gt=0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Scheduler:
     chunked_prefill_tokens: tuple[MemoryTier, ...] = spec(
         doc="prompt tokens one step processes per GPU (the chunk budget; longer prompts run as several "
@@ -81,6 +94,8 @@ class Scheduler:
             "on-demand: blocks are taken as tokens arrive and running requests are preempted when they run out")
     page_size: int = spec(doc="KV-cache page (block) size, tokens", gt=0)
     prefix_cache: bool = spec(doc="prefix (radix / block) cache on by default")
+    future_reservation: FutureTokenReservation | None = spec(
+        None, doc="on-demand admission: KV held back for running requests' future tokens (none = no reservation)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,7 @@ c0 + (k - k0) at step k, so the batch's context sum is sum(c0 - k0) + n k and co
 heap keyed by k0 + remaining output. While a step is pure decode and nothing can change the batch,
 the instance jumps over the whole stretch of m steps up to the next event (a completion, an
 arrival when the queue is empty, KV exhaustion under on-demand admission, the caller's time limit;
-with SGLang's decaying reservation at most 32 steps while requests wait) and prices it once at the
+with a decaying future-token reservation (SGLang's) at most RESERVATION_MAX_STRETCH = 32 steps while requests wait) and prices it once at the
 stretch's middle context: decode attention is linear in the context, so the stretch's summed time
 is exact up to the step-cost bucketing (see infersim.serve.cost).
 """
@@ -45,17 +45,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from infersim.cards.engine import EngineCard
+from infersim.cards.engine import EngineCard, FutureTokenReservation
 from infersim.config import RunConfig
 from infersim.errors import InferSimError
 from infersim.serve.cost import StepCoster
 from infersim.serve.workload import Request
 
-SGLANG_RESERVE_CAP = 4096  # SGLang reserves at most this many future tokens per running request
-SGLANG_INIT_RATIO = 0.7  # new_token_ratio at start and after a retraction (x schedule_conservativeness 1.0)
-SGLANG_MIN_RATIO = 0.7 * 0.14  # it decays to 0.14 of the initial ratio ...
-SGLANG_DECAY_STEPS = 600  # ... linearly over this many decode steps
-SGLANG_MAX_STRETCH = 32  # decode steps skipped at once while requests wait on the decaying reservation
+RESERVATION_MAX_STRETCH = 32  # decode steps skipped at once while requests wait on a decaying reservation
 
 
 @dataclass(frozen=True)
@@ -71,7 +67,7 @@ class SchedulerSettings:
     chunked: bool  # prompts longer than the room left in a step run in chunks
     prefix_cache: bool
     kv_capacity_tokens: int  # KV pool of the instance, tokens
-    sglang_reservation: bool  # SGLang's new_token_ratio reservation for running requests' future tokens
+    reservation: FutureTokenReservation | None  # KV held for running requests' future tokens (engine card)
     origin: str  # where the budget and cap come from
     max_chunk: int = 0  # largest chunk of one prompt per step (the per-rank budget under attention DP; 0 = budget)
 
@@ -158,7 +154,7 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,
         admission=sched.kv_admission, page_size=sched.page_size, chunked=chunked,
         prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
-        sglang_reservation=engine.framework == "sglang" and sched.kv_admission == "on-demand", origin=origin,
+        reservation=sched.future_reservation if sched.kv_admission == "on-demand" else None, origin=origin,
         max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0)
 
 
@@ -221,9 +217,14 @@ class Instance:
         self.k = 0
         self.n_dec = 0
         self.ctx_base = 0  # sum over decode members of (ctx_join - join_k)
-        self.reserve_base = 0  # SGLang: sum of (min(remaining, cap) + join_k)
+        self.reserve_base = 0  # with a future-token reservation: sum of (min(remaining, cap) + join_k)
         self.kv_fixed = 0.0  # pages held outside the decode context sum (see module docstring)
-        self.ratio = SGLANG_INIT_RATIO
+        reserve = settings.reservation
+        self._initial_ratio = reserve.initial_ratio if reserve else 0.0
+        self._min_ratio = self._initial_ratio * reserve.final_fraction if reserve else 0.0
+        self._ratio_decay = (self._initial_ratio - self._min_ratio) / reserve.decay_steps if reserve else 0.0
+        self._reserve_cap = reserve.cap_tokens if reserve else 0
+        self.ratio = self._initial_ratio
         self.seen_prefixes: set[str] = set()
         self.prefix_hit_rate = 0.0
         self.last_decode_end = 0.0  # end of the last step that gave decode requests a token
@@ -292,8 +293,8 @@ class Instance:
             else:
                 charge = float(r.prompt_total - cached) + self.slack
                 need = self.kv_used() + charge
-                if s.sglang_reservation:
-                    reserve = max(0, self.reserve_base - self.n_dec * self.k) + min(remaining_out, SGLANG_RESERVE_CAP)
+                if s.reservation:
+                    reserve = max(0, self.reserve_base - self.n_dec * self.k) + min(remaining_out, self._reserve_cap)
                     need += self.ratio * reserve
                 if need > s.kv_capacity_tokens:
                     if not (self.n_dec == 0 and not self.prefilling):
@@ -330,8 +331,8 @@ class Instance:
             # decode context takes over the prompt's pages; keep the page slack, drop shared-prefix tokens
             self.kv_fixed += self.slack - r.kv_charge - r.shared
             r.kv_charge = self.slack - r.shared
-        if self.s.sglang_reservation:
-            r.reserve_join = min(r.req.output_tokens - r.generated, SGLANG_RESERVE_CAP) + r.join_k
+        if self.s.reservation:
+            r.reserve_join = min(r.req.output_tokens - r.generated, self._reserve_cap) + r.join_k
             self.reserve_base += r.reserve_join
         self._seq += 1
         heapq.heappush(self.heap, (r.finish_k, self._seq, r.version, r))
@@ -342,7 +343,7 @@ class Instance:
         self.ctx_base -= r.ctx_join - r.join_k
         self.kv_fixed -= r.kv_charge
         r.kv_charge = 0.0
-        if self.s.sglang_reservation:
+        if self.s.reservation:
             self.reserve_base -= r.reserve_join
         r.version += 1
 
@@ -360,7 +361,7 @@ class Instance:
             r.preemptions += 1
             self.stats.preemptions += 1
             self.waiting.appendleft(r)
-            self.ratio = SGLANG_INIT_RATIO
+            self.ratio = self._initial_ratio
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -438,9 +439,8 @@ class Instance:
             self.last_decode_end = self.now
             stats.tokens_emitted += n * m
             self.k += m
-            if s.sglang_reservation:
-                self.ratio = max(SGLANG_MIN_RATIO,
-                                 self.ratio - m * (SGLANG_INIT_RATIO - SGLANG_MIN_RATIO) / SGLANG_DECAY_STEPS)
+            if s.reservation:
+                self.ratio = max(self._min_ratio, self.ratio - m * self._ratio_decay)
             heap = self.heap
             while heap and heap[0][0] <= self.k:
                 _fk, _seq, version, r = heapq.heappop(heap)
@@ -502,6 +502,6 @@ class Instance:
         if self.s.admission == "on-demand" and n:
             free = self.s.kv_capacity_tokens - self.kv_used()
             m = min(m, int(free // n) + 1)
-        if self.waiting and self.s.sglang_reservation and self.ratio > SGLANG_MIN_RATIO:
-            m = min(m, SGLANG_MAX_STRETCH)
+        if self.waiting and self.s.reservation and self.ratio > self._min_ratio:
+            m = min(m, RESERVATION_MAX_STRETCH)
         return max(1, m)

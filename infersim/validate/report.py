@@ -69,6 +69,11 @@ def to_text(result: Validation) -> str:
     rows = [_stats_row("overall", stats["overall"])]
     rows += [_stats_row(f"source {k}", v) for k, v in sorted(stats["by_source"].items())]
     rows += [_stats_row(f"kind {k}", v) for k, v in sorted(stats["by_kind"].items())]
+    overall = stats["overall"]
+    if overall is not None:
+        lines += ["", f"overall: {overall.n} numbers compared, median |error| {100 * overall.median_abs_error:.1f}%, "
+                      f"mean |error| {100 * overall.mean_abs_error:.1f}%, within {round(100 * WITHIN)}%: "
+                      f"{100 * overall.within_share:.0f}%; {len(result.not_expressed)} points not expressed"]
     lines += ["", "SUMMARY (error = (predicted - measured) / measured)",
               tabulate(rows, headers=["group", "n", "median |err|", "mean |err|", "signed mean",
                                       f"within {round(100 * WITHIN)}%"], disable_numparse=True)]
