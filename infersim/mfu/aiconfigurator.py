@@ -285,60 +285,57 @@ def _plain(record: dict[str, Any], where: str) -> bool:
     return window == 0 and beam == 1
 
 
+_MHA_SKIPS = ("sliding window or beam search", "num_key_value_heads not a divisor of num_heads", "dtype not bf16/fp8")
+
+
+def _mha_fields(record: dict[str, Any], where: str, skipped: dict[str, int]) -> dict[str, Any] | None:
+    """The AttentionRow fields an MHA/GQA record shares across phases, or None (counted in
+    `skipped`) for a record the table format does not hold."""
+    if not _plain(record, where):
+        skipped[_MHA_SKIPS[0]] += 1
+        return None
+    heads = _heads(record, where)
+    if heads is None:
+        skipped[_MHA_SKIPS[1]] += 1
+        return None
+    dtypes = _dtypes(record)
+    if dtypes is None:
+        skipped[_MHA_SKIPS[2]] += 1
+        return None
+    head_dim = _int(record, "head_dim", where)
+    return dict(kind="mha", dtype=dtypes[0], kv_dtype=dtypes[1], num_heads=heads[0], num_kv_heads=heads[1],
+                qk_head_dim=head_dim, v_head_dim=head_dim, causal=True, latency_us=_latency_us(record, where))
+
+
 def convert_context_attention(records: Iterable[dict[str, Any]], where: str) -> Converted:
     out = Converted()
-    skipped = {"batch_size > 1 (prefill rows are one sequence)": 0, "sliding window or beam search": 0,
-               "num_key_value_heads not a divisor of num_heads": 0, "dtype not bf16/fp8": 0}
+    skipped = {"batch_size > 1 (prefill rows are one sequence)": 0, **{k: 0 for k in _MHA_SKIPS}}
     for record in records:
         if _int(record, "batch_size", where) != 1:
             skipped["batch_size > 1 (prefill rows are one sequence)"] += 1
             continue
-        if not _plain(record, where):
-            skipped["sliding window or beam search"] += 1
-            continue
-        heads = _heads(record, where)
-        if heads is None:
-            skipped["num_key_value_heads not a divisor of num_heads"] += 1
-            continue
-        dtypes = _dtypes(record)
-        if dtypes is None:
-            skipped["dtype not bf16/fp8"] += 1
+        fields = _mha_fields(record, where, skipped)
+        if fields is None:
             continue
         isl = _int(record, "isl", where)
-        head_dim = _int(record, "head_dim", where)
-        out.rows.append(AttentionRow(kind="mha", stage="prefill", dtype=dtypes[0], kv_dtype=dtypes[1],
-                                     num_heads=heads[0], num_kv_heads=heads[1], qk_head_dim=head_dim,
-                                     v_head_dim=head_dim, causal=True, batch=1, q_len=isl, kv_len=isl,
-                                     latency_us=_latency_us(record, where)))
+        out.rows.append(AttentionRow(stage="prefill", batch=1, q_len=isl, kv_len=isl, **fields))
     out.notes += _count_note(skipped)
     return out
 
 
 def convert_generation_attention(records: Iterable[dict[str, Any]], where: str, compact: bool = False) -> Converted:
     out = Converted()
-    skipped = {"sliding window or beam search": 0, "num_key_value_heads not a divisor of num_heads": 0,
-               "dtype not bf16/fp8": 0}
+    skipped = {k: 0 for k in _MHA_SKIPS}
     for record in records:
-        if not _plain(record, where):
-            skipped["sliding window or beam search"] += 1
-            continue
-        heads = _heads(record, where)
-        if heads is None:
-            skipped["num_key_value_heads not a divisor of num_heads"] += 1
-            continue
-        dtypes = _dtypes(record)
-        if dtypes is None:
-            skipped["dtype not bf16/fp8"] += 1
+        fields = _mha_fields(record, where, skipped)
+        if fields is None:
             continue
         q_len = _int(record, "isl", where)
         kv_len = q_len + _int(record, "step", where)
         if compact and kv_len not in COMPACT_DECODE_KV:
             continue
-        head_dim = _int(record, "head_dim", where)
-        out.rows.append(AttentionRow(kind="mha", stage="decode", dtype=dtypes[0], kv_dtype=dtypes[1],
-                                     num_heads=heads[0], num_kv_heads=heads[1], qk_head_dim=head_dim,
-                                     v_head_dim=head_dim, causal=True, batch=_int(record, "batch_size", where),
-                                     q_len=q_len, kv_len=kv_len, latency_us=_latency_us(record, where)))
+        out.rows.append(AttentionRow(stage="decode", batch=_int(record, "batch_size", where), q_len=q_len,
+                                     kv_len=kv_len, **fields))
     out.notes += _count_note(skipped)
     out.notes.append("kv_len = isl + step (aiconfigurator's step is the number of cached tokens before this one)")
     if compact:
