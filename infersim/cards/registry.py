@@ -23,6 +23,20 @@ def bundled_dir(kind: str) -> Path:
     return _PACKAGE_DIR.parent / kind
 
 
+def display_path(path: Path | str) -> str:
+    """A path as a report shows it: a bundled file as `<kind>/...` marked bundled (the same on every
+    machine, whether installed or in a checkout), anything else as it was given."""
+    path = Path(path)
+    for kind in KINDS:
+        root = bundled_dir(kind)
+        try:
+            inside = path.resolve().relative_to(root.resolve())
+        except (ValueError, OSError):
+            continue
+        return f"{kind}/{inside.as_posix()} (bundled)"
+    return str(path)
+
+
 def bundled_names(kind: str) -> list[str]:
     directory = bundled_dir(kind)
     if not directory.is_dir():

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Literal, Sequence, Union
 
 from infersim.errors import ConfigError, InferSimError
+from infersim.cards.registry import display_path
 from infersim.kernels import (
     AttentionShape,
     CollectiveShape,
@@ -552,7 +553,7 @@ class MfuTables:
         if self.moe_includes_imbalance:
             routing = (f"; MoE tables timed under {', '.join(self.moe_routing)} routing: expert-load imbalance "
                        f"included")
-        return (f"{self.directory} ({prov.device.name}, {origin}{engine}, measured {prov.measured_on}; "
+        return (f"{display_path(self.directory)} ({prov.device.name}, {origin}{engine}, measured {prov.measured_on}; "
                 f"{len(self.grids)} grids: {kinds}{collectives}{routing})")
 
 
