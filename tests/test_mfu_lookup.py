@@ -4,6 +4,7 @@ covers a kernel, monotone where the data is monotone, and cheap enough to sweep.
 from __future__ import annotations
 
 import time
+import shutil
 from pathlib import Path
 
 import pytest
@@ -147,8 +148,15 @@ def test_a_root_with_several_devices_must_be_narrowed_down() -> None:
 
 def test_describe_names_directory_device_and_origin(h800: MfuTables) -> None:
     text = h800.describe()
-    assert text.startswith(str(IMPORTED / "h800") + " (NVIDIA H800 SXM, imported from original InferSim")
+    # a bundled directory is named the same on every machine (the README example depends on it)
+    assert text.startswith("mfu_tables/imported/h800 (bundled) (NVIDIA H800 SXM, imported from original InferSim")
     assert "1 attention prefill" in text and "10 gemm" in text
+
+
+def test_describe_names_a_directory_outside_the_bundle_by_its_path(tmp_path: Path) -> None:
+    copy = tmp_path / "my-h800"
+    shutil.copytree(IMPORTED / "h800", copy)
+    assert load_tables(copy).describe().startswith(f"{copy} (NVIDIA H800 SXM")
 
 
 def test_lookups_are_cheap(h20: MfuTables) -> None:
