@@ -47,6 +47,14 @@ class StageContext:
     tokens_per_gpu: int  # distinct tokens per GPU in this micro-batch
     sequences_per_gpu: tuple[SequenceBatch, ...]  # the sequences behind those tokens
     gpus_per_node: int  # GPUs per node in this deployment (for placing collective ranks)
+    # mean tokens per GPU that reach the routed experts over the EP group, when attention-DP ranks
+    # hold unequal work (one rank prefills while the others decode); 0: every rank holds tokens_per_gpu
+    expert_tokens_per_gpu: float = 0.0
+
+    @property
+    def expert_tokens(self) -> float:
+        """Tokens per GPU whose expert work the EP group shares (see expert_tokens_per_gpu)."""
+        return self.expert_tokens_per_gpu or float(self.tokens_per_gpu)
 
 
 @dataclass(frozen=True)

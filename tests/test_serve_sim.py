@@ -206,16 +206,22 @@ def test_stretches_keep_the_loop_short():
 def test_ttft_far_below_capacity_under_attention_dp_and_chunking():
     """Qwen3-30B-A3B on 4 H20s with DP attention: SGLang divides its 8192-token chunk budget by the
     DP size, so a 3000-token prompt prefills in chunks of 2048 + 952 on one rank, as run_prefill
-    prices it (every rank of the stage engine's step holds such a prompt)."""
+    chunks it. The other three ranks are idle, so the EP group's experts serve one prompt, not
+    four: the TTFT is the two chunk steps with the experts at a quarter of the chunk per GPU, and
+    shorter than run_prefill's step, where every rank holds such a prompt."""
     cfg = config_from_mapping({"model": "qwen3-30b-a3b", "hardware": "h20", "engine": "sglang",
                                "deployment": {"num_gpus": 4, "attention": {"tp": 1, "dp": 4}, "ffn": {"tp": 1, "ep": 4}},
                                "workload": {"isl": 3000, "osl": 20}}, "test")
     prefill = run_prefill(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, cfg.tables, cfg.engine)
     assert prefill.chunks == 2
+    lone = sum(run_stage(build_step_plan(cfg.model, cfg.deployment, (SequenceBatch(1, q, kv),), 0,
+                                         expert_tokens_per_gpu=q / 4), cfg.hardware, cfg.tables, cfg.engine).step_time_s
+               for q, kv in ((2048, 2048), (952, 3000)))
+    assert lone < 0.9 * prefill.step_time_s
     result = simulate_serving_run(cfg, parse_options({"mode": "poisson", "rate": 0.01, "num_requests": 5,
                                                       "isl": 3000, "osl": 20, "bucket_width": 1.0}))
     for r in result.records:
-        assert r.first_token_s - r.req.arrival_s == pytest.approx(prefill.step_time_s, rel=1e-9)
+        assert r.first_token_s - r.req.arrival_s == pytest.approx(lone, rel=1e-9)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -245,3 +251,21 @@ def test_shared_prefixes_are_served_from_the_cache(tmp_path):
     assert ttft[1] < ttft[0] / 2
     off = simulate_serving(config("vllm"), {"mode": "trace", "trace": str(path), "prefix_cache": False})
     assert off["mean_ttft_ms"] == pytest.approx(ttft[0], rel=0.01)
+
+
+def test_unequal_dp_ranks_give_the_experts_the_mean_and_the_exchange_the_busiest():
+    """One rank prefills 4000 tokens while three decode 50 each (DP4, EP4): each GPU's experts get
+    (4000 + 150) / 4 tokens of the group; the busiest rank still sends its 4000 tokens."""
+    cfg = config_from_mapping({"model": "qwen3-30b-a3b", "hardware": "h20", "engine": "sglang",
+                               "deployment": {"num_gpus": 4, "attention": {"tp": 1, "dp": 4}, "ffn": {"tp": 1, "ep": 4},
+                                              "moe": {"load_balance": "ideal"}},
+                               "workload": {"isl": 4000, "osl": 20}}, "test")
+    seqs = (SequenceBatch(1, 4000, 4000), SequenceBatch(50, 1, 4000))
+    plan = build_step_plan(cfg.model, cfg.deployment, seqs, 0, expert_tokens_per_gpu=(4000 + 4 * 50) / 4)
+    ops = {op.name: op.shape for op in plan.groups[0].operations}
+    assert ops["experts_up"].tokens_per_gpu == pytest.approx(1050.0)
+    assert ops["dispatch"].tokens == 4050
+    every_rank = build_step_plan(cfg.model, cfg.deployment, seqs, 0)
+    assert {op.name: op.shape for op in every_rank.groups[0].operations}["experts_up"].tokens_per_gpu == 4050
+    timed = [run_stage(p, cfg.hardware, cfg.tables, cfg.engine).step_time_s for p in (plan, every_rank)]
+    assert timed[0] < timed[1]

@@ -92,7 +92,7 @@ def routing_domain(dep: Deployment, ctx: StageContext) -> float:
     """Tokens routed over the EP group of one GPU in one (micro-)batch."""
     if dep.moe_comm == "all-gather":
         return ctx.tokens_per_gpu * dep.ffn.tp * dep.ffn.ep
-    return ctx.tokens_per_gpu * dep.ffn.ep
+    return ctx.expert_tokens * dep.ffn.ep
 
 
 def stage_moe_balance(model: ModelCard, dep: Deployment, ctx: StageContext) -> MoeBalance:
@@ -122,9 +122,9 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
         shared_shards = group
         if group > attn_tp:
             ops.append(_collective("dp_all_gather", cat.DP_GATHER, "all_gather", tokens_seen * h * ACT_BYTES, group, ctx))
-    else:
-        tokens_seen = T
-        table_tokens = T
+    else:  # all-to-all: each rank's experts get the mean of the EP group's tokens, however unequal
+        tokens_seen = T  # the ranks' attention outputs (router, shared experts, send buffers)
+        table_tokens = ctx.expert_tokens
         shared_shards = 1
     ops.append(Operation("router_gate", cat.ROUTER, GemmShape(tokens_seen, h, E, "bf16", "bf16")))
     ops.append(Operation("router_topk", cat.ROUTER, MemoryBoundShape("top-k, routing metadata", tokens_seen * E * 4.0, kernels=2)))

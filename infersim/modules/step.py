@@ -114,13 +114,17 @@ def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micr
 
 
 def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[SequenceBatch, ...], comm_sms: int,
-                    stage: Stage | None = None) -> StagePlan:
+                    stage: Stage | None = None, expert_tokens_per_gpu: float = 0.0) -> StagePlan:
     """One step over explicit per-GPU sequences: prefill chunks (q_len new tokens on top of a prefix,
     kv_len = prefix + q_len) and decode requests (q_len 1, kv_len = context), each priced with its own
     context. GEMMs, norms and communication see the total token count. The stage label (which
     attention kernel family and tables apply) is prefill when any sequence feeds more than one token,
     unless given. Under two-batch overlap each micro-batch holds half of every sequence group
-    (rounded up: an odd count is priced as one more)."""
+    (rounded up: an odd count is priced as one more).
+    `sequences` are the busiest attention-DP rank's; expert_tokens_per_gpu (when > 0) is the mean
+    token count per GPU over the ranks, which sets the routed experts' work under all-to-all
+    (one rank prefilling a prompt while the others decode adds one prompt of expert work, not one
+    per rank)."""
     if not sequences or any(s.count <= 0 or s.q_len <= 0 or s.kv_len < s.q_len for s in sequences):
         raise InferSimError(f"a step needs sequences with count > 0 and kv_len >= q_len > 0 (got {sequences})")
     label: Stage = stage or ("prefill" if any(s.q_len > 1 for s in sequences) else "decode")
@@ -136,7 +140,8 @@ def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[Sequence
     else:
         per_micro = tuple(sequences)
     tokens = sum(s.count * s.q_len for s in per_micro)
-    ctx = StageContext(label, tokens, per_micro, dep.gpus_per_node)
+    expert_tokens = min(float(tokens), expert_tokens_per_gpu / micro_batches) if expert_tokens_per_gpu > 0 else 0.0
+    ctx = StageContext(label, tokens, per_micro, dep.gpus_per_node, expert_tokens)
     total_tokens = sum(s.count * s.q_len for s in sequences)
     requests = sum(s.count for s in sequences)
     return plan_from_context(ctx, model, dep, micro_batches, comm_sms,

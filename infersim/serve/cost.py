@@ -12,6 +12,9 @@ engine card's software overhead included) over per-GPU sequences:
   - under attention data parallelism the step is set by the busiest DP rank: it holds
     ceil(n / dp) decode requests and ceil(c / dp) chunks with their share of the tokens (a single
     prompt is not split over ranks: with fewer chunks than ranks one rank prefills a whole chunk);
+    the routed experts (all-to-all MoE) see the mean tokens over the ranks, (T + n) / (dp x tp) per
+    GPU, since every rank's experts serve every rank's tokens: a prompt on one rank adds one
+    prompt of expert work to the group, not one per rank;
   - the stage engine's sequences are per GPU and an attention TP group of tp GPUs processes tp times
     them, so the rank's work is given as ceil(count / tp) decode requests and ceil(tokens / tp)
     prefill tokens in max(1, round(chunks / tp)) sequences (one chunk on a TP group becomes one
@@ -115,6 +118,9 @@ class StepCoster:
             if not shape.prefill_chunks:  # a pure decode step replays a graph at the padded batch
                 per_gpu = cfg.engine.graph_padded_batch(per_gpu, cfg.hardware.peak.hbm_bytes)
             seqs.append(SequenceBatch(per_gpu, 1, max(1, shape.decode_context)))
-        plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms)
+        expert_tokens = 0.0
+        if shape.prefill_chunks and dp > 1:  # unequal ranks: the experts see the mean, not the busiest
+            expert_tokens = (shape.prefill_tokens + shape.decode_requests) / (dp * tp)
+        plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms, expert_tokens_per_gpu=expert_tokens)
         self.priced += 1
         return run_stage(plan, cfg.hardware, cfg.tables, cfg.engine).step_time_s
