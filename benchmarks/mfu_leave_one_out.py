@@ -4,7 +4,8 @@ For every grid point of every table: remove it, rebuild that grid from the remai
 the point's kernel time with the lookup's interpolation, and compare with the measured time.
 Points whose removal leaves them inside their grid's range test interpolation (the target:
 median error <= 5%, 90th percentile <= 15%); points on a grid's edge are predicted by the edge
-rule (roofline at the edge efficiency) and are reported apart, since the lookup marks such
+rule (extended at the last interval's slope above a work axis, else the roofline at the edge
+efficiency) and are reported apart, since the lookup marks such
 predictions as "edge" with a warning rather than passing them off as interpolation.
 
     python benchmarks/mfu_leave_one_out.py                      # every directory under mfu_tables/
@@ -120,7 +121,7 @@ def held_out(thinned: Path, full: Path) -> list[Prediction]:
         if hit is None:
             continue
         predictions.append(Prediction(str(thinned), family_label(key), describe_key(key), coords, row.latency_us,
-                                      hit.seconds * 1e6, hit.method == "edge", None))
+                                      hit.seconds * 1e6, hit.method in ("edge", "extrapolated"), None))
     return predictions
 
 

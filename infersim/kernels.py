@@ -540,13 +540,15 @@ AnyShape = Union[KernelShape, CommShape]
 class TableHit:
     """A kernel time read from a measured table.
 
-    method: "exact" (a grid point), "interpolated" (inside the table's range), or "edge" (outside
-    the range: `seconds` is then the roofline at the table's edge efficiency, and `note` says so).
+    method: "exact" (a grid point), "interpolated" (inside the table's range), "extrapolated" (above
+    the range of a work axis, extended at the last interval's slope) or "edge" (outside the range
+    otherwise: `seconds` is then the roofline at the table's edge efficiency). `note` says which
+    coordinate left the range.
     """
 
     seconds: float
     table: str
-    method: Literal["exact", "interpolated", "edge"]
+    method: Literal["exact", "interpolated", "extrapolated", "edge"]
     efficiency: float
     note: str = ""
 

@@ -11,6 +11,7 @@ from infersim.engine import OperationResult, StageResult, combined_source
 from infersim.kernels import Bound
 from infersim.simulate import SimulationResult
 from infersim.texttable import simple_table
+from infersim.timing import IMBALANCE_FROM_TABLE
 from infersim.units import GB, MS, US
 
 
@@ -226,6 +227,9 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None) -> list[s
                 if stage.micro_batches > 1 else "")]
     if balance is not None:
         lines.append(f"  expert load: {balance.describe()}")
+        if any(IMBALANCE_FROM_TABLE in op.detail for op in stage.operations):
+            lines.append("    routed experts timed by a table measured under skewed routing: its imbalance, "
+                         "not this factor, is in their time")
         if detail:
             lines.append(f"    factor = {balance.derivation()}")
     table = simple_table(_module_rows(stage), ["module", "per layer (us)", "step (ms)", "share", "bound", "source"])

@@ -96,11 +96,12 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
 def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
                engine: EngineCard) -> StageResult:
     """TPOT stage: one decode step of `batch` requests per GPU. A CUDA-graph step computes the batch
-    padded up to the engine's next captured size; throughput counts the real requests."""
+    padded up to the engine's next captured size (attention reads the real requests' caches only);
+    throughput counts the real requests."""
     padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes)
     if dep.overlap == "two-batch" and padded % 2:
         padded += 1  # two equal micro-batches
-    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms)
+    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch)
     result = run_stage(plan, hw, tables, engine)
     if padded == batch:
         return result

@@ -45,6 +45,9 @@ from infersim.kernels import (
 )
 
 
+IMBALANCE_FROM_TABLE = "expert-load imbalance from the table's routing"  # marks such costs for the report
+
+
 def _padded_rows(rows: float, tile: int) -> float:
     return max(1, math.ceil(rows / tile - 1e-9)) * tile if rows > 0 else 0.0  # a tile taller than the rows is one tile
 
@@ -109,7 +112,11 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
         return comm_cost(shape, hw)
     if not isinstance(shape, MemoryBoundShape):
         dtype = shape.dtype
-        hit = tables.lookup(shape, hw.peak_flops(dtype))
+        imbalance_in_table = isinstance(shape, GroupedGemmShape) and getattr(tables, "moe_includes_imbalance", False)
+        if imbalance_in_table:  # timed on the most loaded rank already: look up the mean load
+            hit = tables.lookup(shape.balanced(), hw.peak_flops(dtype))
+        else:
+            hit = tables.lookup(shape, hw.peak_flops(dtype))
         if hit is not None:
             if hit.method == "edge":
                 # the edge efficiency scales compute; outside the table the kernel can still not
@@ -117,13 +124,18 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
                 memory_s = shape.bytes / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
                 return Cost(shape.flops, shape.bytes, max(hit.seconds, memory_s) + hw.derates.kernel_launch_overhead,
                             _intensity_bound(shape, hw), Source.ROOFLINE,
-                            f"outside table {hit.table}: roofline at its edge efficiency {hit.efficiency:.3f}"
-                            + (f" ({hit.note})" if hit.note else ""))
+                            f"outside table {hit.table}: {hit.note or f'roofline at edge efficiency {hit.efficiency:.3f}'}")
             floor = minimum_bytes(shape) / hw.peak.hbm_bandwidth
             if hit.seconds < floor:  # a table from a faster GPU, scaled by FLOP/s: never beat this card's HBM
                 return Cost(shape.flops, shape.bytes, floor, Bound.MEMORY, Source.TABLE,
                             f"{hit.method} from {hit.table}, raised to the HBM bound of {hw.name} "
                             f"({hit.seconds * 1e6:.3g} us would beat its bandwidth)")
+            if hit.method == "extrapolated":
+                memory_s = shape.bytes / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+                return Cost(shape.flops, shape.bytes, max(hit.seconds, memory_s), _intensity_bound(shape, hw),
+                            Source.TABLE, f"outside table {hit.table}: {hit.note}")
             return Cost(shape.flops, shape.bytes, hit.seconds, _intensity_bound(shape, hw), Source.TABLE,
-                        f"{hit.method} from {hit.table}")
+                        f"{hit.method} from {hit.table}"
+                        + (f" ({IMBALANCE_FROM_TABLE}, not the load-balance factor)"
+                           if imbalance_in_table and shape.load_factor != 1.0 else ""))
     return roofline_cost(shape, hw)

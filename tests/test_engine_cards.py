@@ -196,5 +196,11 @@ def test_cuda_graph_decode_pads_to_the_next_captured_batch():
     raw["workload"]["decode_batch_per_gpu"] = 8
     eight = simulate(config_from_mapping(raw, "test")).decode
     assert padded.padded_batch == 8 and padded.tokens_per_gpu == 5
-    assert padded.step_time_s == pytest.approx(eight.step_time_s)  # the graph computes 8 requests
-    assert padded.tgs == pytest.approx(5 / padded.step_time_s)  # but only 5 produce tokens
+    raw["workload"]["decode_batch_per_gpu"] = 4
+    four = simulate(config_from_mapping(raw, "test")).decode
+    ops = {name: {op.name: op for op in stage.operations} for name, stage in (("5", padded), ("8", eight))}
+    # the graph's GEMMs compute 8 rows; its attention reads the caches of the 5 real requests only
+    assert ops["5"]["qkv_proj"].time_s == pytest.approx(ops["8"]["qkv_proj"].time_s)
+    assert ops["5"]["attn_core"].flops == pytest.approx(ops["8"]["attn_core"].flops * 5 / 8)
+    assert four.step_time_s < padded.step_time_s < eight.step_time_s
+    assert padded.tgs == pytest.approx(5 / padded.step_time_s)  # only 5 produce tokens

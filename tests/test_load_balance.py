@@ -16,7 +16,7 @@ from core_fixtures import TINY_MOE, make_config
 from infersim.cli import main
 from infersim.config import load_run_config
 from infersim.errors import ConfigError
-from infersim.kernels import TokenExchangeShape
+from infersim.kernels import GroupedGemmShape, TokenExchangeShape
 from infersim.mfu.lookup import shape_grid_key
 from infersim.modules.load_balance import eplb_placement, expected_max_normal, moe_balance, popularity
 from infersim.modules.step import build_stage_plan
@@ -278,3 +278,23 @@ def test_report_names_the_factor(capsys):
     assert main(["--config", "benchmarks/published/qwen3-8b-h20-decode.yaml", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["prefill"]["moe_load_balance"] is None  # dense model
+
+
+def test_tables_timed_under_skewed_routing_are_looked_up_at_the_mean_load():
+    """aiconfigurator's MoE tables were timed on the most loaded rank under power-law routing: the
+    simulator's own imbalance factor must not be applied again (issue 17)."""
+    from infersim.config import config_from_mapping
+    from infersim.timing import kernel_cost
+
+    cfg = config_from_mapping({"model": "qwen3-235b-a22b", "hardware": "h100-sxm", "engine": "trtllm",
+                               "deployment": {"num_gpus": 8, "attention": {"tp": 1, "dp": 8}, "ffn": {"tp": 1, "ep": 8},
+                                              "precision": {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}},
+                               "workload": {"isl": 1000, "osl": 10}}, "test")
+    assert cfg.tables.moe_includes_imbalance
+    shape = GroupedGemmShape(stage="decode", projection="up", num_experts=128, ep=8, topk=8, hidden=4096,
+                             intermediate=1536, tokens_per_gpu=128 * 1.25, active_experts=16.0, dtype="fp8",
+                             weight_dtype="fp8", load_factor=1.25, balanced_active_experts=16.0)
+    skewed = kernel_cost(shape, cfg.hardware, cfg.tables)
+    mean = kernel_cost(shape.balanced(), cfg.hardware, cfg.tables)
+    assert skewed.seconds == mean.seconds  # the table's own time at 128 tokens per GPU
+    assert "imbalance from the table's routing" in skewed.detail

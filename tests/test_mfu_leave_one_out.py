@@ -39,7 +39,7 @@ def test_leave_one_out_numbers_on_the_imported_tables(results: dict[str, dict]) 
     used = results["envelope"]
     assert used["interpolated"]["points"] == 1559 and used["edge"]["points"] == 736
     assert used["interpolated"]["median"] == pytest.approx(0.0140, abs=0.001)  # target <= 5%: met
-    assert used["interpolated"]["p90"] == pytest.approx(0.148, abs=0.002)  # target <= 15%: met, narrowly
+    assert used["interpolated"]["p90"] == pytest.approx(0.146, abs=0.002)  # target <= 15%: met, narrowly
     assert used["met"] is True
     by_table = used["by_table"]
     assert by_table["h20/gemm"]["p90"] < 0.05 and by_table["h20/attention_decode"]["p90"] < 0.08

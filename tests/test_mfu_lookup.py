@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -94,12 +95,13 @@ def test_outside_the_range_is_the_roofline_at_the_edge_efficiency(h20: MfuTables
     assert hit.efficiency == pytest.approx(2 * 16 * 2048 * 6144 / (10.63e-6 * H20_FP8), rel=1e-9)
     assert hit.seconds == pytest.approx(2 * 4 * 2048 * 6144 / (H20_FP8 * hit.efficiency), rel=1e-12)
     assert "m=4 below the table's range 16..32768" in hit.note and "edge efficiency 0.128" in hit.note
+    # above a work axis the time is extended at the last interval's slope (see the next test)
     above = h20.lookup(fp8_gemm(65536), H20_FP8)
-    assert above.method == "edge" and "m=65536 above the table's range 16..32768" in above.note
-    assert above.efficiency == pytest.approx(0.924021, rel=1e-5)
+    assert above.method == "extrapolated" and "m=65536 above the table's range 16..32768" in above.note
+    assert above.efficiency >= 0.924021 * (1 - 1e-5)  # never below the edge efficiency
     # ragged grid: the batch-512 row stops at kv_len 8192, so (384, 65536) is outside that row
     ragged = h20.lookup(decode(384, 65536), H20_BF16)
-    assert ragged.method == "edge" and "kv_len=65536 above the table's range 1024..8192" in ragged.note
+    assert ragged.method == "extrapolated" and "kv_len=65536 above the table's range 1024..8192" in ragged.note
 
 
 def test_kernels_no_table_covers_get_none(h20: MfuTables, h800: MfuTables) -> None:
@@ -260,3 +262,36 @@ def test_table_directory_built_in_memory_answers_lookups(tmp_path: Path) -> None
     tables = MfuTables(tmp_path, TableDirectory(prov, {"gemm.csv": rows}))
     hit = tables.lookup(GemmShape(192, 4096, 4096), 1e15)
     assert hit.method == "interpolated" and hit.seconds == pytest.approx(32e-6, rel=1e-12)
+
+
+def test_above_a_work_axis_the_time_carries_on_at_the_last_intervals_slope() -> None:
+    """t = 10 us fixed + 1 us per unit of m (peak 1e15 FLOP/s, 1e6 FLOP per unit): from the last two
+    points (m=4: 14 us, m=8: 18 us) the slope is 1 us per unit, so m=20 takes 18 + 12 = 30 us
+    (constant edge efficiency would say 18 x 20/8 = 45 us)."""
+    points = [((m,), (10.0 + m) * 1e-6, m * 1e6 / (1e15 * (10.0 + m) * 1e-6)) for m in (1.0, 2.0, 4.0, 8.0)]
+    grid = build_grid(("m",), points, 1e15)
+    value = grid.evaluate((20.0,), 20e6)
+    assert value.seconds == pytest.approx(30e-6)
+    assert value.clamps and all(c.extrapolated for c in value.clamps)
+    # a last interval steeper than proportional (efficiency falling) is capped at the edge efficiency
+    steep = build_grid(("m",), [((4.0,), 4e-6, 1e-3), ((8.0,), 16e-6, 0.5e-3)], 1e15)
+    assert steep.evaluate((16.0,), 16e6).seconds == pytest.approx(32e-6)
+    # never faster than the peak: a flat last interval still costs the FLOPs at peak
+    flat = build_grid(("m",), [((4.0,), 5e-6, 1e-3), ((8.0,), 5e-6, 1e-3)], 1e15)
+    assert flat.evaluate((1e4,), 1e10).seconds == pytest.approx(1e-5)
+    # below the range, and on the ep axis, the edge efficiency still holds
+    assert not all(c.extrapolated for c in grid.evaluate((0.5,), 0.5e6).clamps)
+
+
+def test_extrapolation_benchmark_prefers_the_slope_rule_on_the_imported_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mfu_extrapolation", REPO_ROOT / "benchmarks" / "mfu_extrapolation.py")
+    bench = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(bench)
+    axis, edge, slope = bench.predictions(IMPORTED / "h20" / "gemm.csv", 512.0)
+    assert axis == "m" and len(edge) == len(slope) == 314
+    assert statistics.median(slope) < statistics.median(edge) < 0.05
+    assert bench.main([str(IMPORTED / "h800")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("all")

@@ -27,16 +27,20 @@ def prefill_sequences(tokens: int, isl: int) -> tuple[SequenceBatch, ...]:
 
 
 def stage_context(stage: Stage, model: ModelCard, dep: Deployment, workload: Workload,
-                  tokens_per_gpu: int, micro_batches: int, q_len: int = 1) -> StageContext:
+                  tokens_per_gpu: int, micro_batches: int, q_len: int = 1, real_batch: int = 0) -> StageContext:
     """q_len (decode): new tokens per request in one step, > 1 when verifying speculative tokens;
-    they attend to the context and to each other, so the last one sees decode_context + q_len - 1."""
+    they attend to the context and to each other, so the last one sees decode_context + q_len - 1.
+    real_batch (decode, 0 = tokens_per_gpu): the requests behind a batch padded to a CUDA-graph size;
+    the padding rows go through every GEMM but attend to no cached context, so attention sees the
+    real requests only."""
     per_micro = shard(tokens_per_gpu, micro_batches,
                       "workload.prefill_tokens_per_gpu" if stage == "prefill" else "workload.decode_batch_per_gpu",
                       "the two micro-batches of deployment.overlap two-batch")
     if stage == "prefill":
         seqs = prefill_sequences(per_micro, workload.isl)
         return StageContext(stage, per_micro, seqs, dep.gpus_per_node)
-    seqs = (SequenceBatch(per_micro, q_len, max(1, round(workload.decode_context)) + q_len - 1),)
+    attending = min(per_micro, -(-real_batch // micro_batches)) if real_batch else per_micro
+    seqs = (SequenceBatch(attending, q_len, max(1, round(workload.decode_context)) + q_len - 1),)
     return StageContext(stage, per_micro * q_len, seqs, dep.gpus_per_node)
 
 
@@ -94,13 +98,14 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
 
 
 def build_stage_plan(stage: Stage, model: ModelCard, dep: Deployment, workload: Workload,
-                     tokens_per_gpu: int, comm_sms: int, q_len: int = 1) -> StagePlan:
+                     tokens_per_gpu: int, comm_sms: int, q_len: int = 1, real_batch: int = 0) -> StagePlan:
     """tokens_per_gpu: prompt tokens per GPU (prefill) or requests per GPU (decode).
-    q_len (decode only): tokens each request feeds in one step (k + 1 to verify k speculative tokens)."""
+    q_len (decode only): tokens each request feeds in one step (k + 1 to verify k speculative tokens).
+    real_batch (decode only): requests behind a CUDA-graph batch padded to tokens_per_gpu."""
     if tokens_per_gpu <= 0:
         raise InferSimError(f"{stage}: needs at least one token per GPU (got {tokens_per_gpu})")
     micro_batches = 2 if dep.overlap == "two-batch" else 1
-    ctx = stage_context(stage, model, dep, workload, tokens_per_gpu, micro_batches, q_len)
+    ctx = stage_context(stage, model, dep, workload, tokens_per_gpu, micro_batches, q_len, real_batch)
     requests = tokens_per_gpu if stage == "decode" else sum(s.count for s in ctx.sequences_per_gpu) * micro_batches
     return plan_from_context(ctx, model, dep, micro_batches, comm_sms, tokens_per_gpu, requests)
 
@@ -114,7 +119,8 @@ def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micr
 
 
 def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[SequenceBatch, ...], comm_sms: int,
-                    stage: Stage | None = None, expert_tokens_per_gpu: float = 0.0) -> StagePlan:
+                    stage: Stage | None = None, expert_tokens_per_gpu: float = 0.0,
+                    graph_padding: int = 0) -> StagePlan:
     """One step over explicit per-GPU sequences: prefill chunks (q_len new tokens on top of a prefix,
     kv_len = prefix + q_len) and decode requests (q_len 1, kv_len = context), each priced with its own
     context. GEMMs, norms and communication see the total token count. The stage label (which
@@ -124,7 +130,8 @@ def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[Sequence
     `sequences` are the busiest attention-DP rank's; expert_tokens_per_gpu (when > 0) is the mean
     token count per GPU over the ranks, which sets the routed experts' work under all-to-all
     (one rank prefilling a prompt while the others decode adds one prompt of expert work, not one
-    per rank)."""
+    per rank). graph_padding: rows a CUDA-graph step adds to reach a captured batch size; they go
+    through every GEMM but attend to no cached context."""
     if not sequences or any(s.count <= 0 or s.q_len <= 0 or s.kv_len < s.q_len for s in sequences):
         raise InferSimError(f"a step needs sequences with count > 0 and kv_len >= q_len > 0 (got {sequences})")
     label: Stage = stage or ("prefill" if any(s.q_len > 1 for s in sequences) else "decode")
@@ -139,10 +146,10 @@ def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[Sequence
         per_micro = tuple(halves)
     else:
         per_micro = tuple(sequences)
-    tokens = sum(s.count * s.q_len for s in per_micro)
+    tokens = sum(s.count * s.q_len for s in per_micro) + -(-graph_padding // micro_batches)
     expert_tokens = min(float(tokens), expert_tokens_per_gpu / micro_batches) if expert_tokens_per_gpu > 0 else 0.0
     ctx = StageContext(label, tokens, per_micro, dep.gpus_per_node, expert_tokens)
-    total_tokens = sum(s.count * s.q_len for s in sequences)
+    total_tokens = sum(s.count * s.q_len for s in sequences) + graph_padding
     requests = sum(s.count for s in sequences)
     return plan_from_context(ctx, model, dep, micro_batches, comm_sms,
                              total_tokens if label == "prefill" else requests, requests)

@@ -104,6 +104,7 @@ class StepCoster:
         """Run the stage engine on one (already bucketed) step."""
         dp, tp = self.dp, self.tp
         seqs = []
+        padding = 0
         if shape.prefill_chunks:
             rank_chunks = -(-shape.prefill_chunks // dp)
             rank_tokens = shape.prefill_tokens * rank_chunks / shape.prefill_chunks
@@ -116,11 +117,12 @@ class StepCoster:
             rank_requests = -(-shape.decode_requests // dp)
             per_gpu = -(-rank_requests // tp)
             if not shape.prefill_chunks:  # a pure decode step replays a graph at the padded batch
-                per_gpu = cfg.engine.graph_padded_batch(per_gpu, cfg.hardware.peak.hbm_bytes)
+                padding = cfg.engine.graph_padded_batch(per_gpu, cfg.hardware.peak.hbm_bytes) - per_gpu
             seqs.append(SequenceBatch(per_gpu, 1, max(1, shape.decode_context)))
         expert_tokens = 0.0
         if shape.prefill_chunks and dp > 1:  # unequal ranks: the experts see the mean, not the busiest
             expert_tokens = (shape.prefill_tokens + shape.decode_requests) / (dp * tp)
-        plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms, expert_tokens_per_gpu=expert_tokens)
+        plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms, expert_tokens_per_gpu=expert_tokens,
+                               graph_padding=padding)
         self.priced += 1
         return run_stage(plan, cfg.hardware, cfg.tables, cfg.engine).step_time_s

@@ -140,6 +140,9 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         cap, budget = trtllm_bench_settings(config, mean_isl, mean_osl)
         chunked = False  # trtllm-bench: chunked context is opt-in
         origin = f"trtllm-bench heuristic max_batch_size {cap}, max_num_tokens {budget}"
+        if dp > 1:  # every attention-DP rank runs its own executor under these limits
+            cap, budget = cap * dp, budget * dp
+            origin += f" per attention-DP rank, x{dp} ranks"
     if not budget:
         budget = 1 << 30  # no chunk budget: whole prompts, any number per step
     workload = Workload(isl=max(1, round(mean_isl)), osl=max(1, round(mean_osl)), decode_batch_per_gpu=1)
