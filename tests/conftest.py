@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# the on-disk cache of indexed kernel tables goes to a directory of this test session, not ~/.cache
+os.environ.setdefault("INFERSIM_CACHE_DIR", tempfile.mkdtemp(prefix="infersim-test-cache-"))
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"

@@ -4,6 +4,7 @@ covers a kernel, monotone where the data is monotone, and cheap enough to sweep.
 from __future__ import annotations
 
 import time
+import os
 import shutil
 import statistics
 from pathlib import Path
@@ -295,3 +296,36 @@ def test_extrapolation_benchmark_prefers_the_slope_rule_on_the_imported_tables(c
     assert statistics.median(slope) < statistics.median(edge) < 0.05
     assert bench.main([str(IMPORTED / "h800")]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("all")
+
+
+def test_indexed_tables_are_cached_on_disk_between_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import infersim.mfu.lookup as lookup
+
+    monkeypatch.setenv("INFERSIM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("INFERSIM_CACHE", "on")
+    copy = tmp_path / "h800"
+    shutil.copytree(IMPORTED / "h800", copy)
+    monkeypatch.setattr(lookup, "_LOADED", {})
+    first = load_tables(copy)
+    [cached] = list((tmp_path / "cache").glob("tables-*.pickle"))
+    monkeypatch.setattr(lookup, "_LOADED", {})  # a new process: only the disk cache is left
+    second = load_tables(copy)
+    assert second is not first and second.describe() == first.describe()
+    shape = fp8_gemm(100)
+    assert second.lookup(shape, H20_FP8) == first.lookup(shape, H20_FP8)
+    # a damaged cache file is read past, an edited table gets a new entry
+    cached.write_bytes(b"not a pickle")
+    monkeypatch.setattr(lookup, "_LOADED", {})
+    assert load_tables(copy).lookup(shape, H20_FP8) == first.lookup(shape, H20_FP8)
+    table = next(copy.glob("gemm*.csv"))
+    table.write_text(table.read_text())
+    os.utime(table, ns=(1, 1))
+    monkeypatch.setattr(lookup, "_LOADED", {})
+    load_tables(copy)
+    assert len(list((tmp_path / "cache").glob("tables-*.pickle"))) == 2
+    # turned off: nothing written
+    monkeypatch.setenv("INFERSIM_CACHE", "off")
+    monkeypatch.setenv("INFERSIM_CACHE_DIR", str(tmp_path / "off"))
+    monkeypatch.setattr(lookup, "_LOADED", {})
+    load_tables(copy)
+    assert not (tmp_path / "off").exists()

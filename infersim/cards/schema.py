@@ -96,6 +96,14 @@ def spec(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it: ~10x faster
+
+
+def safe_load_yaml(text: str) -> Any:
+    """yaml.safe_load, through libyaml's parser where PyYAML was built with it (same safe tag set)."""
+    return yaml.load(text, Loader=_SAFE_LOADER)
+
+
 def load_yaml(path: Path, what: str = "file") -> Any:
     """Read a YAML file; a missing file or malformed YAML is one clear error naming the file.
     `what` names the kind of file in the messages (e.g. "rules file")."""
@@ -109,7 +117,7 @@ def load_yaml(path: Path, what: str = "file") -> Any:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(str(path), "", MISSING, f"cannot read {what}: {reason}") from None
     try:
-        return yaml.safe_load(text)
+        return safe_load_yaml(text)
     except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
         raise ConfigError(str(path), "", MISSING, "holds a number too long to read (Python reads at most 4,300 digits)") from None
     except yaml.YAMLError as exc:

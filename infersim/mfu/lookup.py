@@ -686,10 +686,67 @@ def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOL
     key = (str(directory.resolve()), str(interpolation), stamp)
     if stamp and key in _LOADED:
         return _LOADED[key]
-    tables = _load_tables(directory, interpolation)
+    cache = _disk_cache_file(directory, interpolation, stamp) if stamp else None
+    tables = _read_disk_cache(cache) if cache else None
+    if tables is None:
+        tables = _load_tables(directory, interpolation)
+        if cache:
+            _write_disk_cache(cache, tables)
     if stamp:
         _LOADED[key] = tables
     return tables
+
+
+# Indexed tables are also kept on disk between processes (reading and indexing aiconfigurator's
+# H100 tables takes 1.6 s, unpickling them 0.2 s): keyed by the directory, its files' sizes and
+# mtimes, and this package's table code, so an edited table or a new build is read afresh.
+# INFERSIM_CACHE=off turns it off; INFERSIM_CACHE_DIR moves it (default ~/.cache/infersim).
+_CODE_FILES = ("format.py", "lookup.py")
+
+
+def _disk_cache_file(directory: Path, interpolation: Interpolation,
+                     stamp: tuple[tuple[str, int, int], ...]) -> Path | None:
+    import hashlib
+    import os
+
+    if os.environ.get("INFERSIM_CACHE", "").strip().lower() in ("0", "off", "no", "false"):
+        return None
+    if interpolation.name not in ("time-in-work-convex-envelope", "time-in-work"):
+        return None  # the other interpolation holds a lambda, which does not pickle
+    here = Path(__file__).resolve().parent
+    try:
+        code = tuple((name, (here / name).stat().st_mtime_ns, (here / name).stat().st_size) for name in _CODE_FILES)
+    except OSError:
+        return None
+    root = os.environ.get("INFERSIM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "infersim")
+    digest = hashlib.sha256(repr((str(directory.resolve()), interpolation.name, stamp, code)).encode()).hexdigest()
+    return Path(root) / f"tables-{digest[:32]}.pickle"
+
+
+def _read_disk_cache(path: Path) -> MfuTables | None:
+    import pickle
+
+    try:
+        with path.open("rb") as f:
+            tables = pickle.load(f)
+    except Exception:  # absent, unreadable or from another build: read the tables instead
+        return None
+    return tables if isinstance(tables, MfuTables) else None
+
+
+def _write_disk_cache(path: Path, tables: MfuTables) -> None:
+    import os
+    import pickle
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        with partial.open("wb") as f:
+            pickle.dump(tables, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(partial, path)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        pass  # a read-only home or an unpicklable table set: only the next process is slower
 
 
 def _load_tables(directory: Path, interpolation: Interpolation) -> MfuTables:
