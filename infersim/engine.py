@@ -15,6 +15,7 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from dataclasses import dataclass, replace
 
 from infersim.cards.engine import EngineCard, step_overhead
@@ -93,8 +94,33 @@ def combined_source(sources: Iterable[Source]) -> Source:
     return Source.MIXED if unique else Source.CARD
 
 
+# Kernel costs are pure functions of (shape, hardware card, tables): sweeps price the same shapes
+# over and over (every operation a swept field does not touch), so they are memoised per (card,
+# tables) pair. The pair is held by the memo, so its ids cannot be reused while it is in use.
+_COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost]]] = {}
+_COST_MEMO_PAIRS = 8
+_COST_MEMO_SHAPES = 200_000
+
+
 def _timed(op: Operation, hw: HardwareCard, tables: KernelTables) -> Cost:
-    return kernel_cost(op.shape, hw, tables)
+    key = (id(hw), id(tables))
+    entry = _COST_MEMO.get(key)
+    if entry is None:
+        if len(_COST_MEMO) >= _COST_MEMO_PAIRS:
+            _COST_MEMO.clear()
+        entry = _COST_MEMO[key] = (hw, tables, {})
+    memo = entry[2]
+    shape = op.shape
+    try:
+        return memo[shape]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable shape
+        return kernel_cost(shape, hw, tables)
+    if len(memo) >= _COST_MEMO_SHAPES:
+        memo.clear()
+    cost = memo[shape] = kernel_cost(shape, hw, tables)
+    return cost
 
 
 def two_batch_schedule(layers: list[list[tuple[bool, float]]]) -> float:
