@@ -32,11 +32,25 @@ class LayerGroup:
 
 @dataclass(frozen=True)
 class SequenceBatch:
-    """`count` sequences of q_len new tokens attending to kv_len positions, on one attention group."""
+    """`count` sequences of q_len new tokens attending to kv_len positions.
+
+    Per GPU by default: under attention TP t the group of t GPUs holds t x count such sequences
+    (each GPU's share, with its heads / t). across_tp: the count sequences are the whole group's,
+    each one's q_len tokens spread over its t GPUs (one prompt prefilled by a TP group); a GPU's
+    token share is then count x q_len / t."""
 
     count: int
     q_len: int
     kv_len: int
+    across_tp: bool = False
+
+    def group_count(self, tp: int) -> int:
+        """Sequences the attention-TP group of `tp` GPUs runs (each GPU computes its heads of all)."""
+        return self.count if self.across_tp else self.count * tp
+
+    def gpu_tokens(self, tp: int) -> int:
+        """New tokens one GPU of the group carries through the GEMMs (rounded up)."""
+        return -(-self.count * self.q_len // tp) if self.across_tp else self.count * self.q_len
 
 
 @dataclass(frozen=True)

@@ -55,11 +55,13 @@ MAX_PRICED_CHUNKS = 64
 
 def prefill_step_tokens(workload: Workload, engine: EngineCard, hw: HardwareCard, dep: Deployment) -> int:
     """Prompt tokens one prefill step processes per GPU: the workload's prefill_tokens_per_gpu when
-    given, else one prompt cut to the engine's chunk budget."""
+    given, else one prompt cut to the engine's chunk budget, shared by the GPUs of an attention-TP
+    group (the budget is the group's: one scheduler feeds it)."""
     if workload.prefill_tokens_per_gpu:
         return workload.prefill_tokens_per_gpu
     budget = engine.chunk_tokens(hw.peak.hbm_bytes, dep.attention.dp)
-    return min(workload.isl, budget) if budget else workload.isl
+    group_step = min(workload.isl, budget) if budget else workload.isl
+    return -(-group_step // dep.attention.tp)
 
 
 def prompt_chunk(isl: int, step_tokens: int, index: int) -> tuple[int, int]:
@@ -69,13 +71,16 @@ def prompt_chunk(isl: int, step_tokens: int, index: int) -> tuple[int, int]:
 
 def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, tables: object,
                 engine: EngineCard) -> StageResult:
-    """TTFT stage: one step of `prefill_step_tokens` when a prompt fits in it (several prompts per
-    step when they fit together), else the prompt's chunks one after another, each attending to the
-    prefix already in the KV cache."""
+    """TTFT stage: one step of `prefill_step_tokens` per GPU when a prompt fits in what the
+    attention-TP group takes per step (several prompts per step when they fit together), else the
+    prompt's chunks one after another, each attending to the prefix already in the KV cache and
+    spread over the group's GPUs."""
     sms = hw.derates.deepep_normal_sms
+    tp = dep.attention.tp
     step = prefill_step_tokens(workload, engine, hw, dep)
-    if workload.isl <= step:
+    if workload.isl <= step * tp:
         return run_stage(build_stage_plan("prefill", model, dep, workload, step, sms), hw, tables, engine)
+    step *= tp  # the group's chunk
     count = -(-workload.isl // step)
     if count > MAX_PRICED_CHUNKS:
         # the last chunk (often shorter) is priced on its own; the full ones by equal strata, each
@@ -88,9 +93,10 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
     priced = []
     for index, weight in strata:
         new, prefix = prompt_chunk(workload.isl, step, index)
-        plan = build_step_plan(model, dep, (SequenceBatch(1, new, prefix + new),), sms, stage="prefill")
+        plan = build_step_plan(model, dep, (SequenceBatch(1, new, prefix + new, across_tp=tp > 1),), sms,
+                               stage="prefill")
         priced.append((run_stage(plan, hw, tables, engine), weight))
-    return sequential_steps(priced, workload.isl)
+    return sequential_steps(priced, -(-workload.isl // tp))
 
 
 def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,

@@ -41,7 +41,7 @@ def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: in
     prec = dep.precision
     ops = []
     for i, seqs in enumerate(ctx.sequences_per_gpu):
-        common = dict(stage=ctx.stage, batch=seqs.count * tp, q_len=seqs.q_len, kv_len=seqs.kv_len,
+        common = dict(stage=ctx.stage, batch=seqs.group_count(tp), q_len=seqs.q_len, kv_len=seqs.kv_len,
                       dtype=prec.attention, kv_dtype=prec.kv_cache)
         if window:
             common["window"] = window
@@ -82,7 +82,7 @@ def _indexer_operations(model: ModelCard, dep: Deployment, ctx: StageContext, to
     ]
     for i, seqs in enumerate(ctx.sequences_per_gpu):
         suffix = "" if i == 0 else f"_{i}"
-        batch = seqs.count * tp
+        batch = seqs.group_count(tp)
         ops.append(Operation("indexer_logits" + suffix, cat.ATTN_CORE, IndexerShape(
             ctx.stage, batch, seqs.q_len, seqs.kv_len, nh, d, key_dtype=INDEX_KEY_DTYPE,
             key_scale_bytes=INDEX_KEY_SCALE_BYTES)))

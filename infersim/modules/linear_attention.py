@@ -79,7 +79,7 @@ def linear_mixer_operations(model: ModelCard, dep: Deployment, ctx: StageContext
         raise ValueError(f"not a linear mixer: {kind}")  # a bug in the plan builder
     channels = conv_channels(model, kind, tp)
     width = _conv_kernel(model)
-    sequences = sum(s.count for s in ctx.sequences_per_gpu) * tp
+    sequences = sum(s.group_count(tp) for s in ctx.sequences_per_gpu)
     conv_state = sequences * (width - 1) * channels * dtype_bytes(CONV_STATE_DTYPE)
     ops: list[Operation] = [
         Operation("input_norm", cat.ELEMENTWISE, MemoryBoundShape("fused add + RMSNorm", 4 * tokens * h * ACT_BYTES)),
@@ -92,7 +92,7 @@ def linear_mixer_operations(model: ModelCard, dep: Deployment, ctx: StageContext
     for i, seqs in enumerate(ctx.sequences_per_gpu):
         suffix = "" if i == 0 else f"_{i}"
         for phase in phases:
-            shape = LinearAttentionShape(shape_kind, ctx.stage, phase, seqs.count * tp, seqs.q_len, heads, key_heads,
+            shape = LinearAttentionShape(shape_kind, ctx.stage, phase, seqs.group_count(tp), seqs.q_len, heads, key_heads,
                                          dk, dv, chunk=chunk, dtype=dep.precision.attention, state_dtype=state_dtype)
             ops.append(Operation(f"{prefix}_{phase}{suffix}", cat.ATTN_CORE, shape))
     ops += [

@@ -15,14 +15,19 @@ from infersim.sharding import shard
 from infersim.units import ACT_BYTES
 
 
-def prefill_sequences(tokens: int, isl: int) -> tuple[SequenceBatch, ...]:
-    """`tokens` prompt tokens as ISL-long sequences; a remainder is one shorter sequence."""
-    full, rest = divmod(tokens, isl)
+def prefill_sequences(tokens: int, isl: int, tp: int = 1) -> tuple[SequenceBatch, ...]:
+    """`tokens` prompt tokens per GPU as ISL-long sequences (a remainder is one shorter sequence).
+    Under attention TP the group's tp x tokens are cut into prompts: whole prompts per GPU where
+    they divide evenly over the group, else the group's prompts spread over its GPUs (across_tp)."""
+    full, rest = divmod(tokens * tp, isl)
     seqs = []
-    if full:
-        seqs.append(SequenceBatch(full, isl, isl))
-    if rest:
-        seqs.append(SequenceBatch(1, rest, rest))
+    for count, length in ((full, isl), (1 if rest else 0, rest)):
+        if not count:
+            continue
+        if count % tp == 0:
+            seqs.append(SequenceBatch(count // tp, length, length))
+        else:
+            seqs.append(SequenceBatch(count, length, length, across_tp=True))
     return tuple(seqs)
 
 
@@ -37,7 +42,7 @@ def stage_context(stage: Stage, model: ModelCard, dep: Deployment, workload: Wor
                       "workload.prefill_tokens_per_gpu" if stage == "prefill" else "workload.decode_batch_per_gpu",
                       "the two micro-batches of deployment.overlap two-batch")
     if stage == "prefill":
-        seqs = prefill_sequences(per_micro, workload.isl)
+        seqs = prefill_sequences(per_micro, workload.isl, dep.attention.tp)
         return StageContext(stage, per_micro, seqs, dep.gpus_per_node)
     attending = min(per_micro, -(-real_batch // micro_batches)) if real_batch else per_micro
     seqs = (SequenceBatch(attending, q_len, max(1, round(workload.decode_context)) + q_len - 1),)
@@ -82,7 +87,7 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     tokens = ctx.tokens_per_gpu * micro_batches * tp
     h = model.hidden_size
     # only the last position of each sequence needs logits in prefill
-    logit_rows = tokens if ctx.stage == "decode" else sum(s.count for s in ctx.sequences_per_gpu) * micro_batches * tp
+    logit_rows = tokens if ctx.stage == "decode" else sum(s.group_count(tp) for s in ctx.sequences_per_gpu) * micro_batches
     vocab = shard(model.vocab_size, tp, "vocab_size", "attention.tp")
     ops = [
         Operation("embedding", cat.EMBEDDING, MemoryBoundShape("embedding gather", 2 * tokens * h * ACT_BYTES)),
@@ -106,7 +111,7 @@ def build_stage_plan(stage: Stage, model: ModelCard, dep: Deployment, workload: 
         raise InferSimError(f"{stage}: needs at least one token per GPU (got {tokens_per_gpu})")
     micro_batches = 2 if dep.overlap == "two-batch" else 1
     ctx = stage_context(stage, model, dep, workload, tokens_per_gpu, micro_batches, q_len, real_batch)
-    requests = tokens_per_gpu if stage == "decode" else sum(s.count for s in ctx.sequences_per_gpu) * micro_batches
+    requests = tokens_per_gpu if stage == "decode" else sum(s.group_count(dep.attention.tp) for s in ctx.sequences_per_gpu) * micro_batches // dep.attention.tp
     return plan_from_context(ctx, model, dep, micro_batches, comm_sms, tokens_per_gpu, requests)
 
 
@@ -140,16 +145,17 @@ def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[Sequence
         halves = []
         for s in sequences:
             if s.count > 1:
-                halves.append(SequenceBatch(-(-s.count // 2), s.q_len, s.kv_len))
+                halves.append(SequenceBatch(-(-s.count // 2), s.q_len, s.kv_len, s.across_tp))
             else:  # one sequence: each micro-batch carries half of its new tokens
-                halves.append(SequenceBatch(1, max(1, -(-s.q_len // 2)), s.kv_len))
+                halves.append(SequenceBatch(1, max(1, -(-s.q_len // 2)), s.kv_len, s.across_tp))
         per_micro = tuple(halves)
     else:
         per_micro = tuple(sequences)
-    tokens = sum(s.count * s.q_len for s in per_micro) + -(-graph_padding // micro_batches)
+    tp = dep.attention.tp
+    tokens = sum(s.gpu_tokens(tp) for s in per_micro) + -(-graph_padding // micro_batches)
     expert_tokens = min(float(tokens), expert_tokens_per_gpu / micro_batches) if expert_tokens_per_gpu > 0 else 0.0
     ctx = StageContext(label, tokens, per_micro, dep.gpus_per_node, expert_tokens)
-    total_tokens = sum(s.count * s.q_len for s in sequences) + graph_padding
-    requests = sum(s.count for s in sequences)
+    total_tokens = sum(s.gpu_tokens(tp) for s in sequences) + graph_padding
+    requests = max(1, sum(s.group_count(tp) for s in sequences) // tp)
     return plan_from_context(ctx, model, dep, micro_batches, comm_sms,
                              total_tokens if label == "prefill" else requests, requests)

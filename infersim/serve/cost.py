@@ -16,10 +16,9 @@ engine card's software overhead included) over per-GPU sequences:
     GPU, since every rank's experts serve every rank's tokens: a prompt on one rank adds one
     prompt of expert work to the group, not one per rank;
   - the stage engine's sequences are per GPU and an attention TP group of tp GPUs processes tp times
-    them, so the rank's work is given as ceil(count / tp) decode requests and ceil(tokens / tp)
-    prefill tokens in max(1, round(chunks / tp)) sequences (one chunk on a TP group becomes one
-    sequence of q / tp tokens at the chunk's context: the group's attention work q x kv and its
-    GEMM tokens q are kept).
+    them, so the rank's decode work is given as ceil(count / tp) requests per GPU; its prefill
+    chunks are the group's (SequenceBatch across_tp: each chunk's tokens spread over the group's
+    GPUs, attention run once per chunk with each GPU's heads).
 Memoisation and its error bound. Every length (T, kv, mean decode context) and every count above
 EXACT_BELOW is rounded to the nearest point of a geometric grid of ratio `width` (default 1.04),
 i.e. by at most a factor sqrt(width) = 1.0198. Step time is non-decreasing and at most linear in
@@ -108,10 +107,8 @@ class StepCoster:
         if shape.prefill_chunks:
             rank_chunks = -(-shape.prefill_chunks // dp)
             rank_tokens = shape.prefill_tokens * rank_chunks / shape.prefill_chunks
-            chunks = max(1, round(rank_chunks / tp))
-            tokens = max(chunks, math.ceil(rank_tokens / tp))
-            q = max(1, tokens // chunks)
-            seqs.append(SequenceBatch(chunks, q, max(q, shape.prefill_context)))
+            q = max(1, round(rank_tokens / rank_chunks))
+            seqs.append(SequenceBatch(rank_chunks, q, max(q, shape.prefill_context), across_tp=tp > 1))
         cfg = self.config
         if shape.decode_requests:
             rank_requests = -(-shape.decode_requests // dp)
