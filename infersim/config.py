@@ -111,7 +111,7 @@ class Workload:
     osl: int = spec(doc="output length, tokens", gt=0)
     prefill_tokens_per_gpu: int = spec(0, doc="prompt tokens one prefill step processes per GPU (0 = isl)", ge=0)
     decode_batch_per_gpu: int | Literal["max"] = spec(
-        "max", doc="concurrent requests per GPU in decode; 'max' = the largest that fits in memory")
+        "max", doc="concurrent requests per GPU in decode; 'max' = the largest that fits in memory", gt=0)
 
     @property
     def prefill_tokens(self) -> int:

@@ -82,6 +82,10 @@ def test_counts_are_whole_and_bounded(capsys):
     code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "workload.decode_batch_per_gpu=1e30")
     assert code == 2
     one_line_error(err, "field 'workload.decode_batch_per_gpu'", "too large")
+    for batch in ("-1", "0"):  # a batch below one request was simulated into negative throughput
+        code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", f"workload.decode_batch_per_gpu={batch}")
+        assert code == 2
+        one_line_error(err, "field 'workload.decode_batch_per_gpu'", "must be greater than 0")
     code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "workload.isl=4096.5")
     assert code == 2
     one_line_error(err, "field 'workload.isl'", "expected a whole number")
