@@ -228,7 +228,7 @@ def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
             time_s = per_layer * layers
             serial += time_s
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
-        if layers:
+        if mb == 2:  # only two-batch overlap schedules phases
             schedule += [_phases(timed)] * layers
     step = two_batch_schedule(schedule) if mb == 2 else serial
     for op in plan.per_step:

@@ -191,6 +191,7 @@ class Evaluator:
             self.tables = NoTables()
         self._memory_key: tuple | None = None
         self._memory: MemoryResult | None = None
+        self._memories: dict[tuple, tuple] = {}
         self._prefill_key: tuple | None = None
         self._prefill: StageResult | None = None
         # speculative decoding changes decode, prefill (drafter prefill) and memory (drafter):
@@ -203,9 +204,20 @@ class Evaluator:
     def _memory_for(self, model, hw, dep, work, run) -> MemoryResult:
         key = (model, hw, dep, work.isl, work.osl, work.prefill_tokens_per_gpu, run)
         if self._memory_key is None or any(a is not b and a != b for a, b in zip(key, self._memory_key)):
-            drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
-            self._memory = memory_budget(model, hw, dep, work, drafter, self.engine,
-                                         prefill_step_tokens(work, self.engine, hw, dep))
+            # the last result misses whenever a deployment axis varies faster than the batch: look
+            # further back, on the cards' identities (derived cards are cached, so equal cards are
+            # mostly the same object; a miss only recomputes) and the deployment's value
+            memo_key = (id(model), id(hw), dep, work.isl, work.osl, work.prefill_tokens_per_gpu, id(run))
+            entry = self._memories.get(memo_key)
+            if entry is None:
+                drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
+                mem = memory_budget(model, hw, dep, work, drafter, self.engine,
+                                    prefill_step_tokens(work, self.engine, hw, dep))
+                if len(self._memories) >= 256:
+                    self._memories.clear()
+                # the entry holds the cards and run, so their ids cannot be reused while it exists
+                entry = self._memories[memo_key] = (model, hw, run, mem)
+            self._memory = entry[3]
             self._memory_key = key
         return self._memory
 
