@@ -219,7 +219,10 @@ def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
         timed: list[tuple[bool, float]] = []
         layers = group.layers
         for op in group.operations:
-            cost = _timed(op, hw, tables, memo)
+            try:  # the memo lookup inlined (most operations hit it); _timed handles the rest
+                cost = memo[op.shape]
+            except (KeyError, TypeError):
+                cost = _timed(op, hw, tables, memo)
             # a fused operation costs no time but keeps its bound (see run_stage)
             per_micro_batch = 0.0 if op.name in fused else cost.seconds * op.count
             per_layer = per_micro_batch * mb
