@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 from dataclasses import dataclass, replace
 
-from infersim.cards.engine import EngineCard, step_overhead
+from infersim.cards.engine import EngineCard, step_overhead, step_overhead_seconds
 from infersim.cards.hardware import HardwareCard
 from infersim.kernels import Bound, Cost, KernelTables, Source
 from infersim.modules import categories as cat
@@ -102,14 +102,19 @@ _COST_MEMO_PAIRS = 8
 _COST_MEMO_SHAPES = 200_000
 
 
-def _timed(op: Operation, hw: HardwareCard, tables: KernelTables) -> Cost:
+def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
     key = (id(hw), id(tables))
     entry = _COST_MEMO.get(key)
     if entry is None:
         if len(_COST_MEMO) >= _COST_MEMO_PAIRS:
             _COST_MEMO.clear()
         entry = _COST_MEMO[key] = (hw, tables, {})
-    memo = entry[2]
+    return entry[2]
+
+
+def _timed(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost] | None = None) -> Cost:
+    if memo is None:
+        memo = _cost_memo(hw, tables)
     shape = op.shape
     try:
         return memo[shape]
@@ -163,10 +168,11 @@ def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: E
     serial = 0.0
     schedule: list[list[tuple[bool, float]]] = []
     fused = set(engine.fused_operations) if engine is not None else set()
+    memo = _cost_memo(hw, tables)
     for group in plan.groups:
         timed: list[tuple[bool, float]] = []
         for op in group.operations:
-            cost = _timed(op, hw, tables)
+            cost = _timed(op, hw, tables, memo)
             if op.name in fused:  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
                 cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD, f"fused into a neighbouring kernel by {engine.name}")
             per_micro_batch = cost.seconds * op.count
@@ -182,7 +188,7 @@ def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: E
     step = two_batch_schedule(schedule) if mb == 2 else serial
     saved = serial - step
     for op in plan.per_step:
-        cost = _timed(op, hw, tables)
+        cost = _timed(op, hw, tables, memo)
         seconds = cost.seconds * op.count
         step += seconds
         results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
@@ -194,6 +200,51 @@ def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: E
                                        Bound.OVERHEAD, Source.CARD, overhead.detail, "per step"))
         step += overhead.seconds
     return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, mb, saved, slowdown, tuple(results))
+
+
+def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
+               engine: EngineCard | None = None) -> tuple[float, Bound]:
+    """run_stage(...).step_time_s and .bound without the per-operation results and their detail
+    strings, which a sweep row does not show and which cost more than the timing itself. The same
+    arithmetic in the same order as run_stage, so the numbers are identical (tests/test_engine_fast.py)."""
+    mb = plan.micro_batches
+    slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
+    serial = 0.0
+    schedule: list[list[tuple[bool, float]]] = []
+    by_bound: dict[Bound, float] = {}
+    fused = engine.fused_operations if engine is not None else ()
+    memo = _cost_memo(hw, tables)
+    comm = cat.COMMUNICATION
+    for group in plan.groups:
+        timed: list[tuple[bool, float]] = []
+        layers = group.layers
+        for op in group.operations:
+            try:  # the memo lookup inlined (most operations hit it); _timed handles the rest
+                cost = memo[op.shape]
+            except (KeyError, TypeError):
+                cost = _timed(op, hw, tables, memo)
+            # a fused operation costs no time but keeps its bound (see run_stage)
+            per_micro_batch = 0.0 if op.name in fused else cost.seconds * op.count
+            per_layer = per_micro_batch * mb
+            is_comm = op.module in comm
+            timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
+            time_s = per_layer * layers
+            serial += time_s
+            by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
+        if mb == 2:  # only two-batch overlap schedules phases
+            schedule += [_phases(timed)] * layers
+    step = two_batch_schedule(schedule) if mb == 2 else serial
+    for op in plan.per_step:
+        cost = _timed(op, hw, tables, memo)
+        seconds = cost.seconds * op.count
+        step += seconds
+        by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + seconds
+    if engine is not None:
+        overhead = step_overhead_seconds(engine, plan.stage, step, plan.requests_per_gpu, kernels_launched(plan),
+                                         hw.peak.hbm_bytes)
+        by_bound[Bound.OVERHEAD] = by_bound.get(Bound.OVERHEAD, 0.0) + overhead
+        step += overhead
+    return step, max(by_bound, key=by_bound.__getitem__)
 
 
 def sequential_steps(steps: list[tuple[StageResult, int]], tokens_per_gpu: int) -> StageResult:

@@ -8,8 +8,8 @@ from infersim.cards.engine import EngineCard
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.config import Deployment, RunConfig, Workload
-from infersim.engine import StageResult, run_stage, sequential_steps
-from infersim.kernels import NoTables, Source
+from infersim.engine import StageResult, run_stage, sequential_steps, stage_time
+from infersim.kernels import Bound, NoTables, Source
 from infersim.memory import MemoryResult, memory_budget
 from infersim.modules import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
@@ -114,6 +114,19 @@ def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Wo
     from dataclasses import replace
 
     return replace(result, tokens_per_gpu=batch, padded_batch=padded)
+
+
+def decode_time(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
+                engine: EngineCard) -> tuple[float, float, Bound]:
+    """(TPOT, decode tokens per GPU per second, dominant bound) of run_decode's step, without its
+    per-operation results: what a sweep row needs, at a fraction of the cost."""
+    padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes)
+    if dep.overlap == "two-batch" and padded % 2:
+        padded += 1  # two equal micro-batches
+    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch)
+    step, bound = stage_time(plan, hw, tables, engine)
+    # as StageResult.tpot_s and .tgs with one token per step and the real (unpadded) batch
+    return step / 1.0, batch * 1.0 / step, bound
 
 
 def simulate(config: RunConfig) -> SimulationResult:

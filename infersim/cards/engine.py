@@ -17,7 +17,9 @@ the GPU time.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from infersim.cards.schema import spec
@@ -135,7 +137,7 @@ class EngineCard:
         return budget
 
     def graph_max_batch(self, hbm_bytes: float) -> int:
-        return int(tier_value(self.overheads.cuda_graph_max_batch, hbm_bytes))
+        return _graph_max_batch(self.overheads.cuda_graph_max_batch, hbm_bytes)
 
     def graph_padded_batch(self, batch: int, hbm_bytes: float) -> int:
         """The batch a captured decode step really computes: the next captured size at or above
@@ -144,12 +146,26 @@ class EngineCard:
         o = self.overheads
         if not o.decode_cuda_graph or batch > self.graph_max_batch(hbm_bytes) or not o.cuda_graph_batch_sizes:
             return batch
-        sizes = [s for r in o.cuda_graph_batch_sizes for s in range(r.start, r.stop + 1, r.step) if s >= batch]
-        return min(sizes) if sizes else batch
+        sizes = _capture_sizes(o.cuda_graph_batch_sizes)
+        i = bisect_left(sizes, batch)
+        return sizes[i] if i < len(sizes) else batch
 
     def max_running_requests(self, hbm_bytes: float) -> int:
         """Cap on running requests per engine instance (0 = none but the KV cache)."""
         return int(tier_value(self.scheduler.max_running_requests, hbm_bytes))
+
+
+# Sweeps ask for these once per configuration; the tiers and ranges are part of a frozen card, so
+# the derived values are cached on them (hashing the small tuples is cheaper than rebuilding).
+@lru_cache(maxsize=256)
+def _graph_max_batch(tiers: tuple[MemoryTier, ...], hbm_bytes: float) -> int:
+    return int(tier_value(tiers, hbm_bytes))
+
+
+@lru_cache(maxsize=64)
+def _capture_sizes(ranges: tuple[CaptureRange, ...]) -> tuple[int, ...]:
+    """Every captured decode batch of the ranges, sorted and without repeats (for bisection)."""
+    return tuple(sorted({s for r in ranges for s in range(r.start, r.stop + 1, r.step)}))
 
 
 @dataclass(frozen=True)
@@ -168,24 +184,37 @@ def step_overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: 
     """Exposed overhead of one step of `gpu_seconds` GPU time holding `requests` requests and
     launching `kernels` kernels (see the module docstring for the composition)."""
     o = engine.overheads
+    seconds, cpu, exposed_cpu, eager, graph = _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes)
+    hidden_by = "overlap scheduler" if o.overlap_scheduler else "asynchronous launches"
+    detail = (f"{engine.name} {engine.version}: fixed {o.step_fixed * 1e3:.2f} ms + CPU {cpu * 1e3:.2f} ms "
+              f"({requests} requests, {eager} eager launches{'; CUDA graph' if graph else ''}), "
+              f"{(cpu - exposed_cpu) * 1e3:.2f} ms of it hidden by {hidden_by}")
+    return StepOverhead(seconds, cpu, eager, graph, detail)
+
+
+def step_overhead_seconds(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
+                          hbm_bytes: float) -> float:
+    """step_overhead(...).seconds without formatting its detail (sweeps need the time only)."""
+    return _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes)[0]
+
+
+def _overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
+              hbm_bytes: float) -> tuple[float, float, float, int, bool]:
+    """(exposed seconds, CPU seconds, exposed CPU seconds, eager kernels, CUDA graph?) of one step."""
+    o = engine.overheads
     if stage == "decode":
         graph = o.decode_cuda_graph and requests <= engine.graph_max_batch(hbm_bytes)
     else:
         graph = o.prefill_cuda_graph
     eager = 0 if graph else kernels
     cpu = o.step_cpu + o.request_cpu * requests + o.launch_cpu * eager
-    hidden_by = "overlap scheduler" if o.overlap_scheduler else "asynchronous launches"
     if o.overlap_scheduler:
         exposed_cpu = max(0.0, cpu - gpu_seconds)
     else:
         # the scheduler and per-request work run between steps; launches overlap the GPU
         launch = o.launch_cpu * eager
         exposed_cpu = o.step_cpu + o.request_cpu * requests + max(0.0, launch - gpu_seconds)
-    seconds = o.step_fixed + exposed_cpu
-    detail = (f"{engine.name} {engine.version}: fixed {o.step_fixed * 1e3:.2f} ms + CPU {cpu * 1e3:.2f} ms "
-              f"({requests} requests, {eager} eager launches{'; CUDA graph' if graph else ''}), "
-              f"{(cpu - exposed_cpu) * 1e3:.2f} ms of it hidden by {hidden_by}")
-    return StepOverhead(seconds, cpu, eager, graph, detail)
+    return o.step_fixed + exposed_cpu, cpu, exposed_cpu, eager, graph
 
 
 def validate_engine(card: EngineCard, source: str) -> EngineCard:

@@ -13,7 +13,7 @@ any range of them from the spec alone:
 
 Only decode is simulated unless the spec asks for prefill (a TTFT target needs it); prefill does
 not depend on the decode batch, so it is simulated once per layout. The fast path calls the same
-functions `simulate()` does (memory_budget, run_prefill, run_decode), minus the work a sweep
+functions `simulate()` does (memory_budget, run_prefill, run_decode as decode_time), minus the work a sweep
 does not need.
 """
 
@@ -32,7 +32,7 @@ from infersim.engine import StageResult
 from infersim.errors import InferSimError, shorten
 from infersim.kernels import Bound, NoTables
 from infersim.memory import MemoryResult, memory_budget
-from infersim.simulate import prefill_step_tokens, run_decode, run_prefill, simulate
+from infersim.simulate import decode_time, prefill_step_tokens, run_prefill, simulate
 from infersim.speculative import drafter_memory
 from infersim.sweep.grid import GridAxis, grid_point, grid_size
 from infersim.sweep.variants import Base, Deriver, problem_text, with_layout
@@ -191,6 +191,7 @@ class Evaluator:
             self.tables = NoTables()
         self._memory_key: tuple | None = None
         self._memory: MemoryResult | None = None
+        self._memories: dict[tuple, tuple] = {}
         self._prefill_key: tuple | None = None
         self._prefill: StageResult | None = None
         # speculative decoding changes decode, prefill (drafter prefill) and memory (drafter):
@@ -203,9 +204,20 @@ class Evaluator:
     def _memory_for(self, model, hw, dep, work, run) -> MemoryResult:
         key = (model, hw, dep, work.isl, work.osl, work.prefill_tokens_per_gpu, run)
         if self._memory_key is None or any(a is not b and a != b for a, b in zip(key, self._memory_key)):
-            drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
-            self._memory = memory_budget(model, hw, dep, work, drafter, self.engine,
-                                         prefill_step_tokens(work, self.engine, hw, dep))
+            # the last result misses whenever a deployment axis varies faster than the batch: look
+            # further back, on the cards' identities (derived cards are cached, so equal cards are
+            # mostly the same object; a miss only recomputes) and the deployment's value
+            memo_key = (id(model), id(hw), dep, work.isl, work.osl, work.prefill_tokens_per_gpu, id(run))
+            entry = self._memories.get(memo_key)
+            if entry is None:
+                drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
+                mem = memory_budget(model, hw, dep, work, drafter, self.engine,
+                                    prefill_step_tokens(work, self.engine, hw, dep))
+                if len(self._memories) >= 256:
+                    self._memories.clear()
+                # the entry holds the cards and run, so their ids cannot be reused while it exists
+                entry = self._memories[memo_key] = (model, hw, run, mem)
+            self._memory = entry[3]
             self._memory_key = key
         return self._memory
 
@@ -220,8 +232,9 @@ class Evaluator:
         if self.speculative:
             full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)))
             decode, prefill = full.decode, full.prefill
+            tpot, tgs, bound = decode.tpot_s, decode.tgs, decode.bound
         else:
-            decode = run_decode(model, hw, dep, work, batch, self.tables, self.engine)
+            tpot, tgs, bound = decode_time(model, hw, dep, work, batch, self.tables, self.engine)
             prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
         if prefill is not None and self.spec.prefill:
             ttft, ptgs = prefill.step_time_s, prefill.tgs
@@ -229,8 +242,8 @@ class Evaluator:
             ttft = ptgs = NAN
         fits = mem.kv_capacity_bytes > 0 and 1 <= batch <= mem.max_batch_per_gpu
         return Row(point, dep.num_gpus, dep.num_nodes, dep.pp, dep.attention.tp, dep.attention.dp, dep.ffn.tp,
-                   dep.ffn.ep, dep.ffn.dp, batch, decode.tpot_s, decode.tgs, ttft, ptgs,
-                   BOUND_NAMES[decode.bound], fits, mem.max_batch_per_gpu, mem.kv_capacity_bytes,
+                   dep.ffn.ep, dep.ffn.dp, batch, tpot, tgs, ttft, ptgs,
+                   BOUND_NAMES[bound], fits, mem.max_batch_per_gpu, mem.kv_capacity_bytes,
                    mem.weights_bytes, price)
 
     def _price(self, hw) -> float:
@@ -259,9 +272,8 @@ class Evaluator:
     def _point(self, point: int, out: ChunkResult) -> None:
         values = self.spec.values(point)
         try:
-            cfg = self.deriver.config(values)
-            model, hw, dep, work = cfg.model, cfg.hardware, cfg.deployment, cfg.workload
-            run = self.deriver.run_base(values)  # cached: the same object for every point with these values
+            # run_base is cached: the same object for every point with these values
+            model, hw, dep, run, work = self.deriver.parts(values)
             mem = self._memory_for(model, hw, dep, work, run)
             batch = work.decode_batch_per_gpu
             if batch == "max":

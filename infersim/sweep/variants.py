@@ -102,6 +102,8 @@ class Deriver:
         self._hardware: dict[tuple, Any] = {}
         self._layouts: dict[tuple, Any] = {}
         self._runs: dict[tuple, Any] = {}
+        self._deployments: dict[tuple, Any] = {}
+        self._workloads: dict[tuple, Any] = {}
 
     # -- cards -----------------------------------------------------------------------------
 
@@ -158,16 +160,32 @@ class Deriver:
 
     def deployment(self, values: tuple[Any, ...]) -> Deployment:
         """The variant's deployment before layout completion (DP sizes 0 = derive)."""
-        dep = self.base.deployment
-        for i, parts in self._fields["deployment"]:
-            dep = set_path(dep, parts, values[i])
-        return dep
+        return self._section("deployment", self.base.deployment, values, self._deployments)
 
     def workload(self, values: tuple[Any, ...]) -> Workload:
-        work = self.base.config.workload
-        for i, parts in self._fields["workload"]:
-            work = set_path(work, parts, values[i])
-        return work
+        return self._section("workload", self.base.config.workload, values, self._workloads)
+
+    def _section(self, kind: str, base: Any, values: tuple[Any, ...], cache: dict[tuple, Any]) -> Any:
+        """`base` with the point's fields of `kind` set, cached on those fields' values: most axes
+        leave a section alone, and copying frozen dataclasses per point is a large part of a sweep."""
+        fields = self._fields[kind]
+        if not fields:
+            return base
+        # typed: an axis may hold both 2 and 2.0 (or 1 and true), which are equal as keys
+        key = tuple([(values[i], type(values[i])) for i, _ in fields])
+        try:
+            hit = cache.get(key)
+        except TypeError:  # an unhashable value (a YAML list): nothing to cache on
+            key, hit = None, None
+        if hit is None:
+            hit = base
+            for i, parts in fields:
+                hit = set_path(hit, parts, values[i])
+            if key is not None:
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[key] = hit
+        return hit
 
     def complete(self, dep: Deployment, model: ModelCard, hw: HardwareCard) -> Deployment:
         """complete_layout, cached on the (model, hardware, deployment) triple."""
@@ -217,11 +235,16 @@ class Deriver:
 
     def config(self, values: tuple[Any, ...]) -> RunConfig:
         """The validated RunConfig of one grid point (raises InferSimError when the variant is invalid)."""
+        model, hw, dep, run, work = self.parts(values)
+        return dataclasses.replace(run, model=model, hardware=hw, deployment=dep, workload=work)
+
+    def parts(self, values: tuple[Any, ...]) -> tuple[ModelCard, HardwareCard, Deployment, RunConfig, Workload]:
+        """config(values)'s model, hardware, completed deployment, run_base and workload, validated
+        in the same order, without assembling the RunConfig (the sweep's fast path needs the parts)."""
         model = self.model(values)
         hw = self.hardware(values)
         dep = self.complete(self.deployment(values), model, hw)
-        return dataclasses.replace(self.run_base(values), model=model, hardware=hw, deployment=dep,
-                                   workload=self.workload(values))
+        return model, hw, dep, self.run_base(values), self.workload(values)
 
 
 def with_layout(dep: Deployment, num_gpus: int, num_nodes: int, pp: int, attn_tp: int, ffn_tp: int,
