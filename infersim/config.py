@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.hf_import import card_from_hf_file
@@ -192,6 +190,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     path = [p for p in key.strip().split(".")]
     if not all(path):
         raise InferSimError(f"--set '{text}': empty part in field name '{key}'")
+    import yaml  # only for --set: a plain run reads no YAML text itself (infersim.cards.schema)
+
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except (yaml.YAMLError, ValueError):  # ValueError: an integer beyond Python's 4,300-digit limit

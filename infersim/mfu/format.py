@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin, get_type_hints
 
-import yaml
-
 from infersim.cards.schema import MAX_MAGNITUDE, MIN_MAGNITUDE, build, check_number, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, GroupedGemmShape
@@ -249,6 +247,8 @@ def provenance_yaml_text(provenance: Provenance) -> str:
             del info["moe_routing"]  # the default: kept out so that older directories read unchanged
     header = ("# Provenance of the kernel tables in this directory (format: mfu_tables/FORMAT.md).\n"
               "# `efficiency` in every CSV = kernel FLOPs / (latency * peak_flops[dtype]).\n")
+    import yaml  # here: only writing tables needs PyYAML (~10 ms to import), reading goes through the cache
+
     return header + yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True)
 
 
