@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.hardware import HardwareCard, validate_hardware
-from infersim.cards.hf_import import card_from_hf_file
 from infersim.cards.model import ModelCard, validate_model
 from infersim.cards.registry import resolve
 from infersim.cards.schema import build, load_yaml, spec
@@ -219,7 +218,12 @@ def _load_card(cls: type, validator: Any, ref: str | dict[str, Any], kind: str, 
     else:
         path = resolve(ref, kind, base)
         source = str(path)
-        data = card_from_hf_file(path) if path.suffix == ".json" else load_yaml(path)
+        if path.suffix == ".json":
+            from infersim.cards.hf_import import card_from_hf_file  # here: a plain run names bundled YAML cards
+
+            data = card_from_hf_file(path)
+        else:
+            data = load_yaml(path)
         if not isinstance(data, dict):
             raise ConfigError(source, "", MISSING, f"expected a mapping of {cls.__name__} fields")
     for dotted, value, text in overrides:

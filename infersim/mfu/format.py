@@ -12,7 +12,6 @@ is checked on load, so a table whose peak or FLOP convention drifted is refused.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 import math
@@ -226,6 +225,8 @@ def _format_number(value: Any) -> str:
 
 
 def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], float]) -> str:
+    import csv  # here and below: only reading or writing tables needs it, not a run from cached tables
+
     columns = row_columns(family)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -363,6 +364,8 @@ def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float],
                    lines: list[int] | None = None) -> tuple[Row, ...]:
     """Rows of one CSV; checks the header, that `efficiency` matches latency and peak and that it
     is not above MAX_EFFICIENCY. `lines`, when given, receives each row's line number."""
+    import csv
+
     try:
         return _read_table_csv(path, family, peak_for, lines)
     except UnicodeDecodeError as exc:
@@ -378,6 +381,8 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
     hints = get_type_hints(row_type)
     parsers = {name: _cell_parser(hint) for name, hint in hints.items()}
     expected = row_columns(family)
+    import csv
+
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
