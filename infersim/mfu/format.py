@@ -44,6 +44,8 @@ MAX_EFFICIENCY = 1.25
 
 @dataclass(frozen=True)
 class DeviceInfo:
+    """The GPU a table directory's kernels ran on."""
+
     name: str = spec(doc="device name as the driver reports it (or as the source names it)")
     sm_count: int | None = spec(None, doc="streaming multiprocessors (null = unknown)", gt=0)
     clocks: dict[str, float] = spec(default_factory=dict, doc="clocks in MHz if readable (sm_max, memory_max, ...)")
@@ -53,6 +55,8 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class TableInfo:
+    """Provenance of one table file: kernel family, library and how it was measured."""
+
     family: Family = spec(doc="kernel family: gemm, grouped_gemm, attention or collective")
     library: str = spec(doc="the library/kernel that ran it (DeepGEMM, FlashInfer, torch SDPA ...)")
     library_version: str = spec("unknown", doc="its version, or 'unknown'")
@@ -71,6 +75,8 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class Provenance:
+    """provenance.yaml of a table directory: device, peaks, source and each table's facts."""
+
     format_version: int = spec(doc="table format version (1)", ge=1)
     device: DeviceInfo = spec(doc="the GPU the kernels ran on")
     peak_flops: dict[str, float] = spec(doc="dense FLOP/s per dtype that `efficiency` is relative to", gt=0)
@@ -99,6 +105,8 @@ class Provenance:
 
 @dataclass(frozen=True)
 class GemmRow:
+    """One measured GEMM (m x k x n) of gemm*.csv."""
+
     dtype: str
     m: int
     k: int
@@ -112,6 +120,8 @@ class GemmRow:
 
 @dataclass(frozen=True)
 class GroupedGemmRow:
+    """One measured MoE grouped GEMM of grouped_gemm*.csv."""
+
     dtype: str
     stage: Literal["prefill", "decode"]
     projection: Literal["up", "down"]
@@ -137,6 +147,8 @@ class GroupedGemmRow:
 
 @dataclass(frozen=True)
 class AttentionRow:
+    """One measured attention kernel of attention_*.csv."""
+
     kind: Literal["mha", "mla"]
     stage: Literal["prefill", "decode"]
     dtype: str

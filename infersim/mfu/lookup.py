@@ -364,6 +364,8 @@ def describe_key(key: GridKey) -> str:
 
 @dataclass(frozen=True)
 class GridPoint:
+    """One measured point of a grid: coordinates on its axes, time and efficiency."""
+
     coords: tuple[float, ...]  # axis values
     seconds: float  # measured kernel time
     efficiency: float  # relative to the table's peak for the row's dtype
@@ -372,6 +374,8 @@ class GridPoint:
 
 @dataclass(frozen=True)
 class GridSource:
+    """The measured points of one grid key before indexing, with their axes and peak."""
+
     axes: tuple[str, ...]
     tables: tuple[str, ...]  # CSV file names the points come from
     peak_flops: float
@@ -406,6 +410,8 @@ def grid_from_points(source: GridSource, points: Sequence[GridPoint] | None = No
 
 @dataclass(frozen=True)
 class Grid:
+    """An indexed grid of one kernel key, with the table it came from."""
+
     key: GridKey
     kernel_grid: KernelGrid
     table: str  # "<directory>/<file>" the points came from
