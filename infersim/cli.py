@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -71,6 +70,8 @@ def run_command(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, args.overrides, args.mfu_tables)
     result = simulate(config)
     if args.format == "json":
+        import json  # here: the text report, the default, needs no JSON
+
         print(json.dumps(to_json_data(result), indent=2))
     else:
         print(to_text(result, detail=args.detail, show_unfit=args.show_unfit))

@@ -12,11 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.hardware import HardwareCard, validate_hardware
-from infersim.cards.hf_import import card_from_hf_file
 from infersim.cards.model import ModelCard, validate_model
 from infersim.cards.registry import resolve
 from infersim.cards.schema import build, load_yaml, spec
@@ -31,12 +28,16 @@ KvDtype = Literal["bf16", "fp16", "fp8"]
 
 @dataclass(frozen=True, kw_only=True)
 class AttentionLayout:
+    """How attention is split over the GPUs of a pipeline stage."""
+
     tp: int = spec(1, doc="tensor parallelism of attention (heads split over tp GPUs)", gt=0)
     dp: int = spec(0, doc="data-parallel attention replicas per pipeline stage (0 = num_gpus / (pp * tp))", ge=0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class FfnLayout:
+    """How the FFN / expert weights are split over the GPUs of a pipeline stage."""
+
     tp: int = spec(1, doc="tensor parallelism of FFN/expert weights", gt=0)
     ep: int = spec(1, doc="expert parallelism: routed experts spread over ep GPUs (MoE only)", gt=0)
     dp: int = spec(0, doc="FFN replicas per pipeline stage (0 = num_gpus / (pp * tp * ep))", ge=0)
@@ -64,6 +65,8 @@ class MoeBalanceSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class Precision:
+    """Number formats of GEMM inputs, stored weights, the KV cache and attention."""
+
     gemm: Dtype = spec("bf16", doc="tensor-core input format of GEMMs (sets the FLOP/s peak)")
     weights: WeightDtype | None = spec(
         None, doc="storage format of linear weights (default: same as gemm); narrower than gemm = weight-only "
@@ -84,6 +87,8 @@ class Precision:
 
 @dataclass(frozen=True, kw_only=True)
 class Deployment:
+    """How the model is placed on the GPUs: counts, parallel layout, precision, overlap, MoE path."""
+
     num_gpus: int = spec(doc="GPUs serving this stage in total", gt=0)
     num_nodes: int = spec(1, doc="nodes the GPUs are spread over", gt=0)
     pp: int = spec(1, doc="pipeline-parallel stages (layers split evenly)", gt=0)
@@ -107,6 +112,8 @@ class Deployment:
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
+    """What is served: prompt and output lengths, step sizes and decode batch."""
+
     isl: int = spec(doc="input (prompt) length, tokens", gt=0)
     osl: int = spec(doc="output length, tokens", gt=0)
     prefill_tokens_per_gpu: int = spec(0, doc="prompt tokens one prefill step processes per GPU (0 = isl)", ge=0)
@@ -192,6 +199,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     path = [p for p in key.strip().split(".")]
     if not all(path):
         raise InferSimError(f"--set '{text}': empty part in field name '{key}'")
+    import yaml  # only for --set: a plain run reads no YAML text itself (infersim.cards.schema)
+
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except (yaml.YAMLError, ValueError):  # ValueError: an integer beyond Python's 4,300-digit limit
@@ -219,7 +228,12 @@ def _load_card(cls: type, validator: Any, ref: str | dict[str, Any], kind: str, 
     else:
         path = resolve(ref, kind, base)
         source = str(path)
-        data = card_from_hf_file(path) if path.suffix == ".json" else load_yaml(path)
+        if path.suffix == ".json":
+            from infersim.cards.hf_import import card_from_hf_file  # here: a plain run names bundled YAML cards
+
+            data = card_from_hf_file(path)
+        else:
+            data = load_yaml(path)
         if not isinstance(data, dict):
             raise ConfigError(source, "", MISSING, f"expected a mapping of {cls.__name__} fields")
     for dotted, value, text in overrides:

@@ -26,6 +26,8 @@ EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every ser
 
 @dataclass(frozen=True)
 class MemoryResult:
+    """Per-GPU memory of a run: weights, KV per token, KV capacity and the decode batch it holds."""
+
     weights_bytes: float  # per GPU
     kv_bytes_per_token: float  # one token's KV over all full-attention layers, whole model (unsharded), drafter included
     kv_bytes_per_token_per_gpu: float  # what one request's token occupies on one GPU (drafter included)

@@ -17,6 +17,8 @@ Stage = Literal["prefill", "decode"]
 
 @dataclass(frozen=True)
 class Operation:
+    """One kernel of a layer or step: its name, module category and shape."""
+
     name: str
     module: str  # a category from infersim.modules.categories
     shape: AnyShape
@@ -25,6 +27,8 @@ class Operation:
 
 @dataclass(frozen=True)
 class LayerGroup:
+    """Identical layers (`layers` of them) and the operations each runs."""
+
     name: str
     layers: int
     operations: tuple[Operation, ...]
@@ -73,6 +77,8 @@ class StageContext:
 
 @dataclass(frozen=True)
 class StagePlan:
+    """Everything one prefill or decode step runs: its layer groups and once-per-step operations."""
+
     stage: Stage
     groups: tuple[LayerGroup, ...]
     per_step: tuple[Operation, ...]

@@ -20,6 +20,8 @@ from infersim.units import GB
 
 @dataclass(frozen=True)
 class SimulationResult:
+    """A simulated run: its config, prefill and decode steps, memory, and why it does not fit if so."""
+
     config: RunConfig
     prefill: StageResult
     decode: StageResult

@@ -54,6 +54,8 @@ def expected_tokens_per_step(acceptance_rate: float, lookahead: int) -> float:
 
 @dataclass(frozen=True)
 class LookaheadPoint:
+    """One lookahead k of speculative decoding: accepted tokens per step and the step's time."""
+
     lookahead: int
     expected_tokens: float  # per request per step
     step_time_s: float  # draft + verification
@@ -62,6 +64,8 @@ class LookaheadPoint:
 
 @dataclass(frozen=True)
 class SpeculativeResult:
+    """Speculative decoding of a run: the drafter, the lookahead in use and what it gains."""
+
     method: str  # "draft" or "mtp"
     drafter: str  # draft model name, or "<model> MTP"
     lookahead: int  # k in use (the best one when lookahead_auto)

@@ -28,6 +28,8 @@ from infersim.errors import MISSING, ConfigError
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryTier:
+    """One tier of a value an engine chooses by GPU memory: `value` from `min_gpu_bytes` of HBM up."""
+
     min_gpu_bytes: float = spec(doc="the value applies to GPUs with at least this much HBM, bytes", ge=0)
     value: float = spec(doc="the value for those GPUs", ge=0)
 
@@ -40,6 +42,8 @@ def tier_value(tiers: tuple[MemoryTier, ...], hbm_bytes: float) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class CaptureRange:
+    """Decode batch sizes an engine captures as CUDA graphs: start..stop (inclusive) every `step`."""
+
     start: int = spec(doc="first captured decode batch of the range", gt=0)
     stop: int = spec(doc="last captured decode batch of the range (inclusive)", gt=0)
     step: int = spec(1, doc="spacing of captured batches in the range", gt=0)
@@ -47,6 +51,8 @@ class CaptureRange:
 
 @dataclass(frozen=True, kw_only=True)
 class Overheads:
+    """Host-side time per step, request and kernel launch, and what the engine's scheduler hides of it."""
+
     step_fixed: float = spec(
         doc="per-step time on the critical path that no overlap hides (graph replay launch, sampling, "
             "host-device sync), seconds", ge=0)
@@ -80,6 +86,8 @@ class FutureTokenReservation:
 
 @dataclass(frozen=True, kw_only=True)
 class Scheduler:
+    """How the engine batches and admits work: chunk budget, running-request cap, KV admission."""
+
     chunked_prefill_tokens: tuple[MemoryTier, ...] = spec(
         doc="prompt tokens one step processes per GPU (the chunk budget; longer prompts run as several "
             "chunks), by GPU memory; 0 = no chunking (a whole prompt per step)")
@@ -102,6 +110,8 @@ class Scheduler:
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryPolicy:
+    """How the engine divides GPU memory between weights, reserves, activations and the KV cache."""
+
     gpu_memory_utilization: float = spec(
         doc="share of HBM the engine uses at all (weights, KV, activations, graphs)", gt=0, le=1)
     reserved_bytes: float = spec(doc="fixed memory outside weights and KV: CUDA context, NCCL buffers, graphs, bytes", ge=0)
@@ -116,6 +126,8 @@ class MemoryPolicy:
 
 @dataclass(frozen=True, kw_only=True)
 class EngineCard:
+    """A serving engine's facts that change predicted times and memory (engines/*.yaml)."""
+
     name: str = spec(doc="short name, as used in run configs (engine: NAME)")
     framework: Literal["sglang", "vllm", "trtllm", "huggingface"] = spec(doc="the serving software")
     version: str = spec(doc="the version these facts belong to")

@@ -61,6 +61,8 @@ class Derates:
 
 @dataclass(frozen=True, kw_only=True)
 class HardwareCard:
+    """One GPU type and its interconnects: datasheet peaks and achievable fractions (hardware/*.yaml)."""
+
     name: str = spec(doc="short name, as used in run configs")
     peak: Peaks = spec(doc="datasheet peaks")
     derates: Derates = spec(doc="achievable fractions and overheads")

@@ -25,6 +25,8 @@ StateDtype = Literal["fp32", "bf16", "fp16"]
 
 @dataclass(frozen=True, kw_only=True)
 class ModelCard:
+    """A model's architecture: the shapes every kernel and memory figure is derived from (models/*.yaml)."""
+
     name: str = spec(doc="short name, as used in run configs")
     source: str = spec("", doc="where the numbers come from (HF repo, paper)")
     hidden_size: int = spec(doc="model width d_model", gt=0)

@@ -8,6 +8,7 @@ and the value. Field constraints are declared next to the field with `spec(...)`
 from __future__ import annotations
 
 import dataclasses
+import marshal
 import math
 import re
 import types
@@ -15,8 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-import yaml
-
+from infersim import diskcache
 from infersim.errors import MISSING, ConfigError
 
 T = TypeVar("T")
@@ -96,12 +96,11 @@ def spec(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it: ~10x faster
-
-
 def safe_load_yaml(text: str) -> Any:
     """yaml.safe_load, through libyaml's parser where PyYAML was built with it (same safe tag set)."""
-    return yaml.load(text, Loader=_SAFE_LOADER)
+    import yaml  # here, not at the top: importing PyYAML is ~10 ms, and a plain run finds its files parsed already
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: ~10x faster
 
 
 def load_yaml(path: Path, what: str = "file") -> Any:
@@ -116,8 +115,16 @@ def load_yaml(path: Path, what: str = "file") -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(str(path), "", MISSING, f"cannot read {what}: {reason}") from None
+    kept = _parsed_yaml().get(text)
+    if kept is not None:
+        try:
+            return marshal.loads(kept)  # a fresh copy: callers may change what they get
+        except Exception:
+            pass  # damaged: parse the text
+    import yaml
+
     try:
-        return safe_load_yaml(text)
+        data = safe_load_yaml(text)
     except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
         raise ConfigError(str(path), "", MISSING, "holds a number too long to read (Python reads at most 4,300 digits)") from None
     except yaml.YAMLError as exc:
@@ -125,6 +132,51 @@ def load_yaml(path: Path, what: str = "file") -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(str(path), "", MISSING, f"malformed YAML{where}: {problem}") from None
+    _keep_parsed_yaml(text, data)
+    return data
+
+
+# Parsed YAML files are kept on disk between processes (infersim.diskcache), keyed by the file's
+# whole text (so an edit is seen at once, whatever the file's mtime says) and stored with marshal
+# (fast to read, and it refuses anything but plain data: a file holding e.g. a timestamp is simply
+# parsed every time). A plain run then reads its config and three cards without importing PyYAML.
+_PARSED_YAML_FILE = "yaml-parsed.marshal"
+_PARSED_YAML_MAX_ENTRIES = 256
+_PARSED_YAML_MAX_TEXT = 16_384  # characters: cards and configs are a few KB; bigger files are parsed
+_parsed: dict[str, bytes] | None = None
+_parsed_new: dict[str, bytes] = {}
+
+
+def _parsed_yaml() -> dict[str, bytes]:
+    """text -> marshal of its parsed data, as kept on disk (read once per process)."""
+    global _parsed
+    if _parsed is None:
+        kept = diskcache.read_marshal(_PARSED_YAML_FILE)
+        _parsed = kept if isinstance(kept, dict) else {}
+    return _parsed
+
+
+def _keep_parsed_yaml(text: str, data: Any) -> None:
+    if len(text) > _PARSED_YAML_MAX_TEXT or diskcache.cache_dir() is None:
+        return
+    try:
+        blob = marshal.dumps(data)
+    except ValueError:  # not plain data (a timestamp, a binary): not kept
+        return
+    if not _parsed_new:
+        import atexit
+
+        atexit.register(_save_parsed_yaml)
+    _parsed_new[text] = _parsed_yaml()[text] = blob
+
+
+def _save_parsed_yaml() -> None:
+    kept = diskcache.read_marshal(_PARSED_YAML_FILE)  # what other processes added meanwhile
+    merged = kept if isinstance(kept, dict) else {}
+    merged.update(_parsed_new)
+    if len(merged) > _PARSED_YAML_MAX_ENTRIES:  # the oldest entries go first
+        merged = dict(list(merged.items())[-_PARSED_YAML_MAX_ENTRIES:])
+    diskcache.write_marshal(_PARSED_YAML_FILE, merged)
 
 
 def build(cls: type[T], data: Any, source: str, prefix: str = "") -> T:

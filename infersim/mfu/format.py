@@ -12,7 +12,6 @@ is checked on load, so a table whose peak or FLOP convention drifted is refused.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 import math
@@ -20,8 +19,6 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin, get_type_hints
-
-import yaml
 
 from infersim.cards.schema import MAX_MAGNITUDE, MIN_MAGNITUDE, build, check_number, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError
@@ -47,6 +44,8 @@ MAX_EFFICIENCY = 1.25
 
 @dataclass(frozen=True)
 class DeviceInfo:
+    """The GPU a table directory's kernels ran on."""
+
     name: str = spec(doc="device name as the driver reports it (or as the source names it)")
     sm_count: int | None = spec(None, doc="streaming multiprocessors (null = unknown)", gt=0)
     clocks: dict[str, float] = spec(default_factory=dict, doc="clocks in MHz if readable (sm_max, memory_max, ...)")
@@ -56,6 +55,8 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class TableInfo:
+    """Provenance of one table file: kernel family, library and how it was measured."""
+
     family: Family = spec(doc="kernel family: gemm, grouped_gemm, attention or collective")
     library: str = spec(doc="the library/kernel that ran it (DeepGEMM, FlashInfer, torch SDPA ...)")
     library_version: str = spec("unknown", doc="its version, or 'unknown'")
@@ -74,6 +75,8 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class Provenance:
+    """provenance.yaml of a table directory: device, peaks, source and each table's facts."""
+
     format_version: int = spec(doc="table format version (1)", ge=1)
     device: DeviceInfo = spec(doc="the GPU the kernels ran on")
     peak_flops: dict[str, float] = spec(doc="dense FLOP/s per dtype that `efficiency` is relative to", gt=0)
@@ -102,6 +105,8 @@ class Provenance:
 
 @dataclass(frozen=True)
 class GemmRow:
+    """One measured GEMM (m x k x n) of gemm*.csv."""
+
     dtype: str
     m: int
     k: int
@@ -115,6 +120,8 @@ class GemmRow:
 
 @dataclass(frozen=True)
 class GroupedGemmRow:
+    """One measured MoE grouped GEMM of grouped_gemm*.csv."""
+
     dtype: str
     stage: Literal["prefill", "decode"]
     projection: Literal["up", "down"]
@@ -140,6 +147,8 @@ class GroupedGemmRow:
 
 @dataclass(frozen=True)
 class AttentionRow:
+    """One measured attention kernel of attention_*.csv."""
+
     kind: Literal["mha", "mla"]
     stage: Literal["prefill", "decode"]
     dtype: str
@@ -228,6 +237,8 @@ def _format_number(value: Any) -> str:
 
 
 def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], float]) -> str:
+    import csv  # here and below: only reading or writing tables needs it, not a run from cached tables
+
     columns = row_columns(family)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -249,6 +260,8 @@ def provenance_yaml_text(provenance: Provenance) -> str:
             del info["moe_routing"]  # the default: kept out so that older directories read unchanged
     header = ("# Provenance of the kernel tables in this directory (format: mfu_tables/FORMAT.md).\n"
               "# `efficiency` in every CSV = kernel FLOPs / (latency * peak_flops[dtype]).\n")
+    import yaml  # here: only writing tables needs PyYAML (~10 ms to import), reading goes through the cache
+
     return header + yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True)
 
 
@@ -363,6 +376,8 @@ def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float],
                    lines: list[int] | None = None) -> tuple[Row, ...]:
     """Rows of one CSV; checks the header, that `efficiency` matches latency and peak and that it
     is not above MAX_EFFICIENCY. `lines`, when given, receives each row's line number."""
+    import csv
+
     try:
         return _read_table_csv(path, family, peak_for, lines)
     except UnicodeDecodeError as exc:
@@ -378,6 +393,8 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
     hints = get_type_hints(row_type)
     parsers = {name: _cell_parser(hint) for name, hint in hints.items()}
     expected = row_columns(family)
+    import csv
+
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)

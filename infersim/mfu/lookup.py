@@ -364,6 +364,8 @@ def describe_key(key: GridKey) -> str:
 
 @dataclass(frozen=True)
 class GridPoint:
+    """One measured point of a grid: coordinates on its axes, time and efficiency."""
+
     coords: tuple[float, ...]  # axis values
     seconds: float  # measured kernel time
     efficiency: float  # relative to the table's peak for the row's dtype
@@ -372,6 +374,8 @@ class GridPoint:
 
 @dataclass(frozen=True)
 class GridSource:
+    """The measured points of one grid key before indexing, with their axes and peak."""
+
     axes: tuple[str, ...]
     tables: tuple[str, ...]  # CSV file names the points come from
     peak_flops: float
@@ -406,6 +410,8 @@ def grid_from_points(source: GridSource, points: Sequence[GridPoint] | None = No
 
 @dataclass(frozen=True)
 class Grid:
+    """An indexed grid of one kernel key, with the table it came from."""
+
     key: GridKey
     kernel_grid: KernelGrid
     table: str  # "<directory>/<file>" the points came from
@@ -429,7 +435,7 @@ class MfuTables:
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
         self._gemm_planes = _gemm_planes(self.grids)
         self.collectives = collective_series(table_dir, label)
-        self._rows = tuple((name, table_dir.row_lines.get(name, ()), rows) for name, rows in table_dir.tables.items())
+        self._hbm_rows = _hbm_rows(self.directory, table_dir)
         self._checked: set[tuple[str, float, tuple[tuple[str, float], ...]]] = set()
 
     @property
@@ -452,28 +458,23 @@ class MfuTables:
         HBM bound instead: see infersim.timing)."""
         if not same_device(self.provenance.device.name, hw.name):
             return
-        key = (hw.name, hw.peak.hbm_bandwidth, tuple(sorted(hw.peak.flops.items())))
+        key = (hw.name, hw.peak.hbm_bandwidth, hw.peak.l2_bytes, tuple(sorted(hw.peak.flops.items())))
         if key in self._checked:
             return
-        for name, lines, rows in self._rows:
-            for i, row in enumerate(rows):
-                if not hasattr(row, "dtype"):  # collective rows: latencies of links, not of HBM traffic
-                    continue
-                peak = self.provenance.peak_flops.get(row.dtype)
-                card_peak = hw.peak.flops.get(row.dtype)
-                if not peak or not card_peak:
-                    continue
-                seconds = row.latency_us * 1e-6 * peak / card_peak  # as lookups scale it
-                moved = minimum_bytes(row.shape())
-                # a benchmark that repeats a kernel without flushing L2 can read an operand set that
-                # fits in L2 faster than HBM allows (aiconfigurator's small GEMMs do): only data larger
-                # than L2 must have crossed HBM
-                if moved > seconds * hw.peak.hbm_bandwidth and moved > hw.peak.l2_bytes:
-                    where = f"{self.directory / name}:{lines[i]}" if i < len(lines) else f"{self.directory / name}"
-                    raise ConfigError(where, "latency_us", row.latency_us,
-                                      f"moves {moved:.4g} bytes in {seconds * 1e6:.4g} us = {moved / seconds / 1e12:.4g} "
-                                      f"TB/s, more than the {hw.peak.hbm_bandwidth / 1e12:.4g} TB/s HBM peak of hardware "
-                                      f"card {hw.name}" + (f" ({source})" if source else ""))
+        for dtype, latency_us, moved, where in self._hbm_rows:
+            peak = self.provenance.peak_flops.get(dtype)
+            card_peak = hw.peak.flops.get(dtype)
+            if not peak or not card_peak:
+                continue
+            seconds = latency_us * 1e-6 * peak / card_peak  # as lookups scale it
+            # a benchmark that repeats a kernel without flushing L2 can read an operand set that
+            # fits in L2 faster than HBM allows (aiconfigurator's small GEMMs do): only data larger
+            # than L2 must have crossed HBM
+            if moved > seconds * hw.peak.hbm_bandwidth and moved > hw.peak.l2_bytes:
+                raise ConfigError(where, "latency_us", latency_us,
+                                  f"moves {moved:.4g} bytes in {seconds * 1e6:.4g} us = {moved / seconds / 1e12:.4g} "
+                                  f"TB/s, more than the {hw.peak.hbm_bandwidth / 1e12:.4g} TB/s HBM peak of hardware "
+                                  f"card {hw.name}" + (f" ({source})" if source else ""))
         self._checked.add(key)
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
@@ -598,6 +599,23 @@ class MfuTables:
                 f"{len(self.grids)} grids: {kinds}{collectives}{routing})")
 
 
+def _hbm_rows(directory: Path, table_dir: TableDirectory) -> tuple[tuple[str, float, float, str], ...]:
+    """(dtype, latency_us, minimum bytes moved, "file:line") of every row check_hardware checks,
+    computed once when the tables are indexed (and so kept in the on-disk cache with them): the
+    bytes do not depend on the hardware card, and computing them for each row was most of the
+    check's ~10 ms in every process. Collective rows are left out: latencies of links, not of HBM
+    traffic."""
+    found = []
+    for name, rows in table_dir.tables.items():
+        lines = table_dir.row_lines.get(name, ())
+        for i, row in enumerate(rows):
+            if not hasattr(row, "dtype"):
+                continue
+            where = f"{directory / name}:{lines[i]}" if i < len(lines) else f"{directory / name}"
+            found.append((row.dtype, row.latency_us, minimum_bytes(row.shape()), where))
+    return tuple(found)
+
+
 def collective_series(table_dir: TableDirectory, label: str
                       ) -> dict[tuple[str, int], tuple[list[tuple[float, float]], str]]:
     """(kind, ranks) -> ([(message bytes, seconds)] ascending, table name); repeats averaged. One
@@ -687,11 +705,11 @@ def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOL
     if stamp and key in _LOADED:
         return _LOADED[key]
     cache = _disk_cache_file(directory, interpolation, stamp) if stamp else None
-    tables = _read_disk_cache(cache) if cache else None
+    tables = _read_disk_cache(*cache) if cache else None
     if tables is None:
         tables = _load_tables(directory, interpolation)
         if cache:
-            _write_disk_cache(cache, tables)
+            _write_disk_cache(*cache, tables)
     if stamp:
         _LOADED[key] = tables
     return tables
@@ -700,42 +718,48 @@ def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOL
 # Indexed tables are also kept on disk between processes (reading and indexing aiconfigurator's
 # H100 tables takes 1.6 s, unpickling them 0.2 s): keyed by the directory, its files' sizes and
 # mtimes, and this package's table code, so an edited table or a new build is read afresh.
-# INFERSIM_CACHE=off turns it off; INFERSIM_CACHE_DIR moves it (default ~/.cache/infersim).
-_CODE_FILES = ("format.py", "lookup.py")
+# INFERSIM_CACHE=off turns it off; INFERSIM_CACHE_DIR moves it (infersim.diskcache).
+# kernels.py: the bytes check_hardware compares are computed at indexing (_hbm_rows)
+_CODE_FILES = ("mfu/format.py", "mfu/lookup.py", "kernels.py")
 
 
 def _disk_cache_file(directory: Path, interpolation: Interpolation,
-                     stamp: tuple[tuple[str, int, int], ...]) -> Path | None:
-    import hashlib
-    import os
+                     stamp: tuple[tuple[str, int, int], ...]) -> tuple[Path, str] | None:
+    """(cache file, its key) for a table directory, or None where not cached. The file's name is
+    a 64-bit checksum of the key (zlib's: hashlib costs ~3 ms to import in every process) and the
+    file holds the key itself, so a name shared by two keys is only a cache miss."""
+    import zlib
 
-    if os.environ.get("INFERSIM_CACHE", "").strip().lower() in ("0", "off", "no", "false"):
+    from infersim.diskcache import cache_dir
+
+    root = cache_dir()
+    if root is None:
         return None
     if interpolation.name not in ("time-in-work-convex-envelope", "time-in-work"):
         return None  # the other interpolation holds a lambda, which does not pickle
-    here = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent
     try:
-        code = tuple((name, (here / name).stat().st_mtime_ns, (here / name).stat().st_size) for name in _CODE_FILES)
+        code = tuple((name, (package / name).stat().st_mtime_ns, (package / name).stat().st_size)
+                     for name in _CODE_FILES)
     except OSError:
         return None
-    root = os.environ.get("INFERSIM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "infersim")
-    digest = hashlib.sha256(repr((str(directory.resolve()), interpolation.name, stamp, code)).encode()).hexdigest()
-    return Path(root) / f"tables-{digest[:32]}.pickle"
+    key = repr((str(directory.resolve()), interpolation.name, stamp, code))
+    data = key.encode()
+    return Path(root) / f"tables-{zlib.crc32(data):08x}{zlib.adler32(data):08x}.pickle", key
 
 
-def _read_disk_cache(path: Path) -> MfuTables | None:
+def _read_disk_cache(path: Path, key: str) -> MfuTables | None:
     import pickle
 
     try:
         with path.open("rb") as f:
-            tables = pickle.load(f)
+            kept_key, tables = pickle.load(f)
     except Exception:  # absent, unreadable or from another build: read the tables instead
         return None
-    return tables if isinstance(tables, MfuTables) else None
+    return tables if kept_key == key and isinstance(tables, MfuTables) else None
 
 
-def _write_disk_cache(path: Path, tables: MfuTables) -> None:
+def _write_disk_cache(path: Path, key: str, tables: MfuTables) -> None:
     import os
     import pickle
 
@@ -743,7 +767,7 @@ def _write_disk_cache(path: Path, tables: MfuTables) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
         with partial.open("wb") as f:
-            pickle.dump(tables, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump((key, tables), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(partial, path)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass  # a read-only home or an unpicklable table set: only the next process is slower
