@@ -7,7 +7,8 @@ so its code object (what `compile` returns for it) is kept on disk, keyed by the
 the Python build, and `exec` runs the kept code instead of compiling it again: the class gets the
 same methods, built by dataclasses itself from the same code.
 
-Only classes of InferSim's own modules use the cache (the module's globals are those dataclasses
+Installed by the command-line process only (`python -m infersim`, infersim/__main__.py), never
+when a program imports infersim as a library. Only classes of InferSim's own modules use the cache (the module's globals are those dataclasses
 executes the text in); all others compile as before. New entries are written when the process
 ends. INFERSIM_CACHE=off turns it off with the other caches (infersim.diskcache).
 """
