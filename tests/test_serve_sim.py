@@ -269,3 +269,23 @@ def test_unequal_dp_ranks_give_the_experts_the_mean_and_the_exchange_the_busiest
     assert {op.name: op.shape for op in every_rank.groups[0].operations}["experts_up"].tokens_per_gpu == 4050
     timed = [run_stage(p, cfg.hardware, cfg.tables, cfg.engine).step_time_s for p in (plan, every_rank)]
     assert timed[0] < timed[1]
+
+
+def test_the_kv_pool_charges_sliding_window_layers_of_a_mean_length_request():
+    """Llama-4 Maverick: 3 of every 4 layers attend within an 8,192-token window, so a 2,000-token
+    request holds all its tokens in all 48 layers: the pool is a quarter of what the 12 full
+    layers alone would allow."""
+    from infersim.memory import memory_budget
+    from infersim.serve.scheduler import settings_from_engine
+
+    cfg = config_from_mapping({"model": "llama-4-maverick", "hardware": "h200", "engine": "sglang",
+                               "deployment": {"num_gpus": 8, "attention": {"tp": 8}, "ffn": {"tp": 8},
+                                              "moe_comm": "all-gather", "precision": FP8},
+                               "workload": {"isl": 1000, "osl": 1000}}, "test")
+    settings = settings_from_engine(cfg, 1000, 1000, offline=False)
+    step = settings.max_chunk or min(settings.token_budget, 1000)
+    memory = memory_budget(cfg.model, cfg.hardware, cfg.deployment, Workload(isl=1000, osl=1000, decode_batch_per_gpu=1),
+                           None, cfg.engine, step)
+    full_layers_only = memory.kv_capacity_bytes / memory.kv_bytes_per_token_per_gpu
+    assert memory.bounded_bytes_per_request_per_gpu == pytest.approx(3 * memory.kv_bytes_per_token_per_gpu * 2000)
+    assert settings.kv_capacity_tokens == pytest.approx(full_layers_only / 4, rel=1e-3)

@@ -14,7 +14,9 @@ for the first time are found in the cache; with shared-prefix ids, a request who
 prefilled before finds its prefix_tokens there. Cached tokens are not recomputed and their pages,
 shared with the cache, are not charged to the request (eviction of cached prefixes is not
 modelled). The KV pool counts cache that grows with the context; the bounded per-request state of
-sliding-window or recurrent layers is not charged. Decode-first without mixed steps means a
+sliding-window or recurrent layers is charged by mean field: the pool's tokens are counted at the
+growing bytes per token plus a mean-length request's bounded bytes spread over its tokens (exact
+when every request has the mean length). Decode-first without mixed steps means a
 static batch: prompts are prefilled only when no request is decoding.
 
 Each iteration: arrivals join the waiting queue; waiting requests are admitted FCFS while the cap,
@@ -151,7 +153,11 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     if memory.kv_capacity_bytes <= 0:
         raise InferSimError(f"does not fit: {config.model.name}'s weights need {memory.weights_bytes / 1e9:.2f} GB per GPU "
                             f"of {hbm / 1e9:.2f} GB, {memory.reserved_bytes / 1e9:.2f} GB of it reserved by {engine.name}")
-    per_token = memory.kv_bytes_per_token_per_gpu
+    # the pool is counted in tokens of the cache that grows with the context; the bounded cache
+    # (sliding-window KV up to the window, recurrent state) of a mean-length request is spread over
+    # its tokens, so a request of mean length is charged its whole footprint (Llama-4's chunked
+    # layers hold every token of a 2k-token request: 3 of its 4 layers)
+    per_token = memory.kv_bytes_per_token_per_gpu + memory.bounded_bytes_per_request_per_gpu / max(1, memory.request_context)
     capacity = int(memory.kv_capacity_bytes / per_token) * dp if per_token > 0 else 1 << 40
     return SchedulerSettings(
         token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,
