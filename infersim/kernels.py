@@ -109,6 +109,9 @@ class GroupedGemmShape:
     load_factor: float = 1.0  # routed tokens of the most loaded GPU / the mean GPU's (>= 1)
     balanced_active_experts: float = -1.0  # distinct experts a GPU of mean load activates (< 0: active_experts)
     expert_slots: int = 0  # experts + redundant replicas over the EP group (0 = num_experts)
+    # expert placement evens the GPUs' load (EPLB with redundant slots, or ideal): a table timed on
+    # the most loaded rank of unbalanced skewed routing does not describe this kernel
+    rebalanced: bool = False
 
     @property
     def local_experts(self) -> int:

@@ -113,6 +113,10 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
     if not isinstance(shape, MemoryBoundShape):
         dtype = shape.dtype
         imbalance_in_table = isinstance(shape, GroupedGemmShape) and getattr(tables, "moe_includes_imbalance", False)
+        if imbalance_in_table and shape.rebalanced:
+            # the table's skew is what EPLB (or ideal placement) removes: its times do not apply
+            return roofline_cost(shape, hw, "roofline: the MoE tables were timed under skewed routing without "
+                                            "expert rebalancing, which this deployment's load balance removes")
         if imbalance_in_table:  # timed on the most loaded rank already: look up the mean load
             hit = tables.lookup(shape.balanced(), hw.peak_flops(dtype))
         else:

@@ -298,3 +298,25 @@ def test_tables_timed_under_skewed_routing_are_looked_up_at_the_mean_load():
     mean = kernel_cost(shape.balanced(), cfg.hardware, cfg.tables)
     assert skewed.seconds == mean.seconds  # the table's own time at 128 tokens per GPU
     assert "imbalance from the table's routing" in skewed.detail
+
+
+def test_skewed_routing_tables_do_not_time_a_rebalanced_deployment():
+    """With EPLB (or ideal placement) the per-GPU load is even: aiconfigurator's MoE tables, timed on
+    the most loaded rank of unbalanced power-law routing, do not describe the kernel, so it is the
+    roofline, and the detail says why."""
+    from infersim.config import config_from_mapping
+    from infersim.simulate import simulate
+
+    def experts(load_balance: dict) -> object:
+        cfg = config_from_mapping({"model": "qwen3-235b-a22b", "hardware": "h100-sxm", "engine": "trtllm",
+                                   "deployment": {"num_gpus": 8, "attention": {"tp": 1, "dp": 8}, "ffn": {"tp": 1, "ep": 8},
+                                                  "moe": load_balance,
+                                                  "precision": {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}},
+                                   "workload": {"isl": 1000, "osl": 10, "decode_batch_per_gpu": 64}}, "test")
+        return next(op for op in simulate(cfg).decode.operations if op.name == "experts_up")
+
+    skewed = experts({"load_balance": "statistical"})
+    assert skewed.source.value == "table"
+    for spec in ({"load_balance": "eplb", "redundant_experts": 8}, {"load_balance": "ideal"}):
+        op = experts(spec)
+        assert op.source.value == "roofline" and "without expert rebalancing" in op.detail

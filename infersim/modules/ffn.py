@@ -139,7 +139,8 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
                    tokens_per_gpu=table_tokens * load, active_experts=balance.active_experts, gated=model.gated_ffn,
                    dtype=prec.gemm, weight_dtype=prec.expert_weight_dtype, load_factor=load,
                    balanced_active_experts=balance.mean_active_experts,
-                   expert_slots=slots if slots != E else 0)
+                   expert_slots=slots if slots != E else 0,
+                   rebalanced=dep.moe.load_balance in ("eplb", "ideal"))
     routed = table_tokens * load * k
     up = width * (2 if model.gated_ffn else 1)
     ops += [
