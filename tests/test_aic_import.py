@@ -352,3 +352,139 @@ def test_mla_rows(package: aic.AicSource, tmp_path: Path) -> None:
         "mla", 128, 1, 576, 512, 32, 1, 4096, pytest.approx(120.0))
     notes = " ".join(tables.provenance.tables["attention_prefill_mla.csv"].notes)
     assert "1 rows skipped: batch_size > 1" in notes and "1 rows skipped: fewer than one head per GPU" in notes
+
+
+# ---------------------------------------------------------------------------------------------
+# NVFP4 (Blackwell): gemm_dtype / moe_dtype nvfp4 -> dtype fp4, efficiency relative to the card's fp4 peak
+
+B200_FP4 = 9e15  # hardware/b200.yaml peak_flops.fp4
+
+
+def b200_gemm(dtype: str, m: int, n: int, k: int, ms: float) -> dict:
+    return {**gemm(dtype, m, n, k, ms), "device": "NVIDIA B200"}
+
+
+def b200_moe(dtype: str, tokens: int, ms: float, source: str = "moe_torch_flow_cutlass", ep: int = 8) -> dict:
+    """A DeepSeek-V3/R1 MoE layer (hidden 7168, 256 experts of 2048, top-8), power-law 1.01 routing."""
+    return {**moe(dtype, tokens, 7168, 2048, 8, 256, 1, ep, "power_law_1.01", ms, source=source),
+            "device": "NVIDIA B200"}
+
+
+@pytest.fixture(params=["csv", "parquet"])
+def b200_package(request: pytest.FixtureRequest, tmp_path: Path) -> aic.AicSource:
+    """A miniature b200_sxm / trtllm package with NVFP4 GEMM and MoE rows (and rows that stay out)."""
+    systems = tmp_path / "systems"
+    systems.mkdir()
+    (systems / "query_versions.yaml").write_text(yaml.safe_dump({
+        "schema_version": 1, "defaults": {"trtllm": {"current": VERSION, "previous": None}}}))
+    data = systems / "data" / "b200_sxm"
+    write_table(data / "gemm" / "trtllm" / VERSION, "gemm_perf", [
+        b200_gemm("bfloat16", 128, 4096, 7168, 0.02),
+        b200_gemm("nvfp4", 128, 4096, 7168, 0.004),
+        b200_gemm("nvfp4", 256, 4096, 7168, 0.0056),
+        b200_gemm("fp8_block", 128, 4096, 7168, 0.009)])
+    write_table(data / "moe" / "trtllm" / VERSION, "moe_perf", [
+        b200_moe("nvfp4", 256, 0.3),
+        b200_moe("nvfp4", 256, 0.25, source="moe_torch_flow_min_latency"),  # TRT-LLM's opt-in kernel: out
+        b200_moe("w4a16_mxfp4", 256, 0.4),  # MXFP4 weights, bf16 activations: no single format
+        b200_moe("w4a8_mxfp4_mxfp8", 256, 0.35),  # MXFP4 weights, MXFP8 activations: no single format
+        b200_moe("fp8_block", 256, 0.5, source="deepgemm")])
+    if request.param == "parquet":
+        pa = pytest.importorskip("pyarrow", reason="parquet fixtures need pyarrow (the 'aic' extra)")
+        import pyarrow.parquet as pq
+
+        for directory, stem in ((data / "gemm" / "trtllm" / VERSION, "gemm_perf"),
+                                (data / "moe" / "trtllm" / VERSION, "moe_perf")):
+            rows = aic.read_records(directory / f"{stem}.csv")
+            typed = [{name: (value if name in {"framework", "version", "device", "op_name", "kernel_source",
+                                               "gemm_dtype", "moe_dtype", "distribution"}
+                             else float(value) if name == "latency" else int(value))
+                      for name, value in row.items()} for row in rows]
+            pq.write_table(pa.Table.from_pylist(typed), directory / f"{stem}.parquet")
+            (directory / f"{stem}.csv").unlink()
+    return aic.AicSource(systems, "0.12.0-fixture")
+
+
+def b200_imported(package: aic.AicSource, out: Path) -> Path:
+    (written,) = aic.import_aiconfigurator(out, "test command", devices=["b200"], source=package)
+    assert written == out / "b200" / f"trtllm-{VERSION}"
+    return written
+
+
+def test_nvfp4_gemm_number_by_number(b200_package: aic.AicSource, tmp_path: Path) -> None:
+    directory = b200_imported(b200_package, tmp_path / "out")
+    tables = read_table_dir(directory)
+    assert tables.provenance.peak_flops["fp4"] == B200_FP4
+    assert sorted(n for n in tables.tables if n.startswith("gemm")) == ["gemm_bf16.csv", "gemm_fp4.csv"]
+    text = (directory / "gemm_fp4.csv").read_text().splitlines()
+    assert text[0] == "dtype,m,k,n,latency_us,efficiency,source_mfu"
+    # 0.004 ms -> 4 us; efficiency = 2 * 128 * 7168 * 4096 / (4e-6 s * 9e15 FLOP/s) = 0.208783 (fp4 peak, not fp8's)
+    assert 2 * 128 * 7168 * 4096 / (4e-6 * B200_FP4) == pytest.approx(0.2087831, rel=1e-6)
+    assert text[1:] == ["fp4,128,7168,4096,4,0.208783,", "fp4,256,7168,4096,5.6,0.298262,"]
+    info = tables.provenance.tables["gemm_fp4.csv"]
+    assert info.description == "dense GEMM, fp4 (NVFP4) inputs and weights, bf16 output"
+    notes = " ".join(info.notes)
+    assert "gemm_dtype nvfp4: NVFP4 (e2m1 inputs and weights, fp8 scales per 16 elements) stored as dtype fp4" in notes
+    assert "1 rows skipped: gemm_dtype fp8_block" in notes and "nvfp4 (not a format" not in notes
+    # the simulator's fp4 GEMM (precision gemm: fp4, weights: fp4) is served from it
+    loaded = load_tables(directory)
+    hit = loaded.lookup(GemmShape(m=128, k=7168, n=4096, dtype="fp4", weight_dtype="fp4"), B200_FP4)
+    assert hit is not None and hit.method == "exact" and hit.seconds == pytest.approx(4e-6)
+    between = loaded.lookup(GemmShape(m=192, k=7168, n=4096, dtype="fp4", weight_dtype="fp4"), B200_FP4)
+    assert between is not None and between.seconds == pytest.approx(4.8e-6)
+    # fp8 activations on fp4 weights (w4a8) is not what the table measured
+    assert loaded.lookup(GemmShape(m=128, k=7168, n=4096, dtype="fp8", weight_dtype="fp4"), B200_FP4) is None
+
+
+def test_nvfp4_moe_number_by_number(b200_package: aic.AicSource, tmp_path: Path) -> None:
+    from infersim.config import load_hardware_card
+    from infersim.kernels import Source
+    from infersim.timing import kernel_cost
+
+    directory = b200_imported(b200_package, tmp_path / "out")
+    tables = read_table_dir(directory)
+    assert sorted(n for n in tables.tables if n.startswith("grouped")) == [
+        "grouped_gemm_fp4_power_law_1.01.csv", "grouped_gemm_fp8_block_power_law_1.01.csv"]
+    lines = (directory / "grouped_gemm_fp4_power_law_1.01.csv").read_text().splitlines()
+    # num_tokens 256 over EP 8 -> 32 tokens per GPU; 0.3 ms (the CUTLASS row, not the 0.25 ms min-latency one)
+    # split 2/3 up, 1/3 down. up: 2 * 32 * 8 * 7168 * 4096 FLOPs / (200e-6 s * 9e15) = 0.00835133; down
+    # (n 7168, k 2048) has half the FLOPs in half the time: the same efficiency
+    assert 2 * 32 * 8 * 7168 * 4096 / (200e-6 * B200_FP4) == pytest.approx(0.00835133, rel=1e-6)
+    assert lines[1:] == ["fp4,prefill,up,256,8,8,7168,2048,true,32,200,0.00835133,",
+                         "fp4,prefill,down,256,8,8,7168,2048,true,32,100,0.00835133,",
+                         "fp4,decode,up,256,8,8,7168,2048,true,32,200,0.00835133,",
+                         "fp4,decode,down,256,8,8,7168,2048,true,32,100,0.00835133,"]
+    info = tables.provenance.tables["grouped_gemm_fp4_power_law_1.01.csv"]
+    assert info.description == "routed experts of one MoE layer on one GPU, fp4 (NVFP4), routing power_law_1.01"
+    assert info.moe_routing == "power_law_1.01" and info.includes_imbalance
+    notes = " ".join(info.notes)
+    assert "1 rows skipped: kernel_source moe_torch_flow_min_latency" in notes
+    assert "2 rows skipped: moe_dtype not bf16/fp8/nvfp4" in notes  # w4a16_mxfp4, w4a8_mxfp4_mxfp8
+    assert "moe_dtype nvfp4: NVFP4 (e2m1 inputs and weights, fp8 scales per 16 elements) stored as dtype fp4" in notes
+    # DeepSeek-R1 FP4's routed experts (gemm fp4, expert weights fp4) are timed by it
+    loaded = load_tables(directory)
+    shape = GroupedGemmShape(stage="decode", projection="up", num_experts=256, ep=8, topk=8, hidden=7168,
+                             intermediate=2048, tokens_per_gpu=32.0, active_experts=32.0, dtype="fp4",
+                             weight_dtype="fp4")
+    hit = loaded.lookup(shape, B200_FP4)
+    assert hit is not None and hit.method == "exact" and hit.seconds == pytest.approx(200e-6)
+    hw, _ = load_hardware_card("b200")
+    cost = kernel_cost(shape, hw, loaded)
+    assert cost.source == Source.TABLE and cost.seconds == pytest.approx(200e-6)
+    assert cost.detail == f"exact from trtllm-{VERSION}/grouped_gemm_fp4_power_law_1.01.csv"
+    # fp4 expert weights under fp8 GEMMs (w4a8) are not in the table: the roofline times them
+    w4a8 = GroupedGemmShape(stage="decode", projection="up", num_experts=256, ep=8, topk=8, hidden=7168,
+                            intermediate=2048, tokens_per_gpu=32.0, active_experts=32.0, dtype="fp8",
+                            weight_dtype="fp4")
+    assert loaded.lookup(w4a8, B200_FP4) is None
+
+
+def test_nvfp4_needs_the_cards_fp4_peak(b200_package: aic.AicSource, tmp_path: Path) -> None:
+    """A card without an fp4 peak (Hopper) gets no fp4 tables: their efficiency would have no reference."""
+    plan = aic.ImportPlan(device="h100-sxm", system="b200_sxm", framework="trtllm", version=VERSION)
+    result = aic.convert_one(b200_package, plan, compact=True)
+    assert result is not None
+    table_dir, notes = result
+    assert "fp4" not in table_dir.provenance.peak_flops
+    assert not [name for name in table_dir.tables if "fp4" in name]
+    assert "gemm_fp4.csv not written: hardware card h100-sxm has no peak FLOP/s for fp4" in notes

@@ -11,8 +11,9 @@ the package `aiconfigurator-core`, under `aiconfigurator_core/systems/data/`:
 Latencies there are in milliseconds. What is converted (one output directory per device and
 engine version, `<out>/<device>/<framework>-<version>/`):
 
-  gemm_perf                   gemm         gemm_dtype bfloat16 -> bf16, fp8 (per-tensor) -> fp8; m, n, k as
-                                           they are. fp8_block, nvfp4 ... are not imported (the
+  gemm_perf                   gemm         gemm_dtype bfloat16 -> bf16, fp8 (per-tensor) -> fp8, nvfp4 -> fp4
+                                           (NVFP4: e2m1 inputs and weights with fp8 scales per 16 elements,
+                                           Blackwell); m, n, k as they are. fp8_block is not imported (the
                                            simulator has one fp8 format; its GEMM rate is per-tensor fp8).
   context_attention_perf      attention    prefill, MHA/GQA: batch_size 1, no sliding window; seq_len = isl;
                                            num_heads / num_key_value_heads per GPU; qk = v = head_dim.
@@ -30,6 +31,12 @@ engine version, `<out>/<device>/<framework>-<version>/`):
                                            table records it (`moe_routing`), so the simulator must not add
                                            its own expert-load imbalance on top (MfuTables.moe_includes_imbalance).
                                            Written twice, as stage prefill and stage decode (one kernel serves both).
+                                           moe_dtype bf16, fp8 (fp8_block where a shape has no per-tensor fp8)
+                                           and nvfp4 -> fp4 (TensorRT-LLM's default CUTLASS MoE rows; its opt-in
+                                           min-latency NVFP4 kernel, kernel_source moe_torch_flow_min_latency,
+                                           is left out). MXFP4 weights with 16- or 8-bit activations
+                                           (w4a16_mxfp4, w4a8_mxfp4_mxfp8: GPT-OSS) are not imported: the
+                                           tables key on one format for inputs and weights.
 
   custom_allreduce_perf       collective   the engine's all-reduce (TP all-reduce), CUDA-graph rows where both
                                            graph and eager were measured; message_bytes = 2 x message_size
@@ -95,6 +102,12 @@ SYSTEMS: dict[str, str] = {
 FRAMEWORKS: tuple[str, ...] = ("trtllm", "sglang", "vllm")
 LIBRARY = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
 DTYPES: dict[str, str] = {"bfloat16": "bf16", "fp8": "fp8"}
+#: GEMM and MoE formats: also NVFP4 (e2m1 inputs and weights, fp8 block scales per 16 elements), our fp4
+GEMM_DTYPES: dict[str, str] = {**DTYPES, "nvfp4": "fp4"}
+#: the MoE kernel aiconfigurator times TensorRT-LLM's opt-in min-latency NVFP4 MoE with (not the default)
+MIN_LATENCY_MOE = "moe_torch_flow_min_latency"
+NVFP4_NOTE = ("NVFP4 (e2m1 inputs and weights, fp8 scales per 16 elements) stored as dtype fp4; efficiency relative "
+              "to peak_flops.fp4")
 
 #: power-law exponent aiconfigurator's models route MoE tokens with: DeepSeek/Kimi family 1.01
 MOE_ALPHA_DEEPSEEK_FAMILY = 1.01
@@ -246,7 +259,7 @@ def convert_gemm(records: Iterable[dict[str, Any]], where: str, compact: bool = 
     out: dict[str, Converted] = {}
     skipped: dict[str, dict[str, int]] = {}
     for record in records:
-        dtype = DTYPES.get(str(record.get("gemm_dtype")))
+        dtype = GEMM_DTYPES.get(str(record.get("gemm_dtype")))
         if dtype is None:
             why = f"gemm_dtype {record.get('gemm_dtype')} (not a format the simulator's GEMM tables key on)"
             skipped.setdefault("*", {})[why] = skipped.get("*", {}).get(why, 0) + 1
@@ -260,6 +273,9 @@ def convert_gemm(records: Iterable[dict[str, Any]], where: str, compact: bool = 
             out.setdefault(dtype, Converted()).rows.append(row)
     for converted in out.values():
         converted.notes += _count_note(skipped.get("*", {}))
+    if "fp4" in out:
+        out["fp4"].notes.append(f"gemm_dtype nvfp4: {NVFP4_NOTE}")
+    for converted in out.values():
         if compact:
             converted.notes.append(f"compact grid: m in {sorted(COMPACT_GEMM_M)} only")
     return out
@@ -347,10 +363,14 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
     """Grouped-GEMM rows by (label, routing), each measurement split into up and down, both stages.
 
     label is the dtype, or fp8_block for block-scaled fp8 MoEs that have no per-tensor fp8 measurement
-    (stored as dtype fp8: the simulator has one fp8 format)."""
+    (stored as dtype fp8: the simulator has one fp8 format). nvfp4 becomes fp4, from TensorRT-LLM's
+    default (CUTLASS) MoE rows; the opt-in min-latency kernel's rows are skipped."""
     out: dict[tuple[str, str], Converted] = {}
+    not_imported = "moe_dtype not bf16/fp8/nvfp4 (fp8_block only where no per-tensor fp8; MXFP4 w4a16/w4a8 not: " \
+                   "the tables key on one format for inputs and weights)"
+    min_latency = f"kernel_source {MIN_LATENCY_MOE} (TensorRT-LLM's opt-in min-latency NVFP4 MoE, not the default)"
     skipped = {"moe_tp_size > 1 (the format has no expert-TP axis)": 0,
-               "num_tokens not a multiple of moe_ep_size": 0, "moe_dtype not bf16/fp8 (fp8_block only where no per-tensor fp8)": 0,
+               "num_tokens not a multiple of moe_ep_size": 0, not_imported: 0, min_latency: 0,
                "routing other than the model family's power law": 0}
     records = list(records)
 
@@ -360,12 +380,15 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
     per_tensor_fp8 = {shape_key(r) for r in records if str(r.get("moe_dtype")) == "fp8"}
     for record in records:
         moe_dtype = str(record.get("moe_dtype"))
-        dtype = DTYPES.get(moe_dtype)
+        dtype = GEMM_DTYPES.get(moe_dtype)
         label = dtype
         if moe_dtype == "fp8_block" and shape_key(record) not in per_tensor_fp8:
             dtype, label = "fp8", "fp8_block"  # the only fp8 measurement of this MoE (DeepSeek-style block scales)
         if dtype is None:
-            skipped["moe_dtype not bf16/fp8 (fp8_block only where no per-tensor fp8)"] += 1
+            skipped[not_imported] += 1
+            continue
+        if str(record.get("kernel_source")) == MIN_LATENCY_MOE:
+            skipped[min_latency] += 1
             continue
         if _int(record, "moe_tp_size", where) != 1:
             skipped["moe_tp_size > 1 (the format has no expert-TP axis)"] += 1
@@ -405,6 +428,8 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
         if label == "fp8_block":
             converted.notes.append("moe_dtype fp8_block (block-scaled fp8, as DeepGEMM) stored as dtype fp8: these "
                                    "MoE shapes have no per-tensor fp8 measurement")
+        if label == "fp4":
+            converted.notes.append(f"moe_dtype nvfp4: {NVFP4_NOTE}; TensorRT-LLM's default CUTLASS MoE")
         converted.notes.append(
             f"moe_perf rows time the whole routed-expert computation; split up/down by FLOPs "
             f"(gated 2/3 : 1/3); tokens_per_gpu = num_tokens / moe_ep_size; routing {routing} (timed on the most "
@@ -542,11 +567,12 @@ class ImportPlan:
 
 
 def _peaks_of(device: str) -> dict[str, float]:
-    """Dense bf16/fp8 peaks of our hardware card for the device (efficiency is relative to them)."""
+    """Dense bf16/fp8 (and fp4, where the card has it) peaks of our hardware card for the device
+    (efficiency is relative to them)."""
     from infersim.config import load_hardware_card
 
     card, _ = load_hardware_card(device)
-    return {d: card.peak_flops(d) for d in ("bf16", "fp8") if d in card.peak.flops}
+    return {d: card.peak_flops(d) for d in ("bf16", "fp8", "fp4") if d in card.peak.flops}
 
 
 def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
@@ -589,7 +615,8 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
     if found:
         records, path, status, served = found
         for dtype, conv in sorted(convert_gemm(records, str(path), compact).items()):
-            add(f"gemm_{dtype}.csv", "gemm", conv.rows, f"dense GEMM, {dtype} inputs and weights, bf16 output",
+            what = "fp4 (NVFP4)" if dtype == "fp4" else dtype
+            add(f"gemm_{dtype}.csv", "gemm", conv.rows, f"dense GEMM, {what} inputs and weights, bf16 output",
                 path, status, conv.notes, served=served)
     found = load("attention", "context_attention_perf")
     if found:
@@ -617,7 +644,8 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
         records, path, status, served = found
         for (label, routing), conv in sorted(convert_moe(records, str(path), compact).items()):
             add(f"grouped_gemm_{label}_{routing}.csv", "grouped_gemm", conv.rows,
-                f"routed experts of one MoE layer on one GPU, {label}, routing {routing}", path, status,
+                f"routed experts of one MoE layer on one GPU, {'fp4 (NVFP4)' if label == 'fp4' else label}, "
+                f"routing {routing}", path, status,
                 conv.notes, routing=routing, served=served)
     found = load("comm", "custom_allreduce_perf")
     custom = False
@@ -639,9 +667,15 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
             conv.notes.append("all_reduce rows not imported: the engine's custom all-reduce table times it")
         add("collective_nccl.csv", "collective", conv.rows, "NCCL collectives, one node", nccl_path,
             collection_status(nccl_dirs[-1], "nccl_perf"), conv.notes, served=f"nccl {nccl_dirs[-1].name}")
+    peaks = _peaks_of(plan.device)
+    for name in sorted(tables):
+        dtypes = {getattr(row, "dtype", None) for row in tables[name]} - {None}
+        if infos[name].family != "collective" and not dtypes <= set(peaks):
+            notes.append(f"{name} not written: hardware card {plan.device} has no peak FLOP/s for "
+                         f"{', '.join(sorted(dtypes - set(peaks)))}")
+            del tables[name], infos[name]
     if not tables:
         return None
-    peaks = _peaks_of(plan.device)
     alphas = sorted({info.moe_routing for info in infos.values() if info.family == "grouped_gemm"})
     prov = Provenance(
         format_version=FORMAT_VERSION,
