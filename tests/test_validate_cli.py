@@ -172,3 +172,21 @@ def test_the_shared_reference_by_default(capsys):
     kinds = {p["kind"] for p in data["points"]}
     assert {"kernel_gemm", "kernel_grouped_gemm", "deepep", "stage_prefill", "stage_decode"} <= kinds
     assert data["summary"]["overall"]["n"] == len(data["points"]) >= 59
+
+
+def test_a_point_whose_run_does_not_fit_in_memory_says_so(tmp_path, capsys):
+    """A mapping whose batch cannot fit (here: bf16 MLA cache for 1,408 requests of 2,050 tokens on
+    a GB200) is still priced, with the memory limit it breaks in the point's note."""
+    import importlib.resources
+
+    points = yaml.safe_load((importlib.resources.files("infersim.validate") / "points.yaml").read_text())
+    entry = next(p for p in points["points"] if p["id"] == "sgl-gb200-decode-p2-std")
+    entry["run"]["deployment"]["precision"]["kv_cache"] = "bf16"
+    custom = tmp_path / "points.yaml"
+    custom.write_text(yaml.safe_dump({"points": [entry]}, sort_keys=False))
+    reference = tmp_path / "reference.yaml"
+    reference.write_text(yaml.safe_dump({"data_points": [
+        {"id": "sgl-gb200-decode-p2-std", "value": 9087, "source": "GB200_2", "unit": "tok/s/GPU"}]}))
+    assert main(["validate", "--reference", str(reference), "--points", str(custom), "--format", "json"]) == 0
+    [point] = json.loads(capsys.readouterr().out)["points"]
+    assert "does not fit" in point["note"] and "KV cache" in point["note"]

@@ -269,7 +269,7 @@ class _Evaluator:
         times = stage.module_times()
         module = max(times, key=times.__getitem__)
         share = times[module] / sum(times.values())
-        notes += [w for w in result.warnings if "does not fit" in w or "exceeds" in w]
+        notes += [f"does not fit: {limit}" for limit in result.unfit]  # priced anyway: say so beside it
         return value * conv.multiply, (module, f"{100 * share:.0f}%"), "; ".join(notes)
 
     def serving(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
