@@ -160,53 +160,11 @@ def kernels_launched(plan: StagePlan) -> int:
     return per_layer * plan.micro_batches + sum(op.count for op in plan.per_step)
 
 
-def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None) -> StageResult:
-    """Time one step. Without an engine card the step has no software overhead (kernel time only)."""
-    mb = plan.micro_batches
-    slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
-    results: list[OperationResult] = []
-    serial = 0.0
-    schedule: list[list[tuple[bool, float]]] = []
-    fused = set(engine.fused_operations) if engine is not None else set()
-    memo = _cost_memo(hw, tables)
-    for group in plan.groups:
-        timed: list[tuple[bool, float]] = []
-        for op in group.operations:
-            cost = _timed(op, hw, tables, memo)
-            if op.name in fused:  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
-                cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD, f"fused into a neighbouring kernel by {engine.name}")
-            per_micro_batch = cost.seconds * op.count
-            per_layer = per_micro_batch * mb
-            is_comm = op.module in cat.COMMUNICATION
-            timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
-            serial += per_layer * group.layers
-            results.append(OperationResult(
-                op.name, op.module, group.layers, per_layer * group.layers, per_layer,
-                cost.flops * op.count * mb * group.layers, cost.bytes * op.count * mb * group.layers,
-                cost.bound, cost.source, cost.detail, group.name))
-        schedule += [_phases(timed)] * group.layers
-    step = two_batch_schedule(schedule) if mb == 2 else serial
-    saved = serial - step
-    for op in plan.per_step:
-        cost = _timed(op, hw, tables, memo)
-        seconds = cost.seconds * op.count
-        step += seconds
-        results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
-                                       cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
-    if engine is not None:
-        overhead = step_overhead(engine, plan.stage, step, plan.requests_per_gpu, kernels_launched(plan),
-                                 hw.peak.hbm_bytes)
-        results.append(OperationResult("scheduler", cat.OVERHEAD, 1, overhead.seconds, overhead.seconds, 0.0, 0.0,
-                                       Bound.OVERHEAD, Source.CARD, overhead.detail, "per step"))
-        step += overhead.seconds
-    return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, mb, saved, slowdown, tuple(results))
-
-
-def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
-               engine: EngineCard | None = None) -> tuple[float, Bound]:
-    """run_stage(...).step_time_s and .bound without the per-operation results and their detail
-    strings, which a sweep row does not show and which cost more than the timing itself. The same
-    arithmetic in the same order as run_stage, so the numbers are identical (tests/test_engine_fast.py)."""
+def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,
+          results: list[OperationResult] | None) -> tuple[float, float, float, dict[Bound, float]]:
+    """Time one step: (step seconds, seconds two-batch overlap saved, compute slowdown by SMs held
+    for communication, seconds per bound). Appends each operation's result to `results` unless it
+    is None (sweeps need the time only: the results and their detail text cost more than the timing)."""
     mb = plan.micro_batches
     slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
     serial = 0.0
@@ -223,27 +181,60 @@ def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
                 cost = memo[op.shape]
             except (KeyError, TypeError):
                 cost = _timed(op, hw, tables, memo)
-            # a fused operation costs no time but keeps its bound (see run_stage)
-            per_micro_batch = 0.0 if op.name in fused else cost.seconds * op.count
+            is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
+            per_micro_batch = 0.0 if is_fused else cost.seconds * op.count
             per_layer = per_micro_batch * mb
             is_comm = op.module in comm
             timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
             time_s = per_layer * layers
             serial += time_s
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
+            if results is not None:
+                if is_fused:
+                    cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD,
+                                f"fused into a neighbouring kernel by {engine.name}")  # type: ignore[union-attr]
+                results.append(OperationResult(
+                    op.name, op.module, layers, time_s, per_layer, cost.flops * op.count * mb * layers,
+                    cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name))
         if mb == 2:  # only two-batch overlap schedules phases
             schedule += [_phases(timed)] * layers
     step = two_batch_schedule(schedule) if mb == 2 else serial
+    saved = serial - step
     for op in plan.per_step:
         cost = _timed(op, hw, tables, memo)
         seconds = cost.seconds * op.count
         step += seconds
         by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + seconds
+        if results is not None:
+            results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
+                                           cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
     if engine is not None:
-        overhead = step_overhead_seconds(engine, plan.stage, step, plan.requests_per_gpu, kernels_launched(plan),
-                                         hw.peak.hbm_bytes)
+        args = (engine, plan.stage, step, plan.requests_per_gpu, kernels_launched(plan), hw.peak.hbm_bytes)
+        if results is None:
+            overhead = step_overhead_seconds(*args)
+        else:
+            detailed = step_overhead(*args)
+            overhead = detailed.seconds
+            results.append(OperationResult("scheduler", cat.OVERHEAD, 1, overhead, overhead, 0.0, 0.0,
+                                           Bound.OVERHEAD, Source.CARD, detailed.detail, "per step"))
         by_bound[Bound.OVERHEAD] = by_bound.get(Bound.OVERHEAD, 0.0) + overhead
         step += overhead
+    return step, saved, slowdown, by_bound
+
+
+def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None) -> StageResult:
+    """Time one step. Without an engine card the step has no software overhead (kernel time only)."""
+    results: list[OperationResult] = []
+    step, saved, slowdown, _ = _walk(plan, hw, tables, engine, results)
+    return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, plan.micro_batches, saved, slowdown,
+                       tuple(results))
+
+
+def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
+               engine: EngineCard | None = None) -> tuple[float, Bound]:
+    """run_stage(...).step_time_s and .bound without the per-operation results and their detail
+    strings, which a sweep row does not show (tests/test_engine_fast.py holds the two equal)."""
+    step, _, _, by_bound = _walk(plan, hw, tables, engine, None)
     return step, max(by_bound, key=by_bound.__getitem__)
 
 

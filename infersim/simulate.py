@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infersim.cards.engine import EngineCard
 from infersim.cards.hardware import HardwareCard
@@ -13,7 +13,7 @@ from infersim.kernels import Bound, NoTables, Source
 from infersim.memory import MemoryResult, memory_budget
 from infersim.modules import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
-from infersim.plan import SequenceBatch
+from infersim.plan import SequenceBatch, StagePlan
 from infersim.speculative import SpeculativeResult, drafter_memory, run_speculative
 from infersim.units import GB
 
@@ -101,20 +101,24 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
     return sequential_steps(priced, -(-workload.isl // tp))
 
 
-def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
-               engine: EngineCard) -> StageResult:
-    """TPOT stage: one decode step of `batch` requests per GPU. A CUDA-graph step computes the batch
-    padded up to the engine's next captured size (attention reads the real requests' caches only);
-    throughput counts the real requests."""
+def _decode_plan(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int,
+                 engine: EngineCard) -> tuple[StagePlan, int]:
+    """The decode step of `batch` requests per GPU and the batch its CUDA graph computes: padded up
+    to the engine's next captured size (attention reads the real requests' caches only)."""
     padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes)
     if dep.overlap == "two-batch" and padded % 2:
         padded += 1  # two equal micro-batches
-    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch)
+    return build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch), padded
+
+
+def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
+               engine: EngineCard) -> StageResult:
+    """TPOT stage: one decode step of `batch` requests per GPU (see _decode_plan); throughput counts
+    the real requests."""
+    plan, padded = _decode_plan(model, hw, dep, workload, batch, engine)
     result = run_stage(plan, hw, tables, engine)
     if padded == batch:
         return result
-    from dataclasses import replace
-
     return replace(result, tokens_per_gpu=batch, padded_batch=padded)
 
 
@@ -122,13 +126,8 @@ def decode_time(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
                 engine: EngineCard) -> tuple[float, float, Bound]:
     """(TPOT, decode tokens per GPU per second, dominant bound) of run_decode's step, without its
     per-operation results: what a sweep row needs, at a fraction of the cost."""
-    padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes)
-    if dep.overlap == "two-batch" and padded % 2:
-        padded += 1  # two equal micro-batches
-    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch)
-    step, bound = stage_time(plan, hw, tables, engine)
-    # as StageResult.tpot_s and .tgs with one token per step and the real (unpadded) batch
-    return step / 1.0, batch * 1.0 / step, bound
+    step, bound = stage_time(_decode_plan(model, hw, dep, workload, batch, engine)[0], hw, tables, engine)
+    return step, batch / step, bound  # one token per request per step, the real (unpadded) batch
 
 
 def simulate(config: RunConfig) -> SimulationResult:

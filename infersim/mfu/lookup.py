@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Literal, Sequence, Union
 
@@ -438,7 +439,7 @@ class MfuTables:
         self._hbm_rows = _hbm_rows(self.directory, table_dir)
         self._checked: set[tuple[str, float, tuple[tuple[str, float], ...]]] = set()
 
-    @property
+    @cached_property  # asked for every grouped-GEMM kernel priced
     def moe_includes_imbalance(self) -> bool:
         """True when the grouped-GEMM (MoE) tables were timed on the most loaded rank under uneven
         (power-law) routing (provenance `moe_routing`, e.g. aiconfigurator's): their times already
