@@ -16,7 +16,7 @@ from infersim.errors import InferSimError
 from infersim.modules.step import build_step_plan
 from infersim.plan import SequenceBatch
 from infersim.serve.api import simulate_serving
-from infersim.serve.scheduler import trtllm_bench_settings
+from infersim.serve.scheduler import offline_limits
 from infersim.serve.simulate import parse_options, simulate_serving_run
 from infersim.simulate import run_prefill
 
@@ -136,9 +136,9 @@ def test_trtllm_bench_heuristic_by_hand():
     # Llama-3.1-8B FP8 on one H100, 1000/1000: KV memory (80e9 - 8.03e9 params x 1 B) x 0.95 = 68.4e9 B;
     # KV per token 2 x 32 layers x 8 heads x 128 x 1 B = 65,536 B; 68.4e9 / 65,536 / 2000 = 522 requests
     # -> max_batch_size: next multiple of 128 = 640; tokens 522 x 2 = 1044 -> max(2048, ...) = 2048
-    assert trtllm_bench_settings(config("trtllm"), 1000, 1000) == (640, 2048)
+    assert offline_limits(config("trtllm"), 1000, 1000) == (640, 2048)
     # 128/128: 4096-request ceiling -> 4096; tokens min(4096 x 2, 32768) = 8192 -> multiple of 1024
-    assert trtllm_bench_settings(config("trtllm"), 128, 128) == (4096, 8192)
+    assert offline_limits(config("trtllm"), 128, 128) == (4096, 8192)
 
 
 def test_trtllm_offline_uses_the_bench_heuristic_and_never_preempts():

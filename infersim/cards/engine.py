@@ -124,6 +124,36 @@ class MemoryPolicy:
         1.0, doc="share of the memory left after weights, activations and reserve that becomes KV cache", gt=0, le=1)
 
 
+@dataclass(frozen=True)
+class RoundingTier:
+    """Values below `below` (None: any value) are rounded up to a multiple of `multiple`, at least `minimum`."""
+
+    multiple: int = spec(doc="round up to a multiple of this", gt=0)
+    below: float | None = spec(None, doc="the tier holds values below this (None: the last tier, every value)", gt=0)
+    minimum: int = spec(0, doc="never less than this", ge=0)
+
+
+@dataclass(frozen=True)
+class OfflineLimits:
+    """How the engine's offline benchmark tool picks its own running-request cap and per-step token
+    budget from memory when the run does not set them (trtllm-bench: see `offline_limits`)."""
+
+    tool: str = spec(doc="the benchmark tool, as reports name it")
+    kv_memory_fraction: float = spec(doc="share of (GPU memory x GPUs - weight bytes) counted as KV memory", gt=0, le=1)
+    max_batch: int = spec(doc="requests that fit are capped at this before rounding", gt=0)
+    max_tokens: int = spec(doc="the token budget batch x (1 + ISL / OSL) is capped at this before rounding", gt=0)
+    batch_rounding: tuple[RoundingTier, ...] = spec(doc="rounding tiers of the request cap, ascending")
+    token_rounding: tuple[RoundingTier, ...] = spec(doc="rounding tiers of the token budget, ascending")
+    chunked: bool = spec(False, doc="prompts longer than the budget run in chunks (else whole prompts)")
+
+    @staticmethod
+    def rounded(value: float, tiers: tuple[RoundingTier, ...]) -> int:
+        for tier in tiers:
+            if tier.below is None or value < tier.below:
+                return max(tier.minimum, int(-(-value // tier.multiple) * tier.multiple))
+        return int(value)
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineCard:
     """A serving engine's facts that change predicted times and memory (engines/*.yaml)."""
@@ -140,6 +170,8 @@ class EngineCard:
                                    "neighbouring kernel: they cost no separate kernel time")
     moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] | None = spec(
         None, doc="default MoE communication when the run config does not name one")
+    offline_limits: OfflineLimits | None = spec(
+        None, doc="offline (all requests at once) runs: the benchmark tool's own request cap and token budget")
 
     def chunk_tokens(self, hbm_bytes: float, attention_dp: int = 1) -> int:
         """Prompt tokens one prefill step processes per GPU (0 = no chunking)."""

@@ -6,8 +6,8 @@ mixed steps or separate prefill and decode passes, prefill-first or decode-first
 (reserve-full: a request is admitted only when pages for its whole prompt + output are free, so
 nothing is ever evicted; on-demand: pages are taken as tokens arrive, and when a decode step would
 run out the most recently admitted running request is preempted and later recomputed), the page
-size and the prefix cache. For trtllm in offline mode `trtllm_bench_settings` reproduces
-trtllm-bench's own max_batch_size / max_num_tokens heuristic.
+size and the prefix cache. In offline mode an engine card's `offline_limits` (trtllm's) reproduce
+its benchmark tool's own max_batch_size / max_num_tokens heuristic (`offline_limits`).
 
 Prefix cache: with a hit rate h, the first h x prompt tokens (whole pages) of a request admitted
 for the first time are found in the cache; with shared-prefix ids, a request whose prefix id was
@@ -86,11 +86,14 @@ def _round_up(value: float, step: int) -> int:
     return int(-(-value // step) * step)
 
 
-def trtllm_bench_settings(config: RunConfig, isl: float, osl: float) -> tuple[int, int]:
-    """trtllm-bench throughput's own (max_batch_size, max_num_tokens) when not given
-    (tensorrt_llm/bench/build/tuning.py calc_engine_setting + finetune_setting, see engines.md)."""
+def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]:
+    """The engine's offline benchmark tool's own (request cap, token budget) when not given, from
+    the engine card's `offline_limits` (trtllm-bench's max_batch_size / max_num_tokens heuristic)."""
     from infersim.memory import total_parameters
 
+    limits = config.engine.offline_limits
+    if limits is None:
+        raise InferSimError(f"engine {config.engine.name} has no offline_limits")
     model, dep, hw = config.model, config.deployment, config.hardware
     weight_bytes = 1.0 if dep.precision.weight_dtype == "fp8" else (0.5 if dep.precision.weight_dtype == "fp4" else 2.0)
     kv_bytes = 1.0 if dep.precision.kv_cache == "fp8" else 2.0
@@ -98,25 +101,14 @@ def trtllm_bench_settings(config: RunConfig, isl: float, osl: float) -> tuple[in
     head_dim = model.head_dim if not model.is_mla else (model.kv_lora_rank + model.qk_rope_head_dim) / 2
     kv_heads = model.num_key_value_heads if not model.is_mla else 1
     kv_per_token = 2 * model.num_hidden_layers * max(tp, kv_heads) * head_dim * kv_bytes
-    kv_memory = (hw.peak.hbm_bytes * dep.gpus_per_stage * dep.pp - total_parameters(model) * weight_bytes) * 0.95
+    kv_memory = (hw.peak.hbm_bytes * dep.gpus_per_stage * dep.pp
+                 - total_parameters(model) * weight_bytes) * limits.kv_memory_fraction
     if kv_memory <= 0:
-        raise InferSimError(f"trtllm-bench heuristic: {model.name}'s weights do not fit in {dep.num_gpus} x {hw.name}")
+        raise InferSimError(f"{limits.tool} heuristic: {model.name}'s weights do not fit in {dep.num_gpus} x {hw.name}")
     fit = kv_memory / kv_per_token / (isl + osl)
-    raw_batch = min(fit, 4096) / dep.pp
-    raw_tokens = min(raw_batch * (1 + isl / osl), 32768)
-    if raw_batch < 256:
-        batch = max(64, _round_up(raw_batch, 32))
-    elif raw_batch < 1024:
-        batch = _round_up(raw_batch, 128)
-    else:
-        batch = _round_up(raw_batch, 256)
-    if raw_tokens < 4096:
-        tokens = max(2048, _round_up(raw_tokens, 256))
-    elif raw_tokens < 8192:
-        tokens = _round_up(raw_tokens, 512)
-    else:
-        tokens = _round_up(raw_tokens, 1024)
-    return int(batch), int(tokens)
+    raw_batch = min(fit, limits.max_batch) / dep.pp
+    raw_tokens = min(raw_batch * (1 + isl / osl), limits.max_tokens)
+    return limits.rounded(raw_batch, limits.batch_rounding), limits.rounded(raw_tokens, limits.token_rounding)
 
 
 def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, offline: bool,
@@ -138,10 +130,10 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     cap = engine.max_running_requests(hbm)
     chunked = budget > 0
     origin = f"engine card {engine.name} {engine.version}"
-    if offline and engine.framework == "trtllm":
-        cap, budget = trtllm_bench_settings(config, mean_isl, mean_osl)
-        chunked = False  # trtllm-bench: chunked context is opt-in
-        origin = f"trtllm-bench heuristic max_batch_size {cap}, max_num_tokens {budget}"
+    if offline and engine.offline_limits is not None:
+        cap, budget = offline_limits(config, mean_isl, mean_osl)
+        chunked = engine.offline_limits.chunked
+        origin = f"{engine.offline_limits.tool} heuristic max_batch_size {cap}, max_num_tokens {budget}"
         if dp > 1:  # every attention-DP rank runs its own executor under these limits
             cap, budget = cap * dp, budget * dp
             origin += f" per attention-DP rank, x{dp} ranks"
