@@ -65,13 +65,13 @@ def test_hand_checked_values(cards):
 
     # H20
     assert h20.peak.hbm_bandwidth == pytest.approx(4.0e12)
-    assert h20.peak.hbm_bytes == pytest.approx(96e9)
+    assert h20.peak.hbm_bytes == 97871 * 2**20  # nvidia-smi memory.total in MiB: the '96 GB' is GiB
     assert h20.peak.flops["bf16"] == pytest.approx(148e12)
     assert h20.peak.sm_count == 78
     assert h20.usd_per_gpu_hour == pytest.approx(13.5 / 24 * 2.10)
 
     # H200
-    assert h200.peak.hbm_bytes == pytest.approx(141e9)
+    assert h200.peak.hbm_bytes == 143771 * 2**20
     assert h200.peak.hbm_bandwidth == pytest.approx(4.8e12)
     assert h200.usd_per_gpu_hour == pytest.approx(3.5 / 2.5 * 2.10)
 
@@ -85,7 +85,7 @@ def test_hand_checked_values(cards):
     assert b200.peak.flops["bf16"] == pytest.approx(2.25e15)
     assert b200.peak.flops["fp4"] == pytest.approx(9e15)
     assert gb200.peak.gpus_per_node == 72
-    assert gb200.peak.hbm_bytes == pytest.approx(186e9)
+    assert gb200.peak.hbm_bytes == 189471 * 2**20
     assert b200.peak.nvlink_bandwidth == gb200.peak.nvlink_bandwidth == pytest.approx(900e9)
 
     # RTX A6000: dense tensor rate is half the datasheet's sparse 309.7 TFLOPS; no DeepEP

@@ -133,9 +133,9 @@ def test_throughput_never_exceeds_decode_throughput_at_the_running_cap(engine, i
 
 
 def test_trtllm_bench_heuristic_by_hand():
-    # Llama-3.1-8B FP8 on one H100, 1000/1000: KV memory (80e9 - 8.03e9 params x 1 B) x 0.95 = 68.4e9 B;
-    # KV per token 2 x 32 layers x 8 heads x 128 x 1 B = 65,536 B; 68.4e9 / 65,536 / 2000 = 522 requests
-    # -> max_batch_size: next multiple of 128 = 640; tokens 522 x 2 = 1044 -> max(2048, ...) = 2048
+    # Llama-3.1-8B FP8 on one H100, 1000/1000: KV memory (85.52e9 (81,559 MiB) - 8.03e9 params x 1 B) x 0.95 = 73.6e9 B;
+    # KV per token 2 x 32 layers x 8 heads x 128 x 1 B = 65,536 B; 73.6e9 / 65,536 / 2000 = 561 requests
+    # -> max_batch_size: next multiple of 128 = 640; tokens 561 x 2 = 1122 -> max(2048, ...) = 2048
     assert offline_limits(config("trtllm"), 1000, 1000) == (640, 2048)
     # 128/128: 4096-request ceiling -> 4096; tokens min(4096 x 2, 32768) = 8192 -> multiple of 1024
     assert offline_limits(config("trtllm"), 128, 128) == (4096, 8192)
