@@ -212,8 +212,13 @@ def test_gemm_between_measured_k_and_n(package: aic.AicSource, tmp_path: Path) -
     along_k = [(corner[(4096, n)] + corner[(8192, n)]) / 2 for n in (4096, 8192)]
     assert hit.seconds == pytest.approx(0.75 * along_k[0] + 0.25 * along_k[1], rel=1e-9)
     assert "k=6144 between 4096 and 8192" in hit.note
-    # outside the measured K range: no table
-    assert loaded.lookup(GemmShape(m=16, k=16384, n=4096), H100_BF16) is None
+    # above the largest K measured: the time at K = 8192 scaled by the work ratio 16384 / 8192
+    above = loaded.lookup(GemmShape(m=16, k=16384, n=4096), H100_BF16)
+    assert above is not None and above.method == "extrapolated"
+    assert above.seconds == pytest.approx(2 * corner[(8192, 4096)], rel=1e-9)
+    assert "k=16384 above the table's largest k=8192" in above.note and "n=" not in above.note.split(":")[0]
+    # below the smallest: no table
+    assert loaded.lookup(GemmShape(m=16, k=2048, n=4096), H100_BF16) is None
     # the fp8 table holds one (K, N): no grid to interpolate on
     assert loaded.lookup(GemmShape(m=16, k=6144, n=4096, dtype="fp8", weight_dtype="fp8"), H100_FP8) is None
 

@@ -552,6 +552,24 @@ class MfuTables:
         if plane is None:
             return None
         ks, ns = plane
+        # above the largest K or N measured (a 128k-vocabulary LM head against aiconfigurator's
+        # N <= 65,536): the GEMM at the largest plane, its time scaled by the work ratio. At that
+        # width every SM already holds output tiles (or K iterations), so more N or K is more of the
+        # same work at the same rate
+        k_in, n_in = min(shape.k, ks[-1]), min(shape.n, ns[-1])
+        scale = (shape.k / k_in) * (shape.n / n_in)
+        if scale != 1.0:
+            inside = self._gemm_between_planes(
+                GemmShape(m=shape.m, k=k_in, n=n_in, dtype=shape.dtype, weight_dtype=shape.weight_dtype,
+                          out_dtype=shape.out_dtype), peak_flops)
+            if inside is None:
+                return None
+            seconds = inside.seconds * scale
+            above = ", ".join(f"{axis}={value} above the table's largest {axis}={largest}"
+                              for axis, value, largest in (("k", shape.k, ks[-1]), ("n", shape.n, ns[-1]))
+                              if value > largest)
+            note = f"{above}: the time at k={k_in}, n={n_in} scaled by the work ratio {scale:.3g}"
+            return TableHit(seconds, inside.table, "extrapolated", shape.flops / (seconds * peak_flops), note)
         k_pair = _bracket(ks, shape.k)
         n_pair = _bracket(ns, shape.n)
         if k_pair is None or n_pair is None:
