@@ -71,18 +71,19 @@ def _compute_flops_and_rate(shape: AnyShape, hw: HardwareCard) -> tuple[float, f
     return shape.flops, hw.peak_flops("bf16") * hw.compute_efficiency("bf16")
 
 
-def _memory_efficiency(shape: AnyShape, hw: HardwareCard) -> float:
+def _memory_efficiency(shape: AnyShape, hw: HardwareCard, elementwise: float | None = None) -> float:
     """Elementwise kernels (norms, rotary, activation, casts) stream less well than GEMMs and
-    attention: short rows, two passes, launch tails."""
+    attention: short rows, two passes, launch tails. `elementwise` overrides the card's share for
+    them (a table set's own rule, see kernel_cost)."""
     if isinstance(shape, MemoryBoundShape):
-        return hw.derates.elementwise_memory_efficiency
+        return elementwise if elementwise is not None else hw.derates.elementwise_memory_efficiency
     return hw.derates.memory_efficiency
 
 
-def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "") -> Cost:
+def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "", elementwise: float | None = None) -> Cost:
     flops_done, rate = _compute_flops_and_rate(shape, hw)
     compute_s = flops_done / rate
-    memory_s = shape.bytes / (hw.peak.hbm_bandwidth * _memory_efficiency(shape, hw))
+    memory_s = shape.bytes / (hw.peak.hbm_bandwidth * _memory_efficiency(shape, hw, elementwise))
     kernels = shape.kernels if isinstance(shape, (MemoryBoundShape, LinearAttentionShape)) else 1
     launch_s = hw.derates.kernel_launch_overhead * kernels
     busy = max(compute_s, memory_s)
@@ -142,4 +143,13 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
                         f"{hit.method} from {hit.table}"
                         + (f" ({IMBALANCE_FROM_TABLE}, not the load-balance factor)"
                            if imbalance_in_table and shape.load_factor != 1.0 else ""))
+        return roofline_cost(shape, hw)
+    # elementwise kernels: no table times them, but a table set may bring the rule its own
+    # predictions price them with (aiconfigurator's share of HBM bandwidth), which then replaces the
+    # card's generic share so that the composition around its measured kernels is the one it was
+    # checked with
+    rule = getattr(tables, "elementwise_memory_efficiency", None)
+    if rule is not None:
+        return roofline_cost(shape, hw, f"roofline at {rule:.2f} of HBM bandwidth (the kernel tables' elementwise "
+                                        f"rule)", elementwise=rule)
     return roofline_cost(shape, hw)

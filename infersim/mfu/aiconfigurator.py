@@ -191,6 +191,22 @@ def current_versions(systems_dir: Path) -> dict[tuple[str, str], str]:
     return result
 
 
+def elementwise_rule(systems_dir: Path, system: str) -> tuple[float | None, str]:
+    """(share of HBM bandwidth, source) of aiconfigurator's rule for memory-bound ops on `system`:
+    its estimates price norms, activations and other elementwise kernels analytically at
+    gpu.mem_bw x mem_bw_empirical_scaling_factor (systems/<system>.yaml), not from measurements.
+    (None, "") where the system file or the factor is missing."""
+    path = systems_dir / f"{system}.yaml"
+    if not path.is_file():
+        return None, ""
+    gpu = (yaml.safe_load(path.read_text()) or {}).get("gpu") or {}
+    factor = gpu.get("mem_bw_empirical_scaling_factor")
+    if not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        return None, ""
+    return float(factor), (f"aiconfigurator's rule for memory-bound ops: systems/{system}.yaml "
+                           f"mem_bw_empirical_scaling_factor {factor:g}, 'nonofficial correction based on observations'")
+
+
 def family_version_dir(data_dir: Path, system: str, family: str, framework: str, version: str) -> Path | None:
     """The directory serving `version` for one table family: the version itself, or else the newest
     older one (aiconfigurator fills missing families backward from older collections, never forward)."""
@@ -677,6 +693,7 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
     if not tables:
         return None
     alphas = sorted({info.moe_routing for info in infos.values() if info.family == "grouped_gemm"})
+    elementwise, elementwise_source = elementwise_rule(source.systems_dir, plan.system)
     prov = Provenance(
         format_version=FORMAT_VERSION,
         device=DeviceInfo(name=sorted(device_names)[0] if device_names else plan.device),
@@ -698,6 +715,8 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
                                   if alphas else "no MoE tables"),
                "measurement dates, clocks and driver are not in the package: unknown")
         + NOT_IMPORTED + tuple(notes),
+        elementwise_memory_efficiency=elementwise,
+        elementwise_source=elementwise_source,
         tables=infos,
     )
     return TableDirectory(provenance=prov, tables=tables), notes

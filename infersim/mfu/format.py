@@ -87,6 +87,11 @@ class Provenance:
     software: dict[str, str] = spec(default_factory=dict, doc="versions: torch, cuda, driver, ... ('unknown' if so)")
     source: dict[str, str] = spec(default_factory=dict, doc="imported tables: path, project, license")
     notes: tuple[str, ...] = spec((), doc="notes on the whole directory")
+    elementwise_memory_efficiency: float | None = spec(
+        None, doc="share of HBM bandwidth that elementwise kernels (norms, activations, casts) stream at on this "
+                  "device and engine, where the tables come with such a rule (aiconfigurator's do: it prices "
+                  "memory-bound ops analytically beside its measured kernels); absent: the hardware card's", gt=0, le=1)
+    elementwise_source: str = spec("", doc="where elementwise_memory_efficiency comes from")
     tables: dict[str, TableInfo] = spec(default_factory=dict, doc="one entry per CSV file in the directory")
 
     def peak_for(self, dtype: str, source: str) -> float:
@@ -254,6 +259,8 @@ def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], f
 def provenance_yaml_text(provenance: Provenance) -> str:
     data = dataclasses.asdict(provenance)
     data["notes"] = list(provenance.notes)
+    if provenance.elementwise_memory_efficiency is None:  # optional: kept out so older directories read unchanged
+        del data["elementwise_memory_efficiency"], data["elementwise_source"]
     for info in data["tables"].values():
         info["notes"] = list(info["notes"])
         if info.get("moe_routing") == "balanced":

@@ -447,6 +447,12 @@ class MfuTables:
         return any(info.includes_imbalance for info in self.provenance.tables.values())
 
     @property
+    def elementwise_memory_efficiency(self) -> float | None:
+        """The share of HBM bandwidth elementwise kernels stream at under these tables' rule, or None
+        (the hardware card's elementwise_memory_efficiency applies)."""
+        return self.provenance.elementwise_memory_efficiency
+
+    @property
     def moe_routing(self) -> tuple[str, ...]:
         """The routings the grouped-GEMM tables were timed under ('balanced', 'power_law_1.01', ...)."""
         return tuple(sorted({info.moe_routing for info in self.provenance.tables.values()
@@ -614,8 +620,12 @@ class MfuTables:
         if self.moe_includes_imbalance:
             routing = (f"; MoE tables timed under {', '.join(self.moe_routing)} routing: expert-load imbalance "
                        f"included")
+        elementwise = ""
+        if prov.elementwise_memory_efficiency is not None:
+            elementwise = (f"; elementwise kernels at {prov.elementwise_memory_efficiency:.2f} of HBM bandwidth "
+                           f"({prov.elementwise_source or 'the tables’ rule'})")
         return (f"{display_path(self.directory)} ({prov.device.name}, {origin}{engine}, measured {prov.measured_on}; "
-                f"{len(self.grids)} grids: {kinds}{collectives}{routing})")
+                f"{len(self.grids)} grids: {kinds}{collectives}{routing}{elementwise})")
 
 
 def _hbm_rows(directory: Path, table_dir: TableDirectory) -> tuple[tuple[str, float, float, str], ...]:

@@ -1,0 +1,62 @@
+"""Elementwise kernels under a kernel-table set that brings its own rule for them (aiconfigurator's
+memory-bound-op share of HBM bandwidth) and under tables that do not (the hardware card's share)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from infersim.config import load_hardware_card
+from infersim.errors import InferSimError
+from infersim.kernels import GemmShape, MemoryBoundShape, NoTables
+from infersim.mfu import aiconfigurator as aic
+from infersim.mfu.lookup import load_tables
+from infersim.timing import kernel_cost
+
+BUNDLED = Path(__file__).resolve().parent.parent / "mfu_tables"
+AIC_H100 = BUNDLED / "aiconfigurator" / "h100-sxm" / "trtllm-1.3.0rc20"
+NORM = MemoryBoundShape("rmsnorm", bytes_moved=134_217_728.0)  # 4096 tokens x 4096 x 2 B, 2 in + 2 out
+
+
+def test_tables_rule_replaces_the_cards_share() -> None:
+    h100 = load_hardware_card("h100-sxm")[0]
+    launch = h100.derates.kernel_launch_overhead
+    with_rule = kernel_cost(NORM, h100, load_tables(AIC_H100))
+    # 134,217,728 B / (3.35e12 B/s x 0.8) = 50.08 us, plus one launch
+    assert with_rule.seconds == pytest.approx(134_217_728 / (3.35e12 * 0.8) + launch, rel=1e-12)
+    assert "0.80 of HBM bandwidth (the kernel tables' elementwise rule)" in with_rule.detail
+    card = kernel_cost(NORM, h100, NoTables())
+    assert h100.derates.elementwise_memory_efficiency == 0.48
+    assert card.seconds == pytest.approx(134_217_728 / (3.35e12 * 0.48) + launch, rel=1e-12)
+    # measured kernels are not touched by the rule
+    gemm = GemmShape(m=4096, k=4096, n=4096)
+    assert kernel_cost(gemm, h100, load_tables(AIC_H100)).detail.startswith("exact from")
+
+
+def test_tables_without_a_rule_keep_the_card() -> None:
+    h800 = load_hardware_card("h800")[0]
+    tables = load_tables(BUNDLED / "imported" / "h800")
+    assert tables.elementwise_memory_efficiency is None
+    assert kernel_cost(NORM, h800, tables).seconds == kernel_cost(NORM, h800, NoTables()).seconds
+
+
+def test_rule_is_read_from_aiconfigurators_system_file(tmp_path: Path) -> None:
+    (tmp_path / "h100_sxm.yaml").write_text(
+        "gpu:\n  mem_bw: 3350000000000\n  mem_bw_empirical_scaling_factor: 0.75 # a comment\n")
+    share, source = aic.elementwise_rule(tmp_path, "h100_sxm")
+    assert share == 0.75 and "systems/h100_sxm.yaml mem_bw_empirical_scaling_factor 0.75" in source
+    assert aic.elementwise_rule(tmp_path, "h200_sxm") == (None, "")  # no system file: no rule
+    (tmp_path / "b200_sxm.yaml").write_text("gpu:\n  mem_bw_empirical_scaling_factor: 1.5\n")
+    assert aic.elementwise_rule(tmp_path, "b200_sxm") == (None, "")  # not a share of bandwidth
+
+
+def test_impossible_rule_is_refused_with_file_and_key(tmp_path: Path) -> None:
+    copy = tmp_path / "tables"
+    shutil.copytree(AIC_H100, copy)
+    text = (copy / "provenance.yaml").read_text()
+    (copy / "provenance.yaml").write_text(text.replace("elementwise_memory_efficiency: 0.8",
+                                                       "elementwise_memory_efficiency: 1.3"))
+    with pytest.raises(InferSimError, match=r"provenance.yaml.*elementwise_memory_efficiency.*1.3"):
+        load_tables(copy)
