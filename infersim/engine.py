@@ -184,8 +184,9 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else cost.seconds * op.count
             per_layer = per_micro_batch * mb
-            is_comm = op.module in comm
-            timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
+            if mb == 2:  # only two-batch overlap schedules phases
+                is_comm = op.module in comm
+                timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
             time_s = per_layer * layers
             serial += time_s
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
