@@ -1,4 +1,5 @@
-"""Memoised plan pieces (infersim.modules.step._PIECES) give exactly the plan a fresh build gives.
+"""Memoised plan pieces (infersim.modules.step._PIECES) give exactly the plan a fresh build gives,
+and the engine's pricing of pieces by identity gives exactly the per-operation pricing.
 
 The pieces are keyed on a subset of the deployment and stage context (what their builders read),
 so a wrong key shows up as a plan built for one layout or batch being served to another. Each
@@ -19,7 +20,8 @@ from infersim.config import load_run_config
 from infersim.errors import InferSimError
 from infersim.modules import step
 from infersim.modules.step import build_stage_plan, build_step_plan
-from infersim.plan import SequenceBatch, StagePlan
+from infersim.engine import run_stage, stage_time
+from infersim.plan import LayerGroup, SequenceBatch, StagePlan
 from infersim.simulate import _decode_plan
 
 CASES = [
@@ -94,3 +96,18 @@ def test_memo_is_bounded():
     for batch in range(1, 2 * step._PIECES_LIMIT):
         _decode_plan(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, batch, cfg.engine)
         assert len(step._PIECES) <= step._PIECES_LIMIT
+
+
+@pytest.mark.parametrize("config,variants", CASES)
+def test_pieces_priced_by_identity_time_like_plain_operations(config, variants):
+    """The engine prices a group's memoised pieces by identity (engine._COST_MEMO); the same plan
+    without pieces, priced operation by operation, gives the same step time, bound and results."""
+    cfg = load_run_config(config, variants[0])
+    builders = _builders(config, variants)
+    for build in builders + builders:  # the second round finds every piece priced already
+        plan = build()
+        assert all(sum(g.pieces, ()) == g.operations for g in plan.groups)
+        plain = dataclasses.replace(plan, groups=tuple(LayerGroup(g.name, g.layers, g.operations) for g in plan.groups))
+        hw = cfg.hardware
+        assert stage_time(plan, hw, cfg.tables, cfg.engine) == stage_time(plain, hw, cfg.tables, cfg.engine)
+        assert run_stage(plan, hw, cfg.tables, cfg.engine) == run_stage(plain, hw, cfg.tables, cfg.engine)

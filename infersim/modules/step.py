@@ -117,11 +117,11 @@ def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext) -> tuple[
     for kind, moe, layers in layer_composition(model):
         if kind not in mixers:
             mixers[kind] = mixer_piece(model, dep, ctx, kind)
-        ops = mixers[kind] + ffn_piece(model, dep, ctx, moe)
+        pieces = (mixers[kind], ffn_piece(model, dep, ctx, moe))
         name = "MoE layers" if moe else "dense layers"
         if model.is_hybrid:
             name += f" ({MIXER_LABELS[kind]})"
-        groups.append(LayerGroup(name, layers, ops))
+        groups.append(LayerGroup(name, layers, pieces[0] + pieces[1], pieces))
     return tuple(groups)
 
 
