@@ -105,7 +105,7 @@ _PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[Cost, ...]]]
 _COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost], _PieceCosts]] = {}
 _COST_MEMO_PAIRS = 8
 _COST_MEMO_SHAPES = 200_000
-_COST_MEMO_PIECES = 8192
+_COST_MEMO_PIECES = 2048  # pieces of a few dozen operations each, so a few MB per pair
 
 
 def _memos(hw: HardwareCard, tables: KernelTables) -> tuple[dict[Any, Cost], _PieceCosts]:
