@@ -14,7 +14,7 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 from dataclasses import dataclass, replace
 
@@ -22,7 +22,7 @@ from infersim.cards.engine import EngineCard, step_overhead, step_overhead_secon
 from infersim.cards.hardware import HardwareCard
 from infersim.kernels import Bound, Cost, KernelTables, Source
 from infersim.modules import categories as cat
-from infersim.plan import Operation, StagePlan
+from infersim.plan import LayerGroup, Operation, StagePlan
 from infersim.timing import kernel_cost
 
 
@@ -97,19 +97,46 @@ def combined_source(sources: Iterable[Source]) -> Source:
 # Kernel costs are pure functions of (shape, hardware card, tables): sweeps price the same shapes
 # over and over (every operation a swept field does not touch), so they are memoised per (card,
 # tables) pair. The pair is held by the memo, so its ids cannot be reused while it is in use.
-_COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost]]] = {}
+# Beside the shapes, the costs of each memoised plan piece (LayerGroup.pieces) are kept by the
+# piece's identity: a sweep's steps share pieces as the same objects, and looking a piece up once
+# skips hashing each of its shapes (half of a step's timing). Each entry holds its piece, so
+# that id cannot be reused while the entry exists.
+_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[Cost, ...]]]
+_COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost], _PieceCosts]] = {}
 _COST_MEMO_PAIRS = 8
 _COST_MEMO_SHAPES = 200_000
+_COST_MEMO_PIECES = 2048  # pieces of a few dozen operations each, so a few MB per pair
 
 
-def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
+def _memos(hw: HardwareCard, tables: KernelTables) -> tuple[dict[Any, Cost], _PieceCosts]:
+    """The (shape -> cost, piece id -> costs) memos of a (card, tables) pair."""
     key = (id(hw), id(tables))
     entry = _COST_MEMO.get(key)
     if entry is None:
         if len(_COST_MEMO) >= _COST_MEMO_PAIRS:
             _COST_MEMO.clear()
-        entry = _COST_MEMO[key] = (hw, tables, {})
-    return entry[2]
+        entry = _COST_MEMO[key] = (hw, tables, {}, {})
+    return entry[2], entry[3]
+
+
+def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
+    return _memos(hw, tables)[0]
+
+
+def _group_costs(group: LayerGroup, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
+                 by_piece: _PieceCosts) -> Iterator[tuple[Operation, Cost]]:
+    """The group's operations with their costs, in order (pieces priced once, see _COST_MEMO)."""
+    if not group.pieces:
+        for op in group.operations:
+            yield op, _timed(op, hw, tables, memo)
+        return
+    for piece in group.pieces:
+        entry = by_piece.get(id(piece))
+        if entry is None:
+            if len(by_piece) >= _COST_MEMO_PIECES:
+                by_piece.clear()
+            entry = by_piece[id(piece)] = (piece, tuple(_timed(op, hw, tables, memo) for op in piece))
+        yield from zip(piece, entry[1])
 
 
 def _timed(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost] | None = None) -> Cost:
@@ -171,21 +198,18 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     schedule: list[list[tuple[bool, float]]] = []
     by_bound: dict[Bound, float] = {}
     fused = engine.fused_operations if engine is not None else ()
-    memo = _cost_memo(hw, tables)
+    memo, by_piece = _memos(hw, tables)
     comm = cat.COMMUNICATION
     for group in plan.groups:
         timed: list[tuple[bool, float]] = []
         layers = group.layers
-        for op in group.operations:
-            try:  # the memo lookup inlined (most operations hit it); _timed handles the rest
-                cost = memo[op.shape]
-            except (KeyError, TypeError):
-                cost = _timed(op, hw, tables, memo)
+        for op, cost in _group_costs(group, hw, tables, memo, by_piece):
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else cost.seconds * op.count
             per_layer = per_micro_batch * mb
-            is_comm = op.module in comm
-            timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
+            if mb == 2:  # only two-batch overlap schedules phases
+                is_comm = op.module in comm
+                timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
             time_s = per_layer * layers
             serial += time_s
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s

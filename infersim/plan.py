@@ -7,7 +7,7 @@ New architectures add operation builders in `infersim.modules`, not branches in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from infersim.kernels import AnyShape
@@ -32,6 +32,10 @@ class LayerGroup:
     name: str
     layers: int
     operations: tuple[Operation, ...]
+    # `operations` as the memoised tuples the plan builder joined (attention half, FFN half), the
+    # same objects in every step that shares them: the engine prices such a tuple once per
+    # hardware and tables. Empty: not built from pieces. Not part of equality (same operations).
+    pieces: tuple[tuple[Operation, ...], ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)

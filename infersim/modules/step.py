@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.config import Deployment, Workload
 from infersim.errors import InferSimError
 from infersim.kernels import CollectiveShape, GemmShape, MemoryBoundShape
 from infersim.modules import categories as cat
 from infersim.modules.attention import attention_operations
-from infersim.modules.ffn import attention_output_collective, dense_ffn_operations, moe_operations
+from infersim.modules.ffn import attention_output_collective, dense_ffn_operations, moe_operations, sequence_length
 from infersim.modules.linear_attention import linear_mixer_operations
 from infersim.plan import LayerGroup, Operation, SequenceBatch, Stage, StageContext, StagePlan
 from infersim.sharding import shard
@@ -64,42 +66,92 @@ def mixer_operations(model: ModelCard, dep: Deployment, ctx: StageContext, kind:
     return linear_mixer_operations(model, dep, ctx, kind)
 
 
+# A sweep builds the plan of every batch of every layout, and most of a plan repeats between
+# them: the FFN side of a decode step sees the CUDA-graph padded batch (shared by every real batch
+# padded to it), the attention side does not see the FFN layout or the MoE path (shared by every
+# EP size and moe_comm tried). So the two halves of a layer are memoised, each on exactly what its
+# builders read (tests/test_sweep_speed_plan.py holds memoised plans equal to fresh ones). Keys
+# name the model card by identity; each entry holds the card, so its id cannot be reused while
+# the entry exists. Builders that raise are not memoised (they raise again).
+_PIECES: dict[tuple, tuple[ModelCard, tuple[Operation, ...]]] = {}
+_PIECES_LIMIT = 4096  # entries of a few dozen operations each
+
+
+def _memoised(key: tuple, model: ModelCard, build: Callable[[], list[Operation]]) -> tuple[Operation, ...]:
+    entry = _PIECES.get(key)
+    if entry is None:
+        if len(_PIECES) >= _PIECES_LIMIT:
+            _PIECES.clear()
+        entry = _PIECES[key] = (model, tuple(build()))
+    return entry[1]
+
+
+def mixer_piece(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str) -> tuple[Operation, ...]:
+    """mixer_operations, memoised. The key covers what attention_operations and
+    linear_mixer_operations read: the card, the mixer kind, attention TP, the precision, and the
+    context's stage, tokens and sequences (not the FFN layout, the MoE path or the node size)."""
+    key = ("mixer", id(model), kind, dep.attention.tp, dep.precision, ctx.stage, ctx.tokens_per_gpu,
+           ctx.sequences_per_gpu)
+    return _memoised(key, model, lambda: mixer_operations(model, dep, ctx, kind))
+
+
+def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool) -> tuple[Operation, ...]:
+    """The attention-output collective and the FFN (dense or MoE) of a layer, memoised. The key
+    covers what attention_output_collective, dense_ffn_operations and moe_operations read: the card,
+    the FFN layout, attention TP, the precision, the MoE path and balance spec, and the context's
+    stage, tokens, expert tokens, GPUs per node and the sequences' token-weighted mean length (the
+    routing statistics); not the GPU, node or pipeline counts, the DP sizes, the overlap (the
+    context carries its micro-batch) or the sequences' context lengths. So one piece serves every
+    real batch padded to the same CUDA-graph batch, and every pipeline split of the same layout."""
+    key = ("ffn", id(model), moe, dep.ffn.tp, dep.ffn.ep, dep.attention.tp, dep.precision, dep.moe_comm, dep.moe, ctx.stage,
+           ctx.tokens_per_gpu, ctx.expert_tokens_per_gpu, ctx.gpus_per_node, sequence_length(ctx))
+    return _memoised(key, model, lambda: attention_output_collective(model, dep, ctx, moe_layer=moe) + (
+        moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx)))
+
+
 def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext) -> tuple[LayerGroup, ...]:
     """One LayerGroup per distinct (mixer, FFN) layer kind; layers of a kind share it whatever
     their order (order only matters for two-batch overlap, which pipelines layer by layer)."""
     groups = []
-    mixers: dict[str, list[Operation]] = {}
+    mixers: dict[str, tuple[Operation, ...]] = {}
     for kind, moe, layers in layer_composition(model):
         if kind not in mixers:
-            mixers[kind] = mixer_operations(model, dep, ctx, kind)
-        ffn = moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx)
-        ops = mixers[kind] + attention_output_collective(model, dep, ctx, moe_layer=moe) + ffn
+            mixers[kind] = mixer_piece(model, dep, ctx, kind)
+        pieces = (mixers[kind], ffn_piece(model, dep, ctx, moe))
         name = "MoE layers" if moe else "dense layers"
         if model.is_hybrid:
             name += f" ({MIXER_LABELS[kind]})"
-        groups.append(LayerGroup(name, layers, tuple(ops)))
+        groups.append(LayerGroup(name, layers, pieces[0] + pieces[1], pieces))
     return tuple(groups)
 
 
 def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, micro_batches: int) -> tuple[Operation, ...]:
     """Embedding, final norm + LM head (vocab split over attention TP) and pipeline sends, whole step."""
     tp = dep.attention.tp
-    tokens = ctx.tokens_per_gpu * micro_batches * tp
-    h = model.hidden_size
     # only the last position of each sequence needs logits in prefill
-    logit_rows = tokens if ctx.stage == "decode" else sum(s.group_count(tp) for s in ctx.sequences_per_gpu) * micro_batches
+    logit_rows = ctx.tokens_per_gpu * micro_batches * tp if ctx.stage == "decode" else \
+        sum(s.group_count(tp) for s in ctx.sequences_per_gpu) * micro_batches
+    args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
+            logit_rows)
+    return _memoised(("step", id(model)) + args, model, lambda: _step_operations(model, *args))
+
+
+def _step_operations(model: ModelCard, tp: int, pp: int, gpus_per_stage: int, gpus_per_node: int,
+                     tokens_per_micro_batch: int, micro_batches: int, logit_rows: int) -> list[Operation]:
+    """per_step_operations on exactly what it reads (its memo key)."""
+    tokens = tokens_per_micro_batch * micro_batches * tp
+    h = model.hidden_size
     vocab = shard(model.vocab_size, tp, "vocab_size", "attention.tp")
     ops = [
         Operation("embedding", cat.EMBEDDING, MemoryBoundShape("embedding gather", 2 * tokens * h * ACT_BYTES)),
         Operation("final_norm", cat.LM_HEAD, MemoryBoundShape("RMSNorm", 2 * logit_rows * h * ACT_BYTES)),
         Operation("lm_head", cat.LM_HEAD, GemmShape(logit_rows, h, vocab, "bf16", "bf16", "fp32")),
     ]
-    if dep.pp > 1:
-        ranks_per_node = 1 if dep.gpus_per_stage >= dep.gpus_per_node else 2
-        ops.append(Operation("pp_send", cat.PP_SEND,
-                             CollectiveShape("p2p", ctx.tokens_per_gpu * micro_batches * tp * h * ACT_BYTES, 2, ranks_per_node),
-                             count=dep.pp - 1))
-    return tuple(ops)
+    if pp > 1:
+        ranks_per_node = 1 if gpus_per_stage >= gpus_per_node else 2
+        ops.append(Operation("pp_send", cat.PP_SEND, CollectiveShape("p2p", tokens * h * ACT_BYTES, 2, ranks_per_node),
+                             count=pp - 1))
+    return ops
 
 
 def build_stage_plan(stage: Stage, model: ModelCard, dep: Deployment, workload: Workload,

@@ -203,7 +203,8 @@ class Evaluator:
 
     def _memory_for(self, model, hw, dep, work, run) -> MemoryResult:
         key = (model, hw, dep, work.isl, work.osl, work.prefill_tokens_per_gpu, run)
-        if self._memory_key is None or any(a is not b and a != b for a, b in zip(key, self._memory_key)):
+        # tuples compare element by element, identity first: the cards are mostly the same objects
+        if key != self._memory_key:
             # the last result misses whenever a deployment axis varies faster than the batch: look
             # further back, on the cards' identities (derived cards are cached, so equal cards are
             # mostly the same object; a miss only recomputes) and the deployment's value
@@ -223,7 +224,7 @@ class Evaluator:
 
     def _prefill_for(self, model, hw, dep, work) -> StageResult:
         key = (model, hw, dep, work.isl, work.prefill_tokens_per_gpu)
-        if self._prefill_key is None or any(a is not b and a != b for a, b in zip(key, self._prefill_key)):
+        if key != self._prefill_key:
             self._prefill = run_prefill(model, hw, dep, work, self.tables, self.engine)
             self._prefill_key = key
         return self._prefill
