@@ -5,6 +5,6 @@ from infersim import codecache
 
 codecache.install()
 
-from infersim.cli import main  # noqa: E402
+from infersim.cli import exit_now, main  # noqa: E402
 
-raise SystemExit(main())
+exit_now(main())

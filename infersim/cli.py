@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 from pathlib import Path
 
 from infersim.errors import InferSimError, shorten
@@ -137,6 +138,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"infersim: internal error ({type(exc).__name__}: {exc}); please report it. "
               "Set INFERSIM_DEBUG=1 to see the traceback.", file=sys.stderr)
         return 3
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the command-line process with `code` as `raise SystemExit(code)` would, less the
+    interpreter's teardown: freeing every module and object one by one takes ~10 ms, a quarter of a
+    plain run's own time, for a process that is about to end anyway. What a normal exit does that
+    matters still happens: atexit callbacks run (the on-disk caches are written there) and the
+    standard streams are flushed; files are closed by their with-blocks. Where a non-daemon thread
+    is still running, or a stream cannot be flushed (a reader that left), the normal exit handles
+    it as it always has."""
+    threading = sys.modules.get("threading")  # not imported: no other thread can be running
+    if threading is not None and any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        raise SystemExit(code)
+    import atexit
+
+    atexit._run_exitfuncs()  # what Py_Finalize runs first, with the same handling of a failing callback
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):  # ValueError: a stream closed by the program
+        raise SystemExit(code) from None
+    os._exit(code)
 
 
 def existing_path(text: str) -> Path:
