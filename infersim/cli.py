@@ -170,10 +170,12 @@ def exit_now(code: int) -> NoReturn:
     plain run's own time, for a process that is about to end anyway. What a normal exit does that
     matters still happens: atexit callbacks run (the on-disk caches are written there) and the
     standard streams are flushed; files are closed by their with-blocks. Where a non-daemon thread
-    is still running, or a stream cannot be flushed (a reader that left), the normal exit handles
-    it as it always has."""
+    is still running, a profiler or tracer (cProfile, coverage) has yet to write its results, or a
+    stream cannot be flushed (a reader that left), the normal exit handles it as it always has."""
     threading = sys.modules.get("threading")  # not imported: no other thread can be running
     if threading is not None and any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        raise SystemExit(code)
+    if sys.getprofile() is not None or sys.gettrace() is not None:
         raise SystemExit(code)
     import atexit
 

@@ -41,3 +41,11 @@ def test_a_running_thread_gets_the_normal_exit() -> None:
     finally:
         release.set()
         worker.join()
+
+
+def test_a_profiled_run_keeps_its_profile(tmp_path) -> None:
+    env = {**os.environ, "INFERSIM_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    profile = tmp_path / "run.prof"
+    subprocess.run([sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "infersim", "--config",
+                    "qwen3-30b.yaml"], env=env, capture_output=True, check=True, timeout=120)
+    assert profile.stat().st_size > 0
