@@ -52,3 +52,11 @@ def test_other_code_is_compiled_as_before(fresh, tmp_path) -> None:
     module = {"__name__": "someone.else"}
     codecache._exec("def c(): return 4", module)
     assert module["c"]() == 4 and not codecache._changed and not list(tmp_path.iterdir())
+
+
+def test_an_annotation_text_is_compiled_once() -> None:
+    first = codecache._compile("tuple[int, ...]", "<string>", "eval")
+    assert codecache._compile("tuple[int, ...]", "<string>", "eval") is first
+    assert eval(first) == tuple[int, ...]
+    assert codecache._compile("x = 1", "<string>", "exec", dont_inherit=True) is not \
+        codecache._compile("x = 1", "<string>", "exec", dont_inherit=True)  # other uses: compiled as asked
