@@ -768,11 +768,14 @@ def _disk_cache_file(directory: Path, interpolation: Interpolation,
 
 
 def _read_disk_cache(path: Path, key: str) -> MfuTables | None:
-    import pickle
+    try:  # the C unpickler alone: the pickle module around it (its Python pickler) is ~1 ms to import
+        from _pickle import load
+    except ImportError:  # a Python without it
+        from pickle import load
 
     try:
         with path.open("rb") as f:
-            kept_key, tables = pickle.load(f)
+            kept_key, tables = load(f)
     except Exception:  # absent, unreadable or from another build: read the tables instead
         return None
     return tables if kept_key == key and isinstance(tables, MfuTables) else None
