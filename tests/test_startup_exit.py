@@ -23,7 +23,7 @@ def test_exit_status_output_and_atexit_writes_survive_the_fast_exit(tmp_path) ->
     ok = run(["--config", "qwen3-30b.yaml"], tmp_path)
     assert ok.returncode == 0 and ok.stdout.rstrip().endswith("router_gate")  # flushed to the last line
     # the caches are written by atexit callbacks, which still run
-    assert list(tmp_path.glob("dataclass-code-*.marshal")) and list(tmp_path.glob("yaml-parsed.marshal"))
+    assert list(tmp_path.glob("dataclass-code-*.marshal")) and list(tmp_path.glob("yaml-*.marshal"))
     unfit = run(["--config", "qwen3-30b.yaml", "--set", "workload.decode_batch_per_gpu=100000"], tmp_path)
     assert unfit.returncode == 1 and unfit.stderr.startswith("infersim: does not fit")
     bad = run(["--config", "no-such-config.yaml"], tmp_path)
