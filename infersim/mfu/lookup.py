@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -427,12 +428,13 @@ class MfuTables:
         self.directory = Path(directory)
         self.provenance = table_dir.provenance
         self.interpolation = interpolation
-        self.grids: dict[GridKey, Grid] = {}
         label = self.directory.name
+        grids: dict[GridKey, Grid] = {}
         for key, source in grid_points(table_dir).items():
             tables = "+".join(source.tables)
-            self.grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
-                                   f"{label}/{tables}", len(source.points))
+            grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
+                              f"{label}/{tables}", len(source.points))
+        self.grids: Mapping[GridKey, Grid] = grids  # a KeptGrids where read from the on-disk cache
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
         self._gemm_planes = _gemm_planes(self.grids)
         self.collectives = collective_series(table_dir, label)
@@ -767,29 +769,62 @@ def _disk_cache_file(directory: Path, interpolation: Interpolation,
     return Path(root) / f"tables-{zlib.crc32(data):08x}{zlib.adler32(data):08x}.pickle", key
 
 
-def _read_disk_cache(path: Path, key: str) -> MfuTables | None:
-    try:  # the C unpickler alone: the pickle module around it (its Python pickler) is ~1 ms to import
-        from _pickle import load
-    except ImportError:  # a Python without it
-        from pickle import load
+class KeptGrids(Mapping):
+    """Grids as kept on disk: each one pickled on its own and unpickled when first asked for. A run
+    looks up a handful of the tens of grids of a table set (82 for the H20's), and unpickling them
+    all was most of reading the kept tables."""
 
+    def __init__(self, pickled: dict[GridKey, bytes]) -> None:
+        self._pickled = pickled
+        self._grids: dict[GridKey, Grid] = {}
+
+    def __getitem__(self, key: GridKey) -> Grid:
+        grid = self._grids.get(key)
+        if grid is None:
+            grid = self._grids[key] = _unpickler().loads(self._pickled[key])
+        return grid
+
+    def __iter__(self) -> Iterator[GridKey]:
+        return iter(self._pickled)
+
+    def __len__(self) -> int:
+        return len(self._pickled)
+
+    def __reduce__(self) -> tuple[type, tuple[dict[GridKey, bytes]]]:
+        return KeptGrids, (self._pickled,)
+
+
+def _unpickler() -> Any:
+    """The C unpickler alone: the pickle module around it (its Python pickler) is ~1 ms to import."""
+    try:
+        import _pickle as unpickler
+    except ImportError:  # a Python without it
+        import pickle as unpickler
+    return unpickler
+
+
+def _read_disk_cache(path: Path, key: str) -> MfuTables | None:
     try:
         with path.open("rb") as f:
-            kept_key, tables = load(f)
+            kept_key, tables = _unpickler().load(f)
     except Exception:  # absent, unreadable or from another build: read the tables instead
         return None
     return tables if kept_key == key and isinstance(tables, MfuTables) else None
 
 
 def _write_disk_cache(path: Path, key: str, tables: MfuTables) -> None:
+    import copy
     import os
     import pickle
 
     try:
+        kept = copy.copy(tables)
+        kept.grids = KeptGrids({k: pickle.dumps(grid, protocol=pickle.HIGHEST_PROTOCOL)
+                                for k, grid in tables.grids.items()})
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
         with partial.open("wb") as f:
-            pickle.dump((key, tables), f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump((key, kept), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(partial, path)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass  # a read-only home or an unpicklable table set: only the next process is slower
