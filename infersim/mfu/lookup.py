@@ -438,7 +438,8 @@ class MfuTables:
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
         self._gemm_planes = _gemm_planes(self.grids)
         self.collectives = collective_series(table_dir, label)
-        self._hbm_rows = _hbm_rows(self.directory, table_dir)
+        self._hbm_rows: Iterable[tuple[str, float, float, str]] = _hbm_rows(self.directory, table_dir)
+        self._hbm_fastest = _fastest_rows(self._hbm_rows)
         self._checked: set[tuple[str, float, tuple[tuple[str, float], ...]]] = set()
 
     @cached_property  # asked for every grouped-GEMM kernel priced
@@ -464,6 +465,27 @@ class MfuTables:
         key = (hw.name, hw.peak.hbm_bandwidth, hw.peak.l2_bytes, tuple(sorted(hw.peak.flops.items())))
         if key in self._checked:
             return
+        if self._may_beat_hbm(hw):
+            self._check_rows(hw, source)
+        self._checked.add(key)
+
+    def _may_beat_hbm(self, hw: Any) -> bool:
+        """Whether any row might fail check_hardware, from each dtype's fastest rows (the rows
+        themselves are unpickled only for the full check, which names the failing row)."""
+        for dtype, (moved, fastest) in self._hbm_fastest.items():
+            peak = self.provenance.peak_flops.get(dtype)
+            card_peak = hw.peak.flops.get(dtype)
+            if not peak or not card_peak:
+                continue
+            first = bisect.bisect_right(moved, hw.peak.l2_bytes)  # the rows moving more than L2 holds
+            # moved > latency_us * 1e-6 * peak / card_peak * bandwidth, as bytes per us; the margin
+            # leaves a row at the limit (up to rounding) to the full check
+            limit = 1e-6 * peak / card_peak * hw.peak.hbm_bandwidth
+            if first < len(moved) and fastest[first] * (1 + 1e-9) > limit:
+                return True
+        return False
+
+    def _check_rows(self, hw: Any, source: str) -> None:
         for dtype, latency_us, moved, where in self._hbm_rows:
             peak = self.provenance.peak_flops.get(dtype)
             card_peak = hw.peak.flops.get(dtype)
@@ -478,7 +500,6 @@ class MfuTables:
                                   f"moves {moved:.4g} bytes in {seconds * 1e6:.4g} us = {moved / seconds / 1e12:.4g} "
                                   f"TB/s, more than the {hw.peak.hbm_bandwidth / 1e12:.4g} TB/s HBM peak of hardware "
                                   f"card {hw.name}" + (f" ({source})" if source else ""))
-        self._checked.add(key)
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc)."""
@@ -635,6 +656,25 @@ def _hbm_rows(directory: Path, table_dir: TableDirectory) -> tuple[tuple[str, fl
             where = f"{directory / name}:{lines[i]}" if i < len(lines) else f"{directory / name}"
             found.append((row.dtype, row.latency_us, minimum_bytes(row.shape()), where))
     return tuple(found)
+
+
+def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
+                  ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """dtype -> (bytes moved by its rows, ascending; at each, the most bytes per microsecond of the
+    rows moving at least that much): what check_hardware needs to pass a card without the rows."""
+    by_dtype: dict[str, list[tuple[float, float]]] = {}
+    for dtype, latency_us, moved, _where in rows:
+        rate = moved / latency_us if latency_us > 0 else math.inf  # inf: always fully checked
+        by_dtype.setdefault(dtype, []).append((moved, rate))
+    fastest_rows = {}
+    for dtype, pairs in by_dtype.items():
+        pairs.sort()
+        fastest, best = [], -math.inf
+        for _moved, rate in reversed(pairs):
+            best = max(best, rate)
+            fastest.append(best)
+        fastest_rows[dtype] = (tuple(moved for moved, _ in pairs), tuple(reversed(fastest)))
+    return fastest_rows
 
 
 def collective_series(table_dir: TableDirectory, label: str
@@ -794,6 +834,17 @@ class KeptGrids(Mapping):
         return KeptGrids, (self._pickled,)
 
 
+class KeptRows:
+    """The rows check_hardware checks, as kept on disk: unpickled only for the full check (which a
+    card passing on the rows' fastest rates skips: see MfuTables._may_beat_hbm)."""
+
+    def __init__(self, pickled: bytes) -> None:
+        self._pickled = pickled
+
+    def __iter__(self) -> Iterator[tuple[str, float, float, str]]:
+        return iter(_unpickler().loads(self._pickled))
+
+
 def _unpickler() -> Any:
     """The C unpickler alone: the pickle module around it (its Python pickler) is ~1 ms to import."""
     try:
@@ -821,6 +872,7 @@ def _write_disk_cache(path: Path, key: str, tables: MfuTables) -> None:
         kept = copy.copy(tables)
         kept.grids = KeptGrids({k: pickle.dumps(grid, protocol=pickle.HIGHEST_PROTOCOL)
                                 for k, grid in tables.grids.items()})
+        kept._hbm_rows = KeptRows(pickle.dumps(tuple(tables._hbm_rows), protocol=pickle.HIGHEST_PROTOCOL))
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
         with partial.open("wb") as f:
