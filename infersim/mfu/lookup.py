@@ -478,8 +478,9 @@ class MfuTables:
             if not peak or not card_peak:
                 continue
             first = bisect.bisect_right(moved, hw.peak.l2_bytes)  # the rows moving more than L2 holds
-            # moved > latency_us * 1e-6 * peak / card_peak * bandwidth, as bytes per us; the margin
-            # leaves a row at the limit (up to rounding) to the full check
+            # a row fails when moved > latency_us * 1e-6 * peak / card_peak * bandwidth, i.e. when
+            # its bytes per us exceed `limit`; the margin leaves a row at the limit (up to rounding)
+            # to the full check
             limit = 1e-6 * peak / card_peak * hw.peak.hbm_bandwidth
             if first < len(moved) and fastest[first] * (1 + 1e-9) > limit:
                 return True
