@@ -5,8 +5,8 @@
 Runs `python -c pass` and `python -m infersim --config CONFIG` (this checkout's package)
 alternately, after one warm-up run that fills the on-disk caches and __pycache__ as any earlier run
 on the machine would have, and prints the median of each, the difference (what InferSim itself
-costs: imports, cards, tables, the two stages, the report) and the ratio. The issue's target: the main command in <= 60 ms where the original
-InferSim's main.py takes 49 ms on the same machine.
+costs: imports, cards, tables, the two stages, the report) and the ratio. The issue's target: the
+main command in <= 60 ms where the original InferSim's main.py takes 49 ms on the same machine.
 """
 
 from __future__ import annotations

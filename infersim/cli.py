@@ -12,9 +12,9 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, NoReturn
-from pathlib import Path
 
 from infersim.errors import InferSimError, shorten
 
@@ -173,7 +173,8 @@ def exit_now(code: int) -> NoReturn:
     is still running, a profiler or tracer (cProfile, coverage) has yet to write its results, or a
     stream cannot be flushed (a reader that left), the normal exit handles it as it always has."""
     threading = sys.modules.get("threading")  # not imported: no other thread can be running
-    if threading is not None and any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+    if threading is not None and any(not t.daemon for t in threading.enumerate()
+                                     if t is not threading.main_thread()):
         raise SystemExit(code)
     if sys.getprofile() is not None or sys.gettrace() is not None:
         raise SystemExit(code)
