@@ -8,14 +8,18 @@ the user.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, NoReturn
 
 from infersim.errors import InferSimError, shorten
+
+if TYPE_CHECKING:  # argparse (with gettext and locale, ~3 ms) is imported only where a parser is built
+    import argparse
 
 #: a message longer than this is cut (values inside messages are cut to 200 characters already)
 MAX_MESSAGE_CHARS = 2000
@@ -37,22 +41,28 @@ SUBCOMMANDS = {
 }
 SUBCOMMAND_MODULES = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 
+#: the run command's option defaults, as argparse fills them in (the parser and plain_run share them)
+RUN_DEFAULTS = {"overrides": [], "mfu_tables": None, "format": "text", "detail": False, "plot": None,
+                "show_unfit": False}
+
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True,
                         help="run config: a path, or the name of a bundled example (e.g. qwen3-30b.yaml)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+    parser.add_argument("--set", dest="overrides", action="append", default=RUN_DEFAULTS["overrides"],
+                        metavar="FIELD=VALUE",
                         help="override any config field, e.g. deployment.num_gpus=8 or model.num_key_value_heads=2 "
                              "(repeatable)")
-    parser.add_argument("--mfu-tables", default=None, metavar="DIR",
+    parser.add_argument("--mfu-tables", default=RUN_DEFAULTS["mfu_tables"], metavar="DIR",
                         help="directory of measured kernel tables (overrides the config's mfu_tables); 'none' = "
                              "roofline only; default: the bundled tables of the card's device and the engine")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-    parser.add_argument("--detail", action="store_true", help="text: also list every operation")
-    parser.add_argument("--plot", default=None, metavar="FILE",
+    parser.add_argument("--format", choices=("text", "json"), default=RUN_DEFAULTS["format"], help="output format")
+    parser.add_argument("--detail", action="store_true", default=RUN_DEFAULTS["detail"],
+                        help="text: also list every operation")
+    parser.add_argument("--plot", default=RUN_DEFAULTS["plot"], metavar="FILE",
                         help="also draw the module breakdown to FILE (.png, .svg or .pdf; "
                              "needs pip install 'infersim[plot]')")
-    parser.add_argument("--show-unfit", action="store_true",
+    parser.add_argument("--show-unfit", action="store_true", default=RUN_DEFAULTS["show_unfit"],
                         help="text: print TTFT/TPOT/throughput even when the run does not fit in memory (marked); "
                              "the exit status is still 1")
 
@@ -86,8 +96,20 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def plain_run(args_list: Sequence[str]) -> SimpleNamespace | None:
+    """The arguments argparse would make of `[run] --config X`, the main command's usual form, made
+    without argparse: building the parser costs ~3 ms of a plain run's ~30. None for any other
+    command line (options, `--config=X`, an X that looks like an option), which argparse parses."""
+    rest = list(args_list[1:] if args_list[:1] == ["run"] else args_list)
+    if len(rest) != 2 or rest[0] != "--config" or rest[1].startswith("-"):
+        return None
+    return SimpleNamespace(command="run", **{**RUN_DEFAULTS, "overrides": []}, config=rest[1], handler=run_command)
+
+
 def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser with the run command and the subcommand modules `only` (default: all)."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="infersim",
         description="Predict LLM serving speed and cost (TTFT, TPOT, tokens/GPU/s) on given GPUs, module by module.",
@@ -110,7 +132,10 @@ def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentPa
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = args_list[0] if args_list else ""
-    if first in SUBCOMMANDS:
+    plain = plain_run(args_list)
+    if plain is not None:
+        parser = None
+    elif first in SUBCOMMANDS:
         parser, _commands = build_parser([SUBCOMMANDS[first]])
     elif first in ("-h", "--help") or not args_list:
         parser, _commands = build_parser()
@@ -119,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if first != "run":
             args_list = ["run", *args_list]
     try:
-        args = parser.parse_args(args_list)
+        args = plain if parser is None else parser.parse_args(args_list)
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except InferSimError as exc:
@@ -139,6 +164,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
 
 
+def exit_now(code: int) -> NoReturn:
+    """End the command-line process with `code` as `raise SystemExit(code)` would, less the
+    interpreter's teardown: freeing every module and object one by one takes ~10 ms, a quarter of a
+    plain run's own time, for a process that is about to end anyway. What a normal exit does that
+    matters still happens: atexit callbacks run (the on-disk caches are written there) and the
+    standard streams are flushed; files are closed by their with-blocks. Where a non-daemon thread
+    is still running, a profiler or tracer (cProfile, coverage) has yet to write its results, or a
+    stream cannot be flushed (a reader that left), the normal exit handles it as it always has."""
+    threading = sys.modules.get("threading")  # not imported: no other thread can be running
+    if threading is not None and any(not t.daemon for t in threading.enumerate()
+                                     if t is not threading.main_thread()):
+        raise SystemExit(code)
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(code)
+    import atexit
+
+    atexit._run_exitfuncs()  # what Py_Finalize runs first, with the same handling of a failing callback
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):  # ValueError: a stream closed by the program
+        raise SystemExit(code) from None
+    os._exit(code)
+
+
 def existing_path(text: str) -> Path:
     path = Path(text)
     if not path.exists():
@@ -149,6 +200,8 @@ def existing_path(text: str) -> Path:
 def number_arg(whole: bool = False, gt: float | None = None, ge: float | None = None) -> Callable[[str], float]:
     """An argparse `type` applying the schema's number rule (finite, whole for counts, range), so
     `--target-tpot-ms nan` or `--max-tp 0` is refused like a bad card value."""
+    import argparse
+
     from infersim.cards.schema import check_number
     from infersim.errors import ConfigError
 

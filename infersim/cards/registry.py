@@ -27,10 +27,13 @@ def display_path(path: Path | str) -> str:
     """A path as a report shows it: a bundled file as `<kind>/...` marked bundled (the same on every
     machine, whether installed or in a checkout), anything else as it was given."""
     path = Path(path)
+    try:
+        resolved = path.resolve()  # once, not once per kind: each resolve stats every component
+    except OSError:
+        return str(path)
     for kind in KINDS:
-        root = bundled_dir(kind)
         try:
-            inside = path.resolve().relative_to(root.resolve())
+            inside = resolved.relative_to(bundled_dir(kind).resolve())
         except (ValueError, OSError):
             continue
         return f"{kind}/{inside.as_posix()} (bundled)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import marshal
 import math
+import os
 import re
 import types
 import typing
@@ -115,12 +116,9 @@ def load_yaml(path: Path, what: str = "file") -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(str(path), "", MISSING, f"cannot read {what}: {reason}") from None
-    kept = _parsed_yaml().get(text)
+    kept = _parsed_yaml(path, text)
     if kept is not None:
-        try:
-            return marshal.loads(kept)  # a fresh copy: callers may change what they get
-        except Exception:
-            pass  # damaged: parse the text
+        return kept
     import yaml
 
     try:
@@ -132,59 +130,50 @@ def load_yaml(path: Path, what: str = "file") -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(str(path), "", MISSING, f"malformed YAML{where}: {problem}") from None
-    _keep_parsed_yaml(text, data)
+    _keep_parsed_yaml(path, text, data)
     return data
 
 
-# Parsed YAML files are kept on disk between processes (infersim.diskcache), keyed by the file's
-# whole text (so an edit is seen at once, whatever the file's mtime says) and stored with marshal
-# (fast to read, and it refuses anything but plain data: a file holding e.g. a timestamp is simply
-# parsed every time). A plain run then reads its config and three cards without importing PyYAML.
-_PARSED_YAML_FILE = "yaml-parsed.marshal"
-_PARSED_YAML_MAX_ENTRIES = 256
+# Parsed YAML files are kept on disk between processes (infersim.diskcache): one file per YAML
+# file's path, holding its whole text and the parsed data, used only while the text is the same
+# (so an edit is seen at once, whatever the file's mtime says, and rewrites that one entry). Stored
+# with marshal: fast to read, and it refuses anything but plain data (a file holding e.g. a
+# timestamp is simply parsed every time). A plain run then reads its config and three cards without
+# importing PyYAML, reading only their own entries.
 _PARSED_YAML_MAX_TEXT = 16_384  # characters: cards and configs are a few KB; bigger files are parsed
-_parsed: dict[str, bytes] | None = None
-_parsed_new: dict[str, bytes] = {}
 
 
-def _parsed_yaml() -> dict[str, bytes]:
-    """text -> marshal of its parsed data, as kept on disk (read once per process)."""
-    global _parsed
-    if _parsed is None:
-        kept = diskcache.read_marshal(_PARSED_YAML_FILE)
-        _parsed = kept if isinstance(kept, dict) else {}
-    return _parsed
+def _parsed_yaml_file(path: Path) -> str:
+    import zlib  # a checksum for a file name (hashlib costs ~3 ms to import)
+
+    return f"yaml-{zlib.crc32(os.path.abspath(path).encode()):08x}.marshal"
 
 
-def _keep_parsed_yaml(text: str, data: Any) -> None:
+def _parsed_yaml(path: Path, text: str) -> Any:
+    """The data kept for `path` while its text is `text` (a fresh copy: callers may change it), or None."""
+    if len(text) > _PARSED_YAML_MAX_TEXT:
+        return None
+    kept = diskcache.read_marshal(_parsed_yaml_file(path))
+    if isinstance(kept, tuple) and len(kept) == 2 and kept[0] == text:
+        return kept[1]
+    return None  # none, another text (edited, or another path of the same checksum), or damaged
+
+
+def _keep_parsed_yaml(path: Path, text: str, data: Any) -> None:
     if len(text) > _PARSED_YAML_MAX_TEXT or diskcache.cache_dir() is None:
         return
     try:
-        blob = marshal.dumps(data)
+        marshal.dumps(data)
     except ValueError:  # not plain data (a timestamp, a binary): not kept
         return
-    if not _parsed_new:
-        import atexit
-
-        atexit.register(_save_parsed_yaml)
-    _parsed_new[text] = _parsed_yaml()[text] = blob
-
-
-def _save_parsed_yaml() -> None:
-    kept = diskcache.read_marshal(_PARSED_YAML_FILE)  # what other processes added meanwhile
-    merged = kept if isinstance(kept, dict) else {}
-    merged.update(_parsed_new)
-    if len(merged) > _PARSED_YAML_MAX_ENTRIES:  # the oldest entries go first
-        merged = dict(list(merged.items())[-_PARSED_YAML_MAX_ENTRIES:])
-    diskcache.write_marshal(_PARSED_YAML_FILE, merged)
+    diskcache.write_marshal(_parsed_yaml_file(path), (text, data))
 
 
 def build(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
     """Construct dataclass `cls` from a mapping, validating keys, types and ranges."""
     if not isinstance(data, dict):
         raise ConfigError(source, prefix, data, f"expected a mapping of {cls.__name__} fields")
-    hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints, fields = _schema_of(cls)
     unknown = sorted(set(map(str, data)) - set(fields))
     if unknown:
         name = _join(prefix, unknown[0])
@@ -206,6 +195,19 @@ def build(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(source, prefix, MISSING, str(exc)) from None
+
+
+_SCHEMAS: dict[type, tuple[dict[str, Any], dict[str, dataclasses.Field]]] = {}
+
+
+def _schema_of(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """(type hints, init fields by name) of a dataclass, worked out once per class: a plain run
+    builds 33 sections of 18 classes (a hardware card's memory tiers, for one), and evaluating the
+    hints' text takes a compile per field."""
+    schema = _SCHEMAS.get(cls)
+    if schema is None:
+        schema = _SCHEMAS[cls] = (get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls) if f.init})
+    return schema
 
 
 def _join(prefix: str, name: str) -> str:

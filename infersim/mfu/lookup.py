@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -427,16 +428,18 @@ class MfuTables:
         self.directory = Path(directory)
         self.provenance = table_dir.provenance
         self.interpolation = interpolation
-        self.grids: dict[GridKey, Grid] = {}
         label = self.directory.name
+        grids: dict[GridKey, Grid] = {}
         for key, source in grid_points(table_dir).items():
             tables = "+".join(source.tables)
-            self.grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
-                                   f"{label}/{tables}", len(source.points))
+            grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
+                              f"{label}/{tables}", len(source.points))
+        self.grids: Mapping[GridKey, Grid] = grids  # a KeptGrids where read from the on-disk cache
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
         self._gemm_planes = _gemm_planes(self.grids)
         self.collectives = collective_series(table_dir, label)
-        self._hbm_rows = _hbm_rows(self.directory, table_dir)
+        self._hbm_rows: Iterable[tuple[str, float, float, str]] = _hbm_rows(self.directory, table_dir)
+        self._hbm_fastest = _fastest_rows(self._hbm_rows)
         self._checked: set[tuple[str, float, tuple[tuple[str, float], ...]]] = set()
 
     @cached_property  # asked for every grouped-GEMM kernel priced
@@ -468,6 +471,28 @@ class MfuTables:
         key = (hw.name, hw.peak.hbm_bandwidth, hw.peak.l2_bytes, tuple(sorted(hw.peak.flops.items())))
         if key in self._checked:
             return
+        if self._may_beat_hbm(hw):
+            self._check_rows(hw, source)
+        self._checked.add(key)
+
+    def _may_beat_hbm(self, hw: Any) -> bool:
+        """Whether any row might fail check_hardware, from each dtype's fastest rows (the rows
+        themselves are unpickled only for the full check, which names the failing row)."""
+        for dtype, (moved, fastest) in self._hbm_fastest.items():
+            peak = self.provenance.peak_flops.get(dtype)
+            card_peak = hw.peak.flops.get(dtype)
+            if not peak or not card_peak:
+                continue
+            first = bisect.bisect_right(moved, hw.peak.l2_bytes)  # the rows moving more than L2 holds
+            # a row fails when moved > latency_us * 1e-6 * peak / card_peak * bandwidth, i.e. when
+            # its bytes per us exceed `limit`; the margin leaves a row at the limit (up to rounding)
+            # to the full check
+            limit = 1e-6 * peak / card_peak * hw.peak.hbm_bandwidth
+            if first < len(moved) and fastest[first] * (1 + 1e-9) > limit:
+                return True
+        return False
+
+    def _check_rows(self, hw: Any, source: str) -> None:
         for dtype, latency_us, moved, where in self._hbm_rows:
             peak = self.provenance.peak_flops.get(dtype)
             card_peak = hw.peak.flops.get(dtype)
@@ -482,7 +507,6 @@ class MfuTables:
                                   f"moves {moved:.4g} bytes in {seconds * 1e6:.4g} us = {moved / seconds / 1e12:.4g} "
                                   f"TB/s, more than the {hw.peak.hbm_bandwidth / 1e12:.4g} TB/s HBM peak of hardware "
                                   f"card {hw.name}" + (f" ({source})" if source else ""))
-        self._checked.add(key)
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc)."""
@@ -645,6 +669,25 @@ def _hbm_rows(directory: Path, table_dir: TableDirectory) -> tuple[tuple[str, fl
     return tuple(found)
 
 
+def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
+                  ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """dtype -> (bytes moved by its rows, ascending; at each, the most bytes per microsecond of the
+    rows moving at least that much): what check_hardware needs to pass a card without the rows."""
+    by_dtype: dict[str, list[tuple[float, float]]] = {}
+    for dtype, latency_us, moved, _where in rows:
+        rate = moved / latency_us if latency_us > 0 else math.inf  # inf: always fully checked
+        by_dtype.setdefault(dtype, []).append((moved, rate))
+    fastest_rows = {}
+    for dtype, pairs in by_dtype.items():
+        pairs.sort()
+        fastest, best = [], -math.inf
+        for _moved, rate in reversed(pairs):
+            best = max(best, rate)
+            fastest.append(best)
+        fastest_rows[dtype] = (tuple(moved for moved, _ in pairs), tuple(reversed(fastest)))
+    return fastest_rows
+
+
 def collective_series(table_dir: TableDirectory, label: str
                       ) -> dict[tuple[str, int], tuple[list[tuple[float, float]], str]]:
     """(kind, ranks) -> ([(message bytes, seconds)] ascending, table name); repeats averaged. One
@@ -777,26 +820,74 @@ def _disk_cache_file(directory: Path, interpolation: Interpolation,
     return Path(root) / f"tables-{zlib.crc32(data):08x}{zlib.adler32(data):08x}.pickle", key
 
 
-def _read_disk_cache(path: Path, key: str) -> MfuTables | None:
-    import pickle
+class KeptGrids(Mapping):
+    """Grids as kept on disk: each one pickled on its own and unpickled when first asked for. A run
+    looks up a handful of the tens of grids of a table set (82 for the H20's), and unpickling them
+    all was most of reading the kept tables."""
 
+    def __init__(self, pickled: dict[GridKey, bytes]) -> None:
+        self._pickled = pickled
+        self._grids: dict[GridKey, Grid] = {}
+
+    def __getitem__(self, key: GridKey) -> Grid:
+        grid = self._grids.get(key)
+        if grid is None:
+            grid = self._grids[key] = _unpickler().loads(self._pickled[key])
+        return grid
+
+    def __iter__(self) -> Iterator[GridKey]:
+        return iter(self._pickled)
+
+    def __len__(self) -> int:
+        return len(self._pickled)
+
+    def __reduce__(self) -> tuple[type, tuple[dict[GridKey, bytes]]]:
+        return KeptGrids, (self._pickled,)
+
+
+class KeptRows:
+    """The rows check_hardware checks, as kept on disk: unpickled only for the full check (which a
+    card passing on the rows' fastest rates skips: see MfuTables._may_beat_hbm)."""
+
+    def __init__(self, pickled: bytes) -> None:
+        self._pickled = pickled
+
+    def __iter__(self) -> Iterator[tuple[str, float, float, str]]:
+        return iter(_unpickler().loads(self._pickled))
+
+
+def _unpickler() -> Any:
+    """The C unpickler alone: the pickle module around it (its Python pickler) is ~1 ms to import."""
+    try:
+        import _pickle as unpickler
+    except ImportError:  # a Python without it
+        import pickle as unpickler
+    return unpickler
+
+
+def _read_disk_cache(path: Path, key: str) -> MfuTables | None:
     try:
         with path.open("rb") as f:
-            kept_key, tables = pickle.load(f)
+            kept_key, tables = _unpickler().load(f)
     except Exception:  # absent, unreadable or from another build: read the tables instead
         return None
     return tables if kept_key == key and isinstance(tables, MfuTables) else None
 
 
 def _write_disk_cache(path: Path, key: str, tables: MfuTables) -> None:
+    import copy
     import os
     import pickle
 
     try:
+        kept = copy.copy(tables)
+        kept.grids = KeptGrids({k: pickle.dumps(grid, protocol=pickle.HIGHEST_PROTOCOL)
+                                for k, grid in tables.grids.items()})
+        kept._hbm_rows = KeptRows(pickle.dumps(tuple(tables._hbm_rows), protocol=pickle.HIGHEST_PROTOCOL))
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
         with partial.open("wb") as f:
-            pickle.dump((key, tables), f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump((key, kept), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(partial, path)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass  # a read-only home or an unpicklable table set: only the next process is slower
