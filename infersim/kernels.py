@@ -557,6 +557,11 @@ class TableHit:
 
 
 class KernelTables(Protocol):
+    #: True when the grouped-GEMM tables were timed under skewed routing (imbalance included)
+    moe_includes_imbalance: bool
+    #: the tables' own share of HBM bandwidth for elementwise kernels, or None (the card's)
+    elementwise_memory_efficiency: float | None
+
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         """Time for `shape` from a table covering it, or None. peak_flops is the card's dense
         FLOP/s for the shape's dtype (to turn a table efficiency into time)."""
@@ -569,6 +574,9 @@ class KernelTables(Protocol):
 
 class NoTables:
     """The empty table set: every kernel falls back to the roofline."""
+
+    moe_includes_imbalance = False
+    elementwise_memory_efficiency = None
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         return None

@@ -113,7 +113,7 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
         return comm_cost(shape, hw)
     if not isinstance(shape, MemoryBoundShape):
         dtype = shape.dtype
-        imbalance_in_table = isinstance(shape, GroupedGemmShape) and getattr(tables, "moe_includes_imbalance", False)
+        imbalance_in_table = isinstance(shape, GroupedGemmShape) and tables.moe_includes_imbalance
         if imbalance_in_table and shape.rebalanced:
             # the table's skew is what EPLB (or ideal placement) removes: its times do not apply
             return roofline_cost(shape, hw, "roofline: the MoE tables were timed under skewed routing without "
@@ -148,7 +148,7 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
     # predictions price them with (aiconfigurator's share of HBM bandwidth), which then replaces the
     # card's generic share so that the composition around its measured kernels is the one it was
     # checked with
-    rule = getattr(tables, "elementwise_memory_efficiency", None)
+    rule = tables.elementwise_memory_efficiency
     if rule is not None:
         return roofline_cost(shape, hw, f"roofline at {rule:.2f} of HBM bandwidth (the kernel tables' elementwise "
                                         f"rule)", elementwise=rule)

@@ -646,8 +646,8 @@ class MfuTables:
                        f"included")
         elementwise = ""
         if prov.elementwise_memory_efficiency is not None:
-            elementwise = (f"; elementwise kernels at {prov.elementwise_memory_efficiency:.2f} of HBM bandwidth "
-                           f"({prov.elementwise_source or 'the tables’ rule'})")
+            source = prov.elementwise_source or "the tables' own rule"
+            elementwise = f"; elementwise kernels at {prov.elementwise_memory_efficiency:.2f} of HBM bandwidth ({source})"
         return (f"{display_path(self.directory)} ({prov.device.name}, {origin}{engine}, measured {prov.measured_on}; "
                 f"{len(self.grids)} grids: {kinds}{collectives}{routing}{elementwise})")
 
