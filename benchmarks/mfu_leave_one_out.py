@@ -71,7 +71,7 @@ def family_label(key: tuple) -> str:
     if key[0] == "attention":
         return f"attention_{key[1]}"
     if key[0] == "grouped_gemm":
-        return f"grouped_gemm_{key[2]}"
+        return f"grouped_gemm_{key[3]}"  # the stage
     return str(key[0])
 
 

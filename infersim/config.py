@@ -73,6 +73,9 @@ class Precision:
                   "quantisation (bytes follow weights, tensor-core rate follows gemm)")
     expert_weights: WeightDtype | None = spec(
         None, doc="storage format of routed-expert weights (default: weights), e.g. fp4 for GPT-OSS's MXFP4 experts")
+    expert_gemm: Dtype | None = spec(
+        None, doc="tensor-core input format of routed-expert GEMMs (default: gemm), e.g. bf16 where MXFP4 experts "
+                  "run as W4A16 on a GPU without fp4 tensor cores (Hopper)")
     kv_cache: KvDtype = spec("bf16", doc="KV-cache storage format")
     attention: Dtype = spec("bf16", doc="format attention kernels compute in")
 
@@ -83,6 +86,10 @@ class Precision:
     @property
     def expert_weight_dtype(self) -> str:
         return self.expert_weights or self.weight_dtype
+
+    @property
+    def expert_gemm_dtype(self) -> str:
+        return self.expert_gemm or self.gemm
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -491,6 +498,10 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
     if dep.precision.gemm not in hw.peak.flops:
         raise fail("deployment.precision.gemm", dep.precision.gemm,
                    f"{hw.name} has no {dep.precision.gemm} tensor-core rate (it has: {', '.join(sorted(hw.peak.flops))})")
+    expert_gemm = dep.precision.expert_gemm
+    if expert_gemm is not None and expert_gemm not in hw.peak.flops:
+        raise fail("deployment.precision.expert_gemm", expert_gemm,
+                   f"{hw.name} has no {expert_gemm} tensor-core rate (it has: {', '.join(sorted(hw.peak.flops))})")
     if model.is_sparse_attention and "fp8" not in hw.peak.flops:
         raise fail("model.index_topk", model.index_topk,
                    f"DSA's indexer runs in fp8, but {hw.name} has no fp8 tensor-core rate")

@@ -279,6 +279,8 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
     expert_format = getattr(dep.precision, "expert_weights", None)
     if expert_format:
         layout += f"; routed experts stored {expert_format}"
+    if dep.precision.expert_gemm:
+        layout += f"; routed-expert GEMMs {dep.precision.expert_gemm}"
     lines = [
         f"InferSim: {cfg.model.name} on {cfg.hardware.name} ({cfg.hardware.description})",
         f"  model:      {_layer_mix(cfg.model)}",

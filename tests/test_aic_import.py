@@ -391,8 +391,8 @@ def b200_package(request: pytest.FixtureRequest, tmp_path: Path) -> aic.AicSourc
     write_table(data / "moe" / "trtllm" / VERSION, "moe_perf", [
         b200_moe("nvfp4", 256, 0.3),
         b200_moe("nvfp4", 256, 0.25, source="moe_torch_flow_min_latency"),  # TRT-LLM's opt-in kernel: out
-        b200_moe("w4a16_mxfp4", 256, 0.4),  # MXFP4 weights, bf16 activations: no single format
-        b200_moe("w4a8_mxfp4_mxfp8", 256, 0.35),  # MXFP4 weights, MXFP8 activations: no single format
+        b200_moe("w4a16_mxfp4", 256, 0.4),  # MXFP4 weights, bf16 activations: dtype bf16, weight_dtype fp4
+        b200_moe("w4a8_mxfp4_mxfp8", 256, 0.35),  # MXFP4 weights, MXFP8 activations: dtype fp8, weight_dtype fp4
         b200_moe("fp8_block", 256, 0.5, source="deepgemm")])
     if request.param == "parquet":
         pa = pytest.importorskip("pyarrow", reason="parquet fixtures need pyarrow (the 'aic' extra)")
@@ -449,7 +449,8 @@ def test_nvfp4_moe_number_by_number(b200_package: aic.AicSource, tmp_path: Path)
     directory = b200_imported(b200_package, tmp_path / "out")
     tables = read_table_dir(directory)
     assert sorted(n for n in tables.tables if n.startswith("grouped")) == [
-        "grouped_gemm_fp4_power_law_1.01.csv", "grouped_gemm_fp8_block_power_law_1.01.csv"]
+        "grouped_gemm_fp4_power_law_1.01.csv", "grouped_gemm_fp8_block_power_law_1.01.csv",
+        "grouped_gemm_w4a16_mxfp4_power_law_1.01.csv", "grouped_gemm_w4a8_mxfp4_mxfp8_power_law_1.01.csv"]
     lines = (directory / "grouped_gemm_fp4_power_law_1.01.csv").read_text().splitlines()
     # num_tokens 256 over EP 8 -> 32 tokens per GPU; 0.3 ms (the CUTLASS row, not the 0.25 ms min-latency one)
     # split 2/3 up, 1/3 down. up: 2 * 32 * 8 * 7168 * 4096 FLOPs / (200e-6 s * 9e15) = 0.00835133; down
@@ -464,7 +465,7 @@ def test_nvfp4_moe_number_by_number(b200_package: aic.AicSource, tmp_path: Path)
     assert info.moe_routing == "power_law_1.01" and info.includes_imbalance
     notes = " ".join(info.notes)
     assert "1 rows skipped: kernel_source moe_torch_flow_min_latency" in notes
-    assert "2 rows skipped: moe_dtype not bf16/fp8/nvfp4" in notes  # w4a16_mxfp4, w4a8_mxfp4_mxfp8
+    assert "moe_dtype not" not in notes  # w4a16_mxfp4 and w4a8_mxfp4_mxfp8 have tables of their own
     assert "moe_dtype nvfp4: NVFP4 (e2m1 inputs and weights, fp8 scales per 16 elements) stored as dtype fp4" in notes
     # DeepSeek-R1 FP4's routed experts (gemm fp4, expert weights fp4) are timed by it
     loaded = load_tables(directory)
@@ -477,11 +478,33 @@ def test_nvfp4_moe_number_by_number(b200_package: aic.AicSource, tmp_path: Path)
     cost = kernel_cost(shape, hw, loaded)
     assert cost.source == Source.TABLE and cost.seconds == pytest.approx(200e-6)
     assert cost.detail == f"exact from trtllm-{VERSION}/grouped_gemm_fp4_power_law_1.01.csv"
-    # fp4 expert weights under fp8 GEMMs (w4a8) are not in the table: the roofline times them
+    # fp4 expert weights under fp8 GEMMs (w4a8) come from the MXFP4 x MXFP8 table, not the NVFP4 one:
+    # 0.35 ms, 2/3 up = 233.3 us; efficiency against the fp8 peak 4.5e15 (hardware/b200.yaml)
     w4a8 = GroupedGemmShape(stage="decode", projection="up", num_experts=256, ep=8, topk=8, hidden=7168,
                             intermediate=2048, tokens_per_gpu=32.0, active_experts=32.0, dtype="fp8",
                             weight_dtype="fp4")
-    assert loaded.lookup(w4a8, B200_FP4) is None
+    hit = loaded.lookup(w4a8, 4.5e15)
+    assert hit is not None and hit.seconds == pytest.approx(350e-6 * 2 / 3)
+    assert hit.table.endswith("grouped_gemm_w4a8_mxfp4_mxfp8_power_law_1.01.csv")
+    lines = (directory / "grouped_gemm_w4a16_mxfp4_power_law_1.01.csv").read_text().splitlines()
+    # bf16 activations x fp4 weights: efficiency 2 * 32 * 8 * 7168 * 4096 / (266.67e-6 s * 2.25e15 bf16 peak)
+    assert 2 * 32 * 8 * 7168 * 4096 / (0.4e-3 * 2 / 3 * 2.25e15) == pytest.approx(0.0250540, rel=1e-5)
+    assert lines[0].endswith(",source_mfu,weight_dtype")
+    assert lines[3] == "bf16,decode,up,256,8,8,7168,2048,true,32,266.6666667,0.025054,,fp4"
+    info = tables.provenance.tables["grouped_gemm_w4a16_mxfp4_power_law_1.01.csv"]
+    assert info.description == ("routed experts of one MoE layer on one GPU, bf16 activations x MXFP4 weights, "
+                                "routing power_law_1.01")
+    assert "stored as weight_dtype fp4, bf16 activations" in " ".join(info.notes)
+    # the same activations over bf16 weights are a different kernel: no grid answers them
+    w16 = GroupedGemmShape(stage="decode", projection="up", num_experts=256, ep=8, topk=8, hidden=7168,
+                           intermediate=2048, tokens_per_gpu=32.0, active_experts=32.0, dtype="bf16",
+                           weight_dtype="bf16")
+    assert loaded.lookup(w16, 2.25e15) is None
+    w4a16 = GroupedGemmShape(stage="decode", projection="up", num_experts=256, ep=8, topk=8, hidden=7168,
+                             intermediate=2048, tokens_per_gpu=32.0, active_experts=32.0, dtype="bf16",
+                             weight_dtype="fp4")
+    hit = loaded.lookup(w4a16, 2.25e15)
+    assert hit is not None and hit.seconds == pytest.approx(400e-6 * 2 / 3)
 
 
 def test_nvfp4_needs_the_cards_fp4_peak(b200_package: aic.AicSource, tmp_path: Path) -> None:
@@ -491,5 +514,7 @@ def test_nvfp4_needs_the_cards_fp4_peak(b200_package: aic.AicSource, tmp_path: P
     assert result is not None
     table_dir, notes = result
     assert "fp4" not in table_dir.provenance.peak_flops
-    assert not [name for name in table_dir.tables if "fp4" in name]
+    assert not [name for name in table_dir.tables if "_fp4" in name]
+    # MXFP4 experts with bf16 activations need only the bf16 peak: Hopper gets them
+    assert "grouped_gemm_w4a16_mxfp4_power_law_1.01.csv" in table_dir.tables
     assert "gemm_fp4.csv not written: hardware card h100-sxm has no peak FLOP/s for fp4" in notes

@@ -34,9 +34,10 @@ engine version, `<out>/<device>/<framework>-<version>/`):
                                            moe_dtype bf16, fp8 (fp8_block where a shape has no per-tensor fp8)
                                            and nvfp4 -> fp4 (TensorRT-LLM's default CUTLASS MoE rows; its opt-in
                                            min-latency NVFP4 kernel, kernel_source moe_torch_flow_min_latency,
-                                           is left out). MXFP4 weights with 16- or 8-bit activations
-                                           (w4a16_mxfp4, w4a8_mxfp4_mxfp8: GPT-OSS) are not imported: the
-                                           tables key on one format for inputs and weights.
+                                           is left out). MXFP4 weights with 16- or 8-bit activations (GPT-OSS's
+                                           experts): w4a16_mxfp4 -> dtype bf16, weight_dtype fp4 (Hopper has no
+                                           fp4 tensor cores: the weights are widened to bf16 in the main loop);
+                                           w4a8_mxfp4_mxfp8 -> dtype fp8, weight_dtype fp4.
 
   custom_allreduce_perf       collective   the engine's all-reduce (TP all-reduce), CUDA-graph rows where both
                                            graph and eager were measured; message_bytes = 2 x message_size
@@ -104,8 +105,14 @@ LIBRARY = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
 DTYPES: dict[str, str] = {"bfloat16": "bf16", "fp8": "fp8"}
 #: GEMM and MoE formats: also NVFP4 (e2m1 inputs and weights, fp8 block scales per 16 elements), our fp4
 GEMM_DTYPES: dict[str, str] = {**DTYPES, "nvfp4": "fp4"}
+#: weight-only quantised MoE formats: aiconfigurator's moe_dtype -> (activation dtype, weight dtype). MXFP4 is
+#: e2m1 weights with an 8-bit power-of-two scale per 32 elements (OCP MX spec), stored as our fp4
+MOE_WEIGHT_ONLY: dict[str, tuple[str, str]] = {"w4a16_mxfp4": ("bf16", "fp4"), "w4a8_mxfp4_mxfp8": ("fp8", "fp4")}
 #: the MoE kernel aiconfigurator times TensorRT-LLM's opt-in min-latency NVFP4 MoE with (not the default)
 MIN_LATENCY_MOE = "moe_torch_flow_min_latency"
+#: how a MoE table's description names its format
+MOE_TABLE_FORMATS: dict[str, str] = {"fp4": "fp4 (NVFP4)", "w4a16_mxfp4": "bf16 activations x MXFP4 weights",
+                                     "w4a8_mxfp4_mxfp8": "fp8 (MXFP8) activations x MXFP4 weights"}
 NVFP4_NOTE = ("NVFP4 (e2m1 inputs and weights, fp8 scales per 16 elements) stored as dtype fp4; efficiency relative "
               "to peak_flops.fp4")
 
@@ -382,8 +389,8 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
     (stored as dtype fp8: the simulator has one fp8 format). nvfp4 becomes fp4, from TensorRT-LLM's
     default (CUTLASS) MoE rows; the opt-in min-latency kernel's rows are skipped."""
     out: dict[tuple[str, str], Converted] = {}
-    not_imported = "moe_dtype not bf16/fp8/nvfp4 (fp8_block only where no per-tensor fp8; MXFP4 w4a16/w4a8 not: " \
-                   "the tables key on one format for inputs and weights)"
+    not_imported = "moe_dtype not bf16/fp8/nvfp4/w4a16_mxfp4/w4a8_mxfp4_mxfp8 (fp8_block only where no " \
+                   "per-tensor fp8)"
     min_latency = f"kernel_source {MIN_LATENCY_MOE} (TensorRT-LLM's opt-in min-latency NVFP4 MoE, not the default)"
     skipped = {"moe_tp_size > 1 (the format has no expert-TP axis)": 0,
                "num_tokens not a multiple of moe_ep_size": 0, not_imported: 0, min_latency: 0,
@@ -397,9 +404,11 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
     for record in records:
         moe_dtype = str(record.get("moe_dtype"))
         dtype = GEMM_DTYPES.get(moe_dtype)
-        label = dtype
+        label, weight_dtype = dtype, None
         if moe_dtype == "fp8_block" and shape_key(record) not in per_tensor_fp8:
             dtype, label = "fp8", "fp8_block"  # the only fp8 measurement of this MoE (DeepSeek-style block scales)
+        if moe_dtype in MOE_WEIGHT_ONLY:
+            (dtype, weight_dtype), label = MOE_WEIGHT_ONLY[moe_dtype], moe_dtype
         if dtype is None:
             skipped[not_imported] += 1
             continue
@@ -426,7 +435,8 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
         up_share = (2.0 if gated else 1.0) / (3.0 if gated else 2.0)
         common = dict(dtype=dtype, num_experts=_int(record, "num_experts", where), ep=ep,
                       topk=_int(record, "topk", where), hidden=hidden,
-                      intermediate=_int(record, "inter_size", where), gated=gated, tokens_per_gpu=tokens // ep)
+                      intermediate=_int(record, "inter_size", where), gated=gated, tokens_per_gpu=tokens // ep,
+                      weight_dtype=weight_dtype)
         target = out.setdefault((label, routing), Converted())
         for stage in ("prefill", "decode"):
             target.rows.append(GroupedGemmRow(stage=stage, projection="up", latency_us=total * up_share, **common))
@@ -446,6 +456,13 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
                                    "MoE shapes have no per-tensor fp8 measurement")
         if label == "fp4":
             converted.notes.append(f"moe_dtype nvfp4: {NVFP4_NOTE}; TensorRT-LLM's default CUTLASS MoE")
+        if label in MOE_WEIGHT_ONLY:
+            act, weights = MOE_WEIGHT_ONLY[label]
+            converted.notes.append(
+                f"moe_dtype {label}: MXFP4 expert weights (e2m1, a power-of-two scale per 32 elements) stored as "
+                f"weight_dtype {weights}, {act} activations (dtype {act}; efficiency relative to peak_flops.{act}); "
+                f"GPT-OSS's expert shape; a run uses these rows when its precision.expert_gemm is {act} and "
+                f"expert_weights {weights}")
         converted.notes.append(
             f"moe_perf rows time the whole routed-expert computation; split up/down by FLOPs "
             f"(gated 2/3 : 1/3); tokens_per_gpu = num_tokens / moe_ep_size; routing {routing} (timed on the most "
@@ -660,7 +677,7 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
         records, path, status, served = found
         for (label, routing), conv in sorted(convert_moe(records, str(path), compact).items()):
             add(f"grouped_gemm_{label}_{routing}.csv", "grouped_gemm", conv.rows,
-                f"routed experts of one MoE layer on one GPU, {'fp4 (NVFP4)' if label == 'fp4' else label}, "
+                f"routed experts of one MoE layer on one GPU, {MOE_TABLE_FORMATS.get(label, label)}, "
                 f"routing {routing}", path, status,
                 conv.notes, routing=routing, served=served)
     found = load("comm", "custom_allreduce_perf")

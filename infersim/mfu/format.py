@@ -139,6 +139,13 @@ class GroupedGemmRow:
     tokens_per_gpu: int
     latency_us: float
     source_mfu: float | None = None
+    # storage format of the expert weights where it differs from `dtype` (the activations' tensor-core
+    # format): weight-only quantised MoE kernels, e.g. GPT-OSS's MXFP4 experts run as bf16 x fp4 on Hopper
+    weight_dtype: str | None = None
+
+    @property
+    def stored_weight_dtype(self) -> str:
+        return self.weight_dtype or self.dtype
 
     def shape(self) -> GroupedGemmShape:
         local = self.num_experts // self.ep
@@ -146,7 +153,7 @@ class GroupedGemmRow:
             stage=self.stage, projection=self.projection, num_experts=self.num_experts, ep=self.ep,
             topk=self.topk, hidden=self.hidden, intermediate=self.intermediate,
             tokens_per_gpu=float(self.tokens_per_gpu), active_experts=float(local), gated=self.gated,
-            dtype=self.dtype, weight_dtype=self.dtype,
+            dtype=self.dtype, weight_dtype=self.stored_weight_dtype,
         )
 
 
@@ -200,6 +207,13 @@ ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "
                               "collective": CollectiveRow}
 
 
+#: storage formats a weight_dtype cell may name (units.DTYPE_BYTES' formats below 32 bits)
+WEIGHT_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4", "fp4")
+
+#: columns a table may leave out: source_mfu (imported tables only), weight_dtype (only weight-only MoE tables)
+OPTIONAL_COLUMNS: tuple[str, ...] = ("source_mfu", "weight_dtype")
+
+
 def row_columns(family: str) -> list[str]:
     """CSV header of a family: the row fields in order, `efficiency` after `latency_us`."""
     names = [f.name for f in dataclasses.fields(ROW_TYPES[family])]
@@ -245,6 +259,8 @@ def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], f
     import csv  # here and below: only reading or writing tables needs it, not a run from cached tables
 
     columns = row_columns(family)
+    if "weight_dtype" in columns and all(getattr(row, "weight_dtype", None) is None for row in rows):
+        columns.remove("weight_dtype")  # optional: tables of one format for inputs and weights read unchanged
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
@@ -408,7 +424,7 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
         if header is None:
             raise ConfigError(str(path), "", MISSING, "empty table file")
         header = [h.strip() for h in header]
-        required = [c for c in expected if c != "source_mfu"]
+        required = [c for c in expected if c not in OPTIONAL_COLUMNS]
         missing = [c for c in required if c not in header]
         unknown = [c for c in header if c not in expected]
         if missing or unknown:
@@ -431,6 +447,11 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
                 raise ConfigError(where, "", MISSING, str(exc)) from None
             if not row.latency_us > 0:
                 raise ConfigError(where, "latency_us", row.latency_us, "must be positive")
+            weight_format = getattr(row, "weight_dtype", None)
+            if weight_format is not None and weight_format not in WEIGHT_FORMATS:
+                raise ConfigError(where, "weight_dtype", weight_format,
+                                  f"not a weight storage format (one of {', '.join(WEIGHT_FORMATS)}, or empty for "
+                                  "the row's dtype)")
             if family in NO_EFFICIENCY:
                 rows.append(row)
                 continue

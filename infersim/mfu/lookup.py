@@ -308,8 +308,8 @@ def row_grid_key(row: Row) -> tuple[GridKey, tuple[float, ...], tuple[str, ...]]
     if isinstance(row, GemmRow):
         return ("gemm", row.dtype, row.k, row.n), (float(row.m),), GEMM_AXES
     if isinstance(row, GroupedGemmRow):
-        key = ("grouped_gemm", row.dtype, row.stage, row.projection, row.num_experts, row.topk,
-               row.hidden, row.intermediate, row.gated)
+        key = ("grouped_gemm", row.dtype, row.stored_weight_dtype, row.stage, row.projection, row.num_experts,
+               row.topk, row.hidden, row.intermediate, row.gated)
         return key, (float(row.ep), float(row.tokens_per_gpu)), GROUPED_AXES
     if isinstance(row, AttentionRow):
         kv_heads = 1 if row.kind == "mla" else row.num_kv_heads
@@ -330,10 +330,11 @@ def shape_grid_key(shape: KernelShape) -> tuple[GridKey, tuple[float, ...], int]
             return None
         return ("gemm", shape.dtype, shape.k, shape.n), (float(shape.m),), 1
     if isinstance(shape, GroupedGemmShape):
-        if shape.weight_dtype != shape.dtype or shape.tokens_per_gpu <= 0 or shape.ep <= 0:
+        if shape.tokens_per_gpu <= 0 or shape.ep <= 0:
             return None
-        key = ("grouped_gemm", shape.dtype, shape.stage, shape.projection, shape.num_experts, shape.topk,
-               shape.hidden, shape.intermediate, shape.gated)
+        # weight-only quantised experts (weights narrower than the activations) have grids of their own
+        key = ("grouped_gemm", shape.dtype, shape.weight_dtype, shape.stage, shape.projection, shape.num_experts,
+               shape.topk, shape.hidden, shape.intermediate, shape.gated)
         return key, (float(shape.ep), float(shape.tokens_per_gpu)), 1
     if isinstance(shape, AttentionShape):
         if shape.window > 0 or shape.batch <= 0 or shape.kv_len <= 0:
@@ -354,8 +355,9 @@ def describe_key(key: GridKey) -> str:
     if family == "gemm":
         return f"{key[1]} k={key[2]} n={key[3]}"
     if family == "grouped_gemm":
-        _, dtype, stage, proj, experts, topk, hidden, inter, gated = key
-        return f"{dtype} {stage} {proj} experts={experts} topk={topk} hidden={hidden} intermediate={inter}"
+        _, dtype, weights, stage, proj, experts, topk, hidden, inter, gated = key
+        formats = dtype if weights == dtype else f"{dtype} x {weights} weights"
+        return f"{formats} {stage} {proj} experts={experts} topk={topk} hidden={hidden} intermediate={inter}"
     _, stage, kind, dtype, kv_dtype, heads, kv_heads, qk, v, extra = key
     return f"{kind} {stage} {heads}-{kv_heads}-{qk}-{v} {dtype} kv {kv_dtype}"
 

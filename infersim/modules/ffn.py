@@ -130,14 +130,14 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
     ops.append(Operation("router_topk", cat.ROUTER, MemoryBoundShape("top-k, routing metadata", tokens_seen * E * 4.0, kernels=2)))
     if dep.moe_comm != "all-gather":
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
-        dispatch_bytes = 1.0 if prec.gemm == "fp8" else ACT_BYTES  # DeepEP/SGLang dispatch fp8 when GEMMs are fp8
+        dispatch_bytes = 1.0 if prec.expert_gemm_dtype == "fp8" else ACT_BYTES  # DeepEP/SGLang dispatch fp8 when expert GEMMs are fp8
         ops.append(Operation("dispatch", cat.DISPATCH, TokenExchangeShape(
             "dispatch", T, h * dispatch_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load,
             model.n_group, model.topk_group)))
     # the most loaded EP rank: its routed tokens and its distinct activated experts
     grouped = dict(stage=ctx.stage, num_experts=E, ep=ffn.ep, topk=k, hidden=h, intermediate=width,
                    tokens_per_gpu=table_tokens * load, active_experts=balance.active_experts, gated=model.gated_ffn,
-                   dtype=prec.gemm, weight_dtype=prec.expert_weight_dtype, load_factor=load,
+                   dtype=prec.expert_gemm_dtype, weight_dtype=prec.expert_weight_dtype, load_factor=load,
                    balanced_active_experts=balance.mean_active_experts,
                    expert_slots=slots if slots != E else 0,
                    rebalanced=dep.moe.load_balance in ("eplb", "ideal"))

@@ -48,10 +48,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from infersim.cards.engine import EngineCard, FutureTokenReservation
-from infersim.config import RunConfig
+from infersim.cards.model import ModelCard
+from infersim.config import Deployment, RunConfig
 from infersim.errors import InferSimError
 from infersim.serve.cost import StepCoster
 from infersim.serve.workload import Request
+from infersim.units import dtype_bytes
 
 RESERVATION_MAX_STRETCH = 32  # decode steps skipped at once while requests wait on a decaying reservation
 
@@ -86,6 +88,17 @@ def _round_up(value: float, step: int) -> int:
     return int(-(-value // step) * step)
 
 
+def checkpoint_bytes_per_weight(model: ModelCard, dep: Deployment) -> float:
+    """Bytes per parameter trtllm-bench's heuristic charges the whole model (engines.md): 1 for an FP8
+    checkpoint, 0.5 for NVFP4, 2 for any other quantisation algorithm. Routed experts stored narrower
+    than their GEMM inputs are a weight-only checkpoint (GPT-OSS's MXFP4 experts: W4A16 or W4A8 MXFP4),
+    which is neither, so 2, though the weights really take far less."""
+    prec = dep.precision
+    if model.is_moe and dtype_bytes(prec.expert_weight_dtype) < dtype_bytes(prec.expert_gemm_dtype):
+        return 2.0
+    return {"fp8": 1.0, "fp4": 0.5}.get(prec.weight_dtype, 2.0)
+
+
 def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]:
     """The engine's offline benchmark tool's own (request cap, token budget) when not given, from
     the engine card's `offline_limits` (trtllm-bench's max_batch_size / max_num_tokens heuristic)."""
@@ -95,7 +108,7 @@ def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]
     if limits is None:
         raise InferSimError(f"engine {config.engine.name} has no offline_limits")
     model, dep, hw = config.model, config.deployment, config.hardware
-    weight_bytes = 1.0 if dep.precision.weight_dtype == "fp8" else (0.5 if dep.precision.weight_dtype == "fp4" else 2.0)
+    weight_bytes = checkpoint_bytes_per_weight(model, dep)
     kv_bytes = 1.0 if dep.precision.kv_cache == "fp8" else 2.0
     tp = dep.attention.tp
     head_dim = model.head_dim if not model.is_mla else (model.kv_lora_rank + model.qk_rope_head_dim) / 2
