@@ -289,3 +289,32 @@ def test_the_kv_pool_charges_sliding_window_layers_of_a_mean_length_request():
     full_layers_only = memory.kv_capacity_bytes / memory.kv_bytes_per_token_per_gpu
     assert memory.bounded_bytes_per_request_per_gpu == pytest.approx(3 * memory.kv_bytes_per_token_per_gpu * 2000)
     assert settings.kv_capacity_tokens == pytest.approx(full_layers_only / 4, rel=1e-3)
+
+
+def test_attention_dp_ranks_take_whole_prompts_each_into_their_own_budget():
+    """trtllm-bench without chunked context: every attention-DP rank runs its own executor with its
+    own max_num_tokens, so four ranks with 3,584 tokens each take four 8,192-token prompts per step
+    (each rank's first prompt runs past its budget), not one for the whole instance."""
+    from dataclasses import replace
+
+    from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings
+    from infersim.serve.workload import Request
+
+    settings = SchedulerSettings(
+        token_budget=4 * 3584, max_running=2048, mixed=True, policy="decode-first", admission="reserve-full",
+        page_size=32, chunked=False, prefix_cache=False, kv_capacity_tokens=1 << 30, reservation=None,
+        origin="test", dp_ranks=4)
+
+    def taken(settings: SchedulerSettings, prompts: list[int], room: int) -> list[int]:
+        instance = Instance(settings, coster=None)  # type: ignore[arg-type]  # _take_chunks prices nothing
+        instance.prefilling = [RequestState(Request(i, 0.0, n, 10)) for i, n in enumerate(prompts)]
+        return [q for _r, q in instance._take_chunks(room)]
+
+    assert taken(settings, [8192] * 6, 4 * 3584) == [8192] * 4
+    # short prompts share a rank's 3,584 tokens: 3 x 1,000 on rank 0, then the next three ranks
+    assert taken(settings, [1000] * 14, 4 * 3584) == [1000] * 12
+    # 40 decode requests in a mixed step leave (14,336 - 40) / 4 = 3,574 per rank: a 3,580-token prompt opens
+    # each rank and nothing else fits beside it
+    assert taken(settings, [3580] * 5, 4 * 3584 - 40) == [3580] * 4
+    # one pooled executor (no attention DP) runs only its first prompt past the budget
+    assert taken(replace(settings, dp_ranks=1), [8192] * 6, 4 * 3584) == [8192]

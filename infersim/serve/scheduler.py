@@ -74,6 +74,10 @@ class SchedulerSettings:
     reservation: FutureTokenReservation | None  # KV held for running requests' future tokens (engine card)
     origin: str  # where the budget and cap come from
     max_chunk: int = 0  # largest chunk of one prompt per step (the per-rank budget under attention DP; 0 = budget)
+    # attention-DP ranks sharing the instance's budget: each runs its own executor, so without
+    # chunking each rank takes whole prompts into its own share of the budget (and the first one
+    # past it), not one prompt for the whole instance
+    dp_ranks: int = 1
 
     def describe(self) -> str:
         cap = str(self.max_running) if self.max_running else "KV-bound"
@@ -169,7 +173,7 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         admission=sched.kv_admission, page_size=sched.page_size, chunked=chunked,
         prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
         reservation=sched.future_reservation if sched.kv_admission == "on-demand" else None, origin=origin,
-        max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0)
+        max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp)
 
 
 class RequestState:
@@ -492,6 +496,8 @@ class Instance:
             on_finish(r)
 
     def _take_chunks(self, room: int) -> list[tuple[RequestState, int]]:
+        if not self.s.chunked and self.s.dp_ranks > 1:
+            return self._take_whole_prompts_per_rank(room)
         chunks = []
         for r in self.prefilling:
             if room <= 0:
@@ -505,6 +511,27 @@ class Instance:
                 break
             chunks.append((r, q))
             room -= q
+        return chunks
+
+    def _take_whole_prompts_per_rank(self, room: int) -> list[tuple[RequestState, int]]:
+        """Whole prompts in arrival order, each onto the first attention-DP rank whose share of the
+        room holds it, or onto a rank that has none yet (its first prompt runs even past its share,
+        as on one executor); stops at the first prompt no rank takes."""
+        ranks = self.s.dp_ranks
+        share = room / ranks
+        if share <= 0:
+            return []
+        rooms = [share] * ranks
+        taken = [False] * ranks
+        chunks = []
+        for r in self.prefilling:
+            left = r.prompt_total - r.prompt_done
+            rank = next((i for i in range(ranks) if not taken[i] or left <= rooms[i]), None)
+            if rank is None:
+                break
+            chunks.append((r, left))
+            rooms[rank] -= left
+            taken[rank] = True
         return chunks
 
     def _stretch_length(self, n: int, until: float) -> int:
