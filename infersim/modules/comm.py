@@ -7,6 +7,16 @@ with m = 2 for all-reduce (reduce then broadcast) and 1 otherwise; the bandwidth
 bytes each GPU must send over NVLink and over its NIC at the protocol's efficiency; the fastest
 protocol wins, as in NCCL. DeepEP dispatch/combine use the card's DeepEP latency and the same
 byte accounting (low-latency mode sends everything through the NIC once the group spans nodes).
+
+Across nodes, all-reduce / all-gather / reduce-scatter follow NCCL's tuning model in full
+(`_nccl_multinode`): NCCL picks, per message, the fastest of Ring and Tree (Tree for all-reduce
+only) in each protocol, with Ring's own latencies (every one of the 2(n-1) ring steps is paid,
+two of them across the network, and no intra step is cheaper than the NET proxy overhead) and
+NCCL's protocol bandwidths: the bus bandwidth of the slowest link (NVLink, or the node's NICs
+together), LL capped at llMaxBw and Tree LL at 1/3.8 of it, converted to algorithm bandwidth
+(x n/(2(n-1)) ring all-reduce, x n/(n-1) ring all-gather/reduce-scatter, x 1/2 tree). The
+single-node path keeps the NCCL Tree latency with per-link byte counts (engines mostly replace it
+with their custom all-reduce, timed by the kernel tables).
 """
 
 from __future__ import annotations
@@ -15,6 +25,74 @@ import math
 
 from infersim.cards.hardware import HardwareCard
 from infersim.kernels import Bound, CollectiveShape, CommShape, Cost, Source, TokenExchangeShape
+
+
+# NCCL tuning-model constants that the hardware card's collective_latency (NCCL Tree values) does not
+# hold: the Ring column, the NET proxy overhead, the LL bandwidth caps and the protocol corrections.
+# Source for all of them: NVIDIA/nccl src/graph/tuning.cc, as transcribed in
+# ../shared/reference/constants.md section 2 (ncclTunerConstantsDefaults; units there us and GB/s).
+# (base, NVLink hop, NET hop) of Ring per protocol, seconds: baseLatencies Ring {6.6, 14.0, 8.4},
+# hwLatencies NVLINK Ring {0.6, 1.9, 3.4}, NET Ring {2.7, 4.0, 14.0}
+_RING_LATENCY = {"LL": (6.6e-6, 0.6e-6, 2.7e-6), "LL128": (14.0e-6, 1.9e-6, 4.0e-6), "Simple": (8.4e-6, 3.4e-6, 14.0e-6)}
+# NCCL_NET_OVERHEAD default 1.0 us on Intel x86 hosts (DGX H100/H200/B200: Xeon Platinum), x3 for Simple:
+# an inter-node ring still launches every step through the network proxy
+_NET_OVERHEAD = 1.0e-6
+# llMaxBws (bus bandwidth cap of the LL protocol, bytes/s) for 1 / 2 / >=4 nodes, by GPU generation
+_LL_MAX_BW = {"volta": (39.0e9, 39.0e9, 20.4e9), "ampere": (87.7e9, 22.5e9, 19.0e9),
+              "hopper": (141.0e9, 45.0e9, 35.0e9), "blackwell": (282.0e9, 90.0e9, 70.0e9)}
+_TREE_ALLREDUCE_BW = 0.92     # Tree AllReduce: busBw x 0.92
+_TREE_LL_BW = 1.0 / 3.8       # Tree LL: busBw / 3.8 (then capped at llMaxBw)
+_TREE_LL128_BW = 120.0 / 128.0  # Tree LL128 across nodes: busBw x 120/128
+_RING_LL_BW = 0.5             # Ring LL: busBw x 0.5 (then capped at llMaxBw)
+_RING_LL128_BW = 0.92         # Ring LL128: busBw x 0.92
+
+
+def _generation(hw: HardwareCard) -> str:
+    """GPU generation for NCCL's per-architecture tables (the card has no field for it: read the name)."""
+    name = hw.name.lower()
+    if name.startswith(("b", "gb")):
+        return "blackwell"
+    if name.startswith(("a", "rtx-a")):
+        return "ampere"
+    if name.startswith("v"):
+        return "volta"
+    return "hopper"
+
+
+def _nccl_multinode(shape: CollectiveShape, hw: HardwareCard) -> tuple[float, str]:
+    """(seconds, 'Algorithm protocol') of an NCCL all-reduce / all-gather / reduce-scatter whose
+    group spans nodes, by NCCL's tuning model (constants.md section 2): the fastest pair wins."""
+    ranks, nodes = shape.ranks, shape.nodes
+    local = min(shape.ranks_per_node, ranks)
+    all_reduce = shape.kind == "all_reduce"
+    log_nodes = int(math.log2(nodes))  # NCCL log2i: integer floor
+    # bus bandwidth of the graph: NVLink inside the node, or the node's NICs (one per GPU) together
+    bus = min(hw.peak.nvlink_bandwidth * hw.derates.nvlink_efficiency,
+              local * hw.peak.network_bandwidth * hw.derates.network_efficiency)
+    ll_max = _LL_MAX_BW[_generation(hw)][0 if nodes == 1 else 1 if nodes == 2 else 2]
+    nsteps = 2 * (ranks - 1) if all_reduce else ranks - 1
+    inter_steps = 2 * (nodes - 1) if all_reduce else nodes - 1
+    best, best_name = math.inf, ""
+    for proto in ("LL", "LL128", "Simple"):
+        # Ring
+        base, intra_hop, net_hop = _RING_LATENCY[proto]
+        step = max(intra_hop, _NET_OVERHEAD * (3 if proto == "Simple" else 1))
+        latency = base + (nsteps - inter_steps) * step + inter_steps * net_hop
+        bw = {"LL": min(ll_max, bus * _RING_LL_BW), "LL128": bus * _RING_LL128_BW, "Simple": bus}[proto]
+        seconds = latency + shape.bytes_per_rank / (bw * ranks / nsteps)
+        if seconds < best:
+            best, best_name = seconds, f"Ring {proto}"
+        if not all_reduce:
+            continue
+        # Tree (all-reduce only): the card's collective_latency holds NCCL's Tree values
+        tree = hw.derates.collective_latency[proto]
+        latency = tree.base + 2 * ((local - 1) * tree.nvlink_hop + log_nodes * tree.network_hop)
+        bw = bus * _TREE_ALLREDUCE_BW
+        bw = {"LL": min(bw * _TREE_LL_BW, ll_max), "LL128": bw * _TREE_LL128_BW, "Simple": bw}[proto]
+        seconds = latency + shape.bytes_per_rank / (bw * 0.5)
+        if seconds < best:
+            best, best_name = seconds, f"Tree {proto}"
+    return best, best_name
 
 
 def _traffic(shape: CollectiveShape) -> tuple[float, float]:
@@ -71,6 +149,10 @@ def collective_cost(shape: CollectiveShape, hw: HardwareCard) -> Cost:
         return Cost(0.0, 0.0, 0.0, Bound.COMM, Source.ROOFLINE, "no peers")
     intra, inter = _traffic(shape)
     nodes = shape.nodes
+    if shape.implementation == "nccl" and nodes > 1 and shape.kind in ("all_reduce", "all_gather", "reduce_scatter"):
+        seconds, algo = _nccl_multinode(shape, hw)
+        detail = f"NCCL {shape.kind} over {shape.ranks} GPUs ({nodes} nodes), {algo} (NCCL tuning model)"
+        return Cost(0.0, shape.bytes_per_rank, seconds, Bound.COMM, Source.ROOFLINE, detail)
     if shape.implementation == "nccl":
         m = 2.0 if shape.kind == "all_reduce" else 1.0
         local = min(shape.ranks_per_node, shape.ranks)
