@@ -70,6 +70,9 @@ class HardwareCard:
     usd_per_gpu_hour: float = spec(0.0, doc="rental price per GPU-hour, US dollars (0 = unknown)", ge=0)
     host_memory_bytes: float = spec(0.0, doc="CPU memory per GPU available for offload, bytes", ge=0)
     nvme_bandwidth: float = spec(0.0, doc="NVMe read bandwidth per GPU, bytes/s (0 = none)", ge=0)
+    compute_capability: float | None = spec(
+        None, doc="CUDA compute capability (8.0 A100, 9.0 Hopper, 10.0 Blackwell): NCCL's protocol bandwidth caps "
+                  "across nodes are tabled by it (null = unknown: cross-node NCCL collectives are refused)", gt=0)
 
     def peak_flops(self, dtype: str, source: str = "") -> float:
         """Dense FLOP/s for a tensor-core input format; int4/fp4 weight-only formats run at the

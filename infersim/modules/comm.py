@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from infersim.cards.hardware import HardwareCard
+from infersim.errors import MISSING, ConfigError
 from infersim.kernels import Bound, CollectiveShape, CommShape, Cost, Source, TokenExchangeShape
 
 
@@ -48,15 +49,14 @@ _RING_LL128_BW = 0.92         # Ring LL128: busBw x 0.92
 
 
 def _generation(hw: HardwareCard) -> str:
-    """GPU generation for NCCL's per-architecture tables (the card has no field for it: read the name)."""
-    name = hw.name.lower()
-    if name.startswith(("b", "gb")):
-        return "blackwell"
-    if name.startswith(("a", "rtx-a")):
-        return "ampere"
-    if name.startswith("v"):
-        return "volta"
-    return "hopper"
+    """NCCL's architecture row (tuning.cc indexes its tables by the lowest compute capability in the
+    communicator: >= 10 Blackwell, >= 9 Hopper, >= 8 Ampere, else Volta; Ada's 8.9 is Ampere's row)."""
+    cc = hw.compute_capability
+    if cc is None:
+        raise ConfigError(f"hardware card {hw.name}", "compute_capability", MISSING,
+                          "needed for NCCL collectives across nodes (its protocol bandwidth caps depend on the GPU "
+                          "architecture); add e.g. compute_capability: 9.0 for Hopper")
+    return "blackwell" if cc >= 10 else "hopper" if cc >= 9 else "ampere" if cc >= 8 else "volta"
 
 
 def _nccl_multinode(shape: CollectiveShape, hw: HardwareCard) -> tuple[float, str]:
