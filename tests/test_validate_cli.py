@@ -182,6 +182,7 @@ def test_a_point_whose_run_does_not_fit_in_memory_says_so(tmp_path, capsys):
     points = yaml.safe_load((importlib.resources.files("infersim.validate") / "points.yaml").read_text())
     entry = next(p for p in points["points"] if p["id"] == "sgl-gb200-decode-p2-std")
     entry["run"]["deployment"]["precision"]["kv_cache"] = "bf16"
+    entry["run"]["workload"]["decode_batch_per_gpu"] = 1408
     custom = tmp_path / "points.yaml"
     custom.write_text(yaml.safe_dump({"points": [entry]}, sort_keys=False))
     reference = tmp_path / "reference.yaml"
