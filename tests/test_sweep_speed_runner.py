@@ -39,7 +39,10 @@ def test_a_callers_freeze_is_left_alone_and_rows_are_the_same():
     try:
         frozen = gc.get_freeze_count()
         rows = run_sweep(_spec(), workers=1, progress=False).rows
-        assert gc.get_freeze_count() == frozen
+        # neither unfrozen (0) nor frozen again (more); a frozen object that dies leaves the permanent
+        # generation, so the count may fall by the objects the sweep let go of (a cache entry replaced)
+        assert 0 < gc.get_freeze_count() <= frozen
+        assert gc.get_freeze_count() > frozen // 2
     finally:
         gc.unfreeze()
     assert rows == plain
