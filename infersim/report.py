@@ -276,7 +276,7 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
               f"FFN TP{dep.ffn.tp} x EP{dep.ffn.ep} x DP{dep.ffn.dp}" + (f"; PP{dep.pp}" if dep.pp > 1 else "")
               + f"; GEMM {dep.precision.gemm}, weights {dep.precision.weight_dtype}, KV {dep.precision.kv_cache}"
               + f"; overlap {dep.overlap}" + (f"; MoE comm {dep.moe_comm}" if cfg.model.is_moe else ""))
-    expert_format = getattr(dep.precision, "expert_weights", None)
+    expert_format = dep.precision.expert_weights
     if expert_format:
         layout += f"; routed experts stored {expert_format}"
     if dep.precision.expert_gemm:

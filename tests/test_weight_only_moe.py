@@ -101,9 +101,9 @@ def test_bundled_h200_tables_time_gpt_oss_experts_as_w4a16() -> None:
 
 def test_trtllm_bench_counts_a_weight_only_checkpoint_at_two_bytes_per_weight() -> None:
     gpt = gpt_oss(GPT_OSS_PRECISION)
-    assert checkpoint_bytes_per_weight(gpt.model, gpt.deployment) == 2.0  # MXFP4 W4A16: neither FP8 nor NVFP4
+    assert checkpoint_bytes_per_weight(gpt.model, gpt.deployment, gpt.engine.offline_limits) == 2.0  # MXFP4 W4A16: neither FP8 nor NVFP4
     fp8 = gpt_oss({"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"})
-    assert checkpoint_bytes_per_weight(fp8.model, fp8.deployment) == 1.0
+    assert checkpoint_bytes_per_weight(fp8.model, fp8.deployment, fp8.engine.offline_limits) == 1.0
     # GPT-OSS-120B (116.79e9 parameters) on 2 x H200 (150.75e9 B each, 143,771 MiB): KV memory
     # (301.51e9 - 116.79e9 x 2 B) x 0.95 = 64.53e9 B; KV per token 2 x 36 layers x 8 heads x 64 x 1 B = 36,864 B;
     # 64.53e9 / 36,864 / 2048 tokens = 854.8 requests -> next multiple of 128 = 896; tokens 854.8 x 2 = 1,710

@@ -140,6 +140,11 @@ class OfflineLimits:
 
     tool: str = spec(doc="the benchmark tool, as reports name it")
     kv_memory_fraction: float = spec(doc="share of (GPU memory x GPUs - weight bytes) counted as KV memory", gt=0, le=1)
+    bytes_per_weight: dict[str, float] = spec(
+        doc="bytes per parameter the tool charges the whole model, by checkpoint format (fp8, fp4 = NVFP4)", gt=0)
+    other_bytes_per_weight: float = spec(
+        doc="bytes per parameter for any other checkpoint (unquantised, or quantised in a format the tool does not "
+            "list, e.g. MXFP4 weight-only experts)", gt=0)
     max_batch: int = spec(doc="requests that fit are capped at this before rounding", gt=0)
     max_tokens: int = spec(doc="the token budget batch x (1 + ISL / OSL) is capped at this before rounding", gt=0)
     batch_rounding: tuple[RoundingTier, ...] = spec(doc="rounding tiers of the request cap, ascending")

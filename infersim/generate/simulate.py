@@ -384,7 +384,7 @@ def simulate_generation(config: RunConfig, gen: GenerateSpec) -> GenerationResul
     if not gen.batch or not gen.prompt_len or not gen.gen_len:
         raise InferSimError("generate: batch, prompt_len and gen_len must be set (resolve the spec first)")
     prec = config.deployment.precision
-    expert_format = getattr(prec, "expert_weights", None)
+    expert_format = prec.expert_weights
     if expert_format and expert_format != prec.weight_dtype and config.model.is_moe:
         # weight bytes here are weight elements x one stored format: a mixed model would be misreported
         raise InferSimError(f"generate: routed experts stored {expert_format} and other weights {prec.weight_dtype} "

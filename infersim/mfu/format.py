@@ -22,6 +22,7 @@ from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin
 
 from infersim.cards.schema import MAX_MAGNITUDE, MIN_MAGNITUDE, build, check_number, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError
+from infersim.units import DTYPE_BYTES
 from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, GroupedGemmShape
 
 FORMAT_VERSION = 1
@@ -208,7 +209,7 @@ ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "
 
 
 #: storage formats a weight_dtype cell may name (units.DTYPE_BYTES' formats below 32 bits)
-WEIGHT_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp8", "int8", "int4", "fp4")
+WEIGHT_FORMATS: tuple[str, ...] = tuple(name for name, size in DTYPE_BYTES.items() if size < 4)
 
 #: columns a table may leave out: source_mfu (imported tables only), weight_dtype (only weight-only MoE tables)
 OPTIONAL_COLUMNS: tuple[str, ...] = ("source_mfu", "weight_dtype")

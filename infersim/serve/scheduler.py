@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from infersim.cards.engine import EngineCard, FutureTokenReservation
+from infersim.cards.engine import EngineCard, FutureTokenReservation, OfflineLimits
 from infersim.cards.model import ModelCard
 from infersim.config import Deployment, RunConfig
 from infersim.errors import InferSimError
@@ -92,15 +92,15 @@ def _round_up(value: float, step: int) -> int:
     return int(-(-value // step) * step)
 
 
-def checkpoint_bytes_per_weight(model: ModelCard, dep: Deployment) -> float:
-    """Bytes per parameter trtllm-bench's heuristic charges the whole model (engines.md): 1 for an FP8
-    checkpoint, 0.5 for NVFP4, 2 for any other quantisation algorithm. Routed experts stored narrower
-    than their GEMM inputs are a weight-only checkpoint (GPT-OSS's MXFP4 experts: W4A16 or W4A8 MXFP4),
-    which is neither, so 2, though the weights really take far less."""
+def checkpoint_bytes_per_weight(model: ModelCard, dep: Deployment, limits: OfflineLimits) -> float:
+    """Bytes per parameter the benchmark tool's heuristic charges the whole model (the engine card's
+    offline_limits: trtllm-bench lists FP8 and NVFP4 checkpoints). Routed experts stored narrower
+    than their GEMM inputs are a weight-only checkpoint (GPT-OSS's MXFP4 experts: W4A16 or W4A8
+    MXFP4), which the tool does not list, though the weights really take far less."""
     prec = dep.precision
     if model.is_moe and dtype_bytes(prec.expert_weight_dtype) < dtype_bytes(prec.expert_gemm_dtype):
-        return 2.0
-    return {"fp8": 1.0, "fp4": 0.5}.get(prec.weight_dtype, 2.0)
+        return limits.other_bytes_per_weight
+    return limits.bytes_per_weight.get(prec.weight_dtype, limits.other_bytes_per_weight)
 
 
 def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]:
@@ -112,8 +112,8 @@ def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]
     if limits is None:
         raise InferSimError(f"engine {config.engine.name} has no offline_limits")
     model, dep, hw = config.model, config.deployment, config.hardware
-    weight_bytes = checkpoint_bytes_per_weight(model, dep)
-    kv_bytes = 1.0 if dep.precision.kv_cache == "fp8" else 2.0
+    weight_bytes = checkpoint_bytes_per_weight(model, dep, limits)
+    kv_bytes = dtype_bytes(dep.precision.kv_cache)
     tp = dep.attention.tp
     head_dim = model.head_dim if not model.is_mla else (model.kv_lora_rank + model.qk_rope_head_dim) / 2
     kv_heads = model.num_key_value_heads if not model.is_mla else 1
