@@ -60,6 +60,14 @@ class SequenceBatch:
         """New tokens one GPU of the group carries through the GEMMs (rounded up)."""
         return -(-self.count * self.q_len // tp) if self.across_tp else self.count * self.q_len
 
+    def kernel_stage(self, step_stage: Stage) -> Stage:
+        """The attention kernel family these sequences run in a step labelled `step_stage`: one new
+        token on top of a cached context is a decode request, and engines run the decode requests
+        of a mixed step with their decode kernels (TensorRT-LLM's generation-phase attention and
+        absorbed MLA, vLLM's and SGLang's decode paths), not with the prefill kernel; a one-token
+        prompt (nothing cached) stays prefill."""
+        return "decode" if step_stage == "decode" or (self.q_len == 1 and self.kv_len > 1) else "prefill"
+
 
 @dataclass(frozen=True)
 class StageContext:

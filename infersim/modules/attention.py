@@ -4,7 +4,9 @@ and DeepSeek sparse attention (DSA).
 Attention TP splits heads over `attention.tp` GPUs; each GPU of the TP group sees all of the
 group's tokens (tp x tokens_per_gpu). MLA decode uses weight absorption (queries projected into
 the latent space, attention over the compressed KV, values projected back); MLA prefill
-decompresses K/V and runs MHA.
+decompresses K/V and runs MHA. In a mixed step (prompt chunks beside decode requests) each
+sequence group runs the kernel of its own phase (SequenceBatch.kernel_stage): engines split such a
+batch into its context and generation requests.
 
 Sliding-window layers (`sliding_attention`) attend to, read and keep only the last
 `sliding_window` tokens; otherwise they cost what a full layer costs. Attention sinks (GPT-OSS)
@@ -41,7 +43,8 @@ def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: in
     prec = dep.precision
     ops = []
     for i, seqs in enumerate(ctx.sequences_per_gpu):
-        common = dict(stage=ctx.stage, batch=seqs.group_count(tp), q_len=seqs.q_len, kv_len=seqs.kv_len,
+        stage = seqs.kernel_stage(ctx.stage)
+        common = dict(stage=stage, batch=seqs.group_count(tp), q_len=seqs.q_len, kv_len=seqs.kv_len,
                       dtype=prec.attention, kv_dtype=prec.kv_cache)
         if window:
             common["window"] = window
@@ -50,7 +53,7 @@ def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: in
                                    qk_head_dim=model.kv_lora_rank + model.qk_rope_head_dim,
                                    v_head_dim=model.kv_lora_rank, rope_dim=model.qk_rope_head_dim,
                                    topk=model.index_topk, **common)
-        elif model.is_mla and ctx.stage == "decode":
+        elif model.is_mla and stage == "decode":
             shape = AttentionShape(kind="mla", num_heads=heads, num_kv_heads=1,
                                    qk_head_dim=model.kv_lora_rank + model.qk_rope_head_dim,
                                    v_head_dim=model.kv_lora_rank, rope_dim=model.qk_rope_head_dim, **common)
@@ -123,17 +126,24 @@ def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
             kernels=3)))
         if model.is_sparse_attention:
             ops += _indexer_operations(model, dep, ctx, tokens)
+        # absorbed (decode, DSA): q_nope @ W_UK per head into the latent space, then latent output
+        # @ W_UV per head; decompressed (prefill): kv_b_proj, then MHA. A mixed step runs its decode
+        # requests absorbed and its prompt chunks decompressed, each over its own tokens.
         if ctx.stage == "decode" or model.is_sparse_attention:
-            # absorbed: q_nope @ W_UK per head into the latent space, then latent output @ W_UV per head
-            ops.append(Operation("q_absorb", cat.ATTN_PROJ,
-                                 GemmShape(tokens, model.qk_nope_head_dim, heads * model.kv_lora_rank, "bf16", "bf16")))
-            ops += _core_shapes(model, dep, ctx, heads, window)
-            ops.append(Operation("v_absorb", cat.ATTN_PROJ,
-                                 GemmShape(tokens, model.kv_lora_rank, heads * v_dim, "bf16", "bf16")))
+            absorbed_tokens = tokens
         else:
-            ops.append(Operation("kv_b_proj", cat.ATTN_PROJ,
-                                 GemmShape(tokens, model.kv_lora_rank, heads * (model.qk_nope_head_dim + v_dim), **gemm)))
-            ops += _core_shapes(model, dep, ctx, heads, window)
+            absorbed_tokens = tp * sum(s.gpu_tokens(tp) for s in ctx.sequences_per_gpu
+                                       if s.kernel_stage(ctx.stage) == "decode")
+        if absorbed_tokens < tokens:
+            ops.append(Operation("kv_b_proj", cat.ATTN_PROJ, GemmShape(
+                tokens - absorbed_tokens, model.kv_lora_rank, heads * (model.qk_nope_head_dim + v_dim), **gemm)))
+        if absorbed_tokens:
+            ops.append(Operation("q_absorb", cat.ATTN_PROJ, GemmShape(
+                absorbed_tokens, model.qk_nope_head_dim, heads * model.kv_lora_rank, "bf16", "bf16")))
+        ops += _core_shapes(model, dep, ctx, heads, window)
+        if absorbed_tokens:
+            ops.append(Operation("v_absorb", cat.ATTN_PROJ,
+                                 GemmShape(absorbed_tokens, model.kv_lora_rank, heads * v_dim, "bf16", "bf16")))
         ops.append(Operation("o_proj", cat.ATTN_PROJ, GemmShape(tokens, heads * v_dim, h, **gemm)))
         return ops
 

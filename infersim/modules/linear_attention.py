@@ -88,11 +88,12 @@ def linear_mixer_operations(model: ModelCard, dep: Deployment, ctx: StageContext
             "causal depthwise conv1d + SiLU, conv state read and written",
             2 * tokens * channels * ACT_BYTES + 2 * conv_state, flops_done=2.0 * width * channels * tokens)),
     ]
-    phases = ("intra_chunk", "state", "output") if ctx.stage == "prefill" else ("recurrent",)
     for i, seqs in enumerate(ctx.sequences_per_gpu):
         suffix = "" if i == 0 else f"_{i}"
+        stage = seqs.kernel_stage(ctx.stage)  # a mixed step's decode requests take the recurrent step
+        phases = ("intra_chunk", "state", "output") if stage == "prefill" else ("recurrent",)
         for phase in phases:
-            shape = LinearAttentionShape(shape_kind, ctx.stage, phase, seqs.group_count(tp), seqs.q_len, heads, key_heads,
+            shape = LinearAttentionShape(shape_kind, stage, phase, seqs.group_count(tp), seqs.q_len, heads, key_heads,
                                          dk, dv, chunk=chunk, dtype=dep.precision.attention, state_dtype=state_dtype)
             ops.append(Operation(f"{prefix}_{phase}{suffix}", cat.ATTN_CORE, shape))
     ops += [

@@ -8,7 +8,9 @@ engine card's software overhead included) over per-GPU sequences:
     kv = the token-weighted mean of (p_i + q_i): GEMMs, norms and collectives see the total T,
     attention sees each chunk's own context (exact for one chunk, the common case);
   - decode requests as n sequences of one token at their mean context (decode attention reads
-    every cached token once, so its cost is linear in the context and the mean is exact);
+    every cached token once, so its cost is linear in the context and the mean is exact), priced
+    with the decode attention kernel even beside prompt chunks (absorbed MLA, generation-phase
+    attention), as engines split a mixed batch;
   - under attention data parallelism the step is set by the busiest DP rank: it holds
     ceil(n / dp) decode requests and ceil(c / dp) chunks with their share of the tokens (a single
     prompt is not split over ranks: with fewer chunks than ranks one rank prefills a whole chunk);
