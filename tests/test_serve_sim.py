@@ -318,3 +318,35 @@ def test_attention_dp_ranks_take_whole_prompts_each_into_their_own_budget():
     assert taken(settings, [3580] * 5, 4 * 3584 - 40) == [3580] * 4
     # one pooled executor (no attention DP) runs only its first prompt past the budget
     assert taken(replace(settings, dp_ranks=1), [8192] * 6, 4 * 3584) == [8192]
+
+
+def test_admission_keeps_a_whole_prompt_in_reach_of_every_attention_dp_rank():
+    """The same four ranks of 3,584 tokens: admission must hold one 8,192-token prompt per rank
+    ready, not stop once the pending tokens exceed the pooled budget (it stopped at two, so half
+    the ranks prefilled nothing: Qwen3-235B DEP4 8k/1k came out 16% slow). One pooled executor
+    still stops at the pooled budget."""
+    from collections import deque
+    from dataclasses import replace
+
+    from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings
+    from infersim.serve.workload import Request
+
+    settings = SchedulerSettings(
+        token_budget=4 * 3584, max_running=2048, mixed=True, policy="decode-first", admission="reserve-full",
+        page_size=32, chunked=False, prefix_cache=False, kv_capacity_tokens=1 << 30, reservation=None,
+        origin="test", dp_ranks=4)
+
+    def admitted(settings: SchedulerSettings, prompts: list[int]) -> list[int]:
+        instance = Instance(settings, coster=None)  # type: ignore[arg-type]  # admission prices nothing
+        instance.waiting = deque(RequestState(Request(i, 0.0, n, 10)) for i, n in enumerate(prompts))
+        instance._admit()
+        return [r.prompt_total for r in instance.prefilling]
+
+    assert admitted(settings, [8192] * 6) == [8192] * 4
+    # short prompts stop at the pooled budget as before: 14 x 1,000 = 14,000 < 14,336, the 15th reaches it
+    assert admitted(settings, [1000] * 20) == [1000] * 15
+    # one executor: 8,192 pending < 14,336, a second prompt is admitted and the pending 16,384 reach it
+    assert admitted(replace(settings, dp_ranks=1), [8192] * 6) == [8192] * 2
+    # chunked prefill splits prompts over the budget: the pooled budget bounds admission
+    assert admitted(replace(settings, chunked=True, max_chunk=3584), [8192] * 6) == [8192] * 2
+

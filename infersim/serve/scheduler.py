@@ -294,7 +294,9 @@ class Instance:
                 return
             r = waiting[0]
             prefilled = r.prompt_done >= r.prompt_total
-            if not prefilled and pending_tokens >= room:
+            # without chunking each attention-DP rank takes a whole prompt of its own even past its
+            # share of the budget, so admission keeps one pending prompt per rank in reach
+            if not prefilled and pending_tokens >= room and (s.chunked or len(self.prefilling) >= s.dp_ranks):
                 return
             cached = 0
             if not prefilled and s.prefix_cache and r.preemptions == 0:
