@@ -94,3 +94,19 @@ def test_a_mixed_step_costs_no_more_than_its_prefill_and_decode_steps_apart(prom
     mixed = step_seconds(cfg, (p, d))
     assert mixed <= step_seconds(cfg, (p,)) + step_seconds(cfg, (d,))
     assert mixed >= step_seconds(cfg, (p,))
+
+
+def test_an_mla_chunk_decompresses_its_cached_prefix_too():
+    """A prompt chunk attends to its whole context, so kv_b_proj up-projects the cached prefix's
+    latents as well as the chunk's own: 8,192 new tokens on 24,576 cached ones decompress 32,768
+    (per GPU of a TP2 group, its 64 heads of 128 + 128 dims)."""
+    cfg = config_from_mapping({
+        "model": "deepseek-v3", "hardware": "h200", "engine": "sglang", "mfu_tables": "none",
+        "deployment": {"num_gpus": 2, "attention": {"tp": 2}, "ffn": {"tp": 2}, "moe_comm": "all-gather",
+                       "precision": {"gemm": "fp8", "weights": "fp8"}},
+        "workload": {"isl": 32768, "osl": 2}}, "test")
+    ops = layer_ops(build_step_plan(cfg.model, cfg.deployment, (SequenceBatch(1, 8192, 32768, across_tp=True),), 0))
+    assert (ops["kv_b_proj"].m, ops["kv_b_proj"].k, ops["kv_b_proj"].n) == (32768, 512, 64 * 256)
+    assert ops["q_b_proj"].m == 8192  # the projections of new tokens see the chunk only
+    first = layer_ops(build_step_plan(cfg.model, cfg.deployment, (SequenceBatch(1, 8192, 8192, across_tp=True),), 0))
+    assert first["kv_b_proj"].m == 8192

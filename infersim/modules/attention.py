@@ -128,15 +128,19 @@ def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
             ops += _indexer_operations(model, dep, ctx, tokens)
         # absorbed (decode, DSA): q_nope @ W_UK per head into the latent space, then latent output
         # @ W_UV per head; decompressed (prefill): kv_b_proj, then MHA. A mixed step runs its decode
-        # requests absorbed and its prompt chunks decompressed, each over its own tokens.
+        # requests absorbed and its prompt chunks decompressed. A chunk decompresses its whole
+        # context, the cached prefix's latents included (SGLang's chunked-KV MHA path, TensorRT-LLM's
+        # chunked-context MLA and vLLM's context chunks all up-project the prefix they attend to).
         if ctx.stage == "decode" or model.is_sparse_attention:
-            absorbed_tokens = tokens
+            absorbed_tokens, decompressed_tokens = tokens, 0
         else:
             absorbed_tokens = tp * sum(s.gpu_tokens(tp) for s in ctx.sequences_per_gpu
                                        if s.kernel_stage(ctx.stage) == "decode")
-        if absorbed_tokens < tokens:
+            decompressed_tokens = sum(s.group_count(tp) * s.kv_len for s in ctx.sequences_per_gpu
+                                      if s.kernel_stage(ctx.stage) == "prefill")
+        if decompressed_tokens:
             ops.append(Operation("kv_b_proj", cat.ATTN_PROJ, GemmShape(
-                tokens - absorbed_tokens, model.kv_lora_rank, heads * (model.qk_nope_head_dim + v_dim), **gemm)))
+                decompressed_tokens, model.kv_lora_rank, heads * (model.qk_nope_head_dim + v_dim), **gemm)))
         if absorbed_tokens:
             ops.append(Operation("q_absorb", cat.ATTN_PROJ, GemmShape(
                 absorbed_tokens, model.qk_nope_head_dim, heads * model.kv_lora_rank, "bf16", "bf16")))
