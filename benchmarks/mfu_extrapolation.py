@@ -44,6 +44,8 @@ def predictions(path: Path, min_axis: float) -> tuple[str, list[float], list[flo
     keys = [c for c in fields if c not in NOT_KEYS and c not in (column, "q_len" if axis == "seq_len" else "")]
     series: dict[tuple[str, ...], dict[float, float]] = defaultdict(dict)
     for r in rows:
+        if r.get("window") not in (None, "", "0"):
+            continue  # sliding-window rows: the lookup extends them by another rule (flat above the window)
         series[tuple(r[k] for k in keys)][float(r[column])] = float(r["latency_us"])
     edge, slope = [], []
     for points in series.values():

@@ -131,11 +131,12 @@ def test_attention_rows(package: aic.AicSource, tmp_path: Path) -> None:
     tables = read_table_dir(imported(package, tmp_path / "out"))
     prefill = tables.tables["attention_prefill.csv"]
     assert [(r.kind, r.stage, r.num_heads, r.num_kv_heads, r.qk_head_dim, r.batch, r.q_len, r.kv_len,
-             r.latency_us) for r in prefill] == [
-        ("mha", "prefill", 32, 8, 128, 1, 1024, 1024, pytest.approx(62.5)),
-        ("mha", "prefill", 32, 8, 128, 1, 2048, 2048, pytest.approx(200.0))]
+             r.latency_us, r.window) for r in prefill] == [
+        ("mha", "prefill", 32, 8, 128, 1, 1024, 1024, pytest.approx(62.5), 0),
+        ("mha", "prefill", 32, 8, 128, 1, 2048, 2048, pytest.approx(200.0), 0),
+        ("mha", "prefill", 32, 8, 128, 1, 1024, 1024, pytest.approx(50.0), 128)]  # sliding window: kept
     notes = " ".join(tables.provenance.tables["attention_prefill.csv"].notes)
-    assert "1 rows skipped: batch_size > 1" in notes and "1 rows skipped: sliding window" in notes
+    assert "1 rows skipped: batch_size > 1" in notes and "window_size > 0 rows kept" in notes
     assert "1 rows skipped: num_key_value_heads not a divisor" in notes
     decode = tables.tables["attention_decode.csv"]
     # kv_len = isl + step: the 1023 cached tokens and the new one

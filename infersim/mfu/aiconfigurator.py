@@ -15,10 +15,15 @@ engine version, `<out>/<device>/<framework>-<version>/`):
                                            (NVFP4: e2m1 inputs and weights with fp8 scales per 16 elements,
                                            Blackwell); m, n, k as they are. fp8_block is not imported (the
                                            simulator has one fp8 format; its GEMM rate is per-tensor fp8).
-  context_attention_perf      attention    prefill, MHA/GQA: batch_size 1, no sliding window; seq_len = isl;
-                                           num_heads / num_key_value_heads per GPU; qk = v = head_dim.
+  context_attention_perf      attention    prefill, MHA/GQA: batch_size 1; seq_len = isl; num_heads /
+                                           num_key_value_heads per GPU; qk = v = head_dim. window_size > 0
+                                           (sliding window: 128, GPT-OSS; 1024 on Blackwell; 8192) kept as
+                                           the row's window; beam_width > 1 skipped.
   generation_attention_perf   attention    decode, MHA/GQA: batch_size, q_len 1 (isl), kv_len = isl + step
-                                           (the cached tokens plus the new one); no sliding window.
+                                           (the cached tokens plus the new one), windowed rows too: their
+                                           kv_len is the whole context, of which each query attends to the
+                                           last window_size (measured times settle by about 2 x window, on
+                                           Hopper still rising ~8% up to 4 x window); beam_width > 1 skipped.
   moe_perf                    grouped_gemm the whole routed-expert computation of one MoE layer on one GPU
                                            (moe_tp_size 1 only). Their num_tokens are the tokens of the whole EP
                                            group, so tokens_per_gpu = num_tokens / moe_ep_size (rows where that
@@ -127,6 +132,14 @@ COMPACT_GEMM_M: frozenset[int] = frozenset({1, 2, 4, 8, 16, 32, 64, 128, 256, 51
 COMPACT_MOE_TOKENS: frozenset[int] = frozenset(2 ** i for i in range(0, 18))
 #: (aiconfigurator's kv lengths are 2^1 .. 2^17: every other one, and both ends)
 COMPACT_DECODE_KV: frozenset[int] = frozenset([2] + [2 ** i for i in range(2, 18, 2)] + [2 ** 17])
+
+
+def compact_decode_kv(window: int) -> frozenset[int]:
+    """kv lengths a compact decode grid keeps: COMPACT_DECODE_KV, and for a sliding window also the
+    window and twice it, where the work stops growing and where measured times have settled (the
+    lookup holds the time flat above the window; without these points the knee would be interpolated
+    across, from 64 to 256 for GPT-OSS's 128-token window)."""
+    return COMPACT_DECODE_KV | {window, 2 * window} if window else COMPACT_DECODE_KV
 
 
 def moe_alpha(hidden: int) -> float:
@@ -318,19 +331,27 @@ def _heads(record: dict[str, Any], where: str) -> tuple[int, int] | None:
     return heads, kv_heads
 
 
-def _plain(record: dict[str, Any], where: str) -> bool:
+def _window(record: dict[str, Any], where: str) -> int:
+    """A record's sliding window in tokens (0: full attention; aiconfigurator writes 0 for none)."""
     window = _int(record, "window_size", where) if record.get("window_size") not in (None, "") else 0
-    beam = _int(record, "beam_width", where) if record.get("beam_width") not in (None, "") else 1
-    return window == 0 and beam == 1
+    if window < 0:
+        raise InferSimError(f"{where}: column window_size = {window} is negative")
+    return window
 
 
-_MHA_SKIPS = ("sliding window or beam search", "num_key_value_heads not a divisor of num_heads", "dtype not bf16/fp8")
+def _single_beam(record: dict[str, Any], where: str) -> bool:
+    return (_int(record, "beam_width", where) if record.get("beam_width") not in (None, "") else 1) == 1
+
+
+_MHA_SKIPS = ("beam search (beam_width > 1)", "num_key_value_heads not a divisor of num_heads", "dtype not bf16/fp8")
+WINDOW_NOTE = ("window_size > 0 rows kept with their window (sliding-window attention: each query attends to the "
+               "last `window` positions); kv_len is the whole context, as for full attention")
 
 
 def _mha_fields(record: dict[str, Any], where: str, skipped: dict[str, int]) -> dict[str, Any] | None:
     """The AttentionRow fields an MHA/GQA record shares across phases, or None (counted in
     `skipped`) for a record the table format does not hold."""
-    if not _plain(record, where):
+    if not _single_beam(record, where):
         skipped[_MHA_SKIPS[0]] += 1
         return None
     heads = _heads(record, where)
@@ -343,7 +364,8 @@ def _mha_fields(record: dict[str, Any], where: str, skipped: dict[str, int]) -> 
         return None
     head_dim = _int(record, "head_dim", where)
     return dict(kind="mha", dtype=dtypes[0], kv_dtype=dtypes[1], num_heads=heads[0], num_kv_heads=heads[1],
-                qk_head_dim=head_dim, v_head_dim=head_dim, causal=True, latency_us=_latency_us(record, where))
+                qk_head_dim=head_dim, v_head_dim=head_dim, causal=True, latency_us=_latency_us(record, where),
+                window=_window(record, where))
 
 
 def convert_context_attention(records: Iterable[dict[str, Any]], where: str) -> Converted:
@@ -359,6 +381,8 @@ def convert_context_attention(records: Iterable[dict[str, Any]], where: str) -> 
         isl = _int(record, "isl", where)
         out.rows.append(AttentionRow(stage="prefill", batch=1, q_len=isl, kv_len=isl, **fields))
     out.notes += _count_note(skipped)
+    if any(row.window for row in out.rows if isinstance(row, AttentionRow)):
+        out.notes.append(WINDOW_NOTE)
     return out
 
 
@@ -371,14 +395,18 @@ def convert_generation_attention(records: Iterable[dict[str, Any]], where: str, 
             continue
         q_len = _int(record, "isl", where)
         kv_len = q_len + _int(record, "step", where)
-        if compact and kv_len not in COMPACT_DECODE_KV:
+        if compact and kv_len not in compact_decode_kv(fields["window"]):
             continue
         out.rows.append(AttentionRow(stage="decode", batch=_int(record, "batch_size", where), q_len=q_len,
                                      kv_len=kv_len, **fields))
     out.notes += _count_note(skipped)
     out.notes.append("kv_len = isl + step (aiconfigurator's step is the number of cached tokens before this one)")
+    windows = sorted({row.window for row in out.rows if isinstance(row, AttentionRow) and row.window})
+    if windows:
+        out.notes.append(WINDOW_NOTE + f" (windows {', '.join(map(str, windows))})")
     if compact:
-        out.notes.append(f"compact grid: kv_len in {sorted(COMPACT_DECODE_KV)} only")
+        out.notes.append(f"compact grid: kv_len in {sorted(COMPACT_DECODE_KV)} only"
+                         + (", and for windowed rows also the window and twice it" if windows else ""))
     return out
 
 
@@ -655,13 +683,15 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
     if found:
         records, path, status, served = found
         conv = convert_context_attention(records, str(path))
-        add("attention_prefill.csv", "attention", conv.rows, "causal prefill attention (MHA/GQA), one sequence",
+        add("attention_prefill.csv", "attention", conv.rows,
+            "causal prefill attention (MHA/GQA, full and sliding-window), one sequence",
             path, status, conv.notes, served=served)
     found = load("attention", "generation_attention_perf")
     if found:
         records, path, status, served = found
         conv = convert_generation_attention(records, str(path), compact)
-        add("attention_decode.csv", "attention", conv.rows, "decode attention (MHA/GQA), one query token",
+        add("attention_decode.csv", "attention", conv.rows,
+            "decode attention (MHA/GQA, full and sliding-window), one query token",
             path, status, conv.notes, served=served)
     for stem, stage, name, what in (
             ("context_mla_perf", "prefill", "attention_prefill_mla.csv",

@@ -176,12 +176,16 @@ class AttentionRow:
     kv_len: int
     latency_us: float
     source_mfu: float | None = None
+    # sliding-window attention: each query attends to at most the last `window` positions (0: all of
+    # them). Windowed kernels skip the keys outside the window, so they have grids of their own
+    window: int = 0
 
     def shape(self) -> AttentionShape:
         return AttentionShape(
             kind=self.kind, stage=self.stage, batch=self.batch, q_len=self.q_len, kv_len=self.kv_len,
             num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, qk_head_dim=self.qk_head_dim,
-            v_head_dim=self.v_head_dim, causal=self.causal, dtype=self.dtype, kv_dtype=self.kv_dtype,
+            v_head_dim=self.v_head_dim, causal=self.causal, window=self.window, dtype=self.dtype,
+            kv_dtype=self.kv_dtype,
         )
 
 
@@ -211,8 +215,11 @@ ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "
 #: storage formats a weight_dtype cell may name (units.DTYPE_BYTES' formats below 32 bits)
 WEIGHT_FORMATS: tuple[str, ...] = tuple(name for name, size in DTYPE_BYTES.items() if size < 4)
 
-#: columns a table may leave out: source_mfu (imported tables only), weight_dtype (only weight-only MoE tables)
-OPTIONAL_COLUMNS: tuple[str, ...] = ("source_mfu", "weight_dtype")
+#: columns a table may leave out: source_mfu (imported tables only), weight_dtype (only weight-only MoE tables),
+#: window (only tables with sliding-window attention rows)
+OPTIONAL_COLUMNS: tuple[str, ...] = ("source_mfu", "weight_dtype", "window")
+#: optional columns whose empty cell (or absence) means 0 rather than None
+ZERO_WHEN_EMPTY: frozenset[str] = frozenset({"window"})
 
 
 def row_columns(family: str) -> list[str]:
@@ -262,6 +269,8 @@ def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], f
     columns = row_columns(family)
     if "weight_dtype" in columns and all(getattr(row, "weight_dtype", None) is None for row in rows):
         columns.remove("weight_dtype")  # optional: tables of one format for inputs and weights read unchanged
+    if "window" in columns and all(getattr(row, "window", 0) == 0 for row in rows):
+        columns.remove("window")  # optional: full-attention tables read (and are written) unchanged
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
@@ -396,6 +405,19 @@ def _cell_parser(hint: Any) -> Callable[[str, str, str], Any]:
     return lambda text, source, column: _parse_cell(hint, text, source, column)
 
 
+def _parse_count(text: str, source: str, column: str) -> int:
+    """A non-negative whole number where 0 means "none" (an attention row's window): empty is 0."""
+    stripped = text.strip()
+    if stripped == "":
+        return 0
+    if stripped.isdigit() and len(stripped) < 16:
+        return int(stripped)
+    value = check_number(stripped, source, column, whole=True)
+    if value < 0:
+        raise ConfigError(source, column, text, "must be a non-negative whole number of tokens (0: no window)")
+    return int(value)
+
+
 def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float],
                    lines: list[int] | None = None) -> tuple[Row, ...]:
     """Rows of one CSV; checks the header, that `efficiency` matches latency and peak and that it
@@ -416,6 +438,8 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
     row_type = ROW_TYPES[family]
     hints = get_type_hints(row_type)
     parsers = {name: _cell_parser(hint) for name, hint in hints.items()}
+    for name in ZERO_WHEN_EMPTY & set(parsers):
+        parsers[name] = _parse_count
     expected = row_columns(family)
     import csv
 

@@ -7,9 +7,18 @@ and N, head layout, expert configuration, dtypes); only an exact match of those 
   grouped GEMM         key (dtype, stage, projection, experts, topk, hidden,
                             intermediate, gated)                                axes (ep, tokens per GPU)
   attention decode     key (kind, dtype, kv_dtype, heads, kv heads, qk dim,
-                            v dim, q_len)                                       axes (batch, kv_len)
+                            v dim, q_len, window)                               axes (batch, kv_len)
   attention prefill    key (kind, dtype, kv_dtype, heads, kv heads, qk dim,
-                            v dim, causal)                                      axes (seq_len), batch 1
+                            v dim, causal, window)                              axes (seq_len), batch 1;
+                                                                                windowed: (attended_pairs)
+
+The window (0: full attention) is part of the key: a sliding-window shape is answered only by rows
+of the same window, a full-attention shape never by windowed rows. A windowed row's kv_len is the
+whole context, as for full attention (each query attends to the last `window` of it); a windowed
+decode grid's kv_len has a work limit at the window: above a row's range the time is extended only
+up to the window and held flat beyond (the keys outside it are not attended). A windowed prefill
+is interpolated over the query-key pairs each head computes, linear in the sequence beyond the
+window (a full prefill's s(s+1)/2).
 
 Within a grid the kernel time is interpolated multilinearly in "work" coordinates, each
 proportional to what the axis adds to the kernel's work: m, tokens, batch and kv_len as they
@@ -28,11 +37,11 @@ Grids may be ragged (rows of different extents, as published tables are): interp
 nested, one axis at a time, each row over its own range. A coordinate outside its row's range is
 clamped there: the result is the roofline at the table's edge efficiency (the efficiency at the
 clamped point), marked "edge" with a note; except above the last point of a work axis (m, tokens
-per GPU, batch, kv_len, seq_len) of a time table, where the time is extended at the last
+per GPU, batch, kv_len, seq_len, attended_pairs) of a time table, where the time is extended at the last
 interval's cost per unit of work (never at a falling efficiency), marked "extrapolated"
 (`_extend_above`). Prefill for batch > 1 runs
 `batch` sequences: `batch` times the one-sequence time. Shapes no table covers (another K/N,
-layout or dtype, sliding windows, chunked prefill, decode with several query tokens unless
+layout, dtype or window, chunked prefill, decode with several query tokens unless
 measured so, memory-bound kernels) get None.
 """
 
@@ -156,13 +165,19 @@ class KernelGrid:
     root: GridNode
     interpolation: Interpolation
     flops_per_second: float  # the peak the efficiencies are relative to
+    # per axis, the value above which the kernel's work stops growing along it (a sliding window's
+    # kv_len: keys beyond the window are not attended), or None: above a row's range the time is
+    # extended only up to it (see _extend_above)
+    work_limits: tuple[float | None, ...] = ()
 
     def evaluate(self, query: Sequence[float], query_flops: float) -> GridValue:
         """Time and efficiency of the kernel at `query` (axis values) doing `query_flops`."""
         coords = tuple(self.interpolation.coordinate(a, q) for a, q in zip(self.axes, query))
+        limits = tuple(math.inf if limit is None else self.interpolation.coordinate(a, limit)
+                       for a, limit in zip(self.axes, self.work_limits or (None,) * len(self.axes)))
         (value, eff), exact, clamps = _evaluate(self.root, coords, tuple(query), self.axes,
                                                 self.interpolation.convex_envelope,
-                                                self.interpolation.interpolates_time)
+                                                self.interpolation.interpolates_time, limits)
         if self.interpolation.interpolates_time:
             seconds = value
             if clamps and not all(c.extrapolated for c in clamps):
@@ -178,8 +193,10 @@ class KernelGrid:
 
 
 def build_grid(axes: Sequence[str], points: Iterable[tuple[Sequence[float], float, float]],
-               flops_per_second: float, interpolation: Interpolation = DEFAULT_INTERPOLATION) -> KernelGrid:
-    """A ragged grid from (axis values, seconds, efficiency) points; repeated points are averaged."""
+               flops_per_second: float, interpolation: Interpolation = DEFAULT_INTERPOLATION,
+               work_limits: Sequence[float | None] = ()) -> KernelGrid:
+    """A ragged grid from (axis values, seconds, efficiency) points; repeated points are averaged.
+    `work_limits`: per axis, the value above which the work stops growing (None: it does not stop)."""
     listed = []
     for coords, seconds, eff in points:
         coords = tuple(float(x) for x in coords)
@@ -188,7 +205,11 @@ def build_grid(axes: Sequence[str], points: Iterable[tuple[Sequence[float], floa
                              f"and efficiency")
         value = seconds if interpolation.interpolates_time else math.log(eff)
         listed.append((coords, (value, eff)))
-    return KernelGrid(tuple(axes), _build_level(listed, tuple(axes), interpolation), interpolation, flops_per_second)
+    limits = tuple(work_limits) if any(limit is not None for limit in work_limits) else ()
+    if limits and len(limits) != len(axes):
+        raise ValueError(f"work limits {limits}: needs one per axis {tuple(axes)}")
+    return KernelGrid(tuple(axes), _build_level(listed, tuple(axes), interpolation), interpolation, flops_per_second,
+                      limits)
 
 
 def _same(a: float, b: float) -> bool:
@@ -218,12 +239,12 @@ def _build_level(points: list[tuple[tuple[float, ...], Leaf]], axes: tuple[str, 
 
 def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
               names: tuple[str, ...], envelope: bool = False,
-              extend: bool = False) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
+              extend: bool = False, limits: tuple[float, ...] = ()) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
     x = coords[0]
     grid = node.coords
     clamps: tuple[Clamp, ...] = ()
     if x > grid[-1] and not _same(x, grid[-1]) and extend and names[0] in EXTENDED_AXES and len(grid) >= 2:
-        extended = _extend_above(node, coords, raw, names, envelope, x)
+        extended = _extend_above(node, coords, raw, names, envelope, x, limits)
         if extended is not None:
             return extended
     if (x < grid[0] and not _same(x, grid[0])) or (x > grid[-1] and not _same(x, grid[-1])):
@@ -232,12 +253,12 @@ def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
     i = bisect.bisect_left(grid, x)
     for j in (i - 1, i):
         if 0 <= j < len(grid) and _same(grid[j], x):
-            leaf, exact, inner = _child(node.children[j], coords, raw, names, envelope, extend)
+            leaf, exact, inner = _child(node.children[j], coords, raw, names, envelope, extend, limits)
             return leaf, exact and not clamps, clamps + inner
     lo, hi = i - 1, i
     t = (x - grid[lo]) / (grid[hi] - grid[lo])
-    (v0, e0), _, c0 = _child(node.children[lo], coords, raw, names, envelope, extend)
-    (v1, e1), _, c1 = _child(node.children[hi], coords, raw, names, envelope, extend)
+    (v0, e0), _, c0 = _child(node.children[lo], coords, raw, names, envelope, extend, limits)
+    (v1, e1), _, c1 = _child(node.children[hi], coords, raw, names, envelope, extend, limits)
     value = (1.0 - t) * v0 + t * v1
     if envelope and not (c0 or c1):
         # A kernel's time along a work axis is convex between tile steps (flat while bound by
@@ -248,7 +269,7 @@ def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
         secants = [min(v0, v1)]
         for a, b, vb in ((lo - 1, lo, v0), (hi + 1, hi, v1)):
             if 0 <= a < len(grid):
-                (va, _), _, ca = _child(node.children[a], coords, raw, names, envelope, extend)
+                (va, _), _, ca = _child(node.children[a], coords, raw, names, envelope, extend, limits)
                 if not ca:
                     secants.append(_secant(grid[a], va, grid[b], vb, x))
         if len(secants) == 3:
@@ -257,11 +278,12 @@ def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
 
 
 # Work axes a time table may be extended above (ep is not work: fewer GPUs is another layout).
-EXTENDED_AXES = frozenset({"m", "tokens_per_gpu", "batch", "kv_len", "seq_len"})
+EXTENDED_AXES = frozenset({"m", "tokens_per_gpu", "batch", "kv_len", "seq_len", "attended_pairs"})
 
 
 def _extend_above(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...], names: tuple[str, ...],
-                  envelope: bool, x: float) -> tuple[Leaf, bool, tuple[Clamp, ...]] | None:
+                  envelope: bool, x: float, limits: tuple[float, ...] = ()
+                  ) -> tuple[Leaf, bool, tuple[Clamp, ...]] | None:
     """Time above a row's last point: the last interval's cost per unit of work carried on
     (t = t_top + slope (x - x_top)), the shape of a kernel with a fixed cost plus a cost per unit of
     work; the slope is capped at t_top / x_top, so efficiency never falls above the range, and is
@@ -270,16 +292,22 @@ def _extend_above(node: GridNode, coords: tuple[float, ...], raw: tuple[float, .
     the two before it (from 512 up), this rule errs by a median 9.8% (p90 42%) over the bundled
     tables where constant efficiency errs by 34.7% (p90 208%), always on the slow side
     (benchmarks/mfu_extrapolation.py). None when the top points are themselves clamped on an
-    inner axis (the caller then clamps)."""
+    inner axis (the caller then clamps).
+
+    An axis with a work limit (`limits`, in coordinates: a sliding window's kv_len) is extended only
+    up to it and held flat above: keys beyond the window add no work, and a row that ends inside
+    the window (large batches are measured over short contexts only) would otherwise carry the
+    window's growth on over the whole context."""
     grid = node.coords
-    (v_top, e_top), _, c_top = _child(node.children[-1], coords, raw, names, envelope, True)
-    (v_prev, _), _, c_prev = _child(node.children[-2], coords, raw, names, envelope, True)
+    (v_top, e_top), _, c_top = _child(node.children[-1], coords, raw, names, envelope, True, limits)
+    (v_prev, _), _, c_prev = _child(node.children[-2], coords, raw, names, envelope, True, limits)
     if any(not c.extrapolated for c in c_top + c_prev) or not v_top > 0:
         return None
     x_top, x_prev = grid[-1], grid[-2]
     slope = min(v_top / x_top, max(0.0, (v_top - v_prev) / (x_top - x_prev)))
     clamp = Clamp(names[0], raw[0], min(node.values), max(node.values), extrapolated=True)
-    return (v_top + slope * (x - x_top), e_top), False, (clamp,) + c_top
+    reach = min(x, max(x_top, limits[0])) if limits else x
+    return (v_top + slope * (reach - x_top), e_top), False, (clamp,) + c_top
 
 
 def _secant(xa: float, va: float, xb: float, vb: float, x: float) -> float:
@@ -287,9 +315,10 @@ def _secant(xa: float, va: float, xb: float, vb: float, x: float) -> float:
 
 
 def _child(child: GridNode | Leaf, coords: tuple[float, ...], raw: tuple[float, ...],
-           names: tuple[str, ...], envelope: bool = False, extend: bool = False) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
+           names: tuple[str, ...], envelope: bool = False, extend: bool = False,
+           limits: tuple[float, ...] = ()) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
     if isinstance(child, GridNode):
-        return _evaluate(child, coords[1:], raw[1:], names[1:], envelope, extend)
+        return _evaluate(child, coords[1:], raw[1:], names[1:], envelope, extend, limits[1:])
     return child, True, ()
 
 
@@ -301,6 +330,10 @@ GEMM_AXES = ("m",)
 GROUPED_AXES = ("ep", "tokens_per_gpu")
 DECODE_AXES = ("batch", "kv_len")
 PREFILL_AXES = ("seq_len",)
+# A sliding-window prefill's work is linear in the sequence beyond the window, not quadratic: its
+# axis is the query-key pairs each head computes (AttentionShape.attended_pairs), which for full
+# attention would be s(s+1)/2, the seq_len coordinate
+WINDOW_PREFILL_AXES = ("attended_pairs",)
 
 
 def row_grid_key(row: Row) -> tuple[GridKey, tuple[float, ...], tuple[str, ...]]:
@@ -314,11 +347,17 @@ def row_grid_key(row: Row) -> tuple[GridKey, tuple[float, ...], tuple[str, ...]]
     if isinstance(row, AttentionRow):
         kv_heads = 1 if row.kind == "mla" else row.num_kv_heads
         layout = (row.kind, row.dtype, row.kv_dtype, row.num_heads, kv_heads, row.qk_head_dim, row.v_head_dim)
+        # the window is part of the key: a windowed kernel skips the keys outside it, so only rows
+        # of the same window answer a windowed shape, and full-attention shapes never by them
         if row.stage == "decode":
-            return ("attention", "decode") + layout + (row.q_len,), (float(row.batch), float(row.kv_len)), DECODE_AXES
+            key = ("attention", "decode") + layout + (row.q_len, row.window)
+            return key, (float(row.batch), float(row.kv_len)), DECODE_AXES
         if row.batch != 1 or row.q_len != row.kv_len:
             raise ValueError("prefill attention rows must be one sequence (batch 1) with q_len == kv_len")
-        return ("attention", "prefill") + layout + (row.causal,), (float(row.kv_len),), PREFILL_AXES
+        key = ("attention", "prefill") + layout + (row.causal, row.window)
+        if row.window:
+            return key, (row.shape().attended_pairs,), WINDOW_PREFILL_AXES
+        return key, (float(row.kv_len),), PREFILL_AXES
     raise TypeError(f"not a table row: {row!r}")
 
 
@@ -337,16 +376,20 @@ def shape_grid_key(shape: KernelShape) -> tuple[GridKey, tuple[float, ...], int]
                shape.topk, shape.hidden, shape.intermediate, shape.gated)
         return key, (float(shape.ep), float(shape.tokens_per_gpu)), 1
     if isinstance(shape, AttentionShape):
-        if shape.window > 0 or shape.batch <= 0 or shape.kv_len <= 0:
+        if shape.window < 0 or shape.batch <= 0 or shape.kv_len <= 0:
             return None
         kv_heads = 1 if shape.kind == "mla" else shape.num_kv_heads
         layout = (shape.kind, shape.dtype, shape.kv_dtype, shape.num_heads, kv_heads, shape.qk_head_dim,
                   shape.v_head_dim)
         if shape.stage == "decode":
-            return ("attention", "decode") + layout + (shape.q_len,), (float(shape.batch), float(shape.kv_len)), 1
+            key = ("attention", "decode") + layout + (shape.q_len, shape.window)
+            return key, (float(shape.batch), float(shape.kv_len)), 1
         if shape.q_len != shape.kv_len:
             return None  # chunked prefill over a cached prefix: not what the prefill tables measured
-        return ("attention", "prefill") + layout + (shape.causal,), (float(shape.kv_len),), shape.batch
+        key = ("attention", "prefill") + layout + (shape.causal, shape.window)
+        if shape.window:
+            return key, (shape.attended_pairs,), shape.batch
+        return key, (float(shape.kv_len),), shape.batch
     return None
 
 
@@ -358,8 +401,18 @@ def describe_key(key: GridKey) -> str:
         _, dtype, weights, stage, proj, experts, topk, hidden, inter, gated = key
         formats = dtype if weights == dtype else f"{dtype} x {weights} weights"
         return f"{formats} {stage} {proj} experts={experts} topk={topk} hidden={hidden} intermediate={inter}"
-    _, stage, kind, dtype, kv_dtype, heads, kv_heads, qk, v, extra = key
-    return f"{kind} {stage} {heads}-{kv_heads}-{qk}-{v} {dtype} kv {kv_dtype}"
+    _, stage, kind, dtype, kv_dtype, heads, kv_heads, qk, v, extra, window = key
+    return f"{kind} {stage} {heads}-{kv_heads}-{qk}-{v} {dtype} kv {kv_dtype}" + (f" window {window}" if window else "")
+
+
+def work_limits(key: GridKey, axes: tuple[str, ...]) -> tuple[float | None, ...]:
+    """Per axis of a grid, the value above which the kernel's work stops growing, or None: a
+    sliding-window decode's kv_len (the keys beyond the window are not attended). Above a row's
+    range the time is extended only up to it (_extend_above). A windowed prefill needs none: its
+    attended_pairs axis is the work itself."""
+    if key[0] == "attention" and key[1] == "decode" and key[-1]:
+        return tuple(float(key[-1]) if axis == "kv_len" else None for axis in axes)
+    return (None,) * len(axes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,6 +437,7 @@ class GridSource:
     tables: tuple[str, ...]  # CSV file names the points come from
     peak_flops: float
     points: tuple[GridPoint, ...]
+    work_limits: tuple[float | None, ...] = ()  # see work_limits()
 
 
 def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
@@ -400,7 +454,7 @@ def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
             if name not in entry[1]:
                 entry[1].append(name)
             entry[3].append(GridPoint(coords, row.latency_us * 1e-6, efficiency_of(row, peak), row))
-    return {key: GridSource(axes, tuple(files), peak, tuple(points))
+    return {key: GridSource(axes, tuple(files), peak, tuple(points), work_limits(key, axes))
             for key, (axes, files, peak, points) in collected.items()}
 
 
@@ -409,7 +463,7 @@ def grid_from_points(source: GridSource, points: Sequence[GridPoint] | None = No
     """The interpolating grid of `source` (or of a subset of its points, for leave-one-out)."""
     chosen = source.points if points is None else points
     return build_grid(source.axes, ((p.coords, p.seconds, p.efficiency) for p in chosen), source.peak_flops,
-                      interpolation)
+                      interpolation, source.work_limits)
 
 
 @dataclass(frozen=True)
