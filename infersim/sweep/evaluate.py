@@ -45,6 +45,7 @@ BOUND_NAMES = {
     Bound.MEMORY: "memory bandwidth",
     Bound.COMM: "communication",
     Bound.OVERHEAD: "overhead",
+    Bound.HOST_LINK: "host link",
 }
 
 
