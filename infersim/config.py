@@ -107,6 +107,11 @@ class Deployment:
     moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] = spec(
         "all-to-all", doc="how tokens reach experts: NCCL all-to-all, DeepEP normal / low-latency, or all-gather + reduce-scatter")
     moe: MoeBalanceSpec = spec(default_factory=MoeBalanceSpec, doc="expert-load balance and redundant experts")
+    weight_offload: Literal["none", "auto"] = spec(
+        "none", doc="none: every weight in HBM; auto: the weights that do not fit in HBM beside the engine's reserve "
+                    "and the KV cache the workload needs stay in host memory (hardware card host_memory_bytes) and "
+                    "are streamed over the host link every forward pass, one layer ahead of compute - an equal share "
+                    "of every MoE layer's routed experts (dense models: of every layer's weights)")
 
     @property
     def gpus_per_stage(self) -> int:
@@ -379,6 +384,10 @@ def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: Hardwar
     if dep.pp > 1:
         raise ConfigError(where, "speculative", spec_.method, "speculative decoding with pipeline parallelism "
                           "(deployment.pp > 1) is not modelled")
+    if dep.weight_offload != "none":
+        # the drafter's and the verification step's plans are priced without the weight stream
+        raise ConfigError(where, "deployment.weight_offload", dep.weight_offload,
+                          "weight offload with speculative decoding is not modelled")
     if spec_.method == "mtp":
         if spec_.draft_model is not None:
             raise ConfigError(where, "speculative.draft_model", spec_.draft_model, "only for method draft (mtp uses "

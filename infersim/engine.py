@@ -7,7 +7,9 @@ operations); a micro-batch's phases run in order, the compute stream and the com
 each run one phase at a time, micro-batch A before B. So one micro-batch's communication hides
 behind the other's compute exactly as far as the dependencies allow. While communication kernels
 hold SMs (DeepEP normal mode), compute runs slower by SMs / (SMs - SMs taken).
-The step adds per-step operations and the serving engine's software overhead (see
+With weight offload (deployment.weight_offload) each layer's offloaded weights arrive over the
+host link one layer ahead of its compute (infersim.weight_offload); the transfer time compute does
+not hide is its own operation. The step adds per-step operations and the serving engine's software overhead (see
 infersim.cards.engine.step_overhead: fixed per-step work plus CPU work that an overlap scheduler
 hides behind the GPU step; eager kernel launches count unless the step is a CUDA graph).
 """
@@ -24,6 +26,8 @@ from infersim.kernels import Bound, Cost, KernelTables, Source
 from infersim.modules import categories as cat
 from infersim.plan import LayerGroup, Operation, StagePlan
 from infersim.timing import kernel_cost
+from infersim.units import GB, MS
+from infersim.weight_offload import offload_cost
 
 
 @dataclass(frozen=True)
@@ -200,9 +204,11 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     fused = engine.fused_operations if engine is not None else ()
     memo, by_piece = _memos(hw, tables)
     comm = cat.COMMUNICATION
+    layer_s: list[float] = []  # one layer's kernel time per group (all micro-batches)
     for group in plan.groups:
         timed: list[tuple[bool, float]] = []
         layers = group.layers
+        layer_s.append(0.0)
         for op, cost in _group_costs(group, hw, tables, memo, by_piece):
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else cost.seconds * op.count
@@ -212,6 +218,7 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
                 timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
             time_s = per_layer * layers
             serial += time_s
+            layer_s[-1] += per_layer
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
             if results is not None:
                 if is_fused:
@@ -224,6 +231,22 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
             schedule += [_phases(timed)] * layers
     step = two_batch_schedule(schedule) if mb == 2 else serial
     saved = serial - step
+    if plan.offload_bytes_per_layer:
+        # under two-batch overlap the schedule packs the layers tighter than their serial sum; each
+        # layer takes its share of the scheduled time. Both micro-batches use one fetch of a layer.
+        scale = step / serial if serial > 0 else 1.0
+        rate = hw.peak.pcie_bandwidth * hw.derates.pcie_efficiency
+        cost = offload_cost([(seconds * scale, moved, group.layers) for seconds, moved, group
+                             in zip(layer_s, plan.offload_bytes_per_layer, plan.groups)], rate)
+        step += cost.exposed_s
+        by_bound[Bound.HOST_LINK] = by_bound.get(Bound.HOST_LINK, 0.0) + cost.exposed_s
+        if results is not None:
+            detail = (f"{cost.bytes / GB:,.2f} GB from host memory at {rate / GB:,.1f} GB/s (pcie_bandwidth x "
+                      f"pcie_efficiency), one layer ahead of compute: link busy {cost.transfer_s / MS:,.3f} ms, "
+                      f"{cost.exposed_s / MS:,.3f} ms of it not hidden")
+            results.append(OperationResult("weight_offload", cat.WEIGHT_OFFLOAD, cost.layers, cost.exposed_s,
+                                           cost.exposed_s / max(cost.layers, 1), 0.0, cost.bytes, Bound.HOST_LINK,
+                                           Source.ROOFLINE, detail, "offloaded layers"))
     for op in plan.per_step:
         cost = _timed(op, hw, tables, memo)
         seconds = cost.seconds * op.count

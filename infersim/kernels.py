@@ -22,6 +22,7 @@ class Bound(str, Enum):
     MEMORY = "memory"
     COMM = "comm"
     OVERHEAD = "overhead"
+    HOST_LINK = "host link"  # weights streamed from host memory (deployment.weight_offload)
 
 
 class Source(str, Enum):

@@ -5,10 +5,14 @@ context (DSA adds its fp8 index key); sliding-window layers at most `sliding_win
 linear-attention / Mamba-2 layers a constant recurrent state plus conv state. The first grows
 with the context (`kv_bytes_per_token`), the rest is bounded (`bounded_bytes_per_request`).
 A speculative drafter (draft model or MTP layers) adds its weights and its own cache.
+With deployment.weight_offload auto, the weights that do not fit beside the reserve and the KV cache
+the workload needs are kept in host memory (see infersim.weight_offload); the KV space is what the
+resident weights leave.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from infersim.cards.engine import EngineCard, tier_value
@@ -20,6 +24,7 @@ from infersim.modules.ffn import ffn_weight_params, routed_expert_params
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
 from infersim.modules.step import layer_composition
 from infersim.units import ACT_BYTES, dtype_bytes
+from infersim.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, WeightOffload
 
 EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every serving engine we model
 
@@ -28,7 +33,7 @@ EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every ser
 class MemoryResult:
     """Per-GPU memory of a run: weights, KV per token, KV capacity and the decode batch it holds."""
 
-    weights_bytes: float  # per GPU
+    weights_bytes: float  # per GPU, resident and offloaded (see weight_offload)
     kv_bytes_per_token: float  # one token's KV over all full-attention layers, whole model (unsharded), drafter included
     kv_bytes_per_token_per_gpu: float  # what one request's token occupies on one GPU (drafter included)
     hbm_bytes: float
@@ -49,10 +54,23 @@ class MemoryResult:
     kv_fit_batch_per_gpu: int = 0  # requests per GPU whose full context fits in the KV cache
     running_cap_per_gpu: int = 0  # the engine's running-request cap per GPU (0 = none)
     binding_limit: str = ""  # what sets max_batch_per_gpu: "kv cache", "running-request cap", "weights"
+    # deployment.weight_offload auto: the weights kept in host memory (None: every weight in HBM)
+    weight_offload: WeightOffload | None = None
+
+    @property
+    def offloaded_weights_bytes(self) -> float:
+        return self.weight_offload.bytes_per_gpu if self.weight_offload is not None else 0.0
+
+    @property
+    def resident_weights_bytes(self) -> float:
+        """Weights in HBM: what the KV capacity is left from."""
+        return self.weights_bytes - self.offloaded_weights_bytes
 
     @property
     def fits(self) -> bool:
-        return self.kv_capacity_bytes > 0 and self.max_batch_per_gpu >= 1
+        offload = self.weight_offload
+        return (self.kv_capacity_bytes > 0 and self.max_batch_per_gpu >= 1
+                and (offload is None or (offload.fits_pool and offload.fits_host)))
 
 
 @dataclass(frozen=True)
@@ -170,14 +188,44 @@ def activation_bytes(model: ModelCard, dep: Deployment, tokens: int) -> float:
     return tokens * dep.attention.tp * (2 * h + max(widths)) * ACT_BYTES
 
 
+def offload_pool_per_layer(model: ModelCard, dep: Deployment) -> tuple[str, tuple[float, ...]]:
+    """(which weights, bytes of one layer on one GPU per layer kind in layer_composition order) that
+    weight offload takes its equal share of: the routed experts of every MoE layer for an MoE model,
+    every layer's linear weights (mixer and FFN) for a dense one."""
+    prec = dep.precision
+    composition = layer_composition(model)
+    if model.is_moe:
+        routed = routed_expert_params(model, dep) * dtype_bytes(prec.expert_weight_dtype)
+        return ROUTED_EXPERTS, tuple(routed if is_moe else 0.0 for _kind, is_moe, _layers in composition)
+    dense, _moe = ffn_weight_params(model, dep)
+    return LAYER_WEIGHTS, tuple((mixer_weight_params(model, kind, dep.attention.tp) + dense) * dtype_bytes(prec.weight_dtype)
+                                for kind, _is_moe, _layers in composition)
+
+
+def plan_weight_offload(model: ModelCard, hw: HardwareCard, dep: Deployment, shortfall_bytes: float) -> WeightOffload:
+    """Keep `shortfall_bytes` per GPU in host memory, an equal share of every layer's pool (at most
+    the whole pool: WeightOffload.fits_pool tells when that is not enough)."""
+    pool, per_layer = offload_pool_per_layer(model, dep)
+    # a GPU holds 1/pp of the layers (pipeline stages are equal)
+    pool_bytes = sum(b * layers for b, (_k, _m, layers) in zip(per_layer, layer_composition(model))) / dep.pp
+    fraction = min(shortfall_bytes / pool_bytes, 1.0) if pool_bytes > 0 else 0.0
+    return WeightOffload(min(shortfall_bytes, pool_bytes), pool, pool_bytes, tuple(b * fraction for b in per_layer),
+                         hw.peak.pcie_bandwidth * hw.derates.pcie_efficiency, hw.host_memory_bytes, shortfall_bytes)
+
+
 def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload,
                   draft: DraftMemory | None = None, engine: EngineCard | None = None,
-                  prefill_step_tokens: int = 0) -> MemoryResult:
+                  prefill_step_tokens: int = 0, offload: bool = False) -> MemoryResult:
     """KV capacity as the engine sizes it: of the HBM it uses (gpu_memory_utilization), weights,
     a fixed reserve (context, graphs, NCCL buffers) and the activations of one prefill step of
     `prefill_step_tokens` (the engine's chunk, not the whole batch: engines prefill within a token
     budget) are set aside; kv_fraction_of_free of the rest holds KV. Without an engine card the
-    reserve is the activations alone."""
+    reserve is the activations alone.
+    offload: apply deployment.weight_offload (callers that also time the weight stream pass True:
+    simulate, sweeps); without it every weight counts in HBM, as callers that do not time the
+    stream (the serving simulator) need. With auto, the weights that leave less KV space than the
+    workload needs - its decode batch (one request when the batch is 'max', two under two-batch
+    overlap) or its prefill step, whichever is larger - stay in host memory."""
     weights = weights_per_gpu(model, dep)
     kv_model = kv_bytes_per_token(model, dep.precision.kv_cache)
     kv_gpu = kv_bytes_per_token(model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
@@ -213,10 +261,23 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
     else:
         activations = activation_bytes(model, dep, step_tokens)
         reserved = activations
-    capacity = (usable - reserved - weights) * kv_fraction if usable - reserved - weights > 0 else usable - reserved - weights
     # batch B per GPU: the attention TP group serves tp*B requests, each micro-batch of the
     # pipeline holds B per GPU and a GPU stores its share of every request's context
     per_request = (context * kv_gpu + bounded_gpu) * dep.attention.tp * dep.pp
+    offloaded: WeightOffload | None = None
+    resident = weights
+    if offload and dep.weight_offload == "auto":
+        batch = workload.decode_batch_per_gpu
+        if batch == "max":
+            batch = 2 if dep.overlap == "two-batch" else 1  # see simulate.decode_batch
+        need = max(batch * per_request, workload.prefill_tokens * kv_gpu * dep.attention.tp * dep.pp)
+        shortfall = weights - (usable - reserved - need / kv_fraction)
+        if shortfall > 0:
+            # whole bytes and one more: rounding must never leave the needed KV a fraction of a byte short
+            offloaded = plan_weight_offload(model, hw, dep, math.ceil(shortfall) + 1.0)
+            resident = weights - offloaded.bytes_per_gpu
+    free = usable - reserved - resident
+    capacity = free * kv_fraction if free > 0 else free
     kv_fit = int(capacity // per_request) if capacity > 0 else 0
     max_batch = min(kv_fit, cap) if cap else kv_fit
     if capacity <= 0:
@@ -227,4 +288,4 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         binding = "kv cache"
     return MemoryResult(weights, kv_model, kv_gpu, hw.peak.hbm_bytes, hw.peak.hbm_bytes - usable + reserved, capacity,
                         context, max_batch, bounded_model, bounded_gpu, draft_weights, draft_kv, activations,
-                        step_tokens, kv_fit, cap, binding)
+                        step_tokens, kv_fit, cap, binding, offloaded)

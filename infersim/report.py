@@ -86,40 +86,66 @@ def _stage(stage: StageResult, balance: Any = None) -> dict[str, Any]:
     return out
 
 
+def _deployment_json(dep: Any) -> dict[str, Any]:
+    data = dataclasses.asdict(dep)
+    if data.get("weight_offload") == "none":
+        del data["weight_offload"]  # runs without offload report exactly what they did before the field existed
+    return data
+
+
+def _offload_json(mem: Any) -> dict[str, Any] | None:
+    """deployment.weight_offload auto: what stays in host memory and how fast it streams (None: nothing)."""
+    off = mem.weight_offload
+    if off is None:
+        return None
+    return {"offloaded_gb": off.bytes_per_gpu / GB, "resident_weights_gb": mem.resident_weights_bytes / GB,
+            "pool": off.pool, "pool_gb": off.pool_bytes_per_gpu / GB, "fraction_of_pool": off.fraction,
+            "bytes_per_layer": list(off.bytes_per_layer), "host_link_gb_per_s": off.link_bytes_per_s / GB,
+            "host_memory_gb": off.host_memory_bytes / GB, "fits_host_memory": off.fits_host,
+            "fits_pool": off.fits_pool}
+
+
+def _memory_json(result: SimulationResult) -> dict[str, Any]:
+    mem = result.memory
+    data = {
+        "weights_gb": mem.weights_bytes / GB,
+        "kv_bytes_per_token": mem.kv_bytes_per_token,
+        "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token_per_gpu,
+        "hbm_gb": mem.hbm_bytes / GB,
+        "reserved_gb": mem.reserved_bytes / GB,
+        "kv_capacity_gb": mem.kv_capacity_bytes / GB,
+        "request_context_tokens": mem.request_context,
+        "max_batch_per_gpu": mem.max_batch_per_gpu,
+        "kv_fit_batch_per_gpu": mem.kv_fit_batch_per_gpu,
+        "running_cap_per_gpu": mem.running_cap_per_gpu,
+        "binding_limit": mem.binding_limit,
+        "activation_gb": mem.activation_bytes / GB,
+        "prefill_step_tokens": mem.prefill_step_tokens,
+        "fits": mem.fits,
+        "bounded_bytes_per_request": mem.bounded_bytes_per_request,
+        "bounded_bytes_per_request_per_gpu": mem.bounded_bytes_per_request_per_gpu,
+        "draft_weights_gb": mem.draft_weights_bytes / GB,
+        "draft_kv_bytes_per_token_per_gpu": mem.draft_kv_bytes_per_token_per_gpu,
+    }
+    if result.config.deployment.weight_offload != "none":
+        data["weight_offload"] = _offload_json(mem)
+    return data
+
+
 def to_json_data(result: SimulationResult) -> dict[str, Any]:
     cfg = result.config
-    mem = result.memory
     return {
         "model": cfg.model.name,
         "hardware": cfg.hardware.name,
         "hardware_peaks": _hardware_peaks(cfg.hardware),
-        "deployment": dataclasses.asdict(cfg.deployment),
+        "deployment": _deployment_json(cfg.deployment),
         "workload": dataclasses.asdict(cfg.workload),
         "engine": {"name": cfg.engine.name, "framework": cfg.engine.framework, "version": cfg.engine.version,
                    "source": cfg.engine_source},
         "mfu_tables": cfg.tables.describe(),
         "prefill": _stage(result.prefill, stage_moe_balance(result, result.prefill)),
         "decode": _stage(result.decode, stage_moe_balance(result, result.decode)),
-        "memory": {
-            "weights_gb": mem.weights_bytes / GB,
-            "kv_bytes_per_token": mem.kv_bytes_per_token,
-            "kv_bytes_per_token_per_gpu": mem.kv_bytes_per_token_per_gpu,
-            "hbm_gb": mem.hbm_bytes / GB,
-            "reserved_gb": mem.reserved_bytes / GB,
-            "kv_capacity_gb": mem.kv_capacity_bytes / GB,
-            "request_context_tokens": mem.request_context,
-            "max_batch_per_gpu": mem.max_batch_per_gpu,
-            "kv_fit_batch_per_gpu": mem.kv_fit_batch_per_gpu,
-            "running_cap_per_gpu": mem.running_cap_per_gpu,
-            "binding_limit": mem.binding_limit,
-            "activation_gb": mem.activation_bytes / GB,
-            "prefill_step_tokens": mem.prefill_step_tokens,
-            "fits": mem.fits,
-            "bounded_bytes_per_request": mem.bounded_bytes_per_request,
-            "bounded_bytes_per_request_per_gpu": mem.bounded_bytes_per_request_per_gpu,
-            "draft_weights_gb": mem.draft_weights_bytes / GB,
-            "draft_kv_bytes_per_token_per_gpu": mem.draft_kv_bytes_per_token_per_gpu,
-        },
+        "memory": _memory_json(result),
         "speculative": _speculative(result.speculative) if result.speculative else None,
         "warnings": list(result.warnings),
         # false: the stage numbers above are what the model computes, not a speed that can happen
@@ -258,6 +284,21 @@ def _layer_mix(model: Any) -> str:
 UNFIT_MARK = "[DOES NOT FIT: not achievable] "
 
 
+def _offload_text(result: SimulationResult) -> str:
+    """The MEMORY section's line on deployment.weight_offload auto."""
+    mem, hw = result.memory, result.config.hardware
+    off = mem.weight_offload
+    if off is None:
+        return "  weight offload auto: nothing offloaded, every weight fits in HBM beside the KV cache the workload needs"
+    per_layer = max(off.bytes_per_layer)
+    return (f"  weight offload auto: {off.bytes_per_gpu / GB:,.2f} GB per GPU in host memory ({100 * off.fraction:.1f}% of "
+            f"the {off.pool_bytes_per_gpu / GB:,.2f} GB of {off.pool}, an equal share of every layer holding them: "
+            f"{per_layer / GB:,.3f} GB each; {off.host_memory_bytes / GB:,.2f} GB host memory per GPU), "
+            f"{mem.resident_weights_bytes / GB:,.2f} GB resident; streamed every forward pass over the host link at "
+            f"{off.link_bytes_per_s / GB:,.1f} GB/s (pcie_bandwidth {hw.peak.pcie_bandwidth / GB:,.1f} GB/s x "
+            f"pcie_efficiency {hw.derates.pcie_efficiency:g}), one layer ahead of compute")
+
+
 def _unfit_text(result: SimulationResult, show_unfit: bool) -> list[str]:
     lines = ["DOES NOT FIT on " + f"{result.config.deployment.num_gpus} x {result.config.hardware.name}:"]
     lines += [f"  - {reason}" for reason in result.unfit]
@@ -311,6 +352,8 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
                                                     if mem.binding_limit == "running-request cap" else ")"))
         + ("" if mem.fits else "   ** DOES NOT FIT **"),
     ]
+    if dep.weight_offload != "none":  # right below the weights line it qualifies
+        lines.insert(lines.index("MEMORY (per GPU; GB = 1e9 bytes)") + 2, _offload_text(result))
     if mem.bounded_bytes_per_request:
         lines.append(f"  state that does not grow with context (sliding-window KV, recurrent/conv state): "
                      f"{mem.bounded_bytes_per_request:,.0f} bytes per request, "

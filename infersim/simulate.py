@@ -16,6 +16,7 @@ from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.plan import SequenceBatch, StagePlan
 from infersim.speculative import SpeculativeResult, drafter_memory, run_speculative
 from infersim.units import GB
+from infersim.weight_offload import WeightOffload
 
 
 @dataclass(frozen=True)
@@ -71,17 +72,26 @@ def prompt_chunk(isl: int, step_tokens: int, index: int) -> tuple[int, int]:
     return min(step_tokens, isl - index * step_tokens), index * step_tokens
 
 
+def with_offload(plan: StagePlan, offload: WeightOffload | None) -> StagePlan:
+    """The plan with each layer streaming its share of the offloaded weights (unchanged without)."""
+    if offload is None or offload.bytes_per_gpu <= 0:
+        return plan
+    return replace(plan, offload_bytes_per_layer=offload.bytes_per_layer)
+
+
 def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, tables: object,
-                engine: EngineCard) -> StageResult:
+                engine: EngineCard, offload: WeightOffload | None = None) -> StageResult:
     """TTFT stage: one step of `prefill_step_tokens` per GPU when a prompt fits in what the
     attention-TP group takes per step (several prompts per step when they fit together), else the
     prompt's chunks one after another, each attending to the prefix already in the KV cache and
-    spread over the group's GPUs."""
+    spread over the group's GPUs. With `offload` every step (every chunk) streams the offloaded
+    weights again."""
     sms = hw.derates.deepep_normal_sms
     tp = dep.attention.tp
     step = prefill_step_tokens(workload, engine, hw, dep)
     if workload.isl <= step * tp:
-        return run_stage(build_stage_plan("prefill", model, dep, workload, step, sms), hw, tables, engine)
+        return run_stage(with_offload(build_stage_plan("prefill", model, dep, workload, step, sms), offload), hw,
+                         tables, engine)
     step *= tp  # the group's chunk
     count = -(-workload.isl // step)
     if count > MAX_PRICED_CHUNKS:
@@ -95,27 +105,28 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
     priced = []
     for index, weight in strata:
         new, prefix = prompt_chunk(workload.isl, step, index)
-        plan = build_step_plan(model, dep, (SequenceBatch(1, new, prefix + new, across_tp=tp > 1),), sms,
-                               stage="prefill")
+        plan = with_offload(build_step_plan(model, dep, (SequenceBatch(1, new, prefix + new, across_tp=tp > 1),), sms,
+                                            stage="prefill"), offload)
         priced.append((run_stage(plan, hw, tables, engine), weight))
     return sequential_steps(priced, -(-workload.isl // tp))
 
 
 def _decode_plan(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int,
-                 engine: EngineCard) -> tuple[StagePlan, int]:
+                 engine: EngineCard, offload: WeightOffload | None = None) -> tuple[StagePlan, int]:
     """The decode step of `batch` requests per GPU and the batch its CUDA graph computes: padded up
     to the engine's next captured size (attention reads the real requests' caches only)."""
     padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes)
     if dep.overlap == "two-batch" and padded % 2:
         padded += 1  # two equal micro-batches
-    return build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch), padded
+    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch)
+    return with_offload(plan, offload), padded
 
 
 def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
-               engine: EngineCard) -> StageResult:
+               engine: EngineCard, offload: WeightOffload | None = None) -> StageResult:
     """TPOT stage: one decode step of `batch` requests per GPU (see _decode_plan); throughput counts
     the real requests."""
-    plan, padded = _decode_plan(model, hw, dep, workload, batch, engine)
+    plan, padded = _decode_plan(model, hw, dep, workload, batch, engine, offload)
     result = run_stage(plan, hw, tables, engine)
     if padded == batch:
         return result
@@ -123,10 +134,10 @@ def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Wo
 
 
 def decode_time(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
-                engine: EngineCard) -> tuple[float, float, Bound]:
+                engine: EngineCard, offload: WeightOffload | None = None) -> tuple[float, float, Bound]:
     """(TPOT, decode tokens per GPU per second, dominant bound) of run_decode's step, without its
     per-operation results: what a sweep row needs, at a fraction of the cost."""
-    step, bound = stage_time(_decode_plan(model, hw, dep, workload, batch, engine)[0], hw, tables, engine)
+    step, bound = stage_time(_decode_plan(model, hw, dep, workload, batch, engine, offload)[0], hw, tables, engine)
     return step, batch / step, bound  # one token per request per step, the real (unpadded) batch
 
 
@@ -134,13 +145,14 @@ def simulate(config: RunConfig) -> SimulationResult:
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
     speculative = None
     memory = memory_budget(model, hw, dep, workload, drafter_memory(config), config.engine,
-                           prefill_step_tokens(workload, config.engine, hw, dep))
+                           prefill_step_tokens(workload, config.engine, hw, dep), offload=True)
     batch = decode_batch(config, memory)
-    prefill = run_prefill(model, hw, dep, workload, config.tables, config.engine)
-    if config.speculative is not None:
+    offload = memory.weight_offload
+    prefill = run_prefill(model, hw, dep, workload, config.tables, config.engine, offload)
+    if config.speculative is not None:  # never with offload (config refuses the pair)
         prefill, decode, speculative = run_speculative(config, prefill, batch)
     else:
-        decode = run_decode(model, hw, dep, workload, batch, config.tables, config.engine)
+        decode = run_decode(model, hw, dep, workload, batch, config.tables, config.engine, offload)
     return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)),
                             speculative, tuple(fit_problems(config, memory, batch)))
 
@@ -151,6 +163,18 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
     out: list[str] = []
     workload, dep = config.workload, config.deployment
     left = memory.hbm_bytes - memory.reserved_bytes
+    offload = memory.weight_offload
+    if offload is not None and not offload.fits_host:
+        out.append(f"{offload.bytes_per_gpu / GB:,.2f} GB of weights per GPU must stay in host memory, but hardware "
+                   f"card {config.hardware.name} has only {offload.host_memory_bytes / GB:,.2f} GB of host memory per "
+                   f"GPU (host_memory_bytes): over by {(offload.bytes_per_gpu - offload.host_memory_bytes) / GB:,.2f} GB")
+    if offload is not None and not offload.fits_pool:
+        resident = memory.resident_weights_bytes
+        out.append(f"weights need {memory.weights_bytes / GB:,.2f} GB per GPU; with all {offload.pool_bytes_per_gpu / GB:,.2f} GB "
+                   f"of {offload.pool} in host memory (deployment.weight_offload auto) {resident / GB:,.2f} GB stay in HBM, "
+                   f"which leaves too little beside the runtime's {memory.reserved_bytes / GB:,.2f} GB and the KV cache "
+                   f"the workload needs: short by {(offload.shortfall_bytes - offload.pool_bytes_per_gpu) / GB:,.2f} GB")
+        return out
     if memory.kv_capacity_bytes <= 0:
         out.append(f"weights need {memory.weights_bytes / GB:,.2f} GB per GPU, but only {left / GB:,.2f} GB of the "
                    f"{memory.hbm_bytes / GB:,.2f} GB HBM are left after the runtime's {memory.reserved_bytes / GB:,.2f} GB: "

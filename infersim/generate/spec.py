@@ -120,6 +120,10 @@ def config_and_spec(raw: dict[str, Any], source: str, overrides: list[str] | tup
         section["offload"] = parse_offload(section["offload"])
     gen = build(GenerateSpec, section, where, SECTION)
     config = config_from_mapping(raw, source, core_overrides, mfu_tables, base=base)
+    if config.deployment.weight_offload != "none":
+        # generate has its own offload model (whole layers, generate.offload); two would double-count
+        raise ConfigError(where, "deployment.weight_offload", config.deployment.weight_offload,
+                          "the generate subcommand offloads with generate.offload: weights instead")
     return config, resolve_spec(gen, config, where)
 
 

@@ -18,9 +18,10 @@ EMBEDDING = "embedding"
 LM_HEAD = "lm_head"  # final norm + LM-head GEMM (+ sampling)
 OVERHEAD = "overhead"  # scheduler / framework time per step
 DRAFT = "draft"  # speculative decoding: the drafter's steps (draft model or MTP layers), all kernels
+WEIGHT_OFFLOAD = "weight_offload"  # offloaded weights' host-to-device copies that compute does not hide
 
 ALL = (
     ATTN_CORE, ATTN_PROJ, MOE_EXPERTS, SHARED_EXPERT, DENSE_FFN, ROUTER, DISPATCH, COMBINE,
-    ALL_REDUCE, DP_GATHER, PP_SEND, ELEMENTWISE, EMBEDDING, LM_HEAD, OVERHEAD, DRAFT,
+    ALL_REDUCE, DP_GATHER, PP_SEND, ELEMENTWISE, EMBEDDING, LM_HEAD, OVERHEAD, DRAFT, WEIGHT_OFFLOAD,
 )
 COMMUNICATION = frozenset({DISPATCH, COMBINE, ALL_REDUCE, DP_GATHER, PP_SEND})

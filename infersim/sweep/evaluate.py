@@ -45,6 +45,7 @@ BOUND_NAMES = {
     Bound.MEMORY: "memory bandwidth",
     Bound.COMM: "communication",
     Bound.OVERHEAD: "overhead",
+    Bound.HOST_LINK: "host link",
 }
 
 
@@ -202,18 +203,20 @@ class Evaluator:
     # -- pieces ----------------------------------------------------------------------------
 
     def _memory_for(self, model, hw, dep, work, run) -> MemoryResult:
-        key = (model, hw, dep, work.isl, work.osl, work.prefill_tokens_per_gpu, run)
+        # weight offload is sized for the decode batch, so with it the batch is part of the key
+        batch = work.decode_batch_per_gpu if dep.weight_offload != "none" else None
+        key = (model, hw, dep, work.isl, work.osl, work.prefill_tokens_per_gpu, run, batch)
         # tuples compare element by element, identity first: the cards are mostly the same objects
         if key != self._memory_key:
             # the last result misses whenever a deployment axis varies faster than the batch: look
             # further back, on the cards' identities (derived cards are cached, so equal cards are
             # mostly the same object; a miss only recomputes) and the deployment's value
-            memo_key = (id(model), id(hw), dep, work.isl, work.osl, work.prefill_tokens_per_gpu, id(run))
+            memo_key = (id(model), id(hw), dep, work.isl, work.osl, work.prefill_tokens_per_gpu, id(run), batch)
             entry = self._memories.get(memo_key)
             if entry is None:
                 drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
                 mem = memory_budget(model, hw, dep, work, drafter, self.engine,
-                                    prefill_step_tokens(work, self.engine, hw, dep))
+                                    prefill_step_tokens(work, self.engine, hw, dep), offload=True)
                 if len(self._memories) >= 256:
                     self._memories.clear()
                 # the entry holds the cards and run, so their ids cannot be reused while it exists
@@ -230,10 +233,13 @@ class Evaluator:
         return self._prefill
 
     def _row(self, point, model, hw, dep, work, batch, mem, price, run) -> Row:
-        if self.speculative:
+        if self.speculative or dep.weight_offload != "none":
+            # weight offload: the fast path does not stream weights, and the offload is sized for this batch
             full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)))
             decode, prefill = full.decode, full.prefill
             tpot, tgs, bound = decode.tpot_s, decode.tgs, decode.bound
+            if dep.weight_offload != "none":
+                mem = full.memory
         else:
             tpot, tgs, bound = decode_time(model, hw, dep, work, batch, self.tables, self.engine)
             prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
@@ -241,7 +247,7 @@ class Evaluator:
             ttft, ptgs = prefill.step_time_s, prefill.tgs
         else:
             ttft = ptgs = NAN
-        fits = mem.kv_capacity_bytes > 0 and 1 <= batch <= mem.max_batch_per_gpu
+        fits = mem.fits and 1 <= batch <= mem.max_batch_per_gpu  # mem.fits: also host memory under weight offload
         return Row(point, dep.num_gpus, dep.num_nodes, dep.pp, dep.attention.tp, dep.attention.dp, dep.ffn.tp,
                    dep.ffn.ep, dep.ffn.dp, batch, tpot, tgs, ttft, ptgs,
                    BOUND_NAMES[bound], fits, mem.max_batch_per_gpu, mem.kv_capacity_bytes,
@@ -333,6 +339,8 @@ class Evaluator:
                         out.reject(problem_text(exc))
                         continue
                     fit = mem.max_batch_per_gpu if mem.kv_capacity_bytes > 0 else 0
+                    if dep.weight_offload != "none":
+                        fit = largest  # each row's own simulation offloads what its batch needs and says if it fits
                     batches = [b for b in search.batches if b <= fit]
                     out.unfit += len(search.batches) - len(batches)
                     if two_batch:  # two micro-batches need an even batch
