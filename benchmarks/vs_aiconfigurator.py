@@ -92,22 +92,27 @@ CASES: tuple[Case, ...] = (
 )
 
 
-def aiconfigurator_ms(exe: str, case: Case, model_dir: Path) -> float:
-    """TTFT (prefill) or TPOT (decode) in ms from `aiconfigurator cli estimate`."""
-    mode = "static_ctx" if case.stage == "prefill" else "static_gen"
-    moe_tp = case.gpus // case.ep
-    cmd = [exe, "cli", "estimate", "--model-path", str(model_dir), "--system", SYSTEMS[case.hardware],
-           "--backend", "trtllm", "--estimate-mode", mode, "--isl", str(case.isl),
-           "--osl", str(1 if case.stage == "prefill" else case.osl), "--batch-size", str(case.batch),
-           "--tp-size", str(case.tp), "--attention-dp-size", str(case.dp), "--moe-tp-size", str(moe_tp),
-           "--moe-ep-size", str(case.ep), "--no-color"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    label = "TTFT" if case.stage == "prefill" else "TPOT"
-    found = re.search(rf"^\s*{label}:\s+([\d.,]+) ms", done.stdout, re.MULTILINE)
+def estimate(exe: str, args: list[str], label: str, timeout: float = 300) -> float:
+    """The number after `label:` in the output of `aiconfigurator cli estimate ARGS` (TensorRT-LLM
+    backend); RuntimeError with its last line when it fails or prints no such number."""
+    cmd = [exe, "cli", "estimate", "--backend", "trtllm", "--no-color", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    found = re.search(rf"^\s*{re.escape(label)}:\s+([\d.,]+)", done.stdout, re.MULTILINE)
     if done.returncode != 0 or not found:
         last = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"aiconfigurator failed: {last[0].strip()}")
     return float(found.group(1).replace(",", ""))
+
+
+def aiconfigurator_ms(exe: str, case: Case, model_dir: Path) -> float:
+    """TTFT (prefill) or TPOT (decode) in ms from `aiconfigurator cli estimate`."""
+    mode = "static_ctx" if case.stage == "prefill" else "static_gen"
+    moe_tp = case.gpus // case.ep
+    return estimate(exe, ["--model-path", str(model_dir), "--system", SYSTEMS[case.hardware],
+                          "--estimate-mode", mode, "--isl", str(case.isl),
+                          "--osl", str(1 if case.stage == "prefill" else case.osl), "--batch-size", str(case.batch),
+                          "--tp-size", str(case.tp), "--attention-dp-size", str(case.dp), "--moe-tp-size", str(moe_tp),
+                          "--moe-ep-size", str(case.ep)], "TTFT" if case.stage == "prefill" else "TPOT")
 
 
 def infersim_ms(case: Case) -> tuple[float, float, str]:

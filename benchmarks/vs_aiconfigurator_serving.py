@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +29,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-HF_CONFIGS = REPO.parent / "shared" / "reference" / "hf_configs"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vs_aiconfigurator import HF_CONFIGS, estimate  # noqa: E402  (the dense benchmark beside this file)
 
 
 @dataclass(frozen=True)
@@ -74,16 +75,11 @@ def aiconfigurator_tgs(exe: str, case: Case, tmp: Path) -> float:
         model_dir.mkdir(exist_ok=True)
         shutil.copy(HF_CONFIGS / model, model_dir / "config.json")
         model = str(model_dir)
-    cmd = [exe, "cli", "estimate", "--model-path", model, "--system", case.system, "--backend", "trtllm",
-           "--estimate-mode", "agg", "--isl", str(case.isl), "--osl", str(case.osl), "--batch-size", str(case.batch),
-           "--tp-size", "1", "--attention-dp-size", str(case.dp), "--moe-ep-size", str(case.dp), "--moe-tp-size", "1",
-           "--gemm-quant-mode", case.gemm, "--moe-quant-mode", case.moe, "--kvcache-quant-mode", "fp8", "--no-color"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    found = re.search(r"^\s*tokens/s/gpu:\s+([\d.,]+)", done.stdout, re.MULTILINE)
-    if done.returncode != 0 or not found:
-        last = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeError(f"aiconfigurator failed: {last[0].strip()}")
-    return float(found.group(1).replace(",", ""))
+    return estimate(exe, ["--model-path", model, "--system", case.system, "--estimate-mode", "agg",
+                          "--isl", str(case.isl), "--osl", str(case.osl), "--batch-size", str(case.batch),
+                          "--tp-size", "1", "--attention-dp-size", str(case.dp), "--moe-ep-size", str(case.dp),
+                          "--moe-tp-size", "1", "--gemm-quant-mode", case.gemm, "--moe-quant-mode", case.moe,
+                          "--kvcache-quant-mode", "fp8"], "tokens/s/gpu", timeout=600)
 
 
 def infersim_point(point: str) -> tuple[float, float, float]:

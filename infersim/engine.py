@@ -27,7 +27,7 @@ from infersim.modules import categories as cat
 from infersim.plan import LayerGroup, Operation, StagePlan
 from infersim.timing import kernel_cost
 from infersim.units import GB, MS
-from infersim.weight_offload import offload_cost
+from infersim.weight_offload import host_link_bytes_per_s, offload_cost
 
 
 @dataclass(frozen=True)
@@ -204,11 +204,12 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     fused = engine.fused_operations if engine is not None else ()
     memo, by_piece = _memos(hw, tables)
     comm = cat.COMMUNICATION
-    layer_s: list[float] = []  # one layer's kernel time per group (all micro-batches)
+    offloading = bool(plan.offload_bytes_per_layer)
+    layer_s: list[float] = []  # with offload: one layer's kernel time per group (all micro-batches)
     for group in plan.groups:
         timed: list[tuple[bool, float]] = []
         layers = group.layers
-        layer_s.append(0.0)
+        group_start = serial
         for op, cost in _group_costs(group, hw, tables, memo, by_piece):
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else cost.seconds * op.count
@@ -218,7 +219,6 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
                 timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
             time_s = per_layer * layers
             serial += time_s
-            layer_s[-1] += per_layer
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
             if results is not None:
                 if is_fused:
@@ -229,13 +229,15 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
                     cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name))
         if mb == 2:  # only two-batch overlap schedules phases
             schedule += [_phases(timed)] * layers
+        if offloading:
+            layer_s.append((serial - group_start) / layers)
     step = two_batch_schedule(schedule) if mb == 2 else serial
     saved = serial - step
-    if plan.offload_bytes_per_layer:
+    if offloading:
         # under two-batch overlap the schedule packs the layers tighter than their serial sum; each
         # layer takes its share of the scheduled time. Both micro-batches use one fetch of a layer.
         scale = step / serial if serial > 0 else 1.0
-        rate = hw.peak.pcie_bandwidth * hw.derates.pcie_efficiency
+        rate = host_link_bytes_per_s(hw)
         cost = offload_cost([(seconds * scale, moved, group.layers) for seconds, moved, group
                              in zip(layer_s, plan.offload_bytes_per_layer, plan.groups)], rate)
         step += cost.exposed_s

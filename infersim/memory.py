@@ -24,7 +24,7 @@ from infersim.modules.ffn import ffn_weight_params, routed_expert_params
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
 from infersim.modules.step import layer_composition
 from infersim.units import ACT_BYTES, dtype_bytes
-from infersim.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, WeightOffload
+from infersim.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, WeightOffload, host_link_bytes_per_s
 
 EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every serving engine we model
 
@@ -210,7 +210,7 @@ def plan_weight_offload(model: ModelCard, hw: HardwareCard, dep: Deployment, sho
     pool_bytes = sum(b * layers for b, (_k, _m, layers) in zip(per_layer, layer_composition(model))) / dep.pp
     fraction = min(shortfall_bytes / pool_bytes, 1.0) if pool_bytes > 0 else 0.0
     return WeightOffload(min(shortfall_bytes, pool_bytes), pool, pool_bytes, tuple(b * fraction for b in per_layer),
-                         hw.peak.pcie_bandwidth * hw.derates.pcie_efficiency, hw.host_memory_bytes, shortfall_bytes)
+                         host_link_bytes_per_s(hw), hw.host_memory_bytes, shortfall_bytes)
 
 
 def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload,

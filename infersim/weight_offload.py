@@ -19,9 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infersim.cards.hardware import HardwareCard
 
 ROUTED_EXPERTS = "routed-expert weights"
 LAYER_WEIGHTS = "layer weights"
+
+
+def host_link_bytes_per_s(hw: HardwareCard) -> float:
+    """Achievable host-to-device rate of the card's host link: pcie_bandwidth x pcie_efficiency."""
+    return hw.peak.pcie_bandwidth * hw.derates.pcie_efficiency
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from infersim.modules.step import build_stage_plan
 from infersim.plan import LayerGroup, StagePlan
 from infersim.timing import kernel_cost
 from infersim.units import GB, dtype_bytes
+from infersim.weight_offload import host_link_bytes_per_s
 
 ACT_BYTES = 2.0  # activations and the benchmark's 16-bit sizes
 LOGIT_BYTES = 4.0  # the runtime upcasts the last position's logits to fp32 for sampling
@@ -190,7 +191,7 @@ def _streaming(config: RunConfig, gen: GenerateSpec) -> _Streaming:
         kv_offloaded=gen.kv_offloaded,
         stored_bpw=stored_bytes_per_weight(prec.weight_dtype, prec.gemm, gen.quant_group_size, gen.quant_group_bytes),
         dequant_bpw=dtype_bytes(prec.gemm) if (quantized and gen.weights_offloaded) else 0.0,
-        pcie=hw.peak.pcie_bandwidth * hw.derates.pcie_efficiency,
+        pcie=host_link_bytes_per_s(hw),
         nvme=hw.nvme_bandwidth if (gen.weights_offloaded and gen.offload_device == "nvme") else 0.0,
     )
 
