@@ -82,14 +82,14 @@ def aiconfigurator_tgs(exe: str, case: Case, tmp: Path) -> float:
                           "--kvcache-quant-mode", "fp8"], "tokens/s/gpu", timeout=600)
 
 
-def infersim_point(point: str) -> tuple[float, float, float]:
-    """(measured, predicted, unit scale to tokens/s/GPU) of one validate point."""
+def infersim_point(point: str, gpus: int) -> tuple[float, float, float]:
+    """(measured, predicted, unit scale to tokens/s/GPU) of one validate point run on `gpus` GPUs."""
     done = subprocess.run([sys.executable, "-m", "infersim", "validate", "--point", point, "--format", "json"],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     if done.returncode != 0:
         raise RuntimeError(f"validate --point {point} failed: {done.stderr.strip()[-200:]}")
     row = json.loads(done.stdout)["points"][0]
-    per_gpu = 1.0 if "GPU" in row["unit"] else 1.0 / 8  # the v1.0 page's totals are over 8 GPUs
+    per_gpu = 1.0 if "GPU" in row["unit"] else 1.0 / gpus  # the v1.0 page gives totals over all GPUs
     return row["measured"], row["predicted"], per_gpu
 
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
-            measured, ours, scale = infersim_point(case.point)
+            measured, ours, scale = infersim_point(case.point, case.dp)  # attention DP x TP1: one rank per GPU
             try:
                 theirs: float | None = aiconfigurator_tgs(args.aiconfigurator, case, Path(tmp))
                 error = ""
