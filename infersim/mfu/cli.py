@@ -134,14 +134,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _table_dir_arg(text: str, argument: str) -> Path:
     """A table directory as given, else the bundled set of that name under mfu_tables/ (the rule of
     --mfu-tables in config.load_run_config)."""
-    from infersim.cards.registry import bundled_dir
+    from infersim.cards.registry import resolve_table_dir
 
-    given = Path(text).expanduser()
-    if given.exists():
-        return given
-    bundled = bundled_dir("mfu_tables") / text
-    if bundled.exists():
-        return bundled
+    found = resolve_table_dir(text)
+    if found is not None:
+        return found
     raise InferSimError(f"{argument} {text!r}: no such directory (nor a bundled table set mfu_tables/{text})")
 
 
