@@ -332,13 +332,10 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     if table_dir:
         from infersim.mfu.lookup import load_tables  # measured tables are optional
 
-        table_path = Path(table_dir)
-        if not table_path.is_absolute() and base is not None and not table_path.exists():
-            table_path = base / table_path
-        if not table_path.exists():
-            from infersim.cards.registry import bundled_dir
+        from infersim.cards.registry import bundled_dir, resolve_table_dir
 
-            table_path = bundled_dir("mfu_tables") / table_dir
+        # none found: load_tables names the bundled path it tried
+        table_path = resolve_table_dir(table_dir, base) or bundled_dir("mfu_tables") / table_dir
         tables = load_tables(table_path)
         tables_source = str(table_path)
         tables.check_hardware(hardware, where)  # no row may beat the card's HBM bandwidth

@@ -47,6 +47,17 @@ def bundled_names(kind: str) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
+def resolve_table_dir(name_or_path: str, relative_to: Path | None = None) -> Path | None:
+    """A kernel-table directory: the path as given, else relative to `relative_to` (a config's own
+    directory), else the bundled set of that name under mfu_tables/; None when none exists."""
+    given = Path(name_or_path).expanduser()
+    candidates = [given]
+    if relative_to is not None and not given.is_absolute():
+        candidates.append(relative_to / given)
+    candidates.append(bundled_dir("mfu_tables") / name_or_path)
+    return next((c for c in candidates if c.exists()), None)
+
+
 def resolve(name_or_path: str, kind: str, relative_to: Path | None = None) -> Path:
     """Turn a bundled name or a path into an existing file path, or explain what was tried."""
     candidates = [Path(name_or_path).expanduser()]

@@ -2,6 +2,7 @@
 
     infersim mfu bench --kernels gemm,grouped_gemm,attn_prefill,attn_decode --out mfu_tables/h100-sxm/
     infersim mfu import-infersim ../shared/reference/infersim_bench_data --out mfu_tables/imported/
+    infersim mfu compare aiconfigurator/b200/trtllm-1.3.0rc20 aiconfigurator/gb200/trtllm-1.3.0rc20
 
 The core CLI (infersim.cli) calls `register`; `python -m infersim.mfu.cli ...` runs these
 subcommands on their own.
@@ -14,10 +15,13 @@ import dataclasses
 import shlex
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from infersim.cli import number_arg
 from infersim.errors import InferSimError
+
+if TYPE_CHECKING:  # imported where used: the core CLI registers these subcommands on every run
+    from infersim.mfu.compare import TableComparison
 
 
 def _csv_list(text: str) -> tuple[str, ...]:
@@ -108,6 +112,87 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     aic.add_argument("--compact", action="store_true",
                      help="thinned grids (GEMM m and MoE tokens at powers of two), as bundled")
     aic.set_defaults(handler=import_aic_command)
+
+    cmp = commands.add_parser(
+        "compare", help="compare two table directories shape by shape; flag slices that disagree",
+        description="Match the rows of identical shape in the CSV files two table directories share, take "
+                    "ratio = latency in B / latency in A, and list per file the median, p10 and p90 ratio and "
+                    "every slice (one measured sweep: a layout at fixed outer axes, over tokens, m, KV length "
+                    "or message size) whose median ratio differs from its file's by more than --threshold. "
+                    "Two devices of one die, or two runs on one device, differ by one device-wide factor; a "
+                    "flagged slice is an outlier in one of them. The tables are not changed.")
+    cmp.add_argument("dir_a", metavar="DIR_A", help="table directory, or a bundled one relative to mfu_tables/ "
+                                                    "(e.g. aiconfigurator/b200/trtllm-1.3.0rc20)")
+    cmp.add_argument("dir_b", metavar="DIR_B", help="the table directory compared with DIR_A (ratios are B / A)")
+    cmp.add_argument("--threshold", type=number_arg(gt=1), default=1.25,
+                     help="flag a slice whose median ratio is more than this factor above or below its file's "
+                          "(default 1.25)")
+    cmp.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    cmp.set_defaults(handler=compare_command)
+
+
+def _table_dir_arg(text: str, argument: str) -> Path:
+    """A table directory as given, else the bundled set of that name under mfu_tables/ (the rule of
+    --mfu-tables in config.load_run_config)."""
+    from infersim.cards.registry import resolve_table_dir
+
+    found = resolve_table_dir(text)
+    if found is not None:
+        return found
+    raise InferSimError(f"{argument} {text!r}: no such directory (nor a bundled table set mfu_tables/{text})")
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    import json
+
+    from infersim.mfu.compare import compare_tables, comparison_dict
+
+    comparison = compare_tables(_table_dir_arg(args.dir_a, "DIR_A"), _table_dir_arg(args.dir_b, "DIR_B"),
+                                args.threshold)
+    if args.format == "json":
+        print(json.dumps(comparison_dict(comparison), indent=2))
+    else:
+        print(compare_text(comparison))
+    return 0
+
+
+def compare_text(comparison: TableComparison) -> str:
+    from infersim.cards.registry import display_path
+    from infersim.texttable import simple_table
+
+    def ratio(value: float) -> str:
+        return f"{value:.3f}"
+
+    lines = [f"A: {comparison.device_a}, tables {display_path(comparison.dir_a)}",
+             f"B: {comparison.device_b}, tables {display_path(comparison.dir_b)}",
+             "ratio = latency in B / latency in A for identical shapes (dimensionless; 1.000 = the same time)",
+             ""]
+    rows = [[f.name, f.family, f.rows_a, f.rows_b, f.matched_rows,
+             *([ratio(f.ratios.median), ratio(f.ratios.p10), ratio(f.ratios.p90)] if f.ratios else ["-"] * 3),
+             f.slices, len(f.flagged)] for f in comparison.files]
+    if comparison.ratios:
+        total = comparison.ratios
+        rows.append(["all shared files", "", sum(f.rows_a for f in comparison.files),
+                     sum(f.rows_b for f in comparison.files), total.rows, ratio(total.median), ratio(total.p10),
+                     ratio(total.p90), sum(f.slices for f in comparison.files), len(comparison.flagged)])
+    lines.append(simple_table(rows, ["file", "family", "rows A", "rows B", "matched", "median", "p10", "p90",
+                                     "slices", "flagged"]))
+    for label, names in (("only in A", comparison.only_in_a), ("only in B", comparison.only_in_b)):
+        if names:
+            lines.append(f"{label}: {', '.join(names)}")
+    lines.append("")
+    if not comparison.flagged:
+        lines.append(f"no slice's median ratio differs from its file's by more than a factor {comparison.threshold:g}")
+        return "\n".join(lines)
+    lines.append(f"{len(comparison.flagged)} slices whose median ratio differs from their file's median by more "
+                 f"than a factor {comparison.threshold:g} (vs file = slice median / file median; furthest first "
+                 "within each file):")
+    lines.append(simple_table(
+        [[name, s.description, f"{s.sweep_axis} {s.sweep_low:g}-{s.sweep_high:g}", s.ratios.rows,
+          ratio(s.ratios.median), ratio(s.ratios.minimum), ratio(s.ratios.maximum), ratio(s.deviation)]
+         for name, s in comparison.flagged],
+        ["file", "slice", "over", "rows", "median", "min", "max", "vs file"]))
+    return "\n".join(lines)
 
 
 def import_aic_command(args: argparse.Namespace) -> int:

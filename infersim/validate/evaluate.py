@@ -162,12 +162,10 @@ def table_dir_for(mfu_tables: str | None, hardware: str) -> str | None:
     nothing: None here (see _Evaluator.config for what runs then)."""
     if not mfu_tables or mfu_tables in ("none", "auto"):
         return None
-    base = Path(mfu_tables)
-    if not base.exists():
-        from infersim.cards.registry import bundled_dir
+    from infersim.cards.registry import resolve_table_dir
 
-        base = bundled_dir("mfu_tables") / mfu_tables
-    if not base.is_dir():
+    base = resolve_table_dir(mfu_tables)
+    if base is None or not base.is_dir():
         raise InferSimError(f"--mfu-tables {mfu_tables}: no such directory (nor a bundled table set of that name)")
     if (base / hardware).is_dir():
         return str(base / hardware)
