@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from infersim.cards.engine import EngineCard
 from infersim.cards.model import ModelCard
 from infersim.config import Deployment, RunConfig, Speculative
 from infersim.engine import OperationResult, StageResult, run_stage
@@ -173,11 +174,21 @@ def with_draft_prefill(config: RunConfig, prefill: StageResult) -> tuple[StageRe
     return combined, seconds
 
 
+def speculative_engine(engine: EngineCard) -> EngineCard:
+    """The engine card as it runs a speculative step: without its overlap scheduler where the
+    engine turns it off for speculative decoding (overheads.overlap_with_speculative)."""
+    o = engine.overheads
+    if o.overlap_with_speculative or not o.overlap_scheduler:
+        return engine
+    return replace(engine, overheads=replace(o, overlap_scheduler=False))
+
+
 def speculative_decode(config: RunConfig, batch: int, baseline: StageResult) -> tuple[StageResult, SpeculativeResult]:
     """The decode stage under speculative decoding (draft steps + verification), and its numbers.
     `baseline` is the same batch decoding one token per step."""
     spec = _spec(config)
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
+    engine = speculative_engine(config.engine)
     draft_step, draft_ops = _without_overhead(run_stage(drafter_plan(config, "decode", batch), hw, config.tables))
     auto = spec.lookahead == "auto"
     candidates = range(1, spec.max_lookahead + 1) if auto else (int(spec.lookahead),)
@@ -185,7 +196,7 @@ def speculative_decode(config: RunConfig, batch: int, baseline: StageResult) -> 
     search = []
     for k in candidates:
         verify = run_stage(build_stage_plan("decode", model, dep, workload, batch, hw.derates.deepep_normal_sms,
-                                            q_len=k + 1), hw, config.tables, config.engine)
+                                            q_len=k + 1), hw, config.tables, engine)
         expected = expected_tokens_per_step(spec.acceptance_rate, k)
         step = verify.step_time_s + k * draft_step
         search.append(LookaheadPoint(k, expected, step, step / expected))

@@ -89,6 +89,41 @@ def test_scheduler_overhead_is_paid_once_per_speculative_step():
     assert sum(op.time_s for op in decode.operations) == pytest.approx(decode.step_time_s)
 
 
+@pytest.mark.parametrize("overlap_with_speculative", [True, False])
+def test_speculative_step_exposes_cpu_where_the_engine_turns_overlap_off(overlap_with_speculative):
+    # SGLang sets disable_overlap_schedule for EAGLE/MTP: the speculative step then waits for the
+    # scheduler's CPU work (2 ms + 4 requests x 0.1 ms); with overlap on it hides behind the GPU step
+    overheads = {**FREE_ENGINE["overheads"], "step_fixed": 1e-4, "step_cpu": 2e-3, "request_cpu": 1e-4,
+                 "overlap_with_speculative": overlap_with_speculative}
+    engine = {**FREE_ENGINE, "overheads": overheads}
+    cfg = spec_config({"method": "draft", "draft_model": DRAFT, "lookahead": 2, "acceptance_rate": 0.5}, engine=engine)
+    result = simulate(cfg)
+    overhead = sum(op.time_s for op in result.decode.operations if op.module == cat.OVERHEAD)
+    cpu = 2e-3 + 4 * 1e-4  # no launches: FREE_ENGINE runs decode eagerly but launch_cpu is 0
+    gpu = result.speculative.verify_time_s - overhead
+    if overlap_with_speculative:
+        assert overhead == pytest.approx(1e-4 + max(0.0, cpu - gpu))
+    else:
+        assert overhead == pytest.approx(1e-4 + cpu)
+    # the non-speculative baseline keeps the overlap scheduler either way: its CPU work hides
+    # behind its (tiny) GPU step, and only the excess is exposed
+    raw = run_mapping(TINY_MODEL, workload=dict(WORKLOAD))
+    raw["engine"] = engine
+    baseline = simulate(config_from_mapping(raw, "test")).decode
+    baseline_gpu = sum(op.time_s for op in baseline.operations if op.module != cat.OVERHEAD)
+    assert baseline.step_time_s == pytest.approx(baseline_gpu + 1e-4 + max(0.0, cpu - baseline_gpu))
+    assert result.speculative.baseline_tpot_s == pytest.approx(baseline.tpot_s)
+
+
+def test_sglang_turns_overlap_off_for_speculative_decoding():
+    from infersim.config import load_engine_card
+
+    card, _ = load_engine_card("sglang")
+    assert card.overheads.overlap_scheduler and not card.overheads.overlap_with_speculative
+    for name in ("trtllm", "vllm"):
+        assert load_engine_card(name)[0].overheads.overlap_with_speculative
+
+
 def test_lookahead_auto_picks_the_lowest_tpot():
     cfg = spec_config({"method": "draft", "draft_model": DRAFT, "lookahead": "auto", "acceptance_rate": 0.9,
                        "max_lookahead": 6})

@@ -61,6 +61,9 @@ class Overheads:
     launch_cpu: float = spec(doc="CPU time per kernel launched eagerly (not in a CUDA graph), seconds", ge=0)
     overlap_scheduler: bool = spec(doc="the CPU prepares step N+1 while the GPU runs step N (CPU work hides "
                                        "behind GPU time)")
+    overlap_with_speculative: bool = spec(
+        True, doc="the overlap scheduler stays on under speculative decoding (false: a speculative step exposes "
+                  "its CPU work, as SGLang turns overlap off for EAGLE/MTP)")
     decode_cuda_graph: bool = spec(doc="decode steps are replayed as CUDA graphs (no per-kernel launch cost)")
     prefill_cuda_graph: bool = spec(False, doc="prefill steps are replayed as CUDA graphs")
     cuda_graph_max_batch: tuple[MemoryTier, ...] = spec(
