@@ -139,7 +139,8 @@ def _table_dir_arg(text: str, argument: str) -> Path:
     found = resolve_table_dir(text)
     if found is not None:
         return found
-    raise InferSimError(f"{argument} {text!r}: no such directory (nor a bundled table set mfu_tables/{text})")
+    bundled = "" if Path(text).is_absolute() else f" (nor a bundled table set mfu_tables/{text})"
+    raise InferSimError(f"{argument} {text!r}: no such directory{bundled}")
 
 
 def compare_command(args: argparse.Namespace) -> int:
