@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable
@@ -32,6 +31,7 @@ from infersim.cards.registry import display_path
 from infersim.errors import InferSimError
 from infersim.mfu.format import PROVENANCE_FILE, CollectiveRow, Row, TableDirectory, read_table_dir
 from infersim.mfu.lookup import describe_key, row_grid_key
+from infersim.stats import percentile
 
 #: row fields that are measurements, not shape: never part of the matching key (`efficiency` is not
 #: a row field; it is derived from latency_us on load)
@@ -104,18 +104,10 @@ class TableComparison:
         return tuple((f.name, s) for f in self.files for s in f.flagged)
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linearly interpolated quantile (numpy's default) of sorted values."""
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 def summarise(ratios: list[float]) -> RatioSummary:
     ordered = sorted(ratios)
-    return RatioSummary(rows=len(ordered), median=statistics.median(ordered), p10=_quantile(ordered, 0.1),
-                        p90=_quantile(ordered, 0.9), minimum=ordered[0], maximum=ordered[-1])
+    return RatioSummary(rows=len(ordered), median=statistics.median(ordered), p10=percentile(ordered, 10),
+                        p90=percentile(ordered, 90), minimum=ordered[0], maximum=ordered[-1])
 
 
 def shape_of(row: Row) -> tuple[Hashable, ...]:

@@ -21,6 +21,7 @@ from typing import Any
 from infersim.errors import InferSimError
 from infersim.plot.backend import Drawing, pyplot
 from infersim.plot.common import first_number, number
+from infersim.stats import percentile as sorted_percentile
 
 METRICS = ("ttft", "tpot")
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT"}
@@ -61,12 +62,8 @@ def request_samples(data: Mapping[str, Any]) -> dict[str, list[float]]:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile with linear interpolation (numpy's default), without needing numpy here."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    below = int(position)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+    """The q-th percentile with linear interpolation (numpy's default) of unsorted values."""
+    return sorted_percentile(sorted(values), q)
 
 
 def draw_serve(data: Mapping[str, Any]) -> Drawing:

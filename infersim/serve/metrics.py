@@ -17,16 +17,7 @@ import math
 from typing import Any
 
 from infersim.serve.simulate import ServeResult, Slo
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default) of already sorted values."""
-    if not sorted_values:
-        return 0.0
-    pos = (len(sorted_values) - 1) * q / 100
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+from infersim.stats import percentile
 
 
 def weighted_percentile(samples: list[tuple[float, int]], q: float) -> float:
