@@ -105,7 +105,9 @@ class Deployment:
     overlap: Literal["none", "two-batch"] = spec(
         "none", doc="two-batch: two micro-batches, one's compute hides the other's communication")
     moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] = spec(
-        "all-to-all", doc="how tokens reach experts: NCCL all-to-all, DeepEP normal / low-latency, or all-gather + reduce-scatter")
+        "all-to-all", doc="how tokens reach experts: NCCL all-to-all, DeepEP normal / low-latency, or all-gather + "
+                          "reduce-scatter (the default when the experts are TP-sharded, ffn.tp > 1, else the "
+                          "engine's default or all-to-all)")
     moe: MoeBalanceSpec = spec(default_factory=MoeBalanceSpec, doc="expert-load balance and redundant experts")
     weight_offload: Literal["none", "auto"] = spec(
         "none", doc="none: every weight in HBM; auto: the weights that do not fit in HBM beside the engine's reserve "
@@ -307,10 +309,15 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     engine, engine_source = load_engine_card(spec_.engine, base, card_overrides["engine"])
     dep_spec = spec_.deployment
     deployment_raw = raw.get("deployment")
-    if engine.moe_comm and isinstance(deployment_raw, dict) and "moe_comm" not in deployment_raw:
+    if not (isinstance(deployment_raw, dict) and "moe_comm" in deployment_raw):
         from dataclasses import replace as _replace
 
-        dep_spec = _replace(dep_spec, moe_comm=engine.moe_comm)  # the engine's default MoE path
+        if model.is_moe and dep_spec.ffn.tp > 1:
+            # a TP-sharded expert needs every token of its group: all-gather is the only path, so an
+            # unnamed moe_comm means it (the report's deployment line shows it)
+            dep_spec = _replace(dep_spec, moe_comm="all-gather")
+        elif engine.moe_comm:
+            dep_spec = _replace(dep_spec, moe_comm=engine.moe_comm)  # the engine's default MoE path
     deployment = complete_layout(dep_spec, model, hardware, where)
     tables: KernelTables = NoTables()
     table_dir = mfu_tables if mfu_tables is not None else spec_.mfu_tables

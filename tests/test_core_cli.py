@@ -199,6 +199,20 @@ def test_expert_tp_without_gathering_tokens_is_refused(capsys):
                  "--set", "deployment.moe_comm=all-gather"]) == 0
 
 
+def test_expert_tp_without_a_named_moe_comm_gathers_tokens(capsys, tmp_path):
+    # the only path a TP-sharded expert can take is the default when the run names none
+    config = tmp_path / "tp4.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": "qwen3-30b-a3b", "hardware": "h100-sxm",
+        "deployment": {"num_gpus": 4, "attention": {"tp": 4}, "ffn": {"tp": 4}},
+        "workload": {"isl": 1024, "osl": 1024, "prefill_tokens_per_gpu": 8192, "decode_batch_per_gpu": 64}}))
+    assert main(["--config", str(config), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "all-gather"
+    config.write_text(config.read_text().replace("ffn:\n    tp: 4", "ffn:\n    ep: 4\n    tp: 1"))
+    assert main(["--config", str(config), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "all-to-all"
+
+
 def test_max_batch_is_even_under_two_batch_overlap(capsys):
     assert main(["--config", "benchmarks/published/deepseek-v3-h800-decode.yaml", "--format", "json",
                  "--set", "workload.decode_batch_per_gpu=max"]) == 0
