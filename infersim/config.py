@@ -108,6 +108,13 @@ class Deployment:
         "all-to-all", doc="how tokens reach experts: NCCL all-to-all, DeepEP normal / low-latency, or all-gather + "
                           "reduce-scatter (the default when the experts are TP-sharded, ffn.tp > 1, else the "
                           "engine's default or all-to-all)")
+    lm_head: Literal["per-rank", "gathered"] = spec(
+        "per-rank", doc="the LM head under attention DP: per-rank: each DP rank computes its own tokens' logits, "
+                        "vocab split over its attention-TP group (SGLang --enable-dp-lm-head, TensorRT-LLM, vLLM); "
+                        "gathered: every DP rank's tokens are gathered, the vocab is split over all attention TP x DP "
+                        "GPUs, and the logits are all-gathered, each rank keeping its rows (SGLang's default); a tied "
+                        "LM head (the embedding's weights) is always per-rank. Default: the engine card's "
+                        "lm_head_under_attention_dp")
     moe: MoeBalanceSpec = spec(default_factory=MoeBalanceSpec, doc="expert-load balance and redundant experts")
     weight_offload: Literal["none", "auto"] = spec(
         "none", doc="none: every weight in HBM; auto: the weights that do not fit in HBM beside the engine's reserve "
@@ -309,15 +316,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     engine, engine_source = load_engine_card(spec_.engine, base, card_overrides["engine"])
     dep_spec = spec_.deployment
     deployment_raw = raw.get("deployment")
-    if not (isinstance(deployment_raw, dict) and "moe_comm" in deployment_raw):
-        from dataclasses import replace as _replace
-
-        if model.is_moe and dep_spec.ffn.tp > 1:
-            # a TP-sharded expert needs every token of its group: all-gather is the only path, so an
-            # unnamed moe_comm means it (the report's deployment line shows it)
-            dep_spec = _replace(dep_spec, moe_comm="all-gather")
-        elif engine.moe_comm:
-            dep_spec = _replace(dep_spec, moe_comm=engine.moe_comm)  # the engine's default MoE path
+    dep_spec = with_engine_defaults(dep_spec, deployment_raw, model, engine)
     deployment = complete_layout(dep_spec, model, hardware, where)
     tables: KernelTables = NoTables()
     table_dir = mfu_tables if mfu_tables is not None else spec_.mfu_tables
@@ -416,6 +415,23 @@ def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: Hardwar
     return draft, draft_dep, source
 
 
+def with_engine_defaults(dep: Deployment, raw: Any, model: ModelCard, engine: EngineCard) -> Deployment:
+    """The fields the deployment section `raw` leaves unnamed that follow the layout or the engine:
+    moe_comm (all-gather when the experts are TP-sharded, the only path such experts can take; else
+    the engine's default MoE path) and lm_head (the engine's LM head under attention DP)."""
+    from dataclasses import replace
+
+    named = raw if isinstance(raw, dict) else {}
+    if "moe_comm" not in named:
+        if model.is_moe and dep.ffn.tp > 1:
+            dep = replace(dep, moe_comm="all-gather")
+        elif engine.moe_comm:
+            dep = replace(dep, moe_comm=engine.moe_comm)
+    if "lm_head" not in named:
+        dep = replace(dep, lm_head=engine.lm_head_under_attention_dp)
+    return dep
+
+
 def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source: str) -> Deployment:
     """Fill derived DP sizes and check that the layout fits the model and the machine."""
     from dataclasses import replace
@@ -452,10 +468,8 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
         raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep, "dp": ffn.dp},
                    f"tp x ep x dp must equal the {per_stage} GPUs per pipeline stage (num_gpus / pp)")
     try:
-        if model.is_mla:
-            shard(model.num_attention_heads, attn.tp, "num_attention_heads", "attention.tp")
-        else:
-            shard(model.num_attention_heads, attn.tp, "num_attention_heads", "attention.tp")
+        shard(model.num_attention_heads, attn.tp, "num_attention_heads", "attention.tp")
+        if not model.is_mla:  # MLA's one latent KV head is replicated, GQA's KV heads are split
             heads_per_rank(model.num_key_value_heads, attn.tp)
         kinds = set(model.layer_kinds)
         if "linear_attention" in kinds:
@@ -466,6 +480,13 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
             heads_per_rank(model.mamba_n_groups, attn.tp, "mamba_n_groups")
     except LayoutError as exc:
         raise fail("deployment.attention.tp", attn.tp, str(exc)) from None
+    if dep.lm_head == "gathered" and attn_dp > 1 and not model.tie_word_embeddings:
+        try:
+            shard(model.vocab_size, attn.tp * attn_dp, "vocab_size", "attention.tp x attention.dp")
+        except LayoutError as exc:
+            raise fail("deployment.lm_head", dep.lm_head,
+                       f"a gathered LM head splits the vocab over every attention-DP rank: {exc} (lm_head: per-rank "
+                       "computes each rank's own logits)") from None
     balance = dep.moe
     if model.is_moe:
         redundant = balance.redundant_experts

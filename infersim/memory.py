@@ -22,7 +22,7 @@ from infersim.config import Deployment, Workload
 from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
-from infersim.modules.step import layer_composition
+from infersim.modules.step import layer_composition, lm_head_gathered_dp
 from infersim.units import ACT_BYTES, dtype_bytes
 from infersim.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, WeightOffload, host_link_bytes_per_s
 
@@ -121,8 +121,10 @@ def weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
     linear, experts = _layer_params(model, dep)
     norms = 2 * model.hidden_size * model.num_hidden_layers / dep.pp
     vocab_rows = model.vocab_size / dep.attention.tp * model.hidden_size
-    # with PP the first stage holds the embedding and the last the LM head; report the larger
-    embed = vocab_rows * (1 if model.tie_word_embeddings or dep.pp > 1 else 2)
+    # with PP the first stage holds the embedding and the last the LM head; report the larger. A
+    # gathered LM head (deployment.lm_head) splits its vocab over every attention-DP rank too.
+    head_rows = vocab_rows / lm_head_gathered_dp(model, dep)
+    embed = vocab_rows if model.tie_word_embeddings or dep.pp > 1 else vocab_rows + head_rows
     prec = dep.precision
     return (linear * dtype_bytes(prec.weight_dtype) + experts * dtype_bytes(prec.expert_weight_dtype)
             + (norms + embed) * EMBEDDING_BYTES)

@@ -9,6 +9,7 @@ from typing import Any
 
 from infersim.engine import OperationResult, StageResult, combined_source
 from infersim.kernels import Bound
+from infersim.modules.step import lm_head_gathered_dp
 from infersim.simulate import SimulationResult
 from infersim.texttable import simple_table
 from infersim.timing import IMBALANCE_FROM_TABLE
@@ -322,6 +323,8 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
         layout += f"; routed experts stored {expert_format}"
     if dep.precision.expert_gemm:
         layout += f"; routed-expert GEMMs {dep.precision.expert_gemm}"
+    if lm_head_gathered_dp(cfg.model, dep) > 1:
+        layout += f"; LM head gathered over the {dep.attention.dp} DP ranks"
     lines = [
         f"InferSim: {cfg.model.name} on {cfg.hardware.name} ({cfg.hardware.description})",
         f"  model:      {_layer_mix(cfg.model)}",

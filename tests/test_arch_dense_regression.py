@@ -26,10 +26,11 @@ def _close(a: float, b: float) -> bool:
 @pytest.mark.parametrize("key", sorted(GOLDEN))
 def test_dense_results_unchanged(key):
     case = GOLDEN[key]
-    # the golden numbers predate expert-load imbalance (deployment.moe): compare at even load
+    # the golden numbers predate expert-load imbalance (deployment.moe): compare at even load; and
+    # SGLang's gathered LM head under DP attention (deployment.lm_head): compare per rank
     result = simulate(load_run_config(str(REPO / case["config"]),
                                       [*case["overrides"], "deployment.moe.load_balance=ideal",
-                                       "deployment.moe.redundant_experts=0"]))
+                                       "deployment.moe.redundant_experts=0", "deployment.lm_head=per-rank"]))
     for stage_name in ("prefill", "decode"):
         stage, want = getattr(result, stage_name), case[stage_name]
         assert _close(stage.step_time_s, want["step_time_s"]), (stage_name, stage.step_time_s, want["step_time_s"])

@@ -120,8 +120,8 @@ def test_model_that_does_not_fit_prints_no_throughput(capsys):
     args = ("--config", "qwen3-30b.yaml", "--set", "model=llama-3.1-70b", "--set", "deployment.ffn.ep=1")
     code, out, err = run(capsys, *args)
     assert code == 1
-    assert "DOES NOT FIT" in out and "weights need 141.11 GB per GPU" in out and "over by 51.77 GB" in out
-    assert "KV cache space -" not in out and "no KV cache space (weights exceed what is left by 51.77 GB)" in out
+    assert "DOES NOT FIT" in out and "weights need 139.53 GB per GPU" in out and "over by 50.19 GB" in out
+    assert "KV cache space -" not in out and "no KV cache space (weights exceed what is left by 50.19 GB)" in out
     assert no_speed(out)
     one_line_error(err, "does not fit", "weights need")
     code, out, _ = run(capsys, *args, "--show-unfit")
@@ -136,7 +136,7 @@ def test_model_that_does_not_fit_prints_no_throughput(capsys):
 def test_batch_beyond_memory_says_which_limit_and_by_how_much(capsys):
     code, out, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "workload.decode_batch_per_gpu=1000000000000")
     assert code == 1 and no_speed(out)
-    assert "decode batch 1,000,000,000,000 per GPU needs" in out and "at most 118 requests per GPU fit" in out
+    assert "decode batch 1,000,000,000,000 per GPU needs" in out and "at most 119 requests per GPU fit" in out
     one_line_error(err, "does not fit", "decode batch")
 
 

@@ -178,6 +178,10 @@ class EngineCard:
                                    "neighbouring kernel: they cost no separate kernel time")
     moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] | None = spec(
         None, doc="default MoE communication when the run config does not name one")
+    lm_head_under_attention_dp: Literal["per-rank", "gathered"] = spec(
+        "per-rank", doc="how the LM head runs under attention DP when the run config does not say "
+                        "(deployment.lm_head): per-rank logits, or every rank's tokens gathered over a vocab split "
+                        "across the whole TP group")
     offline_limits: OfflineLimits | None = spec(
         None, doc="offline (all requests at once) runs: the benchmark tool's own request cap and token budget")
 

@@ -131,22 +131,51 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     # only the last position of each sequence needs logits in prefill
     logit_rows = ctx.tokens_per_gpu * micro_batches * tp if ctx.stage == "decode" else \
         sum(s.group_count(tp) for s in ctx.sequences_per_gpu) * micro_batches
+    gathered_dp = lm_head_gathered_dp(model, dep)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
-            logit_rows)
+            logit_rows, gathered_dp)
     return _memoised(("step", id(model)) + args, model, lambda: _step_operations(model, *args))
 
 
+def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:
+    """The attention-DP ranks whose tokens one LM head gathers (deployment.lm_head gathered), or 1:
+    each rank computes its own logits (per-rank, no attention DP, or a tied head, which shares the
+    embedding's unsplit weights under attention DP)."""
+    dp = dep.attention.dp or 1
+    if dep.lm_head != "gathered" or dp <= 1 or model.tie_word_embeddings:
+        return 1
+    return dp
+
+
 def _step_operations(model: ModelCard, tp: int, pp: int, gpus_per_stage: int, gpus_per_node: int,
-                     tokens_per_micro_batch: int, micro_batches: int, logit_rows: int) -> list[Operation]:
+                     tokens_per_micro_batch: int, micro_batches: int, logit_rows: int,
+                     gathered_dp: int = 1) -> list[Operation]:
     """per_step_operations on exactly what it reads (its memo key)."""
     tokens = tokens_per_micro_batch * micro_batches * tp
     h = model.hidden_size
-    vocab = shard(model.vocab_size, tp, "vocab_size", "attention.tp")
     ops = [
         Operation("embedding", cat.EMBEDDING, MemoryBoundShape("embedding gather", 2 * tokens * h * ACT_BYTES)),
         Operation("final_norm", cat.LM_HEAD, MemoryBoundShape("RMSNorm", 2 * logit_rows * h * ACT_BYTES)),
-        Operation("lm_head", cat.LM_HEAD, GemmShape(logit_rows, h, vocab, "bf16", "bf16", "fp32")),
     ]
+    if gathered_dp > 1:
+        # SGLang's LM head under DP attention (deployment.lm_head gathered): the hidden states of every
+        # DP rank are gathered, each GPU computes all of their logits over its vocab shard of the
+        # whole group, the logits are all-gathered and each rank copies out its own rows
+        group = tp * gathered_dp
+        rows = logit_rows * gathered_dp
+        per_node = min(group, gpus_per_node)
+        vocab = shard(model.vocab_size, group, "vocab_size", "attention.tp x attention.dp (lm_head gathered)")
+        ops += [
+            Operation("lm_head_gather", cat.DP_GATHER, CollectiveShape("all_gather", rows * h * ACT_BYTES, group, per_node)),
+            Operation("lm_head", cat.LM_HEAD, GemmShape(rows, h, vocab, "bf16", "bf16", "bf16")),
+            Operation("logits_all_gather", cat.DP_GATHER,
+                      CollectiveShape("all_gather", rows * model.vocab_size * ACT_BYTES, group, per_node)),
+            Operation("logits_scatter", cat.LM_HEAD,
+                      MemoryBoundShape("copy of the rank's logit rows", 2 * logit_rows * model.vocab_size * ACT_BYTES)),
+        ]
+    else:
+        vocab = shard(model.vocab_size, tp, "vocab_size", "attention.tp")
+        ops.append(Operation("lm_head", cat.LM_HEAD, GemmShape(logit_rows, h, vocab, "bf16", "bf16", "fp32")))
     if pp > 1:
         ranks_per_node = 1 if gpus_per_stage >= gpus_per_node else 2
         ops.append(Operation("pp_send", cat.PP_SEND, CollectiveShape("p2p", tokens * h * ACT_BYTES, 2, ranks_per_node),

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from infersim.config import RunConfig, complete_layout, with_variant
+from infersim.config import RunConfig, complete_layout, with_engine_defaults, with_variant
 from infersim.errors import InferSimError
 from infersim.serve.cost import DEFAULT_WIDTH, StepCoster
 from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings, settings_from_engine
@@ -220,7 +220,7 @@ def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: st
     from infersim.cards.schema import build
     from infersim.config import Deployment
 
-    dep = build(Deployment, deployment, where)
+    dep = with_engine_defaults(build(Deployment, deployment, where), deployment, config.model, config.engine)
     dep = complete_layout(dep, config.model, config.hardware, where)
     return with_variant(config, config.model, config.hardware, dep, config.workload)
 
