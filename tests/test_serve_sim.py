@@ -50,6 +50,7 @@ RUNS = [
     ("trtllm", {"mode": "poisson", "rate": 10, "num_requests": 300, "replicas": 2, "burstiness": 0.3}),
     ("sglang", {"mode": "poisson", "rate": 8, "num_requests": 300, "disaggregate": "2P1D"}),
     ("vllm", {"mode": "poisson", "rate": 10, "num_requests": 300, "prefix_hit_rate": 0.5}),
+    ("sglang", {"mode": "concurrency", "concurrency": 48, "num_requests": 300, "disaggregate": "2P1D"}),
 ]
 
 
@@ -160,6 +161,32 @@ def test_disaggregation_ttft_includes_the_kv_transfer():
     assert pd["mean_ttft_ms"] - colocated["mean_ttft_ms"] == pytest.approx(4000 * 65536 / 360e9 * 1e3, rel=0.01)
     assert pd["num_gpus"] == 2
     assert [p["role"] for p in pd["pools"]] == ["prefill", "decode"]
+
+
+def test_closed_loop_disaggregation_one_client_adds_only_the_kv_transfer():
+    # one client: every request runs alone through prefill, the KV link and decode, as colocated but
+    # for the transfer (4000 tokens x 65,536 B over NVLink at 360e9 B/s = 0.728 ms)
+    cfg = config("sglang")
+    opts = {"mode": "concurrency", "concurrency": 1, "num_requests": 12, "isl": 4000, "osl": 50, "bucket_width": 1.0}
+    colocated = simulate_serving(cfg, opts)
+    pd = simulate_serving(cfg, {**opts, "disaggregate": "1P1D"})
+    transfer_ms = 4000 * 65536 / 360e9 * 1e3
+    assert pd["mean_ttft_ms"] - colocated["mean_ttft_ms"] == pytest.approx(transfer_ms, rel=0.01)
+    assert pd["mean_tpot_ms"] == pytest.approx(colocated["mean_tpot_ms"], rel=1e-9)
+    assert pd["duration"] - colocated["duration"] == pytest.approx(12 * transfer_ms / 1e3, rel=0.01)
+
+
+def test_closed_loop_disaggregation_never_exceeds_its_clients():
+    summary = simulate_serving(config("sglang"), {"mode": "concurrency", "concurrency": 16, "num_requests": 120,
+                                                  "isl": {"dist": "uniform", "min": 200, "max": 3000}, "osl": 80,
+                                                  "disaggregate": "1P1D", "requests": True})
+    spans = sorted((r["arrival_s"], r["finish_s"]) for r in summary["requests"])
+    for t, _end in spans:  # at each arrival, at most 16 requests are in the system (its own included)
+        assert sum(1 for a, f in spans if a <= t < f) <= 16
+    # each client's next request arrives when one finishes: after the first 16, every arrival is a finish
+    finishes = {round(f, 12) for _a, f in spans}
+    assert all(round(a, 12) in finishes for a, _f in spans[16:])
+    assert summary["completed"] == 120 and summary["little"]["mean_in_flight"] <= 16 + 1e-9
 
 
 def test_replicas_multiply_gpus_and_capacity():

@@ -11,12 +11,17 @@ KV cache (input tokens x KV bytes per token of the whole model) moves to the dec
 hardware card's per-GPU bandwidth x efficiency x the GPUs of the smaller instance (each GPU sends
 its shard in parallel); transfers into one decode instance queue on its link. The request's first
 token reaches the client when its KV has arrived (TTFT includes the transfer); then it queues for
-admission at the decode instance like any arrival. Queueing happens at both pools.
+admission at the decode instance like any arrival. Queueing happens at both pools. Open-loop
+workloads run the prefill pool to the end, then the decode pool; in closed loop, where a client's
+next request waits for its previous one, the two pools are co-simulated step by step
+(`_closed_loop_disaggregated`).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+from itertools import count
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -317,14 +322,14 @@ def _run_disaggregated(config: RunConfig, opts: ServeOptions, requests: list[Req
     from infersim.memory import kv_bytes_per_token
 
     d = opts.disaggregate
-    if opts.mode == "concurrency":
-        raise InferSimError("serve: closed-loop concurrency with PD disaggregation is not modelled; use a rate, "
-                            "a trace or offline")
     pconf = _pool_config(config, d.prefill_deployment, "disaggregate.prefill_deployment")
     dconf = _pool_config(config, d.decode_deployment, "disaggregate.decode_deployment")
     prefill = _pool("prefill", pconf, d.prefill_instances, opts, mean_isl, 1.0, prefill_only=True)
     decode = _pool("decode", dconf, d.decode_instances, opts, mean_isl, mean_osl)
     states = [RequestState(r) for r in requests]
+    if opts.mode == "concurrency":
+        finals, transfer_integral = _closed_loop_disaggregated(prefill, decode, states, opts.concurrency)
+        return ServeResult(opts, requests, finals, [prefill, decode], transfer_integral, mean_isl, mean_osl)
     for i, st in enumerate(states):
         prefill.instances[i % len(prefill.instances)].add(st)
     for inst in prefill.instances:
@@ -341,21 +346,107 @@ def _run_disaggregated(config: RunConfig, opts: ServeOptions, requests: list[Req
         if st.req.output_tokens <= 1:
             continue
         target = n % len(decode.instances)
-        start = max(st.finish_s, link_free[target])
-        arrive = start + st.req.input_tokens * kv_per_token / bandwidth
-        link_free[target] = arrive
+        arrive = _transfer(st, target, link_free, kv_per_token / bandwidth)
         transfer_integral += arrive - st.finish_s
-        ds = RequestState(st.req, ready_s=arrive, prefilled=True)
-        handoffs.append((arrive, target, i, ds, st))
+        handoffs.append((arrive, target, i, _decode_state(st, arrive), st))
     handoffs.sort(key=lambda h: (h[0], h[2]))
     for _arrive, target, _i, ds, _st in handoffs:
         decode.instances[target].add(ds)
     for inst in decode.instances:
         inst.run()
-    for arrive, _target, i, ds, st in handoffs:
-        ds.scheduled_s = st.scheduled_s
-        ds.first_token_s = arrive
-        ds.preemptions += st.preemptions
-        ds.cached = st.cached
+    for _arrive, _target, i, ds, _st in handoffs:
         finals[i] = ds
     return ServeResult(opts, requests, finals, [prefill, decode], transfer_integral, mean_isl, mean_osl)
+
+
+def _transfer(st: RequestState, target: int, link_free: list[float], seconds_per_token: float) -> float:
+    """When a prefilled request's KV reaches decode instance `target`: its link carries one request
+    at a time, starting when the prefill finishes and the link is free."""
+    start = max(st.finish_s, link_free[target])
+    link_free[target] = start + st.req.input_tokens * seconds_per_token
+    return link_free[target]
+
+
+def _decode_state(st: RequestState, arrive: float) -> RequestState:
+    """The request as it enters the decode pool; its record keeps the prefill side's timings (its
+    first token is out once its KV has arrived)."""
+    ds = RequestState(st.req, ready_s=arrive, prefilled=True)
+    ds.scheduled_s = st.scheduled_s
+    ds.first_token_s = arrive
+    ds.preemptions = st.preemptions
+    ds.cached = st.cached
+    return ds
+
+
+def _closed_loop_disaggregated(prefill: Pool, decode: Pool, states: list[RequestState],
+                               concurrency: int) -> tuple[list[RequestState], float]:
+    """`concurrency` clients against a PD pair: client c's requests enter prefill instance c mod P;
+    a prefilled request's KV moves to decode instance n mod D (n: handoff order); a client sends its
+    next request when its previous one finishes (decode, or prefill for one-token outputs).
+
+    The pools are co-simulated: the instance whose next step starts first runs, up to the next start
+    of any other instance or the next undelivered event (a handoff or a new request), and events are
+    delivered in time order. An event can only reach an instance during a step that started before
+    it, where engines see it at the next step, so the interleaving is exact."""
+    from infersim.memory import kv_bytes_per_token
+
+    bandwidth, _link = transfer_bandwidth(prefill.config, decode.config)
+    seconds_per_token = kv_bytes_per_token(prefill.config.model, decode.config.deployment.precision.kv_cache) / bandwidth
+    finals: list[RequestState] = list(states)
+    index = {id(st): i for i, st in enumerate(states)}
+    client_of: dict[int, int] = {}
+    queue = iter(states)
+    events: list[tuple[float, int, int, RequestState]] = []  # (time, order, instance (-1 - i: prefill i), state)
+    order = count()
+    link_free = [0.0] * len(decode.instances)
+    handoffs = count()
+    transfer_integral = 0.0
+    set_arrival = _ArrivalSetter()
+
+    def send(client: int, t: float) -> None:
+        st = next(queue, None)
+        if st is None:
+            return
+        set_arrival(st, t)
+        client_of[id(st)] = client
+        heapq.heappush(events, (t, next(order), -1 - client % len(prefill.instances), st))
+
+    def prefilled(st: RequestState) -> None:
+        nonlocal transfer_integral
+        if st.req.output_tokens <= 1:
+            send(client_of[id(st)], st.finish_s)
+            return
+        target = next(handoffs) % len(decode.instances)
+        arrive = _transfer(st, target, link_free, seconds_per_token)
+        transfer_integral += arrive - st.finish_s
+        ds = _decode_state(st, arrive)
+        finals[index[id(st)]] = ds
+        client_of[id(ds)] = client_of[id(st)]
+        heapq.heappush(events, (arrive, next(order), target, ds))
+
+    def decoded(ds: RequestState) -> None:
+        send(client_of[id(ds)], ds.finish_s)
+
+    for client in range(min(concurrency, len(states))):
+        send(client, 0.0)
+    instances = [(inst, prefilled) for inst in prefill.instances] + [(inst, decoded) for inst in decode.instances]
+
+    def next_start(inst: Instance) -> float:
+        if not inst.idle():
+            return inst.now
+        return max(inst.now, inst.pending[0].ready_s) if inst.pending else math.inf
+
+    while True:
+        starts = [next_start(inst) for inst, _cb in instances]
+        first = min(range(len(instances)), key=lambda j: (starts[j], j))
+        event_t = events[0][0] if events else math.inf
+        if event_t == math.inf and starts[first] == math.inf:
+            break
+        if event_t <= starts[first]:
+            _t, _o, where, st = heapq.heappop(events)
+            (prefill.instances[-1 - where] if where < 0 else decode.instances[where]).add(st)
+            continue
+        others = min((starts[j] for j in range(len(instances)) if j != first), default=math.inf)
+        inst, callback = instances[first]
+        inst.run(until=max(min(others, event_t), starts[first] + 1e-12), on_finish=callback)
+    return finals, transfer_integral
