@@ -526,9 +526,13 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
             shard(model.intermediate_size, ffn.tp, "intermediate_size", "ffn.tp")
         except LayoutError as exc:
             raise fail("deployment.ffn.tp", ffn.tp, str(exc)) from None
-    if ffn.tp < attn.tp and (model.num_dense_layers or dep.moe_comm == "all-gather"):
+    if ffn.tp < attn.tp and model.num_dense_layers:
         raise fail("deployment.ffn.tp", ffn.tp,
                    f"smaller than attention.tp ({attn.tp}); a TP FFN must span at least the attention TP group")
+    if model.is_moe and dep.moe_comm == "all-gather" and ffn.tp * ffn.ep < attn.tp:
+        raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep},
+                   f"tp x ep smaller than attention.tp ({attn.tp}): gathered tokens (moe_comm all-gather) need an "
+                   "expert group spanning at least the attention TP group")
     if dep.precision.gemm not in hw.peak.flops:
         raise fail("deployment.precision.gemm", dep.precision.gemm,
                    f"{hw.name} has no {dep.precision.gemm} tensor-core rate (it has: {', '.join(sorted(hw.peak.flops))})")

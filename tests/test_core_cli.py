@@ -208,8 +208,11 @@ def test_expert_tp_without_a_named_moe_comm_gathers_tokens(capsys, tmp_path):
         "workload": {"isl": 1024, "osl": 1024, "prefill_tokens_per_gpu": 8192, "decode_batch_per_gpu": 64}}))
     assert main(["--config", str(config), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "all-gather"
+    # expert parallelism: the engine's path (SGLang without DeepEP gathers; vLLM exchanges all-to-all)
     config.write_text(config.read_text().replace("ffn:\n    tp: 4", "ffn:\n    ep: 4\n    tp: 1"))
     assert main(["--config", str(config), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "all-gather"
+    assert main(["--config", str(config), "--format", "json", "--set", "engine=vllm"]) == 0
     assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "all-to-all"
 
 

@@ -4,6 +4,7 @@ trtllm-bench's heuristic, PD disaggregation and replicas."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 
 import pytest
@@ -285,13 +286,20 @@ def test_unequal_dp_ranks_give_the_experts_the_mean_and_the_exchange_the_busiest
     (4000 + 150) / 4 tokens of the group; the busiest rank still sends its 4000 tokens."""
     cfg = config_from_mapping({"model": "qwen3-30b-a3b", "hardware": "h20", "engine": "sglang",
                                "deployment": {"num_gpus": 4, "attention": {"tp": 1, "dp": 4}, "ffn": {"tp": 1, "ep": 4},
-                                              "moe": {"load_balance": "ideal"}},
+                                              "moe": {"load_balance": "ideal"}, "moe_comm": "all-to-all"},
                                "workload": {"isl": 4000, "osl": 20}}, "test")
     seqs = (SequenceBatch(1, 4000, 4000), SequenceBatch(50, 1, 4000))
     plan = build_step_plan(cfg.model, cfg.deployment, seqs, 0, expert_tokens_per_gpu=(4000 + 4 * 50) / 4)
     ops = {op.name: op.shape for op in plan.groups[0].operations}
     assert ops["experts_up"].tokens_per_gpu == pytest.approx(1050.0)
     assert ops["dispatch"].tokens == 4050
+    # gathering instead (SGLang without DeepEP): every GPU holds the 4,200 real tokens of the four
+    # ranks, not four times the busiest rank's 4,050, and its experts get their share
+    gathered = replace(cfg.deployment, moe_comm="all-gather")
+    ops = {op.name: op.shape for op in build_step_plan(cfg.model, gathered, seqs, 0, expert_tokens_per_gpu=1050)
+           .groups[0].operations}
+    assert ops["dp_all_gather"].bytes_per_rank == 4200 * 2048 * 2
+    assert ops["router_gate"].m == 4200 and ops["experts_up"].tokens_per_gpu == pytest.approx(1050.0)
     every_rank = build_step_plan(cfg.model, cfg.deployment, seqs, 0)
     assert {op.name: op.shape for op in every_rank.groups[0].operations}["experts_up"].tokens_per_gpu == 4050
     timed = [run_stage(p, cfg.hardware, cfg.tables, cfg.engine).step_time_s for p in (plan, every_rank)]

@@ -91,7 +91,7 @@ def sequence_length(ctx: StageContext) -> float:
 def routing_domain(dep: Deployment, ctx: StageContext) -> float:
     """Tokens routed over the EP group of one GPU in one (micro-)batch."""
     if dep.moe_comm == "all-gather":
-        return ctx.tokens_per_gpu * dep.ffn.tp * dep.ffn.ep
+        return ctx.expert_tokens * dep.ffn.tp * dep.ffn.ep
     return ctx.expert_tokens * dep.ffn.ep
 
 
@@ -117,7 +117,9 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
                                       MemoryBoundShape("fused add + RMSNorm", 4 * T * attn_tp * h * ACT_BYTES))]
     group = ffn.tp * ffn.ep
     if dep.moe_comm == "all-gather":
-        tokens_seen = T * group  # every rank of the FFN group holds all of its tokens
+        # every rank of the FFN group holds all of its tokens: the ranks' real tokens, whose mean is
+        # below the busiest rank's when attention-DP ranks hold unequal work (a serving step)
+        tokens_seen = ctx.expert_tokens * group
         table_tokens = tokens_seen / ffn.ep
         shared_shards = group
         if group > attn_tp:
