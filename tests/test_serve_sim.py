@@ -190,6 +190,20 @@ def test_closed_loop_disaggregation_never_exceeds_its_clients():
     assert summary["completed"] == 120 and summary["little"]["mean_in_flight"] <= 16 + 1e-9
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clients=st.integers(1, 64), prefill=st.integers(1, 2), decode=st.integers(1, 2), seed=st.integers(0, 10_000),
+       isl_mean=st.integers(50, 3000), osl_max=st.integers(1, 300))
+def test_closed_loop_disaggregation_conserves_and_obeys_littles_law(clients, prefill, decode, seed, isl_mean, osl_max):
+    summary = simulate_serving(config("sglang"), {
+        "mode": "concurrency", "concurrency": clients, "num_requests": 100, "seed": seed,
+        "disaggregate": f"{prefill}P{decode}D", "isl": {"dist": "lognormal", "mean": isl_mean, "std": isl_mean / 2},
+        "osl": {"dist": "uniform", "min": 1, "max": osl_max}})
+    assert summary["completed"] == 100
+    assert_little(summary)
+    assert_tokens_conserved(summary)
+    assert summary["little"]["mean_in_flight"] <= clients + 1e-9
+
+
 def test_replicas_multiply_gpus_and_capacity():
     one = simulate_serving(config("trtllm"), {"mode": "offline", "num_requests": 800, "isl": 500, "osl": 100})
     four = simulate_serving(config("trtllm"), {"mode": "offline", "num_requests": 3200, "isl": 500, "osl": 100,
