@@ -335,3 +335,31 @@ def test_real_hybrid_cards_simulate():
         result = simulate(load_run_config(name))
         assert result.prefill.step_time_s > 0 and result.decode.step_time_s > 0
         assert result.memory.fits
+
+
+# ---------------------------------------------------------------------------------------------
+# QK-norm (Qwen3 family)
+
+
+def test_qk_norm_adds_one_kernel_reading_and_writing_q_and_k():
+    # 8 prefill tokens, 4 query + 2 KV heads of 16: q and k read and written once in bf16
+    p = plan(config({**TINY_MODEL, "name": "tiny-qknorm", "qk_norm": True}), "prefill", 8)
+    ops = list(p.groups[0].operations)
+    names = [op.name for op in ops]
+    assert names.index("qkv_proj") < names.index("qk_norm") < names.index("rope_kv_store")
+    shape = ops[names.index("qk_norm")].shape
+    assert shape.bytes == 2 * 8 * (4 + 2) * 16 * 2 == 3072 and shape.kernels == 1
+    assert "qk_norm" not in [op.name for op in plan(config(TINY_MODEL), "prefill", 8).groups[0].operations]
+
+
+def test_importer_marks_the_architectures_with_qk_norm():
+    from infersim.cards.hf_import import card_fields_from_hf
+
+    base = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 128, "intermediate_size": 128}
+    for model_type, expected in (("qwen3", True), ("qwen3_moe", True), ("olmo2", True), ("llama", False)):
+        fields = card_fields_from_hf({**base, "model_type": model_type}, "t.json", "t")
+        assert fields.get("qk_norm", False) is expected, model_type
+    assert card_fields_from_hf({**base, "model_type": "llama4_text", "use_qk_norm": True}, "t.json", "t")["qk_norm"]
+    assert "qk_norm" not in card_fields_from_hf({**base, "model_type": "qwen3", "use_qk_norm": False}, "t.json", "t")
+    assert load_model_card("qwen3-30b-a3b")[0].qk_norm and not load_model_card("llama-3.1-8b")[0].qk_norm

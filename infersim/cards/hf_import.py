@@ -192,6 +192,11 @@ def _shortest_pattern(kinds: list[str]) -> list[str]:
     return kinds
 
 
+#: model_type prefixes whose attention normalises q and k per head (Qwen3, Qwen3-MoE, Qwen3-Next,
+#: Qwen3.5, OLMo-2, Gemma-3: q_norm/k_norm in their transformers modeling files)
+_QK_NORM_TYPES = ("qwen3", "olmo2", "gemma3")
+
+
 def _layer_fields(config: dict[str, Any], fields: dict[str, Any], source: str, model_type: str) -> None:
     """layer_types / sliding window / linear-attention / Mamba-2 / DSA / MTP fields, consistent with each other."""
     for key, problem in _UNSUPPORTED_LAYOUTS.items():
@@ -257,6 +262,10 @@ def _layer_fields(config: dict[str, Any], fields: dict[str, Any], source: str, m
             fields["mamba_ssm_dtype"] = _STATE_DTYPES[str(dtype)]
     if config.get("attn_output_gate") or (model_type.startswith("qwen3_next") and config.get("attn_output_gate") is not False):
         fields["attention_output_gate"] = True
+    # the architectures with q_norm/k_norm in their attention (transformers' modeling files); others
+    # that have it say use_qk_norm
+    if config.get("use_qk_norm") or (config.get("use_qk_norm") is None and model_type.startswith(_QK_NORM_TYPES)):
+        fields["qk_norm"] = True
     if not fields.get("index_topk"):
         for key in ("index_n_heads", "index_head_dim", "index_topk"):
             fields.pop(key, None)

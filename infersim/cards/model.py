@@ -67,6 +67,9 @@ class ModelCard:
     sliding_window: int = spec(0, doc="tokens a sliding_attention layer attends to and keeps in its KV cache", ge=0)
     attention_output_gate: bool = spec(
         False, doc="attention output gated by a sigmoid of a second query-width projection (Qwen3-Next/3.5)")
+    qk_norm: bool = spec(
+        False, doc="per-head RMSNorm of queries and keys before RoPE in softmax-attention layers (Qwen3 family, "
+                   "OLMo-2, Gemma-3; HF use_qk_norm): one more elementwise kernel per layer")
     # -- Gated DeltaNet (linear_attention layers) --
     linear_num_key_heads: int = spec(0, doc="Gated DeltaNet query/key heads", ge=0)
     linear_num_value_heads: int = spec(0, doc="Gated DeltaNet value heads (one recurrent state each)", ge=0)

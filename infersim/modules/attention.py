@@ -155,6 +155,11 @@ def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
     d = model.head_dim
     q_heads = heads * 2 if model.attention_output_gate else heads  # the gate is a second query-width output
     ops.append(Operation("qkv_proj", cat.ATTN_PROJ, GemmShape(tokens, h, (q_heads + 2 * kv_heads) * d, **gemm)))
+    if model.qk_norm:
+        # one kernel's time: TensorRT-LLM fuses q/k norm with RoPE (fusedQKNormRopeKernel), SGLang
+        # runs q_norm and k_norm on two streams in its decode graphs (models/qwen3*.py _apply_qk_norm)
+        ops.append(Operation("qk_norm", cat.ELEMENTWISE, MemoryBoundShape(
+            "per-head RMSNorm of q and k", 2 * tokens * (heads + kv_heads) * d * ACT_BYTES)))
     ops.append(Operation("rope_kv_store", cat.ELEMENTWISE, MemoryBoundShape(
         "rotary on q/k, KV-cache write",
         2 * tokens * (heads + kv_heads) * d * ACT_BYTES + tokens * 2 * kv_heads * d * (ACT_BYTES + kv_bytes),
