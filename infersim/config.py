@@ -8,7 +8,7 @@ resolves and validates the cards, and checks the parallel layout against them.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -171,6 +171,19 @@ DEFAULT_ENGINE = "sglang"  # the engine the published calibration cases and the 
 
 
 @dataclass(frozen=True, kw_only=True)
+class KernelLibraries:
+    """The library the engine runs for each kernel family, where the run says (None: any)."""
+
+    gemm: str | None = spec(None, doc="dense GEMMs (e.g. DeepGEMM, cuBLAS)")
+    grouped_gemm: str | None = spec(None, doc="routed-expert grouped GEMMs (e.g. DeepGEMM, CUTLASS, Triton)")
+    attention: str | None = spec(None, doc="attention kernels (e.g. FlashMLA, FlashInfer, FlashAttention-3)")
+    collective: str | None = spec(None, doc="collectives (e.g. nccl)")
+
+    def named(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunSpec:
     """The run YAML as written: cards by name or path."""
 
@@ -184,6 +197,9 @@ class RunSpec:
         None, doc="directory of measured kernel tables; default (or auto): the bundled tables of the hardware card's "
                   "device for the engine's framework when there are any; none: roofline only")
     speculative: Speculative | None = spec(None, doc="speculative decoding (default: none)")
+    kernel_libraries: KernelLibraries = spec(
+        default_factory=KernelLibraries, doc="the library the engine runs per kernel family, where it differs from "
+                                             "what the kernel tables measured: such tables are not used (roofline)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,6 +361,10 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
         tables = load_tables(table_path)
         tables_source = str(table_path)
         tables.check_hardware(hardware, where)  # no row may beat the card's HBM bandwidth
+        from infersim.mfu.libraries import restrict_to_libraries
+
+        tables, skipped_note = restrict_to_libraries(tables, spec_.kernel_libraries)
+        tables_note = "; ".join(n for n in (tables_note, skipped_note) if n)
     draft, draft_dep, draft_source = None, None, ""
     if spec_.speculative is not None:
         draft, draft_dep, draft_source = _speculative_drafter(spec_.speculative, model, hardware, deployment, base, where)

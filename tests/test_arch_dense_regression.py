@@ -30,12 +30,13 @@ def test_dense_results_unchanged(key):
     # the golden numbers predate expert-load imbalance (deployment.moe): compare at even load; and
     # SGLang's gathered LM head under DP attention (deployment.lm_head): compare per rank
     # and the engine's default MoE path (SGLang's all-gather): configs that name none ran all-to-all;
-    # and Qwen3's QK-norm kernel (model.qk_norm), which the cards did not have
+    # and Qwen3's QK-norm kernel (model.qk_norm), which the cards did not have; and every table in use
+    # (kernel_libraries: the DeepSeek decode case now times attention by FlashMLA's roofline)
     named = "moe_comm" in (yaml.safe_load((REPO / case["config"]).read_text()).get("deployment") or {})
     result = simulate(load_run_config(str(REPO / case["config"]),
                                       [*case["overrides"], "deployment.moe.load_balance=ideal",
                                        "deployment.moe.redundant_experts=0", "deployment.lm_head=per-rank",
-                                       "model.qk_norm=false",
+                                       "model.qk_norm=false", "kernel_libraries.attention=FlashInfer",
                                        *([] if named else ["deployment.moe_comm=all-to-all"])]))
     for stage_name in ("prefill", "decode"):
         stage, want = getattr(result, stage_name), case[stage_name]
