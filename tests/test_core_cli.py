@@ -178,15 +178,18 @@ def test_no_traceback_in_subprocess(tmp_path):
     assert "Traceback" not in proc.stderr and "missing.yaml" in proc.stderr
 
 
-def test_published_validation_within_targets():
+@pytest.mark.parametrize("tables, mean_bound", [(None, 0.06), ("none", 0.05)])
+def test_published_validation_within_targets(tables, mean_bound):
+    # issue 13: the six published cases within 5% mean |error| on the roofline, 6% with the bundled tables
     shared_reference("published.yaml")
-    proc = subprocess.run([sys.executable, "benchmarks/validate_published.py", "--format", "json"],
+    proc = subprocess.run([sys.executable, "benchmarks/validate_published.py", "--format", "json",
+                           *(["--mfu-tables", tables] if tables else [])],
                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert len(report["cases"]) == 6
-    assert report["mean_abs_error"] <= 0.15
-    assert report["max_abs_error"] <= 0.25
+    assert report["mean_abs_error"] <= mean_bound
+    assert report["max_abs_error"] <= 0.15
 
 
 def test_expert_tp_without_gathering_tokens_is_refused(capsys):
