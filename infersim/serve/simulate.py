@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import count
 from dataclasses import dataclass, replace
+from itertools import count
 from typing import Any
 
 from infersim.config import RunConfig, complete_layout, with_engine_defaults, with_variant
