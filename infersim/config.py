@@ -8,7 +8,7 @@ resolves and validates the cards, and checks the parallel layout against them.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -380,8 +380,6 @@ def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, de
                  workload: Workload) -> RunConfig:
     """The same run with another (validated) model, hardware, layout or workload; the speculative
     drafter is checked and placed again for it (the draft card is not reloaded)."""
-    from dataclasses import replace
-
     draft, draft_dep, draft_source = None, None, ""
     if config.speculative is not None:
         loaded = (config.draft_model, config.draft_model_source) if config.draft_model is not None else None
@@ -439,8 +437,6 @@ def with_engine_defaults(dep: Deployment, raw: Any, model: ModelCard, engine: En
     """The fields the deployment section `raw` leaves unnamed that follow the layout or the engine:
     moe_comm (all-gather when the experts are TP-sharded, the only path such experts can take; else
     the engine's default MoE path) and lm_head (the engine's LM head under attention DP)."""
-    from dataclasses import replace
-
     named = raw if isinstance(raw, dict) else {}
     if "moe_comm" not in named:
         if model.is_moe and dep.ffn.tp > 1:
@@ -454,8 +450,6 @@ def with_engine_defaults(dep: Deployment, raw: Any, model: ModelCard, engine: En
 
 def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source: str) -> Deployment:
     """Fill derived DP sizes and check that the layout fits the model and the machine."""
-    from dataclasses import replace
-
     def fail(field: str, value: Any, problem: str) -> ConfigError:
         return ConfigError(source, field, value, problem)
 
