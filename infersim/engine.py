@@ -258,7 +258,8 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
             results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
                                            cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
     if engine is not None:
-        args = (engine, plan.stage, step, plan.requests_per_gpu, kernels_launched(plan), hw.peak.hbm_bytes)
+        args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, kernels_launched(plan),
+                hw.peak.hbm_bytes, plan.engine_tp)
         if results is None:
             overhead = step_overhead_seconds(*args)
         else:

@@ -204,3 +204,47 @@ def test_cuda_graph_decode_pads_to_the_next_captured_batch():
     assert ops["5"]["attn_core"].flops == pytest.approx(ops["8"]["attn_core"].flops * 5 / 8)
     assert four.step_time_s < padded.step_time_s < eight.step_time_s
     assert padded.tgs == pytest.approx(5 / padded.step_time_s)  # only 5 produce tokens
+
+
+def test_graph_limits_count_one_schedulers_batch_not_a_gpus_share():
+    """A scheduler batches the requests of one attention-TP group: its CUDA-graph limit and
+    padding apply to that group's batch (tp x the per-GPU batch), and SGLang picks the limit by
+    its TP size (attention TP x attention DP) too (engines.md: H100 256 below TP4, 512 from it)."""
+    sglang, _ = load_engine_card("sglang")
+    assert sglang.graph_max_batch(80e9, 2) == 256 and sglang.graph_max_batch(80e9, 8) == 512
+    assert sglang.graph_max_batch(186e9, 1) == sglang.graph_max_batch(186e9, 8) == 512
+    assert sglang.graph_max_batch(24e9, 4) == 80 and sglang.graph_max_batch(40e9, 8) == 160
+    # TP8, 33 requests per GPU: the group runs 264, padded to the captured 272 = 34 per GPU
+    assert sglang.graph_padded_batch(33, 96e9, group=8, engine_tp=8) == 34
+    # 70 per GPU under TP8 is 560 requests, past the TP8 limit of 512: eager, unpadded
+    assert sglang.graph_padded_batch(70, 96e9, group=8, engine_tp=8) == 70
+    # attention DP8 (tp 1 per rank): each rank's batch is its own; the limit is the TP8 one
+    assert sglang.graph_padded_batch(300, 96e9, group=1, engine_tp=8) == 304
+    trtllm, _ = load_engine_card("trtllm")
+    # TensorRT-LLM captures up to 128 requests: 17 per GPU under TP8 is 136, eager
+    assert trtllm.graph_padded_batch(17, 80e9, group=8, engine_tp=8) == 17
+    assert trtllm.graph_padded_batch(5, 80e9, group=8, engine_tp=8) == 8  # 40 -> 64 = 8 per GPU
+
+
+def test_per_request_cpu_counts_the_attention_tp_groups_requests():
+    """Every GPU of a TP group runs the scheduler over the group's whole batch: 4 requests per GPU
+    under TP2 are 8 requests of CPU work, as on one GPU with 8."""
+    e = engine(step_fixed=0.0, step_cpu=0.0, request_cpu=1e-3, launch_cpu=0.0, overlap_scheduler=False,
+               decode_cuda_graph=True, cuda_graph_max_batch=[{"min_gpu_bytes": 0, "value": 1024}])
+    work = {"isl": 8, "osl": 4, "prefill_tokens_per_gpu": 16, "decode_batch_per_gpu": 4}
+    raw = run_mapping(TINY_MODEL, workload=work, num_gpus=2, attention={"tp": 2}, ffn={"tp": 2})
+    raw["engine"] = copy.deepcopy(FREE_ENGINE)
+    raw["engine"]["overheads"].update(request_cpu=1e-3, overlap_scheduler=False, decode_cuda_graph=True,
+                                      cuda_graph_max_batch=[{"min_gpu_bytes": 0, "value": 1024}])
+    decode = simulate(config_from_mapping(raw, "test")).decode
+    scheduler = next(op for op in decode.operations if op.name == "scheduler")
+    assert scheduler.time_s == pytest.approx(8e-3)
+    assert step_overhead(e, "decode", 1e-3, 8, 100, 1e9).seconds == pytest.approx(8e-3)
+
+
+def test_tp_tiers_only_where_the_engine_uses_them():
+    data = copy.deepcopy(FREE_ENGINE)
+    data["scheduler"]["chunked_prefill_tokens"] = [{"min_gpu_bytes": 0, "value": 64},
+                                                   {"min_gpu_bytes": 0, "min_tp": 4, "value": 128}]
+    with pytest.raises(ConfigError, match=r"chunked_prefill_tokens\[1\]\.min_tp"):
+        validate_engine(build(EngineCard, data, "test"), "test")

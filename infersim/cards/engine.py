@@ -4,7 +4,12 @@ A hardware card holds facts about the GPU and its links; an engine card holds th
 of a serving engine (SGLang, vLLM, TensorRT-LLM) at a version: how its per-step overhead arises,
 its chunked-prefill token budget, its running-request cap, how much GPU memory it gives the KV
 cache, its KV page size and its default MoE communication. Values that the engines pick by GPU
-memory are tiers (`min_gpu_bytes` -> value; the largest tier not above the GPU's HBM applies).
+memory are tiers (`min_gpu_bytes` -> value; the largest tier not above the GPU's HBM applies; the
+CUDA-graph limit may also depend on the TP size, `min_tp`).
+
+Batch limits are the engine's own: a scheduler batches the requests of one attention-TP group
+(all its GPUs step together on the same requests), so the CUDA-graph limit and padding and the
+per-request CPU work count that group's requests, not a GPU's share of them.
 
 How overhead arises (see `step_overhead`):
   cpu  = step_cpu + request_cpu x requests in the step + launch_cpu x kernels launched eagerly
@@ -32,12 +37,15 @@ class MemoryTier:
 
     min_gpu_bytes: float = spec(doc="the value applies to GPUs with at least this much HBM, bytes", ge=0)
     value: float = spec(doc="the value for those GPUs", ge=0)
+    min_tp: int = spec(1, doc="... and to engines of at least this TP size (attention TP x attention DP, SGLang's "
+                              "tp_size; SGLang picks its CUDA-graph limit by it too)", gt=0)
 
 
-def tier_value(tiers: tuple[MemoryTier, ...], hbm_bytes: float) -> float:
-    """The value of the largest tier whose min_gpu_bytes does not exceed the GPU's HBM."""
-    chosen = [t for t in tiers if t.min_gpu_bytes <= hbm_bytes]
-    return max(chosen, key=lambda t: t.min_gpu_bytes).value if chosen else 0.0
+def tier_value(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int = 1) -> float:
+    """The value of the largest tier (by min_gpu_bytes, then min_tp) whose floors the GPU's HBM and
+    the engine's TP size `tp` reach."""
+    chosen = [t for t in tiers if t.min_gpu_bytes <= hbm_bytes and t.min_tp <= tp]
+    return max(chosen, key=lambda t: (t.min_gpu_bytes, t.min_tp)).value if chosen else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +75,8 @@ class Overheads:
     decode_cuda_graph: bool = spec(doc="decode steps are replayed as CUDA graphs (no per-kernel launch cost)")
     prefill_cuda_graph: bool = spec(False, doc="prefill steps are replayed as CUDA graphs")
     cuda_graph_max_batch: tuple[MemoryTier, ...] = spec(
-        default_factory=tuple, doc="largest decode batch per GPU captured as a graph, by GPU memory "
-                                   "(larger batches run eagerly)")
+        default_factory=tuple, doc="largest decode batch one scheduler (an attention-TP group) captures as a "
+                                   "graph, by GPU memory and TP size (larger batches run eagerly)")
     cuda_graph_batch_sizes: tuple[CaptureRange, ...] = spec(
         default_factory=tuple, doc="decode batches captured as graphs (ranges start..stop by step); a batch "
                                    "runs padded up to the next captured size (empty = every batch captured)")
@@ -192,19 +200,25 @@ class EngineCard:
             budget = max(1, budget // attention_dp)
         return budget
 
-    def graph_max_batch(self, hbm_bytes: float) -> int:
-        return _graph_max_batch(self.overheads.cuda_graph_max_batch, hbm_bytes)
+    def graph_max_batch(self, hbm_bytes: float, engine_tp: int = 1) -> int:
+        """Largest decode batch one scheduler replays as a graph, on a GPU of `hbm_bytes` in an
+        engine whose TP size (attention TP x attention DP, SGLang's tp_size) is `engine_tp`."""
+        return _graph_max_batch(self.overheads.cuda_graph_max_batch, hbm_bytes, engine_tp)
 
-    def graph_padded_batch(self, batch: int, hbm_bytes: float) -> int:
-        """The batch a captured decode step really computes: the next captured size at or above
-        `batch` (engines pad the inputs to replay a graph); `batch` itself when the step runs
-        eagerly or every size is captured."""
+    def graph_padded_batch(self, batch: int, hbm_bytes: float, group: int = 1, engine_tp: int = 1) -> int:
+        """The per-GPU batch a captured decode step really computes. Engines capture and pad the
+        batch of one scheduler, i.e. of an attention-TP group of `group` GPUs, which serves group x
+        `batch` requests: that batch is padded up to the next captured size, then shared over the
+        group's GPUs (rounded up). `batch` itself when the step runs eagerly or every size is
+        captured."""
         o = self.overheads
-        if not o.decode_cuda_graph or batch > self.graph_max_batch(hbm_bytes) or not o.cuda_graph_batch_sizes:
+        requests = batch * group
+        if (not o.decode_cuda_graph or requests > self.graph_max_batch(hbm_bytes, engine_tp)
+                or not o.cuda_graph_batch_sizes):
             return batch
         sizes = _capture_sizes(o.cuda_graph_batch_sizes)
-        i = bisect_left(sizes, batch)
-        return sizes[i] if i < len(sizes) else batch
+        i = bisect_left(sizes, requests)
+        return -(-sizes[i] // group) if i < len(sizes) else batch
 
     def max_running_requests(self, hbm_bytes: float) -> int:
         """Cap on running requests per engine instance (0 = none but the KV cache)."""
@@ -214,8 +228,8 @@ class EngineCard:
 # Sweeps ask for these once per configuration; the tiers and ranges are part of a frozen card, so
 # the derived values are cached on them (hashing the small tuples is cheaper than rebuilding).
 @lru_cache(maxsize=256)
-def _graph_max_batch(tiers: tuple[MemoryTier, ...], hbm_bytes: float) -> int:
-    return int(tier_value(tiers, hbm_bytes))
+def _graph_max_batch(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int) -> int:
+    return int(tier_value(tiers, hbm_bytes, tp))
 
 
 @lru_cache(maxsize=64)
@@ -236,11 +250,13 @@ class StepOverhead:
 
 
 def step_overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
-                  hbm_bytes: float) -> StepOverhead:
-    """Exposed overhead of one step of `gpu_seconds` GPU time holding `requests` requests and
-    launching `kernels` kernels (see the module docstring for the composition)."""
+                  hbm_bytes: float, engine_tp: int = 1) -> StepOverhead:
+    """Exposed overhead of one step of `gpu_seconds` GPU time in which one scheduler runs
+    `requests` requests and each GPU launches `kernels` kernels, in an engine of TP size
+    `engine_tp` (see graph_max_batch; the module docstring gives the composition)."""
     o = engine.overheads
-    seconds, cpu, exposed_cpu, eager, graph = _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes)
+    seconds, cpu, exposed_cpu, eager, graph = _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes,
+                                                        engine_tp)
     hidden_by = "overlap scheduler" if o.overlap_scheduler else "asynchronous launches"
     detail = (f"{engine.name} {engine.version}: fixed {o.step_fixed * 1e3:.2f} ms + CPU {cpu * 1e3:.2f} ms "
               f"({requests} requests, {eager} eager launches{'; CUDA graph' if graph else ''}), "
@@ -249,17 +265,17 @@ def step_overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: 
 
 
 def step_overhead_seconds(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
-                          hbm_bytes: float) -> float:
+                          hbm_bytes: float, engine_tp: int = 1) -> float:
     """step_overhead(...).seconds without formatting its detail (sweeps need the time only)."""
-    return _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes)[0]
+    return _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes, engine_tp)[0]
 
 
 def _overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
-              hbm_bytes: float) -> tuple[float, float, float, int, bool]:
+              hbm_bytes: float, engine_tp: int) -> tuple[float, float, float, int, bool]:
     """(exposed seconds, CPU seconds, exposed CPU seconds, eager kernels, CUDA graph?) of one step."""
     o = engine.overheads
     if stage == "decode":
-        graph = o.decode_cuda_graph and requests <= engine.graph_max_batch(hbm_bytes)
+        graph = o.decode_cuda_graph and requests <= engine.graph_max_batch(hbm_bytes, engine_tp)
     else:
         graph = o.prefill_cuda_graph
     eager = 0 if graph else kernels
@@ -280,10 +296,13 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
     for field, tiers in (("scheduler.chunked_prefill_tokens", card.scheduler.chunked_prefill_tokens),
                          ("scheduler.max_running_requests", card.scheduler.max_running_requests),
                          ("overheads.cuda_graph_max_batch", card.overheads.cuda_graph_max_batch)):
-        floors = [t.min_gpu_bytes for t in tiers]
+        floors = [(t.min_gpu_bytes, t.min_tp) for t in tiers]
         if len(set(floors)) != len(floors):
-            raise ConfigError(source, field, floors, "two tiers with the same min_gpu_bytes")
+            raise ConfigError(source, field, floors, "two tiers with the same min_gpu_bytes and min_tp")
         for i, t in enumerate(tiers):
+            if t.min_tp != 1 and field != "overheads.cuda_graph_max_batch":
+                raise ConfigError(source, f"{field}[{i}].min_tp", t.min_tp,
+                                  "only overheads.cuda_graph_max_batch varies by TP size; use 1 or leave it out")
             if not float(t.value).is_integer():
                 raise ConfigError(source, f"{field}[{i}].value", t.value, "expected a whole number")
     if card.overheads.decode_cuda_graph and not card.overheads.cuda_graph_max_batch:
