@@ -115,6 +115,11 @@ class Deployment:
                         "GPUs, and the logits are all-gathered, each rank keeping its rows (SGLang's default); a tied "
                         "LM head (the embedding's weights) is always per-rank. Default: the engine card's "
                         "lm_head_under_attention_dp")
+    shared_experts: Literal["sharded", "replicated"] = spec(
+        "sharded", doc="shared experts under moe_comm all-gather: sharded: split over the whole FFN group and run on "
+                       "every gathered token (SGLang); replicated: split over the attention-TP group only and run on "
+                       "the group's own tokens (TensorRT-LLM: shared_tp_size 1 under attention DP). All-to-all paths "
+                       "always run them on each rank's own tokens. Default: the engine card's shared_experts_under_gather")
     moe: MoeBalanceSpec = spec(default_factory=MoeBalanceSpec, doc="expert-load balance and redundant experts")
     weight_offload: Literal["none", "auto"] = spec(
         "none", doc="none: every weight in HBM; auto: the weights that do not fit in HBM beside the engine's reserve "
@@ -435,16 +440,22 @@ def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: Hardwar
 
 def with_engine_defaults(dep: Deployment, raw: Any, model: ModelCard, engine: EngineCard) -> Deployment:
     """The fields the deployment section `raw` leaves unnamed that follow the layout or the engine:
-    moe_comm (all-gather when the experts are TP-sharded, the only path such experts can take; else
-    the engine's default MoE path) and lm_head (the engine's LM head under attention DP)."""
+    moe_comm (all-gather when the experts are TP-sharded, the only path such experts can take, or
+    when the engine runs all-to-all only past top-k EP ranks and the group is not that large; else
+    the engine's default MoE path), lm_head (the engine's LM head under attention DP) and
+    shared_experts (where the engine puts shared experts under the gathered MoE path)."""
     named = raw if isinstance(raw, dict) else {}
     if "moe_comm" not in named:
         if model.is_moe and dep.ffn.tp > 1:
+            dep = replace(dep, moe_comm="all-gather")
+        elif model.is_moe and engine.all_to_all_needs_ep_above_topk and dep.ffn.ep <= model.num_experts_per_tok:
             dep = replace(dep, moe_comm="all-gather")
         elif engine.moe_comm:
             dep = replace(dep, moe_comm=engine.moe_comm)
     if "lm_head" not in named:
         dep = replace(dep, lm_head=engine.lm_head_under_attention_dp)
+    if "shared_experts" not in named:
+        dep = replace(dep, shared_experts=engine.shared_experts_under_gather)
     return dep
 
 

@@ -186,10 +186,17 @@ class EngineCard:
                                    "neighbouring kernel: they cost no separate kernel time")
     moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] | None = spec(
         None, doc="default MoE communication when the run config does not name one")
+    all_to_all_needs_ep_above_topk: bool = spec(
+        False, doc="the engine's all-to-all MoE path runs only with more EP ranks than experts per token; at "
+                   "EP <= top-k a run that names no moe_comm gathers tokens and reduce-scatters outputs (all-gather)")
     lm_head_under_attention_dp: Literal["per-rank", "gathered"] = spec(
         "per-rank", doc="how the LM head runs under attention DP when the run config does not say "
                         "(deployment.lm_head): per-rank logits, or every rank's tokens gathered over a vocab split "
                         "across the whole TP group")
+    shared_experts_under_gather: Literal["sharded", "replicated"] = spec(
+        "sharded", doc="shared experts under the gathered MoE path when the run config does not say "
+                       "(deployment.shared_experts): split over the FFN group on every gathered token, or split over "
+                       "the attention-TP group on its own tokens")
     offline_limits: OfflineLimits | None = spec(
         None, doc="offline (all requests at once) runs: the benchmark tool's own request cap and token budget")
 

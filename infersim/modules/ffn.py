@@ -103,6 +103,19 @@ def stage_moe_balance(model: ModelCard, dep: Deployment, ctx: StageContext) -> M
                        spec.routing_skew, spec.dataset_skew)
 
 
+def shared_expert_split(dep: Deployment, gathered_tokens: float, own_tokens: float) -> tuple[int, float]:
+    """(GPUs one shared expert is split over, tokens each GPU runs it on). All-to-all paths leave
+    every rank its own tokens, so each holds the whole shared expert. Under all-gather it is either
+    split over the whole FFN group and run on every gathered token (sharded, SGLang), or split over
+    the attention-TP group, which holds its tokens whole after attention's all-reduce (replicated
+    over attention-DP ranks, TensorRT-LLM)."""
+    if dep.moe_comm != "all-gather":
+        return 1, own_tokens
+    if dep.shared_experts == "sharded":
+        return dep.ffn.tp * dep.ffn.ep, gathered_tokens
+    return dep.attention.tp, own_tokens * dep.attention.tp
+
+
 def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
     ffn, attn_tp = dep.ffn, dep.attention.tp
     h, E, k = model.hidden_size, model.num_experts, model.num_experts_per_tok
@@ -121,13 +134,13 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
         # below the busiest rank's when attention-DP ranks hold unequal work (a serving step)
         tokens_seen = ctx.expert_tokens * group
         table_tokens = tokens_seen / ffn.ep
-        shared_shards = group
+        shared_shards, shared_tokens = shared_expert_split(dep, tokens_seen, T)
         if group > attn_tp:
             ops.append(_collective("dp_all_gather", cat.DP_GATHER, "all_gather", tokens_seen * h * ACT_BYTES, group, ctx))
     else:  # all-to-all: each rank's experts get the mean of the EP group's tokens, however unequal
         tokens_seen = T  # the ranks' attention outputs (router, shared experts, send buffers)
         table_tokens = ctx.expert_tokens
-        shared_shards = 1
+        shared_shards, shared_tokens = shared_expert_split(dep, tokens_seen, T)
     ops.append(Operation("router_gate", cat.ROUTER, GemmShape(tokens_seen, h, E, "bf16", "bf16")))
     ops.append(Operation("router_topk", cat.ROUTER, MemoryBoundShape("top-k, routing metadata", tokens_seen * E * 4.0, kernels=2)))
     if dep.moe_comm != "all-gather":
@@ -153,7 +166,7 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
     ]
     if model.num_shared_experts:
         shared_width = shard(model.shared_width, shared_shards, "shared expert width", "the FFN group size")
-        ops += _mlp("shared_expert", cat.SHARED_EXPERT, tokens_seen, h, shared_width, model.gated_ffn, dep)
+        ops += _mlp("shared_expert", cat.SHARED_EXPERT, shared_tokens, h, shared_width, model.gated_ffn, dep)
     if dep.moe_comm == "all-gather":
         size = tokens_seen * h * ACT_BYTES
         if group > attn_tp:
@@ -180,8 +193,7 @@ def ffn_weight_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
     if not model.is_moe:
         return dense, 0.0
     routed = routed_expert_params(model, dep)
-    shards = dep.ffn.tp * dep.ffn.ep if dep.moe_comm == "all-gather" else 1
-    shared = mats * h * model.shared_width / shards
+    shared = mats * h * model.shared_width / shared_expert_split(dep, 0.0, 0.0)[0]
     router = h * model.num_experts
     return dense, routed + shared + router
 
