@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any, Literal
 
 from infersim.cards.engine import EngineCard, validate_engine
@@ -92,6 +93,9 @@ class Precision:
         return self.expert_gemm or self.gemm
 
 
+DEFAULT_MOE_COMM = "all-to-all"  # when neither the run, the layout nor the engine card decides
+
+
 @dataclass(frozen=True, kw_only=True)
 class Deployment:
     """How the model is placed on the GPUs: counts, parallel layout, precision, overlap, MoE path."""
@@ -105,7 +109,7 @@ class Deployment:
     overlap: Literal["none", "two-batch"] = spec(
         "none", doc="two-batch: two micro-batches, one's compute hides the other's communication")
     moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] = spec(
-        "all-to-all", doc="how tokens reach experts: NCCL all-to-all, DeepEP normal / low-latency, or all-gather + "
+        DEFAULT_MOE_COMM, doc="how tokens reach experts: NCCL all-to-all, DeepEP normal / low-latency, or all-gather + "
                           "reduce-scatter (the default when the experts are TP-sharded, ffn.tp > 1, else the "
                           "engine's default or all-to-all)")
     lm_head: Literal["per-rank", "gathered"] = spec(
@@ -228,6 +232,8 @@ class RunConfig:
     draft_model: ModelCard | None = None  # method draft: the draft model's card
     draft_deployment: Deployment | None = None  # method draft: how the draft model runs (see draft_deployment)
     draft_model_source: str = ""
+    # engine-derived deployment fields the run named itself (the rest a variant derives afresh)
+    named_deployment: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,8 +342,8 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     hardware, hardware_source = load_hardware_card(spec_.hardware, base, card_overrides["hardware"])
     engine, engine_source = load_engine_card(spec_.engine, base, card_overrides["engine"])
     dep_spec = spec_.deployment
-    deployment_raw = raw.get("deployment")
-    dep_spec = with_engine_defaults(dep_spec, deployment_raw, model, engine)
+    named = named_deployment_fields(raw.get("deployment"))
+    dep_spec = with_engine_defaults(dep_spec, named, model, engine)
     deployment = complete_layout(dep_spec, model, hardware, where)
     tables: KernelTables = NoTables()
     table_dir = mfu_tables if mfu_tables is not None else spec_.mfu_tables
@@ -378,7 +384,8 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
                      tables_auto=mfu_tables in (None, "auto") and spec_.mfu_tables in (None, "auto"),
                      source=source, model_source=model_source, hardware_source=hardware_source,
                      tables_source=tables_source, speculative=spec_.speculative, draft_model=draft,
-                     draft_deployment=draft_dep, draft_model_source=draft_source)
+                     draft_deployment=draft_dep, draft_model_source=draft_source,
+                     named_deployment=named)
 
 
 def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, deployment: Deployment,
@@ -438,23 +445,33 @@ def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: Hardwar
     return draft, draft_dep, source
 
 
-def with_engine_defaults(dep: Deployment, raw: Any, model: ModelCard, engine: EngineCard) -> Deployment:
-    """The fields the deployment section `raw` leaves unnamed that follow the layout or the engine:
-    moe_comm (all-gather when the experts are TP-sharded, the only path such experts can take, or
-    when the engine runs all-to-all only past top-k EP ranks and the group is not that large; else
-    the engine's default MoE path), lm_head (the engine's LM head under attention DP) and
-    shared_experts (where the engine puts shared experts under the gathered MoE path)."""
-    named = raw if isinstance(raw, dict) else {}
+ENGINE_DERIVED_DEPLOYMENT_FIELDS = ("moe_comm", "lm_head", "shared_experts")
+
+
+def named_deployment_fields(raw: Any) -> frozenset[str]:
+    """The engine-derived deployment fields a run's deployment section names itself."""
+    return frozenset(k for k in raw if k in ENGINE_DERIVED_DEPLOYMENT_FIELDS) if isinstance(raw, dict) else frozenset()
+
+
+def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCard, engine: EngineCard) -> Deployment:
+    """The deployment with the fields not in `named` that follow the layout or the engine set
+    afresh (a sweep derives them again for every variant): moe_comm (all-gather when the experts
+    are TP-sharded, the only path such experts can take, or when the engine runs all-to-all only
+    past top-k EP ranks and the group is not that large; else the engine's default MoE path, else
+    all-to-all), lm_head (the engine's LM head under attention DP) and shared_experts (where the
+    engine puts shared experts on the gathered MoE path)."""
     if "moe_comm" not in named:
         if model.is_moe and dep.ffn.tp > 1:
-            dep = replace(dep, moe_comm="all-gather")
+            comm = "all-gather"
         elif model.is_moe and engine.all_to_all_needs_ep_above_topk and dep.ffn.ep <= model.num_experts_per_tok:
-            dep = replace(dep, moe_comm="all-gather")
-        elif engine.moe_comm:
-            dep = replace(dep, moe_comm=engine.moe_comm)
-    if "lm_head" not in named:
+            comm = "all-gather"
+        else:
+            comm = engine.moe_comm or DEFAULT_MOE_COMM
+        if comm != dep.moe_comm:
+            dep = replace(dep, moe_comm=comm)
+    if "lm_head" not in named and dep.lm_head != engine.lm_head_under_attention_dp:
         dep = replace(dep, lm_head=engine.lm_head_under_attention_dp)
-    if "shared_experts" not in named:
+    if "shared_experts" not in named and dep.shared_experts != engine.shared_experts_under_gather:
         dep = replace(dep, shared_experts=engine.shared_experts_under_gather)
     return dep
 

@@ -64,3 +64,28 @@ def test_shared_experts_can_be_named_and_all_to_all_ignores_them():
     assert (up.m, up.n) == (4, 128)  # each rank's own tokens, whole expert, whatever shared_experts says
     with pytest.raises(ConfigError, match="shared_experts"):
         config("trtllm", 2, SHARED_MOE, shared_experts="halved")
+
+
+def test_a_sweep_derives_the_moe_path_again_for_every_layout(tmp_path):
+    """A sweep over EP sizes gets for each variant the path loading that variant gets: TensorRT-LLM
+    gathers at EP4 (<= Qwen3-30B's top-8) and runs all-to-all at EP16; a named path stays."""
+    from infersim.config import load_run_config
+    from infersim.simulate import simulate
+    from infersim.sweep import SweepSpec, load_base, parse_grid, run_sweep
+    from infersim.sweep.variants import Deriver
+
+    path = tmp_path / "trt.yaml"
+    path.write_text("model: qwen3-30b-a3b\nhardware: h20\nengine: trtllm\n"
+                    "deployment: {num_gpus: 16, num_nodes: 2, attention: {tp: 1}, ffn: {tp: 1, ep: 16}}\n"
+                    "workload: {isl: 1024, osl: 256, decode_batch_per_gpu: 32}\n")
+    base = load_base(path)
+    assert base.config.deployment.moe_comm == "all-to-all"
+    spec = SweepSpec(base, tuple(parse_grid(["deployment.ffn.ep=4,16"])), prefill=False)
+    deriver = Deriver(base, spec.axes)
+    assert [deriver.config((ep,)).deployment.moe_comm for ep in (4, 16)] == ["all-gather", "all-to-all"]
+    rows = run_sweep(spec, workers=1, progress=False).rows
+    for row in rows:
+        loaded = load_run_config(path, [f"deployment.ffn.ep={row.ffn_ep}"])
+        assert row.tpot_s == pytest.approx(simulate(loaded).decode.step_time_s, rel=1e-12)
+    named = SweepSpec(load_base(path, ["deployment.moe_comm=all-to-all"]), spec.axes, prefill=False)
+    assert Deriver(named.base, named.axes).config((4,)).deployment.moe_comm == "all-to-all"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from itertools import count
 from typing import Any
 
-from infersim.config import RunConfig, complete_layout, with_engine_defaults, with_variant
+from infersim.config import RunConfig, complete_layout, named_deployment_fields, with_engine_defaults, with_variant
 from infersim.errors import InferSimError
 from infersim.serve.cost import DEFAULT_WIDTH, StepCoster
 from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings, settings_from_engine
@@ -225,7 +225,8 @@ def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: st
     from infersim.cards.schema import build
     from infersim.config import Deployment
 
-    dep = with_engine_defaults(build(Deployment, deployment, where), deployment, config.model, config.engine)
+    dep = with_engine_defaults(build(Deployment, deployment, where), named_deployment_fields(deployment), config.model,
+                               config.engine)
     dep = complete_layout(dep, config.model, config.hardware, where)
     return with_variant(config, config.model, config.hardware, dep, config.workload)
 

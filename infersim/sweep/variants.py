@@ -30,6 +30,7 @@ from infersim.config import (
     load_model_card,
     load_run_config,
     parse_override,
+    with_engine_defaults,
 )
 from infersim.errors import ConfigError, InferSimError
 from infersim.sweep.grid import GridAxis
@@ -104,6 +105,8 @@ class Deriver:
         self._runs: dict[tuple, Any] = {}
         self._deployments: dict[tuple, Any] = {}
         self._workloads: dict[tuple, Any] = {}
+        # engine-derived deployment fields named by the run or by an axis: kept as given
+        self._named = base.config.named_deployment | {parts[0] for _, parts in self._fields["deployment"]}
 
     # -- cards -----------------------------------------------------------------------------
 
@@ -188,12 +191,15 @@ class Deriver:
         return hit
 
     def complete(self, dep: Deployment, model: ModelCard, hw: HardwareCard) -> Deployment:
-        """complete_layout, cached on the (model, hardware, deployment) triple."""
+        """The engine-derived fields the run did not name, set afresh for this variant's model and
+        layout (with_engine_defaults), then complete_layout; cached on the (model, hardware,
+        deployment) triple."""
         key = (id(model), id(hw), dep)
         entry = self._layouts.get(key)
         if entry is None:
             try:
-                hit = complete_layout(dep, model, hw, "")
+                derived = with_engine_defaults(dep, self._named, model, self.base.config.engine)
+                hit = complete_layout(derived, model, hw, "")
             except InferSimError as exc:
                 hit = exc
             if len(self._layouts) >= _CACHE_LIMIT:
