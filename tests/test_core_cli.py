@@ -211,12 +211,14 @@ def test_expert_tp_without_a_named_moe_comm_gathers_tokens(capsys, tmp_path):
         "workload": {"isl": 1024, "osl": 1024, "prefill_tokens_per_gpu": 8192, "decode_batch_per_gpu": 64}}))
     assert main(["--config", str(config), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "all-gather"
-    # expert parallelism: the engine's path (SGLang without DeepEP gathers; vLLM exchanges all-to-all)
+    # expert parallelism: the engine's path. SGLang without DeepEP and vLLM 0.11 (allgather_reducescatter)
+    # gather; TensorRT-LLM gathers at EP4, not above Qwen3's top-8; DeepEP named by the run is kept
     config.write_text(config.read_text().replace("ffn:\n    tp: 4", "ffn:\n    ep: 4\n    tp: 1"))
-    assert main(["--config", str(config), "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "all-gather"
-    assert main(["--config", str(config), "--format", "json", "--set", "engine=vllm"]) == 0
-    assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "all-to-all"
+    for engine in ("sglang", "vllm", "trtllm"):
+        assert main(["--config", str(config), "--format", "json", "--set", f"engine={engine}"]) == 0
+        assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "all-gather"
+    assert main(["--config", str(config), "--format", "json", "--set", "deployment.moe_comm=deepep-normal"]) == 0
+    assert json.loads(capsys.readouterr().out)["deployment"]["moe_comm"] == "deepep-normal"
 
 
 def test_max_batch_is_even_under_two_batch_overlap(capsys):

@@ -27,7 +27,8 @@ def test_trtllm_gathers_tokens_when_ep_is_not_above_topk():
     assert config("trtllm", 2).deployment.moe_comm == "all-gather"  # EP2 <= top-2
     assert config("trtllm", 4).deployment.moe_comm == "all-to-all"  # EP4 > top-2: the card's all-to-all
     assert config("trtllm", 2, moe_comm="all-to-all").deployment.moe_comm == "all-to-all"  # named: kept
-    assert config("vllm", 2).deployment.moe_comm == "all-to-all"  # no such rule
+    assert config("vllm", 4).deployment.moe_comm == "all-gather"  # vLLM 0.11's allgather_reducescatter, any EP
+    assert config("huggingface", 4).deployment.moe_comm == "all-to-all"  # no card default, no such rule
 
 
 def ops(cfg, tokens: int):
