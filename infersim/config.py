@@ -8,9 +8,9 @@ resolves and validates the cards, and checks the parallel layout against them.
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from collections.abc import Collection
 from typing import Any, Literal
 
 from infersim.cards.engine import EngineCard, validate_engine

@@ -103,17 +103,24 @@ def stage_moe_balance(model: ModelCard, dep: Deployment, ctx: StageContext) -> M
                        spec.routing_skew, spec.dataset_skew)
 
 
-def shared_expert_split(dep: Deployment, gathered_tokens: float, own_tokens: float) -> tuple[int, float]:
-    """(GPUs one shared expert is split over, tokens each GPU runs it on). All-to-all paths leave
-    every rank its own tokens, so each holds the whole shared expert. Under all-gather it is either
-    split over the whole FFN group and run on every gathered token (sharded, SGLang), or split over
-    the attention-TP group, which holds its tokens whole after attention's all-reduce (replicated
-    over attention-DP ranks, TensorRT-LLM)."""
+def shared_expert_shards(dep: Deployment) -> int:
+    """GPUs one shared expert is split over. All-to-all paths leave every rank its own tokens, so
+    each holds the whole shared expert. Under all-gather it is split either over the whole FFN
+    group (sharded, SGLang) or over the attention-TP group only (replicated over attention-DP
+    ranks: TensorRT-LLM, vLLM)."""
     if dep.moe_comm != "all-gather":
-        return 1, own_tokens
-    if dep.shared_experts == "sharded":
-        return dep.ffn.tp * dep.ffn.ep, gathered_tokens
-    return dep.attention.tp, own_tokens * dep.attention.tp
+        return 1
+    return dep.ffn.tp * dep.ffn.ep if dep.shared_experts == "sharded" else dep.attention.tp
+
+
+def shared_expert_split(dep: Deployment, gathered_tokens: float, own_tokens: float) -> tuple[int, float]:
+    """(shared_expert_shards, tokens each GPU runs the shared expert on): a sharded expert runs on
+    every gathered token; a replicated one on its attention-TP group's tokens, which that group
+    holds whole after attention's all-reduce; on all-to-all paths on the rank's own tokens."""
+    shards = shared_expert_shards(dep)
+    if dep.moe_comm != "all-gather":
+        return shards, own_tokens
+    return shards, gathered_tokens if dep.shared_experts == "sharded" else own_tokens * dep.attention.tp
 
 
 def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
@@ -193,7 +200,7 @@ def ffn_weight_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
     if not model.is_moe:
         return dense, 0.0
     routed = routed_expert_params(model, dep)
-    shared = mats * h * model.shared_width / shared_expert_split(dep, 0.0, 0.0)[0]
+    shared = mats * h * model.shared_width / shared_expert_shards(dep)
     router = h * model.num_experts
     return dense, routed + shared + router
 
