@@ -448,6 +448,12 @@ def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: Hardwar
 ENGINE_DERIVED_DEPLOYMENT_FIELDS = ("moe_comm", "lm_head", "shared_experts")
 
 
+def _attention_dp(dep: Deployment) -> int:
+    """The attention-DP size a deployment names or implies: its stage's GPUs over attention TP
+    (complete_layout checks that they divide)."""
+    return dep.attention.dp or dep.num_gpus // dep.pp // dep.attention.tp
+
+
 def named_deployment_fields(raw: Any) -> frozenset[str]:
     """The engine-derived deployment fields a run's deployment section names itself."""
     return frozenset(k for k in raw if k in ENGINE_DERIVED_DEPLOYMENT_FIELDS) if isinstance(raw, dict) else frozenset()
@@ -457,13 +463,15 @@ def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCa
     """The deployment with the fields not in `named` that follow the layout or the engine set
     afresh (a sweep derives them again for every variant): moe_comm (all-gather when the experts
     are TP-sharded, the only path such experts can take, or when the engine runs all-to-all only
-    past top-k EP ranks and the group is not that large; else the engine's default MoE path, else
-    all-to-all), lm_head (the engine's LM head under attention DP) and shared_experts (where the
-    engine puts shared experts on the gathered MoE path)."""
+    past top-k EP ranks, or only under attention DP, and the layout has neither; else the engine's
+    default MoE path, else all-to-all), lm_head (the engine's LM head under attention DP) and
+    shared_experts (where the engine puts shared experts on the gathered MoE path)."""
     if "moe_comm" not in named:
         if model.is_moe and dep.ffn.tp > 1:
             comm = "all-gather"
         elif model.is_moe and engine.all_to_all_needs_ep_above_topk and dep.ffn.ep <= model.num_experts_per_tok:
+            comm = "all-gather"
+        elif model.is_moe and engine.all_to_all_needs_attention_dp and _attention_dp(dep) <= 1:
             comm = "all-gather"
         else:
             comm = engine.moe_comm or DEFAULT_MOE_COMM
@@ -501,7 +509,7 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
         raise fail("deployment.num_nodes", dep.num_nodes, f"{dep.num_nodes} nodes talk over the network, but hardware "
                    f"card {hw.name} has no NIC (peak.network_bandwidth is 0)")
     attn, ffn = dep.attention, dep.ffn
-    attn_dp = attn.dp or per_stage // attn.tp
+    attn_dp = _attention_dp(dep)
     if attn.tp * attn_dp != per_stage:
         raise fail("deployment.attention", {"tp": attn.tp, "dp": attn.dp},
                    f"tp x dp must equal the {per_stage} GPUs per pipeline stage (num_gpus / pp)")

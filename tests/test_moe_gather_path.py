@@ -90,3 +90,13 @@ def test_a_sweep_derives_the_moe_path_again_for_every_layout(tmp_path):
         assert row.tpot_s == pytest.approx(simulate(loaded).decode.step_time_s, rel=1e-12)
     named = SweepSpec(load_base(path, ["deployment.moe_comm=all-to-all"]), spec.axes, prefill=False)
     assert Deriver(named.base, named.axes).config((4,)).deployment.moe_comm == "all-to-all"
+
+
+def test_trtllm_all_to_all_needs_attention_dp():
+    """aiconfigurator's transcription of TensorRT-LLM's WideEP rules: "WideEP requires
+    attention_dp_size > 1". With attention TP over the EP group every rank holds every token."""
+    raw = run_mapping(TINY_MOE, num_gpus=4, attention={"tp": 4}, ffn={"tp": 1, "ep": 4})
+    raw["engine"] = "trtllm"
+    assert config_from_mapping(raw, "test").deployment.moe_comm == "all-gather"
+    raw["deployment"]["attention"] = {"tp": 1}  # attention DP4 (derived), EP4 > top-2
+    assert config_from_mapping(raw, "test").deployment.moe_comm == "all-to-all"

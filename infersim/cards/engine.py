@@ -189,6 +189,9 @@ class EngineCard:
     all_to_all_needs_ep_above_topk: bool = spec(
         False, doc="the engine's all-to-all MoE path runs only with more EP ranks than experts per token; at "
                    "EP <= top-k a run that names no moe_comm gathers tokens and reduce-scatters outputs (all-gather)")
+    all_to_all_needs_attention_dp: bool = spec(
+        False, doc="the engine's all-to-all MoE path runs only under attention DP; with attention TP alone every "
+                   "rank holds the group's tokens, and a run that names no moe_comm takes the all-gather path")
     lm_head_under_attention_dp: Literal["per-rank", "gathered"] = spec(
         "per-rank", doc="how the LM head runs under attention DP when the run config does not say "
                         "(deployment.lm_head): per-rank logits, or every rank's tokens gathered over a vocab split "
