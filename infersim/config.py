@@ -451,7 +451,7 @@ ENGINE_DERIVED_DEPLOYMENT_FIELDS = ("moe_comm", "lm_head", "shared_experts")
 def _attention_dp(dep: Deployment) -> int:
     """The attention-DP size a deployment names or implies: its stage's GPUs over attention TP
     (complete_layout checks that they divide)."""
-    return dep.attention.dp or dep.num_gpus // dep.pp // dep.attention.tp
+    return dep.attention.dp or dep.gpus_per_stage // dep.attention.tp
 
 
 def named_deployment_fields(raw: Any) -> frozenset[str]:

@@ -99,7 +99,7 @@ class StagePlan:
     tokens_per_gpu: int  # tokens per GPU the whole step produces (prefill) or batch (decode)
     requests_per_gpu: int = 0  # requests the step serves per GPU (sequences of a prefill, the decode batch)
     attention_tp: int = 1  # GPUs of one scheduler's group: it batches attention_tp x requests_per_gpu requests
-    engine_tp: int = 1  # the engine's TP size (attention TP x attention DP), by which some engines pick limits
+    engine_tp: int = 1  # the engine's TP size (a stage's GPUs = attention TP x DP), by which some engines pick limits
     # deployment.weight_offload: weight bytes of one layer each group streams from host memory
     # every pass, aligned with `groups` (empty: every weight resident; see infersim.weight_offload)
     offload_bytes_per_layer: tuple[float, ...] = ()

@@ -202,7 +202,7 @@ def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micr
     sms = comm_sms if (micro_batches == 2 and dep.moe_comm == "deepep-normal" and model.is_moe) else 0
     return StagePlan(ctx.stage, layer_groups(model, dep, ctx), per_step_operations(model, dep, ctx, micro_batches),
                      micro_batches, sms, tokens_per_gpu, requests_per_gpu, attention_tp=dep.attention.tp,
-                     engine_tp=dep.attention.tp * dep.attention.dp)
+                     engine_tp=dep.gpus_per_stage)
 
 
 def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[SequenceBatch, ...], comm_sms: int,

@@ -116,7 +116,9 @@ class StepCoster:
             rank_requests = -(-shape.decode_requests // dp)
             per_gpu = -(-rank_requests // tp)
             if not shape.prefill_chunks:  # a pure decode step replays a graph at the padded batch
-                padding = cfg.engine.graph_padded_batch(per_gpu, cfg.hardware.peak.hbm_bytes, tp, tp * dp) - per_gpu
+                padded = cfg.engine.graph_padded_batch(per_gpu, cfg.hardware.peak.hbm_bytes, tp,
+                                                       cfg.deployment.gpus_per_stage)
+                padding = padded - per_gpu
             seqs.append(SequenceBatch(per_gpu, 1, max(1, shape.decode_context)))
         expert_tokens = 0.0
         if shape.prefill_chunks and dp > 1:  # unequal ranks: the experts see the mean, not the busiest
