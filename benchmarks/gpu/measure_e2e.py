@@ -94,6 +94,11 @@ def load_config(name: str, layers: int, smoke: bool) -> dict[str, Any]:
     config = json.loads((CONFIGS / f"{name}.json").read_text())
     for key in ("quantization_config", "auto_map", "_name_or_path"):
         config.pop(key, None)
+    # transformers' DeepseekV3Config names these n_routed_experts and n_shared_experts; the copied config uses the
+    # longer names, which it would ignore (and fall back to its defaults)
+    for longer, hf_name in (("num_routed_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts")):
+        if config.get("model_type") == "deepseek_v3" and longer in config:
+            config.setdefault(hf_name, config.pop(longer))
     config["num_hidden_layers"] = layers
     config["torch_dtype"] = "bfloat16"
     if smoke:

@@ -125,15 +125,32 @@ def mlp_activation(name: str, tokens: float, width: int, gated: bool, code: str,
 
 
 def moe_routing_eager(tokens: float, experts: int, topk: int, hidden: int, intermediate: int,
-                      gated: bool) -> tuple[list[Operation], list[Operation], list[Operation]]:
+                      gated: bool, expert_groups: int = 1) -> tuple[list[Operation], list[Operation], list[Operation]]:
     """The eager kernels of transformers' MoE block around its grouped GEMMs, as three lists: before the
     up projection (router and permutation), between the projections (masks, activation), after the
     down projection (weights, inverse permutation, top-k sum). Small tensors (routing ids, the
-    expert histogram) cost their launch; the gathers and masked fills stream the routed rows."""
+    expert histogram) cost their launch; the gathers and masked fills stream the routed rows.
+    Group-limited routing (expert_groups > 1, DeepseekV3TopkRouter / DeepseekV3MoE.route_tokens_to_experts)
+    scores in fp32 with a sigmoid and picks groups first: 12 more kernels."""
     routed = tokens * topk
     up_width = intermediate * (2 if gated else 1)
     r = cat.ROUTER
-    before = [
+    scores = tokens * experts
+    grouped = [
+        _op("router_input_fp32", "to_fp32", "bf16", tokens * hidden, "router: hidden_states.type(float32)", r),
+        _op("router_sigmoid", "sigmoid", "fp32", scores, "router: sigmoid scores", r),
+        _op("router_bias", "add", "fp32", scores, "router: + e_score_correction_bias", r),
+        _op("router_group_top2", "topk", "fp32", scores, "router: top-2 per group", r),
+        _op("router_group_sum", "sum", "fp32", tokens * expert_groups * 2, "router: group scores", r),
+        _op("router_group_topk", "topk", "fp32", tokens * expert_groups, "router: top groups", r),
+        _op("router_group_mask", "fill", "fp32", tokens * expert_groups, "router: zeros_like group mask", r),
+        _op("router_group_scatter", "scatter", "fp32", tokens * expert_groups, "router: scatter_ of chosen groups", r),
+        _op("router_score_mask", "masked_fill", "fp32", scores, "router: masked_fill outside the groups", r),
+        _op("router_gather", "gather", "fp32", routed, "router: gather of the chosen scores", r),
+        _op("router_eps", "add_scalar", "fp32", routed, "router: denominator + 1e-20", r),
+        _op("router_scale", "mul_broadcast", "fp32", routed, "router: x routed_scaling_factor", r),
+    ] if expert_groups > 1 else []
+    before = grouped + [
         _op("router_softmax", "softmax", "fp32", tokens * experts, "router: softmax over experts (fp32)", r),
         _op("router_topk", "topk", "fp32", tokens * experts, "router: topk", r),
         _op("router_norm_sum", "sum", "fp32", routed, "router: top-k weights summed", r),

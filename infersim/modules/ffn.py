@@ -155,8 +155,11 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
         shared_shards, shared_tokens = shared_expert_split(dep, tokens_seen, T)
     ops.append(Operation("router_gate", cat.ROUTER, GemmShape(tokens_seen, h, E, "bf16", "bf16")))
     if code != eager.FUSED:  # HF's MoE block: router post-processing and permutation as their own kernels
-        builder = eager.moe_routing_eager if code == eager.EAGER else eager.moe_routing_fused
-        before, between, after = builder(table_tokens * load, E, k, h, width, model.gated_ffn)
+        if code == eager.EAGER:
+            before, between, after = eager.moe_routing_eager(table_tokens * load, E, k, h, width, model.gated_ffn,
+                                                             model.n_group)
+        else:
+            before, between, after = eager.moe_routing_fused(table_tokens * load, E, k, h, width, model.gated_ffn)
     else:
         before = [Operation("router_topk", cat.ROUTER,
                             MemoryBoundShape("top-k, routing metadata", tokens_seen * E * 4.0, kernels=2))]
