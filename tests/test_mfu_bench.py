@@ -171,9 +171,15 @@ def test_plan_orders_a_coarse_pass_of_every_family_first(cards_dir: Path) -> Non
     # grouped GEMM: bf16, every token count, both projections, EP 1
     grouped = [c for c in cases if isinstance(c, GroupedGemmCase)]
     assert len(grouped) == 15 * 2 and {c.dtype for c in grouped} == {"bf16"}
-    # attention in HF's layouts: the cards' 32-8-128 and 32-4-128, decode batch x kv grid
+    # attention in HF's layouts: the cards' 32-8-128 and 32-4-128, decode batch x kv grid; for decode also
+    # 32-32-128, K and V repeated to every query head (the compiled static-cache path)
     decode = [c for c in cases if isinstance(c, AttentionCase) and c.stage == "decode"]
-    assert {c.layout for c in decode} == {"32-8-128-128", "32-4-128-128"} and len(decode) == 2 * 9 * 7
+    assert {c.layout for c in decode} == {"32-8-128-128", "32-4-128-128", "32-32-128-128"}
+    # less what cannot fit 24 GB: 32 repeated heads x 256 dims x 2 bytes at batch 256 x 8192 or 16384 tokens and
+    # batch 128 x 16384 (34-69 GB of keys and values)
+    assert len(decode) == 3 * 9 * 7 - 3
+    prefill = [c for c in cases if isinstance(c, AttentionCase) and c.stage == "prefill"]
+    assert {c.layout for c in prefill} == {"32-8-128-128", "32-4-128-128"}
     with pytest.raises(InferSimError, match="unknown kernel family 'softmax'"):
         plan_cases(cards, BenchOptions(kernels=("softmax",)))
 

@@ -48,6 +48,9 @@ ELEMENTWISE_KERNELS: tuple[tuple[str, str], ...] = (
     ("neg", "bf16"), ("cat", "bf16"), ("silu", "bf16"), ("sigmoid", "bf16"), ("copy", "bf16"), ("softmax", "fp32"),
     ("topk", "fp32"), ("sort", "int64"), ("gather", "bf16"), ("scatter", "bf16"), ("masked_fill", "bf16"),
     ("sum", "bf16"), ("cumsum", "int32"), ("histc", "int32"), ("fill", "bf16"), ("mul", "fp32"), ("add", "fp32"),
+    # the MoE block's routing bookkeeping (infersim/modules/eager.py moe_routing_eager)
+    ("sum", "fp32"), ("gather", "fp32"), ("add_scalar", "int64"), ("copy", "int64"), ("fill", "int64"),
+    ("scatter", "int64"), ("sigmoid", "fp32"), ("masked_fill", "fp32"), ("scatter", "fp32"), ("fill", "fp32"),
 )
 
 
@@ -172,11 +175,13 @@ def plan_grouped_gemm(cards: Sequence[ModelCard], options: BenchOptions) -> list
     return planned
 
 
-def attention_layouts(cards: Sequence[ModelCard], tp_sizes: Sequence[int]) -> list[tuple[int, int, int, int]]:
+def attention_layouts(cards: Sequence[ModelCard], tp_sizes: Sequence[int],
+                      with_repeated_kv: bool = False) -> list[tuple[int, int, int, int]]:
     """(heads, kv heads, qk dim, v dim) per GPU for every card and TP, as HF transformers runs
     attention: MHA/GQA as the card says; MLA as MHA over decompressed keys and values (HF's
     DeepseekV3Attention expands the cached latents with kv_b_proj and calls SDPA, in prefill and
-    decode alike: no absorbed-latent kernel)."""
+    decode alike: no absorbed-latent kernel). with_repeated_kv adds, for GQA, the layout with K and V
+    repeated to every query head (the compiled static-cache decode)."""
     layouts = set()
     for card in cards:
         for tp in tp_sizes:
@@ -189,12 +194,15 @@ def attention_layouts(cards: Sequence[ModelCard], tp_sizes: Sequence[int]) -> li
             kv = _kv_heads_per_rank(card.num_key_value_heads, tp)
             if kv is not None:
                 layouts.add((heads, kv, card.head_dim, card.head_dim))
+                if with_repeated_kv and kv != heads:
+                    # HF under torch.compile with a static cache: repeat_kv gives every query head its own K/V
+                    layouts.add((heads, heads, card.head_dim, card.head_dim))
     return sorted(layouts)
 
 
 def plan_attention(cards: Sequence[ModelCard], options: BenchOptions, stage: str) -> list[tuple[int, AttentionCase]]:
     planned = []
-    for heads, kv_heads, qk, v in attention_layouts(cards, options.tp_sizes):
+    for heads, kv_heads, qk, v in attention_layouts(cards, options.tp_sizes, with_repeated_kv=stage == "decode"):
         if stage == "prefill":
             for s in options.prefill_seq_lens:
                 case = AttentionCase("mha", "prefill", "bf16", "bf16", heads, kv_heads, qk, v, 1, s, s)

@@ -371,9 +371,9 @@ def elementwise_launch(backend: TorchBackend, case: ElementwiseCase) -> Callable
     if op == "mean":
         x = t((rows, row), dtype)
         return lambda: x.mean(-1, keepdim=True)
-    if op == "add_scalar":
+    if op == "add_scalar":  # variance + eps (fp32); perm // top_k, ids >= experts, clamp_ (int64)
         x = t((n,), dtype)
-        return lambda: x + 1e-6
+        return (lambda: x + 1e-6) if dtype in ("fp32", "bf16") else (lambda: x // 8)
     if op == "rsqrt":
         x = t((n,), dtype).abs_()
         return lambda: torch.rsqrt(x)
@@ -411,26 +411,27 @@ def elementwise_launch(backend: TorchBackend, case: ElementwiseCase) -> Callable
     if op == "sort":
         x = t((n,), dtype)
         return lambda: torch.sort(x)
-    if op == "gather":  # hidden_states[perm // top_k]
-        d = 512
+    if op == "gather":  # hidden_states[perm // top_k]; routing weights by perm (a vector)
+        d = 512 if dtype == "bf16" else 1
         x = t((max(1, n // d), d), dtype)
         index = torch.randperm(x.shape[0], device=backend.device)
         backend._held.append(index)
         return lambda: x[index]
-    if op == "scatter":  # index_add_ of expert outputs
-        d = 512
+    if op == "scatter":  # index_add_ of expert outputs; inv_perm[perm] = arange (int64 vectors)
+        d = 512 if dtype == "bf16" else 1
         out, src = t((max(1, n // d), d), dtype), t((max(1, n // d), d), dtype)
         index = torch.randperm(out.shape[0], device=backend.device)
         backend._held.append(index)
         return lambda: out.index_add_(0, index, src)
     if op == "masked_fill":
-        d = 512
+        d = 512 if dtype == "bf16" else 128
         x = t((max(1, n // d), d), dtype)
         mask = torch.zeros(x.shape[0], 1, device=backend.device, dtype=torch.bool)
         backend._held.append(mask)
         return lambda: x.masked_fill(mask, 0.0)
-    if op == "sum":  # the top-k partial outputs summed: (tokens, k, d).sum(1)
-        x = t((max(1, n // (8 * 512)), 8, 512), dtype)
+    if op == "sum":  # the top-k partial outputs summed: (tokens, k, d).sum(1); router weights (tokens, k).sum(-1)
+        d = 512 if dtype == "bf16" else 1
+        x = t((max(1, n // (8 * d)), 8, d), dtype)
         return lambda: x.sum(dim=1)
     if op == "cumsum":
         x = t((n,), dtype)
