@@ -634,11 +634,7 @@ class MfuTables:
             return TableHit(seconds, table, "edge", 0.0,
                             f"{shape.kind} of {x:g} bytes above the table's largest message ({sizes[-1]:g}): "
                             f"its time scaled by bytes")
-        i = bisect.bisect_left(sizes, x)
-        if sizes[i] == x:
-            return TableHit(points[i][1], table, "exact", 0.0)
-        (b0, t0), (b1, t1) = points[i - 1], points[i]
-        return TableHit(t0 + (t1 - t0) * (x - b0) / (b1 - b0), table, "interpolated", 0.0)
+        return _inside_series(points, sizes, x, table)
 
     def _elementwise(self, shape: MemoryBoundShape) -> TableHit | None:
         """One eager kernel by (op, dtype), piecewise linear in its bytes (module docstring)."""
@@ -659,11 +655,7 @@ class MfuTables:
             return TableHit(t1 + per_byte * (x - b1), table, "extrapolated", 0.0,
                             f"{shape.op} {shape.dtype}: {x:.4g} bytes above the largest size timed ({b1:.4g}): "
                             f"extended at the last interval's time per byte")
-        i = bisect.bisect_left(sizes, x)
-        if sizes[i] == x:
-            return TableHit(points[i][1], table, "exact", 0.0)
-        (b0, t0), (b1, t1) = points[i - 1], points[i]
-        return TableHit(t0 + (t1 - t0) * (x - b0) / (b1 - b0), table, "interpolated", 0.0)
+        return _inside_series(points, sizes, x, table)
 
     def _gemm_between_planes(self, shape: GemmShape, peak_flops: float) -> TableHit | None:
         """A GEMM whose (K, N) was not measured, in a table measured on a full K x N grid: the times
@@ -800,6 +792,15 @@ def collective_series(table_dir: TableDirectory, label: str
             found.setdefault(key, {}).setdefault(float(row.message_bytes), []).append(row.latency_us * 1e-6)
     return {key: (sorted((b, sum(t) / len(t)) for b, t in by_size.items()), f"{label}/{names[key][0]}")
             for key, by_size in found.items()}
+
+
+def _inside_series(points: list[tuple[float, float]], sizes: list[float], x: float, table: str) -> TableHit:
+    """A (bytes, seconds) series at x within its range: exact at a point, else linear between the two around."""
+    i = bisect.bisect_left(sizes, x)
+    if sizes[i] == x:
+        return TableHit(points[i][1], table, "exact", 0.0)
+    (b0, t0), (b1, t1) = points[i - 1], points[i]
+    return TableHit(t0 + (t1 - t0) * (x - b0) / (b1 - b0), table, "interpolated", 0.0)
 
 
 def elementwise_series(table_dir: TableDirectory, label: str

@@ -197,13 +197,13 @@ def table_file(case: TimedCase) -> str:
 def estimated_seconds(case: BenchCase, flops_per_second: float = 5e14, bytes_per_second: float = 2.5e12,
                       runs: int = 25) -> float:
     """A guess of the wall time one case's timing takes: `runs` launches at a roofline (defaults: a
-    Hopper GPU at ~half its bf16 peak and ~75% of its HBM bandwidth) plus ~5 ms of fixed work (inputs,
+    Hopper GPU at ~half its bf16 peak and ~75% of its HBM bandwidth) plus ~20 ms of fixed work (inputs,
     trial launch, warm-up floor). For ordering the plan and keeping the time budget, not a result."""
     if isinstance(case, HostCase):
         return 0.5 if case.probe != "hf_decode_step" else 15.0
     shape = case_shape(case)
     kernel = max(shape.flops / flops_per_second, shape.bytes / bytes_per_second, 3e-6)
-    return 5e-3 + runs * kernel
+    return 2e-2 + runs * kernel
 
 
 def input_bytes(case: TimedCase) -> float:
