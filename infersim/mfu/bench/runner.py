@@ -14,7 +14,7 @@ import math
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Protocol, Sequence, TextIO
 
@@ -144,6 +144,9 @@ def run_bench(cases: Sequence[BenchCase], backend: KernelBackend, timer: KernelT
     finally:
         _restore_sigterm(previous)
         backend.release()
+        at_end = getattr(backend, "clocks_at_end", None)  # clocks after the run, beside those at its start
+        if callable(at_end):
+            writer.device = replace(writer.device, clocks={**writer.device.clocks, **at_end()})
         notes = host_notes + [f"kernel failed: {f}" for f in result.failed] + [
             f"not measured ({count} cases): {reason}" for reason, count in sorted(result.skipped.items())]
         writer.finish(notes, complete=not result.stopped.startswith("stopped"))

@@ -198,6 +198,10 @@ class TorchBackend:
                             l2_bytes=float(getattr(props, "L2_cache_size", 0)) or None)
         return Environment(device, software)
 
+    def clocks_at_end(self) -> dict[str, float]:
+        """The GPU's clocks and power limit now (nvidia-smi), named ..._at_end; {} on the CPU."""
+        return read_clocks("_at_end")[0] if self.is_cuda else {}
+
     def l2_bytes(self) -> int:
         if not self.is_cuda:
             return 0
