@@ -513,6 +513,9 @@ def test_host_costs_prefer_the_hf_probe() -> None:
                                             "hf_forward_step": 2e-4})
     assert (launch, step) == (11e-6, pytest.approx(1.2e-3)) and "hf_kernel" in how
     assert harness.host_costs({}) == (None, None, "")
+    # a probe spoiled by noise (a negative difference) is not a cost: the provenance must still load
+    assert harness.host_costs({"launch": 4e-6, "hf_kernel": -1e-6})[:2] == (4e-6, None)
+    assert harness.host_costs({"hf_kernel": 11e-6, "hf_generate_step": -1e-3})[:2] == (11e-6, None)
 
 
 

@@ -79,14 +79,14 @@ def host_costs(probes: dict[str, float]) -> tuple[float | None, float | None, st
     """(launch_cpu, step_cpu, how) from the host probes: the HF probe's per-kernel and per-step costs
     where it ran; else the bare launch of a small op (a lower bound: model code adds Python around
     each launch) and no step cost."""
-    if "hf_kernel" in probes:
+    if probes.get("hf_kernel", 0.0) > 0:
         step = probes.get("hf_generate_step", 0.0) + probes.get("hf_forward_step", 0.0)
-        return probes["hf_kernel"], step or None, (
+        return probes["hf_kernel"], step if step > 0 else None, (
             "launch_cpu: host seconds per kernel inside HF transformers' decoder layers (hf_kernel: tiny-width "
             "Llama, wall time per decode forward at two layer counts over the CUDA kernels counted by the "
             "profiler); step_cpu: generate()'s work per step outside the forward plus the forward's own work "
             "outside the layers (hf_generate_step + hf_forward_step)")
-    if "launch" in probes:
+    if probes.get("launch", 0.0) > 0:
         return probes["launch"], None, (
             "launch_cpu: host seconds per eager launch of torch.add on 1-element tensors (no model code around "
             "it: a lower bound for model code); the HF probe did not run, so no step_cpu")

@@ -564,6 +564,9 @@ def hf_decode_probe(backend: TorchBackend, layers: tuple[int, int] = (2, 10), st
     if kernels_b <= kernels_a:
         return f"the profiler counted no more kernels for {layers[1]} layers than for {layers[0]}: probe not usable"
     per_kernel = (wall_b - wall_a) / (kernels_b - kernels_a)
+    if per_kernel <= 0:
+        return (f"the HF probe's decode forward took no longer with {layers[1]} layers ({wall_b * 1e3:.3f} ms) than "
+                f"with {layers[0]} ({wall_a * 1e3:.3f} ms): timing noise, probe not usable")
     outside_layers = wall_a - per_kernel * kernels_a
     per_generate = generate[layers[0]] - wall_a
     notes = [f"HF host probe: transformers {transformers.__version__}, tiny Llama (hidden 64) on {backend.device}; "
