@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from infersim.cards.engine import EngineCard, validate_engine
+from infersim.cards.engine import EngineCard, ModelCode, validate_engine
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model
 from infersim.cards.registry import resolve
@@ -125,6 +125,9 @@ class Deployment:
                        "the group's own tokens (TensorRT-LLM: shared_tp_size 1 under attention DP). All-to-all paths "
                        "always run them on each rank's own tokens. Default: the engine card's shared_experts_under_gather")
     moe: MoeBalanceSpec = spec(default_factory=MoeBalanceSpec, doc="expert-load balance and redundant experts")
+    model_code: ModelCode = spec(
+        default_factory=ModelCode, doc="which kernels the model code launches (elementwise decomposition, separate "
+                                       "projections, KV-cache growth, MLA decode). Default: the engine card's model_code")
     weight_offload: Literal["none", "auto"] = spec(
         "none", doc="none: every weight in HBM; auto: the weights that do not fit in HBM beside the engine's reserve "
                     "and the KV cache the workload needs stay in host memory (hardware card host_memory_bytes) and "
@@ -376,6 +379,13 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
 
         tables, skipped_note = restrict_to_libraries(tables, spec_.kernel_libraries)
         tables_note = "; ".join(n for n in (tables_note, skipped_note) if n)
+        provenance = getattr(tables, "provenance", None)
+        if provenance is not None:
+            from infersim.cards.engine import with_measured_host
+
+            engine, host_note = with_measured_host(engine, provenance.launch_cpu, provenance.step_cpu,
+                                                   provenance.host_probes)
+            tables_note = "; ".join(n for n in (tables_note, host_note) if n)
     draft, draft_dep, draft_source = None, None, ""
     if spec_.speculative is not None:
         draft, draft_dep, draft_source = _speculative_drafter(spec_.speculative, model, hardware, deployment, base, where)
@@ -445,7 +455,7 @@ def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: Hardwar
     return draft, draft_dep, source
 
 
-ENGINE_DERIVED_DEPLOYMENT_FIELDS = ("moe_comm", "lm_head", "shared_experts")
+ENGINE_DERIVED_DEPLOYMENT_FIELDS = ("moe_comm", "lm_head", "shared_experts", "model_code")
 
 
 def _attention_dp(dep: Deployment) -> int:
@@ -481,6 +491,8 @@ def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCa
         dep = replace(dep, lm_head=engine.lm_head_under_attention_dp)
     if "shared_experts" not in named and dep.shared_experts != engine.shared_experts_under_gather:
         dep = replace(dep, shared_experts=engine.shared_experts_under_gather)
+    if "model_code" not in named and dep.model_code != engine.model_code:
+        dep = replace(dep, model_code=engine.model_code)
     return dep
 
 

@@ -185,10 +185,16 @@ def _phases(timed: list[tuple[bool, float]]) -> list[tuple[bool, float]]:
     return phases
 
 
+def operation_kernels(op: Operation) -> int:
+    """Kernels one operation launches: its count, times the kernels its shape is made of (an
+    elementwise shape of several kernels, a linear-attention phase's kernels)."""
+    return op.count * getattr(op.shape, "kernels", 1)
+
+
 def kernels_launched(plan: StagePlan) -> int:
     """Kernels one step launches (every operation of every layer and micro-batch, per-step ones)."""
-    per_layer = sum(g.layers * sum(op.count for op in g.operations) for g in plan.groups)
-    return per_layer * plan.micro_batches + sum(op.count for op in plan.per_step)
+    per_layer = sum(g.layers * sum(operation_kernels(op) for op in g.operations) for g in plan.groups)
+    return per_layer * plan.micro_batches + sum(operation_kernels(op) for op in plan.per_step)
 
 
 def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,

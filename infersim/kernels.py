@@ -393,12 +393,20 @@ class LinearAttentionShape:
 @dataclass(frozen=True)
 class MemoryBoundShape:
     """Elementwise and reduction kernels (norms, rotary, activation, router softmax, embedding
-    gather, KV-cache writes): time is their traffic over HBM bandwidth."""
+    gather, KV-cache writes): time is their traffic over HBM bandwidth.
+
+    `op` names one eager PyTorch kernel (a key of ELEMENTWISE_OPS) when the shape is exactly that
+    kernel, as the eager decompositions emit them (infersim.modules.eager); measured elementwise
+    tables answer such shapes by (op, dtype), interpolating their time over `bytes_moved`. Fused
+    kernels of several ops (SGLang's fused add + RMSNorm) leave it empty and are priced by the
+    roofline."""
 
     what: str
     bytes_moved: float
     flops_done: float = 0.0
     kernels: int = 1
+    op: str = ""  # one eager kernel of ELEMENTWISE_OPS, or "" (a fused kernel, or several)
+    dtype: str = "bf16"  # the op's input format (the elementwise tables' key beside the op)
 
     @property
     def flops(self) -> float:
@@ -407,6 +415,69 @@ class MemoryBoundShape:
     @property
     def bytes(self) -> float:
         return self.bytes_moved
+
+
+#: bytes per element of the formats elementwise kernels read and write (index and mask tensors too)
+ELEMENT_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int64": 8.0, "int32": 4.0,
+                                   "bool": 1.0}
+
+
+@dataclass(frozen=True)
+class ElementwiseOp:
+    """One eager PyTorch kernel kind and its byte rule: it reads `reads` tensors of the output's
+    element count in its input format and writes `writes` in its output format (`out_dtype`, or the
+    input's). Broadcast operands (a per-row scale, a cos/sin table shared by the heads) are small
+    beside the tensor they scale and are not counted. The measured elementwise tables and the
+    simulator's shapes use this one rule, so a table's `bytes` axis and a shape's bytes agree."""
+
+    description: str
+    reads: int
+    writes: int
+    out_dtype: str = ""  # "": the input's format
+
+
+#: the kernels eager PyTorch model code launches between its GEMMs and attention (the names the
+#: eager decompositions in infersim.modules.eager emit and `mfu bench` times)
+ELEMENTWISE_OPS: dict[str, ElementwiseOp] = {
+    "to_fp32": ElementwiseOp("dtype cast to fp32 (tensor.to(torch.float32))", 1, 1, "fp32"),
+    "to_bf16": ElementwiseOp("dtype cast to bf16 (tensor.to(torch.bfloat16))", 1, 1, "bf16"),
+    "pow": ElementwiseOp("x.pow(2)", 1, 1),
+    "mean": ElementwiseOp("x.mean(-1, keepdim=True): a row reduction (the rows' results are small)", 1, 0),
+    "add_scalar": ElementwiseOp("x + scalar", 1, 1),
+    "rsqrt": ElementwiseOp("torch.rsqrt(x)", 1, 1),
+    "mul": ElementwiseOp("a * b, same shapes", 2, 1),
+    "mul_broadcast": ElementwiseOp("a * b with b broadcast (a per-row scale, a weight vector, a cos/sin table)", 1, 1),
+    "add": ElementwiseOp("a + b, same shapes (residual add, rotary sum)", 2, 1),
+    "neg": ElementwiseOp("-x (rotate_half's negated half)", 1, 1),
+    "silu": ElementwiseOp("F.silu(x)", 1, 1),
+    "sigmoid": ElementwiseOp("torch.sigmoid(x)", 1, 1),
+    "cat": ElementwiseOp("torch.cat: every input element read once and written once (DynamicCache's KV growth, "
+                         "rotate_half)", 1, 1),
+    "copy": ElementwiseOp("a strided tensor made contiguous, index_copy_ into a static cache, clone", 1, 1),
+    "softmax": ElementwiseOp("softmax over the last dimension", 1, 1),
+    "topk": ElementwiseOp("torch.topk over the last dimension (the k results are small)", 1, 0),
+    "sort": ElementwiseOp("torch.sort of int64 keys: values and indices written", 1, 2),
+    "gather": ElementwiseOp("x[index]: rows gathered by an index tensor", 1, 1),
+    "scatter": ElementwiseOp("index_put_ / index_add_: rows written at an index", 1, 1),
+    "masked_fill": ElementwiseOp("x.masked_fill(mask, value)", 1, 1),
+    "sum": ElementwiseOp("a reduction over a middle dimension (top-k partial outputs summed)", 1, 0),
+    "cumsum": ElementwiseOp("torch.cumsum", 1, 1),
+    "histc": ElementwiseOp("torch.histc over expert ids (the bins are small)", 1, 0),
+    "fill": ElementwiseOp("torch.zeros / fill_", 0, 1),
+}
+
+
+def elementwise_bytes(op: str, dtype: str, elements: float) -> float:
+    """Bytes kernel `op` reads plus writes for `elements` output (reductions: input) elements in `dtype`."""
+    rule = ELEMENTWISE_OPS[op]
+    out = ELEMENT_BYTES[rule.out_dtype or dtype]
+    return elements * (rule.reads * ELEMENT_BYTES[dtype] + rule.writes * out)
+
+
+def elementwise_shape(op: str, dtype: str, elements: float, what: str = "") -> "MemoryBoundShape":
+    """One eager kernel `op` over `elements` elements of `dtype`, as a shape the tables can answer."""
+    return MemoryBoundShape(what or ELEMENTWISE_OPS[op].description, elementwise_bytes(op, dtype, elements), op=op,
+                            dtype=dtype)
 
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"]

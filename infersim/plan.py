@@ -51,6 +51,9 @@ class SequenceBatch:
     q_len: int
     kv_len: int
     across_tp: bool = False
+    # a static KV cache (ModelCode.kv_cache static) allocated for this many positions per sequence: decode
+    # attention runs over all of them under a mask. 0: the cache holds kv_len (paged, concatenated)
+    kv_capacity: int = 0
 
     def group_count(self, tp: int) -> int:
         """Sequences the attention-TP group of `tp` GPUs runs (each GPU computes its heads of all)."""

@@ -144,7 +144,15 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
                         + (f" ({IMBALANCE_FROM_TABLE}, not the load-balance factor)"
                            if imbalance_in_table and shape.load_factor != 1.0 else ""))
         return roofline_cost(shape, hw)
-    # elementwise kernels: no table times them, but a table set may bring the rule its own
+    # one eager kernel (shape.op): a measured elementwise table answers it by (op, dtype) and bytes
+    if shape.op:
+        hit = tables.lookup(shape, 1.0)  # no FLOPs: the peak is not used
+        if hit is not None:
+            detail = f"{hit.method} from {hit.table}" + (f" ({hit.note})" if hit.note else "")
+            if hit.method == "extrapolated":
+                detail = f"outside table {hit.table}: {hit.note}"
+            return Cost(shape.flops, shape.bytes, hit.seconds, Bound.MEMORY, Source.TABLE, detail)
+    # other elementwise kernels: no table times them, but a table set may bring the rule its own
     # predictions price them with (aiconfigurator's share of HBM bandwidth), which then replaces the
     # card's generic share so that the composition around its measured kernels is the one it was
     # checked with

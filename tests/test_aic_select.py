@@ -97,3 +97,60 @@ def test_report_line_names_engine_and_routing() -> None:
     assert ("MoE tables timed under power_law_1.01, power_law_1.2 routing: expert-load imbalance included; "
             "elementwise kernels at 0.80 of HBM bandwidth (aiconfigurator's rule for memory-bound ops: "
             "systems/h200_sxm.yaml mem_bw_empirical_scaling_factor 0.8") in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables measured with PyTorch's own kernels (mfu_tables/measured/<device>/torch-<version>/)
+
+FIXTURE_ROOT = Path(__file__).resolve().parent / "data" / "mfu_root"
+
+
+def test_hf_engines_take_the_newest_measured_torch_tables() -> None:
+    choice = bundled_tables_for("h100-sxm", "huggingface", FIXTURE_ROOT)
+    assert choice == TableChoice(FIXTURE_ROOT / "measured/h100-sxm/torch-2.11.0", "torch", "2.11.0",
+                                 "kernel tables for h100-sxm and engine huggingface: measured with PyTorch 2.11.0's own "
+                                 "kernels, as huggingface runs them (measured/h100-sxm/torch-2.11.0); other versions "
+                                 "bundled: 2.10.0")
+    # other engines do not run PyTorch's kernels: measured tables are only their last resort
+    assert bundled_tables_for("h100-sxm", "trtllm", FIXTURE_ROOT).framework == "torch"
+    assert "another engine's kernels" in bundled_tables_for("h100-sxm", "trtllm", FIXTURE_ROOT).note
+
+
+def test_without_measured_tables_the_hf_fallback_says_what_is_missing(tmp_path: Path) -> None:
+    root = make_root(tmp_path, ["aiconfigurator/h100-sxm/trtllm-1.3.0rc20"])
+    choice = bundled_tables_for("h100-sxm", "huggingface", root)
+    assert choice.framework == "trtllm"
+    assert choice.note == (
+        "kernel tables for h100-sxm: no tables measured with PyTorch's own kernels are bundled for h100-sxm "
+        "(mfu_tables/measured/h100-sxm/torch-<version>/, written by `infersim mfu bench` on that GPU); took trtllm "
+        "1.3.0rc20 (h100-sxm/trtllm-1.3.0rc20) instead: kernel times are another engine's kernels, not the cuBLAS, "
+        "SDPA and eager elementwise kernels huggingface runs")
+    # today's bundle: none measured yet, so an HF run says so
+    assert "no tables measured with PyTorch's own kernels" in bundled_tables_for("h100-sxm", "huggingface").note
+
+
+def test_a_run_uses_the_measured_tables_and_their_host_costs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import infersim.mfu.select as select
+    from infersim.config import config_from_mapping
+    from infersim.kernels import elementwise_shape
+    from infersim.timing import kernel_cost
+
+    monkeypatch.setattr(select, "bundled_dir", lambda kind: FIXTURE_ROOT)
+    run = {"model": "llama-2-7b", "hardware": "h100-sxm", "engine": "huggingface",
+           "deployment": {"num_gpus": 1}, "workload": {"isl": 128, "osl": 16, "decode_batch_per_gpu": 1}}
+    config = config_from_mapping(run, "test")
+    assert config.tables.provenance.command.startswith("hand-written fixture")
+    assert config.engine.overheads.launch_cpu == pytest.approx(12e-6)
+    assert config.engine.overheads.step_cpu == pytest.approx(1.5e-3)
+    assert "measured with PyTorch 2.11.0's own kernels" in config.tables_note
+    assert "host costs measured with the kernel tables: launch_cpu 12.0 us" in config.tables_note
+    # an eager elementwise kernel is priced from the table: between 4096 and 1M elements, linear in bytes
+    add = elementwise_shape("add", "bf16", 1 << 19)
+    cost = kernel_cost(add, config.hardware, config.tables)
+    assert cost.source.value == "table"
+    assert cost.seconds == pytest.approx((2.5 + (4.0 - 2.5) * ((1 << 19) - 4096) / ((1 << 20) - 4096)) * 1e-6)
+    # an engine that does not take host costs from tables keeps its card's
+    sglang = config_from_mapping({**run, "engine": "sglang", "mfu_tables": str(FIXTURE_ROOT /
+                                                                                "measured/h100-sxm/torch-2.11.0")},
+                                 "test")
+    assert sglang.engine.overheads.launch_cpu == pytest.approx(6e-6)

@@ -23,7 +23,7 @@ the GPU time.
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -80,6 +80,12 @@ class Overheads:
     cuda_graph_batch_sizes: tuple[CaptureRange, ...] = spec(
         default_factory=tuple, doc="decode batches captured as graphs (ranges start..stop by step); a batch "
                                    "runs padded up to the next captured size (empty = every batch captured)")
+    host_costs_from_tables: Literal["none", "eager", "compiled"] = spec(
+        "none", doc="which host costs measured with the kernel tables (their provenance: `mfu bench`'s host probes "
+                    "on the GPU's machine) replace launch_cpu and step_cpu while those tables are in force: none; "
+                    "eager (launch_cpu per kernel of HF eager model code, step_cpu = generate()'s loop plus the "
+                    "forward's work outside the layers); compiled (launch_cpu for the eager prefill, step_cpu = "
+                    "generate()'s loop only: the compiled decode forward is one CUDA-graph replay)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +177,41 @@ class OfflineLimits:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ModelCode:
+    """How the engine's model code turns a layer into kernels, beside its GEMMs and attention
+    (infersim.modules.eager builds each variant's operations)."""
+
+    elementwise: Literal["fused", "pytorch-eager", "inductor"] = spec(
+        "fused", doc="fused: the serving engines' fused kernels (add + RMSNorm, RoPE + KV write, SwiGLU, MoE "
+                     "permute); pytorch-eager: HF transformers' modeling code as written, one ATen kernel per tensor op "
+                     "(RMSNorm 8 kernels with fp32 intermediates, rotary 5 per q or k, SiLU and mul, residual adds, "
+                     "the MoE block's routing bookkeeping around torch's grouped GEMM); inductor: torch.compile's "
+                     "Triton fusions of the same code (one kernel per fused group)")
+    prefill_elementwise: Literal["fused", "pytorch-eager", "inductor"] | None = spec(
+        None, doc="the elementwise decomposition of prefill steps where it differs from `elementwise` (HF generate() "
+                  "compiles the decode forward only: its prefill runs eagerly); null: the same")
+    projections: Literal["fused", "separate"] = spec(
+        "fused", doc="fused: one QKV GEMM and one gate+up GEMM; separate: q, k, v, gate and up as their own nn.Linear "
+                     "GEMMs (HF transformers)")
+    kv_cache: Literal["paged", "concat", "static"] = spec(
+        "paged", doc="paged: new K/V written into a block cache (serving engines); concat: DynamicCache, every step "
+                     "torch.cat copies the whole cache with the new token (HF eager); static: StaticCache, new K/V "
+                     "index-copied into a cache allocated for prompt + output, attention runs over all of it with a "
+                     "mask, and GQA keys/values are materialised per query head first (HF's SDPA path takes "
+                     "enable_gqa only without a mask)")
+    mla: Literal["absorbed", "decompressed"] = spec(
+        "absorbed", doc="MLA decode: absorbed (attention in the latent space, serving engines) or decompressed "
+                        "(HF transformers: kv_b_proj expands the whole cached latent every step, then MHA)")
+
+
+def elementwise_code(code: ModelCode, stage: str) -> str:
+    """The elementwise decomposition a stage's steps run (ModelCode.prefill_elementwise for prefill)."""
+    if stage == "prefill" and code.prefill_elementwise is not None:
+        return code.prefill_elementwise
+    return code.elementwise
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineCard:
     """A serving engine's facts that change predicted times and memory (engines/*.yaml)."""
 
@@ -181,6 +222,7 @@ class EngineCard:
     overheads: Overheads = spec(doc="how per-step software overhead arises")
     scheduler: Scheduler = spec(doc="continuous-batching scheduler facts")
     memory: MemoryPolicy = spec(doc="how the engine sizes its KV cache")
+    model_code: ModelCode = spec(default_factory=ModelCode, doc="which kernels the engine's model code launches")
     fused_operations: tuple[str, ...] = spec(
         default_factory=tuple, doc="plan operations (by name, e.g. rope_kv_store) this engine runs inside a "
                                    "neighbouring kernel: they cost no separate kernel time")
@@ -246,6 +288,28 @@ def _graph_max_batch(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int) -
 def _capture_sizes(ranges: tuple[CaptureRange, ...]) -> tuple[int, ...]:
     """Every captured decode batch of the ranges, sorted and without repeats (for bisection)."""
     return tuple(sorted({s for r in ranges for s in range(r.start, r.stop + 1, r.step)}))
+
+
+def with_measured_host(card: EngineCard, launch_cpu: float | None, step_cpu: float | None,
+                       probes: dict[str, float]) -> tuple[EngineCard, str]:
+    """The card with the host costs a kernel-table directory measured (see Overheads.host_costs_from_tables),
+    and one line saying what replaced what ("" when nothing did)."""
+    mode = card.overheads.host_costs_from_tables
+    if mode == "none":
+        return card, ""
+    if mode == "compiled":
+        step_cpu = probes.get("hf_generate_step", step_cpu)
+    changes: dict[str, float] = {}
+    if launch_cpu is not None:
+        changes["launch_cpu"] = launch_cpu
+    if step_cpu is not None:
+        changes["step_cpu"] = step_cpu
+    if not changes:
+        return card, ""
+    old = card.overheads
+    said = ", ".join(f"{name} {value * 1e6:.1f} us (card: {getattr(old, name) * 1e6:.1f} us)"
+                     for name, value in changes.items())
+    return replace(card, overheads=replace(old, **changes)), f"host costs measured with the kernel tables: {said}"
 
 
 @dataclass(frozen=True)

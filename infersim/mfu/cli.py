@@ -61,25 +61,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 description="Kernel efficiency (MFU) tables: see mfu_tables/FORMAT.md.")
     commands = mfu.add_subparsers(dest="mfu_command", metavar="SUBCOMMAND", required=True)
 
-    bench = commands.add_parser("bench", help="time GEMM, grouped GEMM and attention kernels on this GPU",
-                                description="Time the kernels the model cards need on this GPU and write a table "
-                                            "directory with its provenance.")
-    bench.add_argument("--kernels", type=_csv_list, default=("gemm", "grouped_gemm", "attn_prefill", "attn_decode"),
-                       help="comma-separated: gemm, grouped_gemm, attn_prefill, attn_decode (default: all)")
-    bench.add_argument("--out", type=Path, required=True, help="output table directory, e.g. mfu_tables/h100-sxm/")
+    bench = commands.add_parser(
+        "bench", help="time GEMM, grouped GEMM, attention and elementwise kernels and host costs on this GPU",
+        description="Time the kernels HF transformers launches for the model cards on this GPU (and a comparison "
+                    "grid), plus the host cost of an eager launch, and write a table directory with its "
+                    "provenance, row by row: a run that stops keeps what it measured.")
+    bench.add_argument("--kernels", type=_csv_list, default=None,
+                       help="comma-separated families: host, elementwise, gemm, grouped_gemm, attn_prefill, "
+                            "attn_decode (default: all)")
+    bench.add_argument("--out", type=Path, required=True,
+                       help="output table directory, e.g. mfu_tables/measured/h100-sxm/torch-2.11.0/")
     bench.add_argument("--models", type=Path, default=None,
                        help="directory of model cards to derive shapes from (default: the bundled models/)")
-    bench.add_argument("--model", dest="model_names", type=_csv_list, default=(),
-                       help="only these cards (comma-separated names), default all")
-    bench.add_argument("--dtypes", type=_csv_list, default=("bf16", "fp8"), help="GEMM dtypes (default bf16,fp8)")
-    bench.add_argument("--tp", type=_int_list, default=None, help="TP sizes (default 1,2,4,8)")
+    bench.add_argument("--model", dest="model_names", type=_csv_list, default=None,
+                       help="only these cards (comma-separated names; default: the GPU validation set's models, "
+                            "llama-3.1-70b, llama-2-7b, mixtral-8x7b, qwen3-235b-a22b, deepseek-v3)")
+    bench.add_argument("--dtypes", type=_csv_list, default=("bf16", "fp8"),
+                       help="GEMM dtypes of the comparison grid (default bf16,fp8; model shapes are bf16)")
+    bench.add_argument("--tp", type=_int_list, default=None, help="TP sizes of the model shapes (default 1)")
     bench.add_argument("--m", dest="m_values", type=_int_list, default=None, help="GEMM M values (tokens)")
-    bench.add_argument("--ep", type=_int_list, default=None, help="EP sizes for grouped GEMM (default 1..64)")
-    bench.add_argument("--quick", action="store_true", help="a reduced grid (every other point, TP 1 and 8)")
+    bench.add_argument("--ep", type=_int_list, default=None, help="EP sizes for grouped GEMM (default 1)")
+    bench.add_argument("--quick", action="store_true", help="a reduced grid (a few minutes)")
+    bench.add_argument("--device", default="cuda",
+                       help="cuda (default) or cpu: a smoke run of the real harness on the CPU with tiny shapes, "
+                            "which measures nothing about any GPU")
     bench.add_argument("--warmup", type=number_arg(whole=True, ge=0), default=5, help="warm-up runs per kernel (default 5)")
-    bench.add_argument("--repeats", type=number_arg(whole=True, gt=0), default=20, help="timed runs per kernel, median kept (default 20)")
-    bench.add_argument("--max-seconds", type=_positive_float, default=None,
-                       help="stop after this long and write what was measured")
+    bench.add_argument("--repeats", type=number_arg(whole=True, gt=0), default=20,
+                       help="timed runs per kernel, median kept (default 20; fewer for long kernels)")
+    bench.add_argument("--time-budget", "--max-seconds", dest="time_budget", type=_positive_float, default=None,
+                       metavar="SECONDS", help="end the run cleanly within this many seconds (the plan is ordered "
+                                               "so that a cut run still covers every family)")
     bench.add_argument("--hardware", default=None,
                        help="hardware card for the peak FLOP/s (default: matched from the device name)")
     bench.add_argument("--peak-bf16", type=_positive_float, default=None, help="dense bf16 FLOP/s (overrides the card)")
@@ -178,6 +189,9 @@ def compare_text(comparison: TableComparison) -> str:
                      ratio(total.p90), sum(f.slices for f in comparison.files), len(comparison.flagged)])
     lines.append(simple_table(rows, ["file", "family", "rows A", "rows B", "matched", "median", "p10", "p90",
                                      "slices", "flagged"]))
+    for f in comparison.files:
+        if f.note:
+            lines.append(f"{f.name}: {f.note}")
     for label, names in (("only in A", comparison.only_in_a), ("only in B", comparison.only_in_b)):
         if names:
             lines.append(f"{label}: {', '.join(names)}")
@@ -217,37 +231,58 @@ def import_command(args: argparse.Namespace) -> int:
     return 0
 
 
+#: nominal peaks of a CPU smoke run: the efficiency column needs one; it says nothing about a CPU
+SMOKE_PEAKS = {"bf16": 1e12, "fp8": 2e12}
+
+
 def bench_command(args: argparse.Namespace, backend: object = None, timer: object = None) -> int:
-    """Run the harness. Tests pass a fake `backend` and `timer`; otherwise PyTorch on CUDA."""
+    """Run the harness. Tests pass a fake `backend` and `timer`; otherwise PyTorch on CUDA (or the CPU)."""
     from infersim.cards.registry import bundled_dir
     from infersim.mfu import bench as harness
 
-    if backend is None:
-        backend = harness.TorchBackend.create()  # raises NoGpuError without torch or a GPU
-    env = backend.environment()  # type: ignore[attr-defined]
-    overrides = {k: v for k, v in (("bf16", args.peak_bf16), ("fp8", args.peak_fp8)) if v}
-    peaks, peak_source = harness.peaks_for(env.device.name, args.hardware, overrides)
-    options = harness.BenchOptions(kernels=tuple(args.kernels), dtypes=tuple(args.dtypes))
+    if args.warmup < 0 or args.repeats < 1:
+        raise InferSimError("--warmup must be >= 0 and --repeats >= 1")
+    if args.device not in ("cuda", "cpu") and not str(args.device).startswith("cuda:"):
+        raise InferSimError(f"--device {args.device!r}: expected cuda, cuda:N or cpu")
+    smoke = args.device == "cpu"
+    options = harness.BenchOptions(dtypes=tuple(args.dtypes))
+    if args.kernels:
+        options = dataclasses.replace(options, kernels=tuple(args.kernels))
     if args.quick:
         options = options.quick()
+    if smoke:
+        options = options.smoke()
     for name, value in (("tp_sizes", args.tp), ("m_values", args.m_values), ("ep_sizes", args.ep)):
         if value:
             options = dataclasses.replace(options, **{name: value})
-    if args.warmup < 0 or args.repeats < 1:
-        raise InferSimError("--warmup must be >= 0 and --repeats >= 1")
-    cards = harness.load_cards(args.models or bundled_dir("models"), args.model_names)
+    names = args.model_names if args.model_names is not None else (
+        () if args.models else harness.BENCH_MODELS)
+    cards = harness.load_cards(args.models or bundled_dir("models"), names)
     cases = harness.plan_cases(cards, options)
     if not cases:
         raise InferSimError("nothing to measure: no kernel of the chosen families in these model cards")
+    if backend is None:
+        backend = harness.TorchBackend.create(args.device)  # raises NoGpuError without torch or a GPU
+    env = backend.environment()  # type: ignore[attr-defined]
+    overrides = {k: v for k, v in (("bf16", args.peak_bf16), ("fp8", args.peak_fp8)) if v}
+    if smoke and not overrides and not args.hardware:
+        peaks, peak_source = dict(SMOKE_PEAKS), "nominal (CPU smoke run)"
+    else:
+        peaks, peak_source = harness.peaks_for(env.device.name, args.hardware, overrides)
     if timer is None:
-        timer = harness.CudaEventTimer(backend.torch, backend.l2_bytes(), args.warmup, args.repeats)  # type: ignore[attr-defined]
-    print(f"infersim mfu bench: {env.device.name}, {len(cases)} kernels ({harness.cases_summary(cases)}) "
-          f"from {len(cards)} model cards; peaks from {peak_source}; writing {args.out}", file=sys.stderr)
+        if smoke:
+            timer = harness.WallClockTimer()
+        else:
+            timer = harness.CudaEventTimer(backend.torch, backend.l2_bytes(), args.warmup, args.repeats)  # type: ignore[attr-defined]
+    print(f"infersim mfu bench: {env.device.name}, {len(cases)} cases ({harness.cases_summary(cases)}) from "
+          f"{len(cards)} model cards; peaks from {peak_source}; writing {args.out}", file=sys.stderr)
     result = harness.run_bench(cases, backend, timer, args.out, peaks, _command_of(args),  # type: ignore[arg-type]
-                               max_seconds=args.max_seconds or float("inf"))
+                               budget_seconds=args.time_budget or float("inf"))
     skipped = sum(result.skipped.values())
     print(f"wrote {result.directory}: {result.measured} kernels measured"
-          + (f", {skipped} not measured (see provenance.yaml notes)" if skipped else ""), file=sys.stderr)
+          + (f", {len(result.failed)} failed" if result.failed else "")
+          + (f", {skipped} not measured (see provenance.yaml notes)" if skipped else "")
+          + (f"; {result.stopped}" if result.stopped else ""), file=sys.stderr)
     return 0
 
 

@@ -29,7 +29,7 @@ from typing import Any, Hashable
 
 from infersim.cards.registry import display_path
 from infersim.errors import InferSimError
-from infersim.mfu.format import PROVENANCE_FILE, CollectiveRow, Row, TableDirectory, read_table_dir
+from infersim.mfu.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory, read_table_dir
 from infersim.mfu.lookup import describe_key, row_grid_key
 from infersim.stats import percentile
 
@@ -78,6 +78,7 @@ class FileComparison:
     ratios: RatioSummary | None  # None: no row of identical shape in both
     slices: int  # slices with at least one matched row
     flagged: tuple[SliceComparison, ...]  # furthest from the file's median first
+    note: str = ""  # what differs between the two files beyond the kernel (e.g. the MoE routing they were timed under)
 
     @property
     def matched_rows(self) -> int:
@@ -118,6 +119,8 @@ def shape_of(row: Row) -> tuple[Hashable, ...]:
 
 def slice_of(row: Row) -> tuple[SliceKey, str, str, float]:
     """(slice key, description, sweep axis, sweep value) of a row: see the module docstring."""
+    if isinstance(row, ElementwiseRow):
+        return ("elementwise", row.op, row.dtype), f"elementwise {row.op} {row.dtype}", "bytes", float(row.bytes)
     if isinstance(row, CollectiveRow):
         # collectives have no grid key (no FLOPs); their lookup series is (kind, ranks) over message size
         key: SliceKey = ("collective", row.kind, row.library, row.dtype, row.ranks)
@@ -148,9 +151,9 @@ def matched_ratios(rows_a: tuple[Row, ...], rows_b: tuple[Row, ...]) -> list[tup
 
 
 def _compare_file(name: str, family: str, rows_a: tuple[Row, ...], rows_b: tuple[Row, ...],
-                  matched: list[tuple[Row, float]], threshold: float) -> FileComparison:
+                  matched: list[tuple[Row, float]], threshold: float, note: str = "") -> FileComparison:
     if not matched:
-        return FileComparison(name, family, len(rows_a), len(rows_b), None, 0, ())
+        return FileComparison(name, family, len(rows_a), len(rows_b), None, 0, (), note)
     file_ratios = summarise([ratio for _row, ratio in matched])
     groups: dict[SliceKey, tuple[str, str, list[float], list[float]]] = {}
     for row, ratio in matched:
@@ -165,7 +168,7 @@ def _compare_file(name: str, family: str, rows_a: tuple[Row, ...], rows_b: tuple
         if deviation > threshold or deviation < 1.0 / threshold:
             flagged.append(SliceComparison(description, axis, min(values), max(values), summary, deviation))
     flagged.sort(key=lambda s: (-abs(math.log(s.deviation)), s.description))
-    return FileComparison(name, family, len(rows_a), len(rows_b), file_ratios, len(groups), tuple(flagged))
+    return FileComparison(name, family, len(rows_a), len(rows_b), file_ratios, len(groups), tuple(flagged), note)
 
 
 def _read(directory: Path, argument: str) -> TableDirectory:
@@ -198,12 +201,42 @@ def compare_tables(dir_a: Path, dir_b: Path, threshold: float = DEFAULT_THRESHOL
                                 f"DIR_B {dir_b}; files of one name must hold the same kernel family")
         matched = matched_ratios(table_a.tables[name], table_b.tables[name])
         all_ratios += [ratio for _row, ratio in matched]
-        files.append(_compare_file(name, family_a, table_a.tables[name], table_b.tables[name], matched, threshold))
+        files.append(_compare_file(name, family_a, table_a.tables[name], table_b.tables[name], matched, threshold,
+                                   _routing_note(table_a, name, table_b, name)))
+    # a file name is only organisation (every row names its key columns): files without a namesake are
+    # paired with the other directory's files of the same family wherever rows of identical shape match
+    # (a measured grouped_gemm_bf16.csv against an imported grouped_gemm_bf16_power_law_1.2.csv)
+    paired_a: set[str] = set()
+    paired_b: set[str] = set()
+    for name_a in sorted(names_a - names_b):
+        family = table_a.provenance.tables[name_a].family
+        for name_b in sorted(names_b - names_a):
+            if table_b.provenance.tables[name_b].family != family:
+                continue
+            matched = matched_ratios(table_a.tables[name_a], table_b.tables[name_b])
+            if not matched:
+                continue
+            paired_a.add(name_a)
+            paired_b.add(name_b)
+            all_ratios += [ratio for _row, ratio in matched]
+            files.append(_compare_file(f"{name_a} ~ {name_b}", family, table_a.tables[name_a],
+                                       table_b.tables[name_b], matched, threshold,
+                                       _routing_note(table_a, name_a, table_b, name_b)))
     return TableComparison(
         dir_a=str(dir_a), dir_b=str(dir_b), device_a=table_a.provenance.device.name,
         device_b=table_b.provenance.device.name, threshold=threshold, files=tuple(files),
-        only_in_a=tuple(sorted(names_a - names_b)), only_in_b=tuple(sorted(names_b - names_a)),
+        only_in_a=tuple(sorted(names_a - names_b - paired_a)), only_in_b=tuple(sorted(names_b - names_a - paired_b)),
         ratios=summarise(all_ratios) if all_ratios else None)
+
+
+def _routing_note(table_a: TableDirectory, name_a: str, table_b: TableDirectory, name_b: str) -> str:
+    """For grouped-GEMM files timed under different MoE routings: say so (the ratio then holds the
+    expert-load imbalance of the skewed one, not only the kernels' speed)."""
+    info_a, info_b = table_a.provenance.tables[name_a], table_b.provenance.tables[name_b]
+    if info_a.family != "grouped_gemm" or info_a.moe_routing == info_b.moe_routing:
+        return ""
+    return (f"routing differs: A {info_a.moe_routing}, B {info_b.moe_routing} (a skewed routing's time includes "
+            f"the most loaded rank's expert-load imbalance)")
 
 
 def comparison_dict(comparison: TableComparison) -> dict[str, Any]:

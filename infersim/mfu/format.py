@@ -23,14 +23,14 @@ from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin
 from infersim.cards.schema import MAX_MAGNITUDE, MIN_MAGNITUDE, build, check_number, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.units import DTYPE_BYTES
-from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, GroupedGemmShape
+from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape
 
 FORMAT_VERSION = 1
 PROVENANCE_FILE = "provenance.yaml"
-Family = Literal["gemm", "grouped_gemm", "attention", "collective"]
-FAMILIES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention", "collective")
+Family = Literal["gemm", "grouped_gemm", "attention", "collective", "elementwise"]
+FAMILIES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention", "collective", "elementwise")
 #: families whose rows have no FLOPs, hence no `efficiency` column (latency is the whole record)
-NO_EFFICIENCY: frozenset[str] = frozenset({"collective"})
+NO_EFFICIENCY: frozenset[str] = frozenset({"collective", "elementwise"})
 
 #: relative tolerance between a stored `efficiency` and the one recomputed from latency and peak
 EFFICIENCY_TOLERANCE = 2e-3
@@ -58,7 +58,7 @@ class DeviceInfo:
 class TableInfo:
     """Provenance of one table file: kernel family, library and how it was measured."""
 
-    family: Family = spec(doc="kernel family: gemm, grouped_gemm, attention or collective")
+    family: Family = spec(doc="kernel family: gemm, grouped_gemm, attention, collective or elementwise")
     library: str = spec(doc="the library/kernel that ran it (DeepGEMM, FlashInfer, torch SDPA ...)")
     library_version: str = spec("unknown", doc="its version, or 'unknown'")
     description: str = spec("", doc="what the table holds, in words")
@@ -93,6 +93,20 @@ class Provenance:
                   "device and engine, where the tables come with such a rule (aiconfigurator's do: it prices "
                   "memory-bound ops analytically beside its measured kernels); absent: the hardware card's", gt=0, le=1)
     elementwise_source: str = spec("", doc="where elementwise_memory_efficiency comes from")
+    launch_cpu: float | None = spec(
+        None, doc="host (CPU) wall time per kernel that eager PyTorch model code launches on this machine, seconds "
+                  "(measured by `mfu bench`'s host probes); where present it replaces the engine card's "
+                  "overheads.launch_cpu while these tables are in force, and the report says so", gt=0)
+    step_cpu: float | None = spec(
+        None, doc="host time per generation step outside the model's forward (HF generate(): logits processing, "
+                  "stopping checks, input updates, their host-device syncs), seconds; replaces the engine card's "
+                  "overheads.step_cpu while these tables are in force", gt=0)
+    host_source: str = spec("", doc="how launch_cpu and step_cpu were measured")
+    host_probes: dict[str, float] = spec(
+        default_factory=dict, doc="each host probe's result, seconds per call (launch of a small op, a view, a "
+                                  "module call, a host-device sync, ...)", ge=0)
+    complete: bool = spec(True, doc="false while `mfu bench` is still writing (or was stopped before it finished): "
+                                    "the rows present are measured, the grid may lack points")
     tables: dict[str, TableInfo] = spec(default_factory=dict, doc="one entry per CSV file in the directory")
 
     def peak_for(self, dtype: str, source: str) -> float:
@@ -207,9 +221,27 @@ class CollectiveRow:
                                ranks_per_node=self.ranks)
 
 
-Row = Union[GemmRow, GroupedGemmRow, AttentionRow, CollectiveRow]
+@dataclass(frozen=True)
+class ElementwiseRow:
+    """One measured elementwise, reduction or copy kernel of eager PyTorch (elementwise*.csv): `op`
+    names the kernel as the simulator's operations do (infersim.kernels.ELEMENTWISE_OPS), `dtype` its
+    input format, `elements` the elements it writes and `bytes` what it reads plus writes by that op's
+    byte rule (the same rule the simulator's shape uses), the axis the lookup interpolates over. No
+    FLOPs, hence no `efficiency` column: latency is the record."""
+
+    op: str
+    dtype: str
+    elements: int
+    bytes: int
+    latency_us: float
+
+    def shape(self) -> MemoryBoundShape:
+        return MemoryBoundShape(what=self.op, bytes_moved=float(self.bytes), op=self.op, dtype=self.dtype)
+
+
+Row = Union[GemmRow, GroupedGemmRow, AttentionRow, CollectiveRow, ElementwiseRow]
 ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "attention": AttentionRow,
-                              "collective": CollectiveRow}
+                              "collective": CollectiveRow, "elementwise": ElementwiseRow}
 
 
 #: storage formats a weight_dtype cell may name (units.DTYPE_BYTES' formats below 32 bits)
@@ -253,7 +285,37 @@ class TableDirectory:
 # Writing
 
 
+def plain(value: Any) -> Any:
+    """`value` as the plain type YAML and CSV writers accept: str subclasses (torch's TorchVersion)
+    become str, int and float subclasses (numpy and torch scalars) int and float, mappings and
+    sequences recursively so. Everything written to a table directory goes through here: one
+    unrepresentable value (torch.__version__ is a TorchVersion, which yaml.safe_dump refuses) must
+    not lose a measured run."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return "".join(ch for ch in value)  # an exact str whatever the subclass's __str__ does
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v) for v in value]
+    item = getattr(value, "item", None)  # numpy / torch scalars that are not int or float subclasses
+    if callable(item):
+        try:
+            return plain(item())
+        except Exception:  # noqa: BLE001 - not a one-element value: written as its text below
+            pass
+    return "".join(ch for ch in str(value))
+
+
 def _format_number(value: Any) -> str:
+    value = plain(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -261,6 +323,20 @@ def _format_number(value: Any) -> str:
     if value is None:
         return ""
     return str(value)
+
+
+def measured_columns(family: str) -> list[str]:
+    """The CSV header `mfu bench` writes: the family's columns without the optional ones (its rows
+    have no published mfu, one format for inputs and weights, no sliding window)."""
+    return [c for c in row_columns(family) if c not in OPTIONAL_COLUMNS]
+
+
+def row_cells(family: str, row: Row, columns: Sequence[str], peak_for: Callable[[str], float]) -> list[str]:
+    """The CSV cells of one row under `columns` (efficiency derived from latency and the dtype's peak)."""
+    values = dataclasses.asdict(row)
+    if family not in NO_EFFICIENCY:
+        values["efficiency"] = float(f"{efficiency_of(row, peak_for(row.dtype)):.6g}")  # type: ignore[union-attr]
+    return [_format_number(values[c]) for c in columns]
 
 
 def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], float]) -> str:
@@ -275,10 +351,7 @@ def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], f
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
     for row in rows:
-        values = dataclasses.asdict(row)
-        if family not in NO_EFFICIENCY:
-            values["efficiency"] = float(f"{efficiency_of(row, peak_for(row.dtype)):.6g}")
-        writer.writerow([_format_number(values[c]) for c in columns])
+        writer.writerow(row_cells(family, row, columns, peak_for))
     return out.getvalue()
 
 
@@ -287,6 +360,10 @@ def provenance_yaml_text(provenance: Provenance) -> str:
     data["notes"] = list(provenance.notes)
     if provenance.elementwise_memory_efficiency is None:  # optional: kept out so older directories read unchanged
         del data["elementwise_memory_efficiency"], data["elementwise_source"]
+    if provenance.launch_cpu is None and provenance.step_cpu is None and not provenance.host_probes:
+        del data["launch_cpu"], data["step_cpu"], data["host_source"], data["host_probes"]
+    if provenance.complete:
+        del data["complete"]  # the default: kept out so that finished directories read as before
     for info in data["tables"].values():
         info["notes"] = list(info["notes"])
         if info.get("moe_routing") == "balanced":
@@ -295,7 +372,7 @@ def provenance_yaml_text(provenance: Provenance) -> str:
               "# `efficiency` in every CSV = kernel FLOPs / (latency * peak_flops[dtype]).\n")
     import yaml  # here: only writing tables needs PyYAML (~10 ms to import), reading goes through the cache
 
-    return header + yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True)
+    return header + yaml.safe_dump(plain(data), sort_keys=False, width=110, allow_unicode=True)
 
 
 def write_table_dir(directory: Path, table_dir: TableDirectory) -> None:
@@ -479,6 +556,8 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
                                   "the row's dtype)")
             if family in NO_EFFICIENCY:
                 rows.append(row)
+                if lines is not None:
+                    lines.append(line_no)
                 continue
             stored = _parse_cell(float, record["efficiency"], where, "efficiency")
             recomputed = efficiency_of(row, peak_for(row.dtype))

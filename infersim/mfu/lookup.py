@@ -42,7 +42,12 @@ interval's cost per unit of work (never at a falling efficiency), marked "extrap
 (`_extend_above`). Prefill for batch > 1 runs
 `batch` sequences: `batch` times the one-sequence time. Shapes no table covers (another K/N,
 layout, dtype or window, chunked prefill, decode with several query tokens unless
-measured so, memory-bound kernels) get None.
+measured so, fused memory-bound kernels) get None.
+
+Elementwise kernels (one eager PyTorch kernel each, `MemoryBoundShape.op`): by (op, dtype), piecewise
+linear in the bytes the op moves; below the smallest measured size the smallest size's time (a
+kernel is not faster than its launch-bound floor), above the largest extended at the last interval's
+time per byte (marked extrapolated).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from infersim.kernels import (
     GemmShape,
     GroupedGemmShape,
     KernelShape,
+    MemoryBoundShape,
     TableHit,
     minimum_bytes,
 )
@@ -70,6 +76,7 @@ from infersim.mfu.format import (
     PROVENANCE_FILE,
     AttentionRow,
     CollectiveRow,
+    ElementwiseRow,
     GemmRow,
     GroupedGemmRow,
     Row,
@@ -446,8 +453,8 @@ def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
     collected: dict[GridKey, tuple[tuple[str, ...], list[str], float, list[GridPoint]]] = {}
     for name, rows in table_dir.tables.items():
         for row in rows:
-            if isinstance(row, CollectiveRow):
-                continue  # no FLOPs, no efficiency: collectives are indexed by MfuTables (collective_series)
+            if isinstance(row, (CollectiveRow, ElementwiseRow)):
+                continue  # no FLOPs, no efficiency: indexed by MfuTables (collective_series, elementwise_series)
             key, coords, axes = row_grid_key(row)
             peak = prov.peak_flops[row.dtype]
             entry = collected.setdefault(key, (axes, [], peak, []))
@@ -494,6 +501,7 @@ class MfuTables:
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
         self._gemm_planes = _gemm_planes(self.grids)
         self.collectives = collective_series(table_dir, label)
+        self.elementwise = elementwise_series(table_dir, label)
         self._hbm_rows: Iterable[tuple[str, float, float, str]] = _hbm_rows(self.directory, table_dir)
         self._hbm_fastest = _fastest_rows(self._hbm_rows)
         self._checked: set[tuple[str, float, tuple[tuple[str, float], ...]]] = set()
@@ -581,6 +589,8 @@ class MfuTables:
     def _lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         if isinstance(shape, CollectiveShape):
             return self._collective(shape)
+        if isinstance(shape, MemoryBoundShape):
+            return self._elementwise(shape) if shape.op else None
         found = shape_grid_key(shape)
         if found is None or not peak_flops > 0:
             return None
@@ -624,11 +634,28 @@ class MfuTables:
             return TableHit(seconds, table, "edge", 0.0,
                             f"{shape.kind} of {x:g} bytes above the table's largest message ({sizes[-1]:g}): "
                             f"its time scaled by bytes")
-        i = bisect.bisect_left(sizes, x)
-        if sizes[i] == x:
-            return TableHit(points[i][1], table, "exact", 0.0)
-        (b0, t0), (b1, t1) = points[i - 1], points[i]
-        return TableHit(t0 + (t1 - t0) * (x - b0) / (b1 - b0), table, "interpolated", 0.0)
+        return _inside_series(points, sizes, x, table)
+
+    def _elementwise(self, shape: MemoryBoundShape) -> TableHit | None:
+        """One eager kernel by (op, dtype), piecewise linear in its bytes (module docstring)."""
+        series = self.elementwise.get((shape.op, shape.dtype))
+        if series is None:
+            return None
+        points, table = series
+        sizes = [b for b, _ in points]
+        x = shape.bytes_moved
+        if x <= sizes[0]:
+            exact = x == sizes[0]
+            return TableHit(points[0][1], table, "exact" if exact else "interpolated", 0.0,
+                            "" if exact else f"{shape.op} {shape.dtype}: {x:.4g} bytes below the smallest size timed: "
+                                             f"its time (the launch-bound floor)")
+        if x > sizes[-1]:
+            (b0, t0), (b1, t1) = points[-2] if len(points) > 1 else (0.0, 0.0), points[-1]
+            per_byte = max((t1 - t0) / (b1 - b0), 0.0) if b1 > b0 else t1 / b1
+            return TableHit(t1 + per_byte * (x - b1), table, "extrapolated", 0.0,
+                            f"{shape.op} {shape.dtype}: {x:.4g} bytes above the largest size timed ({b1:.4g}): "
+                            f"extended at the last interval's time per byte")
+        return _inside_series(points, sizes, x, table)
 
     def _gemm_between_planes(self, shape: GemmShape, peak_flops: float) -> TableHit | None:
         """A GEMM whose (K, N) was not measured, in a table measured on a full K x N grid: the times
@@ -696,6 +723,8 @@ class MfuTables:
         if prov.software.get("framework"):
             engine = f", engine {prov.software['framework']} {prov.software.get('framework_version', '')}".rstrip()
         collectives = f", {len(self.collectives)} collective series" if self.collectives else ""
+        if self.elementwise:
+            collectives += f", {len(self.elementwise)} elementwise series"
         routing = ""
         if self.moe_includes_imbalance:
             routing = (f"; MoE tables timed under {', '.join(self.moe_routing)} routing: expert-load imbalance "
@@ -762,6 +791,30 @@ def collective_series(table_dir: TableDirectory, label: str
                                     f"({seen[0]}) and {row.library} ({name}); keep one")
             found.setdefault(key, {}).setdefault(float(row.message_bytes), []).append(row.latency_us * 1e-6)
     return {key: (sorted((b, sum(t) / len(t)) for b, t in by_size.items()), f"{label}/{names[key][0]}")
+            for key, by_size in found.items()}
+
+
+def _inside_series(points: list[tuple[float, float]], sizes: list[float], x: float, table: str) -> TableHit:
+    """A (bytes, seconds) series at x within its range: exact at a point, else linear between the two around."""
+    i = bisect.bisect_left(sizes, x)
+    if sizes[i] == x:
+        return TableHit(points[i][1], table, "exact", 0.0)
+    (b0, t0), (b1, t1) = points[i - 1], points[i]
+    return TableHit(t0 + (t1 - t0) * (x - b0) / (b1 - b0), table, "interpolated", 0.0)
+
+
+def elementwise_series(table_dir: TableDirectory, label: str
+                       ) -> dict[tuple[str, str], tuple[list[tuple[float, float]], str]]:
+    """(op, dtype) -> ([(bytes, seconds)] ascending, table name); repeats averaged."""
+    found: dict[tuple[str, str], dict[float, list[float]]] = {}
+    names: dict[tuple[str, str], str] = {}
+    for name, rows in table_dir.tables.items():
+        for row in rows:
+            if isinstance(row, ElementwiseRow):
+                key = (row.op, row.dtype)
+                names.setdefault(key, name)
+                found.setdefault(key, {}).setdefault(float(row.bytes), []).append(row.latency_us * 1e-6)
+    return {key: (sorted((b, sum(t) / len(t)) for b, t in by_size.items()), f"{label}/{names[key]}")
             for key, by_size in found.items()}
 
 

@@ -28,8 +28,11 @@ from __future__ import annotations
 
 from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
 from infersim.config import Deployment
-from infersim.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs
+from infersim.cards.engine import elementwise_code
+from infersim.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs, elementwise_shape
 from infersim.modules import categories as cat
+from infersim.modules import eager
+from infersim.modules.eager import rms_norm
 from infersim.plan import Operation, StageContext
 from infersim.sharding import heads_per_rank, shard
 from infersim.units import ACT_BYTES, dtype_bytes
@@ -53,7 +56,7 @@ def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: in
                                    qk_head_dim=model.kv_lora_rank + model.qk_rope_head_dim,
                                    v_head_dim=model.kv_lora_rank, rope_dim=model.qk_rope_head_dim,
                                    topk=model.index_topk, **common)
-        elif model.is_mla and stage == "decode":
+        elif model.is_mla and stage == "decode" and dep.model_code.mla == "absorbed":
             shape = AttentionShape(kind="mla", num_heads=heads, num_kv_heads=1,
                                    qk_head_dim=model.kv_lora_rank + model.qk_rope_head_dim,
                                    v_head_dim=model.kv_lora_rank, rope_dim=model.qk_rope_head_dim, **common)
@@ -62,8 +65,13 @@ def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: in
                                    qk_head_dim=model.qk_head_dim, v_head_dim=model.v_head_dim,
                                    rope_dim=model.qk_rope_head_dim, **common)
         else:
-            shape = AttentionShape(kind="mha", num_heads=heads,
-                                   num_kv_heads=heads_per_rank(model.num_key_value_heads, tp),
+            kv_heads = heads_per_rank(model.num_key_value_heads, tp)
+            if stage == "decode" and seqs.kv_capacity:
+                # a static cache under torch.compile: SDPA gets a mask, so HF repeats K and V to every query
+                # head (no enable_gqa), and attends over the whole allocated cache
+                common["kv_len"] = seqs.kv_capacity
+                kv_heads = heads
+            shape = AttentionShape(kind="mha", num_heads=heads, num_kv_heads=kv_heads,
                                    qk_head_dim=model.head_dim, v_head_dim=model.head_dim, **common)
         ops.append(Operation("attn_core" if i == 0 else f"attn_core_{i}", cat.ATTN_CORE, shape))
     return ops
@@ -107,9 +115,10 @@ def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
     gemm = dict(dtype=prec.gemm, weight_dtype=prec.weight_dtype)
     heads = shard(model.num_attention_heads, tp, "num_attention_heads", "attention.tp")
     kv_bytes = dtype_bytes(prec.kv_cache)
-    ops: list[Operation] = [
-        Operation("input_norm", cat.ELEMENTWISE, MemoryBoundShape("fused add + RMSNorm", 4 * tokens * h * ACT_BYTES)),
-    ]
+    code = elementwise_code(dep.model_code, ctx.stage)
+    ops: list[Operation] = rms_norm("input_norm", tokens, h, code)
+    if model.is_mla and code != eager.FUSED:
+        return ops + _mla_hf_operations(model, dep, ctx, heads, tokens, code, window)
     if model.is_mla:
         qk_dim, v_dim = model.qk_head_dim, model.v_head_dim
         latent = model.kv_lora_rank + model.qk_rope_head_dim
@@ -154,21 +163,98 @@ def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
     kv_heads = heads_per_rank(model.num_key_value_heads, tp)
     d = model.head_dim
     q_heads = heads * 2 if model.attention_output_gate else heads  # the gate is a second query-width output
-    ops.append(Operation("qkv_proj", cat.ATTN_PROJ, GemmShape(tokens, h, (q_heads + 2 * kv_heads) * d, **gemm)))
-    if model.qk_norm:
+    if dep.model_code.projections == "separate":  # HF: q_proj, k_proj, v_proj, each its own nn.Linear
+        ops += [Operation("q_proj", cat.ATTN_PROJ, GemmShape(tokens, h, q_heads * d, **gemm)),
+                Operation("k_proj", cat.ATTN_PROJ, GemmShape(tokens, h, kv_heads * d, **gemm)),
+                Operation("v_proj", cat.ATTN_PROJ, GemmShape(tokens, h, kv_heads * d, **gemm))]
+    else:
+        ops.append(Operation("qkv_proj", cat.ATTN_PROJ, GemmShape(tokens, h, (q_heads + 2 * kv_heads) * d, **gemm)))
+    if model.qk_norm and code != eager.FUSED:
+        ops += rms_norm("q_norm", tokens * heads, d, code, residual=False)
+        ops += rms_norm("k_norm", tokens * kv_heads, d, code, residual=False)
+    elif model.qk_norm:
         # one kernel's time: TensorRT-LLM fuses q/k norm with RoPE (fusedQKNormRopeKernel), SGLang
         # runs q_norm and k_norm on two streams in its decode graphs (models/qwen3*.py _apply_qk_norm)
         ops.append(Operation("qk_norm", cat.ELEMENTWISE, MemoryBoundShape(
             "per-head RMSNorm of q and k", 2 * tokens * (heads + kv_heads) * d * ACT_BYTES)))
-    ops.append(Operation("rope_kv_store", cat.ELEMENTWISE, MemoryBoundShape(
-        "rotary on q/k, KV-cache write",
-        2 * tokens * (heads + kv_heads) * d * ACT_BYTES + tokens * 2 * kv_heads * d * (ACT_BYTES + kv_bytes),
-        kernels=2)))
+    if code == eager.FUSED:
+        ops.append(Operation("rope_kv_store", cat.ELEMENTWISE, MemoryBoundShape(
+            "rotary on q/k, KV-cache write",
+            2 * tokens * (heads + kv_heads) * d * ACT_BYTES + tokens * 2 * kv_heads * d * (ACT_BYTES + kv_bytes),
+            kernels=2)))
+    else:
+        ops += eager.rotary("q_rotary", tokens, heads, d, code) + eager.rotary("k_rotary", tokens, kv_heads, d, code)
+        ops += _kv_cache_operations(dep, ctx, kv_heads * d, heads, kv_heads, d, code)
     ops += _core_shapes(model, dep, ctx, heads, window)
     if model.attention_output_gate:
-        ops.append(Operation("attn_output_gate", cat.ELEMENTWISE, MemoryBoundShape(
-            "sigmoid output gate", 3 * tokens * heads * d * ACT_BYTES)))
+        if code == eager.EAGER:
+            ops += [Operation("attn_output_gate_sigmoid", cat.ELEMENTWISE,
+                              elementwise_shape("sigmoid", "bf16", tokens * heads * d, "sigmoid of the output gate")),
+                    Operation("attn_output_gate_mul", cat.ELEMENTWISE,
+                              elementwise_shape("mul", "bf16", tokens * heads * d, "attention output x gate"))]
+        else:
+            ops.append(Operation("attn_output_gate", cat.ELEMENTWISE, MemoryBoundShape(
+                "sigmoid output gate", 3 * tokens * heads * d * ACT_BYTES)))
     ops.append(Operation("o_proj", cat.ATTN_PROJ, GemmShape(tokens, heads * d, h, **gemm)))
+    return ops
+
+
+def _kv_cache_operations(dep: Deployment, ctx: StageContext, kv_width: int, heads: int, kv_heads: int, d: int,
+                         code: str) -> list[Operation]:
+    """Writing a layer's new K and V, as HF's cache classes do it (ModelCode.kv_cache): the whole
+    concatenated cache (DynamicCache) or the new tokens (StaticCache); under torch.compile the static
+    cache's V write, mask and GQA repeat are one kernel per step (eager.static_cache_fused)."""
+    tp = dep.attention.tp
+    new = sum(s.group_count(tp) * s.q_len for s in ctx.sequences_per_gpu) * kv_width
+    cached = sum(s.group_count(tp) * s.kv_len for s in ctx.sequences_per_gpu) * kv_width
+    if code == eager.INDUCTOR and dep.model_code.kv_cache == "static":
+        ops = []
+        for s in ctx.sequences_per_gpu:
+            capacity = s.kv_capacity or s.kv_len
+            ops += eager.static_cache_fused(s.group_count(tp) * s.q_len, heads, kv_heads, d, s.group_count(tp), capacity)
+        return ops
+    kind = "concat" if dep.model_code.kv_cache == "concat" else "static"
+    return eager.kv_cache_update(kind, new, cached, dtype_bytes(dep.precision.kv_cache))
+
+
+def _mla_hf_operations(model: ModelCard, dep: Deployment, ctx: StageContext, heads: int, tokens: int, code: str,
+                       window: int) -> list[Operation]:
+    """MLA as HF transformers' DeepseekV3Attention runs it: q_a_proj -> q_a_layernorm -> q_b_proj,
+    kv_a_proj_with_mqa -> kv_a_layernorm, rotary on the rope parts, the latents (not K and V) cached by
+    concatenation, then every step kv_b_proj expands the whole cached latent into per-head keys and
+    values (decompressed, ModelCode.mla), the keys assembled by two copies, and MHA over them."""
+    tp = dep.attention.tp
+    prec = dep.precision
+    gemm = dict(dtype=prec.gemm, weight_dtype=prec.weight_dtype)
+    h = model.hidden_size
+    qk, v = model.qk_head_dim, model.v_head_dim
+    nope, rope, rank = model.qk_nope_head_dim, model.qk_rope_head_dim, model.kv_lora_rank
+    ops: list[Operation] = []
+    if model.q_lora_rank:
+        ops.append(Operation("q_a_proj", cat.ATTN_PROJ, GemmShape(tokens, h, model.q_lora_rank, **gemm)))
+        ops += rms_norm("q_a_layernorm", tokens, model.q_lora_rank, code, residual=False)
+        ops.append(Operation("q_b_proj", cat.ATTN_PROJ, GemmShape(tokens, model.q_lora_rank, heads * qk, **gemm)))
+    else:
+        ops.append(Operation("q_proj", cat.ATTN_PROJ, GemmShape(tokens, h, heads * qk, **gemm)))
+    ops.append(Operation("kv_a_proj", cat.ATTN_PROJ, GemmShape(tokens, h, rank + rope, **gemm)))
+    ops += rms_norm("kv_a_layernorm", tokens, rank, code, residual=False)
+    ops += eager.rotary("q_rotary", tokens, heads, rope, code) + eager.rotary("k_rotary", tokens, 1, rope, code)
+    ops += _kv_cache_operations(dep, ctx, rank + rope, 1, 1, rank + rope, code)
+    if code == eager.EAGER:
+        ops.append(Operation("q_cat", cat.ELEMENTWISE, elementwise_shape("cat", "bf16", tokens * heads * qk,
+                                                                         "query = cat(q_pass, q_rot)")))
+    expanded = sum(s.group_count(tp) * s.kv_len for s in ctx.sequences_per_gpu)
+    ops.append(Operation("kv_b_proj", cat.ATTN_PROJ, GemmShape(expanded, rank, heads * (nope + v), **gemm)))
+    if code == eager.EAGER:
+        ops += [Operation("k_nope_copy", cat.ELEMENTWISE, elementwise_shape(
+                    "copy", "bf16", expanded * heads * nope, "keys assembled: k_nope copied in")),
+                Operation("k_rope_copy", cat.ELEMENTWISE, elementwise_shape(
+                    "copy", "bf16", expanded * heads * rope, "keys assembled: k_rot copied to every head"))]
+    else:
+        ops.append(Operation("key_assembly", cat.ELEMENTWISE, MemoryBoundShape(
+            "Triton: keys assembled from k_nope and k_rot", 2 * expanded * heads * qk * ACT_BYTES)))
+    ops += _core_shapes(model, dep, ctx, heads, window)
+    ops.append(Operation("o_proj", cat.ATTN_PROJ, GemmShape(tokens, heads * v, h, **gemm)))
     return ops
 
 

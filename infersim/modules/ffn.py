@@ -16,7 +16,10 @@ from __future__ import annotations
 from infersim.cards.model import ModelCard
 from infersim.config import Deployment
 from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape, TokenExchangeShape
+from infersim.cards.engine import elementwise_code
 from infersim.modules import categories as cat
+from infersim.modules import eager
+from infersim.modules.eager import rms_norm
 from infersim.modules.load_balance import MoeBalance, moe_balance
 from infersim.plan import Operation, StageContext
 from infersim.sharding import shard
@@ -41,15 +44,17 @@ def expected_active_experts(local_experts: int, num_experts: int, topk: int, tok
     return local_experts * (1.0 - miss)
 
 
-def _mlp(prefix: str, module: str, tokens: int, hidden: int, width: int, gated: bool, dep: Deployment) -> list[Operation]:
+def _mlp(prefix: str, module: str, tokens: int, hidden: int, width: int, gated: bool, dep: Deployment,
+         code: str = eager.FUSED) -> list[Operation]:
     gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
     up = width * (2 if gated else 1)
-    return [
-        Operation(f"{prefix}_up_proj", module, GemmShape(tokens, hidden, up, **gemm)),
-        Operation(f"{prefix}_activation", cat.ELEMENTWISE,
-                  MemoryBoundShape("SwiGLU" if gated else "activation", tokens * (up + width) * ACT_BYTES)),
-        Operation(f"{prefix}_down_proj", module, GemmShape(tokens, width, hidden, **gemm)),
-    ]
+    if gated and dep.model_code.projections == "separate":  # HF: gate_proj and up_proj, two nn.Linear
+        projections = [Operation(f"{prefix}_gate_proj", module, GemmShape(tokens, hidden, width, **gemm)),
+                       Operation(f"{prefix}_up_proj", module, GemmShape(tokens, hidden, width, **gemm))]
+    else:
+        projections = [Operation(f"{prefix}_up_proj", module, GemmShape(tokens, hidden, up, **gemm))]
+    return projections + eager.mlp_activation(f"{prefix}_activation", tokens, width, gated, code) + [
+        Operation(f"{prefix}_down_proj", module, GemmShape(tokens, width, hidden, **gemm))]
 
 
 def attention_output_collective(model: ModelCard, dep: Deployment, ctx: StageContext, moe_layer: bool) -> list[Operation]:
@@ -70,11 +75,11 @@ def dense_ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -
     tokens = ctx.tokens_per_gpu * ffn_tp
     width = shard(model.intermediate_size, ffn_tp, "intermediate_size", "ffn.tp")
     size = tokens * h * ACT_BYTES
-    ops: list[Operation] = [Operation("post_attn_norm", cat.ELEMENTWISE,
-                                      MemoryBoundShape("fused add + RMSNorm", 4 * ctx.tokens_per_gpu * attn_tp * h * ACT_BYTES))]
+    code = elementwise_code(dep.model_code, ctx.stage)
+    ops: list[Operation] = rms_norm("post_attn_norm", ctx.tokens_per_gpu * attn_tp, h, code)
     if ffn_tp > attn_tp:
         ops.append(_collective("dp_all_gather", cat.DP_GATHER, "all_gather", size, ffn_tp, ctx))
-    ops += _mlp("ffn", cat.DENSE_FFN, tokens, h, width, model.gated_ffn, dep)
+    ops += _mlp("ffn", cat.DENSE_FFN, tokens, h, width, model.gated_ffn, dep, code)
     if ffn_tp > attn_tp:
         ops.append(_collective("dp_reduce_scatter", cat.DP_GATHER, "reduce_scatter", size, ffn_tp, ctx))
     elif ffn_tp > 1:
@@ -133,8 +138,8 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
     balance = stage_moe_balance(model, dep, ctx)
     load = balance.token_factor
     T = ctx.tokens_per_gpu
-    ops: list[Operation] = [Operation("post_attn_norm", cat.ELEMENTWISE,
-                                      MemoryBoundShape("fused add + RMSNorm", 4 * T * attn_tp * h * ACT_BYTES))]
+    code = elementwise_code(dep.model_code, ctx.stage)
+    ops: list[Operation] = rms_norm("post_attn_norm", T * attn_tp, h, code)
     group = ffn.tp * ffn.ep
     if dep.moe_comm == "all-gather":
         # every rank of the FFN group holds all of its tokens: the ranks' real tokens, whose mean is
@@ -149,7 +154,17 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
         table_tokens = ctx.expert_tokens
         shared_shards, shared_tokens = shared_expert_split(dep, tokens_seen, T)
     ops.append(Operation("router_gate", cat.ROUTER, GemmShape(tokens_seen, h, E, "bf16", "bf16")))
-    ops.append(Operation("router_topk", cat.ROUTER, MemoryBoundShape("top-k, routing metadata", tokens_seen * E * 4.0, kernels=2)))
+    if code != eager.FUSED:  # HF's MoE block: router post-processing and permutation as their own kernels
+        if code == eager.EAGER:
+            before, between, after = eager.moe_routing_eager(table_tokens * load, E, k, h, width, model.gated_ffn,
+                                                             model.n_group)
+        else:
+            before, between, after = eager.moe_routing_fused(table_tokens * load, E, k, h, width, model.gated_ffn)
+    else:
+        before = [Operation("router_topk", cat.ROUTER,
+                            MemoryBoundShape("top-k, routing metadata", tokens_seen * E * 4.0, kernels=2))]
+        between = after = []
+    ops += before
     if dep.moe_comm != "all-gather":
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
         dispatch_bytes = 1.0 if prec.expert_gemm_dtype == "fp8" else ACT_BYTES  # DeepEP/SGLang dispatch fp8 when expert GEMMs are fp8
@@ -165,15 +180,14 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
                    rebalanced=dep.moe.load_balance in ("eplb", "ideal"))
     routed = table_tokens * load * k
     up = width * (2 if model.gated_ffn else 1)
-    ops += [
-        Operation("experts_up", cat.MOE_EXPERTS, GroupedGemmShape(projection="up", **grouped)),
-        Operation("experts_activation", cat.ELEMENTWISE, MemoryBoundShape(
-            "permute, SwiGLU, unpermute", routed * (up + width + 2 * h) * ACT_BYTES, kernels=3)),
-        Operation("experts_down", cat.MOE_EXPERTS, GroupedGemmShape(projection="down", **grouped)),
-    ]
+    if code == eager.FUSED:
+        between = [Operation("experts_activation", cat.ELEMENTWISE, MemoryBoundShape(
+            "permute, SwiGLU, unpermute", routed * (up + width + 2 * h) * ACT_BYTES, kernels=3))]
+    ops += [Operation("experts_up", cat.MOE_EXPERTS, GroupedGemmShape(projection="up", **grouped))] + between + [
+        Operation("experts_down", cat.MOE_EXPERTS, GroupedGemmShape(projection="down", **grouped))] + after
     if model.num_shared_experts:
         shared_width = shard(model.shared_width, shared_shards, "shared expert width", "the FFN group size")
-        ops += _mlp("shared_expert", cat.SHARED_EXPERT, shared_tokens, h, shared_width, model.gated_ffn, dep)
+        ops += _mlp("shared_expert", cat.SHARED_EXPERT, shared_tokens, h, shared_width, model.gated_ffn, dep, code)
     if dep.moe_comm == "all-gather":
         size = tokens_seen * h * ACT_BYTES
         if group > attn_tp:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
+from infersim.cards.engine import elementwise_code
 from infersim.config import Deployment, Workload
 from infersim.errors import InferSimError
 from infersim.kernels import CollectiveShape, GemmShape, MemoryBoundShape
 from infersim.modules import categories as cat
+from infersim.modules import eager
 from infersim.modules.attention import attention_operations
 from infersim.modules.ffn import attention_output_collective, dense_ffn_operations, moe_operations, sequence_length
 from infersim.modules.linear_attention import linear_mixer_operations
@@ -47,7 +49,10 @@ def stage_context(stage: Stage, model: ModelCard, dep: Deployment, workload: Wor
         seqs = prefill_sequences(per_micro, workload.isl, dep.attention.tp)
         return StageContext(stage, per_micro, seqs, dep.gpus_per_node)
     attending = min(per_micro, -(-real_batch // micro_batches)) if real_batch else per_micro
-    seqs = (SequenceBatch(attending, q_len, max(1, round(workload.decode_context)) + q_len - 1),)
+    # a static cache is allocated for prompt + output (HF generate's max_length) and attended whole
+    capacity = workload.isl + workload.osl + q_len - 1 if dep.model_code.kv_cache == "static" else 0
+    seqs = (SequenceBatch(attending, q_len, max(1, round(workload.decode_context)) + q_len - 1,
+                          kv_capacity=capacity),)
     return StageContext(stage, per_micro * q_len, seqs, dep.gpus_per_node)
 
 
@@ -90,7 +95,7 @@ def mixer_piece(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str)
     """mixer_operations, memoised. The key covers what attention_operations and
     linear_mixer_operations read: the card, the mixer kind, attention TP, the precision, and the
     context's stage, tokens and sequences (not the FFN layout, the MoE path or the node size)."""
-    key = ("mixer", id(model), kind, dep.attention.tp, dep.precision, ctx.stage, ctx.tokens_per_gpu,
+    key = ("mixer", id(model), kind, dep.attention.tp, dep.precision, dep.model_code, ctx.stage, ctx.tokens_per_gpu,
            ctx.sequences_per_gpu)
     return _memoised(key, model, lambda: mixer_operations(model, dep, ctx, kind))
 
@@ -103,7 +108,8 @@ def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool) -
     routing statistics); not the GPU, node or pipeline counts, the DP sizes, the overlap (the
     context carries its micro-batch) or the sequences' context lengths. So one piece serves every
     real batch padded to the same CUDA-graph batch, and every pipeline split of the same layout."""
-    key = ("ffn", id(model), moe, dep.ffn.tp, dep.ffn.ep, dep.attention.tp, dep.precision, dep.moe_comm, dep.moe, ctx.stage,
+    key = ("ffn", id(model), moe, dep.ffn.tp, dep.ffn.ep, dep.attention.tp, dep.precision, dep.moe_comm, dep.moe,
+           dep.model_code, ctx.stage,
            ctx.tokens_per_gpu, ctx.expert_tokens_per_gpu, ctx.gpus_per_node, sequence_length(ctx))
     return _memoised(key, model, lambda: attention_output_collective(model, dep, ctx, moe_layer=moe) + (
         moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx)))
@@ -132,8 +138,9 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     logit_rows = ctx.tokens_per_gpu * micro_batches * tp if ctx.stage == "decode" else \
         sum(s.group_count(tp) for s in ctx.sequences_per_gpu) * micro_batches
     gathered_dp = lm_head_gathered_dp(model, dep)
+    code = elementwise_code(dep.model_code, ctx.stage)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
-            logit_rows, gathered_dp)
+            logit_rows, gathered_dp, code)
     return _memoised(("step", id(model)) + args, model, lambda: _step_operations(model, *args))
 
 
@@ -149,14 +156,12 @@ def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:
 
 def _step_operations(model: ModelCard, tp: int, pp: int, gpus_per_stage: int, gpus_per_node: int,
                      tokens_per_micro_batch: int, micro_batches: int, logit_rows: int,
-                     gathered_dp: int = 1) -> list[Operation]:
+                     gathered_dp: int = 1, code: str = eager.FUSED) -> list[Operation]:
     """per_step_operations on exactly what it reads (its memo key)."""
     tokens = tokens_per_micro_batch * micro_batches * tp
     h = model.hidden_size
-    ops = [
-        Operation("embedding", cat.EMBEDDING, MemoryBoundShape("embedding gather", 2 * tokens * h * ACT_BYTES)),
-        Operation("final_norm", cat.LM_HEAD, MemoryBoundShape("RMSNorm", 2 * logit_rows * h * ACT_BYTES)),
-    ]
+    ops = [Operation("embedding", cat.EMBEDDING, MemoryBoundShape("embedding gather", 2 * tokens * h * ACT_BYTES))]
+    ops += eager.step_eager(tokens, h, model.head_dim or model.qk_rope_head_dim or 128, logit_rows, code)
     if gathered_dp > 1:
         # SGLang's LM head under DP attention (deployment.lm_head gathered): the hidden states of every
         # DP rank are gathered, each GPU computes all of their logits over its vocab shard of the

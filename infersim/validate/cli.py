@@ -27,21 +27,38 @@ def _validate(args: argparse.Namespace) -> int:
     from infersim.validate.mapping import load_mapping
     from infersim.validate.report import to_json_data, to_text
 
+    from infersim.validate.measured import bundled_files, load_measured
+
+    measured_paths = [Path(p) for p in args.measured] if args.measured else bundled_files()
+    for path in measured_paths:
+        if not path.is_file():
+            raise InferSimError(f"--measured {path}: no such file")
+    measured = load_measured(measured_paths)
     if args.reference:
-        reference_path = Path(args.reference)
+        reference_path: Path | None = Path(args.reference)
         if not reference_path.is_file():
             raise InferSimError(f"--reference {args.reference}: no such file")
     else:
-        found = default_reference()
-        if found is None:
+        reference_path = default_reference()
+        if reference_path is None and not measured.reference:
             raise InferSimError(f"no reference file at {REFERENCE_RELATIVE} (beside the repository or the current "
-                                "directory): pass --reference PATH to a file in the format of validation.yaml")
-        reference_path = found
+                                "directory): pass --reference PATH to a file in the format of validation.yaml, or "
+                                "--measured PATH to a GPU validation file (benchmarks/gpu/measure_e2e.py)")
     points_path = Path(args.points) if args.points else POINTS_FILE
-    reference = load_reference(reference_path)
+    reference = load_reference(reference_path) if reference_path is not None else {}
     mapping = load_mapping(points_path)
-    result = evaluate(reference, mapping, reference_path=str(reference_path), points_file=points_path.name,
+    clash = sorted(set(reference) & set(measured.reference))
+    if clash:
+        raise InferSimError(f"point id {clash[0]} is both in the reference file and in a measured file")
+    reference.update(measured.reference)
+    mapping.update(measured.mapping)
+    shown = " + ".join([str(reference_path)] * (reference_path is not None) + measured.files)
+    if not measured_paths:
+        shown += " (no GPU validation file: infersim/validate/measured/ holds none yet; benchmarks/gpu/measure_e2e.py " \
+                 "writes them, docs/measuring-on-gpus.md)"
+    result = evaluate(reference, mapping, reference_path=shown, points_file=points_path.name,
                       mfu_tables=args.mfu_tables, only=args.point)
+    result.not_expressed += measured.not_expressed
     if args.format == "json":
         print(json.dumps(to_json_data(result), indent=2))
     else:
@@ -60,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "cannot express and why.")
     p.add_argument("--reference", default=None, metavar="PATH",
                    help=f"reference file (default: {REFERENCE_RELATIVE} beside the repository or current directory)")
+    p.add_argument("--measured", action="append", default=[], metavar="PATH",
+                   help="a GPU validation file written by benchmarks/gpu/measure_e2e.py, compared beside the reference "
+                        "(repeatable; default: the bundled infersim/validate/measured/*.yaml)")
     p.add_argument("--points", default=None, metavar="PATH",
                    help="mapping of points to runs (default: the bundled infersim/validate/points.yaml)")
     p.add_argument("--point", action="append", default=[], metavar="ID",
