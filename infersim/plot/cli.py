@@ -82,7 +82,7 @@ def register(subparsers: Any) -> None:
     plot = subparsers.add_parser(
         "plot", help="draw a saved result (JSON of the run, sweep, compare, validate or serve commands)",
         description="Turn the JSON a command emitted into a picture: module breakdown, roofline, "
-                    "predicted vs measured, sweep curves or serving curves. Needs pip install 'infersim[plot]'.",
+                    "predicted vs measured, sweep curves or serving curves. Needs matplotlib (pip install '.[plot]' in the clone).",
         epilog=PLOT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     plot.add_argument("result", metavar="RESULT", help="result file: .json (or - for stdin), or a sweep's .csv")
     plot.add_argument("--out", default=None, metavar="FILE",
@@ -102,7 +102,7 @@ def register(subparsers: Any) -> None:
         "roofline", help="simulate a run config and draw its roofline (ceilings and every module)",
         description="The hardware card's datasheet and derated compute ceilings per format and its memory "
                     "ceiling, with each module of prefill and decode at its arithmetic intensity (FLOP/byte) "
-                    "and achieved FLOP/s; the ridge point marked. Needs pip install 'infersim[plot]'.")
+                    "and achieved FLOP/s; the ridge point marked. Needs matplotlib (pip install '.[plot]' in the clone).")
     roofline.add_argument("--config", required=True,
                           help="run config: a path, or the name of a bundled example (e.g. qwen3-30b.yaml)")
     roofline.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",

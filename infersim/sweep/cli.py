@@ -292,7 +292,7 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 def pareto_command(args: argparse.Namespace) -> int:
     check_output_path(args.out)
-    check_plot_path(args.plot)
+    check_plot_path(args.plot, need_matplotlib=False)  # matplotlib is asked for after the frontier is printed
     targets = _targets(args)
     spec = _spec(args, args.gpus, targets)
     hw = spec.base.config.hardware

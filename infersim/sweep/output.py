@@ -36,9 +36,14 @@ def check_output_path(path: str | None) -> None:
         raise InferSimError(f"--out {path}: directory {parent} does not exist")
 
 
-def check_plot_path(path: str | None) -> None:
-    if path and importlib.util.find_spec("matplotlib") is None:
-        raise InferSimError(f"--plot {path}: plotting needs matplotlib; pip install 'infersim[plot]'")
+def check_plot_path(path: str | None, need_matplotlib: bool = True) -> None:
+    """A --plot path's format and directory (before a search runs), and matplotlib unless
+    `need_matplotlib` is false (asked again when drawing, after the report is printed)."""
+    if not path:
+        return
+    from infersim.plot.backend import check_picture_path
+
+    check_picture_path(path, "--plot", need_matplotlib)
 
 
 def _num(x: float) -> float | None:
