@@ -258,8 +258,11 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
         out.extend(edges)
     # memory limits the run breaks are not warnings: they are SimulationResult.unfit
     if workload.decode_batch_per_gpu == "max":
-        out.append(f"decode batch per GPU not given: using the largest that fits in memory ({batch}"
-                   + (", even for two-batch overlap)" if config.deployment.overlap == "two-batch" else ")"))
+        limit = ("the engine's running-request cap" if memory.binding_limit == "running-request cap"
+                 else "what fits in memory")
+        out.append(f"decode batch per GPU: the largest the run allows ({batch}: {limit}"
+                   + ("; even, for two-batch overlap)" if config.deployment.overlap == "two-batch" else ")")
+                   + "; --batch-per-gpu or workload.decode_batch_per_gpu fixes it")
     rest = workload.prefill_tokens % workload.isl
     if rest and workload.prefill_tokens > workload.isl:
         out.append(f"prefill tokens per GPU ({workload.prefill_tokens}) is not a multiple of ISL ({workload.isl}): "

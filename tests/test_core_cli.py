@@ -39,8 +39,13 @@ def test_json_report_has_the_documented_shape():
     data = json.loads(proc.stdout)
     assert {"model", "hardware", "deployment", "workload", "prefill", "decode", "memory", "warnings"} <= set(data)
     assert data["model"] == "qwen3-30b-a3b" and data["hardware"] == "h20"
-    assert data["decode"]["batch_per_gpu"] == 100
-    assert data["decode"]["tgs"] == pytest.approx(100 / (data["decode"]["tpot_ms"] / 1e3))
+    # the config leaves the batch to 'max': the largest whose KV cache (ISL + OSL = 6,144 tokens of
+    # 98,304 bytes each per GPU) fits in the KV space; SGLang's running-request cap is far above it
+    fit = int(data["memory"]["kv_capacity_gb"] * 1e9 // (6144 * 98304))
+    assert data["decode"]["batch_per_gpu"] == data["memory"]["max_batch_per_gpu"] == fit == 119
+    assert data["decode"]["tgs"] == pytest.approx(119 / (data["decode"]["tpot_ms"] / 1e3))
+    assert data["server"]["decode_requests"] == 4 * 119 and data["server"]["requests_per_scheduler"] == 119
+    assert data["server"]["decode_tokens_per_s"] == pytest.approx(4 * data["decode"]["tgs"])
     assert data["prefill"]["tgs"] == pytest.approx(16384 / (data["prefill"]["ttft_ms"] / 1e3))
     for stage in ("prefill", "decode"):
         modules = data[stage]["modules"]

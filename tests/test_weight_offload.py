@@ -232,7 +232,7 @@ def test_pool_too_small_is_a_clear_does_not_fit(capsys):
     # 20 GB of HBM: the sglang reserve and the non-expert weights leave no room even with every
     # routed expert on the host
     code = main(["--config", "qwen3-30b.yaml", "--set", "hardware.peak.hbm_bytes=20e9",
-                 "--set", "deployment.weight_offload=auto"])
+                 "--set", "deployment.weight_offload=auto", "--set", "workload.decode_batch_per_gpu=100"])
     captured = capsys.readouterr()
     assert code == 1 and "routed-expert weights in host memory" in captured.out
     assert "Traceback" not in captured.out + captured.err

@@ -1,7 +1,9 @@
 """Where bundled cards, tables and example configs live, and how names resolve to files.
 
 A name resolves in this order: an existing path (relative to the working directory or absolute);
-then the bundled directory of that kind, with or without the `.yaml` ending. Bundled data sits at
+a card of that name in ./models, ./hardware or ./engines of the working directory (where `infersim
+cards import-hf` writes); then the bundled directory of that kind, with or without the `.yaml`
+ending; then forgivingly (`forgiving_name`: case, punctuation, aliases, HF repository ids). Bundled data sits at
 the repository root in a checkout and under `infersim/_bundled/` in an installed wheel.
 """
 
@@ -144,12 +146,17 @@ def resolve_name(name_or_path: str, kind: str, relative_to: Path | None = None) 
     candidates = [Path(name_or_path).expanduser()]
     if relative_to is not None and not Path(name_or_path).is_absolute():
         candidates.append(relative_to / name_or_path)
+    given = len(candidates)
+    if kind in _ALIAS_KINDS and "/" not in name_or_path and not Path(name_or_path).is_absolute():
+        # a card `infersim cards import-hf` wrote to ./<kind>/ (its default --out) is found by its name
+        local = Path.cwd() / kind
+        candidates += [local / name_or_path, local / f"{name_or_path}.yaml"]
     bundled = bundled_dir(kind)
     candidates += [bundled / name_or_path, bundled / f"{name_or_path}.yaml"]
     for candidate in candidates:
         if candidate.is_file():
             return candidate, ""
-    for candidate in candidates[:-2]:  # a path the user gave that names a directory
+    for candidate in candidates[:given]:  # a path the user gave that names a directory
         if candidate.is_dir():
             raise InferSimError(f"{name_or_path}: is a directory, not a {_singular(kind)} file")
     found = forgiving_name(name_or_path, kind) if kind != "configs" else None
