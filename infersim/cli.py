@@ -223,6 +223,15 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+def add_option_aliases(parser: argparse.ArgumentParser, aliases: dict[str, str]) -> None:
+    """Make each alias (e.g. vllm bench serve's --request-rate) another name of an option the
+    parser has (--rate): one option, so help lists both names and either sets it."""
+    for alias, option in aliases.items():
+        action = parser._option_string_actions[option]  # argparse's own table of option names
+        action.option_strings.append(alias)
+        parser._option_string_actions[alias] = action
+
+
 def existing_path(text: str) -> Path:
     path = Path(text)
     if not path.exists():

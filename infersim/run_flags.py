@@ -170,9 +170,10 @@ def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: fro
 # argparse
 
 
-def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True) -> None:
+def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True, batch: bool = True) -> None:
     """The direct flags, in their own help group. `lengths`: also --isl/--osl as whole numbers
-    (serve has its own, which take distributions)."""
+    (serve has its own, which take distributions); `batch`: also --batch-per-gpu (a sweep has
+    its own --batch list)."""
     from infersim.cli import number_arg
 
     count = number_arg(whole=True, gt=0)
@@ -202,6 +203,7 @@ def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True) -> None
                            help=f"input (prompt) length (default: the config's, else {DEFAULT_ISL})")
         group.add_argument("--osl", "--output-len", dest="osl", type=count, default=None, metavar="TOKENS",
                            help=f"output length (default: the config's, else {DEFAULT_OSL})")
+    if lengths and batch:
         group.add_argument("--batch-per-gpu", default=None, metavar="N|max",
                            help="concurrent decode requests per GPU (default: max, the largest that fits and the "
                                 "engine allows)")
