@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT, shared_reference
+from conftest import REPO_ROOT, public_reference
 
 pytest.importorskip("matplotlib")
 
@@ -113,7 +113,7 @@ def test_bench_compare_one_pair_of_bars_per_metric_and_line(tmp_path: Path) -> N
 
 
 def test_validate_scatter_holds_one_point_per_published_case() -> None:
-    published = shared_reference("published.yaml")
+    published = public_reference("published.yaml")
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     try:
         from validate_published import validate

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO_ROOT, shared_reference
+from conftest import REPO_ROOT, public_reference
 from infersim.cli import main
 from infersim.config import Deployment, Workload, load_hardware_card, load_model_card, load_run_config
 from infersim.engine import run_stage
@@ -260,7 +260,7 @@ def test_cli_end_to_end_subprocess():
 
 
 def test_gb200_lowprec_prefill_point_fits_with_offload(capsys):
-    shared_reference("validation.yaml")
+    public_reference("validation.yaml")
     assert main(["validate", "--point", "sgl-gb200-prefill-p2-lowprec"]) == 0
     out = capsys.readouterr().out
     assert "sgl-gb200-prefill-p2-lowprec" in out and "does not fit" not in out
