@@ -2,8 +2,8 @@
 
     python benchmarks/validate_offload.py [--format json] [--reference PATH]
 
-Measured values come from infersim/validate/public/zero_inference.yaml (shipped with the package,
-copied unchanged from ../shared/reference; --reference reads another file). Each model's run config is benchmarks/offload/<model>.yaml; the script sets only what
+Measured values come from ../shared/reference/zero_inference.yaml (read by path; not copied into
+the project). Each model's run config is benchmarks/offload/<model>.yaml; the script sets only what
 the reference gives per run: batch, prompt and generation length, weight format (fp16 or 4-bit)
 and whether the KV cache is offloaded (weights always stream from CPU memory). Nothing is fitted
 per case. Targets (issue 7): median absolute error <= 25%, every case within a factor of 1.5.
@@ -31,9 +31,7 @@ from infersim.errors import InferSimError  # noqa: E402
 from infersim.generate.simulate import simulate_generation  # noqa: E402
 from infersim.generate.spec import load_generate_config  # noqa: E402
 
-from infersim.validate import public_file  # noqa: E402
-
-DEFAULT_REFERENCE = public_file("zero_inference.yaml")  # shipped with the package (infersim/validate/public)
+DEFAULT_REFERENCE = REPO.parent / "shared" / "reference" / "zero_inference.yaml"
 CONFIG_DIR = Path(__file__).resolve().parent / "offload"
 WEIGHT_FORMATS = {"4-bit": "int4", "fp16": "fp16"}
 FACTOR = 1.5
@@ -106,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     reference = Path(args.reference)
     if not reference.is_file():
-        print(f"validate_offload: {reference} not found (pass --reference PATH to a zero_inference.yaml)",
+        print(f"validate_offload: {reference} not found (it lives in ../shared/reference; pass --reference PATH)",
               file=sys.stderr)
         return 2
     try:

@@ -21,7 +21,7 @@ PUBLIC_REFERENCE = REPO_ROOT / "infersim" / "validate" / "public"
 
 
 def public_reference(name: str) -> Path:
-    """A shipped public measurement file (validation.yaml, published.yaml, zero_inference.yaml)."""
+    """A shipped public measurement file (validation.yaml, published.yaml)."""
     return PUBLIC_REFERENCE / name
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, public_reference
+from conftest import REPO_ROOT, shared_reference
 from infersim.cli import main
 from infersim.config import load_model_card
 from infersim.generate.report import format_log
@@ -41,7 +41,7 @@ def test_log_layout_reproduces_the_example():
 
 
 def test_log_layout_matches_the_reference_file():
-    text = public_reference("zero_inference.yaml").read_text()
+    text = shared_reference("zero_inference.yaml").read_text()
     block = text.split("# Log format (one run):\n", 1)[1].splitlines()[:4]
     lines = [line[len("#   "):] for line in block]
     assert all(line.startswith(("model size", "peak gpu", "decode lat", "total lat")) for line in lines)

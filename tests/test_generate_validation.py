@@ -11,7 +11,7 @@ import importlib.util
 
 import pytest
 
-from conftest import REPO_ROOT, public_reference
+from conftest import REPO_ROOT, shared_reference
 
 
 def load_script():
@@ -23,7 +23,7 @@ def load_script():
 
 @pytest.fixture(scope="module")
 def report():
-    return load_script().validate(public_reference("zero_inference.yaml"))
+    return load_script().validate(shared_reference("zero_inference.yaml"))
 
 
 def test_median_error_within_target(report):

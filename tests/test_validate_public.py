@@ -14,7 +14,7 @@ from conftest import PUBLIC_REFERENCE, REPO_ROOT, SHARED_REFERENCE
 
 from infersim.validate import DEFAULT_REFERENCES, PUBLIC_DIR, public_file
 
-SHIPPED = ("validation.yaml", "published.yaml", "zero_inference.yaml")
+SHIPPED = ("validation.yaml", "published.yaml")
 
 
 def test_the_shipped_files_are_in_the_package_with_their_sources() -> None:

@@ -95,11 +95,12 @@ LABEL_OFFSETS = ((6, 5, "left"), (6, -13, "left"), (-6, 5, "right"), (-6, -13, "
 
 def place_point_labels(ax: Any, labels: Sequence[tuple[float, float, str]], fontsize: float = 7.5,
                        avoid: Sequence[Any] = (), marker_radius_px: float = 5.0,
-                       avoid_points: Sequence[tuple[float, float]] = ()) -> list[Any]:
+                       avoid_points: Sequence[tuple[float, float]] = (), inside: bool = False) -> list[Any]:
     """Annotate points so that labels do not cover each other, the points, or the `avoid` artists.
 
     Greedy: each label (in the given order, most important first) takes the first offset around its
-    point whose box overlaps no label placed before it; when every offset collides, the first is used.
+    point whose box overlaps no label placed before it (and with `inside`, lies within the axes,
+    so no label is cut off); when every offset collides, the first that fits inside is used.
     """
     figure = ax.figure
     renderer = figure.canvas.get_renderer()
@@ -110,19 +111,27 @@ def place_point_labels(ax: Any, labels: Sequence[tuple[float, float, str]], font
         px, py = ax.transData.transform((x, y))
         taken.append(Bbox.from_extents(px - marker_radius_px, py - marker_radius_px,
                                        px + marker_radius_px, py + marker_radius_px))
+    frame = ax.get_window_extent(renderer)
+
+    def within(box: Any) -> bool:
+        return not inside or (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1)
+
     placed = []
     for x, y, text in labels:
         chosen = None
+        fallback = None
         for dx, dy, align in LABEL_OFFSETS:
             note = ax.annotate(text, xy=(x, y), xytext=(dx, dy), textcoords="offset points", ha=align,
                                fontsize=fontsize)
             box = note.get_window_extent(renderer).expanded(1.04, 1.1)
-            if not any(box.overlaps(other) for other in taken):
+            if within(box) and not any(box.overlaps(other) for other in taken):
                 chosen = (note, box)
                 break
+            if fallback is None and within(box):
+                fallback = (dx, dy, align)
             note.remove()
         if chosen is None:
-            dx, dy, align = LABEL_OFFSETS[0]
+            dx, dy, align = fallback or LABEL_OFFSETS[0]
             note = ax.annotate(text, xy=(x, y), xytext=(dx, dy), textcoords="offset points", ha=align,
                                fontsize=fontsize)
             chosen = (note, note.get_window_extent(renderer))

@@ -23,5 +23,5 @@ DEFAULT_REFERENCES = (PUBLIC_DIR / "validation.yaml",)
 
 
 def public_file(name: str) -> Path:
-    """A file of the shipped public measurements: validation.yaml, published.yaml, zero_inference.yaml."""
+    """A file of the shipped public measurements: validation.yaml, published.yaml."""
     return PUBLIC_DIR / name
