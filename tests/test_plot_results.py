@@ -308,3 +308,27 @@ def test_serve_single_run_is_one_point() -> None:
     assert len(points) == 1 and points[0]["p99_ttft_ms"] == 2100.0 and points[0]["rate"] is None
     figure, drawn = draw_serve(single)
     assert len(figure.axes) == 2 and drawn["histograms"] == {}
+    assert figure.axes[0].get_ylim()[0] == 0  # latency from zero
+
+
+def test_serve_single_run_with_requests_draws_its_histograms_under_a_title_naming_the_run() -> None:
+    single = {k: v for k, v in SERVE.items() if k != "rate_sweep"}
+    single["run"] = {"title": "llama-3.1-8b on 1 x h100-sxm, sglang 0.5; Poisson 8 req/s"}
+    figure, drawn = draw_serve(single)
+    assert not drawn["curves"] and len(figure.axes) == 2  # no lone points: the two histograms only
+    assert drawn["title"] == ("llama-3.1-8b on 1 x h100-sxm, sglang 0.5; Poisson 8 req/s\n"
+                              "output 5,200 tok/s; TTFT p50 800.0 / p99 2,100.0 ms; TPOT p50 30.0 / p99 45.0 ms")
+    assert figure._suptitle.get_text() == drawn["title"]
+
+
+def test_serve_histogram_of_identical_values_is_a_bar_one_can_see() -> None:
+    """One client in closed loop gives every request the same TTFT (to the last bit): the bins span
+    +-2% of it, not the 1e-11 ms between the values."""
+    data = {"requests": [{"ttft_ms": 35.2057661262 + 1e-12 * (i % 3), "tpot_ms": 6.0} for i in range(50)]}
+    figure, drawn = draw_serve(data)
+    edges = drawn["histograms"]["ttft"]["edges"]
+    assert edges[0] == pytest.approx(35.2057661262 * 0.98) and edges[-1] == pytest.approx(35.2057661262 * 1.02)
+    assert len(edges) == 6 and sum(drawn["histograms"]["tpot"]["counts"]) == 50
+    bar = max(figure.axes[0].patches, key=lambda p: p.get_height())
+    assert bar.get_height() == 50 and bar.get_width() == pytest.approx(35.2057661262 * 0.04 / 5)
+    assert figure.axes[0].xaxis.get_major_formatter().get_useOffset() is False

@@ -87,6 +87,28 @@ def si_format(value: float, unit: str = "") -> str:
     return f"{value:.3g} {unit}".rstrip()
 
 
+def plain_log_ticks(low: float, high: float, most: int = 7) -> list[float]:
+    """Ticks for a log axis from low to high, to be written as plain numbers: 1-2-5 steps per
+    decade (1-2-3-5, or every digit, on a short axis; decades only on a long one), at most `most`."""
+    def ticks(mantissas: tuple[int, ...]) -> list[float]:
+        return [m * 10.0 ** e for e in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+                for m in mantissas if low <= m * 10.0 ** e <= high]
+
+    for mantissas in ((1, 2, 5), (1, 2, 3, 5), tuple(range(1, 10))):
+        chosen = ticks(mantissas)
+        if len(chosen) >= 3:
+            break
+    if len(chosen) > most:
+        decades = ticks((1,))
+        chosen = decades if len(decades) >= 2 else chosen[::math.ceil(len(chosen) / most)]
+    return chosen
+
+
+def plain_number(value: float) -> str:
+    """A tick value as a person writes it: 2,000 (not 2 x 10^3), 0.5."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:g}"
+
+
 #: where a point's label may go, in points from the point: (dx, dy, horizontal alignment), tried in order
 LABEL_OFFSETS = ((6, 5, "left"), (6, -13, "left"), (-6, 5, "right"), (-6, -13, "right"), (0, 9, "center"),
                  (0, -18, "center"), (12, 16, "left"), (12, -24, "left"), (-12, 16, "right"), (-12, -24, "right"),

@@ -30,7 +30,7 @@ from typing import Any
 
 from infersim.errors import InferSimError
 from infersim.plot.backend import Drawing, pyplot
-from infersim.plot.common import first_number, number, place_point_labels
+from infersim.plot.common import first_number, number, place_point_labels, plain_log_ticks, plain_number
 from infersim.units import MS
 
 #: the band a prediction should fall in (the project's accuracy target)
@@ -222,24 +222,6 @@ def unit_panels(cases: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
     return dict(sorted(panels.items(), key=lambda kv: (-len(kv[1]), kv[0])))
 
 
-def plain_log_ticks(low: float, high: float, most: int = 6) -> list[float]:
-    """Ticks for a log axis from low to high written as plain numbers: 1-2-5 steps per decade
-    (1-2-3-5 or every digit on a short axis), thinned to at most `most`."""
-    import math
-
-    for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 5), tuple(range(1, 10))):
-        ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
-                 for m in mantissas if low <= m * 10.0 ** e <= high]
-        if len(ticks) >= 3:
-            break
-    step = max(1, math.ceil(len(ticks) / most))
-    return ticks[::step]
-
-
-def _plain(value: float) -> str:
-    return f"{value:,.0f}" if value >= 10 else f"{value:g}"
-
-
 def draw_validate(data: Mapping[str, Any]) -> Drawing:
     """One log-log panel per unit: measured against predicted, coloured by source, the +-15% band;
     points outside the band get a number, and the list under the panels names them. The legend
@@ -295,7 +277,7 @@ def draw_validate(data: Mapping[str, Any]) -> Drawing:
         ticks = plain_log_ticks(low, high)
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_locator(FixedLocator(ticks))
-            axis.set_major_formatter(FuncFormatter(lambda v, _: _plain(v)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: plain_number(v)))
             axis.set_minor_locator(NullLocator())
             axis.set_minor_formatter(NullFormatter())
         ax.tick_params(labelsize=7)

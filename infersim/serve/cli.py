@@ -102,6 +102,13 @@ def _request_length(text: str | None, name: str) -> int | None:
     return max(1, round(value))
 
 
+def run_block(config: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """What a serving result ran on, for its JSON (pictures are titled from it)."""
+    dep = config.deployment
+    return {"model": config.model.name, "hardware": config.hardware.name, "num_gpus": dep.num_gpus,
+            "engine": f"{config.engine.name} {config.engine.version}", "title": serve_title(config, options)}
+
+
 def serve_title(config: Any, options: dict[str, Any]) -> str:
     """Model, GPUs, engine and load of a serving run, for report and picture titles."""
     dep = config.deployment
@@ -110,7 +117,8 @@ def serve_title(config: Any, options: dict[str, Any]) -> str:
         load = f"Poisson {options.get('rate', 0):g} req/s" + (
             f", at most {options['concurrency']} in flight" if options.get("concurrency") else "")
     elif mode == "concurrency":
-        load = f"{options.get('concurrency')} concurrent clients"
+        clients = options.get("concurrency")
+        load = f"{clients} concurrent client{'s' if clients != 1 else ''}"
     else:
         load = {"offline": "offline (all requests at once)", "trace": "trace replay"}.get(mode, mode)
     return (f"{config.model.name} on {dep.num_gpus} x {config.hardware.name}, {config.engine.name} "
@@ -147,7 +155,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.requests_out and records:
         write_requests(args.requests_out, records)
     if args.format == "json":
-        print(json.dumps(summary, indent=2))
+        print(json.dumps({"run": run_block(config, options), **summary}, indent=2))
     else:
         print(report.summary_text(summary, f"InferSim serve: {serve_title(config, options)}"))
     return 0
@@ -176,11 +184,11 @@ def _search(args: argparse.Namespace, config: Any, options: dict[str, Any], exec
     if "slo" in options:
         out["slo"] = {"ttft_ms": options["slo"].get("ttft_s", 0) * 1e3 or None,
                       "tpot_ms": options["slo"].get("tpot_s", 0) * 1e3 or None}
+    searched = " and ".join(w for w, on in ((f"Poisson rates {args.rate_sweep}", args.rate_sweep is not None),
+                                             ("the highest rate under the SLO", args.max_rate_under_slo)) if on)
     if args.format == "json":
-        print(json.dumps(out, indent=2))
+        print(json.dumps({"run": run_block(config, {**options, "mode": searched}), **out}, indent=2))
     else:
-        searched = " and ".join(w for w, on in ((f"Poisson rates {args.rate_sweep}", args.rate_sweep is not None),
-                                                 ("the highest rate under the SLO", args.max_rate_under_slo)) if on)
         print(f"InferSim serve: {serve_title(config, {**options, 'mode': searched})}\n" + "\n\n".join(text))
     return 0
 
