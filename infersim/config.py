@@ -404,13 +404,13 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     from infersim.run_flags import fit_layout
 
     model_switched = raw.get("model") != file_model and source != "command line"
-    dep_spec, layout_notes = fit_layout(spec_.deployment, model, hardware,
+    dep_spec, layout_notes, unnamed = fit_layout(spec_.deployment, model, hardware,
                                         frozenset(_leaf_paths(raw.get("deployment"))), frozenset(command_line),
                                         flags, model_switched)
     notes += layout_notes
     spec_ = replace(spec_, deployment=dep_spec)
     dep_spec = spec_.deployment
-    named = named_deployment_fields(raw.get("deployment"))
+    named = named_deployment_fields(raw.get("deployment")) - unnamed
     dep_spec = with_engine_defaults(dep_spec, named, model, engine)
     deployment = complete_layout(dep_spec, model, hardware, where)
     tables: KernelTables = NoTables()

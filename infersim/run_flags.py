@@ -103,16 +103,18 @@ def _stage_gpus(dep: Deployment) -> int:
 
 def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: frozenset[str],
                command_line: frozenset[str], flags: RunFlags | None, model_switched: bool,
-               ) -> tuple[Deployment, list[str]]:
+               ) -> tuple[Deployment, list[str], frozenset[str]]:
     """The deployment with the fields nobody named derived from the model and the layout flags,
     and the config file's fields that cannot hold for a model chosen on the command line adapted.
 
     `written`: dotted deployment fields (e.g. "ffn.ep", "attention") the config file or --set
-    name; `command_line`: those named by --set or a flag (never adapted). Returns the deployment
-    and one note per adaptation. complete_layout checks the result as ever."""
+    name; `command_line`: those named by --set or a flag (never adapted). Returns the deployment,
+    one note per adaptation, and the engine-derived fields (moe_comm) the config file named that no
+    longer count as named (they follow the new layout). complete_layout checks the result as ever."""
     from infersim.config import AttentionLayout, FfnLayout
 
     notes: list[str] = []
+    unnamed: set[str] = set()
     attn, ffn = dep.attention, dep.ffn
     if flags is not None and flags.layout:
         pp = flags.pp or dep.pp
@@ -145,6 +147,7 @@ def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: fro
             notes.append(f"deployment.moe_comm {dep.moe_comm} of the config file dropped: the layout flags give a new "
                          "layout, and its MoE path follows from it and the engine")
             dep = replace(dep, moe_comm=DEFAULT_MOE_COMM)
+            unnamed.add("moe_comm")
     else:
         if not model.is_moe and ffn.ep > 1 and model_switched and "ffn.ep" not in command_line:
             notes.append(f"deployment.ffn.ep {ffn.ep} of the config file dropped: {model.name} is dense (no experts "
@@ -163,7 +166,7 @@ def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: fro
         notes.append(f"deployment.num_nodes {nodes}: {dep.num_gpus} GPUs fill {nodes} {hw.name} nodes of "
                      f"{hw.peak.gpus_per_node}")
         dep = replace(dep, num_nodes=nodes)
-    return dep, notes
+    return dep, notes, frozenset(unnamed)
 
 
 # ---------------------------------------------------------------------------------------------
