@@ -347,7 +347,7 @@ def test_parse_serving_results_of_both_tools() -> None:
     assert options["mode"] == "concurrency" and options["isl"] == {"dist": "uniform", "min": 900, "max": 1100}
     assert options["osl"] == 200
     sglang = parse_serving_result(json.loads(SGLANG_SAMPLE.read_text()), "x", 1)
-    assert sglang.tool == SGLANG and sglang.measured["mean_e2el_ms"] == 4898.1  # SGLang's mean_e2e_latency_ms
+    assert sglang.tool == SGLANG and sglang.measured["mean_e2el_ms"] == 4621.5  # SGLang's mean_e2e_latency_ms
     rate = parse_serving_result({**json.loads(SGLANG_SAMPLE.read_text()), "request_rate": 4.0}, "x", 1)
     options, notes = serve_options(rate)
     assert (options["mode"], options["rate"], options["concurrency"]) == ("poisson", 4.0, 32)
@@ -373,3 +373,30 @@ def test_sweep_generate_and_roofline_take_the_flags(tmp_path: Path, capsys: pyte
     pytest.importorskip("matplotlib")
     assert main(["roofline", "--model", "qwen3-8b", "--hardware", "h100", "--out", str(tmp_path / "r.png")]) == 0
     assert (tmp_path / "r.png").stat().st_size > 0
+
+
+def test_validate_summary_is_the_accuracy_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--summary"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "reference: infersim/validate/public/validation.yaml (shipped)"
+    overall = next(line for line in out if line.startswith("overall:"))
+    assert overall.startswith("overall: 97 numbers compared, median |error| ")
+    table = out[out.index("SUMMARY (error = (predicted - measured) / measured)") + 3:]
+    assert table[0].split()[:2] == ["overall", "97"]
+    assert not any(line.startswith("deepgemm-") for line in out)  # no per-point rows
+
+
+def test_the_bench_compare_picture_groups_statistics_of_one_quantity(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    from infersim.plot.compare import draw_bench_compare
+
+    data = run_json(capsys, "compare", "--bench-result", str(VLLM_SAMPLE), "--hardware", "h100")
+    figure, drawn = draw_bench_compare(data)
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert titles == ["TTFT", "TPOT", "ITL", "request throughput", "output throughput"]
+    ttft = figure.axes[0]
+    assert [t.get_text() for t in ttft.get_yticklabels()] == ["mean", "median", "p99"]
+    errors = {m["metric"]: m["error"] for m in data["results"][0]["metrics"]}
+    assert [t.get_text() for t in ttft.texts] == [f"{100 * errors[k]:+.0f}%" for k in
+                                                  ("mean TTFT", "median TTFT", "p99 TTFT")]
+    assert "predicted: llama-3.1-8b on 1 x h100-sxm, vllm 0.11; Poisson 8 req/s" in figure._suptitle.get_text()

@@ -124,45 +124,83 @@ def draw_trace_compare(data: Mapping[str, Any]) -> Drawing:
     return Drawing(figure, drawn)
 
 
+_STATISTICS = ("mean", "median", "p50", "p90", "p95", "p99")
+
+
+def _panel_of(metric: str, unit: str) -> tuple[tuple[str, str], str]:
+    """((panel title, unit), bar label) of a metric: the statistics of one quantity ("mean TTFT",
+    "p99 TTFT") share a panel, one bar pair each; any other metric is a panel of its own."""
+    head, _, rest = metric.partition(" ")
+    if head in _STATISTICS and rest:
+        return (rest, unit), head
+    return (metric, unit), ""
+
+
 def draw_bench_compare(data: Mapping[str, Any]) -> Drawing:
+    """One panel per quantity (TTFT, TPOT, ..., throughput): a measured and a predicted bar per
+    statistic (mean, median, p99) and benchmark line, each with its error."""
     results = data.get("results")
     if not isinstance(results, list) or not results:
         raise InferSimError("compare: no 'results' in the bench comparison")
-    metrics: list[tuple[str, str]] = []
+    panels: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (title, unit) -> [(metric, statistic)]
     for r in results:
         for m in r.get("metrics") or []:
-            key = (str(m.get("metric")), str(m.get("unit", "")))
-            if key not in metrics:
-                metrics.append(key)
-    if not metrics:
+            metric, unit = str(m.get("metric")), str(m.get("unit", ""))
+            panel, statistic = _panel_of(metric, unit)
+            if (metric, statistic) not in panels.setdefault(panel, []):
+                panels[panel].append((metric, statistic))
+    if not panels:
         raise InferSimError("compare: the bench results compare no metric")
     plt = pyplot("the compare picture")
-    columns = min(2, len(metrics))  # two panels a row keeps the figure a readable width
-    rows = -(-len(metrics) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns + 1.2, (0.5 * len(results) + 2.2) * rows + 0.6),
+    line_labels = [str(r.get("label") or f"line {r.get('line', k + 1)}") for k, r in enumerate(results)]
+    bars = max(len(entries) for entries in panels.values()) * len(results)
+    columns = min(2, len(panels))  # two panels a row keeps the figure a readable width
+    rows = -(-len(panels) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5.4 * columns + 1.4, (0.42 * bars + 1.6) * rows + 1.0),
                                 squeeze=False)
-    for ax in axes.flat[len(metrics):]:
+    for ax in axes.flat[len(panels):]:
         ax.set_axis_off()
-    labels = [str(r.get("label") or f"line {r.get('line', k + 1)}") for k, r in enumerate(results)]
-    drawn: dict[str, Any] = {"kind": "compare", "source": "bench", "labels": labels, "metrics": {}}
+    drawn: dict[str, Any] = {"kind": "compare", "source": "bench", "labels": line_labels, "metrics": {}}
     from matplotlib.ticker import MaxNLocator
 
-    for ax, (metric, unit) in zip(axes.flat, metrics):
+    for ax, ((title, unit), entries) in zip(axes.flat, panels.items()):
         scale, shown_unit = (1 / MS, "ms") if unit == "s" else (1.0, unit)
-        measured, predicted = [], []
-        for r in results:
-            m = next((m for m in r.get("metrics") or [] if m.get("metric") == metric), {})
-            mv, pv = number(m.get("measured")), number(m.get("predicted"))
-            measured.append(mv * scale if mv is not None else None)
-            predicted.append(pv * scale if pv is not None else None)
+        labels, measured, predicted, errors = [], [], [], []
+        for metric, statistic in entries:
+            for r, line_label in zip(results, line_labels):
+                m = next((m for m in r.get("metrics") or [] if m.get("metric") == metric), None)
+                if m is None:
+                    continue
+                mv, pv = number(m.get("measured")), number(m.get("predicted"))
+                measured.append(mv * scale if mv is not None else None)
+                predicted.append(pv * scale if pv is not None else None)
+                errors.append(number(m.get("error")))
+                labels.append(", ".join(part for part in (statistic, line_label if len(results) > 1 else "") if part)
+                              or line_label)
+                drawn["metrics"].setdefault(metric, {"unit": shown_unit, "measured": [], "predicted": []})
+                drawn["metrics"][metric]["measured"].append(measured[-1])
+                drawn["metrics"][metric]["predicted"].append(predicted[-1])
         _paired_bars(ax, labels, measured, predicted, shown_unit)
+        for k, error in enumerate(errors):
+            if error is not None:
+                ax.annotate(f"{100 * error:+.0f}%", xy=(max(measured[k] or 0.0, predicted[k] or 0.0), k),
+                            xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
+        ax.margins(x=0.14)  # room for the error beside the longest bar
         ax.xaxis.set_major_locator(MaxNLocator(5))  # large throughputs: few ticks so their labels do not touch
-        ax.set_title(metric, fontsize=9)
-        drawn["metrics"][metric] = {"unit": shown_unit, "measured": measured, "predicted": predicted}
-    axes.flat[0].legend(fontsize=8, loc="lower right")
-    figure.suptitle(f"benchmark vs prediction: {Path(str(data.get('bench_result', '?'))).name} "
-                    f"with {Path(str(data.get('config', '?'))).name}", fontsize=9)
-    figure.tight_layout()
+        ax.set_title(title, fontsize=9)
+    title = f"benchmark vs prediction: {Path(str(data.get('bench_result', '?'))).name}"
+    if data.get("config"):
+        title += f" with {Path(str(data['config'])).name}"
+    runs = sorted({str(r["predicted_run"]) for r in results if r.get("predicted_run")})
+    if runs:
+        title += "\npredicted: " + "; ".join(runs)
+    height = figure.get_figheight()
+    title_in = 0.2 + 0.17 * (title.count("\n") + 1)
+    figure.suptitle(title, fontsize=9, y=1 - 0.1 / height, va="top")
+    # the legend under the title, outside every panel
+    figure.legend(*axes.flat[0].get_legend_handles_labels(), loc="center", ncol=2, fontsize=8, frameon=False,
+                  bbox_to_anchor=(0.5, 1 - (title_in + 0.08) / height))
+    figure.tight_layout(rect=(0, 0, 1, 1 - (title_in + 0.18) / height))
     return Drawing(figure, drawn)
 
 

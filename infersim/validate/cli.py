@@ -28,7 +28,7 @@ def _validate(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(to_json_data(result), indent=2))
     else:
-        print(to_text(result))
+        print(to_text(result, summary_only=args.summary))
     return 0
 
 
@@ -63,5 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="measured kernel tables: DIR/<hardware card> per card, or one device's directory "
                         "(e.g. mfu_tables/imported); none = roofline everywhere; default: each run's bundled "
                         "tables for its device and engine (kernel points: roofline)")
+    p.add_argument("--summary", action="store_true",
+                   help="text: the accuracy statistics only (overall, by source, by kind), not every point")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.set_defaults(handler=_validate)
