@@ -30,7 +30,7 @@ from typing import Any
 
 from infersim.cards.schema import check_number
 from infersim.errors import MISSING, ConfigError, InferSimError
-from infersim.trace.compare import relative_error
+from infersim.trace.bench import MetricComparison
 
 VLLM = "vllm bench serve"
 SGLANG = "sglang.bench_serving"
@@ -175,28 +175,15 @@ def serve_options(result: ServingResult) -> tuple[dict[str, Any], list[str]]:
 
 def engine_of_backend(backend: str) -> str | None:
     """The bundled engine card a benchmark backend name stands for (None: it names none)."""
-    from infersim.cards.registry import forgiving_name, resolve_name
+    from infersim.cards.registry import bundled_names, resolve_name
 
     if not backend:
         return None
     try:
-        resolve_name(backend, "engines")
+        path = resolve_name(backend, "engines")[0]
     except InferSimError:
         return None
-    found = forgiving_name(backend, "engines")
-    return found[0] if found else backend
-
-
-@dataclass(frozen=True)
-class MetricRow:
-    metric: str
-    unit: str
-    measured: float
-    predicted: float
-
-    @property
-    def error(self) -> float | None:
-        return relative_error(self.predicted, self.measured)
+    return path.stem if path.stem in bundled_names("engines") else None
 
 
 @dataclass(frozen=True)
@@ -204,7 +191,7 @@ class ServingComparison:
     result: ServingResult
     predicted_title: str
     options: dict[str, Any]
-    rows: tuple[MetricRow, ...]
+    rows: tuple[MetricComparison, ...]
     notes: tuple[str, ...]
     summary: dict[str, Any]
 
@@ -215,7 +202,7 @@ def compare_serving(result: ServingResult, config: Any, options: dict[str, Any],
     from infersim.serve.api import simulate_serving
 
     summary = simulate_serving(config, options)
-    rows = tuple(MetricRow(label, unit, result.measured[key], float(summary[mine]))
+    rows = tuple(MetricComparison(label, unit, result.measured[key], float(summary[mine]))
                  for label, unit, key, _others, mine in METRICS
                  if key in result.measured and summary.get(mine) is not None)
     return ServingComparison(result, title, options, rows, tuple(notes), summary)

@@ -49,7 +49,7 @@ class BenchRecord:
 @dataclass(frozen=True)
 class MetricComparison:
     metric: str
-    unit: str  # "s" or "tok/s"
+    unit: str  # "s" or "tok/s" (serving results: "ms", "req/s", "tok/s")
     measured: float
     predicted: float
 
