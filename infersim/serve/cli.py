@@ -206,7 +206,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mfu-tables", default=None, metavar="DIR", help="directory of measured kernel tables")
     load = p.add_argument_group("load (one of)")
     load.add_argument("--rate", type=float, default=None, help="open loop: Poisson arrivals at this many requests/s")
-    load.add_argument("--concurrency", type=int, default=None, help="closed loop: this many clients")
+    load.add_argument("--concurrency", type=int, default=None, help="closed loop: this many clients; with --rate: at most this many requests in flight")
     load.add_argument("--offline", action="store_true", help="all requests at t = 0 (trtllm-bench / MLPerf Offline)")
     load.add_argument("--trace", default=None, metavar="FILE",
                       help="replay a JSONL/CSV trace (arrival, input, output tokens; Azure column names accepted)")
