@@ -2,8 +2,8 @@
 
     python benchmarks/validate_published.py [--format json] [--mfu-tables DIR] [--published PATH]
 
-Measured values come from ../shared/reference/published.yaml (by path; not copied into the
-project). Each case's run config is benchmarks/published/<case id>.yaml. With --mfu-tables DIR,
+Measured values come from infersim/validate/public/published.yaml (shipped with the package, copied
+unchanged from ../shared/reference/published.yaml; --published reads another file). Each case's run config is benchmarks/published/<case id>.yaml. With --mfu-tables DIR,
 a subdirectory of DIR named after the case's hardware card (e.g. DIR/h20) is used when present,
 else DIR itself. Targets (issue 2, roofline only): mean absolute error <= 15%, no case beyond 25%;
 (issue 3, with tables): mean <= 8%, none beyond 15%.
@@ -25,7 +25,9 @@ from infersim.config import load_run_config  # noqa: E402
 from infersim.errors import InferSimError  # noqa: E402
 from infersim.simulate import simulate  # noqa: E402
 
-DEFAULT_PUBLISHED = REPO.parent / "shared" / "reference" / "published.yaml"
+from infersim.validate import public_file  # noqa: E402
+
+DEFAULT_PUBLISHED = public_file("published.yaml")  # shipped with the package (infersim/validate/public)
 CONFIG_DIR = Path(__file__).resolve().parent / "published"
 
 
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     published = Path(args.published)
     if not published.is_file():
-        print(f"validate_published: {published} not found (it lives in ../shared/reference; pass --published)",
+        print(f"validate_published: {published} not found (pass --published PATH to a published.yaml)",
               file=sys.stderr)
         return 2
     try:

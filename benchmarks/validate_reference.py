@@ -1,4 +1,4 @@
-"""Predicted vs measured on the public measurements of ../shared/reference/validation.yaml.
+"""Predicted vs measured on the public measurements shipped in infersim/validate/public/validation.yaml.
 
     python benchmarks/validate_reference.py [--format json] [--mfu-tables DIR] [--reference PATH]
 

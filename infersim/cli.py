@@ -17,9 +17,12 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, NoReturn
 
 from infersim.errors import InferSimError, shorten
+from infersim.run_flags import FLAG_DESTS
 
 if TYPE_CHECKING:  # argparse (with gettext and locale, ~3 ms) is imported only where a parser is built
     import argparse
+
+    from infersim.config import RunConfig
 
 #: a message longer than this is cut (values inside messages are cut to 200 characters already)
 MAX_MESSAGE_CHARS = 2000
@@ -43,12 +46,13 @@ SUBCOMMAND_MODULES = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 
 #: the run command's option defaults, as argparse fills them in (the parser and plain_run share them)
 RUN_DEFAULTS = {"overrides": [], "mfu_tables": None, "format": "text", "detail": False, "plot": None,
-                "show_unfit": False}
+                "show_unfit": False, **dict.fromkeys(FLAG_DESTS)}
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True,
-                        help="run config: a path, or the name of a bundled example (e.g. qwen3-30b.yaml)")
+    parser.add_argument("--config", default=None,
+                        help="run config: a path, or the name of a bundled example (e.g. qwen3-30b.yaml); or name the "
+                             "run with --model, --hardware and the flags below")
     parser.add_argument("--set", dest="overrides", action="append", default=RUN_DEFAULTS["overrides"],
                         metavar="FIELD=VALUE",
                         help="override any config field, e.g. deployment.num_gpus=8 or model.num_key_value_heads=2 "
@@ -60,15 +64,32 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--detail", action="store_true", default=RUN_DEFAULTS["detail"],
                         help="text: also list every operation")
     parser.add_argument("--plot", default=RUN_DEFAULTS["plot"], metavar="FILE",
-                        help="also draw the module breakdown to FILE (.png, .svg or .pdf; "
-                             "needs pip install 'infersim[plot]')")
+                        help="also draw the module breakdown to FILE (.png, .svg or .pdf; needs matplotlib)")
     parser.add_argument("--show-unfit", action="store_true", default=RUN_DEFAULTS["show_unfit"],
                         help="text: print TTFT/TPOT/throughput even when the run does not fit in memory (marked); "
                              "the exit status is still 1")
+    from infersim.run_flags import add_run_flags
+
+    add_run_flags(parser)
+
+
+def load_config_from_args(args: argparse.Namespace, extra_overrides: Sequence[str] = ()) -> RunConfig:
+    """The run config a command's --config, direct flags (infersim.run_flags) and --set name."""
+    from infersim.config import load_run_config
+    from infersim.run_flags import flags_from_args
+
+    return load_run_config(getattr(args, "config", None), [*getattr(args, "overrides", ()), *extra_overrides],
+                           getattr(args, "mfu_tables", None), flags_from_args(args))
+
+
+def print_notes(config: RunConfig) -> None:
+    """What the command line's names resolved to, one line each on stderr (for commands whose
+    report does not show them)."""
+    for note in config.notes:
+        print(f"infersim: note: {note}", file=sys.stderr)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from infersim.config import load_run_config
     from infersim.report import to_json_data, to_text
     from infersim.simulate import simulate
 
@@ -76,8 +97,9 @@ def run_command(args: argparse.Namespace) -> int:
     if plot_path:
         from infersim.plot.backend import check_picture_path
 
-        check_picture_path(plot_path, "--plot")  # before simulating: a missing matplotlib fails fast
-    config = load_run_config(args.config, args.overrides, args.mfu_tables)
+        # a wrong format or directory fails before simulating; a missing matplotlib after the report
+        check_picture_path(plot_path, "--plot", need_matplotlib=False)
+    config = load_config_from_args(args)
     result = simulate(config)
     if args.format == "json":
         import json  # here: the text report, the default, needs no JSON
@@ -86,8 +108,10 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         print(to_text(result, detail=args.detail, show_unfit=args.show_unfit))
     if plot_path:
+        from infersim.plot.backend import require_matplotlib
         from infersim.plot.cli import write_run_breakdown
 
+        require_matplotlib(f"--plot {plot_path}")  # after the report: a missing matplotlib does not lose it
         write_run_breakdown(to_json_data(result), plot_path)
         print(f"wrote {plot_path}", file=sys.stderr)  # stderr: stdout stays the report (or clean JSON)
     if not result.fits:
@@ -113,7 +137,11 @@ def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentPa
     parser = argparse.ArgumentParser(
         prog="infersim",
         description="Predict LLM serving speed and cost (TTFT, TPOT, tokens/GPU/s) on given GPUs, module by module.",
-        epilog="Run `infersim --config X.yaml` to simulate, or a subcommand with --help.")
+        epilog="Run `infersim --config X.yaml` (or `infersim --model M --hardware H --tp N ...`) to simulate, or a "
+               "subcommand with --help.")
+    from infersim import __version__
+
+    parser.add_argument("--version", "-V", action="version", version=f"infersim {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = subparsers.add_parser("run", help="simulate a run config (the default command)")
     add_run_arguments(run)
@@ -132,6 +160,11 @@ def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentPa
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = args_list[0] if args_list else ""
+    if first in ("--version", "-V"):
+        from infersim import __version__
+
+        print(f"infersim {__version__}")
+        return 0
     plain = plain_run(args_list)
     if plain is not None:
         parser = None
@@ -188,6 +221,15 @@ def exit_now(code: int) -> NoReturn:
     except (OSError, ValueError):  # ValueError: a stream closed by the program
         raise SystemExit(code) from None
     os._exit(code)
+
+
+def add_option_aliases(parser: argparse.ArgumentParser, aliases: dict[str, str]) -> None:
+    """Make each alias (e.g. vllm bench serve's --request-rate) another name of an option the
+    parser has (--rate): one option, so help lists both names and either sets it."""
+    for alias, option in aliases.items():
+        action = parser._option_string_actions[option]  # argparse's own table of option names
+        action.option_strings.append(alias)
+        parser._option_string_actions[alias] = action
 
 
 def existing_path(text: str) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from infersim.cards.hf_import import card_from_hf_file, default_card_name
+from infersim.cards.hf_import import card_from_hf_file
 from infersim.cards.model import ModelCard, validate_model
 from infersim.cards.registry import bundled_dir, bundled_names
 from infersim.cards.schema import build, field_docs
@@ -25,8 +25,8 @@ def _import_hf(args: argparse.Namespace) -> int:
     written = []
     for config in args.configs:
         path = Path(config)
-        name = args.name if args.name and len(args.configs) == 1 else default_card_name(path)
-        fields = card_from_hf_file(path, name)
+        fields = card_from_hf_file(path, args.name if args.name and len(args.configs) == 1 else None)
+        name = fields["name"]
         validate_model(build(ModelCard, fields, str(path)), str(path))  # refuse to write an invalid card
         text = card_yaml(fields)
         if args.out == "-":
@@ -43,7 +43,9 @@ def _import_hf(args: argparse.Namespace) -> int:
             raise InferSimError(f"{target}: cannot write the card: {exc.strerror or exc}") from None
         written.append(str(target))
     for path in written:
-        print(f"wrote {path}")
+        name = Path(path).stem
+        use = f"--model {name}" if Path(path).parent.resolve() == (Path.cwd() / "models").resolve() else f"--model {path}"
+        print(f"wrote {path} (run it with {use})")
     return 0
 
 
@@ -59,8 +61,10 @@ def card_yaml(fields: dict) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    for kind in ("models", "hardware", "configs"):
+    for kind in ("models", "hardware", "engines", "configs"):
         print(f"{kind} ({bundled_dir(kind)}): {', '.join(bundled_names(kind)) or 'none'}")
+    print("names resolve forgivingly: any case and punctuation (vLLM, H100), a card's aliases (h100 -> h100-sxm, "
+          "TensorRT-LLM -> trtllm), HF ids (Qwen/Qwen3-8B -> qwen3-8b)")
     return 0
 
 
@@ -73,5 +77,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--name", default=None, help="card name (single config only; default from the file name)")
     imp.add_argument("--force", action="store_true", help="overwrite existing cards")
     imp.set_defaults(handler=_import_hf)
-    lst = sub.add_parser("list", help="list bundled model cards, hardware cards and example configs")
+    lst = sub.add_parser("list", help="list bundled model, hardware and engine cards and example configs")
     lst.set_defaults(handler=_list)

@@ -20,6 +20,7 @@ from infersim.cards.registry import resolve
 from infersim.cards.schema import build, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError, LayoutError
 from infersim.kernels import KernelTables, NoTables
+from infersim.run_flags import RunFlags
 from infersim.sharding import heads_per_rank, shard
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
@@ -237,6 +238,9 @@ class RunConfig:
     draft_model_source: str = ""
     # engine-derived deployment fields the run named itself (the rest a variant derives afresh)
     named_deployment: frozenset[str] = frozenset()
+    # what the command line's names resolved to and what of the config file was adapted to the
+    # model it chose (infersim.run_flags): one line each, shown with the report
+    notes: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,19 +322,71 @@ def default_engine(name: str = DEFAULT_ENGINE) -> EngineCard:
     return _ENGINE_CACHE[name]
 
 
-def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
-                    mfu_tables: str | None = None) -> RunConfig:
-    """Read, override, resolve and validate a run config. Raises InferSimError subclasses only."""
+def load_run_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                    mfu_tables: str | None = None, flags: RunFlags | None = None) -> RunConfig:
+    """Read, override, resolve and validate a run config. Raises InferSimError subclasses only.
+    `flags` (infersim.run_flags) are the direct flags of a command line: set on top of the file
+    (path None: on top of nothing but the flags' own defaults), before `overrides`."""
+    raw, source, base = read_run_mapping(path, flags)
+    return config_from_mapping(raw, source, overrides, mfu_tables, base=base, flags=flags)
+
+
+def read_run_mapping(path: str | Path | None, flags: RunFlags | None = None) -> tuple[dict[str, Any], str, Path | None]:
+    """(run mapping as written, its source, the directory its relative paths start from) of a
+    config file, or of the direct flags when there is no file."""
+    if path is None:
+        if flags is None or flags.model is None or flags.hardware is None:
+            missing = " and ".join(f"--{name}" for name in ("model", "hardware")
+                                   if flags is None or getattr(flags, name) is None)
+            raise InferSimError(f"give --config FILE, or {missing} (e.g. --model llama-3.1-8b --hardware h100)")
+        from infersim.run_flags import base_mapping
+
+        return base_mapping(flags), "command line", None
     config_path = resolve(str(path), "configs")
     raw = load_yaml(config_path)
     if not isinstance(raw, dict):
         raise ConfigError(str(config_path), "", MISSING, "expected a mapping with model, hardware, deployment, workload")
-    return config_from_mapping(raw, str(config_path), overrides, mfu_tables, base=config_path.parent)
+    return raw, str(config_path), config_path.parent
+
+
+def _leaf_paths(data: Any, prefix: str = "") -> set[str]:
+    """Every dotted path of a nested mapping, sections and leaves ("ffn", "ffn.ep")."""
+    out: set[str] = set()
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}{key}"
+            out.add(path)
+            out |= _leaf_paths(value, path + ".")
+    return out
+
+
+def _card_notes(raw: dict[str, Any], base: Path | None) -> list[str]:
+    """What each card name of the run resolved to where it was not exact (h100 -> h100-sxm)."""
+    from infersim.cards.registry import resolve_name
+
+    notes = []
+    for key, kind in (("model", "models"), ("hardware", "hardware"), ("engine", "engines")):
+        ref = raw.get(key)
+        if isinstance(ref, str):
+            note = resolve_name(ref, kind, base)[1]
+            if note:
+                notes.append(note)
+    return notes
 
 
 def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] | tuple[str, ...] = (),
-                        mfu_tables: str | None = None, base: Path | None = None) -> RunConfig:
+                        mfu_tables: str | None = None, base: Path | None = None,
+                        flags: RunFlags | None = None) -> RunConfig:
     raw = copy.deepcopy(raw)
+    file_model = raw.get("model")
+    command_line: set[str] = set()
+    if flags is not None:
+        from infersim.run_flags import flag_fields
+
+        for dotted, value in flag_fields(flags).items():
+            _set_dotted(raw, dotted.split("."), value, f"--{dotted}")
+            if dotted.startswith("deployment."):
+                command_line.add(dotted[len("deployment."):])
     card_overrides: dict[str, list[tuple[list[str], Any, str]]] = {"model": [], "hardware": [], "engine": []}
     for text in overrides:
         dotted, value = parse_override(text)
@@ -339,13 +395,25 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
             card_overrides[head].append((dotted[1:], value, text))
         else:
             _set_dotted(raw, dotted, value, text)
+            if head == "deployment" and len(dotted) > 1:
+                command_line.add(".".join(dotted[1:]))
+                command_line |= _leaf_paths(value, ".".join(dotted[1:]) + ".")
     where = source + (" with --set overrides" if overrides else "")
+    notes = _card_notes(raw, base)
     spec_ = build(RunSpec, raw, where)
     model, model_source = load_model_card(spec_.model, base, card_overrides["model"])
     hardware, hardware_source = load_hardware_card(spec_.hardware, base, card_overrides["hardware"])
     engine, engine_source = load_engine_card(spec_.engine, base, card_overrides["engine"])
+    from infersim.run_flags import fit_layout
+
+    model_switched = raw.get("model") != file_model and source != "command line"
+    dep_spec, layout_notes, unnamed = fit_layout(spec_.deployment, model, hardware,
+                                        frozenset(_leaf_paths(raw.get("deployment"))), frozenset(command_line),
+                                        flags, model_switched)
+    notes += layout_notes
+    spec_ = replace(spec_, deployment=dep_spec)
     dep_spec = spec_.deployment
-    named = named_deployment_fields(raw.get("deployment"))
+    named = named_deployment_fields(raw.get("deployment")) - unnamed
     dep_spec = with_engine_defaults(dep_spec, named, model, engine)
     deployment = complete_layout(dep_spec, model, hardware, where)
     tables: KernelTables = NoTables()
@@ -395,7 +463,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
                      source=source, model_source=model_source, hardware_source=hardware_source,
                      tables_source=tables_source, speculative=spec_.speculative, draft_model=draft,
                      draft_deployment=draft_dep, draft_model_source=draft_source,
-                     named_deployment=named)
+                     named_deployment=named, notes=tuple(notes))
 
 
 def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, deployment: Deployment,

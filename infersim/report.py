@@ -144,9 +144,11 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
         "engine": {"name": cfg.engine.name, "framework": cfg.engine.framework, "version": cfg.engine.version,
                    "source": cfg.engine_source},
         "mfu_tables": cfg.tables.describe(),
+        "notes": list(cfg.notes),
         "prefill": _stage(result.prefill, stage_moe_balance(result, result.prefill)),
         "decode": _stage(result.decode, stage_moe_balance(result, result.decode)),
         "memory": _memory_json(result),
+        "server": server_figures(result),
         "speculative": _speculative(result.speculative) if result.speculative else None,
         "warnings": list(result.warnings),
         # false: the stage numbers above are what the model computes, not a speed that can happen
@@ -232,7 +234,39 @@ def _short(detail: str, width: int = 90) -> str:
     return detail if len(detail) <= width else detail[: width - 3] + "..."
 
 
-def _stage_text(stage: StageResult, detail: bool, balance: Any = None) -> list[str]:
+def server_figures(result: SimulationResult) -> dict[str, Any]:
+    """The run seen from the whole server rather than one GPU: the requests decoding at once on
+    all its GPUs and in one scheduler (an attention-TP group, times the pipeline stages: the batch
+    vLLM's max_num_seqs or SGLang's max_running_requests of one instance caps), and the tokens/s
+    of every GPU together."""
+    dep = result.config.deployment
+    per_gpu = result.decode.tokens_per_gpu
+    return {"gpus": dep.num_gpus,
+            "decode_requests": per_gpu * dep.num_gpus,
+            "scheduler_gpus": dep.attention.tp * dep.pp,
+            "requests_per_scheduler": per_gpu * dep.attention.tp * dep.pp,
+            "schedulers": dep.attention.dp,
+            "prefill_tokens_per_s": result.prefill.tgs * dep.num_gpus,
+            "decode_tokens_per_s": result.decode.tgs * dep.num_gpus}
+
+
+def _server_text(result: SimulationResult, stage: StageResult) -> str:
+    server = server_figures(result)
+    gpus = f"{server['gpus']} GPU{'s' if server['gpus'] > 1 else ''}"
+    if stage.stage == "prefill":
+        return f"  server: {server['prefill_tokens_per_s']:,.0f} prompt tokens/s on {gpus}"
+    one = (f"attention TP{result.config.deployment.attention.tp}"
+           + (f" x PP{result.config.deployment.pp}" if result.config.deployment.pp > 1 else ""))
+    if server["schedulers"] > 1:
+        who = f"each of the {server['schedulers']} attention-DP schedulers ({one}) runs"
+    else:
+        who = f"one scheduler ({one}) runs"
+    return (f"  server: {server['decode_requests']:,} requests decoding at once on {gpus}, "
+            f"{server['decode_tokens_per_s']:,.0f} output tokens/s; {who} {server['requests_per_scheduler']:,} of "
+            "them (its max_num_seqs / max_running_requests)")
+
+
+def _stage_text(stage: StageResult, detail: bool, balance: Any = None, server: str = "") -> list[str]:
     if stage.stage == "prefill" and stage.chunks > 1:
         head = (f"PREFILL  TTFT {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
                 f"   (a {stage.tokens_per_gpu}-token prompt per GPU in {stage.chunks} chunks, each attending to "
@@ -248,6 +282,8 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None) -> list[s
         if stage.tokens_per_step != 1.0:
             head += f"\n  one step takes {stage.step_time_s / MS:,.2f} ms and yields {stage.tokens_per_step:.3f} tokens per request"
     sources = sorted({op.source.value for op in stage.operations if op.time_s > 0})
+    if server:
+        head += "\n" + server
     lines = [head, f"  bound by {stage.bound.value}; times from {' + '.join(sources)}"
              + (f"; two-batch overlap saves {stage.overlap_saved_s / MS:,.2f} ms"
                 + (f" (compute slowed x{stage.sm_slowdown:.3f} by SMs held by communication)" if stage.sm_slowdown > 1 else "")
@@ -332,10 +368,13 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
         f"  workload:   ISL {wl.isl} tokens, OSL {wl.osl} tokens; decode context averages {wl.decode_context:g} tokens",
         f"  engine:     {cfg.engine.name} {cfg.engine.version} ({cfg.engine.description})",
         f"  kernel times: {cfg.tables.describe()}",
+        *(f"  note:       {note}" for note in cfg.notes),
         "",
     ]
-    stages = [*_stage_text(result.prefill, detail, stage_moe_balance(result, result.prefill)), "",
-              *_stage_text(result.decode, detail, stage_moe_balance(result, result.decode)), ""]
+    stages = [*_stage_text(result.prefill, detail, stage_moe_balance(result, result.prefill),
+                           _server_text(result, result.prefill)), "",
+              *_stage_text(result.decode, detail, stage_moe_balance(result, result.decode),
+                           _server_text(result, result.decode)), ""]
     if not result.fits:
         lines += [*_unfit_text(result, show_unfit), ""]
         stages = [UNFIT_MARK + line if line.startswith(("PREFILL", "DECODE")) else line for line in stages]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from infersim.cards.engine import EngineCard
@@ -178,25 +179,47 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
     if memory.kv_capacity_bytes <= 0:
         out.append(f"weights need {memory.weights_bytes / GB:,.2f} GB per GPU, but only {left / GB:,.2f} GB of the "
                    f"{memory.hbm_bytes / GB:,.2f} GB HBM are left after the runtime's {memory.reserved_bytes / GB:,.2f} GB: "
-                   f"over by {(memory.weights_bytes - left) / GB:,.2f} GB")
+                   f"over by {(memory.weights_bytes - left) / GB:,.2f} GB; fix: {_more_gpus_hint(config, memory)}")
         return out
     capacity = memory.kv_capacity_bytes
     per_request = (memory.request_context * memory.kv_bytes_per_token_per_gpu
                    + memory.bounded_bytes_per_request_per_gpu) * dep.attention.tp * dep.pp
     if memory.max_batch_per_gpu < 1:
         out.append(f"one request of {memory.request_context:,} tokens needs {per_request / GB:,.2f} GB of KV cache per GPU, "
-                   f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB")
+                   f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB; "
+                   f"fix: shorter requests (--isl/--osl), an fp8 KV cache (--kv-cache-dtype fp8), or "
+                   f"{_more_gpus_hint(config, memory)}")
     elif batch > memory.max_batch_per_gpu:  # also 'max' under two-batch overlap when only 1 request fits
         need = batch * per_request
+        fit = memory.max_batch_per_gpu
         out.append(f"decode batch {batch:,} per GPU needs {need / GB:,.2f} GB of KV cache per GPU ({memory.request_context:,} "
                    f"tokens each), but {capacity / GB:,.2f} GB are left after the weights: over by "
-                   f"{(need - capacity) / GB:,.2f} GB; at most {memory.max_batch_per_gpu:,} requests per GPU fit")
+                   f"{(need - capacity) / GB:,.2f} GB; at most {fit:,} requests per GPU fit; fix: a batch of at most "
+                   f"{fit:,} per GPU (--batch-per-gpu {fit}, or leave the batch unset: the largest that fits)")
     prefill_kv = workload.prefill_tokens * memory.kv_bytes_per_token_per_gpu * dep.attention.tp * dep.pp
     if prefill_kv > capacity:
         out.append(f"a prefill step of {workload.prefill_tokens:,} prompt tokens per GPU needs {prefill_kv / GB:,.2f} GB of "
                    f"KV cache per GPU, but {capacity / GB:,.2f} GB are left after the weights: over by "
                    f"{(prefill_kv - capacity) / GB:,.2f} GB")
     return out
+
+
+def _gpus_for(gpus: int, need: float, have: float) -> int:
+    """GPUs over which `need` bytes per GPU on `gpus` GPUs shrink to what one GPU has (`have`):
+    the next power of two of gpus x need / have (layouts come in powers of two). A first guess:
+    what does not shard (embeddings, the runtime's reserve) is taken as sharding."""
+    exact = max(gpus, math.ceil(gpus * need / have)) if have > 0 else 2 * gpus
+    return 1 << (exact - 1).bit_length()
+
+
+def _more_gpus_hint(config: RunConfig, memory: MemoryResult) -> str:
+    """How to make the weights fit: the GPUs that would hold them (about), or a narrower format."""
+    dep = config.deployment
+    left = memory.hbm_bytes - memory.reserved_bytes
+    gpus = _gpus_for(dep.num_gpus, memory.weights_bytes * 1.25, left)  # 1.25: room for some KV cache
+    formats = "" if dep.precision.weight_dtype in ("fp8", "int8", "int4", "fp4") else ", or fp8 weights (--precision fp8)"
+    return (f"more GPUs, about {gpus} x {config.hardware.name} (e.g. --num-gpus {gpus} --tp {min(gpus, 8)}"
+            f"{f' --pp {gpus // 8}' if gpus > 8 else ''}){formats}")
 
 
 def _table_device_mismatch(config: RunConfig) -> str:
@@ -235,8 +258,11 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
         out.extend(edges)
     # memory limits the run breaks are not warnings: they are SimulationResult.unfit
     if workload.decode_batch_per_gpu == "max":
-        out.append(f"decode batch per GPU not given: using the largest that fits in memory ({batch}"
-                   + (", even for two-batch overlap)" if config.deployment.overlap == "two-batch" else ")"))
+        limit = ("the engine's running-request cap" if memory.binding_limit == "running-request cap"
+                 else "what fits in memory")
+        out.append(f"decode batch per GPU: the largest the run allows ({batch}: {limit}"
+                   + ("; even, for two-batch overlap)" if config.deployment.overlap == "two-batch" else ")")
+                   + "; --batch-per-gpu or workload.decode_batch_per_gpu fixes it")
     rest = workload.prefill_tokens % workload.isl
     if rest and workload.prefill_tokens > workload.isl:
         out.append(f"prefill tokens per GPU ({workload.prefill_tokens}) is not a multiple of ISL ({workload.isl}): "

@@ -15,6 +15,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
 
 
+#: the public measurements the package ships (infersim/validate/public): tests read them there, and
+#: tests/test_validate_public.py holds them equal to ../shared/reference where that exists
+PUBLIC_REFERENCE = REPO_ROOT / "infersim" / "validate" / "public"
+
+
+def public_reference(name: str) -> Path:
+    """A shipped public measurement file (validation.yaml, published.yaml)."""
+    return PUBLIC_REFERENCE / name
+
+
 def shared_reference(*parts: str) -> Path:
     """Path under ../shared/reference; skips the calling test with a clear reason when absent."""
     path = SHARED_REFERENCE.joinpath(*parts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import shared_reference
+from conftest import public_reference
 from infersim.config import load_hardware_card
 from infersim.kernels import TokenExchangeShape
 from infersim.modules.comm import token_exchange_cost
@@ -25,7 +25,7 @@ def test_low_latency_traffic_by_hand():
 def test_deepep_low_latency_kernel_times_within_30_percent():
     """DeepEP's published low-latency times (H800, CX7 400 Gb/s), 128 tokens, hidden 7168, top-8 of
     256 experts; fp8 dispatch with one fp32 scale per 128 values, bf16 combine."""
-    points = {p["id"]: p["value"] for p in yaml.safe_load(shared_reference("validation.yaml").read_text())["data_points"]}
+    points = {p["id"]: p["value"] for p in yaml.safe_load(public_reference("validation.yaml").read_text())["data_points"]}
     hw, _ = load_hardware_card("h800")
     for ep in (8, 16, 32, 64, 128, 256):
         measured = points[f"deepep-ll-ep{ep}"]

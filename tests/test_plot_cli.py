@@ -33,7 +33,6 @@ def _no_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("argv", [
     ["plot", "{run}", "--out", "{tmp}/x.png"],
     ["plot", "{run}"],
-    ["--config", "qwen3-30b.yaml", "--plot", "{tmp}/x.png"],
     ["roofline", "--config", "qwen3-30b.yaml", "--out", "{tmp}/x.png"],
 ])
 def test_without_matplotlib_one_line_naming_the_install_and_exit_2(
@@ -46,9 +45,30 @@ def test_without_matplotlib_one_line_naming_the_install_and_exit_2(
     assert captured.out == ""  # the check comes before the simulation: nothing printed, nothing written
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("infersim: error:") and "pip install 'infersim[plot]'" in lines[0]
+    assert lines[0].startswith("infersim: error:") and "pip install matplotlib (or, in the infersim clone: pip " \
+        "install '.[plot]')" in lines[0]
     assert "Traceback" not in captured.err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_run_plot_without_matplotlib_prints_the_report_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--plot` on the main command: the report is not lost to a missing matplotlib; the error
+    follows it as one line, exit 2, and no picture is written."""
+    _no_matplotlib(monkeypatch)
+    assert main(["--config", "qwen3-30b.yaml", "--plot", str(tmp_path / "x.png")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith("InferSim: qwen3-30b-a3b on h20") and "DECODE   TPOT" in captured.out
+    assert captured.err.strip().splitlines() == [
+        f"infersim: error: --plot {tmp_path / 'x.png'} needs matplotlib, which is not installed: pip install "
+        "matplotlib (or, in the infersim clone: pip install '.[plot]')"]
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_run_plot_bad_format_fails_before_simulating(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", "qwen3-30b.yaml", "--plot", str(tmp_path / "x.gif")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "unknown picture format '.gif'" in captured.err
 
 
 def test_plain_run_never_imports_matplotlib() -> None:

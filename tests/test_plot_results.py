@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT, shared_reference
+from conftest import REPO_ROOT, public_reference
 
 pytest.importorskip("matplotlib")
 
@@ -113,7 +113,7 @@ def test_bench_compare_one_pair_of_bars_per_metric_and_line(tmp_path: Path) -> N
 
 
 def test_validate_scatter_holds_one_point_per_published_case() -> None:
-    published = shared_reference("published.yaml")
+    published = public_reference("published.yaml")
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     try:
         from validate_published import validate
@@ -149,13 +149,39 @@ def test_validate_reader_is_tolerant_and_labels_outliers() -> None:
     ax = figure.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert ax.get_xlabel() == "measured (tok/s)"
-    labels = [t.get_text() for t in ax.texts]
-    assert labels == ["b (-40%)"]
+    assert [t.get_text() for t in ax.texts] == ["1"]  # the outlier's number, beside its point
+    assert [t.get_text() for t in figure.texts][:2] == [" 1  b  -40%", ""]  # the list under the panels names it
+    # plain-number ticks (2,000, not 2 x 10^3), none in scientific notation
+    assert all("^" not in label.get_text() and "e+" not in label.get_text() for label in ax.get_xticklabels())
     # the band: predicted within 15% of measured
     band = next(c for c in ax.collections if c.get_label().startswith("within"))
     ys = band.get_paths()[0].vertices[:, 1]
     xs = band.get_paths()[0].vertices[:, 0]
     assert max(ys / xs) == pytest.approx(1.15) and min(ys / xs) == pytest.approx(0.85)
+
+
+def test_validate_draws_one_panel_per_unit_with_labels_inside_the_figure(tmp_path: Path) -> None:
+    data = {"points": [
+        {"id": "k1", "source": "DEEPGEMM", "measured": 300.0, "predicted": 390.0, "unit": "TFLOPS"},
+        {"id": "k2", "source": "DEEPGEMM", "measured": 1200.0, "predicted": 1250.0, "unit": "TFLOPS"},
+        {"id": "s1", "source": "TRT", "measured": 9000.0, "predicted": 9500.0, "unit": "tok/s/GPU"},
+        {"id": "s2", "source": "ANT", "measured": 700.0, "predicted": 1000.0, "unit": "tok/s (per GPU)"},
+        {"id": "c1", "source": "DEEPEP", "measured": 150.0, "predicted": 120.0, "unit": "us"},
+    ]}
+    figure, drawn = draw_validate(data)
+    assert drawn["panels"] == {"TFLOPS": [0, 1], "tok/s/GPU": [2, 3], "us": [4]}  # one unit, one panel
+    assert drawn["outliers"] == ["s2", "k1", "c1"]  # numbered by |error|: +43%, +30%, -20%
+    figure.savefig(tmp_path / "v.png")
+    renderer = figure.canvas.get_renderer()
+    frame = figure.bbox
+    for text in [t for ax in figure.axes for t in ax.texts] + list(figure.texts) + [figure.legends[0]]:
+        box = text.get_window_extent(renderer)
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, text
+    for ax in figure.axes:  # the numbers stay inside their panel, the legend outside every panel
+        for text in ax.texts:
+            box = text.get_window_extent(renderer)
+            assert ax.get_window_extent(renderer).contains(box.x0, box.y0)
+        assert not figure.legends[0].get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
 
 
 def test_validate_without_cases_is_a_clear_error() -> None:
@@ -185,14 +211,22 @@ def test_sweep_lines_are_the_metric_of_each_row(sweep_files: dict[str, Path]) ->
     assert result_kind(data) == "sweep" and choose_figure(data, None) == "sweep"
     figure, drawn = draw_sweep(data, metric="tgs", x="decode_batch_per_gpu", series="ep")
     assert drawn["x_field"] == "workload.decode_batch_per_gpu" and drawn["series_field"] == "deployment.ffn.ep"
-    lines = figure.axes[0].get_lines()
-    assert [line.get_label() for line in lines] == ["1", "2", "4"]
-    for line in lines:
+    lines = [line for line in figure.axes[0].get_lines() if not line.get_label().startswith("_")]
+    assert [line.get_label() for line in lines] == ["1", "2", "4", "does not fit in memory (1 of 9)"]
+    for line in lines[:3]:  # each line joins the configurations that fit, and only those
         ep = int(line.get_label())
-        rows = sorted((r for r in data["rows"] if r["deployment.ffn.ep"] == ep),
+        rows = sorted((r for r in data["rows"] if r["deployment.ffn.ep"] == ep and r["fits"]),
                       key=lambda r: r["workload.decode_batch_per_gpu"])
-        assert list(line.get_xdata()) == [16, 32, 64]
+        assert list(line.get_xdata()) == [r["workload.decode_batch_per_gpu"] for r in rows]
         assert list(line.get_ydata()) == pytest.approx([r["tgs"] for r in rows])
+    # EP1 at 64 requests per GPU does not fit on the H20s: a hollow marker, not a point of its line
+    (unfit,) = [r for r in data["rows"] if not r["fits"]]
+    assert (unfit["deployment.ffn.ep"], unfit["workload.decode_batch_per_gpu"]) == (1, 64)
+    (ep1,) = [line for line in drawn["lines"] if line["label"] == "1"]
+    assert ep1["x"] == [16, 32] and ep1["unfit_x"] == [64] and ep1["unfit_y"] == pytest.approx([unfit["tgs"]])
+    hollow = [line for line in figure.axes[0].get_lines() if list(line.get_xdata()) == [64]
+              and line.get_markerfacecolor() == "none"]
+    assert len(hollow) == 1 and hollow[0].get_color() == lines[0].get_color()
 
 
 def test_sweep_csv_draws_the_same_lines_as_json(sweep_files: dict[str, Path]) -> None:
@@ -274,3 +308,27 @@ def test_serve_single_run_is_one_point() -> None:
     assert len(points) == 1 and points[0]["p99_ttft_ms"] == 2100.0 and points[0]["rate"] is None
     figure, drawn = draw_serve(single)
     assert len(figure.axes) == 2 and drawn["histograms"] == {}
+    assert figure.axes[0].get_ylim()[0] == 0  # latency from zero
+
+
+def test_serve_single_run_with_requests_draws_its_histograms_under_a_title_naming_the_run() -> None:
+    single = {k: v for k, v in SERVE.items() if k != "rate_sweep"}
+    single["run"] = {"title": "llama-3.1-8b on 1 x h100-sxm, sglang 0.5; Poisson 8 req/s"}
+    figure, drawn = draw_serve(single)
+    assert not drawn["curves"] and len(figure.axes) == 2  # no lone points: the two histograms only
+    assert drawn["title"] == ("llama-3.1-8b on 1 x h100-sxm, sglang 0.5; Poisson 8 req/s\n"
+                              "output 5,200 tok/s; TTFT p50 800.0 / p99 2,100.0 ms; TPOT p50 30.0 / p99 45.0 ms")
+    assert figure._suptitle.get_text() == drawn["title"]
+
+
+def test_serve_histogram_of_identical_values_is_a_bar_one_can_see() -> None:
+    """One client in closed loop gives every request the same TTFT (to the last bit): the bins span
+    +-2% of it, not the 1e-11 ms between the values."""
+    data = {"requests": [{"ttft_ms": 35.2057661262 + 1e-12 * (i % 3), "tpot_ms": 6.0} for i in range(50)]}
+    figure, drawn = draw_serve(data)
+    edges = drawn["histograms"]["ttft"]["edges"]
+    assert edges[0] == pytest.approx(35.2057661262 * 0.98) and edges[-1] == pytest.approx(35.2057661262 * 1.02)
+    assert len(edges) == 6 and sum(drawn["histograms"]["tpot"]["counts"]) == 50
+    bar = max(figure.axes[0].patches, key=lambda p: p.get_height())
+    assert bar.get_height() == 50 and bar.get_width() == pytest.approx(35.2057661262 * 0.04 / 5)
+    assert figure.axes[0].xaxis.get_major_formatter().get_useOffset() is False

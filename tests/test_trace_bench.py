@@ -161,7 +161,7 @@ def test_command_simulates_each_line_with_its_workload(tmp_path: Path, capsys: p
         decode = SimpleNamespace(step_time_s=0.02, tgs=wl.decode_batch_per_gpu / 0.02)
         return SimpleNamespace(prefill=prefill, decode=decode, warnings=("roofline only",))
 
-    monkeypatch.setattr(infersim.config, "load_run_config", lambda path, overrides=(), tables=None: _Config())
+    monkeypatch.setattr(infersim.config, "load_run_config", lambda path, overrides=(), tables=None, flags=None: _Config())
     monkeypatch.setattr(infersim.simulate, "simulate", fake_simulate)
     path = _jsonl(tmp_path / "r.jsonl", ONE_BATCH_LINES)
     code, out = _run(["--bench-result", str(path), "--config", "x.yaml", "--format", "json"], capsys)

@@ -184,7 +184,11 @@ def test_compare_against_the_real_simulator(trace: Path, capsys: pytest.CaptureF
 def test_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(InferSimError, match="no such file"):
         _run(["--trace", str(tmp_path / "none.json")], capsys)
-    with pytest.raises(InferSimError, match="--bench-result needs --config"):
+    with pytest.raises(InferSimError, match="r.jsonl: file not found"):
+        _run(["--bench-result", str(tmp_path / "r.jsonl")], capsys)
+    (tmp_path / "r.jsonl").write_text('{"batch_size": 8, "input_len": 64, "output_len": 4, "prefill_latency": 0.1}\n')
+    with pytest.raises(InferSimError, match="needs the run to predict the same batch with: --config FILE, or --model "
+                                            "and --hardware"):
         _run(["--bench-result", str(tmp_path / "r.jsonl")], capsys)
     with pytest.raises(InferSimError, match="--layers-per-step 0"):
         _run(["--trace", str(tmp_path), "--layers-per-step", "0"], capsys)

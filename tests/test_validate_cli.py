@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import shared_reference
+from conftest import public_reference
 from infersim.cli import main
 from infersim.config import RunSpec
 from infersim.validate import cli as validate_cli
@@ -147,9 +147,27 @@ def test_a_mapping_that_does_not_fit_the_point_gives_one_line(tmp_path, capsys):
 def test_missing_reference_files(tmp_path, capsys, monkeypatch):
     assert main(["validate", "--reference", str(tmp_path / "none.yaml")]) == 2
     assert "no such file" in _error_line(capsys)
-    monkeypatch.setattr(validate_cli, "default_reference", lambda: None)
+    import infersim.validate
+
+    monkeypatch.setattr(infersim.validate, "DEFAULT_REFERENCES", (tmp_path / "gone.yaml",))
     assert main(["validate"]) == 2
-    assert "pass --reference PATH" in _error_line(capsys)
+    assert "the shipped public measurements are missing from this installation" in _error_line(capsys)
+
+
+def test_several_reference_files_are_compared_together_and_ids_must_differ(tmp_path, capsys):
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    point = {"value": 100.0, "source": "X", "unit": "TFLOPS"}
+    first.write_text(yaml.safe_dump({"data_points": [{"id": "deepgemm-dense-m64-n7168-k16384", **point,
+                                                      "value": {"tflops": 336, "GBps": 2668}}]}))
+    second.write_text(yaml.safe_dump({"data_points": [{"id": "deepgemm-dense-m128-n7168-k16384",
+                                                       **point, "value": {"tflops": 500, "GBps": 2000}}]}))
+    assert main(["validate", "--reference", str(first), "--reference", str(second), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {p["id"].split("/")[0] for p in data["points"]} == {"deepgemm-dense-m64-n7168-k16384",
+                                                                "deepgemm-dense-m128-n7168-k16384"}
+    assert data["reference"] == f"{first}, {second}"
+    assert main(["validate", "--reference", str(first), "--reference", str(first)]) == 2
+    assert "point id also in" in _error_line(capsys)
 
 
 def test_bad_points_file_gives_one_line(reference, tmp_path, capsys):
@@ -159,10 +177,9 @@ def test_bad_points_file_gives_one_line(reference, tmp_path, capsys):
     assert "field 'points[0] (x).kind'" in _error_line(capsys)
 
 
-def test_the_shared_reference_by_default(capsys):
-    """Every point of ../shared/reference/validation.yaml is either compared or listed with a reason."""
-    reference = shared_reference("validation.yaml")
-    assert validate_cli.default_reference() == reference.resolve()
+def test_the_shipped_reference_by_default(capsys):
+    """Every point of the shipped public measurements is either compared or listed with a reason."""
+    reference = public_reference("validation.yaml")
     assert main(["validate", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     ids = {p["id"]: p for p in yaml.safe_load(reference.read_text())["data_points"]}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import shared_reference
+from conftest import public_reference
 from infersim.config import config_from_mapping
 from infersim.errors import ConfigError, InferSimError
 from infersim.validate import POINTS_FILE
@@ -27,7 +27,7 @@ def test_bundled_mapping_loads_with_a_why_for_every_entry():
 
 
 def test_every_mapped_id_is_a_reference_point_and_every_point_is_mapped():
-    reference = load_reference(shared_reference("validation.yaml"))
+    reference = load_reference(public_reference("validation.yaml"))
     mapping = load_mapping(POINTS_FILE)
     assert set(mapping) - set(reference) == set()
     assert set(reference) - set(mapping) == set()

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO_ROOT, shared_reference
+from conftest import REPO_ROOT, public_reference
 from infersim.cli import main
 from infersim.config import Deployment, Workload, load_hardware_card, load_model_card, load_run_config
 from infersim.engine import run_stage
@@ -232,7 +232,7 @@ def test_pool_too_small_is_a_clear_does_not_fit(capsys):
     # 20 GB of HBM: the sglang reserve and the non-expert weights leave no room even with every
     # routed expert on the host
     code = main(["--config", "qwen3-30b.yaml", "--set", "hardware.peak.hbm_bytes=20e9",
-                 "--set", "deployment.weight_offload=auto"])
+                 "--set", "deployment.weight_offload=auto", "--set", "workload.decode_batch_per_gpu=100"])
     captured = capsys.readouterr()
     assert code == 1 and "routed-expert weights in host memory" in captured.out
     assert "Traceback" not in captured.out + captured.err
@@ -260,7 +260,7 @@ def test_cli_end_to_end_subprocess():
 
 
 def test_gb200_lowprec_prefill_point_fits_with_offload(capsys):
-    shared_reference("validation.yaml")
+    public_reference("validation.yaml")
     assert main(["validate", "--point", "sgl-gb200-prefill-p2-lowprec"]) == 0
     out = capsys.readouterr().out
     assert "sgl-gb200-prefill-p2-lowprec" in out and "does not fit" not in out

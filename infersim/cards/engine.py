@@ -216,6 +216,9 @@ class EngineCard:
     """A serving engine's facts that change predicted times and memory (engines/*.yaml)."""
 
     name: str = spec(doc="short name, as used in run configs (engine: NAME)")
+    aliases: tuple[str, ...] = spec(
+        default_factory=tuple, doc="other names the card answers to (e.g. TensorRT-LLM, a benchmark file's backend), "
+                                   "matched ignoring case and punctuation")
     framework: Literal["sglang", "vllm", "trtllm", "huggingface"] = spec(doc="the serving software")
     version: str = spec(doc="the version these facts belong to")
     description: str = spec("", doc="what this card describes")

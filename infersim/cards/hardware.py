@@ -64,6 +64,9 @@ class HardwareCard:
     """One GPU type and its interconnects: datasheet peaks and achievable fractions (hardware/*.yaml)."""
 
     name: str = spec(doc="short name, as used in run configs")
+    aliases: tuple[str, ...] = spec(
+        default_factory=tuple, doc="other names the card answers to (e.g. h100 for h100-sxm), matched ignoring case "
+                                   "and punctuation")
     peak: Peaks = spec(doc="datasheet peaks")
     derates: Derates = spec(doc="achievable fractions and overheads")
     description: str = spec("", doc="the exact product")

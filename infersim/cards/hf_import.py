@@ -16,6 +16,7 @@ one message rather than imported as something else.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -274,14 +275,42 @@ def _layer_fields(config: dict[str, Any], fields: dict[str, Any], source: str, m
 
 
 def card_from_hf_file(path: Path, name: str | None = None) -> dict[str, Any]:
-    fields = card_fields_from_hf(read_hf_config(path), str(path), name or default_card_name(path))
+    config = read_hf_config(path)
+    fields = card_fields_from_hf(config, str(path), name or default_card_name(path, config))
     fields["source"] = fields["source"].replace(str(path), path.name)
     return fields
 
 
-def default_card_name(path: Path) -> str:
+_NAME_CHARS = re.compile(r"[^a-z0-9._+-]+")
+
+
+def _card_name_of(text: str) -> str:
+    """A model name as a card name: its last path part, lower case, other characters as '-'."""
+    last = text.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+    if last.startswith("models--"):  # the HF hub cache's directory of a repository: models--Org--Name
+        last = last.split("--")[-1]
+    return _NAME_CHARS.sub("-", last.lower()).strip("-._")
+
+
+def default_card_name(path: Path, config: dict[str, Any] | None = None) -> str:
+    """The card name of an HF config file: its file name less the config suffix
+    (qwen3-8B_config.json -> qwen3-8b); for a file named just config.json, the model it belongs to:
+    its `_name_or_path` (meta-llama/Llama-3.1-70B -> llama-3.1-70b), else its directory (the
+    repository directory of the HF hub cache for a snapshot), else "model"."""
     stem = path.name
     for suffix in (".json", "_config", "-config", "config"):
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
-    return stem.strip("_-").lower() or "model"
+    stem = stem.strip("_-").lower()
+    if stem:
+        return stem
+    candidates = [str(config.get("_name_or_path") or "")] if isinstance(config, dict) else []
+    directory = path.resolve().parent
+    if directory.parent.name == "snapshots":  # <cache>/models--Org--Name/snapshots/<commit>/config.json
+        candidates.append(directory.parent.parent.name)
+    candidates.append(directory.name)
+    for candidate in candidates:
+        name = _card_name_of(candidate)
+        if name:
+            return name
+    return "model"

@@ -29,6 +29,9 @@ class ModelCard:
 
     name: str = spec(doc="short name, as used in run configs")
     source: str = spec("", doc="where the numbers come from (HF repo, paper)")
+    aliases: tuple[str, ...] = spec(
+        default_factory=tuple, doc="other names the card answers to (HF repo ids whose config has these same "
+                                   "fields), matched ignoring case and punctuation")
     hidden_size: int = spec(doc="model width d_model", gt=0)
     num_hidden_layers: int = spec(doc="transformer layers", gt=0, le=100_000)
     num_attention_heads: int = spec(doc="query heads", gt=0)

@@ -1,7 +1,9 @@
 """Where bundled cards, tables and example configs live, and how names resolve to files.
 
 A name resolves in this order: an existing path (relative to the working directory or absolute);
-then the bundled directory of that kind, with or without the `.yaml` ending. Bundled data sits at
+a card of that name in ./models, ./hardware or ./engines of the working directory (where `infersim
+cards import-hf` writes); then the bundled directory of that kind, with or without the `.yaml`
+ending; then forgivingly (`forgiving_name`: case, punctuation, aliases, HF repository ids). Bundled data sits at
 the repository root in a checkout and under `infersim/_bundled/` in an installed wheel.
 """
 
@@ -58,22 +60,119 @@ def resolve_table_dir(name_or_path: str, relative_to: Path | None = None) -> Pat
     return next((c for c in candidates if c.exists()), None)
 
 
-def resolve(name_or_path: str, kind: str, relative_to: Path | None = None) -> Path:
-    """Turn a bundled name or a path into an existing file path, or explain what was tried."""
+def fold(name: str) -> str:
+    """A name as forgiving matching compares it: lower case, letters, digits and dots only
+    ("TensorRT-LLM" and "tensorrt_llm" fold alike; "llama-3.1-8b" keeps its dots)."""
+    return "".join(ch for ch in name.lower() if ch.isalnum() or ch == ".")
+
+
+# Card kinds whose bundled cards may list `aliases` (other names they answer to).
+_ALIAS_KINDS = ("models", "hardware", "engines")
+_ALIASES: dict[str, dict[str, str]] = {}
+
+
+def bundled_aliases(kind: str) -> dict[str, str]:
+    """Folded alias -> bundled card name, from the `aliases` lists of the bundled cards of `kind`
+    (read only when a name misses: an exact name never loads the other cards)."""
+    if kind not in _ALIASES:
+        from infersim.cards.schema import load_yaml  # here: exact names need no YAML
+
+        table: dict[str, str] = {}
+        directory = bundled_dir(kind)
+        for name in bundled_names(kind):
+            try:
+                data = load_yaml(directory / f"{name}.yaml")
+            except InferSimError:
+                continue  # a broken card says so when it is loaded by its own name
+            aliases = data.get("aliases") if isinstance(data, dict) else None
+            for alias in aliases if isinstance(aliases, list) else ():
+                table.setdefault(fold(str(alias)), name)
+        _ALIASES[kind] = table
+    return _ALIASES[kind]
+
+
+def _singular(kind: str) -> str:
+    return kind[:-1] if kind.endswith("s") else kind
+
+
+def _model_candidates(name: str, names: list[str]) -> list[str]:
+    """Bundled model cards an HF-style id may mean: the repository part of `org/Repo`, less a
+    `Meta-` prefix, is a card's name, or starts with it followed by a variant suffix
+    (`Llama-3.1-70B-Instruct` -> llama-3.1-70b, `Qwen3-30B-A3B-Instruct-2507` -> qwen3-30b-a3b:
+    fine-tuned and instruct variants share the base model's config), longest match first."""
+    repo = name.rsplit("/", 1)[-1].lower()
+    tries = [repo] + ([repo[len("meta-"):]] if repo.startswith("meta-") else [])
+    for attempt in tries:
+        exact = [n for n in names if fold(n) == fold(attempt)]
+        if exact:
+            return exact
+    for attempt in tries:
+        prefixed = sorted((n for n in names if attempt.startswith(n.lower() + "-")), key=len, reverse=True)
+        if prefixed:
+            return prefixed[:1]
+    return []
+
+
+def forgiving_name(name: str, kind: str) -> tuple[str, str] | None:
+    """(bundled card name, how it was matched) for a name that is no file and no bundled name as
+    written: the same name ignoring case and punctuation (vLLM -> vllm), a card's alias (h100 ->
+    h100-sxm, TensorRT-LLM -> trtllm), or for models an HF repository id (Qwen/Qwen3-8B -> qwen3-8b).
+    None when nothing matches; an ambiguous name is an error listing the candidates."""
+    names = bundled_names(kind)
+    folded = fold(name)
+    matches = [n for n in names if fold(n) == folded]
+    how = "same name ignoring case and punctuation"
+    if not matches and kind in _ALIAS_KINDS:
+        aliases = bundled_aliases(kind)
+        hit = aliases.get(folded) or (aliases.get(fold(name.rsplit("/", 1)[-1])) if kind == "models" else None)
+        if hit:
+            matches, how = [hit], f"an alias of bundled card {hit}"
+    if not matches and kind == "models" and name.strip():
+        matches = _model_candidates(name, names)
+        how = "the bundled card made from that model's HF config"
+    if not matches and kind == "hardware" and folded:
+        stem = "-".join(name.lower().replace("_", " ").split())
+        matches = [n for n in names if n.lower().startswith(stem + "-")]
+        how = "the bundled card of that GPU"
+    if len(matches) > 1:
+        raise InferSimError(f"{_singular(kind)} '{name}' is ambiguous: it may mean {', '.join(matches)}; "
+                            "give one of these names")
+    return (matches[0], how) if matches else None
+
+
+def resolve_name(name_or_path: str, kind: str, relative_to: Path | None = None) -> tuple[Path, str]:
+    """(existing file, note) for a bundled name or a path; the note says what a forgiving match
+    resolved the name to (empty for a path or an exact bundled name). Raises when nothing matches."""
     candidates = [Path(name_or_path).expanduser()]
     if relative_to is not None and not Path(name_or_path).is_absolute():
         candidates.append(relative_to / name_or_path)
+    given = len(candidates)
+    if kind in _ALIAS_KINDS and "/" not in name_or_path and not Path(name_or_path).is_absolute():
+        # a card `infersim cards import-hf` wrote to ./<kind>/ (its default --out) is found by its name
+        local = Path.cwd() / kind
+        candidates += [local / name_or_path, local / f"{name_or_path}.yaml"]
     bundled = bundled_dir(kind)
     candidates += [bundled / name_or_path, bundled / f"{name_or_path}.yaml"]
     for candidate in candidates:
         if candidate.is_file():
-            return candidate
-    for candidate in candidates[:-2]:  # a path the user gave that names a directory
+            return candidate, ""
+    for candidate in candidates[:given]:  # a path the user gave that names a directory
         if candidate.is_dir():
-            raise InferSimError(f"{name_or_path}: is a directory, not a {kind[:-1] if kind.endswith('s') else kind} "
-                                "file")
+            raise InferSimError(f"{name_or_path}: is a directory, not a {_singular(kind)} file")
+    found = forgiving_name(name_or_path, kind) if kind != "configs" else None
+    if found is not None:
+        card, how = found
+        return bundled / f"{card}.yaml", f"{_singular(kind)} '{name_or_path}' -> {card} ({how})"
     known = ", ".join(bundled_names(kind)) or "none"
+    hint = (" (a model not bundled: pass the path of its HF config.json, or `infersim cards import-hf` it)"
+            if kind == "models" else "")
     raise InferSimError(
-        f"{kind[:-1] if kind.endswith('s') else kind} '{name_or_path}' not found: no such file, and no bundled "
-        f"{kind} entry of that name (bundled: {known})"
+        f"{_singular(kind)} '{name_or_path}' not found: no such file, and no bundled "
+        f"{kind} entry of that name (bundled: {known}){hint}"
     )
+
+
+def resolve(name_or_path: str, kind: str, relative_to: Path | None = None) -> Path:
+    """Turn a bundled name (or a forgiving spelling of one, see forgiving_name) or a path into an
+    existing file path, or explain what was tried."""
+    return resolve_name(name_or_path, kind, relative_to)[0]

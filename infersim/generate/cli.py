@@ -18,8 +18,12 @@ def _generate(args: argparse.Namespace) -> int:
         overrides.append(f"deployment.precision.weights={args.weights}")
     flags = {"batch": args.batch, "prompt_len": args.prompt_len, "gen_len": args.gen_len, "offload": args.offload,
              "offload_device": args.offload_device, "prefetch": args.prefetch}
+    from infersim.cli import print_notes
+    from infersim.run_flags import flags_from_args
+
     config, gen = load_generate_config(args.config, overrides, args.mfu_tables,
-                                       {k: v for k, v in flags.items() if v is not None})
+                                       {k: v for k, v in flags.items() if v is not None}, flags_from_args(args))
+    print_notes(config)
     result = simulate_generation(config, gen)
     if args.format == "json":
         print(json.dumps(to_json_data(result), indent=2))
@@ -38,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Prefill of batch x prompt_len tokens, then gen_len - 1 decode steps timed one by one at "
                     "their own KV length. Values not given here come from the config's `generate:` section, "
                     "then from its workload (isl, osl, decode_batch_per_gpu).")
-    p.add_argument("--config", required=True, help="run config: a path, or the name of a bundled example")
+    p.add_argument("--config", default=None, help="run config: a path, or the name of a bundled example; or name the "
+                                                  "run with --model, --hardware and the flags below")
     p.add_argument("--batch", type=int, default=None, help="sequences generated together (all GPUs)")
     p.add_argument("--prompt-len", type=int, default=None, help="prompt tokens per sequence")
     p.add_argument("--gen-len", type=int, default=None, help="generated tokens per sequence (the first from prefill)")
@@ -55,4 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mfu-tables", default=None, metavar="DIR", help="directory of measured kernel tables")
     p.add_argument("--format", choices=("text", "log", "json"), default="text",
                    help="text; log = the benchmark's four-line log; json = the same fields as data")
+    from infersim.run_flags import add_run_flags
+
+    add_run_flags(p, lengths=False)  # generate has its own --batch, --prompt-len and --gen-len
     p.set_defaults(handler=_generate)

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from infersim.cards.registry import resolve
-from infersim.cards.schema import build, load_yaml, spec
-from infersim.config import RunConfig, config_from_mapping, parse_override
+from infersim.cards.schema import build, spec
+from infersim.config import RunConfig, config_from_mapping, parse_override, read_run_mapping
 from infersim.errors import MISSING, ConfigError
+from infersim.run_flags import RunFlags
 from infersim.sharding import shard
 
 OffloadTarget = Literal["weights", "kv"]
@@ -80,22 +80,20 @@ def parse_offload(value: Any) -> Any:
     return value
 
 
-def load_generate_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
-                         mfu_tables: str | None = None,
-                         flags: dict[str, Any] | None = None) -> tuple[RunConfig, GenerateSpec]:
+def load_generate_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                         mfu_tables: str | None = None, flags: dict[str, Any] | None = None,
+                         run_flags: RunFlags | None = None) -> tuple[RunConfig, GenerateSpec]:
     """Read a run YAML with an optional `generate:` section; `flags` (CLI values, None = not given) win
-    over `--set generate.*` overrides, which win over the file. Returns the core config and the
+    over `--set generate.*` overrides, which win over the file. `run_flags` are the direct flags of
+    the run (infersim.run_flags; path None: the run they name). Returns the core config and the
     resolved spec (batch and lengths filled in)."""
-    config_path = resolve(str(path), "configs")
-    raw = load_yaml(config_path)
-    if not isinstance(raw, dict):
-        raise ConfigError(str(config_path), "", MISSING, "expected a mapping with model, hardware, deployment, workload")
-    return config_and_spec(raw, str(config_path), overrides, mfu_tables, flags, base=config_path.parent)
+    raw, source, base = read_run_mapping(path, run_flags)
+    return config_and_spec(raw, source, overrides, mfu_tables, flags, base=base, run_flags=run_flags)
 
 
 def config_and_spec(raw: dict[str, Any], source: str, overrides: list[str] | tuple[str, ...] = (),
                     mfu_tables: str | None = None, flags: dict[str, Any] | None = None,
-                    base: Path | None = None) -> tuple[RunConfig, GenerateSpec]:
+                    base: Path | None = None, run_flags: RunFlags | None = None) -> tuple[RunConfig, GenerateSpec]:
     """As load_generate_config, from an already-read mapping (tests and benchmarks build them inline)."""
     raw = copy.deepcopy(raw)
     section = raw.pop(SECTION, None)
@@ -119,7 +117,7 @@ def config_and_spec(raw: dict[str, Any], source: str, overrides: list[str] | tup
     if "offload" in section:
         section["offload"] = parse_offload(section["offload"])
     gen = build(GenerateSpec, section, where, SECTION)
-    config = config_from_mapping(raw, source, core_overrides, mfu_tables, base=base)
+    config = config_from_mapping(raw, source, core_overrides, mfu_tables, base=base, flags=run_flags)
     if config.deployment.weight_offload != "none":
         # generate has its own offload model (whole layers, generate.offload); two would double-count
         raise ConfigError(where, "deployment.weight_offload", config.deployment.weight_offload,

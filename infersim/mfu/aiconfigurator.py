@@ -57,7 +57,7 @@ engine version, `<out>/<device>/<framework>-<version>/`):
 Not imported (listed in the provenance notes): MLA module tables, DSA/MSA, linear attention, DeepEP / NCCL
 all-to-all (EP token exchange stays with the hardware card's model), WideEP tables.
 
-Reading parquet needs pyarrow (the optional extra `aic`: pip install 'infersim[aic]'). A table may
+Reading parquet needs pyarrow (the optional extra `aic`: pip install '.[aic]' in a clone). A table may
 also be given as a CSV with the same columns (tests do so, needing neither package).
 """
 
@@ -94,8 +94,8 @@ LICENSE_NOTICE = ("Apache-2.0: the numbers in this directory are converted from 
                   "performance database (Copyright (c) NVIDIA CORPORATION & AFFILIATES, licensed under the Apache "
                   "License, Version 2.0, http://www.apache.org/licenses/LICENSE-2.0); converted by InferSim "
                   "(units, layout, FLOP split of MoE times), values otherwise unchanged")
-MISSING_EXTRA = ("importing aiconfigurator's tables needs the optional extra: pip install 'infersim[aic]' "
-                 "(installs aiconfigurator-core and pyarrow)")
+MISSING_EXTRA = ("importing aiconfigurator's tables needs aiconfigurator-core and pyarrow: pip install "
+                 "aiconfigurator-core pyarrow (or, in the infersim clone: pip install '.[aic]')")
 
 #: our hardware card -> aiconfigurator system directory
 SYSTEMS: dict[str, str] = {

@@ -111,7 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Convert the kernel tables of the installed aiconfigurator-core (GEMM, context/generation "
                     "attention, MoE) into one table directory per device and engine version under --out "
                     "(<device>/<framework>-<version>/), provenance and Apache-2.0 notice included. "
-                    "Needs: pip install 'infersim[aic]'.")
+                    "Needs: pip install aiconfigurator-core pyarrow (in the clone: pip install '.[aic]').")
     aic.add_argument("--out", type=Path, default=None,
                      help="output root (default: the bundled mfu_tables/aiconfigurator/)")
     aic.add_argument("--devices", type=_csv_list, default=(),

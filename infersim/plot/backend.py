@@ -1,6 +1,6 @@
 """matplotlib, imported only when a picture is asked for, and the files pictures are written to.
 
-matplotlib is an optional extra (`pip install 'infersim[plot]'`): nothing in the simulator imports
+matplotlib is an optional extra (`pip install '.[plot]'` in a clone): nothing in the simulator imports
 it, and every figure function gets it through `pyplot()`, which selects the non-interactive Agg
 backend first so drawing works on machines without a display.
 """
@@ -16,7 +16,9 @@ from infersim.errors import InferSimError
 #: file formats a picture can be written in, by extension
 PICTURE_FORMATS = (".png", ".svg", ".pdf")
 
-INSTALL_HINT = "pip install 'infersim[plot]'"
+#: how to get matplotlib: infersim is installed from a clone (`pip install .`), not from an index,
+#: so `pip install 'infersim[plot]'` finds nothing; the extra is named from the clone
+INSTALL_HINT = "pip install matplotlib (or, in the infersim clone: pip install '.[plot]')"
 
 #: dots per inch of written PNGs: ~100 keeps a 10 x 6 inch figure well under 150 KB
 DPI = 100
@@ -67,8 +69,10 @@ def pyplot(what: str = "plotting") -> Any:
         raise PlottingUnavailable(f"{what} needs a working matplotlib ({exc}): {INSTALL_HINT}") from exc
 
 
-def check_picture_path(path: str, option: str = "--out") -> None:
-    """Fail before any work when a picture cannot be written to `path` (format or directory)."""
+def check_picture_path(path: str, option: str = "--out", need_matplotlib: bool = True) -> None:
+    """Fail before any work when a picture cannot be written to `path` (format or directory, and
+    unless `need_matplotlib` is false, a missing matplotlib: a command that prints a report first
+    asks later, so the report is not lost)."""
     suffix = Path(path).suffix.lower()
     if suffix not in PICTURE_FORMATS:
         raise InferSimError(f"{option} {path}: unknown picture format '{suffix or '(none)'}'; "
@@ -76,7 +80,8 @@ def check_picture_path(path: str, option: str = "--out") -> None:
     parent = Path(path).parent
     if not parent.is_dir():
         raise InferSimError(f"{option} {path}: directory {parent} does not exist")
-    require_matplotlib(f"{option} {path}")
+    if need_matplotlib:
+        require_matplotlib(f"{option} {path}")
 
 
 def save_figure(figure: Any, path: str) -> None:

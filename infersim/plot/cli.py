@@ -59,12 +59,13 @@ def plot_command(args: argparse.Namespace) -> int:
 
 
 def roofline_command(args: argparse.Namespace) -> int:
-    from infersim.config import load_run_config
+    from infersim.cli import load_config_from_args, print_notes
     from infersim.report import to_json_data
     from infersim.simulate import simulate
 
     check_picture_path(args.out)
-    config = load_run_config(args.config, args.overrides, args.mfu_tables)
+    config = load_config_from_args(args)
+    print_notes(config)
     data = to_json_data(simulate(config))
     drawing = draw(data, "roofline", STAGE_CHOICES[args.stage])
     save_figure(drawing.figure, args.out)
@@ -82,7 +83,7 @@ def register(subparsers: Any) -> None:
     plot = subparsers.add_parser(
         "plot", help="draw a saved result (JSON of the run, sweep, compare, validate or serve commands)",
         description="Turn the JSON a command emitted into a picture: module breakdown, roofline, "
-                    "predicted vs measured, sweep curves or serving curves. Needs pip install 'infersim[plot]'.",
+                    "predicted vs measured, sweep curves or serving curves. Needs matplotlib (pip install '.[plot]' in the clone).",
         epilog=PLOT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     plot.add_argument("result", metavar="RESULT", help="result file: .json (or - for stdin), or a sweep's .csv")
     plot.add_argument("--out", default=None, metavar="FILE",
@@ -102,9 +103,10 @@ def register(subparsers: Any) -> None:
         "roofline", help="simulate a run config and draw its roofline (ceilings and every module)",
         description="The hardware card's datasheet and derated compute ceilings per format and its memory "
                     "ceiling, with each module of prefill and decode at its arithmetic intensity (FLOP/byte) "
-                    "and achieved FLOP/s; the ridge point marked. Needs pip install 'infersim[plot]'.")
-    roofline.add_argument("--config", required=True,
-                          help="run config: a path, or the name of a bundled example (e.g. qwen3-30b.yaml)")
+                    "and achieved FLOP/s; the ridge point marked. Needs matplotlib (pip install '.[plot]' in the clone).")
+    roofline.add_argument("--config", default=None,
+                          help="run config: a path, or the name of a bundled example (e.g. qwen3-30b.yaml); or name "
+                               "the run with --model, --hardware and the flags below")
     roofline.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                           help="override any config field (repeatable)")
     roofline.add_argument("--mfu-tables", default=None, metavar="DIR",
@@ -112,4 +114,7 @@ def register(subparsers: Any) -> None:
     roofline.add_argument("--out", default="roofline.png", metavar="FILE",
                           help="picture to write: .png, .svg or .pdf (default roofline.png)")
     roofline.add_argument("--stage", choices=tuple(STAGE_CHOICES), default="both", help="stages to draw")
+    from infersim.run_flags import add_run_flags
+
+    add_run_flags(roofline)
     roofline.set_defaults(handler=roofline_command)

@@ -87,6 +87,28 @@ def si_format(value: float, unit: str = "") -> str:
     return f"{value:.3g} {unit}".rstrip()
 
 
+def plain_log_ticks(low: float, high: float, most: int = 7) -> list[float]:
+    """Ticks for a log axis from low to high, to be written as plain numbers: 1-2-5 steps per
+    decade (1-2-3-5, or every digit, on a short axis; decades only on a long one), at most `most`."""
+    def ticks(mantissas: tuple[int, ...]) -> list[float]:
+        return [m * 10.0 ** e for e in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+                for m in mantissas if low <= m * 10.0 ** e <= high]
+
+    for mantissas in ((1, 2, 5), (1, 2, 3, 5), tuple(range(1, 10))):
+        chosen = ticks(mantissas)
+        if len(chosen) >= 3:
+            break
+    if len(chosen) > most:
+        decades = ticks((1,))
+        chosen = decades if len(decades) >= 2 else chosen[::math.ceil(len(chosen) / most)]
+    return chosen
+
+
+def plain_number(value: float) -> str:
+    """A tick value as a person writes it: 2,000 (not 2 x 10^3), 0.5."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:g}"
+
+
 #: where a point's label may go, in points from the point: (dx, dy, horizontal alignment), tried in order
 LABEL_OFFSETS = ((6, 5, "left"), (6, -13, "left"), (-6, 5, "right"), (-6, -13, "right"), (0, 9, "center"),
                  (0, -18, "center"), (12, 16, "left"), (12, -24, "left"), (-12, 16, "right"), (-12, -24, "right"),
@@ -95,11 +117,12 @@ LABEL_OFFSETS = ((6, 5, "left"), (6, -13, "left"), (-6, 5, "right"), (-6, -13, "
 
 def place_point_labels(ax: Any, labels: Sequence[tuple[float, float, str]], fontsize: float = 7.5,
                        avoid: Sequence[Any] = (), marker_radius_px: float = 5.0,
-                       avoid_points: Sequence[tuple[float, float]] = ()) -> list[Any]:
+                       avoid_points: Sequence[tuple[float, float]] = (), inside: bool = False) -> list[Any]:
     """Annotate points so that labels do not cover each other, the points, or the `avoid` artists.
 
     Greedy: each label (in the given order, most important first) takes the first offset around its
-    point whose box overlaps no label placed before it; when every offset collides, the first is used.
+    point whose box overlaps no label placed before it (and with `inside`, lies within the axes,
+    so no label is cut off); when every offset collides, the first that fits inside is used.
     """
     figure = ax.figure
     renderer = figure.canvas.get_renderer()
@@ -110,19 +133,27 @@ def place_point_labels(ax: Any, labels: Sequence[tuple[float, float, str]], font
         px, py = ax.transData.transform((x, y))
         taken.append(Bbox.from_extents(px - marker_radius_px, py - marker_radius_px,
                                        px + marker_radius_px, py + marker_radius_px))
+    frame = ax.get_window_extent(renderer)
+
+    def within(box: Any) -> bool:
+        return not inside or (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1)
+
     placed = []
     for x, y, text in labels:
         chosen = None
+        fallback = None
         for dx, dy, align in LABEL_OFFSETS:
             note = ax.annotate(text, xy=(x, y), xytext=(dx, dy), textcoords="offset points", ha=align,
                                fontsize=fontsize)
             box = note.get_window_extent(renderer).expanded(1.04, 1.1)
-            if not any(box.overlaps(other) for other in taken):
+            if within(box) and not any(box.overlaps(other) for other in taken):
                 chosen = (note, box)
                 break
+            if fallback is None and within(box):
+                fallback = (dx, dy, align)
             note.remove()
         if chosen is None:
-            dx, dy, align = LABEL_OFFSETS[0]
+            dx, dy, align = fallback or LABEL_OFFSETS[0]
             note = ax.annotate(text, xy=(x, y), xytext=(dx, dy), textcoords="offset points", ha=align,
                                fontsize=fontsize)
             chosen = (note, note.get_window_extent(renderer))

@@ -177,6 +177,11 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
     from matplotlib.ticker import EngFormatter
 
     ax.yaxis.set_major_formatter(EngFormatter(unit="FLOP/s", places=0))
+    from matplotlib.ticker import FuncFormatter
+
+    from infersim.plot.common import plain_number
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: plain_number(v)))  # 100 FLOP/B, not 10^2
     ax.grid(True, which="major", alpha=0.3)
     from matplotlib.lines import Line2D
 

@@ -15,6 +15,9 @@ before `status`). Rejected rows are left out.
 - Several rows at the same x on one line (a layout search gives many deployments per point) are
   reduced to the best of them: the lowest for times and costs (names ending in _ms or _usd), the
   highest otherwise; the drawn data and the title say so.
+- Configurations that do not fit in memory (`fits` false) are no speed that can happen: lines join
+  only those that fit, and an x where nothing of a line fits gets a hollow marker (the best of
+  what does not fit there); the legend counts them.
 """
 
 from __future__ import annotations
@@ -98,6 +101,12 @@ def _key(value: Any) -> Any:
     return x if x is not None else str(value)
 
 
+def fits(row: Mapping[str, Any]) -> bool:
+    """Whether a sweep row fits in memory (JSON: a boolean; CSV: its text; absent: it does)."""
+    value = row.get("fits")
+    return not (value is False or str(value).strip().lower() in ("false", "0", "no"))
+
+
 def _varies(rows: Sequence[Mapping[str, Any]], column: str) -> bool:
     return len({_key(r.get(column)) for r in rows}) > 1
 
@@ -145,7 +154,9 @@ def sweep_lines(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None 
     # swept fields that are neither x nor series still separate lines
     splitting = ([series] if series else []) + [a for a in axes if a not in (x, series) and _varies(rows, a)]
     groups: dict[tuple[Any, ...], dict[Any, list[float]]] = {}
+    unfit: dict[tuple[Any, ...], dict[Any, list[float]]] = {}
     x_values: dict[Any, Any] = {}
+    unfit_rows = 0
     for r in rows:
         y = number(r.get(metric))
         if y is None:
@@ -153,7 +164,12 @@ def sweep_lines(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None 
         group = tuple(r.get(c) for c in splitting)
         xk = _key(r.get(x))
         x_values.setdefault(xk, r.get(x))
-        groups.setdefault(group, {}).setdefault(xk, []).append(y)
+        groups.setdefault(group, {})
+        if fits(r):
+            groups[group].setdefault(xk, []).append(y)
+        else:
+            unfit_rows += 1
+            unfit.setdefault(group, {}).setdefault(xk, []).append(y)
     if not groups:
         raise InferSimError(f"sweep: no row has a value for {metric}")
     if len(groups) > MAX_LINES:
@@ -161,19 +177,26 @@ def sweep_lines(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None 
                             f"pick a slice with --where FIELD=VALUE or another --series")
     numeric_x = all(isinstance(k, float) for k in x_values)
     pick = min if lower_is_better(metric) else max
+    def ordered(keys: Any) -> list[Any]:
+        return sorted(keys, key=lambda k: (0, k) if isinstance(k, float) else (1, k)) if numeric_x else \
+            [k for k in x_values if k in keys]
+
     lines = []
     for group, points in groups.items():
-        keys = sorted(points, key=lambda k: (0, k) if isinstance(k, float) else (1, k)) if numeric_x else \
-            [k for k in x_values if k in points]
+        keys = ordered(points)
         # one splitting field: the legend title names it, entries give the value only
         label = (str(group[0]) if len(splitting) == 1 else
                  ", ".join(f"{c.rsplit('.', 1)[-1]}={v}" for c, v in zip(splitting, group))) or metric
+        alone = ordered(k for k in unfit.get(group, {}) if k not in points)  # x where nothing of the line fits
         lines.append({"label": label, "x": [k if numeric_x else str(x_values[k]) for k in keys],
-                      "y": [pick(points[k]) for k in keys], "reduced_from": [len(points[k]) for k in keys]})
+                      "y": [pick(points[k]) for k in keys], "reduced_from": [len(points[k]) for k in keys],
+                      "unfit_x": [k if numeric_x else str(x_values[k]) for k in alone],
+                      "unfit_y": [pick(unfit[group][k]) for k in alone]})
     return {"kind": "sweep", "metric": metric, "x_field": x, "series_field": series, "splitting": splitting,
             "numeric_x": numeric_x, "categories": None if numeric_x else [str(v) for v in x_values.values()],
             "best_of": "lowest" if lower_is_better(metric) else "highest",
-            "reduced": any(n > 1 for line in lines for n in line["reduced_from"]), "lines": lines}
+            "reduced": any(n > 1 for line in lines for n in line["reduced_from"]), "lines": lines,
+            "unfit_rows": unfit_rows, "rows": len(rows)}
 
 
 def draw_sweep(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None = None, series: str | None = None,
@@ -182,11 +205,22 @@ def draw_sweep(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None =
     plt = pyplot("the sweep picture")
     figure, ax = plt.subplots(figsize=(8, 5.2))
     categories = drawn["categories"]
+
+    def positions(values: list[Any]) -> list[Any]:
+        return values if drawn["numeric_x"] else [categories.index(v) for v in values]
+
     for line in drawn["lines"]:
-        xs = line["x"] if drawn["numeric_x"] else [categories.index(v) for v in line["x"]]
-        ax.plot(xs, line["y"], marker="o", markersize=4, linewidth=1.5, label=line["label"])
+        (drawn_line,) = ax.plot(positions(line["x"]), line["y"], marker="o", markersize=4, linewidth=1.5,
+                                label=line["label"])
+        if line["unfit_x"]:
+            ax.plot(positions(line["unfit_x"]), line["unfit_y"], linestyle="none", marker="o", markersize=7,
+                    color=drawn_line.get_color(), markerfacecolor="none", markeredgewidth=1.2, alpha=0.7)
+    if drawn["unfit_rows"]:
+        # a legend entry for the hollow markers, in neutral grey (each marker keeps its line's colour)
+        ax.plot([], [], linestyle="none", marker="o", markersize=7, color="0.4", markerfacecolor="none",
+                label=f"does not fit in memory ({drawn['unfit_rows']} of {drawn['rows']})")
     if drawn["numeric_x"]:
-        all_x = [v for line in drawn["lines"] for v in line["x"]]
+        all_x = [v for line in drawn["lines"] for v in (*line["x"], *line["unfit_x"])]
         if min(all_x) > 0 and max(all_x) / min(all_x) >= 16:
             from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
@@ -203,7 +237,7 @@ def draw_sweep(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None =
     ax.set_xlabel(axis_label(x_field))
     ax.set_ylabel(axis_label(metric_name))
     ax.grid(True, which="both", alpha=0.3)
-    if len(drawn["lines"]) > 1 or drawn["splitting"]:
+    if len(drawn["lines"]) > 1 or drawn["splitting"] or drawn["unfit_rows"]:
         ax.legend(fontsize=8, title=", ".join(c.rsplit(".", 1)[-1] for c in drawn["splitting"]) or None,
                   title_fontsize=8)
     title = f"{axis_label(metric_name)} vs {x_field}"

@@ -46,7 +46,10 @@ def _length(text: str | None, name: str) -> Any:
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    modes = [m for m, on in (("offline", args.offline), ("concurrency", args.concurrency is not None),
+    # a rate with a concurrency is a Poisson load capped at that many in flight (vllm bench serve's
+    # and sglang.bench_serving's --request-rate with --max-concurrency)
+    capped = args.rate is not None and args.concurrency is not None
+    modes = [m for m, on in (("offline", args.offline), ("concurrency", args.concurrency is not None and not capped),
                              ("trace", args.trace is not None), ("poisson", args.rate is not None)) if on]
     sweeping = args.rate_sweep is not None or args.max_rate_under_slo
     if len(modes) > 1:
@@ -54,7 +57,8 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if sweeping and modes and modes != ["poisson"]:
         raise InferSimError("--rate-sweep and --max-rate-under-slo vary a Poisson rate; drop " + modes[0])
     if not modes and not sweeping:
-        raise InferSimError("give a load: --rate R, --concurrency N, --offline or --trace FILE")
+        raise InferSimError("give a load: --rate R (--request-rate), --concurrency N (--max-concurrency), --offline or "
+                            "--trace FILE")
     options: dict[str, Any] = {"mode": modes[0] if modes else "poisson", "num_requests": args.num_requests,
                                "seed": args.seed, "replicas": args.replicas, "router": args.router}
     given = {"rate": args.rate, "concurrency": args.concurrency, "trace": args.trace,
@@ -62,8 +66,12 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
              "isl": _length(args.isl, "isl"), "osl": _length(args.osl, "osl"), "lengths_trace": args.lengths_from,
              "burstiness": args.burstiness, "prefix_hit_rate": args.prefix_hit_rate}
     options.update({name: value for name, value in given.items() if value is not None})
+    if capped:
+        options["concurrency"] = args.concurrency
     if args.slo:
         options["slo"] = parse_slo(args.slo)
+    if args.slo_percentile not in (50, 90, 99):
+        options["percentiles"] = [args.slo_percentile]
     if args.disaggregate:
         options["disaggregate"] = args.disaggregate
     return options
@@ -83,13 +91,53 @@ def write_requests(path: str, records: list[dict[str, Any]]) -> None:
         raise InferSimError(f"--requests-out {path}: cannot write ({exc.strerror})") from None
 
 
+def _request_length(text: str | None, name: str) -> int | None:
+    """The workload length (memory sizing, the report) a --isl/--osl value stands for: the number,
+    or a distribution's mean."""
+    value = _length(text, name)
+    if isinstance(value, dict):
+        value = value.get("mean")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1 or value != value:
+        return None  # left to the options' own check, which names the problem
+    return max(1, round(value))
+
+
+def run_block(config: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """What a serving result ran on, for its JSON (pictures are titled from it)."""
+    dep = config.deployment
+    return {"model": config.model.name, "hardware": config.hardware.name, "num_gpus": dep.num_gpus,
+            "engine": f"{config.engine.name} {config.engine.version}", "title": serve_title(config, options)}
+
+
+def serve_title(config: Any, options: dict[str, Any]) -> str:
+    """Model, GPUs, engine and load of a serving run, for report and picture titles."""
+    dep = config.deployment
+    mode = options.get("mode", "poisson")
+    if mode == "poisson":
+        load = f"Poisson {options.get('rate', 0):g} req/s" + (
+            f", at most {options['concurrency']} in flight" if options.get("concurrency") else "")
+    elif mode == "concurrency":
+        clients = options.get("concurrency")
+        load = f"{clients} concurrent client{'s' if clients != 1 else ''}"
+    else:
+        load = {"offline": "offline (all requests at once)", "trace": "trace replay"}.get(mode, mode)
+    return (f"{config.model.name} on {dep.num_gpus} x {config.hardware.name}, {config.engine.name} "
+            f"{config.engine.version}; {load}")
+
+
 def _serve(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from infersim.cli import print_notes
     from infersim.config import load_run_config
+    from infersim.run_flags import flags_from_args
     from infersim.serve import report
     from infersim.serve.api import simulate_serving
 
-    config = load_run_config(args.config, args.overrides, args.mfu_tables)
     options = options_from_args(args)
+    flags = replace(flags_from_args(args), isl=_request_length(args.isl, "isl"), osl=_request_length(args.osl, "osl"))
+    config = load_run_config(args.config, args.overrides, args.mfu_tables, flags)
+    print_notes(config)
     want_records = bool(args.requests_out) or args.include_requests
     executor, client = None, None
     if args.executor:
@@ -107,9 +155,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.requests_out and records:
         write_requests(args.requests_out, records)
     if args.format == "json":
-        print(json.dumps(summary, indent=2))
+        print(json.dumps({"run": run_block(config, options), **summary}, indent=2))
     else:
-        print(report.summary_text(summary, f"InferSim serve: {config.model.name} on {config.hardware.name}"))
+        print(report.summary_text(summary, f"InferSim serve: {serve_title(config, options)}"))
     return 0
 
 
@@ -136,10 +184,12 @@ def _search(args: argparse.Namespace, config: Any, options: dict[str, Any], exec
     if "slo" in options:
         out["slo"] = {"ttft_ms": options["slo"].get("ttft_s", 0) * 1e3 or None,
                       "tpot_ms": options["slo"].get("tpot_s", 0) * 1e3 or None}
+    searched = " and ".join(w for w, on in ((f"Poisson rates {args.rate_sweep}", args.rate_sweep is not None),
+                                             ("the highest rate under the SLO", args.max_rate_under_slo)) if on)
     if args.format == "json":
-        print(json.dumps(out, indent=2))
+        print(json.dumps({"run": run_block(config, {**options, "mode": searched}), **out}, indent=2))
     else:
-        print(f"InferSim serve: {config.model.name} on {config.hardware.name}\n" + "\n\n".join(text))
+        print(f"InferSim serve: {serve_title(config, {**options, 'mode': searched})}\n" + "\n\n".join(text))
     return 0
 
 
@@ -149,13 +199,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       "PD disaggregation; TTFT/TPOT/ITL percentiles and throughput",
         description="Simulate serving a stream of requests on the config's deployment with its engine card's "
                     "scheduler. Steps are priced by the stage engine. Output names follow vllm bench serve.")
-    p.add_argument("--config", required=True, help="run config: a path or a bundled example (serve-llama-8b-h100.yaml)")
+    p.add_argument("--config", default=None, help="run config: a path or a bundled example (serve-llama-8b-h100.yaml); "
+                                                  "or name the deployment with --model, --hardware and the flags below")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="override any config field (repeatable)")
     p.add_argument("--mfu-tables", default=None, metavar="DIR", help="directory of measured kernel tables")
     load = p.add_argument_group("load (one of)")
     load.add_argument("--rate", type=float, default=None, help="open loop: Poisson arrivals at this many requests/s")
-    load.add_argument("--concurrency", type=int, default=None, help="closed loop: this many clients")
+    load.add_argument("--concurrency", type=int, default=None, help="closed loop: this many clients; with --rate: at most this many requests in flight")
     load.add_argument("--offline", action="store_true", help="all requests at t = 0 (trtllm-bench / MLPerf Offline)")
     load.add_argument("--trace", default=None, metavar="FILE",
                       help="replay a JSONL/CSV trace (arrival, input, output tokens; Azure column names accepted)")
@@ -176,12 +227,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rate-sweep", default=None, metavar="START:STOP:STEP",
                    help="Poisson rates to sweep (e.g. 1:16:1 or 2,4,8): the throughput-latency curve")
     p.add_argument("--max-rate-under-slo", action="store_true", help="find the highest Poisson rate meeting --slo")
-    p.add_argument("--slo-percentile", type=int, default=99, choices=(50, 90, 99),
-                   help="percentile of TTFT and TPOT the SLO search holds to its limits (default 99, as MLPerf)")
+    p.add_argument("--slo-percentile", type=_percentile, default=99.0, metavar="Q",
+                   help="percentile of TTFT and TPOT the SLO search holds to its limits, any value in (0, 100) "
+                        "(default 99, as MLPerf)")
     p.add_argument("--workers", type=int, default=None, help="worker processes for searches (default: all CPUs)")
     p.add_argument("--executor", default=None, metavar="dask://HOST:PORT", help="run search points on a Dask cluster")
     p.add_argument("--requests-out", default=None, metavar="FILE", help="write per-request records (.jsonl or .csv)")
     p.add_argument("--include-requests", action="store_true", help="JSON: per-request records under 'requests'")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    from infersim.cli import add_option_aliases
+    from infersim.run_flags import add_run_flags
+
+    add_run_flags(p, lengths=False)
+    # the names vllm bench serve and sglang.bench_serving give the same options
+    add_option_aliases(p, {"--request-rate": "--rate", "--max-concurrency": "--concurrency",
+                           "--num-prompts": "--num-requests", "--random-input-len": "--isl",
+                           "--random-output-len": "--osl"})
     p.set_defaults(handler=_serve)
+
+
+def _percentile(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: a percentile is in (0, 100), e.g. 95 or 99.9")
+    return value
 

@@ -33,8 +33,15 @@ def weighted_percentile(samples: list[tuple[float, int]], q: float) -> float:
     return max(v for v, _w in samples)
 
 
-def _stats(name: str, values: list[float], out: dict[str, Any]) -> None:
-    """mean/median/std/p90/p99 of `values` (seconds) as <stat>_<name>_ms."""
+def percentile_key(q: float) -> str:
+    """The summary's name of percentile q (as vllm bench serve names them): median, p90, p99.9."""
+    if q == 50:
+        return "median"
+    return f"p{int(q) if float(q).is_integer() else q}"
+
+
+def _stats(name: str, values: list[float], out: dict[str, Any], extra: tuple[float, ...] = ()) -> None:
+    """mean/median/std/p90/p99 (and the `extra` percentiles) of `values` (seconds) as <stat>_<name>_ms."""
     values = sorted(values)
     n = len(values)
     mean = sum(values) / n if n else 0.0
@@ -44,6 +51,8 @@ def _stats(name: str, values: list[float], out: dict[str, Any]) -> None:
     out[f"std_{name}_ms"] = std * 1e3
     out[f"p90_{name}_ms"] = percentile(values, 90) * 1e3
     out[f"p99_{name}_ms"] = percentile(values, 99) * 1e3
+    for q in extra:
+        out[f"{percentile_key(q)}_{name}_ms"] = percentile(values, q) * 1e3
 
 
 def meets_slo(ttft_s: float, tpot_s: float | None, slo: Slo | None) -> bool:
@@ -100,10 +109,10 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
     }
     if opts.mode == "poisson":
         out["request_rate"] = opts.rate
-    if opts.mode == "concurrency":
+    if opts.mode == "concurrency" or opts.concurrency:
         out["max_concurrency"] = opts.concurrency
-    _stats("ttft", ttft, out)
-    _stats("tpot", tpot, out)
+    _stats("ttft", ttft, out, opts.percentiles)
+    _stats("tpot", tpot, out, opts.percentiles)
     samples = [s for pool in result.pools for inst in pool.instances for s in inst.stats.itl_samples]
     out["mean_itl_ms"] = gap_sum / gap_count * 1e3 if gap_count else 0.0
     out["median_itl_ms"] = weighted_percentile(samples, 50) * 1e3

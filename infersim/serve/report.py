@@ -6,6 +6,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from infersim.serve.metrics import percentile_key
+
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
@@ -16,7 +18,8 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
     if title:
         lines.append(title)
     mode = s["mode"]
-    load = {"poisson": f"Poisson {s.get('request_rate', 0):g} req/s", "concurrency": f"closed loop, "
+    capped = f", at most {s['max_concurrency']} in flight" if mode == "poisson" and s.get("max_concurrency") else ""
+    load = {"poisson": f"Poisson {s.get('request_rate', 0):g} req/s{capped}", "concurrency": f"closed loop, "
             f"{s.get('max_concurrency')} clients", "offline": "offline (all requests at t = 0)",
             "trace": "trace replay"}[mode]
     lines.append(f"  load:        {s['completed']:,} requests, {load}; {s['total_input_tokens']:,} input and "
@@ -64,7 +67,8 @@ def sweep_text(rows: list[dict[str, Any]]) -> str:
 def slo_search_text(found: dict[str, Any]) -> str:
     s = found["summary"]
     pct = found["percentile"]
-    key = "p99" if pct == 99 else ("p90" if pct == 90 else "median")
+    key = percentile_key(pct)
+    pct = f"{pct:g}"
     lines = [f"HIGHEST RATE UNDER THE SLO (p{pct} TTFT <= {_ms(s['slo']['ttft_ms'])} ms, "
              f"p{pct} TPOT <= {_ms(s['slo']['tpot_ms'])} ms): {found['max_rate']:.3f} req/s "
              f"(offline capacity {found['capacity_rate']:.3f} req/s)",
@@ -73,3 +77,43 @@ def slo_search_text(found: dict[str, Any]) -> str:
              "  probes: " + ", ".join(f"{p['rate']:.3g}{'+' if p['met'] else 'x'}" for p in found["probes"])
              + "   (+ met, x missed)"]
     return "\n".join(lines)
+
+
+def _value(value: float, unit: str) -> str:
+    if unit == "ms":
+        return f"{value:,.2f}"
+    return f"{value:,.3f}" if unit == "req/s" else f"{value:,.1f}"
+
+
+def serving_comparison_text(source: str, comparison: Any) -> str:
+    """A serving benchmark result against infersim serve at the same load (infersim.serve.bench_result)."""
+    result = comparison.result
+    what = f"{result.tool} result {source}" + (f" line {result.line}" if result.line > 1 else "")
+    lines = [f"InferSim compare: {what} against infersim serve at the same load",
+             f"  measured:   {result.backend or 'unknown backend'}"
+             + (f", {result.model_id}" if result.model_id else "")
+             + f"; {result.load}; {result.completed:,} requests, mean input {result.mean_input_len:,.1f} and output "
+               f"{result.mean_output_len:,.1f} tokens",
+             f"  predicted:  {comparison.predicted_title}", ""]
+    rows = []
+    for row in comparison.rows:
+        error = row.error
+        rows.append([f"{row.metric} ({row.unit})", _value(row.measured, row.unit), _value(row.predicted, row.unit),
+                     "-" if error is None else f"{100 * error:+.1f}%"])
+    lines.append(tabulate(rows, headers=["metric", "measured", "predicted", "error"], tablefmt="simple",
+                          disable_numparse=True, colalign=("left", "right", "right", "right")))
+    lines += [f"note: {note}" for note in comparison.notes]
+    return "\n".join(lines)
+
+
+def serving_comparison_json(source: str, comparison: Any) -> dict[str, Any]:
+    result = comparison.result
+    return {"line": result.line, "kind": "vllm_bench_serve" if result.tool.startswith("vllm") else "bench_serving",
+            "tool": result.tool, "label": result.load, "backend": result.backend, "model_id": result.model_id,
+            "request_rate": None if result.request_rate == float("inf") else result.request_rate,
+            "max_concurrency": result.max_concurrency, "completed": result.completed,
+            "mean_input_len": result.mean_input_len, "mean_output_len": result.mean_output_len,
+            "predicted_run": comparison.predicted_title, "serve_options": comparison.options,
+            "metrics": [{"metric": r.metric, "unit": r.unit, "measured": r.measured, "predicted": r.predicted,
+                         "error": r.error} for r in comparison.rows],
+            "notes": list(comparison.notes)}

@@ -20,6 +20,7 @@ from typing import IO, Any
 from infersim.config import RunConfig
 from infersim.errors import InferSimError
 from infersim.serve.api import simulate_serving
+from infersim.serve.metrics import percentile_key
 
 
 def _serve_task(payload: bytes, rate: float | None) -> dict[str, Any]:
@@ -106,23 +107,23 @@ def rate_sweep(runner: RateRunner, rates: list[float]) -> list[dict[str, Any]]:
     return [{"rate": rate, **row} for rate, row in zip(rates, rows)]
 
 
-def slo_met(summary: dict[str, Any], ttft_s: float | None, tpot_s: float | None, percentile: int) -> bool:
-    key = "p99" if percentile == 99 else ("p90" if percentile == 90 else "median")
+def slo_met(summary: dict[str, Any], ttft_s: float | None, tpot_s: float | None, percentile: float) -> bool:
+    key = percentile_key(percentile)
     if ttft_s is not None and summary[f"{key}_ttft_ms"] > ttft_s * 1e3:
         return False
     return not (tpot_s is not None and summary[f"{key}_tpot_ms"] > tpot_s * 1e3)
 
 
 def max_rate_under_slo(runner: RateRunner, offline_summary: dict[str, Any], ttft_s: float | None,
-                       tpot_s: float | None, percentile: int = 99, tolerance: float = 0.02, probes: int | None = None,
+                       tpot_s: float | None, percentile: float = 99, tolerance: float = 0.02, probes: int | None = None,
                        max_rounds: int = 12, note: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The highest Poisson rate whose `percentile` TTFT and TPOT meet the limits (see module docstring).
     Returns {"max_rate", "summary" (at that rate), "probes": [{"rate", "met", p.._ttft_ms, p.._tpot_ms}]}."""
     if ttft_s is None and tpot_s is None:
         raise InferSimError("--max-rate-under-slo needs an SLO: --slo ttft=2s,tpot=50ms")
-    if percentile not in (50, 90, 99):
-        raise InferSimError(f"SLO percentile must be 50, 90 or 99 (got {percentile})")
-    key = "p99" if percentile == 99 else ("p90" if percentile == 90 else "median")
+    if not 0 < percentile < 100:
+        raise InferSimError(f"SLO percentile must be in (0, 100) (got {percentile:g})")
+    key = percentile_key(percentile)
     capacity = offline_summary["request_throughput"]
     lo, hi = capacity / 100, capacity
     history: list[dict[str, Any]] = []

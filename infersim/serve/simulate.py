@@ -80,6 +80,7 @@ class ServeOptions:
     max_running_requests: int | None = None  # overrides the engine card's / trtllm-bench's running cap per instance
     max_num_tokens: int | None = None  # overrides the per-step token budget per instance
     lengths_trace: str | None = None  # draw (input, output) lengths from this trace's rows
+    percentiles: tuple[float, ...] = ()  # TTFT and TPOT percentiles the summary adds to p50/p90/p99
 
 
 def parse_disaggregation(text: str) -> Disaggregation:
@@ -114,7 +115,7 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
     """The options dict of the Python API (see infersim.serve.api.simulate_serving)."""
     known = {"mode", "num_requests", "rate", "concurrency", "isl", "osl", "seed", "replicas", "router", "burstiness",
              "trace", "trace_time_scale", "prefix_hit_rate", "prefix_cache", "slo", "disaggregate", "bucket_width",
-             "max_running_requests", "max_num_tokens", "lengths_trace"}
+             "max_running_requests", "max_num_tokens", "lengths_trace", "percentiles"}
     unknown = set(options) - known
     if unknown:
         raise InferSimError(f"serve options: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
@@ -131,6 +132,16 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
         if concurrency is None:
             raise InferSimError("serve mode concurrency needs a concurrency (clients in closed loop)")
         concurrency = _positive_int(concurrency, "concurrency")
+    elif mode == "poisson" and concurrency is not None:
+        # vllm bench serve / sglang.bench_serving --request-rate R --max-concurrency N: Poisson
+        # arrivals, at most N requests in flight (a request waits at the client for a free slot)
+        concurrency = _positive_int(concurrency, "concurrency")
+    else:
+        concurrency = None
+    percentiles = options.get("percentiles") or ()
+    if not isinstance(percentiles, (list, tuple)) or any(
+            isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 100 for q in percentiles):
+        raise InferSimError(f"percentiles: expected numbers in (0, 100) (got {percentiles!r})")
     if mode == "trace" and not options.get("trace"):
         raise InferSimError("serve mode trace needs a trace file")
     slo = options.get("slo")
@@ -172,7 +183,7 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
         bucket_width=float(width),
         max_running_requests=(_positive_int(options["max_running_requests"], "max_running_requests")
                               if options.get("max_running_requests") is not None else None),
-        lengths_trace=options.get("lengths_trace"),
+        lengths_trace=options.get("lengths_trace"), percentiles=tuple(float(q) for q in percentiles),
         max_num_tokens=(_positive_int(options["max_num_tokens"], "max_num_tokens")
                         if options.get("max_num_tokens") is not None else None))
 
@@ -256,12 +267,15 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions) -> ServeResult:
     mean_isl = sum(r.input_tokens for r in requests) / len(requests)
     mean_osl = sum(r.output_tokens for r in requests) / len(requests)
     if opts.disaggregate is not None:
+        if opts.mode == "poisson" and opts.concurrency:
+            raise InferSimError("serve: a request rate with a concurrency cap is not modelled with PD disaggregation; "
+                                "give one of them")
         return _run_disaggregated(config, opts, requests, mean_isl, mean_osl)
     pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl)
     states = [RequestState(r) for r in requests]
     instances = pool.instances
-    if opts.mode == "concurrency":
-        _run_closed_loop(instances, states, opts.concurrency)
+    if opts.mode == "concurrency" or opts.concurrency:
+        _run_closed_loop(instances, states, opts.concurrency, keep_arrivals=opts.mode == "poisson")
     elif opts.router == "least-loaded" and len(instances) > 1:
         for st in states:
             for inst in instances:
@@ -277,22 +291,26 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions) -> ServeResult:
     return ServeResult(opts, requests, states, [pool], 0.0, mean_isl, mean_osl)
 
 
-def _run_closed_loop(instances: list[Instance], states: list[RequestState], concurrency: int) -> None:
+def _run_closed_loop(instances: list[Instance], states: list[RequestState], concurrency: int,
+                     keep_arrivals: bool = False) -> None:
     """`concurrency` clients, client c pinned to replica c mod R; each sends its next request when
-    the previous completes. Requests are handed out in order, so the run is deterministic."""
+    the previous completes. Requests are handed out in order, so the run is deterministic.
+    keep_arrivals: the requests keep their (Poisson) arrival times and at most `concurrency` are in
+    flight, as a benchmark client with --request-rate and --max-concurrency sends them: a request
+    whose slot is taken waits at the client and is sent (its TTFT starts) when one frees."""
     queue = iter(states)
     clients = min(concurrency, len(states))
     replace_arrival = _ArrivalSetter()
     for c in range(clients):
         st = next(queue)
-        replace_arrival(st, 0.0)
+        replace_arrival(st, st.req.arrival_s if keep_arrivals else 0.0)
         instances[c % len(instances)].add(st)
 
     def make_callback(inst: Instance):
         def on_finish(done: RequestState) -> None:
             nxt = next(queue, None)
             if nxt is not None:
-                replace_arrival(nxt, done.finish_s)
+                replace_arrival(nxt, max(nxt.req.arrival_s, done.finish_s) if keep_arrivals else done.finish_s)
                 inst.add(nxt)
         return on_finish
 

@@ -53,7 +53,8 @@ Layouts the validator rejects are skipped and counted.
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="base run config: a path or a bundled example name")
+    p.add_argument("--config", default=None, help="base run config: a path or a bundled example name; or name the "
+                                                  "run with --model, --hardware and the flags below")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a base config field before sweeping (repeatable)")
     p.add_argument("--mfu-tables", default=None, metavar="DIR", help="measured kernel tables directory")
@@ -82,6 +83,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     progress.add_argument("--progress", dest="progress", action="store_true", default=None,
                           help="always draw the progress bar (default: when stderr is a terminal)")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never draw it")
+    from infersim.run_flags import add_run_flags
+
+    add_run_flags(p, batch=False)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -162,7 +166,11 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
     axes = parse_grid(args.grid, searched=search is not None)
     if args.price_per_gpu_hour is not None and not args.price_per_gpu_hour > 0:
         raise InferSimError(f"--price-per-gpu-hour must be positive (got {args.price_per_gpu_hour})")
-    base = load_base(args.config, args.overrides, args.mfu_tables)
+    from infersim.cli import print_notes
+    from infersim.run_flags import flags_from_args
+
+    base = load_base(args.config, args.overrides, args.mfu_tables, flags_from_args(args))
+    print_notes(base.config)
     return SweepSpec(base, tuple(axes), search, prefill=args.prefill or targets.needs_prefill,
                      price_per_gpu_hour=args.price_per_gpu_hour)
 
@@ -292,7 +300,7 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 def pareto_command(args: argparse.Namespace) -> int:
     check_output_path(args.out)
-    check_plot_path(args.plot)
+    check_plot_path(args.plot, need_matplotlib=False)  # matplotlib is asked for after the frontier is printed
     targets = _targets(args)
     spec = _spec(args, args.gpus, targets)
     hw = spec.base.config.hardware

@@ -36,9 +36,14 @@ def check_output_path(path: str | None) -> None:
         raise InferSimError(f"--out {path}: directory {parent} does not exist")
 
 
-def check_plot_path(path: str | None) -> None:
-    if path and importlib.util.find_spec("matplotlib") is None:
-        raise InferSimError(f"--plot {path}: plotting needs matplotlib; pip install 'infersim[plot]'")
+def check_plot_path(path: str | None, need_matplotlib: bool = True) -> None:
+    """A --plot path's format and directory (before a search runs), and matplotlib unless
+    `need_matplotlib` is false (asked again when drawing, after the report is printed)."""
+    if not path:
+        return
+    from infersim.plot.backend import check_picture_path
+
+    check_picture_path(path, "--plot", need_matplotlib)
 
 
 def _num(x: float) -> float | None:
@@ -241,6 +246,8 @@ def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence
 
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels: list[tuple[float, float, str, str]] = []
+    frontier_points: list[tuple[float, float]] = []
     for k, (label, points, frontier) in enumerate(curves):
         color = colors[k % len(colors)]
         xs = [r.user_tps for r in points]
@@ -256,17 +263,30 @@ def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence
         # label a few frontier points (GPUs, batch per GPU), spread along the curve
         marks = 5 if len(curves) == 1 else 3
         picks = sorted({round(i * (len(ordered) - 1) / max(marks - 1, 1)) for i in range(marks)}) if ordered else []
-        for i in picks:
-            r = ordered[i]
-            ax.annotate(f"{r.num_gpus} GPU, batch {r.batch}", (r.user_tps, r.cost_per_mtok), fontsize=7,
-                        xytext=(4, 4), textcoords="offset points", color=color)
+        labels.extend((ordered[i].user_tps, ordered[i].cost_per_mtok, f"{ordered[i].num_gpus} GPU, batch {ordered[i].batch}",
+                       color) for i in picks)
+        frontier_points += list(zip(fx, fy))
     ax.set_xlabel("output speed per request (tokens/s per user = 1 / TPOT)")
     ax.set_ylabel("cost (USD per million output tokens)")
     ax.set_yscale("log")
     ax.set_xscale("log")
-    ax.grid(True, which="both", alpha=0.3)
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    from infersim.plot.common import place_point_labels, plain_log_ticks, plain_number
+
+    for axis, (low, high) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        axis.set_major_locator(FixedLocator(plain_log_ticks(low, high)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: plain_number(v)))  # 20, 0.1: not 2 x 10^1
+        axis.set_minor_formatter(NullFormatter())
+    ax.grid(True, which="major", alpha=0.35)
+    ax.grid(True, which="minor", alpha=0.12)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    legend = ax.legend(fontsize=8)
     fig.tight_layout()
+    # point labels clear of each other, of the frontier points and of the legend, inside the axes
+    placed = place_point_labels(ax, [(x, y, text) for x, y, text, _ in labels], fontsize=7, avoid=[legend],
+                                avoid_points=frontier_points, marker_radius_px=3.5, inside=True)
+    for note, (_x, _y, _text, color) in zip(placed, labels):
+        note.set_color(color)
     fig.savefig(path)
     plt.close(fig)

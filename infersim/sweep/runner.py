@@ -306,8 +306,8 @@ def dask_executor(address: str) -> tuple[cf.Executor, Any]:
     try:
         from dask.distributed import Client
     except ImportError:
-        raise InferSimError("--executor dask://...: Dask is not installed; pip install 'infersim[dask]' "
-                            "(dask[distributed])") from None
+        raise InferSimError("--executor dask://...: Dask is not installed; pip install 'dask[distributed]' "
+                            "(or, in the infersim clone: pip install '.[dask]')") from None
     target = address
     if target.startswith("dask://"):
         target = "tcp://" + target[len("dask://"):]

@@ -17,8 +17,6 @@ from typing import Any, Sequence
 
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model
-from infersim.cards.registry import resolve
-from infersim.cards.schema import load_yaml
 from infersim.config import (
     AttentionLayout,
     Deployment,
@@ -30,8 +28,10 @@ from infersim.config import (
     load_model_card,
     load_run_config,
     parse_override,
+    read_run_mapping,
     with_engine_defaults,
 )
+from infersim.run_flags import RunFlags, flag_fields
 from infersim.errors import ConfigError, InferSimError
 from infersim.sweep.grid import GridAxis
 
@@ -49,17 +49,20 @@ class Base:
     card_overrides: dict[str, tuple[tuple[tuple[str, ...], Any, str], ...]] = field(default_factory=dict)
 
 
-def load_base(path: str | Path, overrides: Sequence[str] = (), mfu_tables: str | None = None) -> Base:
-    """Load, override and validate a run config once (raises InferSimError subclasses only)."""
-    config = load_run_config(path, list(overrides), mfu_tables)
-    config_path = resolve(str(path), "configs")
-    raw = load_yaml(config_path)
+def load_base(path: str | Path | None, overrides: Sequence[str] = (), mfu_tables: str | None = None,
+              flags: RunFlags | None = None) -> Base:
+    """Load, override and validate a run config once (raises InferSimError subclasses only);
+    `path` None: the run the direct `flags` name (infersim.run_flags)."""
+    config = load_run_config(path, list(overrides), mfu_tables, flags)
+    raw, source, base_dir = read_run_mapping(path, flags)
+    if flags is not None:
+        raw = {**raw, **{k: v for k, v in flag_fields(flags).items() if "." not in k}}  # the cards a flag names
     card_overrides: dict[str, list[tuple[tuple[str, ...], Any, str]]] = {"model": [], "hardware": []}
     for text in overrides:
         dotted, value = parse_override(text)
         if dotted[0] in card_overrides and len(dotted) > 1 and not isinstance(raw.get(dotted[0]), dict):
             card_overrides[dotted[0]].append((tuple(dotted[1:]), value, text))
-    return from_config(config, str(config_path), str(config_path.parent),
+    return from_config(config, source, str(base_dir) if base_dir is not None else None,
                        {k: tuple(v) for k, v in card_overrides.items()})
 
 

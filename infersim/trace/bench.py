@@ -49,7 +49,7 @@ class BenchRecord:
 @dataclass(frozen=True)
 class MetricComparison:
     metric: str
-    unit: str  # "s" or "tok/s"
+    unit: str  # "s" or "tok/s" (serving results: "ms", "req/s", "tok/s")
     measured: float
     predicted: float
 
@@ -136,6 +136,13 @@ def parse_bench_record(data: Any, source: str, line: int) -> BenchRecord:
 
 def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
     """All result lines of a JSONL file (a single JSON object or list is accepted too)."""
+    return tuple(parse_bench_record(data, str(path), line) for line, data in read_result_objects(path))
+
+
+def read_result_objects(path: str | Path) -> tuple[tuple[int, Any], ...]:
+    """(line, JSON value) of every result in a benchmark result file: JSONL (one object per line,
+    as sglang.bench_serving and vllm bench serve --append-result write), one JSON object (pretty
+    or not: vllm bench serve --save-result) or a JSON list."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -148,7 +155,7 @@ def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
     stripped = text.strip()
     if not stripped:
         raise InferSimError(f"{source}: empty file, no benchmark results")
-    records: list[BenchRecord] = []
+    records: list[tuple[int, Any]] = []
     if stripped.startswith("["):
         try:
             items = json.loads(stripped)
@@ -156,13 +163,13 @@ def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
             raise InferSimError(f"{source}: malformed JSON: {exc.msg} at line {exc.lineno}") from None
         except ValueError:
             raise InferSimError(f"{source}: holds a number too long to read (Python reads at most 4,300 digits)") from None
-        return tuple(parse_bench_record(item, source, i + 1) for i, item in enumerate(items))
+        return tuple((i + 1, item) for i, item in enumerate(items))
     try:  # one pretty-printed object
         whole = json.loads(stripped)
     except ValueError:  # not one object (JSONDecodeError), or an over-long integer: read line by line
         whole = None
     if isinstance(whole, dict):
-        return (parse_bench_record(whole, source, 1),)
+        return ((1, whole),)
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -172,7 +179,7 @@ def read_bench_results(path: str | Path) -> tuple[BenchRecord, ...]:
             raise InferSimError(f"{source}: line {number}: not JSON ({exc.msg})") from None
         except ValueError:
             raise InferSimError(f"{source}: line {number}: holds a number too long to read (Python reads at most 4,300 digits)") from None
-        records.append(parse_bench_record(data, source, number))
+        records.append((number, data))
     return tuple(records)
 
 

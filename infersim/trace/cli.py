@@ -2,6 +2,7 @@
 
     python -m infersim compare --trace run-TP-0.trace.json.gz                     # measured breakdown only
     python -m infersim compare --trace traces/ --config run.yaml [--stage decode]  # measured vs predicted
+    python -m infersim compare --bench-result result.json --hardware h100 --tp 8  # vllm/sglang serving results
     python -m infersim compare --bench-result result.jsonl --config run.yaml      # TTFT / TPOT / throughput
 """
 
@@ -26,15 +27,19 @@ front of it. Times: ms per step, µs per layer; JSON keeps seconds.
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "compare", help="compare a profiler trace or SGLang benchmark result with the prediction",
+        "compare", help="compare a profiler trace or a vLLM / SGLang benchmark result with the prediction",
         description="Measured vs predicted time per module, per layer and per step, from a PyTorch-profiler "
-                    "trace; or TTFT / TPOT / throughput from sglang.bench_one_batch / bench_serving results.",
+                    "trace; or TTFT / TPOT / ITL / throughput from vllm bench serve or sglang.bench_serving results "
+                    "(against infersim serve at the same request rate or concurrency, lengths and number of "
+                    "prompts, the file's backend as the engine) and sglang.bench_one_batch results.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", metavar="PATH", help="trace file, directory of rank files, or glob")
     source.add_argument("--bench-result", metavar="FILE",
-                        help="JSONL from sglang.bench_one_batch (--result-filename) or bench_serving (--output-file)")
-    parser.add_argument("--config", help="run config to predict with (required with --bench-result)")
+                        help="a result of vllm bench serve (--save-result), sglang.bench_serving (--output-file) or "
+                             "sglang.bench_one_batch (--result-filename): serving results are held against infersim "
+                             "serve at the same load, one-batch results against one step of each stage")
+    parser.add_argument("--config", help="run config to predict with (or --model/--hardware and the flags below)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a config field, e.g. workload.decode_batch_per_gpu=64 (repeatable)")
     parser.add_argument("--mfu-tables", default=None, metavar="DIR", help="measured kernel tables for the prediction")
@@ -49,15 +54,18 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                              "without step markers)")
     parser.add_argument("--steps", action="store_true", help="text: also list every step found")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    from infersim.run_flags import add_run_flags
+
+    add_run_flags(parser)
     parser.set_defaults(handler=run_compare)
     return parser
 
 
 def _simulate(args: argparse.Namespace, extra_overrides: list[str] = ()) -> Any:
-    from infersim.config import load_run_config
+    from infersim.cli import load_config_from_args
     from infersim.simulate import simulate
 
-    config = load_run_config(args.config, [*args.overrides, *extra_overrides], args.mfu_tables)
+    config = load_config_from_args(args, extra_overrides)
     return config, simulate(config)
 
 
@@ -70,7 +78,7 @@ def _compare_trace(args: argparse.Namespace) -> int:
     rules = load_rules(args.rules)
     lanes = measure_trace(args.trace, rules=rules, rank=args.rank, stage=args.stage,
                           layers_per_step=args.layers_per_step)
-    if args.config is None:
+    if not _has_run(args):
         if args.format == "json":
             print(json.dumps({"lanes": [lane_json(lane) for lane in lanes]}, indent=2))
         else:
@@ -98,17 +106,50 @@ def _nothing_found(trace: str, lanes: Any, what: str) -> int:
     return 1
 
 
+def _has_run(args: argparse.Namespace) -> bool:
+    """Whether the command line names a run to predict with (a config file or --model/--hardware)."""
+    return args.config is not None or getattr(args, "model", None) is not None or getattr(args, "hardware", None) is not None
+
+
 def _compare_bench(args: argparse.Namespace) -> int:
+    from infersim.serve.bench_result import is_serving_result
+    from infersim.trace.bench import read_result_objects
+
+    objects = read_result_objects(args.bench_result)
+    serving = [(line, data) for line, data in objects if is_serving_result(data)]
+    batch = [(line, data) for line, data in objects if not is_serving_result(data)]
+    results: list[dict[str, Any]] = []
+    texts: list[str] = []
+    if batch:
+        _compare_one_batch(args, batch, results, texts)
+    if serving:
+        _compare_serving(args, serving, results, texts)
+    results.sort(key=lambda r: r["line"])
+    if not any(r["metrics"] for r in results):
+        raise NotPossible(f"{args.bench_result}: nothing to compare: no line gives a latency or throughput "
+                          "(prefill_latency, median_decode_latency, mean_ttft_ms, median_tpot_ms, ...)")
+    if args.format == "json":
+        print(json.dumps({"bench_result": args.bench_result, "config": args.config, "results": results}, indent=2))
+    else:
+        print("\n\n".join(texts))
+    return 0
+
+
+def _compare_one_batch(args: argparse.Namespace, objects: list[tuple[int, Any]], results: list[dict[str, Any]],
+                       texts: list[str]) -> None:
+    """sglang.bench_one_batch lines: one static batch, held against one simulated step of each stage."""
     from infersim.cards.schema import build
-    from infersim.config import Workload, load_run_config
+    from infersim.cli import load_config_from_args
+    from infersim.config import Workload
     from infersim.simulate import simulate
-    from infersim.trace.bench import bench_workload, compare_bench_record, read_bench_results
+    from infersim.trace.bench import bench_workload, compare_bench_record, parse_bench_record
     from infersim.trace.report import bench_json, bench_text
 
-    if args.config is None:
-        raise InferSimError("--bench-result needs --config: the run config to predict the same batch with")
-    records = read_bench_results(args.bench_result)
-    base = load_run_config(args.config, args.overrides, args.mfu_tables)
+    if not _has_run(args):
+        raise InferSimError("--bench-result of sglang.bench_one_batch needs the run to predict the same batch with: "
+                            "--config FILE, or --model and --hardware")
+    records = [parse_bench_record(data, args.bench_result, line) for line, data in objects]
+    base = load_config_from_args(args)
     gpus = base.deployment.num_gpus // base.deployment.pp
     comparisons = []
     for record in records:
@@ -123,14 +164,46 @@ def _compare_bench(args: argparse.Namespace) -> int:
             record, workload, result.prefill.step_time_s, result.prefill.tgs, result.decode.step_time_s,
             result.decode.tgs, gpus, tuple(f"the prediction does not fit: {reason}" for reason in getattr(result, "unfit", ()))
             + tuple(result.warnings)))
-    if not any(c.metrics for c in comparisons):
-        raise NotPossible(f"{args.bench_result}: nothing to compare: no line gives a latency or throughput "
-                          "(prefill_latency, median_decode_latency, mean_ttft_ms, median_tpot_ms, ...)")
-    if args.format == "json":
-        print(json.dumps(bench_json(args.bench_result, args.config, comparisons), indent=2))
-    else:
-        print(bench_text(args.bench_result, args.config, comparisons))
-    return 0
+    results += bench_json(args.bench_result, args.config, comparisons)["results"]
+    texts.append(bench_text(args.bench_result, args.config or "the command line's run", comparisons))
+
+
+def _compare_serving(args: argparse.Namespace, objects: list[tuple[int, Any]], results: list[dict[str, Any]],
+                     texts: list[str]) -> None:
+    """vllm bench serve / sglang.bench_serving results: `infersim serve` at the same load."""
+    from dataclasses import replace
+
+    from infersim.cli import print_notes
+    from infersim.config import load_run_config, read_run_mapping
+    from infersim.run_flags import flags_from_args
+    from infersim.serve.bench_result import compare_serving, parse_serving_result, serve_options, with_engine
+    from infersim.serve.cli import serve_title
+    from infersim.serve.report import serving_comparison_json, serving_comparison_text
+
+    for line, data in objects:
+        result = parse_serving_result(data, args.bench_result, line)
+        flags = flags_from_args(args)
+        file_engine = None
+        if args.config is not None:
+            raw = read_run_mapping(args.config)[0]
+            file_engine = raw.get("engine") if isinstance(raw.get("engine"), str) else None
+        flags, notes = with_engine(flags, result, file_engine)
+        if flags.model is None and args.config is None:
+            if not result.model_id:
+                raise InferSimError(f"{args.bench_result}: line {line}: the file does not name its model "
+                                    f"({result.tool} saves none): give --model or --config")
+            flags = replace(flags, model=result.model_id)
+            notes.append(f"model: the file's model_id {result.model_id}")
+        if args.config is None and flags.hardware is None:
+            raise InferSimError("--bench-result: a benchmark file does not say which GPUs served it: give --hardware "
+                                "(and --tp, --num-gpus as the server ran), or --config")
+        options, load_notes = serve_options(result)
+        config = load_run_config(args.config, args.overrides, args.mfu_tables,
+                                 replace(flags, isl=round(result.mean_input_len), osl=round(result.mean_output_len)))
+        print_notes(config)
+        comparison = compare_serving(result, config, options, notes + load_notes, serve_title(config, options))
+        results.append(serving_comparison_json(args.bench_result, comparison))
+        texts.append(serving_comparison_text(args.bench_result, comparison))
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -8,51 +8,33 @@ from pathlib import Path
 
 from infersim.errors import InferSimError
 
-REFERENCE_RELATIVE = Path("..") / "shared" / "reference" / "validation.yaml"
-
-
-def default_reference() -> Path | None:
-    """../shared/reference/validation.yaml beside the repository root, else beside the current directory."""
-    repo = Path(__file__).resolve().parents[2]
-    for base in (repo, Path.cwd()):
-        candidate = (base / REFERENCE_RELATIVE).resolve()
-        if candidate.is_file():
-            return candidate
-    return None
-
 
 def _validate(args: argparse.Namespace) -> int:
-    from infersim.validate import POINTS_FILE
-    from infersim.validate.evaluate import evaluate, load_reference
+    from infersim.validate import DEFAULT_REFERENCES, POINTS_FILE
+    from infersim.validate.evaluate import evaluate, load_references
     from infersim.validate.mapping import load_mapping
-    from infersim.validate.report import to_json_data, to_text
-
     from infersim.validate.measured import bundled_files, load_measured
+    from infersim.validate.report import to_json_data, to_text
 
     measured_paths = [Path(p) for p in args.measured] if args.measured else bundled_files()
     for path in measured_paths:
         if not path.is_file():
             raise InferSimError(f"--measured {path}: no such file")
     measured = load_measured(measured_paths)
-    if args.reference:
-        reference_path: Path | None = Path(args.reference)
-        if not reference_path.is_file():
-            raise InferSimError(f"--reference {args.reference}: no such file")
-    else:
-        reference_path = default_reference()
-        if reference_path is None and not measured.reference:
-            raise InferSimError(f"no reference file at {REFERENCE_RELATIVE} (beside the repository or the current "
-                                "directory): pass --reference PATH to a file in the format of validation.yaml, or "
-                                "--measured PATH to a GPU validation file (benchmarks/gpu/measure_e2e.py)")
+    paths = [Path(p) for p in args.reference] or list(DEFAULT_REFERENCES)
+    for path, given in zip(paths, args.reference or [None] * len(paths)):
+        if not path.is_file():
+            raise InferSimError(f"--reference {given}: no such file" if given else
+                                f"{path}: the shipped public measurements are missing from this installation")
     points_path = Path(args.points) if args.points else POINTS_FILE
-    reference = load_reference(reference_path) if reference_path is not None else {}
+    reference = load_references(paths)
     mapping = load_mapping(points_path)
     clash = sorted(set(reference) & set(measured.reference))
     if clash:
-        raise InferSimError(f"point id {clash[0]} is both in the reference file and in a measured file")
+        raise InferSimError(f"point id {clash[0]} is both in a reference file and in a measured file")
     reference.update(measured.reference)
     mapping.update(measured.mapping)
-    shown = " + ".join([str(reference_path)] * (reference_path is not None) + measured.files)
+    shown = ", ".join([_shown(p) for p in paths] + measured.files)
     if not measured_paths:
         shown += " (no GPU validation file: infersim/validate/measured/ holds none yet; benchmarks/gpu/measure_e2e.py " \
                  "writes them, docs/measuring-on-gpus.md)"
@@ -62,21 +44,33 @@ def _validate(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(to_json_data(result), indent=2))
     else:
-        print(to_text(result))
+        print(to_text(result, summary_only=args.summary))
     return 0
+
+
+def _shown(path: Path) -> str:
+    """A reference file as the report names it: a shipped one by its place in the package."""
+    from infersim.validate import PUBLIC_DIR
+
+    try:
+        return f"infersim/validate/public/{path.resolve().relative_to(PUBLIC_DIR)} (shipped)"
+    except ValueError:
+        return str(path)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "validate",
         help="compare predictions with public measurements (kernels, stages, serving) from a reference file",
-        description="Maps every point of a reference file (format of ../shared/reference/validation.yaml) that "
+        description="Maps every point of the reference files (default: the public measurements shipped in "
+                    "infersim/validate/public/validation.yaml, sources included) that "
                     "the simulator can express to a run (mapping: infersim/validate/points.yaml), prints measured, "
                     "predicted, signed error and the dominant module per point, then median/mean |error|, "
                     "signed mean and the share within 15%, overall, by source and by kind, then every point it "
                     "cannot express and why.")
-    p.add_argument("--reference", default=None, metavar="PATH",
-                   help=f"reference file (default: {REFERENCE_RELATIVE} beside the repository or current directory)")
+    p.add_argument("--reference", action="append", default=[], metavar="PATH",
+                   help="reference file in the format of validation.yaml (repeatable: the points of every file are "
+                        "compared; ids must differ); default: the shipped public measurements")
     p.add_argument("--measured", action="append", default=[], metavar="PATH",
                    help="a GPU validation file written by benchmarks/gpu/measure_e2e.py, compared beside the reference "
                         "(repeatable; default: the bundled infersim/validate/measured/*.yaml)")
@@ -88,5 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="measured kernel tables: DIR/<hardware card> per card, or one device's directory "
                         "(e.g. mfu_tables/imported); none = roofline everywhere; default: each run's bundled "
                         "tables for its device and engine (kernel points: roofline)")
+    p.add_argument("--summary", action="store_true",
+                   help="text: the accuracy statistics only (overall, by source, by kind), not every point")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     p.set_defaults(handler=_validate)

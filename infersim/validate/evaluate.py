@@ -114,6 +114,19 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def load_references(paths: Sequence[Path]) -> dict[str, ReferencePoint]:
+    """The points of several reference files, by id (an id in two files is an error)."""
+    out: dict[str, ReferencePoint] = {}
+    seen: dict[str, Path] = {}
+    for path in paths:
+        for pid, point in load_reference(path).items():
+            if pid in out:
+                raise ConfigError(str(path), "data_points", pid, f"point id also in {seen[pid]}: ids must differ "
+                                  "between reference files")
+            out[pid], seen[pid] = point, path
+    return out
+
+
 def load_reference(path: Path) -> dict[str, ReferencePoint]:
     """The points of a reference file (format of ../shared/reference/validation.yaml), by id."""
     source = str(path)

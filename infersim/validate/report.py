@@ -54,10 +54,14 @@ def _stats_row(name: str, stats: Stats | None) -> list[str]:
             f"{100 * stats.signed_mean_error:+.1f}%", f"{100 * stats.within_share:.0f}%"]
 
 
-def to_text(result: Validation) -> str:
+def to_text(result: Validation, summary_only: bool = False) -> str:
+    """The report: every point compared, the statistics, notes and the points not expressed; with
+    `summary_only`, the statistics alone (what `infersim validate --summary` prints)."""
     lines = [f"reference: {result.reference}", f"points:    {result.points_file}",
              f"kernel tables: {result.mfu_tables}", ""]
-    if result.comparisons:
+    if summary_only:
+        pass
+    elif result.comparisons:
         rows = [[c.id, c.kind, _number(c.measured), _number(c.predicted), f"{100 * c.error:+.1f}%", c.unit,
                  c.dominant_module + (f" ({c.dominant_detail})" if c.dominant_detail else "")]
                 for c in result.comparisons]
@@ -71,12 +75,16 @@ def to_text(result: Validation) -> str:
     rows += [_stats_row(f"kind {k}", v) for k, v in sorted(stats["by_kind"].items())]
     overall = stats["overall"]
     if overall is not None:
-        lines += ["", f"overall: {overall.n} numbers compared, median |error| {100 * overall.median_abs_error:.1f}%, "
+        lines += ["" if not summary_only else None, f"overall: {overall.n} numbers compared, median |error| {100 * overall.median_abs_error:.1f}%, "
                       f"mean |error| {100 * overall.mean_abs_error:.1f}%, within {round(100 * WITHIN)}%: "
                       f"{100 * overall.within_share:.0f}%; {len(result.not_expressed)} points not expressed"]
     lines += ["", "SUMMARY (error = (predicted - measured) / measured)",
               tabulate(rows, headers=["group", "n", "median |err|", "mean |err|", "signed mean",
                                       f"within {round(100 * WITHIN)}%"], disable_numparse=True)]
+    if summary_only:
+        lines += ["", "each point, its notes and the points not expressed: infersim validate (without --summary); "
+                      "sources: the `sources:` block of the reference file"]
+        return "\n".join(line for line in lines if line is not None)
     notes = [c for c in result.comparisons if c.note and c.kind not in ("kernel_gemm", "kernel_grouped_gemm", "deepep")]
     if notes:
         lines += ["", "NOTES"] + [f"  {c.id}: {c.note}" for c in notes]
