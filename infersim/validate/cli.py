@@ -35,9 +35,6 @@ def _validate(args: argparse.Namespace) -> int:
     reference.update(measured.reference)
     mapping.update(measured.mapping)
     shown = ", ".join([_shown(p) for p in paths] + measured.files)
-    if not measured_paths:
-        shown += " (no GPU validation file: infersim/validate/measured/ holds none yet; benchmarks/gpu/measure_e2e.py " \
-                 "writes them, docs/measuring-on-gpus.md)"
     result = evaluate(reference, mapping, reference_path=shown, points_file=points_path.name,
                       mfu_tables=args.mfu_tables, only=args.point)
     result.not_expressed += measured.not_expressed
