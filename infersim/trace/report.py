@@ -12,7 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from infersim.modules import categories as cat
-from infersim.trace.analysis import LaneMeasure, ModuleTime, StageMeasure, StepMeasure
+from infersim.trace.records import LaneMeasure, ModuleTime, StageMeasure, StepMeasure
 from infersim.trace.bench import BenchComparison
 from infersim.trace.compare import ModuleComparison, StageComparison
 
