@@ -109,6 +109,8 @@ def _frame_refinement(kinds: tuple[str, ...], module: str, op_cls: str | None
     inner = semantic[-1] if semantic else None
     if FRAME_ROUTER in kinds:
         return cat.ROUTER, ("topk" if op_cls == TOPK_OP else None), False
+    if inner == FRAME_ROTARY:
+        return cat.ELEMENTWISE, None, False  # cos/sin tables (a small matmul among them): rotary work
     if inner == FRAME_NORM or (inner is None and op_cls in (NORM_OP, NORM_PART_OP)):
         return None, "norm", not in_layer
     if inner == FRAME_EMBEDDING and not in_layer:
@@ -164,7 +166,10 @@ class Classifier:
             if op_cls is not None:
                 module, role = _OP_MODULES[op_cls]
                 frame_mod, frame_role, final = _frame_refinement(kinds, module, op_cls)
-                return KernelClass(module, frame_role or role, SOURCE_OP, op_text, op_cls, frame_mod, final)
+                # a matmul of two tensors is eager attention, rotary tables or an MLA weight absorb:
+                # only frames tell which; without them the kernel's name decides
+                if op_cls != BATCHED_MATMUL_OP or frame_mod is not None:
+                    return KernelClass(module, frame_role or role, SOURCE_OP, op_text, op_cls, frame_mod, final)
         rule = self.rules.match(name)
         if rule is not None:
             frame_mod, frame_role, final = _frame_refinement(kinds, rule.module, None) if is_kernel else (None, None,
