@@ -145,7 +145,9 @@ class Runner:
         kwargs = {}
         if self.mode != "eager":
             kwargs["cache_position"] = torch.arange(length, device=self.device)
-        out = self.forward(input_ids=self.tokens(batch, length), past_key_values=cache, use_cache=True, **kwargs)
+        # logits of the last position only, as generate() asks for them
+        out = self.forward(input_ids=self.tokens(batch, length), past_key_values=cache, use_cache=True,
+                           logits_to_keep=1, **kwargs)
         return out.logits[:, -1:].argmax(-1)
 
     def decode(self, token, cache, position: int):
@@ -153,7 +155,7 @@ class Runner:
         kwargs = {}
         if self.mode != "eager":
             kwargs["cache_position"] = torch.tensor([position], device=self.device)
-        out = self.forward(input_ids=token, past_key_values=cache, use_cache=True, **kwargs)
+        out = self.forward(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
         return out.logits[:, -1:].argmax(-1)
 
 
@@ -177,6 +179,13 @@ def record(name: str, mode: str, shapes: Shapes, args: argparse.Namespace, out: 
         sync(device)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
         with profile(activities=activities, record_shapes=True, with_stack=True) as prof:
+            import transformers
+
+            for key, value in (("torch_version", torch.__version__), ("transformers_version", transformers.__version__),
+                               ("recorded_model", f"{name} cut to {args.layers} layers, random weights, bf16"),
+                               ("recorded_mode", mode), ("recorded_shapes", str(shapes)),
+                               ("recorded_by", "benchmarks/gpu/record_traces.py")):
+                prof.add_metadata(key, value)
             with record_function("prefill"):
                 runner.prefill(shapes.prefill_batch, prefill_cache)
                 sync(device)
@@ -193,11 +202,22 @@ def record(name: str, mode: str, shapes: Shapes, args: argparse.Namespace, out: 
         shutil.copyfileobj(src, dst)
     plain.unlink()
     config.to_json_file(str(out / f"{name}-{args.layers}l.config.json"))
-    write_run_config(out / f"{stem}.run.yaml", name, args, shapes, device)
+    write_run_config(out / run_config_name(name, args.layers, shapes), name, args, shapes, device)
     del model, runner
     if device == "cuda":
         torch.cuda.empty_cache()
     return path
+
+
+def run_config_name(name: str, layers: int, shapes: Shapes) -> str:
+    """The run config of a model and shape set (shared by the modes and devices that traced it)."""
+    return f"{name}-{layers}l-p{shapes.prefill_batch}x{shapes.prompt}-d{shapes.decode_batch}.run.yaml"
+
+
+def run_config_of(trace: Path) -> Path:
+    """trace <model>-<L>l-<mode>-<device>-p<B>x<S>-d<B>.json.gz -> its run config."""
+    parts = trace.name.removesuffix(".json.gz").split("-")
+    return trace.with_name("-".join(parts[:-4] + parts[-2:]) + ".run.yaml")
 
 
 def device_tag(device: str) -> str:
@@ -243,7 +263,7 @@ def run_checks(out: Path, traces: list[Path], args: argparse.Namespace) -> None:
         return proc.returncode, proc.stdout + proc.stderr
 
     for trace in traces:
-        run = trace.with_name(trace.name.replace(".json.gz", ".run.yaml"))
+        run = run_config_of(trace)
         code, text = infersim("compare", "--trace", str(trace), "--config", str(run))
         (out / (trace.name.replace(".json.gz", ".compare.txt"))).write_text(text)
         code_json, text_json = infersim("compare", "--trace", str(trace), "--config", str(run), "--format", "json")
@@ -255,13 +275,13 @@ def run_checks(out: Path, traces: list[Path], args: argparse.Namespace) -> None:
         if not mains:
             continue
         main = mains[0]
-        run = main.with_name(main.name.replace(".json.gz", ".run.yaml"))
+        run = run_config_of(main)
         tables = out / f"{name}-tables"
         code, text = infersim("mfu", "from-trace", str(main), "--config", str(run), "--out", str(tables))
         lines += [f"## mfu from-trace {main.name}", "", f"exit status {code}", "", "```", text[-4000:], "```", ""]
         for trace in traces:
             if trace.name.startswith(f"{name}-") and "-eager-" in trace.name:
-                other_run = trace.with_name(trace.name.replace(".json.gz", ".run.yaml"))
+                other_run = run_config_of(trace)
                 code, text = infersim("compare", "--trace", str(trace), "--config", str(other_run), "--mfu-tables",
                                       str(tables))
                 (out / trace.name.replace(".json.gz", ".learned.txt")).write_text(text)

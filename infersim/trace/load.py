@@ -17,11 +17,11 @@ import math
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from infersim.trace.operators import (ATTENTION_OP, BATCHED_MATMUL_OP, GEMM_OP, GROUPED_GEMM_OP, MODULE_FRAME_PREFIX,
                                       op_class, shapes_text)
-from infersim.trace.reader import ChromeTraceReader
+from infersim.trace.reader import FLOW, ChromeTraceReader
 
 KIND_KERNEL = 0
 KIND_MEMCPY = 1
@@ -134,9 +134,33 @@ def _lane_labels(lanes: dict[Any, int]) -> tuple[str, ...]:
     return tuple(labels)
 
 
+# categories never needed: flow arrows, instant events, the profiler's own spans, GPU projections of annotations
+_UNNEEDED_CATS = frozenset({FLOW, "ac2g", "cpu_instant_event", "Trace", "fwdbwd", "gpu_user_annotation",
+                            "python_function_instant", "kernel_instant", "overhead"})
+
+
+def _unwanted(op_classes: dict[str, str | None]) -> Callable[[str, str], bool]:
+    """The reader's skip predicate: events dropped before they are parsed (see ChromeTraceReader)."""
+    def unwanted(category: str, raw_name: str) -> bool:
+        if category == "python_function":
+            return not raw_name.startswith(MODULE_FRAME_PREFIX)
+        if category == "cpu_op":
+            if "\\" in raw_name:
+                return False  # escapes in the name: decide on the parsed event
+            found = op_classes.get(raw_name, "?")
+            if found == "?":
+                found = op_classes[raw_name] = op_class(raw_name)
+            return found is None
+        if category in _LAUNCH_CATS:
+            return not any(word in raw_name for word in _LAUNCH_WORDS)
+        return category in _UNNEEDED_CATS
+    return unwanted
+
+
 def load_trace(path: str | Path) -> RawTrace:
     """Stream one trace file and keep kernels, launches and annotations."""
-    reader = ChromeTraceReader(path)
+    op_classes: dict[str, str | None] = {}  # per operator name: its class (None: dropped)
+    reader = ChromeTraceReader(path, skip=_unwanted(op_classes))
     names: dict[str, int] = {}
     lanes: dict[Any, int] = {}  # GPU pid as written (int in Kineto) -> lane index
     threads: dict[tuple[str, str], int] = {}
@@ -150,7 +174,6 @@ def load_trace(path: str | Path) -> RawTrace:
     f_name, f_thread = array("i"), array("i")
     f_start, f_end = array("d"), array("d")
     shape_index: dict[str, int] = {}
-    op_classes: dict[str, str | None] = {}  # per operator name: its class (None: dropped)
     skipped = 0
 
     def intern(table: dict, key: Any) -> int:

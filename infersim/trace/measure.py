@@ -14,7 +14,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from infersim.modules import categories as cat
 from infersim.trace.attribution import Kernel, Lane
@@ -219,27 +219,48 @@ def _assign_layers(kernels: list[Kernel], group: StepGroup, lane: Lane) -> int:
     return assign_pattern_layers(kernels)
 
 
+class MeasuredSteps:
+    """A lane's steps, each with its kernels placed in layers and modules (built one step at a time)."""
+
+    def __init__(self, raw: RawTrace, lane_id: int, rules: RuleTable, options: AnalysisOptions) -> None:
+        self.raw, self.rules, self.options, self.lane_id = raw, rules, options, lane_id
+        self.lane = Lane(raw, lane_id, rules, options.step_regions)
+        self.groups: list[StepGroup] = []
+        self.leftovers = array("i")
+        if len(self.lane):
+            _set_hidden_time(self.lane)
+            self.groups, self.leftovers = form_steps(self.lane, options)
+
+    def __iter__(self) -> Iterator[tuple[StepGroup, str, list[Kernel], int]]:
+        """(group, step source, kernels with their modules, layers) per step."""
+        for group in self.groups:
+            for kernels, source in _group_steps(self.lane, group, self.options):
+                layers = _assign_layers(kernels, group, self.lane)
+                assign_modules(kernels, self.rules)
+                yield group, source, kernels, layers
+
+
 def analyze_lane(raw: RawTrace, lane_id: int, rules: RuleTable, options: AnalysisOptions) -> LaneMeasure:
     """Measure one GPU of a trace: its steps by stage, layers and modules."""
-    lane = Lane(raw, lane_id, rules, options.step_regions)
+    return measure_steps(MeasuredSteps(raw, lane_id, rules, options))
+
+
+def measure_steps(measured: MeasuredSteps) -> LaneMeasure:
+    raw, lane, options, lane_id = measured.raw, measured.lane, measured.options, measured.lane_id
     rank = options.rank_label or (f"GPU {raw.lanes[lane_id]}" if len(raw.lanes) > 1 else "")
     device = raw.device_name(lane_id) or ""
     if not len(lane):
         return LaneMeasure(str(raw.path), rank, (), (), 0, 0.0, 0.0, 0, ("no GPU kernels in this trace",), device)
     origin = lane.start[0]
-    _set_hidden_time(lane)
-    groups, leftovers = form_steps(lane, options)
+    groups, leftovers = measured.groups, measured.leftovers
     by_stage: dict[str, list[StepMeasure]] = defaultdict(list)
     sums: dict[str, _StageSums] = defaultdict(_StageSums)
     number = 0
-    for group in groups:
-        for kernels, source in _group_steps(lane, group, options):
-            layers = _assign_layers(kernels, group, lane)
-            assign_modules(kernels, rules)
-            step = _measure_step(kernels, group, source, number, layers, origin)
-            number += 1
-            by_stage[group.stage].append(step)
-            sums[group.stage].add(kernels, layers)
+    for group, source, kernels, layers in measured:
+        step = _measure_step(kernels, group, source, number, layers, origin)
+        number += 1
+        by_stage[group.stage].append(step)
+        sums[group.stage].add(kernels, layers)
     notes: list[str] = []
     stages = []
     wanted = options.stage

@@ -20,7 +20,7 @@ import sys
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,17 @@ MAX_KEPT_TOP_LEVEL_CHARS = 1 << 20
 _CUT_MARGIN = 16  # characters: longer than any JSON literal or escape a chunk boundary can cut
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SCANNER = json.JSONDecoder().scan_once
+# The head of a Kineto event, as the profiler writes it: "ph", "cat", "name" first. Read without
+# parsing the event, so that a caller can skip the bulk (python frames, views) before it is parsed.
+_EVENT_HEAD = re.compile(r'\{\s*"ph"\s*:\s*"X"\s*,\s*"cat"\s*:\s*"(?P<cat>[^"\\]*)"\s*,\s*'
+                         r'"name"\s*:\s*"(?P<name>(?:[^"\\]|\\.)*)"')
+_FLOW_HEAD = re.compile(r'\{\s*"ph"\s*:\s*"[stf]"\s*,')  # a flow arrow (launch -> kernel): no nested values
+#: the category a skip predicate sees for flow arrows
+FLOW = "flow"
+# how far to look for the end of a skipped event before parsing it the careful way
+_SKIP_WINDOW = 1 << 16
+
+SkipPredicate = Callable[[str, str], bool]
 
 
 #: the trace path that means standard input
@@ -81,9 +92,15 @@ class ChromeTraceReader:
     keys written after `traceEvents` are available once iteration has finished.
     """
 
-    def __init__(self, path: str | Path, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> None:
+    def __init__(self, path: str | Path, chunk_chars: int = DEFAULT_CHUNK_CHARS, skip: SkipPredicate | None = None
+                 ) -> None:
+        """skip(category, name) -> True: the event is not wanted and is passed over without being parsed,
+        where its layout allows finding its end safely (Kineto's one-key-per-line layout; `name` is the
+        raw JSON string body, escapes not decoded). Flow arrows are offered with category FLOW."""
         self.path = Path(path)
         self.chunk_chars = chunk_chars
+        self.skip = skip
+        self.events_skipped = 0
         self.top_level: dict[str, Any] = {}
         self.events_read = 0
         self.chars_read = 0
@@ -264,18 +281,58 @@ class _Parser:
             keys = ", ".join(sorted(self.reader.top_level)) or "none"
             raise self.reader.fail(f"JSON but not a Chrome trace: no 'traceEvents' list (top-level keys: {keys})")
 
+    def _skipped_end(self, buf: str, pos: int) -> int:
+        """End of the event at `pos` when the caller does not want it and its end can be found without
+        parsing it; -1 otherwise (then it is parsed). Kineto writes an event's opening and closing
+        braces alone on lines at the same indentation, every nested value deeper, and a JSON string
+        holds no raw newline: the first newline + that indentation + '}' after the start closes it,
+        provided no other event opens at that indentation before."""
+        head = _EVENT_HEAD.match(buf, pos)
+        if head is not None:
+            if not self.reader.skip(head.group("cat"), head.group("name")):  # type: ignore[misc]
+                return -1
+            line = buf.rfind("\n", 0, pos) + 1
+            indent = buf[line:pos]
+            if indent.strip(" "):
+                return -1
+            limit = min(len(buf), pos + _SKIP_WINDOW)
+            close = buf.find("\n" + indent + "}", pos, limit)
+            if close < 0 or buf.find("\n" + indent + "{", pos, close) >= 0:
+                return -1
+            return close + len(indent) + 2
+        if _FLOW_HEAD.match(buf, pos) and self.reader.skip(FLOW, ""):  # type: ignore[misc]
+            close = buf.find("}", pos, min(len(buf), pos + 4096))
+            if close < 0 or buf.find("{", pos + 1, close) >= 0 or buf.find('"', pos, close) < 0:
+                return -1
+            return close + 1
+        return -1
+
     def _events(self) -> Iterator[dict[str, Any]]:
         self.pos += 1  # '['
         index = 0
         skip_ws = _WHITESPACE.match
         scan = _SCANNER
         reader = self.reader
+        skipping = reader.skip is not None
         while True:
             # Fast path: the event and the separator after it lie inside the buffer. Anything
             # else (chunk boundary, errors, odd separators) goes through the careful path.
             buf = self.buf
             pos = skip_ws(buf, self.pos).end()
             if pos < len(buf) and buf[pos] == "{":
+                if skipping:
+                    end = self._skipped_end(buf, pos)
+                    if end > 0:
+                        after = skip_ws(buf, end).end()
+                        if after < len(buf) and buf[after] in ",]":
+                            index += 1
+                            reader.events_skipped += 1
+                            if buf[after] == "]":
+                                self.pos = after + 1
+                                reader.events_read = index
+                                return
+                            self.pos = after + 1
+                            continue
                 try:
                     event, end = scan(buf, pos)
                 except (StopIteration, ValueError, RecursionError):  # ValueError includes JSONDecodeError

@@ -177,7 +177,7 @@ def comparison_text(lane: LaneMeasure, comparisons: Sequence[StageComparison], s
                    f"({'TTFT' if comp.stage == 'prefill' else 'TPOT'}), error {pct(comp.step_error)}; "
                    f"layers: measured {comp.measured_layers}, predicted {comp.predicted_layers}")
         out += ["", "per module, largest gap first (error = (predicted - measured) / measured):",
-                _comparison_table(comp.modules)]
+                _comparison_table(comp.modules), _table_modules_line(comp)]
         layers = _layers_table(stage)
         if layers:
             out += ["", "measured per layer (mean over steps):", layers]
@@ -186,6 +186,45 @@ def comparison_text(lane: LaneMeasure, comparisons: Sequence[StageComparison], s
             out += ["", _steps_table(stage.steps)]
         out += [f"note: {n}" for n in (*stage.notes, *comp.notes)]
     return "\n".join(out)
+
+
+def _table_modules_line(comp: StageComparison) -> str:
+    from infersim.trace.learn import TABLE_TIMED
+
+    rows = {r.module: r for r in comp.modules}
+    measured = sum(rows[m].measured_s for m in TABLE_TIMED if m in rows)
+    predicted = sum(rows[m].predicted_s for m in TABLE_TIMED if m in rows)
+    error = (predicted - measured) / measured if measured > 0 else None
+    return (f"GEMM, attention and expert modules ({', '.join(m for m in TABLE_TIMED if m in rows)}): measured "
+            f"{ms(measured)} ms, predicted {ms(predicted)} ms, error {pct(error)}")
+
+
+def learned_text(out: Any, table_dir: Any, workload: Any, checks: Sequence[Any]) -> str:
+    """What `mfu from-trace` wrote, and how the tables reproduce the trace they came from."""
+    prov = table_dir.provenance
+    lines = [f"wrote {out}: kernel tables learned from {prov.source.get('trace', '?')}",
+             f"device: {prov.device.name}" + (f", {prov.device.sm_count} SMs" if prov.device.sm_count else "")
+             + f"; measured on {prov.measured_on}; traced workload: {workload.describe()}"]
+    lines += [f"  {name}: {len(rows)} rows, {prov.tables[name].library}" for name, rows in table_dir.tables.items()]
+    if prov.elementwise_memory_efficiency is not None:
+        lines.append(f"  elementwise_memory_efficiency: {prov.elementwise_memory_efficiency:.3f} (fitted, see "
+                     "provenance.yaml)")
+    lines += [f"note: {n}" for n in prov.notes]
+    lines += ["", "the trace predicted again with these tables (kernel time per step; error = (predicted - measured) / "
+                  "measured):"]
+    rows = []
+    for c in checks:
+        rows.append([c.stage, "GEMM, attention, experts", ms(c.measured_table_s), ms(c.predicted_table_s),
+                     pct(c.error(c.predicted_table_s, c.measured_table_s))])
+        rows.append([c.stage, "all kernels", ms(c.measured_kernel_s), ms(c.predicted_kernel_s),
+                     pct(c.error(c.predicted_kernel_s, c.measured_kernel_s))])
+        rows.append([c.stage, "step (GPU span / TTFT, TPOT)", ms(c.measured_step_s), ms(c.predicted_step_s),
+                     pct(c.error(c.predicted_step_s, c.measured_step_s))])
+    lines.append(tabulate(rows, headers=["stage", "what", "measured (ms)", "predicted (ms)", "error"],
+                          disable_numparse=True))
+    for c in checks:
+        lines += ["", f"{c.stage}, per module:", _comparison_table(c.modules)]
+    return "\n".join(lines)
 
 
 def bench_text(source: str, config: str, comparisons: Sequence[BenchComparison]) -> str:

@@ -419,7 +419,9 @@ def _eager_walk(node: _Node, cursor: float, emitter: _Emitter) -> float:
 
 _REDUCTION_OPS = frozenset({"mean", "sum", "amax", "max", "argmax", "_softmax", "softmax", "var", "var_mean",
                             "topk"})
-_EXTERN = ("mm", "addmm", "bmm", "_grouped_mm", "_scaled_dot_product_cudnn_attention", "cat")
+# what Inductor leaves to ATen (extern kernels and fallbacks): GEMMs, attention, and ops it does not lower
+_EXTERN = ("mm", "addmm", "bmm", "_grouped_mm", "_scaled_dot_product_cudnn_attention", "topk", "sort", "argsort",
+           "histc", "nonzero")
 
 
 @dataclass
@@ -601,6 +603,38 @@ def synthesise(cpu_events: Iterable[dict[str, Any]], mode: str = "eager", keep_p
     return meta + gpu_meta + sorted(out, key=lambda e: float(e.get("ts", 0.0)))
 
 
+def kineto_text(event: dict[str, Any]) -> str:
+    """One event in the layout the profiler writes (braces alone on their lines, args one level deeper),
+    so that a written trace is read the way a recorded one is."""
+    if event.get("ph") != "X":
+        return "  {\n    " + json.dumps(event)[1:-1] + "\n  }"
+    head = ", ".join(f"{json.dumps(k)}: {json.dumps(event[k])}" for k in ("ph", "cat", "name", "pid", "tid")
+                     if k in event)
+    times = ", ".join(f"{json.dumps(k)}: {json.dumps(event[k])}" for k in ("ts", "dur") if k in event)
+    rest = {k: v for k, v in event.items() if k not in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
+    lines = [f"    {head},", f"    {times}" + ("," if "args" in event or rest else "")]
+    if rest:
+        lines.append("    " + json.dumps(rest)[1:-1] + ("," if "args" in event else ""))
+    if "args" in event:
+        body = json.dumps(event["args"])[1:-1]
+        lines += ["    \"args\": {", f"      {body}", "    }"]
+    return "  {\n" + "\n".join(lines) + "\n  }"
+
+
+def write_trace_document(out: str | Path, top: dict[str, Any], events: Iterable[dict[str, Any]]) -> Path:
+    """Write a trace (gzipped when the name ends in .gz) in the profiler's layout."""
+    out = Path(out)
+    opener = gzip.open if out.name.endswith(".gz") else open
+    with opener(out, "wt", encoding="utf-8") as handle:  # type: ignore[operator]
+        handle.write("{\n")
+        for key, value in top.items():
+            handle.write(f"  {json.dumps(key)}: {json.dumps(value)},\n")
+        handle.write('  "traceEvents": [\n')
+        handle.write(",\n".join(kineto_text(e) for e in events))
+        handle.write("\n  ]\n}\n")
+    return out
+
+
 def read_trace(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     opener = gzip.open if path.name.endswith(".gz") else open
@@ -618,13 +652,4 @@ def write_synthesised(cpu_trace: str | Path, out: str | Path, mode: str = "eager
     top["with_stack"] = 1 if keep_python_frames else 0
     top["synthesised"] = note or (f"GPU side synthesised by infersim.trace.synthesis (mode {mode}) from the CPU trace "
                                   f"{Path(cpu_trace).name}, recorded with torch {doc.get('torch_version', '?')} on a CPU")
-    out = Path(out)
-    opener = gzip.open if out.name.endswith(".gz") else open
-    with opener(out, "wt", encoding="utf-8") as handle:  # type: ignore[operator]
-        handle.write("{\n")
-        for key, value in top.items():
-            handle.write(f"  {json.dumps(key)}: {json.dumps(value)},\n")
-        handle.write('  "traceEvents": [\n')
-        handle.write(",\n".join("    " + json.dumps(e, separators=(",", ":")) for e in events))
-        handle.write("\n  ]\n}\n")
-    return out
+    return write_trace_document(out, top, events)
