@@ -62,10 +62,8 @@ def generate_hf(path: Path, target_bytes: float, compress: bool, tile: Path = HF
     # pre-serialise each event once with placeholders for the fields that shift per copy
     templates = []
     for e in events:
-        shifted = dict(e)
-        args = dict(shifted.get("args", {}))
-        shifted["args"] = args
-        templates.append((shifted, "correlation" in args, "External id" in args, isinstance(e.get("id"), int)))
+        args = e.get("args", {})
+        templates.append((dict(e), "correlation" in args, "External id" in args, isinstance(e.get("id"), int)))
     opener = gzip.open if compress else open
     written = 0.0
     count = kernels = 0
@@ -153,48 +151,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pattern", choices=("hf", "sglang"), default="hf", help="trace pattern (default hf)")
     parser.add_argument("--layers", type=int, default=32, help="sglang pattern: layers per forward pass (default 32)")
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile of the full breakdown to FILE")
+    parser.add_argument("--keep", metavar="PATH", type=Path,
+                        help="write the trace to PATH and keep it; an existing PATH is measured as it is")
+    parser.add_argument("--only-breakdown", action="store_true", help="time the full breakdown only")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / ("bench-TP-0.trace.json" + (".gz" if args.gzip else ""))
-        t0 = time.perf_counter()
-        if args.pattern == "hf":
-            size, events, kernels = generate_hf(path, args.mb * MB, args.gzip)
+        path = args.keep or Path(directory) / ("bench-TP-0.trace.json" + (".gz" if args.gzip else ""))
+        if args.keep is not None and args.keep.exists():
+            size = float(args.keep.stat().st_size) if not args.keep.name.endswith(".gz") else args.mb * MB
+            print(f"measuring {path} ({size / MB:.0f} MB)", flush=True)
         else:
-            size, events, kernels = generate_sglang(path, args.mb * MB, args.gzip, args.layers)
-        t1 = time.perf_counter()
-        on_disk = path.stat().st_size
-        print(f"generated {size / MB:.0f} MB uncompressed ({on_disk / MB:.0f} MB on disk), {events} events, "
-              f"{kernels} GPU activities in {t1 - t0:.1f} s ({args.pattern} pattern); peak RSS so far "
-              f"{peak_rss_mb():.0f} MB", flush=True)
+            t0 = time.perf_counter()
+            if args.pattern == "hf":
+                size, events, kernels = generate_hf(path, args.mb * MB, args.gzip)
+            else:
+                size, events, kernels = generate_sglang(path, args.mb * MB, args.gzip, args.layers)
+            print(f"generated {size / MB:.0f} MB uncompressed ({path.stat().st_size / MB:.0f} MB on disk), {events} "
+                  f"events, {kernels} GPU activities in {time.perf_counter() - t0:.1f} s ({args.pattern} pattern); "
+                  f"peak RSS so far {peak_rss_mb():.0f} MB", flush=True)
 
-        t0 = time.perf_counter()
-        count = sum(1 for _ in ChromeTraceReader(path))
-        dt = time.perf_counter() - t0
-        print(f"stream events:      {count} events in {dt:.1f} s = {size / MB / dt:.1f} MB/s; "
-              f"peak RSS {peak_rss_mb():.0f} MB", flush=True)
+        def timed(label: str, work, describe) -> object:  # type: ignore[no-untyped-def]
+            wall, cpu = time.perf_counter(), time.process_time()
+            result = work()
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            print(f"{label:<19} {describe(result)} in {wall:.1f} s wall ({cpu:.1f} s CPU) = {size / MB / wall:.1f} MB/s; "
+                  f"peak RSS {peak_rss_mb():.0f} MB", flush=True)
+            return result
 
-        t0 = time.perf_counter()
-        raw = load_trace(path)
-        dt = time.perf_counter() - t0
-        print(f"collect events:     {raw.kernel_count} GPU activities, {len(raw.launch_name)} launches, "
-              f"{len(raw.op_name)} operators, {len(raw.frame_name)} module frames, {len(raw.annotations)} annotations "
-              f"in {dt:.1f} s = {size / MB / dt:.1f} MB/s; peak RSS {peak_rss_mb():.0f} MB", flush=True)
-        del raw
-
-        t0 = time.perf_counter()
+        if not args.only_breakdown:
+            timed("stream events:", lambda: sum(1 for _ in ChromeTraceReader(path)), lambda n: f"{n} events")
+            timed("collect events:", lambda: load_trace(path),
+                  lambda raw: f"{raw.kernel_count} GPU activities, {len(raw.launch_name)} launches, "
+                              f"{len(raw.op_name)} operators, {len(raw.frame_name)} module frames, "
+                              f"{len(raw.annotations)} annotations")
         if args.profile:
             import cProfile
 
             profiler = cProfile.Profile()
-            (lane,) = profiler.runcall(measure_trace, str(path))
+            lanes = timed("full breakdown:", lambda: profiler.runcall(measure_trace, str(path)), lambda _: "")
             profiler.dump_stats(args.profile)
         else:
-            (lane,) = measure_trace(str(path))
-        dt = time.perf_counter() - t0
-        steps = {s.stage: len(s.steps) for s in lane.stages}
-        print(f"full breakdown:     {steps} steps, {lane.kernels} kernels in {dt:.1f} s = {size / MB / dt:.1f} MB/s; "
-              f"peak RSS {peak_rss_mb():.0f} MB", flush=True)
+            lanes = timed("full breakdown:", lambda: measure_trace(str(path)),
+                          lambda lanes: f"{ {s.stage: len(s.steps) for s in lanes[0].stages} } steps, "
+                                        f"{lanes[0].kernels} kernels")
+        del lanes
     return 0
 
 

@@ -258,17 +258,25 @@ class Lane:
         self.stream = array("q", (raw.kernel_stream[r] for r in rows))
         self.is_kernel = array("b", (raw.kernel_kind[r] == KIND_KERNEL for r in rows))
         self.hidden = array("d", [0.0]) * n
-        self.launches = LaunchContexts(raw, step_regions)
-        self.thread = array("i", [-1]) * n
+        self.launches = contexts = LaunchContexts(raw, step_regions)
         self.graph = array("b", [0]) * n
-        self.step_ann = array("i", [-1]) * n
-        self.region = array("i", [-1]) * n
-        self.backward = array("b", [0]) * n
-        self.op = array("i", [-1]) * n
-        self.frames = array("i", [0]) * n
-        self.layer_frame = array("i", [-1]) * n
-        self.model_frame = array("i", [-1]) * n
-        self._resolve_launches()
+        self.launch = self._resolve_launches()
+
+        def per_kernel(column: array, default: int, replayed: bool = True) -> array:
+            """A launch column per kernel; `replayed` False: a CUDA-graph replay's kernels get the
+            default (the graph launch is no operator of theirs)."""
+            graph, launch = self.graph, self.launch
+            return array(column.typecode, (column[launch[p]] if launch[p] >= 0 and (replayed or not graph[p])
+                                           else default for p in range(n)))
+
+        self.thread = per_kernel(raw.launch_thread, -1)
+        self.step_ann = per_kernel(contexts.step, -1)
+        self.region = per_kernel(contexts.region, -1)
+        self.backward = per_kernel(contexts.backward, 0)
+        self.model_frame = per_kernel(contexts.model_frame, -1)
+        self.op = per_kernel(contexts.op, -1, replayed=False)
+        self.frames = per_kernel(contexts.frames, 0, replayed=False)
+        self.layer_frame = per_kernel(contexts.layer_frame, -1, replayed=False)
         self.classifier = Classifier(raw, rules, self.launches)
         self.kclass = array("i", [0]) * n
         classify = self.classifier.classify
@@ -298,21 +306,21 @@ class Lane:
         return Kernel(p, self.name(p), self.start[p], self.dur[p], self.stream[p], bool(self.is_kernel[p]),
                       self.hidden[p], self.region[p], self.layer_frame[p], self.klass(p))
 
-    def _resolve_launches(self) -> None:
-        """Launch of each kernel. Where correlation ids repeat (a merged multi-process file), the
-        launch from the process that launches this lane's other kernels wins, else the latest
-        launch before the kernel started."""
+    def _resolve_launches(self) -> array:
+        """Launch row of each kernel (-1: none). Where correlation ids repeat (a merged multi-process
+        file), the launch from the process that launches this lane's other kernels wins, else the
+        latest launch before the kernel started. Marks the kernels of CUDA-graph replays."""
         from collections import Counter
 
         raw, launches = self.raw, self.launches
+        chosen = array("i", [-1]) * len(self)
         if len(raw.launch_correlation) == 0:
             # CPU activities not recorded: kernels of one graph replay still share a correlation
             counts = Counter(self.correlation(p) for p in range(len(self)))
             for p in range(len(self)):
                 corr = self.correlation(p)
                 self.graph[p] = corr >= 0 and counts[corr] > 1
-            return
-        chosen = array("i", [-1]) * len(self)
+            return chosen
         ambiguous: list[tuple[int, list[int]]] = []
         pid_votes: Counter[str] = Counter()
         for p in range(len(self)):
@@ -332,20 +340,9 @@ class Lane:
             before = [f for f in pool if raw.launch_start_us[f] <= self.start[p]]
             chosen[p] = max(before or pool, key=raw.launch_start_us.__getitem__)
         for p in range(len(self)):
-            launch = chosen[p]
-            if launch < 0:
-                continue
-            self.thread[p] = raw.launch_thread[launch]
-            graph = launches.is_graph(launch)
-            self.graph[p] = graph
-            self.step_ann[p] = launches.step[launch]
-            self.region[p] = launches.region[launch]
-            self.backward[p] = launches.backward[launch]
-            if not graph:  # a replayed kernel was launched by no operator of its own
-                self.op[p] = launches.op[launch]
-                self.frames[p] = launches.frames[launch]
-                self.layer_frame[p] = launches.layer_frame[launch]
-            self.model_frame[p] = launches.model_frame[launch]
+            if chosen[p] >= 0:
+                self.graph[p] = launches.is_graph(chosen[p])
+        return chosen
 
 
 def final_module(k: Kernel, rules: RuleTable) -> tuple[str, str, str]:

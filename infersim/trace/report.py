@@ -113,7 +113,8 @@ def _attribution_line(stage: StageMeasure) -> str:
         if not rows:
             continue
         top = sorted(rows, key=lambda a: -a.time_s)[:3] if source != SOURCE_NONE else []
-        detail = ", ".join(f"{a.reason} {a.time_s / total * 100:.0f}%" for a in top if a.reason)
+        detail = ", ".join(f"{a.reason} {a.time_s / total * 100:.0f}%" for a in top
+                           if a.reason and a.time_s / total >= 0.005)
         parts.append(f"{source} {time / total * 100:.1f}%" + (f" ({detail})" if detail else ""))
     return (f"kernel attribution: {stage.attributed_share() * 100:.1f}% of kernel time attributed to a module; "
             f"by {'; '.join(parts)}")
