@@ -41,7 +41,7 @@ _SCANNER = json.JSONDecoder().scan_once
 #: the category a skip predicate sees for flow arrows
 FLOW = "flow"
 # how far to look for the end of a skipped event before parsing it the careful way
-_SKIP_WINDOW = 1 << 16
+_SKIP_WINDOW = 1 << 14
 
 SkipPredicate = Callable[[str, str], bool]
 
@@ -293,8 +293,8 @@ class _Parser:
             if close < 0 or buf.find("{", pos + 1, close) >= 0:
                 return -1
             return close + 1
-        if buf.find('"X"', pos, cat) < 0:
-            return -1
+        if buf.find('"X"', pos, cat) < 0 or buf.find("\n", pos, cat) < 0:
+            return -1  # not an "X" event, or one written on a single line (no closing line to find)
         cat += 8
         cat_end = buf.find('"', cat, cat + 64)
         name = buf.find('"name": "', cat_end, cat_end + 12)
