@@ -80,10 +80,14 @@ def read_card(name: str) -> dict:
     return card
 
 
-def hf_config(name: str, layers: int):  # -> transformers.PretrainedConfig
+def hf_config(name: str, layers: int, tiny: bool = False):  # -> transformers.PretrainedConfig
     import transformers
 
     card = read_card(name)
+    if tiny:  # a smoke test of the script's paths, not a trace of the model
+        card = {**card, "hidden_size": 256, "head_dim": 64, "num_attention_heads": 4,
+                "num_key_value_heads": 4 if card["num_key_value_heads"] == card["num_attention_heads"] else 2,
+                "vocab_size": 1000, "intermediate_size": 512, "moe_intermediate_size": 512}
     common = dict(hidden_size=card["hidden_size"], num_hidden_layers=layers,
                   num_attention_heads=card["num_attention_heads"], num_key_value_heads=card["num_key_value_heads"],
                   head_dim=card["head_dim"], vocab_size=card["vocab_size"],
@@ -95,11 +99,11 @@ def hf_config(name: str, layers: int):  # -> transformers.PretrainedConfig
                                       num_experts_per_tok=card["num_experts_per_tok"], **common)
 
 
-def build_model(name: str, layers: int, device: str):
+def build_model(name: str, layers: int, device: str, tiny: bool = False):
     import torch
     import transformers
 
-    config = hf_config(name, layers)
+    config = hf_config(name, layers, tiny)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     with torch.device(device):
@@ -139,15 +143,18 @@ class Runner:
             return transformers.DynamicCache(config=self.config)
         return transformers.StaticCache(config=self.config, max_cache_len=self.shapes.prompt + self.decode_steps + 8)
 
-    def prefill(self, batch: int, cache):
+    def prefill(self, batch: int, cache, compiled: bool = True):
+        """One prompt step; compiled=False runs the module eagerly (building a decode batch's cache
+        without compiling a shape the trace does not time)."""
         torch = self.torch
         length = self.shapes.prompt
         kwargs = {}
         if self.mode != "eager":
             kwargs["cache_position"] = torch.arange(length, device=self.device)
         # logits of the last position only, as generate() asks for them
-        out = self.forward(input_ids=self.tokens(batch, length), past_key_values=cache, use_cache=True,
-                           logits_to_keep=1, **kwargs)
+        forward = self.forward if compiled else self.model
+        out = forward(input_ids=self.tokens(batch, length), past_key_values=cache, use_cache=True,
+                      logits_to_keep=1, **kwargs)
         return out.logits[:, -1:].argmax(-1)
 
     def decode(self, token, cache, position: int):
@@ -164,17 +171,19 @@ def record(name: str, mode: str, shapes: Shapes, args: argparse.Namespace, out: 
     from torch.profiler import ProfilerActivity, profile, record_function
 
     device = args.device
-    model, config = build_model(name, args.layers, device)
+    model, config = build_model(name, args.layers, device, args.tiny)
     runner = Runner(model, config, mode, device, shapes, args.decode_steps)
     with torch.no_grad():
-        # warm-up: compile, autotune, allocate; then the decode batch's context, outside the profile
-        for _ in range(2 if mode == "eager" else 3):
-            token = runner.prefill(shapes.decode_batch, warm := runner.new_cache(shapes.decode_batch))
-            for step in range(args.decode_steps):
-                token = runner.decode(token, warm, shapes.prompt + step)
-            runner.prefill(shapes.prefill_batch, runner.new_cache(shapes.prefill_batch))
+        # warm-up (compile, autotune, capture, allocate) of the two timed shapes; the decode batch's
+        # context is filled eagerly, outside the profile
         decode_cache = runner.new_cache(shapes.decode_batch)
-        token = runner.prefill(shapes.decode_batch, decode_cache)
+        first = runner.prefill(shapes.decode_batch, decode_cache, compiled=False)
+        for _ in range(2 if mode == "eager" else 3):
+            token = first
+            for step in range(args.decode_steps):
+                token = runner.decode(token, decode_cache, shapes.prompt + step)
+            runner.prefill(shapes.prefill_batch, runner.new_cache(shapes.prefill_batch))
+        token = first
         prefill_cache = runner.new_cache(shapes.prefill_batch)
         sync(device)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -300,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=2, help="decoder layers kept (default 2)")
     parser.add_argument("--decode-steps", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="the small CPU shapes even on a GPU")
+    parser.add_argument("--tiny", action="store_true",
+                        help="smoke test: the models shrunk to width 256 (checks the script, traces nothing useful)")
+    parser.add_argument("--budget", type=float, default=420.0,
+                        help="seconds of recording after which remaining variants are skipped (default 420: the "
+                             "checks and the device tool's 10-minute limit need the rest)")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=None,
                         help="run compare / mfu from-trace on the traces (default: on a GPU)")
     args = parser.parse_args(argv)
@@ -321,20 +335,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if on_gpu else "") + f", python {platform.python_version()}",
           flush=True)
-    traces = []
-    for name in args.models:
-        for mode in modes:
-            for shapes in args.shapes:
-                if mode != "eager" and shapes.name != "main":
-                    continue  # the cross-shape check uses the eager traces
-                t0 = time.perf_counter()
-                path = record(name, mode, shapes, args, args.out)
-                traces.append(path)
-                print(f"{path.name}: {path.stat().st_size / 1e6:.2f} MB in {time.perf_counter() - t0:.0f} s",
-                      flush=True)
+    traces, failed, skipped = [], [], []
+    started = time.perf_counter()
+    # eager traces first (every model, both shape sets), then the compiled modes: what the time
+    # budget leaves out is the least needed
+    plan = [(name, mode, shapes) for mode in modes for name in args.models for shapes in args.shapes
+            if mode == "eager" or shapes.name == "main"]
+    for name, mode, shapes in plan:
+        if time.perf_counter() - started > args.budget:
+            skipped.append(f"{name} {mode} {shapes.name}")
+            continue
+        t0 = time.perf_counter()
+        try:
+            path = record(name, mode, shapes, args, args.out)
+        except Exception as exc:  # one variant failing (an API change, memory) must not lose the others
+            failed.append(f"{name} {mode} {shapes.name}: {type(exc).__name__}: {exc}")
+            print(f"FAILED {name} {mode} {shapes.name}: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        traces.append(path)
+        print(f"{path.name}: {path.stat().st_size / 1e6:.2f} MB in {time.perf_counter() - t0:.0f} s", flush=True)
     (args.out / "recorded.json").write_text(json.dumps({
         "torch": torch.__version__, "device": torch.cuda.get_device_name() if on_gpu else "cpu",
-        "cuda": torch.version.cuda, "traces": [p.name for p in traces]}, indent=2))
+        "cuda": torch.version.cuda, "traces": [p.name for p in traces], "failed": failed,
+        "skipped (time budget)": skipped}, indent=2))
     if args.check if args.check is not None else on_gpu:
         run_checks(args.out, traces, args)
         print(f"checks written to {args.out / 'checks.md'}", flush=True)

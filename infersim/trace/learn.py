@@ -30,7 +30,6 @@ recorded shapes, CUDA-graph replays without operators, plan GEMMs the trace did 
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import itertools
 from collections import defaultdict
@@ -40,9 +39,15 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from infersim.config import RunConfig
+from infersim.engine import StageResult
 from infersim.errors import InferSimError, NotPossible
 from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
+from infersim.mfu.format import (PROVENANCE_FILE, AttentionRow, DeviceInfo, GemmRow, GroupedGemmRow, Provenance,
+                                 TableDirectory, TableInfo, write_table_dir)
 from infersim.modules import categories as cat
+from infersim.modules.step import build_stage_plan
+from infersim.trace.compare import ModuleComparison, compare_lane
 from infersim.trace.load import RawTrace
 from infersim.trace.measure import MeasuredSteps, measure_steps
 from infersim.trace.operators import (ATTENTION_OP, GEMM_OP, GROUPED_GEMM_OP, AttentionDims, GemmDims, GroupedDims,
@@ -286,10 +291,8 @@ def _call_key(c: TracedCall) -> tuple:
     return (c.kind, c.dims)
 
 
-def learn(run: TracedRun, config: Any) -> LearnedTables:
+def learn(run: TracedRun, config: RunConfig) -> LearnedTables:
     """Table rows for the run config's plan at the traced shapes."""
-    from infersim.modules.step import build_stage_plan
-
     out = LearnedTables()
     model, dep = config.model, config.deployment
     for c in run.calls:
@@ -414,10 +417,8 @@ def _grouped_rows(out: LearnedTables, shape: GroupedGemmShape, calls: Sequence[T
 # Elementwise: the share of HBM bandwidth the engine's elementwise work reached
 
 
-def elementwise_efficiency(run: TracedRun, config: Any) -> tuple[float | None, str]:
+def elementwise_efficiency(run: TracedRun, config: RunConfig) -> tuple[float | None, str]:
     """(efficiency, how) fitted on the stage with the most elementwise bytes, or None with why."""
-    from infersim.modules.step import build_stage_plan
-
     hw = config.hardware
     best: tuple[float, str, float, float, int] | None = None
     for stage in run.stages():
@@ -462,9 +463,7 @@ def trace_date(raw: RawTrace) -> str:
     return "unknown"
 
 
-def device_info(raw: RawTrace, fallback: str) -> Any:
-    from infersim.mfu.format import DeviceInfo
-
+def device_info(raw: RawTrace, fallback: str) -> DeviceInfo:
     props = raw.top_level.get("deviceProperties")
     entry = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
     sms = entry.get("numSms")
@@ -474,10 +473,8 @@ def device_info(raw: RawTrace, fallback: str) -> Any:
                       memory_bytes=float(memory) if isinstance(memory, (int, float)) and memory > 0 else None)
 
 
-def table_directory(run: TracedRun, learned: LearnedTables, config: Any, command: str,
-                    efficiency: tuple[float | None, str]) -> Any:
-    from infersim.mfu.format import AttentionRow, GemmRow, GroupedGemmRow, Provenance, TableDirectory, TableInfo
-
+def table_directory(run: TracedRun, learned: LearnedTables, config: RunConfig, command: str,
+                    efficiency: tuple[float | None, str]) -> TableDirectory:
     tables: dict[str, tuple] = {}
     infos: dict[str, TableInfo] = {}
     by_dtype: dict[str, list[GemmRow]] = defaultdict(list)
@@ -535,18 +532,11 @@ def table_directory(run: TracedRun, learned: LearnedTables, config: Any, command
     return TableDirectory(provenance=prov, tables=tables)
 
 
-def write_learned_tables(out: Path, table_dir: Any) -> None:
-    from infersim.mfu.format import PROVENANCE_FILE, write_table_dir
-
+def write_learned_tables(out: Path, table_dir: TableDirectory) -> None:
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / PROVENANCE_FILE).is_file():
         raise InferSimError(f"--out {out}: directory exists and is not a table directory; give a new or empty one")
     write_table_dir(out, table_dir)
-
-
-def rows_summary(table_dir: Any) -> list[str]:
-    return [f"{name}: {len(rows)} rows ({table_dir.provenance.tables[name].library})"
-            for name, rows in table_dir.tables.items()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,16 +557,14 @@ class StageCheck:
     predicted_kernel_s: float  # every operation of the predicted step but the scheduler overhead
     measured_step_s: float  # GPU span
     predicted_step_s: float  # TTFT / TPOT with the engine card's overhead
-    modules: tuple[Any, ...]  # compare.ModuleComparison rows
+    modules: tuple[ModuleComparison, ...]
 
     @staticmethod
     def error(predicted: float, measured: float) -> float | None:
         return (predicted - measured) / measured if measured > 0 else None
 
 
-def check_stages(lane: LaneMeasure, prefill: Any, decode: Any) -> list[StageCheck]:
-    from infersim.trace.compare import compare_lane
-
+def check_stages(lane: LaneMeasure, prefill: StageResult, decode: StageResult) -> list[StageCheck]:
     out = []
     for comp in compare_lane(lane, prefill, decode):
         predicted = prefill if comp.stage == "prefill" else decode
