@@ -9,6 +9,13 @@ Public API:
 - `read_bench_results(path)`, `bench_workload(...)`, `compare_bench_record(...)`: benchmark lines.
 - `load_rules(user_files)`: the shipped kernel rule table, user files first.
 - `ChromeTraceReader` / `iter_trace_events`: the streaming event reader underneath.
+
+Modules, in the order the data flows: `reader` (streaming JSON), `load` (the events kept, as
+columns), `operators` (what CPU operators and nn.Module frames mean), `context` (each launch's
+annotations, operator and frames), `attribution` (each kernel's class: operator, rule, family),
+`steps`, `layers`, `measure` (times per step, layer, module), `compare` (against a prediction),
+`report` (text and JSON), `learn` (`mfu from-trace`: kernel tables from a trace), `synthesis`
+(test traces: a GPU side for a recorded CPU trace). See docs/traces.md.
 """
 
 from __future__ import annotations

@@ -163,6 +163,7 @@ def run_from_trace(args: argparse.Namespace, command: str) -> int:
     from infersim.trace.report import learned_text
 
     regions = tuple(name.strip() for name in (args.step_regions or "").split(",") if name.strip())
+    load_run_config(args.config, args.overrides, "none")  # a bad config fails before a large trace is read
     run = read_traced_run(args.trace, args.rank, regions, args.rules)
     if not run.calls:
         raise NotPossible(f"{args.trace}: no GEMM, attention or grouped-GEMM operator with recorded shapes in its "

@@ -136,18 +136,13 @@ def _forward_region_steps(lane: Lane, options: AnalysisOptions, regions: list[in
     kinds = lane.launches.kinds
     n = len(lane)
     leftovers = array("i")
-    # enclosing step annotations per thread, sorted: the innermost one holding each region
-    steps_by_thread: dict[int, list[int]] = defaultdict(list)
-    for i, kind in enumerate(kinds):
-        if kind in ("step", "profiler_step", "region"):
-            steps_by_thread[annotations[i].thread].append(i)
+    # the step annotation holding each region: the innermost one open at its kernels' launches (read
+    # from the launch context, not searched per region: a long trace has thousands of each)
     region_step: dict[int, int] = {}
-    for r in regions:
-        a = annotations[r]
-        enclosing = [i for i in steps_by_thread.get(a.thread, ())
-                     if annotations[i].start_us <= a.start_us <= annotations[i].end_us]
-        region_step[r] = min(enclosing, key=lambda i: annotations[i].end_us - annotations[i].start_us) \
-            if enclosing else -1
+    for p in range(n):
+        region = lane.region[p]
+        if region >= 0 and region not in region_step:
+            region_step[region] = lane.step_ann[p]
     groups: dict[int, StepGroup] = {}
     layer_counter: dict[int, int] = defaultdict(lambda: -1)
     for r in regions:  # in (thread, start) order: a new layer at each attention region
@@ -168,8 +163,9 @@ def _forward_region_steps(lane: Lane, options: AnalysisOptions, regions: list[in
             continue
         # bare kernels (no region, not backward) launched on the thread of a step's forward
         # regions within that step: embedding before the first layer, LM head after the last
-        key = next((key for key, threads in step_threads.items()
-                    if lane.thread[p] in threads and (key < 0 or lane.step_ann[p] == key)), None)
+        key = lane.step_ann[p]
+        if key not in step_threads or lane.thread[p] not in step_threads[key]:
+            key = -1 if lane.thread[p] in step_threads.get(-1, ()) else None
         if key is not None and not lane.backward[p]:
             groups[key].positions.append(p)
         else:
