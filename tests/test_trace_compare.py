@@ -127,7 +127,7 @@ def test_trace_only_text(trace: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "per layer (µs)" in out and "per step (ms)" in out
     line = next(row for row in out.splitlines() if row.startswith("dense_ffn"))
     assert line.split()[1:3] == ["0.200", "100.0"]  # ms per step, µs per layer
-    assert "unmatched kernels: none" in out
+    assert "unclassified kernels: none" in out
     assert "step[EXTEND bs=1 toks=512]" in out
 
 

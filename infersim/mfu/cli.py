@@ -140,6 +140,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "(default 1.25)")
     cmp.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
     cmp.set_defaults(handler=compare_command)
+    _register_from_trace(commands)
+
+
+def _register_from_trace(commands: argparse._SubParsersAction) -> None:
+    learn = commands.add_parser(
+        "from-trace", help="learn kernel tables from a PyTorch-profiler trace (record_shapes=True)",
+        description="Write a table directory (mfu_tables/FORMAT.md) from the GEMM, attention and grouped-GEMM "
+                    "operators of a Kineto trace, at the shapes the run config's model asks for, with the trace as "
+                    "provenance; then predict the traced steps with it. Use it with --mfu-tables DIR. See "
+                    "docs/traces.md.")
+    learn.add_argument("trace", metavar="TRACE", help="trace file (.json or .json.gz) of one rank")
+    learn.add_argument("--config", required=True, help="run config of the traced run (model, hardware, deployment)")
+    learn.add_argument("--out", type=Path, required=True, help="output table directory")
+    learn.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override a config field (repeatable); the workload comes from the trace")
+    learn.add_argument("--rank", default=None, metavar="R", help="TP rank (or GPU of a merged file) to learn from")
+    learn.add_argument("--step-regions", default=None, metavar="NAME,...", help="your record_function step regions")
+    learn.add_argument("--rules", action="append", default=[], metavar="YAML", help="extra kernel rules (repeatable)")
+    learn.set_defaults(handler=from_trace_command)
+
+
+def from_trace_command(args: argparse.Namespace) -> int:
+    from infersim.trace.cli import run_from_trace
+
+    command = _command_of(args)
+    if "from-trace" not in command:  # called from Python: the command its arguments stand for
+        argv = ["python", "-m", "infersim", "mfu", "from-trace", args.trace, "--config", args.config, "--out",
+                str(args.out)]
+        argv += [f"--set={value}" for value in args.overrides]
+        argv += [f"--{name.replace('_', '-')}={value}" for name, value in (("rank", args.rank),
+                                                                         ("step_regions", args.step_regions))
+                 if value is not None]
+        argv += [f"--rules={value}" for value in args.rules]
+        command = shlex.join(argv)
+    return run_from_trace(args, command)
 
 
 def _table_dir_arg(text: str, argument: str) -> Path:

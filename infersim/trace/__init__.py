@@ -9,6 +9,13 @@ Public API:
 - `read_bench_results(path)`, `bench_workload(...)`, `compare_bench_record(...)`: benchmark lines.
 - `load_rules(user_files)`: the shipped kernel rule table, user files first.
 - `ChromeTraceReader` / `iter_trace_events`: the streaming event reader underneath.
+
+Modules, in the order the data flows: `reader` (streaming JSON), `load` (the events kept, as
+columns), `operators` (what CPU operators and nn.Module frames mean), `context` (each launch's
+annotations, operator and frames), `attribution` (each kernel's class: operator, rule, family),
+`steps`, `layers`, `measure` (times per step, layer, module), `compare` (against a prediction),
+`report` (text and JSON), `learn` (`mfu from-trace`: kernel tables from a trace), `synthesis`
+(test traces: a GPU side for a recorded CPU trace). See docs/traces.md.
 """
 
 from __future__ import annotations
@@ -16,18 +23,19 @@ from __future__ import annotations
 from collections import defaultdict
 
 from infersim.errors import InferSimError
-from infersim.trace.analysis import (STAGES, AnalysisOptions, LaneMeasure, LayerTime, ModuleTime, StageMeasure,
-                                     StepMeasure, StreamTime, UnmatchedKernel, analyze_lane, lane_ids)
+from infersim.trace.measure import analyze_lane, lane_ids
 from infersim.trace.bench import (BenchComparison, BenchRecord, BenchWorkload, MetricComparison, bench_workload,
                                   compare_bench_record, read_bench_results)
 from infersim.trace.compare import ModuleComparison, StageComparison, compare_lane, compare_stage
 from infersim.trace.files import RankFile, find_trace_files, select_rank_files
 from infersim.trace.load import RawTrace, load_trace
 from infersim.trace.reader import ChromeTraceReader, TraceFormatError, iter_trace_events
+from infersim.trace.records import (STAGES, AnalysisOptions, Attribution, LaneMeasure, LayerTime, ModuleTime,
+                                    StageMeasure, StepMeasure, StreamTime, UnmatchedKernel)
 from infersim.trace.rules import KernelRule, RuleTable, load_rules
 
 __all__ = [
-    "AnalysisOptions", "BenchComparison", "BenchRecord", "BenchWorkload", "ChromeTraceReader", "KernelRule",
+    "AnalysisOptions", "Attribution", "BenchComparison", "BenchRecord", "BenchWorkload", "ChromeTraceReader", "KernelRule",
     "LaneMeasure", "LayerTime", "MetricComparison", "ModuleComparison", "ModuleTime", "RankFile", "RawTrace",
     "RuleTable", "StageComparison", "StageMeasure", "StepMeasure", "StreamTime", "TraceFormatError",
     "UnmatchedKernel", "analyze_lane", "bench_workload", "compare_bench_record", "compare_lane", "compare_stage",
@@ -75,15 +83,18 @@ def _merge_same_rank(measures: list[LaneMeasure]) -> LaneMeasure:
         streams=tuple(StreamTime(s, v[0], int(v[1]), v[2]) for s, v in sorted(streams.items())),
         kernels=sum(m.kernels for m in measures), kernel_time_s=sum(m.kernel_time_s for m in measures),
         outside_steps_s=sum(m.outside_steps_s for m in measures),
-        outside_steps_kernels=sum(m.outside_steps_kernels for m in measures), notes=tuple(notes))
+        outside_steps_kernels=sum(m.outside_steps_kernels for m in measures), notes=tuple(notes),
+        device=measures[0].device)
 
 
 def measure_trace(spec: str, rules: RuleTable | None = None, rank: str | None = None, stage: str | None = None,
-                  layers_per_step: int | None = None) -> tuple[LaneMeasure, ...]:
+                  layers_per_step: int | None = None, step_regions: tuple[str, ...] = ()) -> tuple[LaneMeasure, ...]:
     """Measure the trace file(s) named by `spec` (file, directory or glob).
 
     rank: None = rank 0 (the lowest TP rank; the lowest GPU of a merged file), an integer string =
     that TP rank (or that GPU of a merged file), "all" = every rank. One LaneMeasure per rank.
+    step_regions: names of user annotations that mark one step each (default: names that say
+    prefill or decode).
     """
     rules = rules or load_rules()
     files = select_rank_files(find_trace_files(spec), rank)
@@ -108,7 +119,7 @@ def measure_trace(spec: str, rules: RuleTable | None = None, rank: str | None = 
         for lane in chosen:
             label = _rank_label(file, raw, lane, len(present) > 1)
             options = AnalysisOptions(stage=stage, layers_per_step=layers_per_step, file_stage=file.stage,
-                                      rank_label=label)
+                                      rank_label=label, step_regions=tuple(step_regions))
             by_rank[label or str(file.path)].append(analyze_lane(raw, lane, rules, options))
         del raw  # one file at a time: a 64-rank directory never sits in memory at once
     return tuple(_merge_same_rank(measures) for measures in by_rank.values())

@@ -19,9 +19,13 @@ from infersim.errors import InferSimError, NotPossible
 EPILOG = """\
 --trace takes a Kineto trace (.json or .json.gz), a directory of per-rank files as SGLang writes
 them (*-TP-<r>[-DP-..][-EP-..].trace.json.gz) or a glob. Rank 0 is analysed unless --rank says
-otherwise. Without --config only the measured breakdown is printed. Kernel names map to modules
-through the shipped rule table (infersim/trace/kernel_rules.yaml); --rules adds your own rules in
-front of it. Times: ms per step, µs per layer; JSON keeps seconds.
+otherwise. Without --config only the measured breakdown is printed. A kernel's module comes from
+the CPU operator (and nn.Module frames, with_stack=True) that launched it, else from the shipped
+name rules (infersim/trace/kernel_rules.yaml; --rules adds yours in front), else from its library's
+naming; each stage says which way its time was classified and lists what stayed unclassified.
+Steps come from step annotations (SGLang, your record_function regions: --step-regions), CUDA-graph
+replays, model forward frames, ProfilerStep#N, or the repeating kernel pattern. See docs/traces.md.
+Times: ms per step, µs per layer; JSON keeps seconds.
 """
 
 
@@ -49,6 +53,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="extra kernel rules, tried before the shipped table (repeatable)")
     parser.add_argument("--rank", default=None, metavar="R",
                         help="TP rank to analyse (or GPU of a merged file), or 'all' (default: rank 0)")
+    parser.add_argument("--step-regions", default=None, metavar="NAME,...",
+                        help="names of your record_function regions that each hold one step (default: regions whose "
+                             "name says prefill or decode)")
     parser.add_argument("--layers-per-step", type=int, default=None, metavar="N",
                         help="cut unannotated eager kernels into steps of N layers (several forward passes "
                              "without step markers)")
@@ -76,8 +83,11 @@ def _compare_trace(args: argparse.Namespace) -> int:
     if args.layers_per_step is not None and args.layers_per_step < 1:
         raise InferSimError(f"--layers-per-step {args.layers_per_step}: expected a positive number of layers")
     rules = load_rules(args.rules)
+    regions = tuple(name.strip() for name in (args.step_regions or "").split(",") if name.strip())
+    if args.step_regions is not None and not regions:
+        raise InferSimError(f"--step-regions {args.step_regions!r}: expected region names, comma-separated")
     lanes = measure_trace(args.trace, rules=rules, rank=args.rank, stage=args.stage,
-                          layers_per_step=args.layers_per_step)
+                          layers_per_step=args.layers_per_step, step_regions=regions)
     if not _has_run(args):
         if args.format == "json":
             print(json.dumps({"lanes": [lane_json(lane) for lane in lanes]}, indent=2))
@@ -101,8 +111,9 @@ def _nothing_found(trace: str, lanes: Any, what: str) -> int:
     """Exit status 1 with one line on stderr when no lane of the trace has a forward step."""
     if any(lane.stages for lane in lanes):
         return 0
-    print(f"infersim: nothing to {what}: no forward steps found in {trace} (no attention kernels and no step "
-          "annotations; --layers-per-step N cuts unannotated kernels into steps)", file=sys.stderr)
+    print(f"infersim: nothing to {what}: no forward steps found in {trace} (no attention kernel, by operator, rule "
+          "or name, and no step annotation; --step-regions NAME names your own regions, --layers-per-step N cuts "
+          "unannotated kernels into steps)", file=sys.stderr)
     return 1
 
 
@@ -210,3 +221,35 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.bench_result is not None:
         return _compare_bench(args)
     return _compare_trace(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# infersim mfu from-trace (registered by infersim.mfu.cli)
+
+
+def run_from_trace(args: argparse.Namespace, command: str) -> int:
+    """Learn a kernel-table directory from a trace, write it, and check it against the trace."""
+    from infersim.config import load_run_config
+    from infersim.simulate import simulate
+    from infersim.trace.learn import (check_stages, elementwise_efficiency, learn, read_traced_run, table_directory,
+                                      traced_workload, write_learned_tables)
+    from infersim.trace.report import learned_text
+
+    regions = tuple(name.strip() for name in (args.step_regions or "").split(",") if name.strip())
+    load_run_config(args.config, args.overrides, "none")  # a bad config fails before a large trace is read
+    run = read_traced_run(args.trace, args.rank, regions, args.rules)
+    if not run.calls:
+        raise NotPossible(f"{args.trace}: no GEMM, attention or grouped-GEMM operator with recorded shapes in its "
+                          f"steps: nothing to learn" + (f" ({'; '.join(run.notes)})" if run.notes else ""))
+    workload = traced_workload(run)
+    overrides = [*args.overrides, *workload.overrides()]
+    config = load_run_config(args.config, overrides, "none")
+    learned = learn(run, config)
+    efficiency = elementwise_efficiency(run, config)
+    table_dir = table_directory(run, learned, config, command, efficiency)
+    write_learned_tables(args.out, table_dir)
+    checked = load_run_config(args.config, overrides, str(args.out))
+    result = simulate(checked)
+    checks = check_stages(run.lane, result.prefill, result.decode)
+    print(learned_text(args.out, table_dir, workload, checks))
+    return 0

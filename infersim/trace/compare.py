@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from infersim.modules import categories as cat
-from infersim.trace.analysis import LaneMeasure, StageMeasure
+from infersim.trace.records import LaneMeasure, StageMeasure
 
 
 class PredictedOperation(Protocol):

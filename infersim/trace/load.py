@@ -1,10 +1,13 @@
 """Collect the few events trace comparison needs from a streamed trace, in compact columns.
 
 Kept: GPU activities (kernels, memcpy, memset), the CPU launch calls they correlate with (so a
-kernel can be placed inside the CPU annotations of its launch), and user annotations. Everything
-else (python frames, aten ops, flow arrows, metadata) is dropped as it streams by. Kernel names
-are interned and numbers live in typed arrays, so a rank with a million kernels costs tens of MB.
-Times stay in the trace's microseconds here; the analysis converts to seconds.
+kernel can be placed inside the CPU context of its launch), user annotations, the CPU operators
+that say what their kernels do (`operators.op_class`: GEMMs, attention, norms, ...; with their
+recorded input shapes where the operator's shapes matter) and the `nn.Module` Python frames.
+Everything else (other Python frames, views and allocations, flow arrows, metadata) is dropped as
+it streams by. Names are interned and numbers live in typed arrays, so a rank with a million
+kernels costs tens of MB. Times stay in the trace's microseconds here; the analysis converts to
+seconds.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import math
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from infersim.trace.reader import ChromeTraceReader
+from infersim.trace.operators import (ATTENTION_OP, BATCHED_MATMUL_OP, GEMM_OP, GROUPED_GEMM_OP, MODULE_FRAME_PREFIX,
+                                      op_class, shapes_text)
+from infersim.trace.reader import FLOW, ChromeTraceReader
 
 KIND_KERNEL = 0
 KIND_MEMCPY = 1
@@ -27,6 +32,8 @@ _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver", "h
 _ANNOTATION_CATS = frozenset({"user_annotation"})
 # CPU calls that start GPU work; other runtime calls (event queries, attribute setters) are noise
 _LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")
+# operators whose recorded input shapes are kept (M, N, K of GEMMs; batch, heads, lengths of attention)
+_SHAPED_CLASSES = frozenset({GEMM_OP, BATCHED_MATMUL_OP, ATTENTION_OP, GROUPED_GEMM_OP})
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,18 @@ class RawTrace:
     launch_start_us: array
     launch_correlation: array
     annotations: tuple[Annotation, ...]
+    # CPU operators that classify their kernels (operators.op_class), as columns
+    op_name: array = field(default_factory=lambda: array("i"))  # index into names
+    op_thread: array = field(default_factory=lambda: array("i"))
+    op_start_us: array = field(default_factory=lambda: array("d"))
+    op_end_us: array = field(default_factory=lambda: array("d"))
+    op_shapes: array = field(default_factory=lambda: array("i"))  # index into shape_texts, -1: none recorded
+    shape_texts: tuple[str, ...] = ()
+    # nn.Module Python frames (with_stack=True)
+    frame_name: array = field(default_factory=lambda: array("i"))  # index into names
+    frame_thread: array = field(default_factory=lambda: array("i"))
+    frame_start_us: array = field(default_factory=lambda: array("d"))
+    frame_end_us: array = field(default_factory=lambda: array("d"))
     events_read: int = 0
     chars_read: int = 0
     skipped_events: int = 0
@@ -66,6 +85,25 @@ class RawTrace:
     @property
     def kernel_count(self) -> int:
         return len(self.kernel_start_us)
+
+    @property
+    def has_shapes(self) -> bool:
+        """Whether the profile recorded operator input shapes (record_shapes=True)."""
+        return bool(self.shape_texts)
+
+    def device_name(self, lane: int | None = None) -> str | None:
+        """The GPU's name from the trace's deviceProperties (the lane's device when it is a number)."""
+        props = self.top_level.get("deviceProperties")
+        if not isinstance(props, list) or not props:
+            return None
+        wanted = None
+        if lane is not None and self.lanes[lane].lstrip("-").isdigit():
+            wanted = int(self.lanes[lane])
+        for entry in props:
+            if isinstance(entry, dict) and (wanted is None or entry.get("id") == wanted):
+                name = entry.get("name")
+                return str(name) if name else None
+        return None
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -96,9 +134,33 @@ def _lane_labels(lanes: dict[Any, int]) -> tuple[str, ...]:
     return tuple(labels)
 
 
+# categories never needed: flow arrows, instant events, the profiler's own spans, GPU projections of annotations
+_UNNEEDED_CATS = frozenset({FLOW, "ac2g", "cpu_instant_event", "Trace", "fwdbwd", "gpu_user_annotation",
+                            "python_function_instant", "kernel_instant", "overhead"})
+
+
+def _unwanted(op_classes: dict[str, str | None]) -> Callable[[str, str], bool]:
+    """The reader's skip predicate: events dropped before they are parsed (see ChromeTraceReader)."""
+    def unwanted(category: str, raw_name: str) -> bool:
+        if category == "python_function":
+            return not raw_name.startswith(MODULE_FRAME_PREFIX)
+        if category == "cpu_op":
+            if "\\" in raw_name:
+                return False  # escapes in the name: decide on the parsed event
+            found = op_classes.get(raw_name, "?")
+            if found == "?":
+                found = op_classes[raw_name] = op_class(raw_name)
+            return found is None
+        if category in _LAUNCH_CATS:
+            return not any(word in raw_name for word in _LAUNCH_WORDS)
+        return category in _UNNEEDED_CATS
+    return unwanted
+
+
 def load_trace(path: str | Path) -> RawTrace:
     """Stream one trace file and keep kernels, launches and annotations."""
-    reader = ChromeTraceReader(path)
+    op_classes: dict[str, str | None] = {}  # per operator name: its class (None: dropped)
+    reader = ChromeTraceReader(path, skip=_unwanted(op_classes))
     names: dict[str, int] = {}
     lanes: dict[Any, int] = {}  # GPU pid as written (int in Kineto) -> lane index
     threads: dict[tuple[str, str], int] = {}
@@ -107,6 +169,11 @@ def load_trace(path: str | Path) -> RawTrace:
     l_name, l_thread, l_corr = array("i"), array("i"), array("q")
     l_start = array("d")
     annotations: list[Annotation] = []
+    o_name, o_thread, o_shapes = array("i"), array("i"), array("i")
+    o_start, o_end = array("d"), array("d")
+    f_name, f_thread = array("i"), array("i")
+    f_start, f_end = array("d"), array("d")
+    shape_index: dict[str, int] = {}
     skipped = 0
 
     def intern(table: dict, key: Any) -> int:
@@ -118,6 +185,49 @@ def load_trace(path: str | Path) -> RawTrace:
     for event in reader:
         category = event.get("cat")
         if event.get("ph") != "X" or not isinstance(category, str):
+            continue
+        if category == "cpu_op" or category == "python_function":
+            # the bulk of a trace: decide on the name before anything else is read
+            name = event.get("name")
+            if not isinstance(name, str):
+                continue
+            if category == "python_function":
+                if not name.startswith(MODULE_FRAME_PREFIX):
+                    continue
+                keep_class = None
+            else:
+                keep_class = op_classes.get(name, "?")
+                if keep_class == "?":
+                    keep_class = op_classes[name] = op_class(name)
+                if keep_class is None:
+                    continue
+            try:
+                start = float(event["ts"])
+                end = start + max(float(event.get("dur", 0.0)), 0.0)
+            except (KeyError, TypeError, ValueError):
+                skipped += 1
+                continue
+            if not (math.isfinite(start) and math.isfinite(end)):
+                skipped += 1
+                continue
+            thread_index = intern(threads, (str(event.get("pid", "")), str(event.get("tid", ""))))
+            if category == "python_function":
+                f_name.append(intern(names, name))
+                f_thread.append(thread_index)
+                f_start.append(start)
+                f_end.append(end)
+                continue
+            shape_id = -1
+            if keep_class in _SHAPED_CLASSES:
+                args = event.get("args")
+                text = shapes_text(args) if isinstance(args, dict) else None
+                if text is not None:
+                    shape_id = intern(shape_index, text)
+            o_name.append(intern(names, name))
+            o_thread.append(thread_index)
+            o_start.append(start)
+            o_end.append(end)
+            o_shapes.append(shape_id)
             continue
         kind = _GPU_KINDS.get(category)
         if kind is None and category not in _LAUNCH_CATS and category not in _ANNOTATION_CATS:
@@ -186,5 +296,7 @@ def load_trace(path: str | Path) -> RawTrace:
         threads=tuple(threads), kernel_name=k_name, kernel_kind=k_kind, kernel_start_us=k_start,
         kernel_dur_us=k_dur, kernel_lane=k_lane, kernel_stream=k_stream, kernel_correlation=k_corr,
         launch_name=l_name, launch_thread=l_thread, launch_start_us=l_start, launch_correlation=l_corr,
-        annotations=tuple(annotations), events_read=reader.events_read, chars_read=reader.chars_read,
+        annotations=tuple(annotations), op_name=o_name, op_thread=o_thread, op_start_us=o_start, op_end_us=o_end,
+        op_shapes=o_shapes, shape_texts=tuple(shape_index), frame_name=f_name, frame_thread=f_thread,
+        frame_start_us=f_start, frame_end_us=f_end, events_read=reader.events_read, chars_read=reader.chars_read,
         skipped_events=skipped)

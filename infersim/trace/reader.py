@@ -20,7 +20,7 @@ import sys
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,12 @@ MAX_KEPT_TOP_LEVEL_CHARS = 1 << 20
 _CUT_MARGIN = 16  # characters: longer than any JSON literal or escape a chunk boundary can cut
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SCANNER = json.JSONDecoder().scan_once
+#: the category a skip predicate sees for flow arrows
+FLOW = "flow"
+# how far to look for the end of a skipped event before parsing it the careful way
+_SKIP_WINDOW = 1 << 14
+
+SkipPredicate = Callable[[str, str], bool]
 
 
 #: the trace path that means standard input
@@ -81,9 +87,15 @@ class ChromeTraceReader:
     keys written after `traceEvents` are available once iteration has finished.
     """
 
-    def __init__(self, path: str | Path, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> None:
+    def __init__(self, path: str | Path, chunk_chars: int = DEFAULT_CHUNK_CHARS, skip: SkipPredicate | None = None
+                 ) -> None:
+        """skip(category, name) -> True: the event is not wanted and is passed over without being parsed,
+        where its layout allows finding its end safely (Kineto's one-key-per-line layout; `name` is the
+        raw JSON string body, escapes not decoded). Flow arrows are offered with category FLOW."""
         self.path = Path(path)
         self.chunk_chars = chunk_chars
+        self.skip = skip
+        self.events_skipped = 0
         self.top_level: dict[str, Any] = {}
         self.events_read = 0
         self.chars_read = 0
@@ -264,28 +276,77 @@ class _Parser:
             keys = ", ".join(sorted(self.reader.top_level)) or "none"
             raise self.reader.fail(f"JSON but not a Chrome trace: no 'traceEvents' list (top-level keys: {keys})")
 
+    def _skipped_end(self, buf: str, pos: int, skip: SkipPredicate, markers: dict[int, tuple[str, str]]) -> int:
+        """End of the event at `pos` when the caller does not want it and its end can be found without
+        parsing it; -1 otherwise (then it is parsed). Kineto writes an event's opening and closing
+        braces alone on lines at the same indentation, every nested value deeper, and a JSON string
+        holds no raw newline: the first newline + that indentation + '}' after the start closes it,
+        provided no other event opens at that indentation before. The head ("ph", "cat", "name", in
+        the profiler's spacing) is read with plain string searches: a regular expression costs as
+        much as parsing the event. `markers`: per indentation, the (closing, opening) line starts."""
+        cat = buf.find('"cat": "', pos, pos + 40)
+        if cat < 0:
+            ph = buf.find('"ph": "', pos, pos + 16)
+            if ph < 0 or buf[ph + 7:ph + 9] not in ('s"', 'f"', 't"') or not skip(FLOW, ""):
+                return -1
+            close = buf.find("}", pos, pos + 4096)  # a flow arrow: flat, no nested values
+            if close < 0 or buf.find("{", pos + 1, close) >= 0:
+                return -1
+            return close + 1
+        if buf.find('"X"', pos, cat) < 0 or buf.find("\n", pos, cat) < 0:
+            return -1  # not an "X" event, or one written on a single line (no closing line to find)
+        cat += 8
+        cat_end = buf.find('"', cat, cat + 64)
+        name = buf.find('"name": "', cat_end, cat_end + 12)
+        if cat_end < 0 or name < 0:
+            return -1
+        name += 9
+        name_end = buf.find('"', name)
+        if name_end < 0 or buf[name_end - 1] == "\\":
+            return -1  # an escaped quote in the name: parse the event
+        if not skip(buf[cat:cat_end], buf[name:name_end]):
+            return -1
+        indent = pos - buf.rfind("\n", pos - 80, pos) - 1
+        pair = markers.get(indent)
+        if pair is None:
+            if indent > 40 or buf[pos - indent:pos].strip(" "):
+                return -1
+            pair = markers[indent] = ("\n" + " " * indent + "}", "\n" + " " * indent + "{")
+        close = buf.find(pair[0], name_end, pos + _SKIP_WINDOW)
+        if close < 0 or buf.find(pair[1], name_end, close) >= 0:
+            return -1
+        return close + indent + 2
+
     def _events(self) -> Iterator[dict[str, Any]]:
         self.pos += 1  # '['
         index = 0
         skip_ws = _WHITESPACE.match
         scan = _SCANNER
         reader = self.reader
+        skip = reader.skip
+        skipped_end = self._skipped_end
+        markers: dict[int, tuple[str, str]] = {}
         while True:
             # Fast path: the event and the separator after it lie inside the buffer. Anything
             # else (chunk boundary, errors, odd separators) goes through the careful path.
             buf = self.buf
             pos = skip_ws(buf, self.pos).end()
             if pos < len(buf) and buf[pos] == "{":
-                try:
-                    event, end = scan(buf, pos)
-                except (StopIteration, ValueError, RecursionError):  # ValueError includes JSONDecodeError
-                    event = None
-                if event is not None:
+                event = None
+                end = skipped_end(buf, pos, skip, markers) if skip is not None else -1
+                if end < 0:
+                    try:
+                        event, end = scan(buf, pos)
+                    except (StopIteration, ValueError, RecursionError):  # ValueError includes JSONDecodeError
+                        end = -1
+                if end > 0:
                     after = skip_ws(buf, end).end()
                     if after < len(buf) and buf[after] in ",]":
                         index += 1
                         if event:  # Kineto ends the list with an empty `{}`
                             yield event
+                        elif event is None:
+                            reader.events_skipped += 1
                         if buf[after] == "]":
                             self.pos = after + 1
                             reader.events_read = index

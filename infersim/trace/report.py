@@ -12,7 +12,8 @@ from typing import Any
 from tabulate import tabulate
 
 from infersim.modules import categories as cat
-from infersim.trace.analysis import LaneMeasure, ModuleTime, StageMeasure, StepMeasure
+from infersim.trace.records import (SOURCE_NONE, SOURCES, LaneMeasure, ModuleTime, StageMeasure,
+                                    StepMeasure)
 from infersim.trace.bench import BenchComparison
 from infersim.trace.compare import ModuleComparison, StageComparison
 
@@ -46,7 +47,7 @@ def _plural(n: float, word: str) -> str:
 
 def _lane_header(lane: LaneMeasure) -> list[str]:
     rank = f" ({lane.rank})" if lane.rank else ""
-    lines = [f"Trace {lane.path}{rank}",
+    lines = [f"Trace {lane.path}{rank}" + (f", {lane.device}" if lane.device else ""),
              f"GPU activities: {lane.kernels} ({ms(lane.kernel_time_s)} ms of kernel time)"]
     streams = ", ".join(f"{s.stream}: {ms(s.kernel_time_s)} ms"
                         + (f" ({ms(s.communication_s)} communication)" if s.communication_s else "")
@@ -64,8 +65,10 @@ def _stage_header(stage: StageMeasure, compared_as: str | None = None) -> list[s
     sources = sorted({s.step_source for s in stage.steps})
     layer_sources = sorted({s.layer_source for s in stage.steps})
     title = stage.stage if compared_as in (None, stage.stage) else f"{stage.stage} steps compared as {compared_as}"
+    told = sorted({s.stage_source for s in stage.steps if s.stage_source})
     lines = [f"== {title}: {_plural(len(stage.steps), 'step')} ({', '.join(sources)}), "
              f"{stage.num_layers} layers per step (from {', '.join(layer_sources)}) ==",
+             *([f"stage told by: {'; '.join(told)}"] if told and stage.stage in ("prefill", "decode") else []),
              f"step time (GPU span, first kernel start to last kernel end): {ms(stage.step_time_s)} ms | "
              f"GPU busy: {ms(stage.busy_s)} ms | kernel time, streams added: {ms(stage.kernel_time_s)} ms"]
     return lines
@@ -98,12 +101,32 @@ def _layers_table(stage: StageMeasure) -> str:
     return tabulate(rows, headers=headers, disable_numparse=True)
 
 
+def _attribution_line(stage: StageMeasure) -> str:
+    """How the stage's kernels were classified: share of time by ground, the largest reasons."""
+    total = sum(a.time_s for a in stage.attribution)
+    if total <= 0:
+        return "kernel attribution: no kernel time"
+    parts = []
+    for source in SOURCES:
+        rows = [a for a in stage.attribution if a.source == source]
+        time = sum(a.time_s for a in rows)
+        if not rows:
+            continue
+        top = sorted(rows, key=lambda a: -a.time_s)[:3] if source != SOURCE_NONE else []
+        detail = ", ".join(f"{a.reason} {a.time_s / total * 100:.0f}%" for a in top
+                           if a.reason and a.time_s / total >= 0.005)
+        parts.append(f"{source} {time / total * 100:.1f}%" + (f" ({detail})" if detail else ""))
+    return (f"kernel attribution: {stage.attributed_share() * 100:.1f}% of kernel time attributed to a module; "
+            f"by {'; '.join(parts)}")
+
+
 def _unmatched_lines(stage: StageMeasure, steps: int) -> list[str]:
+    lines = [_attribution_line(stage)]
     if not stage.unmatched:
-        return ["unmatched kernels: none (every kernel matched a rule)"]
+        return lines + ["unclassified kernels: none"]
     total = sum(u.time_s for u in stage.unmatched) / steps
-    lines = [f"unmatched kernels (no rule; counted as 'unmatched' above; add rules with --rules): "
-             f"{len(stage.unmatched)} names, {ms(total)} ms per step"]
+    lines.append(f"unclassified kernels (no CPU operator, rule or family says what they are; counted as 'unmatched' "
+                 f"above; add rules with --rules): {len(stage.unmatched)} names, {ms(total)} ms per step")
     rows = [[ms(u.time_s / steps), f"{u.count / steps:g}", _short(u.name)] for u in stage.unmatched[:20]]
     lines.append(tabulate(rows, headers=["per step (ms)", "kernels/step", "name"], disable_numparse=True))
     if len(stage.unmatched) > 20:
@@ -155,7 +178,7 @@ def comparison_text(lane: LaneMeasure, comparisons: Sequence[StageComparison], s
                    f"({'TTFT' if comp.stage == 'prefill' else 'TPOT'}), error {pct(comp.step_error)}; "
                    f"layers: measured {comp.measured_layers}, predicted {comp.predicted_layers}")
         out += ["", "per module, largest gap first (error = (predicted - measured) / measured):",
-                _comparison_table(comp.modules)]
+                _comparison_table(comp.modules), _table_modules_line(comp)]
         layers = _layers_table(stage)
         if layers:
             out += ["", "measured per layer (mean over steps):", layers]
@@ -164,6 +187,45 @@ def comparison_text(lane: LaneMeasure, comparisons: Sequence[StageComparison], s
             out += ["", _steps_table(stage.steps)]
         out += [f"note: {n}" for n in (*stage.notes, *comp.notes)]
     return "\n".join(out)
+
+
+def _table_modules_line(comp: StageComparison) -> str:
+    from infersim.trace.learn import TABLE_TIMED
+
+    rows = {r.module: r for r in comp.modules}
+    measured = sum(rows[m].measured_s for m in TABLE_TIMED if m in rows)
+    predicted = sum(rows[m].predicted_s for m in TABLE_TIMED if m in rows)
+    error = (predicted - measured) / measured if measured > 0 else None
+    return (f"GEMM, attention and expert modules ({', '.join(m for m in TABLE_TIMED if m in rows)}): measured "
+            f"{ms(measured)} ms, predicted {ms(predicted)} ms, error {pct(error)}")
+
+
+def learned_text(out: Any, table_dir: Any, workload: Any, checks: Sequence[Any]) -> str:
+    """What `mfu from-trace` wrote, and how the tables reproduce the trace they came from."""
+    prov = table_dir.provenance
+    lines = [f"wrote {out}: kernel tables learned from {prov.source.get('trace', '?')}",
+             f"device: {prov.device.name}" + (f", {prov.device.sm_count} SMs" if prov.device.sm_count else "")
+             + f"; measured on {prov.measured_on}; traced workload: {workload.describe()}"]
+    lines += [f"  {name}: {len(rows)} rows, {prov.tables[name].library}" for name, rows in table_dir.tables.items()]
+    if prov.elementwise_memory_efficiency is not None:
+        lines.append(f"  elementwise_memory_efficiency: {prov.elementwise_memory_efficiency:.3f} (fitted, see "
+                     "provenance.yaml)")
+    lines += [f"note: {n}" for n in prov.notes]
+    lines += ["", "the trace predicted again with these tables (kernel time per step; error = (predicted - measured) / "
+                  "measured):"]
+    rows = []
+    for c in checks:
+        rows.append([c.stage, "GEMM, attention, experts", ms(c.measured_table_s), ms(c.predicted_table_s),
+                     pct(c.error(c.predicted_table_s, c.measured_table_s))])
+        rows.append([c.stage, "all kernels", ms(c.measured_kernel_s), ms(c.predicted_kernel_s),
+                     pct(c.error(c.predicted_kernel_s, c.measured_kernel_s))])
+        rows.append([c.stage, "step (GPU span / TTFT, TPOT)", ms(c.measured_step_s), ms(c.predicted_step_s),
+                     pct(c.error(c.predicted_step_s, c.measured_step_s))])
+    lines.append(tabulate(rows, headers=["stage", "what", "measured (ms)", "predicted (ms)", "error"],
+                          disable_numparse=True))
+    for c in checks:
+        lines += ["", f"{c.stage}, per module:", _comparison_table(c.modules)]
+    return "\n".join(lines)
 
 
 def bench_text(source: str, config: str, comparisons: Sequence[BenchComparison]) -> str:
@@ -195,7 +257,8 @@ def _module_json(m: ModuleTime) -> dict[str, Any]:
 
 def _step_json(s: StepMeasure) -> dict[str, Any]:
     return {"index": s.index, "label": s.label, "stage": s.stage, "step_source": s.step_source,
-            "layer_source": s.layer_source, "start_s": s.start_s, "span_s": s.span_s, "busy_s": s.busy_s,
+            "layer_source": s.layer_source, "stage_source": s.stage_source, "start_s": s.start_s,
+            "span_s": s.span_s, "busy_s": s.busy_s,
             "kernel_time_s": s.kernel_time_s, "num_layers": s.num_layers,
             "modules": [_module_json(m) for m in s.modules]}
 
@@ -207,11 +270,15 @@ def stage_json(stage: StageMeasure) -> dict[str, Any]:
             "layers": [{"index": layer.index, "time_s": layer.time_s, "modules": dict(layer.modules)}
                        for layer in stage.layers],
             "unmatched": [{"name": u.name, "count": u.count, "time_s": u.time_s} for u in stage.unmatched],
+            "attributed_share": stage.attributed_share(),
+            "attribution": [{"source": a.source, "reason": a.reason, "kernels": a.kernels, "time_s": a.time_s}
+                            for a in stage.attribution],
             "notes": list(stage.notes), "step_list": [_step_json(s) for s in stage.steps]}
 
 
 def lane_json(lane: LaneMeasure) -> dict[str, Any]:
-    return {"path": lane.path, "rank": lane.rank, "kernels": lane.kernels, "kernel_time_s": lane.kernel_time_s,
+    return {"path": lane.path, "rank": lane.rank, "device": lane.device, "kernels": lane.kernels,
+            "kernel_time_s": lane.kernel_time_s,
             "outside_steps_s": lane.outside_steps_s, "outside_steps_kernels": lane.outside_steps_kernels,
             "streams": [{"stream": s.stream, "kernel_time_s": s.kernel_time_s, "kernels": s.kernels,
                          "communication_s": s.communication_s} for s in lane.streams],

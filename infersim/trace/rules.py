@@ -90,6 +90,10 @@ class RuleTable:
         self._cache[key] = found
         return found
 
+    def has_place_rule(self, kernel_name: str) -> bool:
+        """Whether a rule that applies at some places only (`where`) matches the name."""
+        return any(rule.where is not None and rule.pattern.search(kernel_name) for rule in self.rules)
+
     def module_of(self, kernel_name: str, position: str | None = None) -> str:
         rule = self.match(kernel_name, position)
         return rule.module if rule else UNMATCHED

@@ -1,0 +1,579 @@
+"""Kernel tables learned from a trace: `infersim mfu from-trace TRACE --config RUN.yaml --out DIR`.
+
+A trace recorded with `record_shapes=True` says, for every GEMM, attention and grouped-GEMM
+operator, its input shapes and (through the kernels it launched) how long it ran on this GPU.
+That is a kernel table measured with the user's own engine, library versions and clocks. This
+module turns it into a table directory in the project's format (mfu_tables/FORMAT.md), keyed by the
+shapes the simulator asks for:
+
+1. The trace is measured as `compare --trace` measures it (steps, stages, modules); every kernel
+   is tied to the CPU operator call that launched it, and a call's time is the sum of its kernels.
+2. The simulator's plan of each traced stage is built for the run config at the traced shapes
+   (batch and lengths from the recorded shapes). Each of its GEMMs is matched to traced GEMMs with
+   the same K: the same N directly, or several whose N add up to it in the same module (an engine
+   that runs q, k and v, or gate and up, as separate GEMMs: the row's time is their sum, noted).
+   Rows are written at every M the trace ran the GEMM at.
+3. Attention rows take the run's head layout (the simulator's key) and the traced batch and
+   lengths: a prefill call over B sequences of S tokens becomes the one-sequence row at S with a
+   B-th of the time (the table's prefill convention); a decode call a row at its batch and KV length.
+4. Grouped-GEMM rows (routed experts) take the traced rows / top-k as tokens per GPU.
+5. Elementwise kernels have no table; their measured time against the simulator's elementwise
+   bytes gives the share of HBM bandwidth they reached (`elementwise_memory_efficiency` of the
+   provenance), fitted on the stage that moves the most bytes, where that share is what bounds
+   them; a stage of small kernels (decode at small batch) is bound by launches instead, which the
+   report states.
+
+Provenance: the trace file, the device from `deviceProperties`, the trace's date
+(`baseTimeNanoseconds`), the command, how each row was derived, what could not be learned (no
+recorded shapes, CUDA-graph replays without operators, plan GEMMs the trace did not run).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from infersim.config import RunConfig
+from infersim.engine import StageResult
+from infersim.errors import InferSimError, NotPossible
+from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
+from infersim.mfu.format import (PROVENANCE_FILE, AttentionRow, DeviceInfo, GemmRow, GroupedGemmRow, Provenance,
+                                 TableDirectory, TableInfo, write_table_dir)
+from infersim.modules import categories as cat
+from infersim.modules.step import build_stage_plan
+from infersim.trace.compare import ModuleComparison, compare_lane
+from infersim.trace.load import RawTrace
+from infersim.trace.measure import MeasuredSteps, measure_steps
+from infersim.trace.operators import (ATTENTION_OP, GEMM_OP, GROUPED_GEMM_OP, AttentionDims, GemmDims, GroupedDims,
+                                      attention_dims, gemm_dims, grouped_dims, op_class, parse_shapes)
+from infersim.trace.records import AnalysisOptions, LaneMeasure
+
+TABLE_MODULES = frozenset({cat.ATTN_PROJ, cat.ATTN_CORE, cat.DENSE_FFN, cat.SHARED_EXPERT, cat.MOE_EXPERTS,
+                           cat.ROUTER, cat.LM_HEAD})
+MAX_FUSED_PARTS = 4  # GEMMs an engine may run separately where the simulator fuses them (q, k, v; gate, up)
+
+
+@dataclass(frozen=True)
+class TracedCall:
+    """One GEMM, attention or grouped-GEMM operator call and the kernel time it launched."""
+
+    stage: str
+    kind: str  # gemm / attention / grouped_gemm
+    module: str
+    op: str
+    dims: GemmDims | AttentionDims | GroupedDims
+    time_us: float
+    kernels: tuple[str, ...]
+    step: int
+
+
+@dataclass
+class TracedRun:
+    """What a trace says for learning tables: its calls, its measure and what it lacks."""
+
+    path: Path
+    raw: RawTrace
+    lane: LaneMeasure
+    calls: list[TracedCall]
+    notes: list[str] = field(default_factory=list)
+
+    def stages(self) -> list[str]:
+        return sorted({c.stage for c in self.calls if c.stage in ("prefill", "decode")}, key=("prefill", "decode").index)
+
+
+def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps) -> tuple[list[TracedCall], list[str]]:
+    """Every operator call with shapes in the lane's steps, with its kernels' time."""
+    lane = measured.lane
+    calls: list[TracedCall] = []
+    notes: list[str] = []
+    unshaped: dict[str, float] = defaultdict(float)
+    graph_us: dict[str, float] = defaultdict(float)
+    for number, (group, _source, kernels, _layers) in enumerate(measured):
+        by_op: dict[int, list] = defaultdict(list)
+        for k in kernels:
+            row = lane.op[k.position]
+            if row >= 0:
+                by_op[row].append(k)
+            elif lane.graph[k.position] and k.module in TABLE_MODULES:
+                graph_us[group.stage] += k.dur_us
+        for row, ks in by_op.items():
+            name = raw.names[raw.op_name[row]]
+            cls = op_class(name)
+            if cls not in (GEMM_OP, ATTENTION_OP, GROUPED_GEMM_OP):
+                continue
+            shape_id = raw.op_shapes[row]
+            shapes = parse_shapes(raw.shape_texts[shape_id]) if shape_id >= 0 else None
+            dims: Any = None
+            if shapes is not None and cls == GEMM_OP and gemm_dims(name, shapes) is None:
+                continue  # a matmul of two activations (rotary tables, eager attention): no weight GEMM to key
+            if shapes is not None:
+                if cls == GEMM_OP:
+                    dims = gemm_dims(name, shapes)
+                elif cls == ATTENTION_OP:
+                    dims = attention_dims(name, shapes)
+                else:
+                    dims = grouped_dims(shapes)
+            time = sum(k.dur_us for k in ks)
+            module = max({k.module for k in ks}, key=lambda m: sum(k.dur_us for k in ks if k.module == m))
+            if dims is None:
+                unshaped[name] += time
+                continue
+            kind = {GEMM_OP: "gemm", ATTENTION_OP: "attention", GROUPED_GEMM_OP: "grouped_gemm"}[cls]
+            calls.append(TracedCall(group.stage, kind, module, name, dims, time, tuple(sorted({k.name for k in ks})),
+                                    number))
+    if unshaped:
+        total = sum(unshaped.values())
+        notes.append(f"{total / 1e3:.3f} ms of GEMM/attention kernel time ran under operators without recorded shapes "
+                     f"({', '.join(sorted(unshaped))}): no rows from them (profile with record_shapes=True)")
+    for stage, us in graph_us.items():
+        notes.append(f"{stage}: {us / 1e3:.3f} ms of GEMM/attention kernel time ran in CUDA-graph replays, which "
+                     "carry no operator and no shapes: no rows from them (record an eager or compiled run without "
+                     "CUDA graphs to learn them)")
+    return calls, notes
+
+
+def read_traced_run(path: str, rank: str | None = None, step_regions: tuple[str, ...] = (),
+                    rules_files: Sequence[str] = ()) -> TracedRun:
+    from infersim.trace import find_trace_files, load_rules, select_rank_files
+    from infersim.trace.load import load_trace
+    from infersim.trace.measure import lane_ids
+
+    files = select_rank_files(find_trace_files(path), rank)
+    if len(files) != 1:
+        raise InferSimError(f"{path}: mfu from-trace reads one trace file of one rank ({len(files)} selected); "
+                            "name the file or --rank")
+    raw = load_trace(files[0].path)
+    present = lane_ids(raw)
+    if not present:
+        raise NotPossible(f"{path}: no GPU kernels in this trace: nothing to learn kernel times from")
+    lane_id = present[0]
+    if rank is not None and files[0].tp is None:
+        chosen = lane_ids(raw, rank)
+        if not chosen:
+            raise InferSimError(f"{path}: --rank {rank}: no GPU {rank} in this trace")
+        lane_id = chosen[0]
+    options = AnalysisOptions(file_stage=files[0].stage, step_regions=step_regions)
+    rules = load_rules(rules_files)
+    measured = MeasuredSteps(raw, lane_id, rules, options)
+    calls, notes = traced_calls(raw, lane_id, measured)
+    lane = measure_steps(MeasuredSteps(raw, lane_id, rules, options))
+    if not raw.has_shapes:
+        notes.insert(0, "the trace has no recorded operator shapes (record_shapes=False): no GEMM or attention row "
+                        "can be keyed; profile with torch.profiler.profile(record_shapes=True)")
+    return TracedRun(files[0].path, raw, lane, calls, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The traced workload
+
+
+@dataclass(frozen=True)
+class TracedWorkload:
+    """Batch and lengths of the traced stages, as run-config workload fields."""
+
+    isl: int
+    osl: int
+    prefill_tokens: int
+    decode_batch: int
+    prefill_batch: int
+    prompt: int
+    decode_kv: float
+
+    def overrides(self) -> list[str]:
+        out = [f"workload.isl={self.isl}", f"workload.osl={self.osl}"]
+        if self.prefill_tokens:
+            out.append(f"workload.prefill_tokens_per_gpu={self.prefill_tokens}")
+        if self.decode_batch:
+            out.append(f"workload.decode_batch_per_gpu={self.decode_batch}")
+        return out
+
+    def describe(self) -> str:
+        parts = []
+        if self.prefill_tokens:
+            parts.append(f"prefill {self.prefill_batch} x {self.prompt} tokens")
+        if self.decode_batch:
+            parts.append(f"decode batch {self.decode_batch} at a mean context of {self.decode_kv:.1f} tokens")
+        return ", ".join(parts)
+
+
+def traced_workload(run: TracedRun) -> TracedWorkload:
+    prefill = [c.dims for c in run.calls if c.stage == "prefill" and isinstance(c.dims, AttentionDims)]
+    decode = [c.dims for c in run.calls if c.stage == "decode" and isinstance(c.dims, AttentionDims)]
+    if not prefill:  # no attention shapes: the GEMM inputs' [batch, seq, hidden]
+        prefill_gemm = [c.dims for c in run.calls if c.stage == "prefill" and isinstance(c.dims, GemmDims)
+                        and c.dims.seq]
+        batch_prompt = (prefill_gemm[0].batch or 1, prefill_gemm[0].seq or 1) if prefill_gemm else None
+    else:
+        batch_prompt = (prefill[0].batch, prefill[0].q_len)
+    if decode:
+        decode_batch = max(d.batch for d in decode)
+        kv = fmean(d.kv_len for d in decode)
+    else:
+        decode_gemm = [c.dims for c in run.calls if c.stage == "decode" and isinstance(c.dims, GemmDims)]
+        decode_batch = max((d.batch or d.m for d in decode_gemm), default=0)
+        kv = 0.0
+    if batch_prompt is None and not decode_batch:
+        raise NotPossible(f"{run.path}: no prefill or decode step with recorded GEMM or attention shapes: "
+                          "nothing to learn (profile with record_shapes=True, without CUDA graphs)")
+    if batch_prompt is not None:
+        isl = batch_prompt[1]
+    else:
+        isl = max(1, round(kv) - 1)
+    osl = max(1, round(2 * (kv - isl))) if kv else 1
+    return TracedWorkload(isl, osl, batch_prompt[0] * batch_prompt[1] if batch_prompt else 0, decode_batch,
+                          batch_prompt[0] if batch_prompt else 0, batch_prompt[1] if batch_prompt else 0, kv)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows
+
+
+def _library(kernels: set[str], family: str) -> str:
+    text = " ".join(kernels)
+    if family == "attention":
+        if "cudnn" in text:
+            return "cuDNN SDPA (torch scaled_dot_product_attention, cuDNN backend)"
+        if "flash" in text:
+            return "FlashAttention (torch SDPA flash backend or flash_attn)"
+        if "fmha" in text:
+            return "memory-efficient attention (torch SDPA, CUTLASS fmha)"
+        return "attention kernels as traced"
+    if family == "grouped_gemm":
+        return "CUTLASS grouped GEMM (torch._grouped_mm)" if "cutlass" in text else "grouped GEMM as traced"
+    if "nvjet" in text or "xmma" in text or "gemm" in text.lower():
+        return "cuBLAS / cuBLASLt (torch.mm)"
+    if "triton" in text:
+        return "Triton (Inductor)"
+    return "GEMM kernels as traced"
+
+
+@dataclass
+class LearnedTables:
+    gemm: dict[tuple[str, int, int, int], float] = field(default_factory=dict)  # (dtype, m, k, n) -> µs
+    attention: dict[tuple, float] = field(default_factory=dict)  # AttentionRow fields -> µs
+    grouped: dict[tuple, float] = field(default_factory=dict)
+    kernels: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    notes: list[str] = field(default_factory=list)
+    unused: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # traced, no plan op: µs
+
+
+def _gemm_times(calls: Sequence[TracedCall], steps: int) -> dict[tuple[str, int, int, int, str], tuple[float, float]]:
+    """(dtype, m, k, n, module) -> (mean µs per call, calls per step)."""
+    acc: dict[tuple[str, int, int, int, str], list[float]] = defaultdict(list)
+    for c in calls:
+        if isinstance(c.dims, GemmDims):
+            acc[(c.dims.dtype or "bf16", c.dims.m, c.dims.k, c.dims.n, c.module)].append(c.time_us)
+    return {key: (fmean(v), len(v) / steps) for key, v in acc.items()}
+
+
+def _fusions(target: int, parts: dict[int, float]) -> tuple[tuple[int, int], ...] | None:
+    """A multiset of traced N's (with at most their per-layer counts) adding up to `target`."""
+    ns = sorted(parts)
+    for size in range(2, MAX_FUSED_PARTS + 1):
+        for combo in itertools.combinations_with_replacement(ns, size):
+            if sum(combo) != target:
+                continue
+            counts = {n: combo.count(n) for n in set(combo)}
+            if all(counts[n] <= round(parts[n]) for n in counts):
+                return tuple(sorted(counts.items()))
+    return None
+
+
+def _call_key(c: TracedCall) -> tuple:
+    if isinstance(c.dims, GemmDims):
+        return ("gemm", c.dims.k, c.dims.n)
+    return (c.kind, c.dims)
+
+
+def learn(run: TracedRun, config: RunConfig) -> LearnedTables:
+    """Table rows for the run config's plan at the traced shapes."""
+    out = LearnedTables()
+    model, dep = config.model, config.deployment
+    for c in run.calls:
+        out.kernels[c.kind].update(c.kernels)
+    for stage in run.stages():
+        calls = [c for c in run.calls if c.stage == stage]
+        steps = max(1, len({c.step for c in calls}))
+        layers = next((s.num_layers for s in run.lane.stages if s.stage == stage), 0) or model.num_hidden_layers
+        tokens = config.workload.prefill_tokens if stage == "prefill" else config.workload.decode_batch_per_gpu
+        plan = build_stage_plan(stage, model, dep, config.workload, tokens, config.hardware.derates.deepep_normal_sms)
+        used: set[tuple] = set()
+        gemms = _gemm_times(calls, steps)
+        for op in [op for group in plan.groups for op in group.operations] + list(plan.per_step):
+            shape = op.shape
+            if isinstance(shape, GemmShape):
+                used |= _gemm_rows(out, shape, op.name, op.module, gemms, layers, stage)
+            elif isinstance(shape, AttentionShape):
+                used |= _attention_rows(out, shape, [c for c in calls if isinstance(c.dims, AttentionDims)], stage)
+            elif isinstance(shape, GroupedGemmShape):
+                used |= _grouped_rows(out, shape, [c for c in calls if isinstance(c.dims, GroupedDims)], stage)
+        for c in calls:
+            if _call_key(c) not in used:
+                out.unused[f"{stage} {c.op} {_dims_text(c.dims)} ({c.module})"] += c.time_us / steps
+    if out.unused:
+        total = sum(out.unused.values())
+        out.notes.append(f"traced calls no simulator operation asks for ({total:.1f} µs per step): "
+                         + "; ".join(f"{name}: {us:.1f} µs" for name, us in sorted(out.unused.items(),
+                                                                                  key=lambda x: -x[1])[:6]))
+    return out
+
+
+def _dims_text(d: Any) -> str:
+    if isinstance(d, GemmDims):
+        return f"m={d.m} k={d.k} n={d.n}"
+    if isinstance(d, AttentionDims):
+        return f"batch {d.batch}, q {d.q_len}, kv {d.kv_len}"
+    if isinstance(d, GroupedDims):
+        return f"rows {d.tokens}, {d.experts} experts, k={d.k} n={d.n}"
+    return str(d)
+
+
+def _gemm_rows(out: LearnedTables, shape: GemmShape, name: str, module: str,
+               gemms: dict[tuple[str, int, int, int, str], tuple[float, float]], layers: int, stage: str) -> set:
+    dtype = shape.dtype
+    same_k = {key: v for key, v in gemms.items() if key[0] == dtype and key[2] == shape.k}
+    direct = {key: v for key, v in same_k.items() if key[3] == shape.n}
+    if direct:
+        by_m: dict[int, list[float]] = defaultdict(list)
+        for (_, m, _, _, _), (mean, _count) in direct.items():
+            by_m[m].append(mean)
+        for m, times in by_m.items():
+            out.gemm[(dtype, m, shape.k, shape.n)] = fmean(times)
+        return {("gemm", shape.k, shape.n)}
+    # the engine runs this GEMM as several (q, k, v; gate, up): same K, N's adding up, same module
+    used: set = set()
+    by_m: dict[int, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for (_, m, _, n, traced_module), (mean, count) in same_k.items():
+        if traced_module == module:
+            by_m[m][n] = (mean, count / max(layers, 1))
+    for m, parts in by_m.items():
+        combo = _fusions(shape.n, {n: per_layer for n, (_, per_layer) in parts.items()})
+        if combo is None:
+            continue
+        out.gemm[(dtype, m, shape.k, shape.n)] = sum(parts[n][0] * count for n, count in combo)
+        used |= {("gemm", shape.k, n) for n, _ in combo}
+        text = " + ".join(f"{count} x n={n}" if count > 1 else f"n={n}" for n, count in combo)
+        note = (f"{name} (k={shape.k}, n={shape.n}): the traced engine runs it as separate GEMMs ({text}); its "
+                "rows are their summed time")
+        if note not in out.notes:
+            out.notes.append(note)
+    if not used and name and stage:
+        out.notes.append(f"{stage} {name} (k={shape.k}, n={shape.n}): no traced GEMM of this K and N; the simulator "
+                         "keeps its roofline for it")
+    return used
+
+
+def _attention_rows(out: LearnedTables, shape: AttentionShape, calls: Sequence[TracedCall], stage: str) -> set:
+    used: set = set()
+    layout = (shape.kind, shape.dtype, shape.kv_dtype, shape.num_heads, shape.num_kv_heads, shape.qk_head_dim,
+              shape.v_head_dim)
+    acc: dict[tuple, list[float]] = defaultdict(list)
+    for c in calls:
+        d = c.dims
+        assert isinstance(d, AttentionDims)
+        if d.qk_head_dim != shape.qk_head_dim or d.num_heads != shape.num_heads:
+            continue
+        if d.num_kv_heads != shape.num_kv_heads:
+            note = (f"attention ran with {d.num_kv_heads} K/V heads where the model has {shape.num_kv_heads} (the "
+                    "engine repeated K/V); rows keep the model's layout")
+            if note not in out.notes:
+                out.notes.append(note)
+        if stage == "prefill" and d.q_len == d.kv_len and d.q_len > 1:
+            acc[("prefill", 1, d.q_len, d.kv_len, True)].append(c.time_us / max(d.batch, 1))
+        elif d.q_len == 1:
+            acc[("decode", d.batch, 1, d.kv_len, False)].append(c.time_us)
+        else:
+            continue
+        used.add(("attention", d))
+    for (kstage, batch, q_len, kv_len, causal), times in acc.items():
+        out.attention[(*layout[:1], kstage, *layout[1:], causal, batch, q_len, kv_len, shape.window)] = fmean(times)
+    return used
+
+
+def _grouped_rows(out: LearnedTables, shape: GroupedGemmShape, calls: Sequence[TracedCall], stage: str) -> set:
+    used: set = set()
+    want_k = shape.hidden if shape.projection == "up" else shape.intermediate
+    acc: dict[int, list[float]] = defaultdict(list)
+    for c in calls:
+        d = c.dims
+        assert isinstance(d, GroupedDims)
+        if d.k != want_k or d.experts != shape.num_experts // shape.ep:
+            continue
+        acc[max(1, round(d.tokens / shape.topk))].append(c.time_us)
+        used.add(("grouped_gemm", d))
+    for tokens, times in acc.items():
+        out.grouped[(shape.dtype, stage, shape.projection, shape.num_experts, shape.ep, shape.topk, shape.hidden,
+                     shape.intermediate, shape.gated, tokens, shape.weight_dtype)] = fmean(times)
+    return used
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise: the share of HBM bandwidth the engine's elementwise work reached
+
+
+def elementwise_efficiency(run: TracedRun, config: RunConfig) -> tuple[float | None, str]:
+    """(efficiency, how) fitted on the stage with the most elementwise bytes, or None with why."""
+    hw = config.hardware
+    best: tuple[float, str, float, float, int] | None = None
+    for stage in run.stages():
+        measured = next((s for s in run.lane.stages if s.stage == stage), None)
+        module = measured.module(cat.ELEMENTWISE) if measured else None
+        if module is None:
+            continue
+        tokens = config.workload.prefill_tokens if stage == "prefill" else config.workload.decode_batch_per_gpu
+        plan = build_stage_plan(stage, config.model, config.deployment, config.workload, tokens,
+                                hw.derates.deepep_normal_sms)
+        ops = [(op, group.layers) for group in plan.groups for op in group.operations
+               if op.module == cat.ELEMENTWISE and isinstance(op.shape, MemoryBoundShape)]
+        moved = sum(op.shape.bytes * op.count * layers for op, layers in ops)
+        kernels = sum(op.shape.kernels * op.count * layers for op, layers in ops)
+        if best is None or moved > best[0]:
+            best = (moved, stage, module.time_s, module.kernels, kernels)
+    if best is None or best[0] <= 0:
+        return None, "no elementwise kernels in the traced steps"
+    moved, stage, measured_s, traced_kernels, sim_kernels = best
+    launch = hw.derates.kernel_launch_overhead * sim_kernels
+    streaming = measured_s - launch
+    if streaming <= 0:
+        return None, (f"{stage}: the measured elementwise time ({measured_s * 1e6:.1f} µs) is within the simulator's "
+                      f"launch overhead of its {sim_kernels} elementwise kernels: bound by launches, not bandwidth")
+    efficiency = moved / (hw.peak.hbm_bandwidth * streaming)
+    how = (f"{stage} steps: {traced_kernels:g} elementwise kernels took {measured_s * 1e6:.1f} µs per step; the "
+           f"simulator's elementwise operations of that step move {moved / 1e6:.2f} MB in {sim_kernels} kernels; "
+           f"after its launch overhead ({launch * 1e6:.1f} µs) that is {efficiency:.3f} of {hw.name}'s HBM bandwidth")
+    if not 0 < efficiency <= 1:
+        return None, how + ": outside (0, 1], not written"
+    return efficiency, how
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def trace_date(raw: RawTrace) -> str:
+    base = raw.top_level.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and base > 0:
+        return dt.datetime.fromtimestamp(base / 1e9, dt.timezone.utc).date().isoformat()
+    return "unknown"
+
+
+def device_info(raw: RawTrace, fallback: str) -> DeviceInfo:
+    props = raw.top_level.get("deviceProperties")
+    entry = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
+    sms = entry.get("numSms")
+    memory = entry.get("totalGlobalMem")
+    return DeviceInfo(name=str(entry.get("name") or fallback),
+                      sm_count=int(sms) if isinstance(sms, int) and sms > 0 else None,
+                      memory_bytes=float(memory) if isinstance(memory, (int, float)) and memory > 0 else None)
+
+
+def table_directory(run: TracedRun, learned: LearnedTables, config: RunConfig, command: str,
+                    efficiency: tuple[float | None, str]) -> TableDirectory:
+    tables: dict[str, tuple] = {}
+    infos: dict[str, TableInfo] = {}
+    by_dtype: dict[str, list[GemmRow]] = defaultdict(list)
+    for (dtype, m, k, n), us in sorted(learned.gemm.items()):
+        by_dtype[dtype].append(GemmRow(dtype, m, k, n, round(us, 4)))
+    for dtype, rows in by_dtype.items():
+        name = f"gemm_{dtype}.csv"
+        tables[name] = tuple(rows)
+        infos[name] = TableInfo(family="gemm", library=_library(learned.kernels["gemm"], "gemm"),
+                                description=f"{dtype} GEMMs of the traced steps, per M the trace ran them at",
+                                notes=("latency = mean kernel time per operator call over the traced steps "
+                                       "(all kernels the call launched, e.g. a split-K reduction)",))
+    if learned.attention:
+        rows = []
+        for key, us in sorted(learned.attention.items()):
+            kind, stage, dtype, kv_dtype, heads, kv_heads, qk, v, causal, batch, q_len, kv_len, window = key
+            rows.append(AttentionRow(kind, stage, dtype, kv_dtype, heads, kv_heads, qk, v, causal, batch, q_len, kv_len,
+                                     round(us, 4), window=window))
+        tables["attention.csv"] = tuple(rows)
+        infos["attention.csv"] = TableInfo(
+            family="attention", library=_library(learned.kernels["attention"], "attention"),
+            description="attention of the traced steps in the model's head layout",
+            notes=("prefill rows are one sequence: a traced call over B sequences of S tokens is the row at S with "
+                   "1/B of its time (the lookup prices B sequences as B rows)",))
+    if learned.grouped:
+        rows = []
+        for key, us in sorted(learned.grouped.items()):
+            dtype, stage, projection, experts, ep, topk, hidden, inter, gated, tokens, weight = key
+            rows.append(GroupedGemmRow(dtype, stage, projection, experts, ep, topk, hidden, inter, gated, tokens,
+                                       round(us, 4), weight_dtype=weight if weight != dtype else None))
+        tables["grouped_gemm.csv"] = tuple(rows)
+        infos["grouped_gemm.csv"] = TableInfo(
+            family="grouped_gemm", library=_library(learned.kernels["grouped_gemm"], "grouped_gemm"),
+            description="routed experts of the traced steps (tokens_per_gpu = traced rows / top-k)",
+            notes=("timed under the routing the traced inputs produced (random weights route about evenly)",))
+    if not tables:
+        raise NotPossible(f"{run.path}: no traced GEMM, attention or grouped GEMM matches an operation of the run "
+                          f"config's model: nothing to write ({'; '.join(run.notes + learned.notes) or 'no shapes'})")
+    hw = config.hardware
+    eff, eff_how = efficiency
+    software = {k: str(v) for k, v in run.raw.top_level.items()
+                if k in ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "schemaVersion")}
+    notes = [f"learned from the trace {run.path.name} by infersim mfu from-trace: the operators' recorded input shapes "
+             f"and the kernels they launched ({traced_workload(run).describe()})",
+             *run.notes, *learned.notes, f"elementwise: {eff_how}"]
+    synthesised = run.raw.top_level.get("synthesised")
+    if synthesised:
+        notes.insert(0, f"the trace is synthesised test data, not a measurement: {synthesised}")
+    prov = Provenance(
+        format_version=1, device=device_info(run.raw, hw.name), peak_flops=dict(hw.peak.flops), origin="measured",
+        measured_on=trace_date(run.raw), written_on=dt.date.today().isoformat(), command=command, software=software,
+        source={"trace": str(run.path), "hardware_card": hw.name, "peak_flops_from": f"hardware card {hw.name}"},
+        notes=tuple(notes), elementwise_memory_efficiency=eff,
+        elementwise_source=(f"fitted by mfu from-trace: {eff_how}" if eff is not None else ""), tables=infos)
+    return TableDirectory(provenance=prov, tables=tables)
+
+
+def write_learned_tables(out: Path, table_dir: TableDirectory) -> None:
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / PROVENANCE_FILE).is_file():
+        raise InferSimError(f"--out {out}: directory exists and is not a table directory; give a new or empty one")
+    write_table_dir(out, table_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking: the learned tables against the trace they came from (or another trace)
+
+#: modules the tables time whole (GEMMs, attention, grouped GEMMs): the criterion of a learned table
+TABLE_TIMED = (cat.ATTN_PROJ, cat.ATTN_CORE, cat.DENSE_FFN, cat.SHARED_EXPERT, cat.MOE_EXPERTS)
+
+
+@dataclass(frozen=True)
+class StageCheck:
+    """Measured against predicted (with the learned tables) for one traced stage, kernel time per step."""
+
+    stage: str
+    measured_table_s: float  # TABLE_TIMED modules
+    predicted_table_s: float
+    measured_kernel_s: float  # every kernel of the step
+    predicted_kernel_s: float  # every operation of the predicted step but the scheduler overhead
+    measured_step_s: float  # GPU span
+    predicted_step_s: float  # TTFT / TPOT with the engine card's overhead
+    modules: tuple[ModuleComparison, ...]
+
+    @staticmethod
+    def error(predicted: float, measured: float) -> float | None:
+        return (predicted - measured) / measured if measured > 0 else None
+
+
+def check_stages(lane: LaneMeasure, prefill: StageResult, decode: StageResult) -> list[StageCheck]:
+    out = []
+    for comp in compare_lane(lane, prefill, decode):
+        predicted = prefill if comp.stage == "prefill" else decode
+        rows = {r.module: r for r in comp.modules}
+        out.append(StageCheck(
+            stage=comp.stage,
+            measured_table_s=sum(rows[m].measured_s for m in TABLE_TIMED if m in rows),
+            predicted_table_s=sum(rows[m].predicted_s for m in TABLE_TIMED if m in rows),
+            measured_kernel_s=comp.measured.kernel_time_s,
+            predicted_kernel_s=sum(op.time_s for op in predicted.operations if op.module != cat.OVERHEAD),
+            measured_step_s=comp.measured_step_s, predicted_step_s=comp.predicted_step_s, modules=comp.modules))
+    return out
