@@ -463,6 +463,10 @@ class TokenExchangeShape:
     (DeepEP README: the low-latency layout is per expert, so CUDA graphs see fixed shapes), to
     same-node peers over NVLink and to other nodes through the NIC. With its published byte count
     (tokens x top-k x hidden bytes / time) this reproduces DeepEP's own EP8-EP256 latencies.
+    DeepEP normal mode moves every token a GPU receives through the SMs it holds (`sms`; 0 = the
+    hardware card's deepep_normal_sms): `received()` is that byte count. Low-latency mode lands
+    messages straight in a receive buffer, then copies (dispatch) or reduces (combine) them once
+    every sender's count or flag has arrived: `receive_pass()` is that pass's HBM traffic.
     `load_factor` (>= 1, infersim.modules.load_balance) is the most loaded GPU's share of the
     routed tokens over the mean: that GPU receives (dispatch) and returns (combine) that many
     times the mean traffic, and the exchange waits for it, so the per-GPU bytes scale with it.
@@ -481,6 +485,7 @@ class TokenExchangeShape:
     # them, then its top-k experts inside those): it bounds the nodes a token reaches
     expert_groups: int = 1
     groups_per_token: int = 0  # 0 = no limit
+    sms: int = 0  # SMs DeepEP normal mode runs on (its Buffer.num_sms); 0 = the hardware card's deepep_normal_sms
 
     @property
     def nodes(self) -> int:
@@ -521,6 +526,23 @@ class TokenExchangeShape:
             # `nodes` senders of its local rank (itself included) addressed to its node
             return intra * self.nodes, tokens * self.node_hit * self.token_bytes * (self.nodes - 1)
         return intra, per_gpu * (self.ep - local)
+
+    def received(self) -> float:
+        """Bytes the most loaded GPU takes in from all EP ranks, its own copies included (DeepEP's
+        test_intranode / test_internode "NVL" byte count): every rank sends it the tokens that
+        hit one of its experts."""
+        return self.tokens * self.load_factor * self.gpu_hit * self.token_bytes * self.ep
+
+    def receive_pass(self) -> float:
+        """HBM bytes of DeepEP low-latency mode's receive pass (internode_ll.cu), which starts when
+        the senders' counts (dispatch) or flags (combine) arrive, after their data: dispatch
+        copies each received (token, expert) message into the per-expert layout (read + write);
+        combine reads the top-k expert outputs of each of the GPU's own tokens and writes one sum."""
+        if self.implementation != "deepep-low-latency":
+            return 0.0
+        if self.direction == "dispatch":
+            return 2.0 * self.tokens * self.load_factor * self.topk * self.token_bytes
+        return self.tokens * (self.topk + 1) * self.token_bytes
 
     @property
     def flops(self) -> float:

@@ -121,20 +121,37 @@ def _bandwidth_time(intra: float, inter: float, hw: HardwareCard, efficiency: fl
 
 
 def token_exchange_cost(shape: TokenExchangeShape, hw: HardwareCard) -> Cost:
+    """EP dispatch / combine. NCCL: latency + the busiest link. DeepEP normal mode pipelines its
+    stages in chunks (RDMA to one GPU per destination node, NVLink forwarding inside it, copy-out),
+    so the slowest stage sets the time: the NIC, NVLink, or the SMs it holds, through which every
+    received token passes (internode.cu forwards one token per warp at a time; the same rate caps
+    intranode.cu). DeepEP low-latency mode adds its receive pass after the exchange."""
     if shape.ep <= 1 or shape.tokens <= 0:
         return Cost(0.0, 0.0, 0.0, Bound.COMM, Source.ROOFLINE, "no peers")
     intra, inter = shape.traffic()
+    nodes = f"{shape.nodes} node{'s' if shape.nodes > 1 else ''}"
+    where = f"{shape.implementation} {shape.direction} over EP{shape.ep} ({nodes}): "
+    links = f"{intra / 1e6:,.1f} MB NVLink, {inter / 1e6:,.1f} MB network per GPU"
     if shape.implementation == "nccl":
         proto = hw.derates.collective_latency["Simple"]
         local = min(shape.ranks_per_node, shape.ep)
         latency = proto.base + (local - 1) * proto.nvlink_hop + math.log2(shape.nodes) * proto.network_hop
-    elif shape.implementation == "deepep-low-latency":
-        latency = hw.derates.deepep_low_latency_latency
-    else:
-        latency = hw.derates.deepep_normal_latency
-    seconds = latency + _bandwidth_time(intra, inter, hw, 1.0)
-    detail = (f"{shape.implementation} {shape.direction} over EP{shape.ep} ({shape.nodes} node{'s' if shape.nodes > 1 else ''}): "
-              f"{intra / 1e6:,.1f} MB NVLink, {inter / 1e6:,.1f} MB network per GPU")
+        return Cost(0.0, intra + inter, latency + _bandwidth_time(intra, inter, hw, 1.0), Bound.COMM, Source.ROOFLINE,
+                    where + links)
+    if shape.implementation == "deepep-low-latency":
+        receive = shape.receive_pass()
+        receive_s = receive / (hw.peak.hbm_bandwidth * hw.derates.elementwise_memory_efficiency)
+        seconds = hw.derates.deepep_low_latency_latency + _bandwidth_time(intra, inter, hw, 1.0) + receive_s
+        detail = where + links + f", {receive / 1e6:,.1f} MB receive pass"
+        return Cost(0.0, intra + inter + receive, seconds, Bound.COMM, Source.ROOFLINE, detail)
+    sms = shape.sms or hw.derates.deepep_normal_sms
+    received = shape.received()
+    stages = {"NVLink/NIC": _bandwidth_time(intra, inter, hw, 1.0)}
+    if sms:
+        stages[f"{sms} SMs"] = received / (sms * hw.derates.deepep_copy_rate_per_sm)
+    bound = max(stages, key=stages.__getitem__)
+    seconds = hw.derates.deepep_normal_latency + stages[bound]
+    detail = where + links + f", {received / 1e6:,.1f} MB through {sms} SMs; bound: {bound}"
     return Cost(0.0, intra + inter, seconds, Bound.COMM, Source.ROOFLINE, detail)
 
 

@@ -22,6 +22,9 @@ from infersim.plan import Operation, StageContext
 from infersim.sharding import shard
 from infersim.units import ACT_BYTES
 
+# bytes of fp32 scale per fp8 value when activations are quantized in groups of 128 (4 / 128)
+FP8_GROUP_SCALE_BYTES = 4.0 / 128
+
 
 
 def _ranks_per_node(ranks: int, ctx: StageContext) -> int:
@@ -152,9 +155,13 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
     ops.append(Operation("router_topk", cat.ROUTER, MemoryBoundShape("top-k, routing metadata", tokens_seen * E * 4.0, kernels=2)))
     if dep.moe_comm != "all-gather":
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
-        dispatch_bytes = 1.0 if prec.expert_gemm_dtype == "fp8" else ACT_BYTES  # DeepEP/SGLang dispatch fp8 when expert GEMMs are fp8
+        token_bytes = h * ACT_BYTES
+        if prec.expert_gemm_dtype == "fp8":  # DeepEP/SGLang dispatch fp8 when expert GEMMs are fp8
+            # DeepEP's fp8 dispatch carries one fp32 scale per 128 values beside the fp8 hidden state
+            # (its x_scales; SGLang quantizes in groups of 128 before a DeepEP dispatch)
+            token_bytes = h * (1.0 + (FP8_GROUP_SCALE_BYTES if impl.startswith("deepep") else 0.0))
         ops.append(Operation("dispatch", cat.DISPATCH, TokenExchangeShape(
-            "dispatch", T, h * dispatch_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load,
+            "dispatch", T, token_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load,
             model.n_group, model.topk_group)))
     # the most loaded EP rank: its routed tokens and its distinct activated experts
     grouped = dict(stage=ctx.stage, num_experts=E, ep=ffn.ep, topk=k, hidden=h, intermediate=width,
