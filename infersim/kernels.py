@@ -110,9 +110,6 @@ class GroupedGemmShape:
     load_factor: float = 1.0  # routed tokens of the most loaded GPU / the mean GPU's (>= 1)
     balanced_active_experts: float = -1.0  # distinct experts a GPU of mean load activates (< 0: active_experts)
     expert_slots: int = 0  # experts + redundant replicas over the EP group (0 = num_experts)
-    # expert placement evens the GPUs' load (EPLB with redundant slots, or ideal): a table timed on
-    # the most loaded rank of unbalanced skewed routing does not describe this kernel
-    rebalanced: bool = False
 
     @property
     def local_experts(self) -> int:
@@ -569,7 +566,10 @@ class TableHit:
     method: "exact" (a grid point), "interpolated" (inside the table's range), "extrapolated" (above
     the range of a work axis, extended at the last interval's slope) or "edge" (outside the range
     otherwise: `seconds` is then the roofline at the table's edge efficiency). `note` says which
-    coordinate left the range.
+    coordinate left the range. An extrapolated hit also names its edge: the work axis it left,
+    the row's last measured value on it and the table's time there, and the best FLOP efficiency
+    its grid measured (infersim.mfu.lookup's beyond-range rule decides with the hardware card
+    whether the extension stands).
     """
 
     seconds: float
@@ -577,6 +577,14 @@ class TableHit:
     method: Literal["exact", "interpolated", "extrapolated", "edge"]
     efficiency: float
     note: str = ""
+    edge_axis: str = ""
+    edge_value: float = 0.0
+    edge_seconds: float = 0.0
+    # the best FLOP efficiency the table measured this kernel at in its other rows (another EP size,
+    # another batch); 0 where the grid has a single row
+    best_efficiency: float = 0.0
+    # grouped GEMMs timed on the most loaded rank under power-law routing: its exponent (0: balanced)
+    moe_routing_skew: float = 0.0
 
 
 class KernelTables(Protocol):

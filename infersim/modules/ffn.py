@@ -24,6 +24,8 @@ from infersim.units import ACT_BYTES
 
 # bytes of fp32 scale per fp8 value when activations are quantized in groups of 128 (4 / 128)
 FP8_GROUP_SCALE_BYTES = 4.0 / 128
+# bytes of scale per NVFP4 value: one e4m3 scale per block of 16 values (1 / 16)
+NVFP4_SCALE_BYTES = 1.0 / 16
 
 
 
@@ -160,6 +162,11 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
             # DeepEP's fp8 dispatch carries one fp32 scale per 128 values beside the fp8 hidden state
             # (its x_scales; SGLang quantizes in groups of 128 before a DeepEP dispatch)
             token_bytes = h * (1.0 + (FP8_GROUP_SCALE_BYTES if impl.startswith("deepep") else 0.0))
+        elif prec.expert_gemm_dtype == "fp4":
+            # NVFP4 experts take NVFP4 tokens: quantized before the exchange (TensorRT-LLM's NVFP4
+            # all-to-all; SGLang's DeepEP low-latency path with SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH), half a
+            # byte per value and one e4m3 scale per 16 values
+            token_bytes = h * (0.5 + NVFP4_SCALE_BYTES)
         ops.append(Operation("dispatch", cat.DISPATCH, TokenExchangeShape(
             "dispatch", T, token_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load,
             model.n_group, model.topk_group)))
@@ -168,8 +175,7 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
                    tokens_per_gpu=table_tokens * load, active_experts=balance.active_experts, gated=model.gated_ffn,
                    dtype=prec.expert_gemm_dtype, weight_dtype=prec.expert_weight_dtype, load_factor=load,
                    balanced_active_experts=balance.mean_active_experts,
-                   expert_slots=slots if slots != E else 0,
-                   rebalanced=dep.moe.load_balance in ("eplb", "ideal"))
+                   expert_slots=slots if slots != E else 0)
     routed = table_tokens * load * k
     up = width * (2 if model.gated_ffn else 1)
     ops += [
