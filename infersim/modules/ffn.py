@@ -14,7 +14,7 @@ rank (its tokens, its distinct activated experts), not the mean one.
 from __future__ import annotations
 
 from infersim.cards.model import ModelCard
-from infersim.config import Deployment
+from infersim.config import Deployment, dense_ffn_tp
 from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape, TokenExchangeShape
 from infersim.modules import categories as cat
 from infersim.modules.load_balance import MoeBalance, moe_balance
@@ -70,7 +70,7 @@ def attention_output_collective(model: ModelCard, dep: Deployment, ctx: StageCon
 
 
 def dense_ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
-    ffn_tp, attn_tp = dep.ffn.tp, dep.attention.tp
+    ffn_tp, attn_tp = dense_ffn_tp(dep), dep.attention.tp
     h = model.hidden_size
     tokens = ctx.tokens_per_gpu * ffn_tp
     width = shard(model.intermediate_size, ffn_tp, "intermediate_size", "ffn.tp")
@@ -207,9 +207,10 @@ def ffn_weight_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
     """(dense-layer FFN params, MoE-layer FFN params) of one layer held by one GPU."""
     h = model.hidden_size
     mats = model.ffn_matrices
-    dense = mats * h * model.intermediate_size / dep.ffn.tp if model.intermediate_size else 0.0
+    dense_tp = dense_ffn_tp(dep)
+    dense = mats * h * model.intermediate_size / dense_tp if model.intermediate_size else 0.0
     if model.mlp_bias and model.intermediate_size:
-        dense += (model.intermediate_size * (mats - 1)) / dep.ffn.tp + h
+        dense += (model.intermediate_size * (mats - 1)) / dense_tp + h
     if not model.is_moe:
         return dense, 0.0
     routed = routed_expert_params(model, dep)
