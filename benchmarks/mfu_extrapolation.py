@@ -1,15 +1,25 @@
-"""How well a kernel table extends above its range: constant edge efficiency vs the last interval's slope.
+"""How well a kernel table extends above its range, near it and far beyond it.
 
-For every row of every table (one value of every column but the work axis), each point is predicted
-from the two points below it, as the lookup extends a row above its last point:
+Near the range (the default): every point of every row is predicted from the two points below it,
   - edge:  time proportional to work at the edge efficiency, t = t2 * w / w2;
   - slope: the last interval's time per unit of work carried on, t = t2 + s (w - w2) with
-           s = max(0, (t2 - t1) / (w2 - w1)), capped at t2 / w2 (the rule infersim.mfu.lookup uses).
-Work is m, tokens per GPU or kv_len as they are, a prefill's seq_len as s(s+1)/2. Only predictions
-from a last point of at least --min-axis (default 512) count, the regime beyond a table's end.
+           s = max(0, (t2 - t1) / (w2 - w1)), capped at t2 / w2 (what infersim.mfu.lookup extends with).
+Only predictions from a last point of at least --min-axis (default 512) count.
 
-    python benchmarks/mfu_extrapolation.py                       # every table directory under mfu_tables/
-    python benchmarks/mfu_extrapolation.py mfu_tables/aiconfigurator/h100-sxm/trtllm-1.3.0rc20
+Far beyond it (--far): every row is cut at each of its points from --min-axis up, the points 4-32x
+above the cut (in the axis value) are held out, and the grid built from the rest (other rows intact)
+prices them through infersim.mfu.lookup, as a lookup would, under three rules:
+  - slope: the last interval's slope carried on however far (the rule before the beyond-range rule);
+  - edge:  the edge's FLOP efficiency carried (time proportional to FLOPs);
+  - rule:  infersim.mfu.lookup.beyond_range: the slope, except where an MoE grouped GEMM crosses from
+           its row's memory-bound last point into the compute regime in a grid of several rows: there
+           the roofline anchored at the table (its streaming rate at the edge, its grid's best efficiency).
+Each family is reported whole and for the held-out points that cross regimes (memory -> compute).
+Regimes come from the hardware card of the table's device (mfu_tables/<set>/<card>/...).
+
+    python benchmarks/mfu_extrapolation.py                 # near the range, every table directory
+    python benchmarks/mfu_extrapolation.py --far           # 4-32x beyond, every table directory
+    python benchmarks/mfu_extrapolation.py --far mfu_tables/aiconfigurator/h100-sxm/trtllm-1.3.0rc20
 """
 
 from __future__ import annotations
@@ -19,11 +29,16 @@ import csv
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
 WORK_AXES = ("m", "tokens_per_gpu", "kv_len")
 NOT_KEYS = {"latency_us", "efficiency", "source_mfu"}
+FAR = (4.0, 32.0)  # held-out points this many times the cut's axis value
+RULES = ("slope", "edge", "rule")
 
 
 def work(axis: str, x: float) -> float:
@@ -69,17 +84,12 @@ def summary(errors: list[float]) -> str:
     return f"median {statistics.median(ordered):6.1%}  p90 {ordered[int(0.9 * (len(ordered) - 1))]:6.1%}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directories", nargs="*", type=Path)
-    parser.add_argument("--min-axis", type=float, default=512.0)
-    args = parser.parse_args(argv)
-    dirs = args.directories or sorted(p.parent for p in (ROOT / "mfu_tables").rglob("provenance.yaml"))
+def near(dirs: list[Path], min_axis: float) -> None:
     total_edge, total_slope = [], []
     print(f"{'table':70s} {'n':>6s}   {'edge efficiency':24s} {'last-interval slope':24s}")
     for directory in dirs:
         for path in sorted(directory.glob("*.csv")):
-            found = predictions(path, args.min_axis)
+            found = predictions(path, min_axis)
             if not found or not found[1]:
                 continue
             _axis, edge, slope = found
@@ -89,6 +99,111 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:70s} {len(edge):6d}   {summary(edge):24s} {summary(slope):24s}")
     if total_edge:
         print(f"{'all':70s} {len(total_edge):6d}   {summary(total_edge):24s} {summary(total_slope):24s}")
+
+
+def card_of(directory: Path):
+    """The hardware card of a table directory: mfu_tables/<set>/<card>[/<engine>]."""
+    from infersim.cards.registry import bundled_names
+    from infersim.config import load_hardware_card
+
+    names = set(bundled_names("hardware"))
+    for part in reversed(directory.parts):
+        if part in names:
+            return load_hardware_card(part)[0]
+    return None
+
+
+def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[float]]]:
+    """Per family, per rule: |predicted / measured - 1| of held-out points 4-32x beyond a cut."""
+    from infersim.kernels import TableHit
+    from infersim.mfu import lookup
+    from infersim.mfu.format import read_table_dir
+    from infersim.timing import roofline_rates
+
+    hw = card_of(directory)
+    if hw is None:
+        return {}
+    def roofline(shape):
+        return roofline_rates(shape, hw)
+    errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: {rule: [] for rule in RULES})
+    for key, source in lookup.grid_points(read_table_dir(directory)).items():
+        if key[0] == "attention" and key[-1]:
+            continue  # sliding-window grids: extended flat above the window, another rule
+        family = key[0] if key[0] != "attention" else f"attention {key[1]}"
+        for a, axis in enumerate(source.axes):
+            if axis not in lookup.EXTENDED_AXES or axis not in lookup._WORK_FIELDS:
+                continue
+            rows: dict[tuple[float, ...], list] = defaultdict(list)
+            for p in source.points:
+                rows[p.coords[:a] + p.coords[a + 1:]].append(p)
+            for row_key, row in rows.items():
+                row.sort(key=lambda p: p.coords[a])
+                for cut in range(1, len(row)):
+                    top = row[cut].coords[a]
+                    if top < min_axis:
+                        continue
+                    held = [p for p in row if FAR[0] <= p.coords[a] / top <= FAR[1]]
+                    if not held:
+                        continue
+                    kept = [p for p in source.points
+                            if not (p.coords[:a] + p.coords[a + 1:] == row_key and p.coords[a] > top)]
+                    grid = lookup.grid_from_points(source, kept)
+                    for p in held:
+                        shape = p.row.shape()
+                        value = grid.evaluate(p.coords, shape.flops)
+                        if not value.clamps or not all(c.extrapolated for c in value.clamps):
+                            continue
+                        edge = lookup._edge_of(grid, p.coords, value.clamps, shape.flops)
+                        if edge is None:
+                            continue
+                        hit = TableHit(value.seconds, "held-out", "extrapolated", value.efficiency, "", *edge,
+                                       grid.best_efficiency if len(grid.axes) > 1 else 0.0)
+                        at_edge = lookup.with_work(shape, edge[0], edge[1])
+                        predicted = {
+                            "slope": value.seconds,
+                            "edge": edge[2] * shape.flops / at_edge.flops,
+                            "rule": lookup.beyond_range(shape, hit, roofline, source.peak_flops).seconds,
+                        }
+                        crossing = lookup.regime(at_edge, roofline) == "memory" and lookup.regime(shape, roofline) == "compute"
+                        for name in (family, f"{family} crossing") if crossing else (family,):
+                            for rule, seconds in predicted.items():
+                                errors[name][rule].append(abs(seconds / p.seconds - 1))
+    return errors
+
+
+def far(dirs: list[Path], min_axis: float) -> None:
+    totals: dict[str, list[float]] = {rule: [] for rule in RULES}
+    print(f"held-out points {FAR[0]:g}-{FAR[1]:g}x beyond a row's cut; |predicted / measured - 1|, median and p90; "
+          f"cuts at axis values >= {min_axis:g}")
+    print(f"{'tables':52s} {'family':30s} {'n':>6s}  " + "  ".join(f"{rule:>16s}" for rule in RULES))
+    for directory in dirs:
+        for family, by_rule in sorted(far_errors(directory, min_axis).items()):
+            if not by_rule["rule"]:
+                continue
+            if not family.endswith("crossing"):
+                for rule in RULES:
+                    totals[rule] += by_rule[rule]
+            name = str(directory.relative_to(ROOT) if directory.is_relative_to(ROOT) else directory)
+            cells = "  ".join(f"{statistics.median(by_rule[r]):7.1%} {sorted(by_rule[r])[int(0.9 * (len(by_rule[r]) - 1))]:7.1%}"
+                              for r in RULES)
+            print(f"{name:52s} {family:30s} {len(by_rule['rule']):6d}  {cells}")
+    if totals["rule"]:
+        cells = "  ".join(f"{statistics.median(totals[r]):7.1%} {sorted(totals[r])[int(0.9 * (len(totals[r]) - 1))]:7.1%}"
+                          for r in RULES)
+        print(f"{'all':52s} {'':30s} {len(totals['rule']):6d}  {cells}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directories", nargs="*", type=Path)
+    parser.add_argument("--min-axis", type=float, default=512.0)
+    parser.add_argument("--far", action="store_true", help="held-out points 4-32x beyond a row's cut, four rules")
+    args = parser.parse_args(argv)
+    dirs = args.directories or sorted(p.parent for p in (ROOT / "mfu_tables").rglob("provenance.yaml"))
+    if args.far:
+        far([d.resolve() for d in dirs], args.min_axis)
+    else:
+        near(dirs, args.min_axis)
     return 0
 
 

@@ -526,6 +526,15 @@ def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: Hardwar
 ENGINE_DERIVED_DEPLOYMENT_FIELDS = ("moe_comm", "lm_head", "shared_experts", "model_code")
 
 
+def dense_ffn_tp(dep: Deployment) -> int:
+    """The TP degree of dense FFN layers (a dense model's FFN, an MoE model's dense layers): ffn.tp,
+    or the attention TP group where the FFN layout is narrower than it. Engines that run attention
+    TP with the routed experts on EP inside the same GPUs (SGLang --tp 8 --ep 8, vLLM
+    --tensor-parallel-size 8 --enable-expert-parallel, TensorRT-LLM tp 8 moe_ep 8 without attention
+    DP) keep the dense layers and shared experts TP-sharded over that group."""
+    return max(dep.ffn.tp, dep.attention.tp)
+
+
 def _attention_dp(dep: Deployment) -> int:
     """The attention-DP size a deployment names or implies: its stage's GPUs over attention TP
     (complete_layout checks that they divide)."""
@@ -652,13 +661,20 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
         raise fail("deployment.moe.redundant_experts", balance.redundant_experts,
                    f"redundant experts need an MoE model ({model.name} is dense)")
     if model.num_dense_layers:
+        dense_tp = dense_ffn_tp(dep)
         try:
-            shard(model.intermediate_size, ffn.tp, "intermediate_size", "ffn.tp")
+            shard(model.intermediate_size, dense_tp, "intermediate_size",
+                  "ffn.tp" if dense_tp == ffn.tp else "attention.tp (the dense FFN layers' TP)")
         except LayoutError as exc:
             raise fail("deployment.ffn.tp", ffn.tp, str(exc)) from None
-    if ffn.tp < attn.tp and model.num_dense_layers:
+    if ffn.tp < attn.tp and model.num_dense_layers and not model.is_moe:
         raise fail("deployment.ffn.tp", ffn.tp,
                    f"smaller than attention.tp ({attn.tp}); a TP FFN must span at least the attention TP group")
+    if ffn.tp < attn.tp and model.is_moe and ffn.tp * ffn.ep < attn.tp:
+        raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep},
+                   f"tp x ep smaller than attention.tp ({attn.tp}): the experts of an attention-TP group must be "
+                   "spread over at least its GPUs (e.g. ffn.ep = attention.tp with ffn.tp 1: experts over EP inside "
+                   "the attention TP group, dense layers TP-sharded over it)")
     if model.is_moe and dep.moe_comm == "all-gather" and ffn.tp * ffn.ep < attn.tp:
         raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep},
                    f"tp x ep smaller than attention.tp ({attn.tp}): gathered tokens (moe_comm all-gather) need an "

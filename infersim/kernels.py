@@ -110,9 +110,6 @@ class GroupedGemmShape:
     load_factor: float = 1.0  # routed tokens of the most loaded GPU / the mean GPU's (>= 1)
     balanced_active_experts: float = -1.0  # distinct experts a GPU of mean load activates (< 0: active_experts)
     expert_slots: int = 0  # experts + redundant replicas over the EP group (0 = num_experts)
-    # expert placement evens the GPUs' load (EPLB with redundant slots, or ideal): a table timed on
-    # the most loaded rank of unbalanced skewed routing does not describe this kernel
-    rebalanced: bool = False
 
     @property
     def local_experts(self) -> int:
@@ -534,6 +531,10 @@ class TokenExchangeShape:
     (DeepEP README: the low-latency layout is per expert, so CUDA graphs see fixed shapes), to
     same-node peers over NVLink and to other nodes through the NIC. With its published byte count
     (tokens x top-k x hidden bytes / time) this reproduces DeepEP's own EP8-EP256 latencies.
+    DeepEP normal mode moves every token a GPU receives through the SMs it holds (`sms`; 0 = the
+    hardware card's deepep_normal_sms): `received()` is that byte count. Low-latency mode lands
+    messages straight in a receive buffer, then copies (dispatch) or reduces (combine) them once
+    every sender's count or flag has arrived: `receive_pass()` is that pass's HBM traffic.
     `load_factor` (>= 1, infersim.modules.load_balance) is the most loaded GPU's share of the
     routed tokens over the mean: that GPU receives (dispatch) and returns (combine) that many
     times the mean traffic, and the exchange waits for it, so the per-GPU bytes scale with it.
@@ -552,6 +553,7 @@ class TokenExchangeShape:
     # them, then its top-k experts inside those): it bounds the nodes a token reaches
     expert_groups: int = 1
     groups_per_token: int = 0  # 0 = no limit
+    sms: int = 0  # SMs DeepEP normal mode runs on (its Buffer.num_sms); 0 = the hardware card's deepep_normal_sms
 
     @property
     def nodes(self) -> int:
@@ -593,6 +595,23 @@ class TokenExchangeShape:
             return intra * self.nodes, tokens * self.node_hit * self.token_bytes * (self.nodes - 1)
         return intra, per_gpu * (self.ep - local)
 
+    def received(self) -> float:
+        """Bytes the most loaded GPU takes in from all EP ranks, its own copies included (DeepEP's
+        test_intranode / test_internode "NVL" byte count): every rank sends it the tokens that
+        hit one of its experts."""
+        return self.tokens * self.load_factor * self.gpu_hit * self.token_bytes * self.ep
+
+    def receive_pass(self) -> float:
+        """HBM bytes of DeepEP low-latency mode's receive pass (internode_ll.cu), which starts when
+        the senders' counts (dispatch) or flags (combine) arrive, after their data: dispatch
+        copies each received (token, expert) message into the per-expert layout (read + write);
+        combine reads the top-k expert outputs of each of the GPU's own tokens and writes one sum."""
+        if self.implementation != "deepep-low-latency":
+            return 0.0
+        if self.direction == "dispatch":
+            return 2.0 * self.tokens * self.load_factor * self.topk * self.token_bytes
+        return self.tokens * (self.topk + 1) * self.token_bytes
+
     @property
     def flops(self) -> float:
         return 0.0
@@ -618,7 +637,10 @@ class TableHit:
     method: "exact" (a grid point), "interpolated" (inside the table's range), "extrapolated" (above
     the range of a work axis, extended at the last interval's slope) or "edge" (outside the range
     otherwise: `seconds` is then the roofline at the table's edge efficiency). `note` says which
-    coordinate left the range.
+    coordinate left the range. An extrapolated hit also names its edge: the work axis it left,
+    the row's last measured value on it and the table's time there, and the best FLOP efficiency
+    its grid measured (infersim.mfu.lookup's beyond-range rule decides with the hardware card
+    whether the extension stands).
     """
 
     seconds: float
@@ -626,6 +648,14 @@ class TableHit:
     method: Literal["exact", "interpolated", "extrapolated", "edge"]
     efficiency: float
     note: str = ""
+    edge_axis: str = ""
+    edge_value: float = 0.0
+    edge_seconds: float = 0.0
+    # the best FLOP efficiency the table measured this kernel at in its other rows (another EP size,
+    # another batch); 0 where the grid has a single row
+    best_efficiency: float = 0.0
+    # grouped GEMMs timed on the most loaded rank under power-law routing: its exponent (0: balanced)
+    moe_routing_skew: float = 0.0
 
 
 class KernelTables(Protocol):

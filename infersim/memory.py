@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from infersim.cards.engine import EngineCard, tier_value
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
-from infersim.config import Deployment, Workload
+from infersim.config import Deployment, Workload, dense_ffn_tp
 from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
@@ -183,7 +183,7 @@ def activation_bytes(model: ModelCard, dep: Deployment, tokens: int) -> float:
         / dep.attention.tp
     widths = [attn_width]
     if model.intermediate_size:
-        widths.append(3 * model.intermediate_size / dep.ffn.tp)
+        widths.append(3 * model.intermediate_size / dense_ffn_tp(dep))
     if model.is_moe:
         widths.append(3 * model.num_experts_per_tok * model.moe_intermediate_size / dep.ffn.tp
                       + 3 * model.shared_width / dep.ffn.tp)

@@ -291,8 +291,8 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None, server: s
     if balance is not None:
         lines.append(f"  expert load: {balance.describe()}")
         if any(IMBALANCE_FROM_TABLE in op.detail for op in stage.operations):
-            lines.append("    routed experts timed by a table measured under skewed routing: its imbalance, "
-                         "not this factor, is in their time")
+            lines.append("    routed experts timed by a table measured under skewed routing: looked up at the load whose "
+                         "busiest rank under that routing carries what this factor gives")
         if detail:
             lines.append(f"    factor = {balance.derivation()}")
     table = simple_table(_module_rows(stage), ["module", "per layer (us)", "step (ms)", "share", "bound", "source"])

@@ -23,7 +23,9 @@ time in this roofline.
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import replace
 
 from infersim.cards.hardware import HardwareCard
 from infersim.modules.comm import comm_cost
@@ -71,6 +73,42 @@ def _compute_flops_and_rate(shape: AnyShape, hw: HardwareCard) -> tuple[float, f
     return shape.flops, hw.peak_flops("bf16") * hw.compute_efficiency("bf16")
 
 
+def table_tokens_for(shape: GroupedGemmShape, routing_skew: float) -> float:
+    """The mean tokens per GPU at which a grouped-GEMM table timed on the most loaded rank of
+    power-law routing (exponent `routing_skew`, over the whole batch: aiconfigurator's collector)
+    shows the kernel this deployment's most loaded rank runs. That rank carries T_busy =
+    shape.tokens_per_gpu (the deployment's own load factor applied); the table's rank carries
+    f(T) x T at mean load T, f the imbalance of its routing (infersim.modules.load_balance,
+    statistical with that exponent as the long-run popularity). Solved by fixed-point iteration
+    T = T_busy / f(T) (f falls slowly with T). A deployment routed as the table was timed gets
+    its mean load back; an even or rebalanced one (EPLB) a larger T, the table's kernel at the
+    busiest rank's tokens without the table's skew."""
+    return _table_tokens(shape.num_experts, shape.topk, shape.ep, shape.tokens_per_gpu, routing_skew)
+
+
+@functools.lru_cache(maxsize=4096)
+def _table_tokens(experts: int, topk: int, ep: int, busy: float, routing_skew: float) -> float:
+    from infersim.modules.load_balance import moe_balance
+
+    def factor(tokens: float) -> float:
+        return moe_balance("statistical", experts, topk, ep, tokens, 1.0, routing_skew=routing_skew,
+                           dataset_skew=routing_skew).token_factor
+
+    tokens = busy / factor(busy)
+    for _ in range(50):  # f falls slowly with T: the iteration contracts
+        step = busy / factor(tokens)
+        if abs(step - tokens) <= 1e-12 * tokens:
+            break
+        tokens = step
+    return tokens
+
+
+def roofline_rates(shape: AnyShape, hw: HardwareCard) -> tuple[float, float, float]:
+    """(FLOPs the tensor cores execute, achievable FLOP/s, achievable bytes/s) of a table-timed kernel
+    on this card's roofline (what infersim.mfu.lookup's beyond-range rule weighs regimes with)."""
+    return (*_compute_flops_and_rate(shape, hw), hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+
+
 def _memory_efficiency(shape: AnyShape, hw: HardwareCard, elementwise: float | None = None) -> float:
     """Elementwise kernels (norms, rotary, activation, casts) stream less well than GEMMs and
     attention: short rows, two passes, launch tails. `elementwise` overrides the card's share for
@@ -114,14 +152,21 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
     if not isinstance(shape, MemoryBoundShape):
         dtype = shape.dtype
         imbalance_in_table = isinstance(shape, GroupedGemmShape) and tables.moe_includes_imbalance
-        if imbalance_in_table and shape.rebalanced:
-            # the table's skew is what EPLB (or ideal placement) removes: its times do not apply
-            return roofline_cost(shape, hw, "roofline: the MoE tables were timed under skewed routing without "
-                                            "expert rebalancing, which this deployment's load balance removes")
-        if imbalance_in_table:  # timed on the most loaded rank already: look up the mean load
-            hit = tables.lookup(shape.balanced(), hw.peak_flops(dtype))
+        looked_up = shape
+        if imbalance_in_table:
+            # timed on the most loaded rank of the table's own skewed routing: look up the mean load
+            # at which that rank carries what this deployment's most loaded rank does
+            looked_up = shape.balanced()
+            hit = tables.lookup(looked_up, hw.peak_flops(dtype))
+            if hit is not None and hit.moe_routing_skew:
+                looked_up = replace(looked_up, tokens_per_gpu=table_tokens_for(shape, hit.moe_routing_skew))
+                hit = tables.lookup(looked_up, hw.peak_flops(dtype))
         else:
             hit = tables.lookup(shape, hw.peak_flops(dtype))
+        if hit is not None and hit.method == "extrapolated":
+            from infersim.mfu.lookup import beyond_range
+
+            hit = beyond_range(looked_up, hit, lambda s: roofline_rates(s, hw), hw.peak_flops(dtype))
         if hit is not None:
             if hit.method == "edge":
                 # the edge efficiency scales compute; outside the table the kernel can still not
@@ -141,8 +186,9 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
                             Source.TABLE, f"outside table {hit.table}: {hit.note}")
             return Cost(shape.flops, shape.bytes, hit.seconds, _intensity_bound(shape, hw), Source.TABLE,
                         f"{hit.method} from {hit.table}"
-                        + (f" ({IMBALANCE_FROM_TABLE}, not the load-balance factor)"
-                           if imbalance_in_table and shape.load_factor != 1.0 else ""))
+                        + (f" ({IMBALANCE_FROM_TABLE} taken out: looked up at {looked_up.tokens_per_gpu:,.0f} tokens "
+                           f"per GPU, whose most loaded rank under it carries this layout's {shape.tokens_per_gpu:,.0f})"
+                           if imbalance_in_table and hit.moe_routing_skew else ""))
         return roofline_cost(shape, hw)
     # one eager kernel (shape.op): a measured elementwise table answers it by (op, dtype) and bytes
     if shape.op:

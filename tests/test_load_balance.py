@@ -280,43 +280,58 @@ def test_report_names_the_factor(capsys):
     assert data["prefill"]["moe_load_balance"] is None  # dense model
 
 
-def test_tables_timed_under_skewed_routing_are_looked_up_at_the_mean_load():
-    """aiconfigurator's MoE tables were timed on the most loaded rank under power-law routing: the
-    simulator's own imbalance factor must not be applied again (issue 17)."""
+def _qwen_h100(moe: dict | None = None, batch: int | str = "max"):
     from infersim.config import config_from_mapping
-    from infersim.timing import kernel_cost
 
-    cfg = config_from_mapping({"model": "qwen3-235b-a22b", "hardware": "h100-sxm", "engine": "trtllm",
-                               "deployment": {"num_gpus": 8, "attention": {"tp": 1, "dp": 8}, "ffn": {"tp": 1, "ep": 8},
-                                              "precision": {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}},
-                               "workload": {"isl": 1000, "osl": 10}}, "test")
+    deployment = {"num_gpus": 8, "attention": {"tp": 1, "dp": 8}, "ffn": {"tp": 1, "ep": 8},
+                  "precision": {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}}
+    if moe is not None:
+        deployment["moe"] = moe
+    return config_from_mapping({"model": "qwen3-235b-a22b", "hardware": "h100-sxm", "engine": "trtllm",
+                                "deployment": deployment,
+                                "workload": {"isl": 1000, "osl": 10, "decode_batch_per_gpu": batch}}, "test")
+
+
+def test_tables_timed_under_skewed_routing_give_back_their_mean_load_to_that_routing():
+    """aiconfigurator's MoE tables were timed on the most loaded rank under power-law routing over the
+    whole batch (alpha 1.2 for Qwen3): a deployment routed that way (statistical with that long-run
+    skew) is looked up at its mean load, the table's own imbalance in the time (issue 17)."""
+    from infersim.modules.load_balance import moe_balance
+    from infersim.timing import kernel_cost, table_tokens_for
+
+    cfg = _qwen_h100()
     assert cfg.tables.moe_includes_imbalance
+    factor = moe_balance("statistical", 128, 8, 8, 128, 1.0, routing_skew=1.2, dataset_skew=1.2).token_factor
     shape = GroupedGemmShape(stage="decode", projection="up", num_experts=128, ep=8, topk=8, hidden=4096,
-                             intermediate=1536, tokens_per_gpu=128 * 1.25, active_experts=16.0, dtype="fp8",
-                             weight_dtype="fp8", load_factor=1.25, balanced_active_experts=16.0)
+                             intermediate=1536, tokens_per_gpu=128 * factor, active_experts=16.0, dtype="fp8",
+                             weight_dtype="fp8", load_factor=factor, balanced_active_experts=16.0)
+    assert factor > 1.5  # the table's skew is large: most loaded rank x1.8 at EP8
+    assert table_tokens_for(shape, 1.2) == pytest.approx(128, rel=1e-3)
     skewed = kernel_cost(shape, cfg.hardware, cfg.tables)
-    mean = kernel_cost(shape.balanced(), cfg.hardware, cfg.tables)
-    assert skewed.seconds == mean.seconds  # the table's own time at 128 tokens per GPU
-    assert "imbalance from the table's routing" in skewed.detail
+    table = cfg.tables.lookup(shape.balanced(), cfg.hardware.peak_flops("fp8"))
+    assert skewed.seconds == pytest.approx(table.seconds, rel=1e-3)  # the table's own time at ~128 tokens per GPU
+    # an even load of 128 tokens per GPU is the table's kernel at ~71: the rank its routing loads x1.8
+    even = kernel_cost(shape.balanced(), cfg.hardware, cfg.tables)
+    assert even.seconds < skewed.seconds
+    assert "imbalance from the table's routing taken out" in skewed.detail
 
 
-def test_skewed_routing_tables_do_not_time_a_rebalanced_deployment():
-    """With EPLB (or ideal placement) the per-GPU load is even: aiconfigurator's MoE tables, timed on
-    the most loaded rank of unbalanced power-law routing, do not describe the kernel, so it is the
-    roofline, and the detail says why."""
-    from infersim.config import config_from_mapping
+def test_skewed_routing_tables_time_other_policies_de_skewed():
+    """Under any other load balance (the statistical default's even long-run load, EPLB, ideal) the
+    table is read where its busiest rank carries what this deployment's busiest rank does: the table's
+    kernel without the table's skew, this layout's own factor on top. No policy falls to the roofline
+    (it did for EPLB, 3x off the table at prefill sizes), and the more even policy is never slower."""
     from infersim.simulate import simulate
 
-    def experts(load_balance: dict) -> object:
-        cfg = config_from_mapping({"model": "qwen3-235b-a22b", "hardware": "h100-sxm", "engine": "trtllm",
-                                   "deployment": {"num_gpus": 8, "attention": {"tp": 1, "dp": 8}, "ffn": {"tp": 1, "ep": 8},
-                                                  "moe": load_balance,
-                                                  "precision": {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}},
-                                   "workload": {"isl": 1000, "osl": 10, "decode_batch_per_gpu": 64}}, "test")
-        return next(op for op in simulate(cfg).decode.operations if op.name == "experts_up")
+    def experts(moe: dict) -> object:
+        return next(op for op in simulate(_qwen_h100(moe, 64)).decode.operations if op.name == "experts_up")
 
-    skewed = experts({"load_balance": "statistical"})
-    assert skewed.source.value == "table"
-    for spec in ({"load_balance": "eplb", "redundant_experts": 8}, {"load_balance": "ideal"}):
-        op = experts(spec)
-        assert op.source.value == "roofline" and "without expert rebalancing" in op.detail
+    skewed = experts({"load_balance": "statistical", "dataset_skew": 1.2, "routing_skew": 1.2})
+    even = experts({"load_balance": "statistical"})
+    ideal = experts({"load_balance": "ideal"})
+    eplb = experts({"load_balance": "eplb", "redundant_experts": 8})
+    for op in (skewed, even, ideal, eplb):
+        assert op.source.value == "table", op.detail
+    assert ideal.time_s <= even.time_s < skewed.time_s
+    assert ideal.time_s <= eplb.time_s < skewed.time_s
+    assert skewed.time_s / ideal.time_s < 2.5

@@ -329,3 +329,66 @@ def test_indexed_tables_are_cached_on_disk_between_processes(tmp_path: Path, mon
     monkeypatch.setattr(lookup, "_LOADED", {})
     load_tables(copy)
     assert not (tmp_path / "off").exists()
+
+
+def _grouped_table(tmp_path: Path) -> MfuTables:
+    """One MoE grouped GEMM (16 experts, top-2, hidden 1024, width 512, fp8) timed at EP 1 up to 8192
+    tokens per GPU (compute-bound there, efficiency 0.5) and at EP 8 only up to 64 (weight-bound:
+    every local expert's 2 x 1 MiB of weights streamed at 1 TB/s, plus a 2 us fixed cost)."""
+    from infersim.mfu.format import GroupedGemmRow
+
+    peak = 1e15
+    rows = []
+    for tokens in (1024, 2048, 4096, 8192):
+        shape = GroupedGemmRow("fp8", "prefill", "up", 16, 1, 2, 1024, 512, True, tokens, 0.0).shape()
+        rows.append(GroupedGemmRow("fp8", "prefill", "up", 16, 1, 2, 1024, 512, True, tokens,
+                                   shape.flops / (0.5 * peak) * 1e6))
+    for tokens in (16, 32, 64):
+        shape = GroupedGemmRow("fp8", "prefill", "up", 16, 8, 2, 1024, 512, True, tokens, 0.0).shape()
+        rows.append(GroupedGemmRow("fp8", "prefill", "up", 16, 8, 2, 1024, 512, True, tokens,
+                                   (2e-6 + shape.bytes / 1e12) * 1e6))
+    prov = Provenance(1, DeviceInfo("test GPU"), {"fp8": peak}, "measured", "2026-01-01", "2026-01-01", "test",
+                      tables={"grouped_gemm_fp8.csv": TableInfo("grouped_gemm", "test")})
+    return MfuTables(tmp_path, TableDirectory(prov, {"grouped_gemm_fp8.csv": tuple(rows)}))
+
+
+def test_grouped_gemm_crossing_into_compute_takes_the_roofline_anchored_at_the_table(tmp_path: Path) -> None:
+    """At EP 8 the row ends weight-bound at 64 tokens; 8192 tokens per GPU are compute-bound on the
+    card's roofline, where the row's slope (weights re-read, a few activations added) says nothing:
+    priced at the table's streaming rate at 64 tokens and its best efficiency (0.5, at EP 1)."""
+    from infersim.config import load_hardware_card
+    from infersim.mfu.lookup import beyond_range
+    from infersim.timing import roofline_rates
+
+    tables = _grouped_table(tmp_path)
+    hw, _ = load_hardware_card("h800")
+    shape = GroupedGemmShape("prefill", "up", 16, 8, 2, 1024, 512, 8192.0, 2.0, dtype="fp8", weight_dtype="fp8")
+    hit = tables.lookup(shape, 1e15)
+    assert hit.method == "extrapolated" and hit.edge_axis == "tokens_per_gpu" and hit.edge_value == 64
+    assert hit.best_efficiency == pytest.approx(0.5)
+    edge = GroupedGemmShape("prefill", "up", 16, 8, 2, 1024, 512, 64.0, 2.0, dtype="fp8", weight_dtype="fp8")
+    assert hit.edge_seconds == pytest.approx(2e-6 + edge.bytes / 1e12)
+    priced = beyond_range(shape, hit, lambda s: roofline_rates(s, hw), 1e15)
+    streaming = edge.bytes / hit.edge_seconds
+    assert priced.method == "edge"
+    assert priced.seconds == pytest.approx(max(shape.flops / 0.5e15, shape.bytes / streaming))
+    assert priced.seconds > 1.5 * hit.seconds  # a weight stream's slope barely grows with tokens: too fast once compute binds
+    assert "memory-bound at the table's last point, compute-bound here" in priced.note
+    # inside one regime the slope stands: 128 tokens are still weight-bound
+    near = GroupedGemmShape("prefill", "up", 16, 8, 2, 1024, 512, 128.0, 2.0, dtype="fp8", weight_dtype="fp8")
+    near_hit = tables.lookup(near, 1e15)
+    assert beyond_range(near, near_hit, lambda s: roofline_rates(s, hw), 1e15) == near_hit
+
+
+def test_one_row_grids_and_attention_keep_the_slope_beyond_their_range(h800: MfuTables) -> None:
+    from infersim.config import load_hardware_card
+    from infersim.mfu.lookup import beyond_range
+    from infersim.timing import kernel_cost, roofline_rates
+
+    hw, _ = load_hardware_card("h800")
+    shape = fp8_gemm(1 << 20, 7168, 2112)  # far above every m the GEMM tables measured
+    hit = h800.lookup(shape, H800_FP8)
+    if hit is not None and hit.method == "extrapolated":
+        assert hit.best_efficiency == 0.0  # one row: nothing else measured
+        assert beyond_range(shape, hit, lambda s: roofline_rates(s, hw), H800_FP8) == hit
+        assert kernel_cost(shape, hw, h800).source.value == "table"

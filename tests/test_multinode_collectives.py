@@ -6,8 +6,11 @@ node, NVLink inside the node, one 400 Gb/s ConnectX-7 NIC per GPU across nodes.
 NCCL's model (../shared/reference/constants.md section 2, NVIDIA/nccl src/graph/tuning.cc): time =
 latency + bytes / algorithm bandwidth, the fastest (algorithm, protocol) pair wins.
 
-Bus bandwidth of the graph, per GPU: the slower of NVLink (450e9 x 0.8 = 360 GB/s) and the node's
-8 NICs together (8 x 50e9 x 0.85 = 340 GB/s): 340 GB/s. llMaxBw Hopper, 2 nodes: 45 GB/s.
+Bus bandwidth of the ring, per GPU: the slower of NVLink (450e9 x 0.8 = 360 GB/s) and the node's 8
+NICs together (8 x 50e9 x 0.9 = 360 GB/s): 360 GB/s. llMaxBw Hopper, 2 nodes: 45 GB/s. The tree by
+its data flow: a chain inside the node sends the buffer twice over NVLink (360 / 2 = 180 GB/s); at
+two nodes each node sends it once over its NICs (360 GB/s): min 180, x 0.92 = 165.6 GB/s algorithm
+bandwidth. Every collective is one kernel and pays the card's 4 us launch gap on top.
 
 Latencies (us), all-reduce, nsteps = 2(16-1) = 30, nInterSteps = 2(2-1) = 2, NET overhead 1 us
 (x3 for Simple) as the floor of each intra ring step:
@@ -18,16 +21,16 @@ Latencies (us), all-reduce, nsteps = 2(16-1) = 30, nInterSteps = 2(2-1) = 2, NET
   Tree LL128  14.0 + 2 x (7 x 1.25 + 8.5)           = 48.5
   Tree Simple 8.4 + 2 x (7 x 4.0 + 14.0)            = 92.4
 Algorithm bandwidths (GB/s), all-reduce:
-  Ring LL     min(45, 340 x 0.5) x 16/30            = 24.0
-  Ring LL128  340 x 0.92 x 16/30                    = 166.83
-  Ring Simple 340 x 16/30                           = 181.33
-  Tree LL     min(340 x 0.92 / 3.8, 45) x 0.5       = 22.5
-  Tree LL128  340 x 0.92 x 120/128 x 0.5            = 146.625
-  Tree Simple 340 x 0.92 x 0.5                      = 156.4
+  Ring LL     min(45, 360 x 0.5) x 16/30            = 24.0
+  Ring LL128  360 x 0.92 x 16/30                    = 176.64
+  Ring Simple 360 x 16/30                           = 192.0
+  Tree LL     min(165.6 / 3.8, 45 x 0.5)            = 22.5
+  Tree LL128  165.6 x 120/128                       = 155.25
+  Tree Simple                                       = 165.6
 All-gather / reduce-scatter (ring only): nsteps = 15, nInterSteps = 1, bandwidth x 16/15:
-  Ring LL     6.6 + 14 x 1.0 + 2.7 = 23.3 us,   min(45, 170) x 16/15 = 48.0 GB/s
-  Ring LL128  14.0 + 14 x 1.9 + 4.0 = 44.6 us,  312.8 x 16/15 = 333.65 GB/s
-  Ring Simple 8.4 + 14 x 3.4 + 14.0 = 70.0 us,  340 x 16/15 = 362.67 GB/s
+  Ring LL     6.6 + 14 x 1.0 + 2.7 = 23.3 us,   min(45, 180) x 16/15 = 48.0 GB/s
+  Ring LL128  14.0 + 14 x 1.9 + 4.0 = 44.6 us,  331.2 x 16/15 = 353.28 GB/s
+  Ring Simple 8.4 + 14 x 3.4 + 14.0 = 70.0 us,  360 x 16/15 = 384.0 GB/s
 """
 
 from __future__ import annotations
@@ -45,23 +48,23 @@ KIB, MIB = 1024, 1024 * 1024
 
 
 def _t(latency_us: float, size: float, gbps: float) -> float:
-    return latency_us * 1e-6 + size / (gbps * 1e9)
+    return (latency_us + 4.0) * 1e-6 + size / (gbps * 1e9)  # + the 4 us launch gap
 
 
 # (kind, bytes, expected seconds, winning pair): each the minimum over the six / three pairs above
 HAND = [
     # 16 KiB: Tree LL 25.2 + 16384 / 22.5e9 = 25.93 us (Ring LL 40.68, Tree LL128 48.61)
     ("all_reduce", 16 * KIB, _t(25.2, 16 * KIB, 22.5), "Tree LL"),
-    # 1 MiB: Tree LL128 48.5 + 1048576 / 146.625e9 = 55.65 us (Tree LL 71.80, Ring LL128 81.49)
-    ("all_reduce", MIB, _t(48.5, MIB, 146.625), "Tree LL128"),
-    # 64 MiB: Ring LL128 75.2 + 67108864 / 166.83e9 = 477.5 us (Ring Simple 501.7, Tree LL128 506.2, Tree Simple 521.5)
-    ("all_reduce", 64 * MIB, _t(75.2, 64 * MIB, 340 * 0.92 * 16 / 30), "Ring LL128"),
+    # 1 MiB: Tree LL128 48.5 + 1048576 / 155.25e9 = 55.25 us (Tree LL 71.80, Ring LL128 81.14)
+    ("all_reduce", MIB, _t(48.5, MIB, 155.25), "Tree LL128"),
+    # 64 MiB: Ring LL128 75.2 + 67108864 / 176.64e9 = 455.1 us (Tree LL128 480.8, Ring Simple 481.1, Tree Simple 497.6)
+    ("all_reduce", 64 * MIB, _t(75.2, 64 * MIB, 360 * 0.92 * 16 / 30), "Ring LL128"),
     # all-gather 16 KiB: Ring LL 23.3 + 16384 / 48e9 = 23.64 us
     ("all_gather", 16 * KIB, _t(23.3, 16 * KIB, 48.0), "Ring LL"),
-    # 1 MiB: Ring LL 23.3 + 21.85 = 45.15 us (LL128 47.74)
+    # 1 MiB: Ring LL 23.3 + 21.85 = 45.15 us (LL128 47.57)
     ("all_gather", MIB, _t(23.3, MIB, 48.0), "Ring LL"),
-    # 64 MiB: Ring LL128 44.6 + 201.1 = 245.7 us (Simple 255.0)
-    ("reduce_scatter", 64 * MIB, _t(44.6, 64 * MIB, 312.8 * 16 / 15), "Ring LL128"),
+    # 64 MiB: Ring LL128 44.6 + 190.0 = 234.6 us (Simple 244.8)
+    ("reduce_scatter", 64 * MIB, _t(44.6, 64 * MIB, 331.2 * 16 / 15), "Ring LL128"),
 ]
 
 
@@ -83,7 +86,7 @@ def test_two_node_all_reduce_is_slower_than_one_node_at_every_size():
 
 def test_ll_bandwidth_is_capped_across_nodes():
     # 256 KiB: the old per-link model gave Tree LL 25.2 us + 2 x 256 KiB x 7/8 / (360e9 x 0.5) = 27.75 us;
-    # NCCL caps LL's bus bandwidth at 45 GB/s on two Hopper nodes: 25.2 + 262144 / 22.5e9 = 36.85 us
+    # NCCL caps LL's bus bandwidth at 45 GB/s on two Hopper nodes: 25.2 + 262144 / 22.5e9 = 36.85 us (+ 4 launch)
     cost = collective_cost(CollectiveShape("all_reduce", 256 * KIB, 16, 8), H100)
     assert cost.seconds == pytest.approx(_t(25.2, 256 * KIB, 22.5), rel=1e-6)
 
@@ -111,7 +114,7 @@ def test_deepseek_v3_tp16_decode_runs_two_all_reduces_per_layer():
         assert [o.shape.kind for o in ops] == ["all_reduce", "all_reduce"]
         for op in ops:  # 16 tokens (1 per GPU x TP16) x 7168 x 2 bytes = 229,376 bytes over 16 ranks, 8 per node
             assert (op.shape.bytes_per_rank, op.shape.ranks, op.shape.ranks_per_node) == (16 * 7168 * 2, 16, 8)
-    # each: Tree LL 25.2 us + 229376 / 22.5e9 = 35.39 us; the step pays 122 of them
+    # each: Tree LL 25.2 us + 229376 / 22.5e9 = 35.39 us, + the 4 us launch gap; the step pays 122 of them
     result = simulate(config)
     assert result.decode.module_times()["all_reduce"] == pytest.approx(122 * _t(25.2, 229376, 22.5), rel=1e-6)
 
@@ -125,10 +128,33 @@ def test_dense_tp16_decode_runs_two_all_reduces_per_layer():
 def test_two_node_tp16_decode_slower_per_token_than_one_node_tp8_for_a_small_dense_model():
     # Llama-3.1-8B, 16 requests either way (TP8: 2 per GPU, TP16: 1 per GPU). TP16 halves each GPU's
     # weight reads (16 GB bf16 / 8 -> / 16: 2.0 -> 1.0 GB, about 0.33 ms at 3.08 TB/s) but its 64
-    # all-reduces of 16 x 4096 x 2 = 131,072 bytes cross the NIC: 64 x (25.2 us + 131072 / 22.5e9) =
-    # 1.986 ms against 64 x (15.2 us + 2 x 131072 x 7/8 / 180e9) = 1.0 ms on one node: +1 ms > 0.33 ms saved
+    # all-reduces of 16 x 4096 x 2 = 131,072 bytes cross the NIC: 64 x (25.2 us + 131072 / 22.5e9 + 4 us
+    # launch) = 2.24 ms against 64 x (15.2 us + 2 x 131072 x 7/8 / 180e9) = 1.0 ms on one node: +1.2 ms > 0.33 ms saved
     tp8, tp16 = _config("llama-3.1-8b", 8, 1, 2), _config("llama-3.1-8b", 16, 2, 1)
     r8, r16 = simulate(tp8).decode, simulate(tp16).decode
     assert r16.module_times()["all_reduce"] == pytest.approx(64 * _t(25.2, 131072, 22.5), rel=1e-6)
     assert r8.module_times()["all_reduce"] == pytest.approx(64 * (15.2e-6 + 2 * 131072 * 7 / 8 / 180e9), rel=1e-6)
     assert r16.tpot_s > r8.tpot_s
+
+
+def test_measured_multinode_collectives_are_reproduced():
+    """benchmarks/collectives_multinode.yaml: nccl-tests-style measurements on 2-4 nodes (A100 over HDR
+    IB, H100 over 200 Gb/s NICs, B200 over EFA). Large messages, where NCCL's algorithm and the NICs
+    decide, within 15%; the two 2x8 A100 1 KiB latencies (NCCL 2.17.1) stay 18-19% under: NCCL's own
+    model of that version puts them 8-16 us under too."""
+    import importlib.util
+
+    from conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("validate_collectives", REPO_ROOT / "benchmarks" / "validate_collectives.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [r for r in bench.evaluate() if r["check"]]
+    assert len(rows) == 17
+    for r in rows:
+        bound = 0.15 if r["unit"].startswith("GB/s") or r["ranks_per_node"] == 1 else 0.20
+        assert abs(r["error"]) <= bound, r
+    # two nodes: the tree's inter-node hop carries the buffer once per node, so 8 x 200 Gb/s NICs
+    # (25 GB/s per GPU) still give ~310 GB/s of bus bandwidth, as measured (298-339), not the ring's 180
+    a3 = [r for r in rows if r["series"] == "a3mega-h100-2x8-all-reduce"]
+    assert all(r["algorithm"] == "Tree Simple" and r["predicted"] > 300 for r in a3)

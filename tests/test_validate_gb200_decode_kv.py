@@ -71,10 +71,12 @@ def test_standard_precision_batch_is_what_the_reported_kv_pool_holds_in_bf16():
 
 
 def test_standard_precision_decode_prediction():
-    """With the bf16 cache and the batch it allows, the standard run predicts 10,460 tok/s/GPU
-    (measured 9,087: +15%); mapped as fp8 KV at 1,408 it predicted 13,197 (+45%)."""
+    """With the bf16 cache and the batch it allows, the standard run predicts 7,914 tok/s/GPU
+    (measured 9,087: -13%); mapped as fp8 KV at 1,408 it predicted 13,197 (+45%). (10,460, +15%, before
+    the EPLB deployment's experts were timed by the de-skewed MoE table instead of the roofline, and
+    before DeepEP low-latency's receive pass, issue 31.)"""
     result = simulate(_config(_entries()["sgl-gb200-decode-p2-std"]))
     assert result.fits
     assert result.decode.tokens_per_gpu == 652
-    assert result.decode.tgs == pytest.approx(10460, rel=0.01)
-    assert abs(result.decode.tgs - 9087) / 9087 < 0.16
+    assert result.decode.tgs == pytest.approx(7914, rel=0.01)
+    assert abs(result.decode.tgs - 9087) / 9087 < 0.15

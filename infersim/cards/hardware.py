@@ -54,6 +54,10 @@ class Derates:
     deepep_low_latency_latency: float = spec(doc="fixed latency of one DeepEP low-latency dispatch or combine, seconds", ge=0)
     deepep_normal_sms: int = spec(doc="SMs DeepEP normal mode occupies while it runs (taken from overlapped compute)", ge=0)
     # Default only so that inline test cards stay short; every bundled card sets it with its source.
+    deepep_copy_rate_per_sm: float = spec(
+        6.0e9, doc="bytes/s one SM held by DeepEP normal mode moves through a GPU's receive side (forwarding "
+                   "RDMA arrivals over NVLink, copying them out): the kernel's rate limit is this x its SMs", gt=0)
+    # Default only so that inline test cards stay short; every bundled card sets it with its source.
     pcie_efficiency: float = spec(
         0.8, doc="achievable fraction of pcie_bandwidth for pinned host-to-device copies while streaming weights/KV "
                  "(offloaded inference)", gt=0, le=1)

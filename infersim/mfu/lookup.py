@@ -176,6 +176,7 @@ class KernelGrid:
     # kv_len: keys beyond the window are not attended), or None: above a row's range the time is
     # extended only up to it (see _extend_above)
     work_limits: tuple[float | None, ...] = ()
+    best_efficiency: float = 0.0  # the highest efficiency of any of its points (beyond_range's anchor)
 
     def evaluate(self, query: Sequence[float], query_flops: float) -> GridValue:
         """Time and efficiency of the kernel at `query` (axis values) doing `query_flops`."""
@@ -216,7 +217,7 @@ def build_grid(axes: Sequence[str], points: Iterable[tuple[Sequence[float], floa
     if limits and len(limits) != len(axes):
         raise ValueError(f"work limits {limits}: needs one per axis {tuple(axes)}")
     return KernelGrid(tuple(axes), _build_level(listed, tuple(axes), interpolation), interpolation, flops_per_second,
-                      limits)
+                      limits, max((leaf[1] for _, leaf in listed), default=0.0))
 
 
 def _same(a: float, b: float) -> bool:
@@ -465,6 +466,16 @@ def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
             for key, (axes, files, peak, points) in collected.items()}
 
 
+def _routing_skew(table_dir: TableDirectory, files: Sequence[str]) -> float:
+    """The power-law exponent of the routing a grid's grouped-GEMM rows were timed under (provenance
+    moe_routing 'power_law_<alpha>'), 0 for balanced routing or other families."""
+    for name in files:
+        info = table_dir.provenance.tables.get(name)
+        if info is not None and info.includes_imbalance and info.moe_routing.startswith("power_law_"):
+            return float(info.moe_routing.removeprefix("power_law_"))
+    return 0.0
+
+
 def grid_from_points(source: GridSource, points: Sequence[GridPoint] | None = None,
                      interpolation: Interpolation = DEFAULT_INTERPOLATION) -> KernelGrid:
     """The interpolating grid of `source` (or of a subset of its points, for leave-one-out)."""
@@ -481,6 +492,8 @@ class Grid:
     kernel_grid: KernelGrid
     table: str  # "<directory>/<file>" the points came from
     points: int
+    # power-law exponent of the routing its grouped-GEMM rows were timed under (0: balanced)
+    routing_skew: float = 0.0
 
 
 class MfuTables:
@@ -496,7 +509,7 @@ class MfuTables:
         for key, source in grid_points(table_dir).items():
             tables = "+".join(source.tables)
             grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
-                              f"{label}/{tables}", len(source.points))
+                              f"{label}/{tables}", len(source.points), _routing_skew(table_dir, source.tables))
         self.grids: Mapping[GridKey, Grid] = grids  # a KeptGrids where read from the on-disk cache
         self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
         self._gemm_planes = _gemm_planes(self.grids)
@@ -606,12 +619,18 @@ class MfuTables:
         if value.clamps:
             note = f"{describe_key(key)}: " + "; ".join(c.describe() for c in value.clamps)
             if all(c.extrapolated for c in value.clamps):
+                kernel_grid = grid.kernel_grid
+                edge = _edge_of(kernel_grid, coords, value.clamps, shape.flops / repeats)
+                axis, top, edge_seconds = edge if edge else ("", 0.0, 0.0)
                 return TableHit(seconds, grid.table, "extrapolated", value.efficiency,
-                                note + "; extended at the last interval's time per unit of work")
+                                note + "; extended at the last interval's time per unit of work",
+                                axis, top, repeats * edge_seconds * kernel_grid.flops_per_second / peak_flops,
+                                kernel_grid.best_efficiency if len(kernel_grid.axes) > 1 else 0.0, grid.routing_skew)
             return TableHit(seconds, grid.table, "edge", value.efficiency,
-                            note + f"; roofline at edge efficiency {value.efficiency:.3f}")
+                            note + f"; roofline at edge efficiency {value.efficiency:.3f}",
+                            moe_routing_skew=grid.routing_skew)
         method: Literal["exact", "interpolated"] = "exact" if value.exact else "interpolated"
-        return TableHit(seconds, grid.table, method, value.efficiency)
+        return TableHit(seconds, grid.table, method, value.efficiency, moe_routing_skew=grid.routing_skew)
 
     def _collective(self, shape: CollectiveShape) -> TableHit | None:
         """A collective inside one node, by kind and ranks, piecewise linear in the message bytes
@@ -735,6 +754,91 @@ class MfuTables:
             elementwise = f"; elementwise kernels at {prov.elementwise_memory_efficiency:.2f} of HBM bandwidth ({source})"
         return (f"{display_path(self.directory)} ({prov.device.name}, {origin}{engine}, measured {prov.measured_on}; "
                 f"{len(self.grids)} grids: {kinds}{collectives}{routing}{elementwise})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Beyond a table's range: when the last interval's slope stands, and what prices the kernel if not
+#
+# A row is extended above its last point at the last interval's time per unit of work (_extend_above):
+# the shape of a kernel with a fixed cost plus a cost per unit of work, which predicts the next points
+# of a row best, and (benchmarks/mfu_extrapolation.py --far) goes on predicting points 4-32x beyond a
+# row's end best while the kernel stays in one regime. Where the shape turns from memory-bound (at
+# the row's last point, on the hardware card's roofline) to compute-bound (at the query), the slope
+# describes weight streaming, not the compute-bound kernel: an MoE grouped GEMM measured up to a few
+# hundred tokens per expert re-reads its weights there, and its slope says nothing of the GEMM at
+# thousands. If the table measured the kernel elsewhere on its grid (other EP sizes, other batches),
+# the kernel is then priced by the roofline anchored at the table: its streaming rate at the row's
+# last point (bytes / time) and the best FLOP efficiency the grid reaches, marked "edge". This holds
+# for the MoE grouped GEMMs, whose grids span EP sizes (the compute-bound kernel is measured at the
+# small EP sizes' token counts): on held-out points 4-32x beyond cuts from 256 up it cuts the p90
+# error of the aiconfigurator grouped-GEMM tables from 59-106% to 51-76% (medians 14-24% -> 19-24%).
+# Elsewhere the slope stays: grids of one row (a GEMM's m, a prefill's sequence) know nothing else
+# (anchored at the row's own efficiency they err 108-243% where they cross), and attention decode
+# crossings were measured worse anchored (median 24-53% against 20-28%).
+
+# the shape field each extended work axis sets (prefill seq_len sets q_len and kv_len)
+_WORK_FIELDS = {"m": ("m",), "tokens_per_gpu": ("tokens_per_gpu",), "batch": ("batch",), "kv_len": ("kv_len",),
+                "seq_len": ("q_len", "kv_len")}
+
+
+def _edge_of(grid: KernelGrid, coords: tuple[float, ...], clamps: tuple[Clamp, ...],
+             query_flops: float) -> tuple[str, float, float] | None:
+    """(axis, last measured value, table time there) of an extrapolated lookup: the shape moved back
+    to the lowest last point among the rows it was extended on. None when more than one axis was
+    extended, or the edge itself falls outside the table."""
+    axes = {c.axis for c in clamps}
+    if len(axes) != 1:
+        return None
+    axis = axes.pop()
+    top = min(c.high for c in clamps)
+    at_edge = tuple(top if name == axis else value for name, value in zip(grid.axes, coords))
+    value = grid.evaluate(at_edge, query_flops)
+    if value.clamps:
+        return None
+    return axis, top, value.seconds
+
+
+def with_work(shape: KernelShape, axis: str, value: float) -> KernelShape | None:
+    """`shape` with work axis `axis` set to `value` (None: an axis no shape field carries)."""
+    fields = _WORK_FIELDS.get(axis)
+    if fields is None:
+        return None
+    import dataclasses
+
+    cast = {name: type(getattr(shape, name)) for name in fields}
+    return dataclasses.replace(shape, **{name: cast[name](value) for name in fields})
+
+
+#: (FLOPs the tensor cores execute, achievable FLOP/s, achievable bytes/s) of a shape on the
+#: hardware card's roofline (infersim.timing supplies it)
+Roofline = Callable[[KernelShape], tuple[float, float, float]]
+
+
+def regime(shape: KernelShape, roofline: Roofline) -> Literal["compute", "memory"]:
+    """Which bound the card's roofline puts this shape under."""
+    flops, compute, memory = roofline(shape)
+    return "compute" if flops / compute >= shape.bytes / memory else "memory"
+
+
+def beyond_range(shape: KernelShape, hit: TableHit, roofline: Roofline, peak_flops: float) -> TableHit:
+    """Apply the beyond-range rule to an extrapolated hit of `shape` (see the section comment): the
+    hit as it is, unless an MoE grouped GEMM crosses from its row's memory-bound last point into the
+    compute regime in a grid of several rows; then the roofline anchored at the table, marked edge."""
+    if not isinstance(shape, GroupedGemmShape) or not hit.best_efficiency > 0:
+        return hit
+    edge = with_work(shape, hit.edge_axis, hit.edge_value) if hit.edge_axis and hit.edge_seconds > 0 else None
+    if edge is None or not edge.flops > 0:
+        return hit
+    if regime(edge, roofline) != "memory" or regime(shape, roofline) != "compute":
+        return hit
+    streaming = edge.bytes / hit.edge_seconds  # the table's streaming rate at the row's last point
+    compute = hit.best_efficiency * peak_flops  # the best FLOP rate its grid measured
+    seconds = max(shape.flops / compute, shape.bytes / streaming)
+    note = (hit.note.replace("; extended at the last interval's time per unit of work", "")
+            + f"; memory-bound at the table's last point, compute-bound here: roofline anchored at the table "
+              f"(its streaming rate there, {streaming / 1e12:.3g} TB/s, and its best efficiency, "
+              f"{hit.best_efficiency:.3f} of peak)")
+    return TableHit(seconds, hit.table, "edge", shape.flops / (seconds * peak_flops), note)
 
 
 def _hbm_rows(directory: Path, table_dir: TableDirectory) -> tuple[tuple[str, float, float, str], ...]:

@@ -66,9 +66,11 @@ def _nccl_multinode(shape: CollectiveShape, hw: HardwareCard) -> tuple[float, st
     local = min(shape.ranks_per_node, ranks)
     all_reduce = shape.kind == "all_reduce"
     log_nodes = int(math.log2(nodes))  # NCCL log2i: integer floor
-    # bus bandwidth of the graph: NVLink inside the node, or the node's NICs (one per GPU) together
-    bus = min(hw.peak.nvlink_bandwidth * hw.derates.nvlink_efficiency,
-              local * hw.peak.network_bandwidth * hw.derates.network_efficiency)
+    nvlink = hw.peak.nvlink_bandwidth * hw.derates.nvlink_efficiency
+    nics = local * hw.peak.network_bandwidth * hw.derates.network_efficiency  # the node's NICs, one per GPU
+    # bus bandwidth of the ring: every GPU forwards 2(n-1)/n of the buffer over NVLink, and each
+    # ring leaves every node once, so the node's NICs together carry that much too
+    bus = min(nvlink, nics)
     ll_max = _LL_MAX_BW[_generation(hw)][0 if nodes == 1 else 1 if nodes == 2 else 2]
     nsteps = 2 * (ranks - 1) if all_reduce else ranks - 1
     inter_steps = 2 * (nodes - 1) if all_reduce else nodes - 1
@@ -76,6 +78,8 @@ def _nccl_multinode(shape: CollectiveShape, hw: HardwareCard) -> tuple[float, st
     for proto in ("LL", "LL128", "Simple"):
         # Ring
         base, intra_hop, net_hop = _RING_LATENCY[proto]
+        if local == 1:  # NCCL: with one GPU per node the network latency is fully exposed: Tree's NET value
+            net_hop = hw.derates.collective_latency[proto].network_hop
         step = max(intra_hop, _NET_OVERHEAD * (3 if proto == "Simple" else 1))
         latency = base + (nsteps - inter_steps) * step + inter_steps * net_hop
         bw = {"LL": min(ll_max, bus * _RING_LL_BW), "LL128": bus * _RING_LL128_BW, "Simple": bus}[proto]
@@ -84,12 +88,17 @@ def _nccl_multinode(shape: CollectiveShape, hw: HardwareCard) -> tuple[float, st
             best, best_name = seconds, f"Ring {proto}"
         if not all_reduce:
             continue
-        # Tree (all-reduce only): the card's collective_latency holds NCCL's Tree values
+        # Tree (all-reduce only): the card's collective_latency holds NCCL's Tree values. Data flow:
+        # inside the node a chain, whose GPUs send and receive the buffer twice (reduce up, broadcast
+        # down): algorithm bandwidth NVLink / 2; across nodes NCCL's double binary tree, where a node
+        # sends and receives the buffer once at 2 nodes (root of one tree, leaf of the other) and
+        # twice beyond (internal in one tree: two children) over its NICs together. NCCL's own model
+        # (tuning.cc) says the same by taking the intra bandwidth at <= 2 nodes.
         tree = hw.derates.collective_latency[proto]
         latency = tree.base + 2 * ((local - 1) * tree.nvlink_hop + log_nodes * tree.network_hop)
-        bw = bus * _TREE_ALLREDUCE_BW
-        bw = {"LL": min(bw * _TREE_LL_BW, ll_max), "LL128": bw * _TREE_LL128_BW, "Simple": bw}[proto]
-        seconds = latency + shape.bytes_per_rank / (bw * 0.5)
+        algo = min(nvlink / 2, nics / (1 if nodes == 2 else 2)) * _TREE_ALLREDUCE_BW
+        algo = {"LL": min(algo * _TREE_LL_BW, ll_max * 0.5), "LL128": algo * _TREE_LL128_BW, "Simple": algo}[proto]
+        seconds = latency + shape.bytes_per_rank / algo
         if seconds < best:
             best, best_name = seconds, f"Tree {proto}"
     return best, best_name
@@ -121,20 +130,37 @@ def _bandwidth_time(intra: float, inter: float, hw: HardwareCard, efficiency: fl
 
 
 def token_exchange_cost(shape: TokenExchangeShape, hw: HardwareCard) -> Cost:
+    """EP dispatch / combine. NCCL: latency + the busiest link. DeepEP normal mode pipelines its
+    stages in chunks (RDMA to one GPU per destination node, NVLink forwarding inside it, copy-out),
+    so the slowest stage sets the time: the NIC, NVLink, or the SMs it holds, through which every
+    received token passes (internode.cu forwards one token per warp at a time; the same rate caps
+    intranode.cu). DeepEP low-latency mode adds its receive pass after the exchange."""
     if shape.ep <= 1 or shape.tokens <= 0:
         return Cost(0.0, 0.0, 0.0, Bound.COMM, Source.ROOFLINE, "no peers")
     intra, inter = shape.traffic()
+    nodes = f"{shape.nodes} node{'s' if shape.nodes > 1 else ''}"
+    where = f"{shape.implementation} {shape.direction} over EP{shape.ep} ({nodes}): "
+    links = f"{intra / 1e6:,.1f} MB NVLink, {inter / 1e6:,.1f} MB network per GPU"
     if shape.implementation == "nccl":
         proto = hw.derates.collective_latency["Simple"]
         local = min(shape.ranks_per_node, shape.ep)
         latency = proto.base + (local - 1) * proto.nvlink_hop + math.log2(shape.nodes) * proto.network_hop
-    elif shape.implementation == "deepep-low-latency":
-        latency = hw.derates.deepep_low_latency_latency
-    else:
-        latency = hw.derates.deepep_normal_latency
-    seconds = latency + _bandwidth_time(intra, inter, hw, 1.0)
-    detail = (f"{shape.implementation} {shape.direction} over EP{shape.ep} ({shape.nodes} node{'s' if shape.nodes > 1 else ''}): "
-              f"{intra / 1e6:,.1f} MB NVLink, {inter / 1e6:,.1f} MB network per GPU")
+        return Cost(0.0, intra + inter, latency + _bandwidth_time(intra, inter, hw, 1.0), Bound.COMM, Source.ROOFLINE,
+                    where + links)
+    if shape.implementation == "deepep-low-latency":
+        receive = shape.receive_pass()
+        receive_s = receive / (hw.peak.hbm_bandwidth * hw.derates.elementwise_memory_efficiency)
+        seconds = hw.derates.deepep_low_latency_latency + _bandwidth_time(intra, inter, hw, 1.0) + receive_s
+        detail = where + links + f", {receive / 1e6:,.1f} MB receive pass"
+        return Cost(0.0, intra + inter + receive, seconds, Bound.COMM, Source.ROOFLINE, detail)
+    sms = shape.sms or hw.derates.deepep_normal_sms
+    received = shape.received()
+    stages = {"NVLink/NIC": _bandwidth_time(intra, inter, hw, 1.0)}
+    if sms:
+        stages[f"{sms} SMs"] = received / (sms * hw.derates.deepep_copy_rate_per_sm)
+    bound = max(stages, key=stages.__getitem__)
+    seconds = hw.derates.deepep_normal_latency + stages[bound]
+    detail = where + links + f", {received / 1e6:,.1f} MB through {sms} SMs; bound: {bound}"
     return Cost(0.0, intra + inter, seconds, Bound.COMM, Source.ROOFLINE, detail)
 
 
@@ -151,6 +177,8 @@ def collective_cost(shape: CollectiveShape, hw: HardwareCard) -> Cost:
     nodes = shape.nodes
     if shape.implementation == "nccl" and nodes > 1 and shape.kind in ("all_reduce", "all_gather", "reduce_scatter"):
         seconds, algo = _nccl_multinode(shape, hw)
+        # an NCCL collective is one kernel: it pays the launch gap every kernel pays
+        seconds += hw.derates.kernel_launch_overhead
         detail = f"NCCL {shape.kind} over {shape.ranks} GPUs ({nodes} nodes), {algo} (NCCL tuning model)"
         return Cost(0.0, shape.bytes_per_rank, seconds, Bound.COMM, Source.ROOFLINE, detail)
     if shape.implementation == "nccl":

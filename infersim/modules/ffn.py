@@ -14,7 +14,7 @@ rank (its tokens, its distinct activated experts), not the mean one.
 from __future__ import annotations
 
 from infersim.cards.model import ModelCard
-from infersim.config import Deployment
+from infersim.config import Deployment, dense_ffn_tp
 from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape, TokenExchangeShape
 from infersim.cards.engine import elementwise_code
 from infersim.modules import categories as cat
@@ -24,6 +24,11 @@ from infersim.modules.load_balance import MoeBalance, moe_balance
 from infersim.plan import Operation, StageContext
 from infersim.sharding import shard
 from infersim.units import ACT_BYTES
+
+# bytes of fp32 scale per fp8 value when activations are quantized in groups of 128 (4 / 128)
+FP8_GROUP_SCALE_BYTES = 4.0 / 128
+# bytes of scale per NVFP4 value: one e4m3 scale per block of 16 values (1 / 16)
+NVFP4_SCALE_BYTES = 1.0 / 16
 
 
 
@@ -70,7 +75,7 @@ def attention_output_collective(model: ModelCard, dep: Deployment, ctx: StageCon
 
 
 def dense_ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
-    ffn_tp, attn_tp = dep.ffn.tp, dep.attention.tp
+    ffn_tp, attn_tp = dense_ffn_tp(dep), dep.attention.tp
     h = model.hidden_size
     tokens = ctx.tokens_per_gpu * ffn_tp
     width = shard(model.intermediate_size, ffn_tp, "intermediate_size", "ffn.tp")
@@ -167,17 +172,25 @@ def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list
     ops += before
     if dep.moe_comm != "all-gather":
         impl = "nccl" if dep.moe_comm == "all-to-all" else dep.moe_comm
-        dispatch_bytes = 1.0 if prec.expert_gemm_dtype == "fp8" else ACT_BYTES  # DeepEP/SGLang dispatch fp8 when expert GEMMs are fp8
+        token_bytes = h * ACT_BYTES
+        if prec.expert_gemm_dtype == "fp8":  # DeepEP/SGLang dispatch fp8 when expert GEMMs are fp8
+            # DeepEP's fp8 dispatch carries one fp32 scale per 128 values beside the fp8 hidden state
+            # (its x_scales; SGLang quantizes in groups of 128 before a DeepEP dispatch)
+            token_bytes = h * (1.0 + (FP8_GROUP_SCALE_BYTES if impl.startswith("deepep") else 0.0))
+        elif prec.expert_gemm_dtype == "fp4":
+            # NVFP4 experts take NVFP4 tokens: quantized before the exchange (TensorRT-LLM's NVFP4
+            # all-to-all; SGLang's DeepEP low-latency path with SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH), half a
+            # byte per value and one e4m3 scale per 16 values
+            token_bytes = h * (0.5 + NVFP4_SCALE_BYTES)
         ops.append(Operation("dispatch", cat.DISPATCH, TokenExchangeShape(
-            "dispatch", T, h * dispatch_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load,
+            "dispatch", T, token_bytes, E, k, ffn.ep, _ranks_per_node(ffn.ep, ctx), impl, load,
             model.n_group, model.topk_group)))
     # the most loaded EP rank: its routed tokens and its distinct activated experts
     grouped = dict(stage=ctx.stage, num_experts=E, ep=ffn.ep, topk=k, hidden=h, intermediate=width,
                    tokens_per_gpu=table_tokens * load, active_experts=balance.active_experts, gated=model.gated_ffn,
                    dtype=prec.expert_gemm_dtype, weight_dtype=prec.expert_weight_dtype, load_factor=load,
                    balanced_active_experts=balance.mean_active_experts,
-                   expert_slots=slots if slots != E else 0,
-                   rebalanced=dep.moe.load_balance in ("eplb", "ideal"))
+                   expert_slots=slots if slots != E else 0)
     routed = table_tokens * load * k
     up = width * (2 if model.gated_ffn else 1)
     if code == eager.FUSED:
@@ -208,9 +221,10 @@ def ffn_weight_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
     """(dense-layer FFN params, MoE-layer FFN params) of one layer held by one GPU."""
     h = model.hidden_size
     mats = model.ffn_matrices
-    dense = mats * h * model.intermediate_size / dep.ffn.tp if model.intermediate_size else 0.0
+    dense_tp = dense_ffn_tp(dep)
+    dense = mats * h * model.intermediate_size / dense_tp if model.intermediate_size else 0.0
     if model.mlp_bias and model.intermediate_size:
-        dense += (model.intermediate_size * (mats - 1)) / dep.ffn.tp + h
+        dense += (model.intermediate_size * (mats - 1)) / dense_tp + h
     if not model.is_moe:
         return dense, 0.0
     routed = routed_expert_params(model, dep)

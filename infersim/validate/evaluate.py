@@ -50,6 +50,7 @@ class Comparison:
     dominant_module: str  # module category (stages: the largest share of kernel time; kernels: the kernel's)
     dominant_detail: str = ""  # stages: that module's share of the step; kernels: its bound
     note: str = ""
+    accepted_outlier: str = ""  # listed but out of the statistics, with the reason (points.yaml)
 
     @property
     def error(self) -> float:
@@ -82,15 +83,20 @@ class Validation:
     comparisons: list[Comparison] = field(default_factory=list)
     not_expressed: list[NotExpressed] = field(default_factory=list)
 
+    @property
+    def counted(self) -> list[Comparison]:
+        """The comparisons the statistics count: all but the accepted outliers."""
+        return [c for c in self.comparisons if not c.accepted_outlier]
+
     def stats(self) -> dict[str, Any]:
-        """Overall, by source and by kind family (kernel / stage / serving)."""
+        """Overall, by source and by kind family (kernel / stage / serving), accepted outliers left out."""
         by_source: dict[str, list[float]] = {}
         by_kind: dict[str, list[float]] = {}
-        for c in self.comparisons:
+        for c in self.counted:
             by_source.setdefault(c.source, []).append(c.error)
             by_kind.setdefault(c.family, []).append(c.error)
         return {
-            "overall": summarize(c.error for c in self.comparisons),
+            "overall": summarize(c.error for c in self.counted),
             "by_source": {k: summarize(v) for k, v in by_source.items()},
             "by_kind": {k: summarize(v) for k, v in by_kind.items()},
         }
@@ -368,5 +374,6 @@ def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMappi
                 continue
             measured = point.value[key] if isinstance(point.value, dict) else point.value
             out.comparisons.append(Comparison(cid, pid, point.source, entry.kind, entry.family, float(measured),
-                                              predicted, _unit(point, key, conv), module[0], module[1], note))
+                                              predicted, _unit(point, key, conv), module[0], module[1], note,
+                                              entry.accepted_outlier))
     return out

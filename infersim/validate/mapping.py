@@ -33,7 +33,8 @@ KERNEL_FROM = ("time_us", "tflops", "gbps")
 STAGE_FROM = {"prefill.tgs": ("prefill", "tgs"), "prefill.ttft_ms": ("prefill", "ttft_ms"),
               "decode.tgs": ("decode", "tgs"), "decode.tpot_ms": ("decode", "tpot_ms")}
 
-_ENTRY_KEYS = {"id", "kind", "hardware", "kernel", "run", "serving", "metric", "metrics", "not_expressed", "why"}
+_ENTRY_KEYS = {"id", "kind", "hardware", "kernel", "run", "serving", "metric", "metrics", "not_expressed", "why",
+               "accepted_outlier"}
 _CONVERSION_KEYS = {"from", "multiply", "bytes", "unit", "kernel", "why"}
 
 
@@ -68,6 +69,9 @@ class PointMapping:
     run: dict[str, Any] = field(default_factory=dict)
     serving: dict[str, Any] = field(default_factory=dict)
     not_expressed: str = ""
+    # a point compared and listed, but kept out of the statistics, with the reason its own run gives
+    # (never a reason to fit it)
+    accepted_outlier: str = ""
 
     @property
     def family(self) -> str:
@@ -136,6 +140,10 @@ def _entry(data: Any, index: int, source: str) -> PointMapping:
     if not isinstance(not_expressed, str):
         raise ConfigError(source, f"{where}.not_expressed", not_expressed, "expected the reason as text")
     not_expressed = " ".join(not_expressed.split())
+    accepted = data.get("accepted_outlier") or ""
+    if not isinstance(accepted, str):
+        raise ConfigError(source, f"{where}.accepted_outlier", accepted, "expected the reason as text")
+    accepted = " ".join(accepted.split())
     if "metric" in data and "metrics" in data:
         raise ConfigError(source, where, MISSING, "give `metric` (one number) or `metrics` (one per sub-metric), not both")
     metrics: dict[str, Conversion] = {}
@@ -168,7 +176,7 @@ def _entry(data: Any, index: int, source: str) -> PointMapping:
         if not isinstance(value, dict):
             raise ConfigError(source, f"{where}.{name}", value, "expected a mapping")
     return PointMapping(pid, kind, why, metrics, str(hardware or ""), dict(kernel), dict(run), dict(serving),
-                        not_expressed)
+                        not_expressed, accepted)
 
 
 def load_mapping(path: Path) -> dict[str, PointMapping]:

@@ -27,7 +27,8 @@ def _stats_data(stats: Stats | None) -> dict[str, Any] | None:
 
 def _point_data(c: Comparison) -> dict[str, Any]:
     return {"id": c.id, "source": c.source, "kind": c.kind, "measured": c.measured, "predicted": c.predicted,
-            "error_pct": 100 * c.error, "unit": c.unit, "dominant_module": c.dominant_module, "dominant_detail": c.dominant_detail, "note": c.note}
+            "error_pct": 100 * c.error, "unit": c.unit, "dominant_module": c.dominant_module, "dominant_detail": c.dominant_detail, "note": c.note,
+            "accepted_outlier": c.accepted_outlier or None}
 
 
 def to_json_data(result: Validation) -> dict[str, Any]:
@@ -44,6 +45,8 @@ def to_json_data(result: Validation) -> dict[str, Any]:
         },
         "not_expressed": [{"id": n.id, "source": n.source, "kind": n.kind, "reason": n.reason}
                           for n in result.not_expressed],
+        "excluded": [{"id": c.id, "source": c.source, "error_pct": 100 * c.error, "reason": c.accepted_outlier}
+                     for c in result.comparisons if c.accepted_outlier],
     }
 
 
@@ -62,7 +65,8 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
     if summary_only:
         pass
     elif result.comparisons:
-        rows = [[c.id, c.kind, _number(c.measured), _number(c.predicted), f"{100 * c.error:+.1f}%", c.unit,
+        rows = [[c.id + (" [excluded]" if c.accepted_outlier else ""), c.kind, _number(c.measured),
+                 _number(c.predicted), f"{100 * c.error:+.1f}%", c.unit,
                  c.dominant_module + (f" ({c.dominant_detail})" if c.dominant_detail else "")]
                 for c in result.comparisons]
         lines.append(tabulate(rows, headers=["point", "kind", "measured", "predicted", "error", "unit", "dominant module"],
@@ -74,10 +78,13 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
     rows += [_stats_row(f"source {k}", v) for k, v in sorted(stats["by_source"].items())]
     rows += [_stats_row(f"kind {k}", v) for k, v in sorted(stats["by_kind"].items())]
     overall = stats["overall"]
+    excluded = [c for c in result.comparisons if c.accepted_outlier]
     if overall is not None:
         lines += ["" if not summary_only else None, f"overall: {overall.n} numbers compared, median |error| {100 * overall.median_abs_error:.1f}%, "
                       f"mean |error| {100 * overall.mean_abs_error:.1f}%, within {round(100 * WITHIN)}%: "
-                      f"{100 * overall.within_share:.0f}%; {len(result.not_expressed)} points not expressed"]
+                      f"{100 * overall.within_share:.0f}%; {len(result.not_expressed)} points not expressed"
+                      + (f"; {len(excluded)} accepted outlier{'s' if len(excluded) > 1 else ''} excluded" if excluded
+                         else "")]
     lines += ["", "SUMMARY (error = (predicted - measured) / measured)",
               tabulate(rows, headers=["group", "n", "median |err|", "mean |err|", "signed mean",
                                       f"within {round(100 * WITHIN)}%"], disable_numparse=True)]
@@ -88,6 +95,9 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
     notes = [c for c in result.comparisons if c.note and c.kind not in ("kernel_gemm", "kernel_grouped_gemm", "deepep")]
     if notes:
         lines += ["", "NOTES"] + [f"  {c.id}: {c.note}" for c in notes]
+    if excluded:
+        lines += ["", f"EXCLUDED FROM THE STATISTICS: accepted outliers of their own runs ({len(excluded)})"]
+        lines += [f"  {c.id} [{c.source}] {100 * c.error:+.1f}%: {c.accepted_outlier}" for c in excluded]
     if result.not_expressed:
         lines += ["", f"NOT EXPRESSED ({len(result.not_expressed)})"]
         lines += [f"  {n.id} [{n.source}]: {n.reason}" for n in result.not_expressed]
