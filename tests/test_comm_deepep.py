@@ -97,7 +97,7 @@ def test_deepep_normal_tables_within_10_percent():
     top-8 of 256, node groups = nodes with top-min(nodes, 4), fp8 dispatch / bf16 combine), bandwidth
     as DeepEP's tests count it: NVLink bytes received (intranode) or RDMA tokens x nodes hit, own
     node included (internode); nodes hit per token from a 20,000-token Monte Carlo of that routing."""
-    points = {p["id"]: p["value"] for p in yaml.safe_load(shared_reference("validation.yaml").read_text())["data_points"]}
+    points = {p["id"]: p["value"] for p in yaml.safe_load(public_reference("validation.yaml").read_text())["data_points"]}
     hw, _ = load_hardware_card("h800")
     nodes_hit = {16: 1.99255, 32: 3.6136, 64: 3.98265}
     groups = {8: (1, 0), 16: (2, 2), 32: (4, 4), 64: (8, 4)}
