@@ -484,6 +484,23 @@ def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCa
     return dep
 
 
+def _check_expert_slots(model: ModelCard, hw: HardwareCard, dep: Deployment, slots: int, fail: Any) -> None:
+    """The expert slots one GPU holds must fit in its HBM before anything places them slot by slot
+    (EPLB placement walks every slot): a physical bound on redundant_experts and num_experts."""
+    from infersim.units import dtype_bytes
+
+    per_gpu = slots // dep.ffn.ep
+    layers = -(-model.num_moe_layers // dep.pp)  # the stage holding the most MoE layers has at least these
+    one = model.ffn_matrices * model.hidden_size * model.moe_intermediate_size / dep.ffn.tp
+    need = per_gpu * layers * one * dtype_bytes(dep.precision.expert_weight_dtype)
+    if need > hw.peak.hbm_bytes:
+        field = "deployment.moe.redundant_experts" if dep.moe.redundant_experts else "deployment.ffn.ep"
+        raise fail(field, dep.moe.redundant_experts if dep.moe.redundant_experts else dep.ffn.ep,
+                   f"{slots:,} expert slots over EP {dep.ffn.ep} put {per_gpu:,} on each GPU, whose weights alone "
+                   f"({layers} layers) need {need / 1e9:,.3g} GB, more than the {hw.peak.hbm_bytes / 1e9:,.4g} GB of "
+                   f"{hw.name}'s HBM")
+
+
 def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source: str) -> Deployment:
     """Fill derived DP sizes and check that the layout fits the model and the machine."""
     def fail(field: str, value: Any, problem: str) -> ConfigError:
@@ -561,6 +578,7 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
             shard(model.moe_intermediate_size, ffn.tp, "moe_intermediate_size", "ffn.tp")
         except LayoutError as exc:
             raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep}, str(exc)) from None
+        _check_expert_slots(model, hw, dep, slots, fail)
         if ffn.tp > 1 and dep.moe_comm != "all-gather":
             # a TP-sharded expert needs every token of its TP group; exchanges only move routed copies
             raise fail("deployment.moe_comm", dep.moe_comm,
