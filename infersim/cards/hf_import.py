@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
+from infersim.cards.quantization import quantization_from_hf
 from infersim.cards.schema import check_number
 from infersim.errors import MISSING, ConfigError
 
@@ -181,6 +182,9 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     elif fields.get("q_lora_rank") is None:
         fields.pop("q_lora_rank", None)
     _layer_fields(config, fields, source, model_type)
+    quantization = quantization_from_hf(config, source, fields)
+    if quantization is not None:
+        fields["quantization"] = quantization
     return fields
 
 

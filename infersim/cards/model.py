@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
+from infersim.cards.quantization import Quantization
 from infersim.cards.schema import spec
 from infersim.errors import ConfigError
 
@@ -91,6 +92,11 @@ class ModelCard:
     index_topk: int = spec(0, doc="DSA: tokens each query attends to, chosen by the indexer (0 = dense attention)", ge=0)
     # -- multi-token prediction --
     num_nextn_predict_layers: int = spec(0, doc="MTP modules (one transformer layer each) for speculative decoding", ge=0)
+    # -- the checkpoint --
+    quantization: Quantization | None = spec(
+        None, doc="how the checkpoint stores its weights (HF quantization_config: fp8 blocks, MXFP4, NVFP4, GPTQ/AWQ "
+                  "...); a run prices its weights so unless the run config names precision.weights/expert_weights; "
+                  "null: unquantised (bf16)")
 
     # ---- derived --------------------------------------------------------------------------
 

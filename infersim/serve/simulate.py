@@ -33,7 +33,14 @@ from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any
 
-from infersim.config import RunConfig, complete_layout, named_deployment_fields, with_engine_defaults, with_variant
+from infersim.config import (
+    RunConfig,
+    complete_layout,
+    named_deployment_fields,
+    with_checkpoint_precision,
+    with_engine_defaults,
+    with_variant,
+)
 from infersim.errors import InferSimError, echo
 from infersim.serve.cost import DEFAULT_WIDTH, StepCoster
 from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings, settings_from_engine
@@ -347,8 +354,9 @@ def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: st
     from infersim.cards.schema import build
     from infersim.config import Deployment
 
-    dep = with_engine_defaults(build(Deployment, deployment, where), named_deployment_fields(deployment), config.model,
-                               config.engine)
+    named = named_deployment_fields(deployment)
+    dep = with_engine_defaults(build(Deployment, deployment, where), named, config.model, config.engine)
+    dep = with_checkpoint_precision(dep, named, config.model, config.hardware)
     dep = complete_layout(dep, config.model, config.hardware, where)
     return with_variant(config, config.model, config.hardware, dep, config.workload)
 
