@@ -42,7 +42,8 @@ class ModelCard:
     tie_word_embeddings: bool = spec(False, doc="LM head shares the embedding matrix")
     attention_bias: bool = spec(False, doc="QKV/O projections have biases (parameter count only)")
     mlp_bias: bool = spec(False, doc="MLP projections have biases (parameter count only)")
-    num_experts: int = spec(0, doc="routed experts per MoE layer (0 = dense model)", ge=0)
+    # at most 1,048,576 (the most published: PEER's 1024^2 product-key experts); routing statistics walk every expert
+    num_experts: int = spec(0, doc="routed experts per MoE layer (0 = dense model)", ge=0, le=1_048_576)
     num_experts_per_tok: int = spec(0, doc="routed experts each token activates (top-k)", ge=0, le=100_000)
     moe_intermediate_size: int = spec(0, doc="routed expert FFN width", ge=0)
     n_group: int = spec(1, doc="expert groups for group-limited routing (DeepSeek-V3: 8; 1 = no groups)", gt=0)
