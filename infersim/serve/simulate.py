@@ -336,7 +336,7 @@ def build_requests(config: RunConfig, opts: ServeOptions) -> Arrivals:
         def make(tallies: Any) -> Iterator[Request]:
             return iter_offline(isl, osl, count, opts.seed, tallies)
     return generated_arrivals(make, isl, osl, "isl" if opts.isl else "workload.isl",
-                              "osl" if opts.osl else "workload.osl", lengths)
+                              "osl" if opts.osl else "workload.osl", lengths, count)
 
 
 def _listed(requests: Iterable[Request]) -> Arrivals:

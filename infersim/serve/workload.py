@@ -222,6 +222,10 @@ def _span_error(what: str, span: float) -> InferSimError:
 
 def _lengths(isl: LengthDist, osl: LengthDist, rng: random.Random,
              tallies: tuple[LengthTally, LengthTally] | None) -> Iterator[tuple[int, int]]:
+    if isl.dist == "fixed" and osl.dist == "fixed" and tallies is None:  # no draws: the same pair every time
+        pair = (isl.clip(isl.mean), osl.clip(osl.mean))
+        while True:
+            yield pair
     while True:
         a_raw = isl.raw(rng)
         b_raw = osl.raw(rng)
@@ -619,8 +623,11 @@ class Arrivals:
 
 def generated_arrivals(make: Callable[[tuple[LengthTally, LengthTally] | None], Iterator[Request]],
                        isl: LengthDist, osl: LengthDist, isl_name: str, osl_name: str,
-                       lengths: TraceLengths | None = None) -> Arrivals:
-    """Arrivals from a seeded generator `make(tallies)`; one pass counts and measures them."""
+                       lengths: TraceLengths | None = None, count: int | None = None) -> Arrivals:
+    """Arrivals from a seeded generator `make(tallies)`; one pass counts and measures them (none
+    where both lengths are fixed: the means are the lengths)."""
+    if isl.dist == "fixed" and osl.dist == "fixed" and lengths is None and count is not None:
+        return Arrivals(lambda: make(None), count, float(isl.clip(isl.mean)), float(osl.clip(osl.mean)))
     tallies = (LengthTally(isl_name, isl), LengthTally(osl_name, osl))
     count = total_isl = total_osl = 0
     first: Iterable[Request] = make(tallies)
