@@ -106,6 +106,23 @@ def test_a_trace_replays_every_row_and_a_cut_is_announced(tmp_path, capsys):
     assert "1,100 rows dropped" in out
 
 
+def test_a_trace_is_read_once_front_to_back(tmp_path, capsys):
+    """A directory is named so; a pipe (read once, never rewound) replays like the file."""
+    code, _, err = run(capsys, *SERVE, "--trace", str(tmp_path))
+    assert code == 2
+    one_line(err, "is a directory")
+    path = _trace(tmp_path / "t.csv", 30)
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, path.read_bytes())
+    os.close(write_fd)
+    try:
+        code, piped, _ = run(capsys, *SERVE, "--trace", f"/dev/fd/{read_fd}", "--format", "json")
+    finally:
+        os.close(read_fd)
+    code, plain, _ = run(capsys, *SERVE, "--trace", str(path), "--format", "json")
+    assert json.loads(piped)["mean_e2el_ms"] == json.loads(plain)["mean_e2el_ms"] and json.loads(plain)["completed"] == 30
+
+
 def test_trace_rows_are_held_as_typed_columns(tmp_path):
     from infersim.serve.workload import read_trace
 

@@ -366,11 +366,6 @@ class TraceRows:
             self.order = array("q", sorted(range(len(arrival)), key=arrival.__getitem__))  # stable: ties by row
 
 
-def _header_csv(handle: Any) -> list[str]:
-    header = next(csv.reader(handle), None)
-    return [h.strip() for h in header] if header else []
-
-
 def _fast_row(rows: TraceRows, arrival: Any, isl: Any, osl: Any) -> bool:
     """Append a row whose cells are plain numbers in range (CSV text or JSON numbers) without the
     general checks; False where any cell needs them (they then say what is wrong)."""
@@ -412,7 +407,9 @@ def read_trace(path: str | Path) -> TraceRows:
     """Parse a JSONL or CSV trace (by suffix: .jsonl/.json, else CSV) row by row into columns.
     Errors name the file, the row (1 = first data row) and the column."""
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir():
+        raise InferSimError(f"trace {path}: is a directory, not a JSONL or CSV trace")
+    if not p.exists():
         raise InferSimError(f"trace {path}: no such file")
     rows = TraceRows(str(p))
     prefix_ids: dict[str, int] = {}
@@ -425,10 +422,8 @@ def read_trace(path: str | Path) -> TraceRows:
                     if "prefix_id" in record or not _fast_row(rows, *_json_cells(record)):
                         _add_row(rows, p, number, record.get, None, prefix_ids)
             else:
-                header = _header_csv(fh)
-                fh.seek(0)
-                reader = csv.reader(fh)
-                next(reader, None)
+                reader = csv.reader(fh)  # read once, front to back: a pipe works too
+                header = [h.strip() for h in next(reader, None) or ()]
                 columns = {f: _column(header, f) for f in COLUMN_NAMES}
                 for required in ("arrival_s", "input_tokens", "output_tokens"):
                     if header and columns[required] is None:
