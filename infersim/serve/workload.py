@@ -366,38 +366,47 @@ class TraceRows:
             self.order = array("q", sorted(range(len(arrival)), key=arrival.__getitem__))  # stable: ties by row
 
 
+def _plain_count(cell: Any) -> int | None:
+    """A token count written plainly (CSV digits or a JSON integer) in 1..MAX_COUNT, else None."""
+    if type(cell) is str:
+        if "_" in cell:  # int() reads '1_000'; the number rule does not
+            return None
+        try:
+            cell = int(cell)
+        except ValueError:
+            return None
+    elif type(cell) is not int:
+        return None
+    return cell if 0 < cell <= MAX_COUNT else None
+
+
+def _plain_time(cell: Any) -> float | None:
+    """A time written plainly (CSV text or a JSON number) within the rule's magnitudes, else None."""
+    if type(cell) is str:
+        if "_" in cell:
+            return None
+        try:
+            cell = float(cell)
+        except ValueError:
+            return None
+    elif type(cell) is int or type(cell) is float:
+        cell = float(cell)
+    else:
+        return None
+    if -MAX_MAGNITUDE <= cell <= MAX_MAGNITUDE and (cell == 0 or abs(cell) >= MIN_MAGNITUDE):
+        return cell
+    return None
+
+
 def _fast_row(rows: TraceRows, arrival: Any, isl: Any, osl: Any) -> bool:
-    """Append a row whose cells are plain numbers in range (CSV text or JSON numbers) without the
-    general checks; False where any cell needs them (they then say what is wrong)."""
-    try:
-        if type(arrival) is str:
-            if "_" in arrival:
-                return False
-            arrival = float(arrival)
-        elif type(arrival) is int or type(arrival) is float:
-            arrival = float(arrival)
-        else:
-            return False
-        if type(isl) is str:
-            if "_" in isl:
-                return False
-            isl = int(isl)
-        elif type(isl) is not int:
-            return False
-        if type(osl) is str:
-            if "_" in osl:
-                return False
-            osl = int(osl)
-        elif type(osl) is not int:
-            return False
-    except (ValueError, OverflowError):
+    """Append a row whose cells are plain numbers in range without the general checks; False where
+    any cell needs them (they then say what is wrong)."""
+    time_s, input_tokens, output_tokens = _plain_time(arrival), _plain_count(isl), _plain_count(osl)
+    if time_s is None or input_tokens is None or output_tokens is None:
         return False
-    if not (0 < isl <= MAX_COUNT and 0 < osl <= MAX_COUNT and -MAX_MAGNITUDE <= arrival <= MAX_MAGNITUDE
-            and (arrival == 0 or abs(arrival) >= MIN_MAGNITUDE)):
-        return False
-    rows.arrival.append(arrival)
-    rows.isl.append(isl)
-    rows.osl.append(osl)
+    rows.arrival.append(time_s)
+    rows.isl.append(input_tokens)
+    rows.osl.append(output_tokens)
     rows.prefix.append(-1)
     rows.prefix_tokens.append(0)
     return True
