@@ -68,12 +68,15 @@ class MoeBalanceSpec:
 class Precision:
     """Number formats of GEMM inputs, stored weights, the KV cache and attention."""
 
-    gemm: Dtype = spec("bf16", doc="tensor-core input format of GEMMs (sets the FLOP/s peak)")
+    gemm: Dtype = spec("bf16", doc="tensor-core input format of GEMMs (sets the FLOP/s peak; default: a quantised "
+                                   "checkpoint's activation format where the GPU has it, else bf16)")
     weights: WeightDtype | None = spec(
-        None, doc="storage format of linear weights (default: same as gemm); narrower than gemm = weight-only "
-                  "quantisation (bytes follow weights, tensor-core rate follows gemm)")
+        None, doc="storage format of linear weights (default: a quantised checkpoint's, model.quantization, else same "
+                  "as gemm); narrower than gemm = weight-only quantisation (bytes follow weights, tensor-core rate "
+                  "follows gemm)")
     expert_weights: WeightDtype | None = spec(
-        None, doc="storage format of routed-expert weights (default: weights), e.g. fp4 for GPT-OSS's MXFP4 experts")
+        None, doc="storage format of routed-expert weights (default: the checkpoint's, else weights), e.g. fp4 for "
+                  "GPT-OSS's MXFP4 experts")
     expert_gemm: Dtype | None = spec(
         None, doc="tensor-core input format of routed-expert GEMMs (default: gemm), e.g. bf16 where MXFP4 experts "
                   "run as W4A16 on a GPU without fp4 tensor cores (Hopper)")

@@ -162,7 +162,7 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     memory = memory_budget(config.model, hw, dep, workload, None, engine, max(1, step_tokens))
     if memory.kv_capacity_bytes <= 0:
         raise NotPossible(f"does not fit: {config.model.name}'s weights need {memory.weights_bytes / 1e9:.2f} GB per GPU "
-                            f"of {hbm / 1e9:.2f} GB, {memory.reserved_bytes / 1e9:.2f} GB of it reserved by {engine.name}")
+                          f"of {hbm / 1e9:.2f} GB, {memory.reserved_bytes / 1e9:.2f} GB of it reserved by {engine.name}")
     # the pool is counted in tokens of the cache that grows with the context; the bounded cache
     # (sliding-window KV up to the window, recurrent state) of a mean-length request is spread over
     # its tokens, so a request of mean length is charged its whole footprint (Llama-4's chunked
@@ -329,7 +329,7 @@ class Instance:
                         return
                     if r.prompt_total - cached + remaining_out > s.kv_capacity_tokens:
                         raise NotPossible(f"request {r.req.id}: {r.prompt_total} + {remaining_out} tokens do not fit "
-                                            f"in the instance's KV cache of {s.kv_capacity_tokens:,} tokens")
+                                          f"in the instance's KV cache of {s.kv_capacity_tokens:,} tokens")
             waiting.popleft()
             if r.scheduled_s < 0:
                 r.scheduled_s = self.now
@@ -440,7 +440,7 @@ class Instance:
         n = self.n_dec if decode else 0
         if not chunks and not n:
             raise NotPossible(f"serve: instance {self.index} cannot schedule anything: the first waiting request "
-                                f"needs more KV cache than the {s.kv_capacity_tokens:,} tokens of the pool")
+                              f"needs more KV cache than the {s.kv_capacity_tokens:,} tokens of the pool")
         count_in = len(self.waiting) + len(self.prefilling) + self.n_dec
         if chunks:
             tokens = sum(q for _r, q in chunks)

@@ -160,7 +160,7 @@ def max_rate_under_slo(runner: RateRunner, offline_summary: dict[str, Any], ttft
         if tpot_s is not None:
             limits.append(f"{key} TPOT {best[f'{key}_tpot_ms']:.1f} ms (limit {tpot_s * 1e3:g} ms)")
         raise NotPossible(f"no request rate meets the SLO on this deployment: even at {lo:.3g} req/s "
-                            f"(1/100 of its capacity) {' and '.join(limits)}")
+                          f"(1/100 of its capacity) {' and '.join(limits)}")
     best_rate = lo
     if met_hi:
         best_rate, best = hi, top
