@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from infersim.cards.schema import check_number, spec
-from infersim.errors import ConfigError, echo
+from infersim.errors import ConfigError
 
 WeightFormat = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 ActivationFormat = Literal["fp8", "fp4", "int8"]
@@ -272,8 +272,3 @@ def _params(fields: dict[str, Any], part: str) -> float:
         return dense * 3 * h * fields.get("intermediate_size", 0)
     width = fields.get("shared_expert_intermediate_size") or fields.get("moe_intermediate_size", 0)
     return layers * 3 * h * width * fields.get("num_shared_experts", 0)
-
-
-def describe_exclusions(quant: Quantization) -> str:
-    return ", ".join(echo(p) for p in quant.excluded[:5]) + (f" (+{len(quant.excluded) - 5})"
-                                                             if len(quant.excluded) > 5 else "")
