@@ -134,7 +134,13 @@ def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentPa
     """The parser with the run command and the subcommand modules `only` (default: all)."""
     import argparse
 
-    parser = argparse.ArgumentParser(
+    class OneLineParser(argparse.ArgumentParser):
+        """Bad arguments are one line on stderr, as every other bad input (exit 2; --help shows usage)."""
+
+        def error(self, message: str) -> NoReturn:
+            self.exit(2, f"{self.prog}: error: {shorten(message, MAX_MESSAGE_CHARS)} (see {self.prog} --help)\n")
+
+    parser = OneLineParser(
         prog="infersim",
         description="Predict LLM serving speed and cost (TTFT, TPOT, tokens/GPU/s) on given GPUs, module by module.",
         epilog="Run `infersim --config X.yaml` (or `infersim --model M --hardware H --tp N ...`) to simulate, or a "

@@ -69,12 +69,15 @@ class MoeBalanceSpec:
 class Precision:
     """Number formats of GEMM inputs, stored weights, the KV cache and attention."""
 
-    gemm: Dtype = spec("bf16", doc="tensor-core input format of GEMMs (sets the FLOP/s peak)")
+    gemm: Dtype = spec("bf16", doc="tensor-core input format of GEMMs (sets the FLOP/s peak; default: a quantised "
+                                   "checkpoint's activation format where the GPU has it, else bf16)")
     weights: WeightDtype | None = spec(
-        None, doc="storage format of linear weights (default: same as gemm); narrower than gemm = weight-only "
-                  "quantisation (bytes follow weights, tensor-core rate follows gemm)")
+        None, doc="storage format of linear weights (default: a quantised checkpoint's, model.quantization, else same "
+                  "as gemm); narrower than gemm = weight-only quantisation (bytes follow weights, tensor-core rate "
+                  "follows gemm)")
     expert_weights: WeightDtype | None = spec(
-        None, doc="storage format of routed-expert weights (default: weights), e.g. fp4 for GPT-OSS's MXFP4 experts")
+        None, doc="storage format of routed-expert weights (default: the checkpoint's, else weights), e.g. fp4 for "
+                  "GPT-OSS's MXFP4 experts")
     expert_gemm: Dtype | None = spec(
         None, doc="tensor-core input format of routed-expert GEMMs (default: gemm), e.g. bf16 where MXFP4 experts "
                   "run as W4A16 on a GPU without fp4 tensor cores (Hopper)")
@@ -415,6 +418,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     dep_spec = spec_.deployment
     named = named_deployment_fields(raw.get("deployment")) - unnamed
     dep_spec = with_engine_defaults(dep_spec, named, model, engine)
+    dep_spec = with_checkpoint_precision(dep_spec, named, model, hardware)
     deployment = complete_layout(dep_spec, model, hardware, where)
     tables: KernelTables = NoTables()
     table_dir = mfu_tables if mfu_tables is not None else spec_.mfu_tables
@@ -542,8 +546,81 @@ def _attention_dp(dep: Deployment) -> int:
 
 
 def named_deployment_fields(raw: Any) -> frozenset[str]:
-    """The engine-derived deployment fields a run's deployment section names itself."""
-    return frozenset(k for k in raw if k in ENGINE_DERIVED_DEPLOYMENT_FIELDS) if isinstance(raw, dict) else frozenset()
+    """The engine-derived deployment fields a run's deployment section names itself, and its
+    precision fields as precision.<field> (the rest follow the checkpoint: with_checkpoint_precision)."""
+    if not isinstance(raw, dict):
+        return frozenset()
+    precision = raw.get("precision")
+    named = {f"precision.{k}" for k in precision} if isinstance(precision, dict) else set()
+    return frozenset({k for k in raw if k in ENGINE_DERIVED_DEPLOYMENT_FIELDS} | named)
+
+
+def _narrower(a: str, b: str) -> str:
+    """The format of fewer bytes per element (a on a tie: the one stored)."""
+    from infersim.units import dtype_bytes
+
+    return b if dtype_bytes(b) < dtype_bytes(a) else a
+
+
+def with_checkpoint_precision(dep: Deployment, named: Collection[str], model: ModelCard, hw: HardwareCard) -> Deployment:
+    """The deployment with the precision fields the run does not name taken from the model's
+    checkpoint (model.quantization): GEMM inputs in the format its kernels quantise activations to
+    where the GPU has that rate (else bf16, weight-only), weights and routed-expert weights as the
+    checkpoint stores them, or narrower where the GEMM format is (an engine quantises online to it).
+    An unquantised checkpoint changes nothing."""
+    q = model.quantization
+    if q is None or "precision.weights" in named:
+        return dep  # a run naming the weights' format says what is loaded (expert weights follow it)
+    prec = dep.precision
+    changes: dict[str, Any] = {}
+    gemm = prec.gemm
+    if "precision.gemm" not in named and q.activations and q.activations in hw.peak.flops:
+        gemm = changes["gemm"] = q.activations
+    weights = changes["weights"] = _narrower(q.weights, gemm)
+    if "precision.expert_weights" not in named and model.is_moe:
+        expert = _narrower(q.expert_weights, prec.expert_gemm or gemm)
+        if expert != weights:
+            changes["expert_weights"] = expert
+    return replace(dep, precision=replace(prec, **changes))
+
+
+CHECKPOINT_PRECISION_FIELDS = ("gemm", "weights", "expert_weights")
+
+
+def without_checkpoint_precision(dep: Deployment, named: Collection[str]) -> Deployment:
+    """The deployment with the precision fields with_checkpoint_precision may have set, and the run
+    did not name, back at their defaults (a sweep derives them again for each variant's model and GPU)."""
+    defaults = {f.name: f.default for f in fields(Precision)}
+    reset = {name: defaults[name] for name in CHECKPOINT_PRECISION_FIELDS if f"precision.{name}" not in named}
+    return replace(dep, precision=replace(dep.precision, **reset)) if reset else dep
+
+
+def weights_origin(config: RunConfig) -> dict[str, Any]:
+    """Which format the weights have and where it came from (the checkpoint, the run config, or
+    the default), for the report."""
+    dep, model, named = config.deployment, config.model, config.named_deployment
+    q = model.quantization
+    prec = dep.precision
+
+    def origin(field: str, value: str, stored: str | None) -> str:
+        if f"precision.{field}" in named or (field == "expert_weights" and "precision.weights" in named):
+            return "run config" + (f"; the checkpoint stores {stored}" if stored and stored != value else "")
+        if q is None:
+            return "default: an unquantised checkpoint, stored as the GEMM inputs"
+        return "checkpoint" if stored == value else f"quantised online to the GEMM inputs; the checkpoint stores {stored}"
+
+    out: dict[str, Any] = {
+        "gemm": prec.gemm, "gemm_from": "run config" if "precision.gemm" in named else (
+            "checkpoint" if q is not None and q.activations == prec.gemm else "default"),
+        "weights": prec.weight_dtype, "weights_from": origin("weights", prec.weight_dtype, q.weights if q else None),
+        "checkpoint": {"method": q.method, "weights": q.weights, "expert_weights": q.expert_weights,
+                       "activations": q.activations, "group_size": q.group_size, "detail": q.describe()} if q else None,
+    }
+    if model.is_moe:
+        out["expert_weights"] = prec.expert_weight_dtype
+        out["expert_weights_from"] = origin("expert_weights", prec.expert_weight_dtype,
+                                            q.expert_weights if q else None)
+    return out
 
 
 def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCard, engine: EngineCard) -> Deployment:
@@ -650,6 +727,12 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
             shard(model.moe_intermediate_size, ffn.tp, "moe_intermediate_size", "ffn.tp")
         except LayoutError as exc:
             raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep}, str(exc)) from None
+        if redundant > model.num_experts * (ffn.ep - 1):
+            # past a copy of every expert on every EP rank a replica has nowhere to go; EPLB would still
+            # walk every slot before the memory check
+            raise fail("deployment.moe.redundant_experts", redundant,
+                       f"more than {model.num_experts * (ffn.ep - 1):,} = {model.num_experts} experts x (EP {ffn.ep} - 1): "
+                       "past a copy of every expert on every EP rank a replica has nowhere to go")
         if ffn.tp > 1 and dep.moe_comm != "all-gather":
             # a TP-sharded expert needs every token of its TP group; exchanges only move routed copies
             raise fail("deployment.moe_comm", dep.moe_comm,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 
+from infersim.config import weights_origin
 from infersim.engine import OperationResult, StageResult, combined_source
 from infersim.kernels import Bound
 from infersim.modules.step import lm_head_gathered_dp
@@ -140,6 +141,7 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
         "hardware": cfg.hardware.name,
         "hardware_peaks": _hardware_peaks(cfg.hardware),
         "deployment": _deployment_json(cfg.deployment),
+        "weights_format": weights_origin(cfg),
         "workload": dataclasses.asdict(cfg.workload),
         "engine": {"name": cfg.engine.name, "framework": cfg.engine.framework, "version": cfg.engine.version,
                    "source": cfg.engine_source},
@@ -336,6 +338,22 @@ def _offload_text(result: SimulationResult) -> str:
             f"pcie_efficiency {hw.derates.pcie_efficiency:g}), one layer ahead of compute")
 
 
+def weights_text(cfg: Any) -> str:
+    """Which format the weights have and where it came from: the checkpoint, the run config, or the
+    default (an unquantised checkpoint: the text report prints the line for quantised checkpoints
+    only, the deployment line saying the format; JSON's weights_format is always there)."""
+    w = weights_origin(cfg)
+    text = f"{w['weights']} from the {w['weights_from']}" if w["weights_from"] in ("checkpoint",) else \
+        f"{w['weights']} ({w['weights_from']})"
+    if "expert_weights" in w and w["expert_weights"] != w["weights"]:
+        text += f"; routed experts {w['expert_weights']} ({w['expert_weights_from']})"
+    text += f"; GEMM inputs {w['gemm']} ({w['gemm_from']})"
+    q = w["checkpoint"]
+    if q is not None:
+        text += f"; checkpoint: {q['detail']}"
+    return text
+
+
 def _unfit_text(result: SimulationResult, show_unfit: bool) -> list[str]:
     lines = ["DOES NOT FIT on " + f"{result.config.deployment.num_gpus} x {result.config.hardware.name}:"]
     lines += [f"  - {reason}" for reason in result.unfit]
@@ -365,6 +383,7 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
         f"InferSim: {cfg.model.name} on {cfg.hardware.name} ({cfg.hardware.description})",
         f"  model:      {_layer_mix(cfg.model)}",
         f"  deployment: {layout}",
+        *([f"  weights:    {weights_text(cfg)}"] if cfg.model.quantization is not None else []),
         f"  workload:   ISL {wl.isl} tokens, OSL {wl.osl} tokens; decode context averages {wl.decode_context:g} tokens",
         f"  engine:     {cfg.engine.name} {cfg.engine.version} ({cfg.engine.description})",
         f"  kernel times: {cfg.tables.describe()}",

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from infersim.cli import main
+from infersim.errors import InferSimError
 from infersim.serve.cli import parse_slo
 from infersim.serve.search import parse_rate_range
 
@@ -14,7 +15,10 @@ CONFIG = "serve-llama-8b-h100.yaml"
 
 
 def run(capsys, *argv):
-    code = main(["serve", "--config", CONFIG, *argv])
+    try:
+        code = main(["serve", "--config", CONFIG, *argv])
+    except SystemExit as exc:  # argparse refusing an argument
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -58,12 +62,10 @@ def test_max_rate_under_slo(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--rate", "0"], "positive number of requests per second"),
+    (["--rate", "0"], "argument --rate/--request-rate: '0': must be greater than 0"),
     (["--rate", "2", "--isl", "-10"], "isl: a length must be a whole number of tokens >= 1"),
     (["--rate", "2", "--offline"], "choose one load"),
     ([], "give a load"),
-    (["--max-rate-under-slo", "--slo", "ttft=1ms", "--num-requests", "40", "--workers", "1"],
-     "no request rate meets the SLO"),
     (["--rate", "2", "--slo", "ttft=fast"], "--slo 'ttft=fast'"),
     (["--rate-sweep", "5:1:1"], "start <= stop"),
 ])
@@ -72,6 +74,13 @@ def test_bad_input_exits_2_with_one_message(capsys, argv, message):
     assert code == 2
     assert message in err
     assert err.count("\n") == 1
+
+
+def test_no_rate_meeting_the_slo_is_cannot_run_exit_1(capsys):
+    """Valid input whose answer is "cannot run" (README, Exit status): 1, not 2."""
+    code, _out, err = run(capsys, "--max-rate-under-slo", "--slo", "ttft=1ms", "--num-requests", "40", "--workers", "1")
+    assert code == 1
+    assert "no request rate meets the SLO" in err and err.count("\n") == 1
 
 
 def test_bad_trace_row_exits_2_naming_row_and_column(capsys, tmp_path):
@@ -84,6 +93,8 @@ def test_bad_trace_row_exits_2_naming_row_and_column(capsys, tmp_path):
 
 def test_parsers():
     assert parse_slo("ttft=2s,tpot=50ms") == {"ttft_s": 2.0, "tpot_s": 0.05}
-    assert parse_slo("tpot=40") == {"tpot_s": 0.04}
+    assert parse_slo("tpot=40ms") == {"tpot_s": 0.04} == parse_slo("TPOT = 40000us")
+    with pytest.raises(InferSimError, match="tpot=40 needs a unit"):  # a bare number is not taken as ms
+        parse_slo("tpot=40")
     assert parse_rate_range("1:4:1") == [1.0, 2.0, 3.0, 4.0]
     assert parse_rate_range("0.5,2") == [0.5, 2.0]

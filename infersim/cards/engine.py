@@ -22,7 +22,6 @@ the GPU time.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
@@ -271,9 +270,8 @@ class EngineCard:
         if (not o.decode_cuda_graph or requests > self.graph_max_batch(hbm_bytes, engine_tp)
                 or not o.cuda_graph_batch_sizes):
             return batch
-        sizes = _capture_sizes(o.cuda_graph_batch_sizes)
-        i = bisect_left(sizes, requests)
-        return -(-sizes[i] // group) if i < len(sizes) else batch
+        size = _next_captured(o.cuda_graph_batch_sizes, requests)
+        return -(-size // group) if size else batch
 
     def max_running_requests(self, hbm_bytes: float) -> int:
         """Cap on running requests per engine instance (0 = none but the KV cache)."""
@@ -287,10 +285,18 @@ def _graph_max_batch(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int) -
     return int(tier_value(tiers, hbm_bytes, tp))
 
 
-@lru_cache(maxsize=64)
-def _capture_sizes(ranges: tuple[CaptureRange, ...]) -> tuple[int, ...]:
-    """Every captured decode batch of the ranges, sorted and without repeats (for bisection)."""
-    return tuple(sorted({s for r in ranges for s in range(r.start, r.stop + 1, r.step)}))
+@lru_cache(maxsize=4096)
+def _next_captured(ranges: tuple[CaptureRange, ...], batch: int) -> int:
+    """The smallest captured decode batch >= `batch` (0: none), from each range's arithmetic
+    progression: a range may span 1e12 sizes, which are never listed."""
+    best = 0
+    for r in ranges:
+        if batch > r.stop:
+            continue
+        size = r.start if batch <= r.start else r.start + -(-(batch - r.start) // r.step) * r.step
+        if size <= r.stop and (not best or size < best):
+            best = size
+    return best
 
 
 def with_measured_host(card: EngineCard, launch_cpu: float | None, step_cpu: float | None,
@@ -382,6 +388,30 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
                                   "only overheads.cuda_graph_max_batch varies by TP size; use 1 or leave it out")
             if not float(t.value).is_integer():
                 raise ConfigError(source, f"{field}[{i}].value", t.value, "expected a whole number")
+    for i, r in enumerate(card.overheads.cuda_graph_batch_sizes):
+        if r.start > r.stop:
+            raise ConfigError(source, f"overheads.cuda_graph_batch_sizes[{i}]", {"start": r.start, "stop": r.stop},
+                              "start is above stop: a capture range runs upwards (start <= stop)")
+    chunk_floor = min(t.min_gpu_bytes for t in card.scheduler.chunked_prefill_tokens)
+    if chunk_floor > 0:
+        # engines pick the chunk by GPU memory: a GPU below every tier would silently get no chunking
+        raise ConfigError(source, "scheduler.chunked_prefill_tokens", [t.min_gpu_bytes for t in
+                                                                       card.scheduler.chunked_prefill_tokens],
+                          f"no tier covers GPUs below {chunk_floor:g} bytes of HBM: give a tier with min_gpu_bytes: 0 "
+                          "(value 0 = no chunking)")
+    from infersim.modules.categories import is_operation_name
+
+    for i, name in enumerate(card.fused_operations):
+        if not is_operation_name(name):
+            import difflib
+
+            from infersim.modules.categories import OPERATION_NAMES
+
+            close = difflib.get_close_matches(name, sorted(OPERATION_NAMES), n=3)
+            raise ConfigError(source, f"fused_operations[{i}]", name,
+                              "no step plan holds an operation of this name"
+                              + (f" (did you mean {', '.join(close)}?)" if close else
+                                 " (operation names: see infersim/modules/categories.py OPERATION_NAMES)"))
     if card.overheads.decode_cuda_graph and not card.overheads.cuda_graph_max_batch:
         raise ConfigError(source, "overheads.cuda_graph_max_batch", MISSING,
                           "decode_cuda_graph is on: say up to which batch decode is captured")

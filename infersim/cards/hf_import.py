@@ -15,12 +15,14 @@ one message rather than imported as something else.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 from typing import Any, get_type_hints
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
+from infersim.cards.quantization import quantization_from_hf
 from infersim.cards.schema import check_number
 from infersim.errors import MISSING, ConfigError
 
@@ -88,6 +90,8 @@ _PLAIN_MLP_FAMILIES = {"opt": "relu", "bloom": "gelu", "gpt2": "gelu", "gpt_neox
 
 
 _COUNT_FIELDS = frozenset(k for k, hint in get_type_hints(ModelCard).items() if hint is int)
+# the card's own upper bounds, checked before the layer patterns below are built layer by layer
+_COUNT_LIMITS = {f.name: f.metadata["le"] for f in dataclasses.fields(ModelCard) if f.metadata.get("le") is not None}
 _POSITIVE_FIELDS = frozenset(("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
                               "num_key_value_heads", "head_dim"))
 
@@ -133,7 +137,7 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
             raise ConfigError(source, _ALIASES[required][0], MISSING, "required by InferSim but not in the config")
     # every count through the number rule before any arithmetic on it (head_dim, layer patterns)
     for key in [k for k in fields if k in _COUNT_FIELDS]:
-        fields[key] = check_number(fields[key], source, _hf_key(config, key), whole=True,
+        fields[key] = check_number(fields[key], source, _hf_key(config, key), whole=True, le=_COUNT_LIMITS.get(key),
                                    **({"gt": 0} if key in _POSITIVE_FIELDS else {"ge": 0}))
     for key in ("full_attention_interval", "sliding_window_pattern"):
         if config.get(key) is not None:
@@ -182,6 +186,9 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     elif fields.get("q_lora_rank") is None:
         fields.pop("q_lora_rank", None)
     _layer_fields(config, fields, source, model_type)
+    quantization = quantization_from_hf(config, source, fields)
+    if quantization is not None:
+        fields["quantization"] = quantization
     return fields
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
+from infersim.cards.quantization import Quantization
 from infersim.cards.schema import spec
 from infersim.errors import ConfigError
 
@@ -44,7 +45,8 @@ class ModelCard:
     tie_word_embeddings: bool = spec(False, doc="LM head shares the embedding matrix")
     attention_bias: bool = spec(False, doc="QKV/O projections have biases (parameter count only)")
     mlp_bias: bool = spec(False, doc="MLP projections have biases (parameter count only)")
-    num_experts: int = spec(0, doc="routed experts per MoE layer (0 = dense model)", ge=0)
+    # at most 1,048,576 (the most published: PEER's 1024^2 product-key experts); routing statistics walk every expert
+    num_experts: int = spec(0, doc="routed experts per MoE layer (0 = dense model)", ge=0, le=1_048_576)
     num_experts_per_tok: int = spec(0, doc="routed experts each token activates (top-k)", ge=0, le=100_000)
     moe_intermediate_size: int = spec(0, doc="routed expert FFN width", ge=0)
     n_group: int = spec(1, doc="expert groups for group-limited routing (DeepSeek-V3: 8; 1 = no groups)", gt=0)
@@ -94,6 +96,11 @@ class ModelCard:
     index_topk: int = spec(0, doc="DSA: tokens each query attends to, chosen by the indexer (0 = dense attention)", ge=0)
     # -- multi-token prediction --
     num_nextn_predict_layers: int = spec(0, doc="MTP modules (one transformer layer each) for speculative decoding", ge=0)
+    # -- the checkpoint --
+    quantization: Quantization | None = spec(
+        None, doc="how the checkpoint stores its weights (HF quantization_config: fp8 blocks, MXFP4, NVFP4, GPTQ/AWQ "
+                  "...); a run prices its weights so unless the run config names precision.weights/expert_weights; "
+                  "null: unquantised (bf16)")
 
     # ---- derived --------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from infersim.cards.schema import check_number
 from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.mfu.format import (
     FORMAT_VERSION,
+    MAX_EFFICIENCY,
     AttentionRow,
     DeviceInfo,
     GemmRow,
@@ -43,6 +44,7 @@ from infersim.mfu.format import (
     Row,
     TableDirectory,
     TableInfo,
+    efficiency_of,
     write_table_dir,
 )
 
@@ -193,6 +195,31 @@ def _dedupe(rows: list[Row], key_fields: Sequence[str]) -> tuple[list[Row], list
     return merged, notes
 
 
+def _nonempty(records: list[dict[str, str]], path: Path) -> list[dict[str, str]]:
+    if not records:
+        raise InferSimError(f"{path}: no data rows (an empty table cannot be imported: remove the file, or its "
+                            "device directory)")
+    return records
+
+
+def _check_efficiency(rows: Sequence[Row], wheres: Sequence[str], device: PublishedDevice,
+                      dtype: str | None = None) -> None:
+    """Every source row's latency must imply at most MAX_EFFICIENCY of the device's peak (what every
+    table loader accepts), checked here where the message can name the source file and line."""
+    for row, where in zip(rows, wheres):
+        fmt = dtype or row.dtype
+        if fmt not in device.peak_flops:
+            raise ConfigError(where, "dtype", fmt, f"no datasheet peak for {fmt} on {device.name} "
+                              f"(known: {', '.join(sorted(device.peak_flops))})")
+        efficiency = efficiency_of(replace(row, dtype=fmt), device.peak_flops[fmt])
+        if efficiency > MAX_EFFICIENCY:
+            column = getattr(row, "projection", "")
+            raise ConfigError(where, f"{column}_proj_us" if column else "latency_us", row.latency_us,
+                              f"implies efficiency {efficiency:.3g} of the {fmt} peak {device.peak_flops[fmt]:.4g} "
+                              f"FLOP/s: faster than the device can run (at most {MAX_EFFICIENCY:g} is accepted, for "
+                              "boost clocks and measurement noise); a latency in the wrong unit?")
+
+
 def _implied_dtype(rows: Sequence[Row], device: PublishedDevice) -> tuple[str, str]:
     """The dtype whose peak the published mfu is relative to, and a note showing the evidence."""
     implied = [r.shape().flops / (r.latency_us * 1e-6) / r.source_mfu for r in rows
@@ -217,9 +244,12 @@ def _with_dtype(rows: Sequence[Row], dtype: str) -> list[Row]:
 def _import_gemm(path: Path, device: PublishedDevice, rel: str) -> _TableBuild:
     records, notes = _read_rows(path, "gemm")
     rows: list[Row] = [GemmRow(dtype="fp8", m=_int(r, "m"), k=_int(r, "k"), n=_int(r, "n"),
-                               latency_us=_float(r, "latency_us"), source_mfu=_float(r, "mfu")) for r in records]
+                               latency_us=_float(r, "latency_us"), source_mfu=_float(r, "mfu"))
+                       for r in _nonempty(records, path)]
+    measured = list(rows)
     rows, dedupe_notes = _dedupe(rows, ("m", "k", "n"))
     dtype, dtype_note = _implied_dtype(rows, device)
+    _check_efficiency(measured, [r[_WHERE] for r in records], device, dtype)
     rows = _with_dtype(rows, dtype)
     rows.sort(key=lambda r: (r.k, r.n, r.m))
     return _TableBuild("gemm", rows, f"dense GEMM, {dtype} inputs and weights, over M for each (K, N)", rel,
@@ -230,26 +260,33 @@ def _import_grouped(path: Path, stage: str, device: PublishedDevice, rel: str) -
     records, notes = _read_rows(path, f"grouped_gemm/{stage}")
     tokens_column = "seq_len_per_gpu" if stage == "prefill" else "batch_size_per_gpu"
     rows: list[Row] = []
+    wheres: list[str] = []
     skipped = []
-    for r in records:
+    for r in _nonempty(records, path):
         experts, gpus, local = _int(r, "num_experts"), _int(r, "num_gpus"), _int(r, "num_local_experts")
         if experts % gpus or experts // gpus != local:
             skipped.append(f"num_experts={experts} num_gpus={gpus} num_local_experts={local} "
-                           f"hidden={r['hidden_size']} {tokens_column}={r[tokens_column]}")
+                           f"hidden={r.get('hidden_size')} {tokens_column}={r.get(tokens_column)}")
             continue
         common = dict(dtype="fp8", stage=stage, num_experts=experts, ep=gpus, topk=_int(r, "topk"),
                       hidden=_int(r, "hidden_size"), intermediate=_int(r, "intermediate_size"), gated=True,
-                      tokens_per_gpu=int(r[tokens_column]))
+                      tokens_per_gpu=_int(r, tokens_column))
         rows.append(GroupedGemmRow(projection="up", latency_us=_float(r, "up_proj_us"),
                                    source_mfu=_float(r, "up_mfu"), **common))  # type: ignore[arg-type]
         rows.append(GroupedGemmRow(projection="down", latency_us=_float(r, "down_proj_us"),
                                    source_mfu=_float(r, "down_mfu"), **common))  # type: ignore[arg-type]
+        wheres += [r[_WHERE]] * 2
+    if not rows:
+        raise InferSimError(f"{path}: no row can be keyed ({len(skipped)} rows with num_local_experts != "
+                            "num_experts/num_gpus)")
+    measured = list(rows)
     if skipped:
         notes.append(f"{len(skipped)} source rows skipped because num_local_experts != num_experts/num_gpus "
                      f"(inconsistent, cannot be keyed): " + "; ".join(skipped))
     rows, dedupe_notes = _dedupe(rows, ("stage", "projection", "num_experts", "ep", "topk", "hidden",
                                         "intermediate", "tokens_per_gpu"))
     dtype, dtype_note = _implied_dtype(rows, device)
+    _check_efficiency(measured, wheres, device, dtype)
     rows = _with_dtype(rows, dtype)
     rows.sort(key=lambda r: (r.num_experts, r.topk, r.hidden, r.intermediate, r.projection, r.ep, r.tokens_per_gpu))
     return _TableBuild(
@@ -291,7 +328,8 @@ def _import_attention(path: Path, family: str, stage: str, device: PublishedDevi
         kind, heads, kv_heads, qk, v = "mha", a, a, b + c, b
         layout = (f"MLA prefill (no absorption, i.e. MHA) {heads} heads: qk dim {b} nope + {c} rope = {qk}, "
                   f"v dim {v} (assumed equal to qk_nope, as in DeepSeek-V3)")
-    rows = _attention_rows(records, kind, stage, heads, kv_heads, qk, v)
+    rows = _attention_rows(_nonempty(records, path), kind, stage, heads, kv_heads, qk, v)
+    _check_efficiency(rows, [r[_WHERE] for r in records], device)
     key_fields = ("dtype", "kv_dtype", "batch", "q_len", "kv_len")
     rows, dedupe_notes = _dedupe(rows, key_fields)
     peak = device.peak_flops["bf16"]

@@ -1082,6 +1082,9 @@ def _read_disk_cache(path: Path, key: str) -> MfuTables | None:
     try:
         with path.open("rb") as f:
             kept_key, tables = _unpickler().load(f)
+            from infersim.diskcache import mark_used
+
+            mark_used(f)
     except Exception:  # absent, unreadable or from another build: read the tables instead
         return None
     return tables if kept_key == key and isinstance(tables, MfuTables) else None
@@ -1103,7 +1106,10 @@ def _write_disk_cache(path: Path, key: str, tables: MfuTables) -> None:
             pickle.dump((key, kept), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(partial, path)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
-        pass  # a read-only home or an unpicklable table set: only the next process is slower
+        return  # a read-only home or an unpicklable table set: only the next process is slower
+    from infersim.diskcache import prune
+
+    prune(str(path.parent))  # the cache directory stays under its cap (INFERSIM_CACHE_MAX_MB)
 
 
 def _load_tables(directory: Path, interpolation: Interpolation) -> MfuTables:

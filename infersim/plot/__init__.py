@@ -25,12 +25,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.errors import ConfigError, InferSimError
 from infersim.plot.backend import Drawing
 
 #: figures that can be drawn from each kind of result; the first is drawn unless --kind says otherwise
@@ -52,9 +54,18 @@ def load_result(path: str) -> dict[str, Any]:
         file = Path(path)
         if not file.is_file():
             raise InferSimError(f"{path}: no such file")
-        text, name = file.read_text(), path
+        try:
+            text, name = file.read_text(encoding="utf-8"), path
+        except UnicodeDecodeError:
+            raise InferSimError(f"{path}: not a text file (a result is the JSON a command printed with "
+                                "--format json, or a sweep's CSV)") from None
+        except OSError as exc:
+            raise InferSimError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if path.lower().endswith(".csv"):
-        rows = list(csv.DictReader(io.StringIO(text)))
+        try:
+            rows = list(csv.DictReader(io.StringIO(text)))
+        except csv.Error as exc:
+            raise InferSimError(f"{name}: not a CSV file ({exc})") from None
         if not rows:
             raise InferSimError(f"{name}: the CSV file has no rows")
         return {"rows": rows, "source_file": name}
@@ -62,10 +73,42 @@ def load_result(path: str) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InferSimError(f"{name}: not JSON ({exc.msg} at line {exc.lineno}); "
-                            "save results with --format json (or a sweep's --out FILE.json)") from exc
+                            "save results with --format json (or a sweep's --out FILE.json)") from None
+    except (ValueError, RecursionError):  # an integer of more than 4,300 digits; nesting too deep
+        raise InferSimError(f"{name}: holds a number too long or nesting too deep to read") from None
     if not isinstance(data, dict):
         raise InferSimError(f"{name}: expected a JSON object at the top level")
+    check_numbers(data, name)
     return data
+
+
+#: keys whose values the commands write as numbers (or null): a result whose such field holds text,
+#: a boolean or a non-finite number is refused naming the field, before any figure reads it
+_NUMERIC_KEY = re.compile(r"(_ms|_us|_gb|_gbps|_s|tgs|flops|bytes|throughput|throughput_per_gpu|_rate|rate|"
+                          r"duration|measured|predicted|error|factor|fraction|utilization_mean|utilization_peak|"
+                          r"attainment|goodput|num_gpus|completed|layers|time_us|batch_per_gpu)$")
+_MAX_WALK = 1_000_000  # values looked at: a result is at most a few hundred thousand
+
+
+def check_numbers(data: Any, name: str) -> None:
+    """Walk a result (breadth-first, at most _MAX_WALK values) and refuse a numeric field holding
+    anything but a finite number or null: one message naming the field's path and value."""
+    queue: list[tuple[str, Any]] = [("", data)]
+    seen = 0
+    while queue and seen < _MAX_WALK:
+        path, value = queue.pop()
+        seen += 1
+        if isinstance(value, dict):
+            for key, item in value.items():
+                key = str(key)
+                where = f"{path}.{key}" if path else key
+                if isinstance(item, (dict, list)):
+                    queue.append((where, item))
+                elif _NUMERIC_KEY.search(key) and item is not None and (
+                        isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item)):
+                    raise ConfigError(name, where, item, "expected a finite number (as the commands write it)")
+        elif isinstance(value, list):
+            queue.extend((f"{path}[{i}]", item) for i, item in enumerate(value) if isinstance(item, (dict, list)))
 
 
 def result_kind(data: Mapping[str, Any]) -> str | None:

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from infersim.errors import InferSimError
 from infersim.plot import FIGURE_KINDS, choose_figure, draw, load_result
 from infersim.plot.backend import check_picture_path, save_figure
 
@@ -52,7 +53,12 @@ def plot_command(args: argparse.Namespace) -> int:
     figure_kind = choose_figure(data, args.kind, args.result)
     out = args.out or default_picture_path(args.result, figure_kind)
     check_picture_path(out)
-    drawing = draw(data, figure_kind, STAGE_CHOICES[args.stage], args.metric, args.x, args.series, args.where)
+    try:
+        drawing = draw(data, figure_kind, STAGE_CHOICES[args.stage], args.metric, args.x, args.series, args.where)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        # the file is arbitrary JSON: a value of the wrong shape where the figure reads it is bad input
+        raise InferSimError(f"{args.result}: cannot draw a {figure_kind} figure from it: a value is not what the "
+                            f"command writes ({type(exc).__name__}: {exc})") from None
     save_figure(drawing.figure, out)
     print(f"wrote {out} ({figure_kind})")
     return 0

@@ -10,7 +10,8 @@
 
 Options (all optional but what the mode needs):
   mode            offline | poisson | concurrency | trace (default poisson)
-  num_requests    requests to simulate (default 1000; a trace is cut to it)
+  num_requests    requests to simulate (default 1000; a trace replays all its rows unless given, and a
+                  cut is announced under "notes"); at most 10,000,000
   rate            requests/s (poisson); burstiness: gamma shape of the gaps (1 = Poisson)
   concurrency     clients in closed loop (concurrency)
   trace           path of a JSONL/CSV trace (trace); trace_time_scale stretches its arrival times
@@ -32,7 +33,9 @@ Returns the summary dict (infersim.serve.metrics.summarize): vllm-bench-serve na
 median_ttft_ms, p99_ttft_ms, mean_tpot_ms, ..., mean_itl_ms, mean_e2el_ms, request_throughput,
 output_throughput, total_token_throughput) plus output_throughput_per_gpu over all GPUs of all
 replicas / pools, queueing, KV utilisation, preemptions, per-pool scheduler facts and a Little's
-law check. Bad options raise InferSimError with one clear message.
+law check, and "notes": what the run did that was not asked for (a trace cut to num_requests,
+lengths whose realised mean is not the distribution's). Bad options raise InferSimError with one
+clear message; valid options that cannot run (a request larger than the KV cache) NotPossible.
 """
 
 from __future__ import annotations
@@ -48,4 +51,5 @@ def simulate_serving(config: RunConfig, options: dict[str, Any]) -> dict[str, An
     options = dict(options)
     include_requests = bool(options.pop("requests", False))
     opts = parse_options(options)
-    return summarize(simulate_serving_run(config, opts), include_requests=include_requests)
+    return summarize(simulate_serving_run(config, opts, keep_records=include_requests),
+                     include_requests=include_requests)

@@ -16,21 +16,28 @@ UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
 def parse_slo(text: str) -> dict[str, float]:
-    """'ttft=2s,tpot=50ms' -> {'ttft_s': 2.0, 'tpot_s': 0.05} (units s, ms, us; bare numbers are ms)."""
+    """'ttft=2s,tpot=50ms' -> {'ttft_s': 2.0, 'tpot_s': 0.05}. Every limit names its unit (s, ms or
+    us): a bare number is refused rather than taken in a unit the writer may not have meant."""
+    from infersim.cards.schema import check_number
+    from infersim.errors import ConfigError, echo
+
     out: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
-        match = re.fullmatch(r"(ttft|tpot)\s*=\s*([0-9.eE+-]+)\s*(s|ms|us)?", part)
+        match = re.fullmatch(r"(ttft|tpot)\s*=\s*([0-9.eE+-]+|inf|nan)\s*(s|ms|us)?", part, re.IGNORECASE)
         if not match:
-            raise InferSimError(f"--slo {text!r}: expected ttft=VALUE[s|ms|us],tpot=VALUE[s|ms|us], e.g. ttft=2s,tpot=50ms")
+            raise InferSimError(f"--slo {echo(text)}: expected ttft=VALUE{{s|ms|us}},tpot=VALUE{{s|ms|us}}, "
+                                "e.g. ttft=2s,tpot=50ms")
+        metric, number, unit = match.group(1).lower(), match.group(2), match.group(3)
+        if unit is None:
+            raise InferSimError(f"--slo {echo(text)}: {metric}={number} needs a unit (s, ms or us), e.g. "
+                                f"{metric}={number}ms or {metric}={number}s")
         try:
-            value = float(match.group(2)) * UNITS[match.group(3) or "ms"]
-        except ValueError:
-            raise InferSimError(f"--slo {text!r}: {match.group(2)!r} is not a number") from None
-        if not value > 0:
-            raise InferSimError(f"--slo {text!r}: limits must be > 0")
-        out[f"{match.group(1)}_s"] = value
+            value = check_number(number, "--slo", metric, gt=0) * UNITS[unit.lower()]
+        except ConfigError as exc:
+            raise InferSimError(f"--slo {echo(text)}: {metric}={number}{unit}: {exc.problem}") from None
+        out[f"{metric}_s"] = value
     if not out:
-        raise InferSimError(f"--slo {text!r}: give ttft=... and/or tpot=...")
+        raise InferSimError(f"--slo {echo(text)}: give ttft=... and/or tpot=...")
     return out
 
 
@@ -59,8 +66,10 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if not modes and not sweeping:
         raise InferSimError("give a load: --rate R (--request-rate), --concurrency N (--max-concurrency), --offline or "
                             "--trace FILE")
-    options: dict[str, Any] = {"mode": modes[0] if modes else "poisson", "num_requests": args.num_requests,
-                               "seed": args.seed, "replicas": args.replicas, "router": args.router}
+    options: dict[str, Any] = {"mode": modes[0] if modes else "poisson", "seed": args.seed, "replicas": args.replicas,
+                               "router": args.router}
+    if args.num_requests is not None:  # else: a trace replays every row, other loads 1000 requests
+        options["num_requests"] = args.num_requests
     given = {"rate": args.rate, "concurrency": args.concurrency, "trace": args.trace,
              "trace_time_scale": args.trace_time_scale if args.trace is not None else None,
              "isl": _length(args.isl, "isl"), "osl": _length(args.osl, "osl"), "lengths_trace": args.lengths_from,
@@ -193,6 +202,12 @@ def _search(args: argparse.Namespace, config: Any, options: dict[str, Any], exec
     return 0
 
 
+def _number(**rule: Any) -> Any:
+    from infersim.cli import number_arg
+
+    return number_arg(**rule)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "serve", help="request-level serving simulation: arrivals, continuous batching, chunked prefill, paged KV, "
@@ -205,32 +220,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="override any config field (repeatable)")
     p.add_argument("--mfu-tables", default=None, metavar="DIR", help="directory of measured kernel tables")
     load = p.add_argument_group("load (one of)")
-    load.add_argument("--rate", type=float, default=None, help="open loop: Poisson arrivals at this many requests/s")
-    load.add_argument("--concurrency", type=int, default=None, help="closed loop: this many clients; with --rate: at most this many requests in flight")
+    load.add_argument("--rate", type=_number(gt=0), default=None, help="open loop: Poisson arrivals at this many requests/s")
+    load.add_argument("--concurrency", type=_number(whole=True, gt=0), default=None,
+                      help="closed loop: this many clients; with --rate: at most this many requests in flight")
     load.add_argument("--offline", action="store_true", help="all requests at t = 0 (trtllm-bench / MLPerf Offline)")
     load.add_argument("--trace", default=None, metavar="FILE",
                       help="replay a JSONL/CSV trace (arrival, input, output tokens; Azure column names accepted)")
-    p.add_argument("--trace-time-scale", type=float, default=None, help="multiply trace arrival times (0.5 = 2x rate)")
-    p.add_argument("--num-requests", type=int, default=1000, help="requests to simulate (default 1000)")
+    p.add_argument("--trace-time-scale", type=_number(gt=0), default=None, help="multiply trace arrival times (0.5 = 2x rate)")
+    p.add_argument("--num-requests", type=_number(whole=True, gt=0), default=None,
+                   help="requests to simulate (default 1000; a trace replays all its rows unless given)")
     p.add_argument("--isl", default=None, help="input length: N, or '{dist: lognormal, mean: 2000, std: 800}' "
                                               "(default: the config's workload.isl)")
     p.add_argument("--osl", default=None, help="output length, as --isl (default: workload.osl)")
     p.add_argument("--lengths-from", default=None, metavar="TRACE",
                    help="draw (input, output) lengths from a trace's rows, with --rate/--concurrency/--offline")
-    p.add_argument("--burstiness", type=float, default=None, help="gamma shape of Poisson gaps (1 = Poisson)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--replicas", type=int, default=1, help="data-parallel copies of the deployment behind a router")
+    p.add_argument("--burstiness", type=_number(gt=0), default=None, help="gamma shape of Poisson gaps (1 = Poisson)")
+    p.add_argument("--seed", type=_number(whole=True, ge=0), default=0, help="random seed (default 0)")
+    p.add_argument("--replicas", type=_number(whole=True, gt=0), default=1, help="data-parallel copies of the deployment behind a router")
     p.add_argument("--router", choices=("round-robin", "least-loaded"), default="round-robin")
-    p.add_argument("--prefix-hit-rate", type=float, default=None, help="share of every prompt found in the prefix cache")
+    p.add_argument("--prefix-hit-rate", type=_number(ge=0), default=None, help="share of every prompt found in the prefix cache")
     p.add_argument("--disaggregate", default=None, metavar="xPyD", help="PD disaggregation, e.g. 3P1D")
-    p.add_argument("--slo", default=None, metavar="ttft=2s,tpot=50ms", help="latency limits for goodput and searches")
+    p.add_argument("--slo", default=None, metavar="ttft=2s,tpot=50ms", help="latency limits for goodput and searches; each names its unit (s, ms or us)")
     p.add_argument("--rate-sweep", default=None, metavar="START:STOP:STEP",
                    help="Poisson rates to sweep (e.g. 1:16:1 or 2,4,8): the throughput-latency curve")
     p.add_argument("--max-rate-under-slo", action="store_true", help="find the highest Poisson rate meeting --slo")
     p.add_argument("--slo-percentile", type=_percentile, default=99.0, metavar="Q",
                    help="percentile of TTFT and TPOT the SLO search holds to its limits, any value in (0, 100) "
                         "(default 99, as MLPerf)")
-    p.add_argument("--workers", type=int, default=None, help="worker processes for searches (default: all CPUs)")
+    p.add_argument("--workers", type=_number(whole=True, gt=0), default=None, help="worker processes for searches (default: all CPUs)")
     p.add_argument("--executor", default=None, metavar="dask://HOST:PORT", help="run search points on a Dask cluster")
     p.add_argument("--requests-out", default=None, metavar="FILE", help="write per-request records (.jsonl or .csv)")
     p.add_argument("--include-requests", action="store_true", help="JSON: per-request records under 'requests'")

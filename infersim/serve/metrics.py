@@ -14,23 +14,25 @@ throughput x mean E2E latency over the same window.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from infersim.serve.simulate import ServeResult, Slo
 from infersim.stats import percentile
 
 
-def weighted_percentile(samples: list[tuple[float, int]], q: float) -> float:
-    total = sum(w for _v, w in samples)
+def weighted_percentile(samples: Iterable[tuple[float, int]], q: float) -> float:
+    ordered = sorted(samples)
+    total = sum(w for _v, w in ordered)
     if not total:
         return 0.0
     target = q / 100 * total
     seen = 0
-    for value, weight in sorted(samples):
+    for value, weight in ordered:
         seen += weight
         if seen >= target:
             return value
-    return max(v for v, _w in samples)
+    return ordered[-1][0]
 
 
 def percentile_key(q: float) -> str:
@@ -40,8 +42,9 @@ def percentile_key(q: float) -> str:
     return f"p{int(q) if float(q).is_integer() else q}"
 
 
-def _stats(name: str, values: list[float], out: dict[str, Any], extra: tuple[float, ...] = ()) -> None:
-    """mean/median/std/p90/p99 (and the `extra` percentiles) of `values` (seconds) as <stat>_<name>_ms."""
+def _stats(name: str, values: Iterable[float], out: dict[str, Any], extra: tuple[float, ...] = ()) -> list[float]:
+    """mean/median/std/p90/p99 (and the `extra` percentiles) of `values` (seconds) as <stat>_<name>_ms;
+    returns them sorted."""
     values = sorted(values)
     n = len(values)
     mean = sum(values) / n if n else 0.0
@@ -53,6 +56,7 @@ def _stats(name: str, values: list[float], out: dict[str, Any], extra: tuple[flo
     out[f"p99_{name}_ms"] = percentile(values, 99) * 1e3
     for q in extra:
         out[f"{percentile_key(q)}_{name}_ms"] = percentile(values, q) * 1e3
+    return values
 
 
 def meets_slo(ttft_s: float, tpot_s: float | None, slo: Slo | None) -> bool:
@@ -64,73 +68,57 @@ def meets_slo(ttft_s: float, tpot_s: float | None, slo: Slo | None) -> bool:
 
 
 def summarize(result: ServeResult, slo: Slo | None = None, include_requests: bool = False) -> dict[str, Any]:
-    records = result.records
+    done = result.outcomes
     opts = result.options
     slo = slo if slo is not None else opts.slo
-    ttft, tpot, e2e, queue = [], [], [], []
-    gap_sum = 0.0
-    gap_count = 0
-    good = 0
-    first_arrival = min(r.req.arrival_s for r in records)
-    last_finish = max(r.finish_s for r in records)
-    for r in records:
-        t = r.first_token_s - r.req.arrival_s
-        total = r.finish_s - r.req.arrival_s
-        ttft.append(t)
-        e2e.append(total)
-        queue.append(max(0.0, r.scheduled_s - r.req.arrival_s))
-        per_token = None
-        if r.req.output_tokens > 1:
-            per_token = (total - t) / (r.req.output_tokens - 1)
-            tpot.append(per_token)
-            gap_sum += total - t
-            gap_count += r.req.output_tokens - 1
-        if meets_slo(t, per_token, slo):
-            good += 1
+    n = len(done)
+    good = sum(1 for t, p in zip(done.ttft, done.tpot) if meets_slo(t, None if math.isnan(p) else p, slo))
+    first_arrival, last_finish = done.first_arrival, done.last_finish
     duration = last_finish
-    input_tokens = sum(r.req.input_tokens for r in records)
-    output_tokens = sum(r.req.output_tokens for r in records)
+    input_tokens, output_tokens = done.input_tokens, done.output_tokens
     gpus = result.gpus
     out: dict[str, Any] = {
         "mode": opts.mode,
-        "num_prompts": len(records),
-        "completed": len(records),
+        "num_prompts": n,
+        "completed": n,
         "duration": duration,
         "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
-        "request_throughput": len(records) / duration,
+        "request_throughput": n / duration,
         "request_goodput": good / duration if slo is not None else None,
         "output_throughput": output_tokens / duration,
         "total_token_throughput": (input_tokens + output_tokens) / duration,
         "num_gpus": gpus,
         "output_throughput_per_gpu": output_tokens / duration / gpus,
         "total_token_throughput_per_gpu": (input_tokens + output_tokens) / duration / gpus,
-        "request_throughput_per_gpu": len(records) / duration / gpus,
+        "request_throughput_per_gpu": n / duration / gpus,
     }
     if opts.mode == "poisson":
         out["request_rate"] = opts.rate
     if opts.mode == "concurrency" or opts.concurrency:
         out["max_concurrency"] = opts.concurrency
-    _stats("ttft", ttft, out, opts.percentiles)
-    _stats("tpot", tpot, out, opts.percentiles)
-    samples = [s for pool in result.pools for inst in pool.instances for s in inst.stats.itl_samples]
-    out["mean_itl_ms"] = gap_sum / gap_count * 1e3 if gap_count else 0.0
+    _stats("ttft", done.ttft, out, opts.percentiles)
+    _stats("tpot", (p for p in done.tpot if not math.isnan(p)), out, opts.percentiles)
+    samples = [s for pool in result.pools for inst in pool.instances
+               for s in zip(inst.stats.itl_gaps, inst.stats.itl_tokens)]
+    out["mean_itl_ms"] = done.gap_sum / done.gap_count * 1e3 if done.gap_count else 0.0
     out["median_itl_ms"] = weighted_percentile(samples, 50) * 1e3
     out["p90_itl_ms"] = weighted_percentile(samples, 90) * 1e3
     out["p99_itl_ms"] = weighted_percentile(samples, 99) * 1e3
-    _stats("e2el", e2e, out)
-    _stats("queue", queue, out)
+    del samples
+    e2e = _stats("e2el", done.e2e, out)
+    _stats("queue", done.queue, out)
     if slo is not None:
         out["slo"] = {"ttft_ms": slo.ttft_s * 1e3 if slo.ttft_s is not None else None,
                       "tpot_ms": slo.tpot_s * 1e3 if slo.tpot_s is not None else None}
-        out["slo_attainment"] = good / len(records)
+        out["slo_attainment"] = good / n
     window = last_finish - first_arrival
     inflight = sum(inst.stats.inflight_integral for pool in result.pools for inst in pool.instances)
     inflight += result.transfer_integral_s
     mean_latency = sum(e2e) / len(e2e)
     out["little"] = {
         "mean_in_flight": inflight / window if window > 0 else 0.0,
-        "throughput_x_latency": len(records) / window * mean_latency if window > 0 else 0.0,
+        "throughput_x_latency": n / window * mean_latency if window > 0 else 0.0,
     }
     pools = []
     for pool in result.pools:
@@ -139,7 +127,7 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
         kv_mean = sum(i.stats.kv_integral for i in insts) / busy / pool.settings.kv_capacity_tokens if busy else 0.0
         pools.append({
             "role": pool.name,
-            "instances": len(insts),
+            "instances": pool.count,
             "gpus_per_instance": pool.config.deployment.num_gpus,
             "engine": f"{pool.config.engine.name} {pool.config.engine.version}",
             "scheduler": pool.settings.describe(),
@@ -150,7 +138,7 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
             "kv_utilization_peak": max(i.stats.kv_peak for i in insts) / pool.settings.kv_capacity_tokens,
             "steps": sum(i.stats.steps for i in insts),
             "iterations": sum(i.stats.iterations for i in insts),
-            "busy_fraction": busy / (duration * len(insts)) if duration else 0.0,
+            "busy_fraction": busy / (duration * pool.count) if duration else 0.0,
             "preemptions": sum(i.stats.preemptions for i in insts),
             "tokens_emitted": sum(i.stats.tokens_emitted for i in insts),
             "priced_step_shapes": pool.coster.priced,
@@ -162,8 +150,10 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
     out["steps"] = sum(p["steps"] for p in pools)
     out["tokens_emitted"] = sum(p["tokens_emitted"] for p in pools)
     out["iterations"] = sum(p["iterations"] for p in pools)
+    if result.notes:
+        out["notes"] = list(result.notes)
     if include_requests:
-        out["requests"] = [request_record(r) for r in records]
+        out["requests"] = [request_record(r) for r in result.records]
     return out
 
 

@@ -51,6 +51,8 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
     little = s["little"]
     lines.append(f"  Little's law: mean requests in the system {little['mean_in_flight']:,.2f} = throughput x mean "
                  f"latency {little['throughput_x_latency']:,.2f}")
+    if s.get("notes"):
+        lines += ["", "NOTES"] + [f"  - {note}" for note in s["notes"]]
     return "\n".join(lines)
 
 

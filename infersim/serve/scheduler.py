@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 from infersim.cards.engine import EngineCard, FutureTokenReservation, OfflineLimits
 from infersim.cards.model import ModelCard
 from infersim.config import Deployment, RunConfig
-from infersim.errors import InferSimError
+from infersim.errors import InferSimError, NotPossible
 from infersim.serve.cost import StepCoster
 from infersim.serve.workload import Request
 from infersim.units import dtype_bytes
@@ -121,7 +122,7 @@ def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]
     kv_memory = (hw.peak.hbm_bytes * dep.gpus_per_stage * dep.pp
                  - total_parameters(model) * weight_bytes) * limits.kv_memory_fraction
     if kv_memory <= 0:
-        raise InferSimError(f"{limits.tool} heuristic: {model.name}'s weights do not fit in {dep.num_gpus} x {hw.name}")
+        raise NotPossible(f"{limits.tool} heuristic: {model.name}'s weights do not fit in {dep.num_gpus} x {hw.name}")
     fit = kv_memory / kv_per_token / (isl + osl)
     raw_batch = min(fit, limits.max_batch) / dep.pp
     raw_tokens = min(raw_batch * (1 + isl / osl), limits.max_tokens)
@@ -160,8 +161,8 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     step_tokens = min(budget // dp if budget < (1 << 30) else round(mean_isl), 1 << 20)
     memory = memory_budget(config.model, hw, dep, workload, None, engine, max(1, step_tokens))
     if memory.kv_capacity_bytes <= 0:
-        raise InferSimError(f"does not fit: {config.model.name}'s weights need {memory.weights_bytes / 1e9:.2f} GB per GPU "
-                            f"of {hbm / 1e9:.2f} GB, {memory.reserved_bytes / 1e9:.2f} GB of it reserved by {engine.name}")
+        raise NotPossible(f"does not fit: {config.model.name}'s weights need {memory.weights_bytes / 1e9:.2f} GB per GPU "
+                          f"of {hbm / 1e9:.2f} GB, {memory.reserved_bytes / 1e9:.2f} GB of it reserved by {engine.name}")
     # the pool is counted in tokens of the cache that grows with the context; the bounded cache
     # (sliding-window KV up to the window, recurrent state) of a mean-length request is spread over
     # its tokens, so a request of mean length is charged its whole footprint (Llama-4's chunked
@@ -181,7 +182,7 @@ class RequestState:
 
     __slots__ = ("req", "prompt_total", "prompt_done", "generated", "cached", "scheduled_s", "first_token_s",
                  "finish_s", "join_k", "ctx_join", "reserve_join", "finish_k", "kv_charge", "preemptions",
-                 "version", "instance", "ready_s", "shared")
+                 "version", "instance", "ready_s", "shared", "client")
 
     def __init__(self, req: Request, ready_s: float | None = None, prefilled: bool = False) -> None:
         self.req = req
@@ -202,6 +203,7 @@ class RequestState:
         self.instance = -1
         self.ready_s = req.arrival_s if ready_s is None else ready_s  # when it reaches this instance
         self.shared = 0  # shared-prefix tokens served from another request's pages
+        self.client = -1  # closed loop: the client that sent it
 
 
 @dataclass
@@ -214,7 +216,13 @@ class InstanceStats:
     kv_peak: float = 0.0
     preemptions: int = 0
     tokens_emitted: int = 0  # output tokens this instance produced (prefill first tokens + decode tokens)
-    itl_samples: list[tuple[float, int]] = field(default_factory=list)  # (gap seconds, tokens with that gap)
+    # inter-token gaps: seconds, and the tokens that saw each (typed arrays: 16 bytes a sample)
+    itl_gaps: array = field(default_factory=lambda: array("d"))
+    itl_tokens: array = field(default_factory=lambda: array("q"))
+
+    def itl(self, gap: float, tokens: int) -> None:
+        self.itl_gaps.append(gap)
+        self.itl_tokens.append(tokens)
 
 
 class Instance:
@@ -248,7 +256,7 @@ class Instance:
         self.last_decode_end = 0.0  # end of the last step that gave decode requests a token
         self.new_joiners = 0  # requests that joined decode since that step (their last token: last_join_s)
         self.last_join_s = 0.0
-        self.done: list[RequestState] = []
+        self.sink: Callable[[RequestState], None] | None = None  # where finished requests go
         self.stats = InstanceStats()
         self._seq = 0
         self.slack = (settings.page_size - 1) / 2 if settings.admission == "on-demand" else 0.0
@@ -320,8 +328,8 @@ class Instance:
                     if not (self.n_dec == 0 and not self.prefilling):
                         return
                     if r.prompt_total - cached + remaining_out > s.kv_capacity_tokens:
-                        raise InferSimError(f"request {r.req.id}: {r.prompt_total} + {remaining_out} tokens do not fit "
-                                            f"in the instance's KV cache of {s.kv_capacity_tokens:,} tokens")
+                        raise NotPossible(f"request {r.req.id}: {r.prompt_total} + {remaining_out} tokens do not fit "
+                                          f"in the instance's KV cache of {s.kv_capacity_tokens:,} tokens")
             waiting.popleft()
             if r.scheduled_s < 0:
                 r.scheduled_s = self.now
@@ -356,7 +364,10 @@ class Instance:
             self.reserve_base += r.reserve_join
         self._seq += 1
         heapq.heappush(self.heap, (r.finish_k, self._seq, r.version, r))
-        self.members.append(r)
+        members = self.members
+        members.append(r)
+        if len(members) > 2 * self.n_dec + 64:  # drop those that left, so finished requests are not held
+            self.members = [m for m in members if m.version % 2]
 
     def _leave_decode(self, r: RequestState) -> None:
         self.n_dec -= 1
@@ -388,11 +399,16 @@ class Instance:
     def idle(self) -> bool:
         return not (self.waiting or self.prefilling or self.n_dec)
 
-    def run(self, until: float = math.inf, on_finish: Callable[[RequestState], None] | None = None) -> None:
-        """Run steps that start before `until` (all work when infinite)."""
+    def run(self, until: float = math.inf, on_finish: Callable[[RequestState], None] | None = None,
+            wait_for_arrivals: bool = False) -> None:
+        """Run steps that start before `until` (all work when infinite). With `wait_for_arrivals`,
+        stop before any iteration that would start without a pending arrival: the caller has not
+        given this instance its next request yet, and a step's length looks ahead to it."""
         stats = self.stats
         while True:
             self._arrive()
+            if wait_for_arrivals and not self.pending:
+                return
             if self.idle():
                 if not self.pending or self.pending[0].ready_s >= until:
                     return
@@ -423,8 +439,8 @@ class Instance:
                 chunks = self._take_chunks(s.token_budget)
         n = self.n_dec if decode else 0
         if not chunks and not n:
-            raise InferSimError(f"serve: instance {self.index} cannot schedule anything: the first waiting request "
-                                f"needs more KV cache than the {s.kv_capacity_tokens:,} tokens of the pool")
+            raise NotPossible(f"serve: instance {self.index} cannot schedule anything: the first waiting request "
+                              f"needs more KV cache than the {s.kv_capacity_tokens:,} tokens of the pool")
         count_in = len(self.waiting) + len(self.prefilling) + self.n_dec
         if chunks:
             tokens = sum(q for _r, q in chunks)
@@ -450,12 +466,12 @@ class Instance:
             first_end = self.now - span + dt
             joiners = min(self.new_joiners, n)
             if n - joiners:
-                stats.itl_samples.append((first_end - self.last_decode_end, n - joiners))
+                stats.itl(first_end - self.last_decode_end, n - joiners)
             if joiners:
-                stats.itl_samples.append((first_end - self.last_join_s, joiners))
+                stats.itl(first_end - self.last_join_s, joiners)
             self.new_joiners = 0
             if m > 1:
-                stats.itl_samples.append((dt, n * (m - 1)))
+                stats.itl(dt, n * (m - 1))
             self.last_decode_end = self.now
             stats.tokens_emitted += n * m
             self.k += m
@@ -493,7 +509,8 @@ class Instance:
 
     def _finish(self, r: RequestState, on_finish: Callable[[RequestState], None] | None) -> None:
         r.finish_s = self.now
-        self.done.append(r)
+        if self.sink is not None:
+            self.sink(r)
         if on_finish is not None:
             on_finish(r)
 

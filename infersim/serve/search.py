@@ -17,8 +17,9 @@ import pickle
 from collections.abc import Callable
 from typing import IO, Any
 
+from infersim.cards.schema import check_number
 from infersim.config import RunConfig
-from infersim.errors import InferSimError
+from infersim.errors import ConfigError, InferSimError, NotPossible, echo
 from infersim.serve.api import simulate_serving
 from infersim.serve.metrics import percentile_key
 
@@ -81,6 +82,10 @@ class RateRunner:
         return [r for r in results if r is not None]
 
 
+#: most rates one --rate-sweep runs (each rate is a whole serving simulation)
+MAX_RATES = 1000
+
+
 def parse_rate_range(text: str) -> list[float]:
     """'1:16:1' (start:stop:step, stop included), or 'a,b,c'."""
     try:
@@ -91,10 +96,20 @@ def parse_rate_range(text: str) -> list[float]:
             start, stop, step = parts
             if step <= 0 or stop < start:
                 raise InferSimError(f"--rate-sweep {text}: needs start <= stop and step > 0")
+            for value in (start, stop, step):
+                check_number(value, "--rate-sweep", "", gt=0)
             count = int(round((stop - start) / step)) + 1
-            rates = [round(start + i * step, 9) for i in range(count) if start + i * step <= stop + 1e-9]
+            if count > MAX_RATES:
+                raise InferSimError(f"--rate-sweep {text}: {count:.3g} rates, at most {MAX_RATES:,} (each is a whole "
+                                    "serving run); widen the step")
+            rates = [float(f"{start + i * step:.9g}") for i in range(count) if start + i * step <= stop * (1 + 1e-9)]
         else:
-            rates = [float(p) for p in text.split(",") if p.strip()]
+            rates = [float(check_number(p.strip(), "--rate-sweep", "", gt=0)) for p in text.split(",") if p.strip()]
+            if len(rates) > MAX_RATES:
+                raise InferSimError(f"--rate-sweep: {len(rates):,} rates, at most {MAX_RATES:,} (each is a whole "
+                                    "serving run)")
+    except ConfigError as exc:
+        raise InferSimError(f"--rate-sweep {echo(text)}: {exc.problem}") from None
     except ValueError:
         raise InferSimError(f"--rate-sweep {text!r}: expected start:stop:step (e.g. 1:16:1) or a list 2,4,8") from None
     if not rates or any(r <= 0 for r in rates):
@@ -145,8 +160,8 @@ def max_rate_under_slo(runner: RateRunner, offline_summary: dict[str, Any], ttft
             limits.append(f"{key} TTFT {best[f'{key}_ttft_ms']:.1f} ms (limit {ttft_s * 1e3:g} ms)")
         if tpot_s is not None:
             limits.append(f"{key} TPOT {best[f'{key}_tpot_ms']:.1f} ms (limit {tpot_s * 1e3:g} ms)")
-        raise InferSimError(f"no request rate meets the SLO on this deployment: even at {lo:.3g} req/s "
-                            f"(1/100 of its capacity) {' and '.join(limits)}")
+        raise NotPossible(f"no request rate meets the SLO on this deployment: even at {lo:.3g} req/s "
+                          f"(1/100 of its capacity) {' and '.join(limits)}")
     best_rate = lo
     if met_hi:
         best_rate, best = hi, top

@@ -15,33 +15,58 @@ admission at the decode instance like any arrival. Queueing happens at both pool
 workloads run the prefill pool to the end, then the decode pool; in closed loop, where a client's
 next request waits for its previous one, the two pools are co-simulated step by step
 (`_closed_loop_disaggregated`).
+
+Memory: requests enter the instances as the simulation reaches them (an instance is given its next
+arrival before each iteration, which is all its scheduling looks ahead to), finished requests leave
+their latencies in typed arrays (`Outcomes`, 32 bytes a request) and are dropped unless per-request
+records are asked for, and only instances that can ever hold a request are built (at most one per
+request). An open-loop PD run keeps each prefilled request until the decode pool runs.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, replace
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any
 
-from infersim.config import RunConfig, complete_layout, named_deployment_fields, with_engine_defaults, with_variant
-from infersim.errors import InferSimError
+from infersim.config import (
+    RunConfig,
+    complete_layout,
+    named_deployment_fields,
+    with_checkpoint_precision,
+    with_engine_defaults,
+    with_variant,
+)
+from infersim.errors import InferSimError, echo
 from infersim.serve.cost import DEFAULT_WIDTH, StepCoster
 from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings, settings_from_engine
 from infersim.serve.workload import (
+    DEFAULT_REQUESTS,
+    Arrivals,
     LengthDist,
     Request,
+    TraceLengths,
+    check_burstiness,
     check_rate,
+    generated_arrivals,
+    iter_offline,
+    iter_poisson,
     length_dist,
-    lengths_from_trace,
-    load_trace,
-    offline_requests,
-    poisson_requests,
+    read_trace,
+    request_count,
+    trace_replay,
 )
 
 MODES = ("offline", "poisson", "concurrency", "trace")
 ROUTERS = ("round-robin", "least-loaded")
+#: most engine instances one pool (replicas, prefill or decode) may have: every instance is stepped
+#: on its own and a least-loaded router visits each of them per request; a fleet larger than this
+#: has the per-GPU numbers of a slice of it (model a slice, with the rate scaled)
+MAX_INSTANCES = 1000
 
 
 @dataclass(frozen=True)
@@ -61,7 +86,7 @@ class Disaggregation:
 @dataclass(frozen=True)
 class ServeOptions:
     mode: str = "poisson"
-    num_requests: int = 1000
+    num_requests: int | None = DEFAULT_REQUESTS  # None: a trace's every row (other modes: DEFAULT_REQUESTS)
     rate: float | None = None
     concurrency: int | None = None
     isl: LengthDist | None = None  # None: the config's workload.isl
@@ -83,32 +108,55 @@ class ServeOptions:
     percentiles: tuple[float, ...] = ()  # TTFT and TPOT percentiles the summary adds to p50/p90/p99
 
 
+def _instances(value: Any, name: str) -> int:
+    count = _positive_int(value, name)
+    if count > MAX_INSTANCES:
+        raise InferSimError(f"{name} {count:,}: at most {MAX_INSTANCES:,} engine instances per pool are simulated "
+                            "(each is stepped on its own, and a least-loaded router visits every one per request); "
+                            "a larger fleet has the per-GPU numbers of a slice of it: simulate a slice with the rate "
+                            "scaled to it")
+    return count
+
+
 def parse_disaggregation(text: str) -> Disaggregation:
     """'3P1D' -> 3 prefill, 1 decode instance."""
     import re
 
-    match = re.fullmatch(r"\s*(\d+)\s*[pP]\s*(\d+)\s*[dD]\s*", text)
+    match = re.fullmatch(r"\s*(\d{1,18})\s*[pP]\s*(\d{1,18})\s*[dD]\s*", text) if isinstance(text, str) else None
     if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
-        raise InferSimError(f"disaggregate: expected xPyD with x, y >= 1, e.g. 3P1D (got {text!r})")
-    return Disaggregation(int(match.group(1)), int(match.group(2)))
+        raise InferSimError(f"disaggregate: expected xPyD with x, y >= 1, e.g. 3P1D (got {echo(text)})")
+    return Disaggregation(_instances(int(match.group(1)), "disaggregate prefill instances"),
+                          _instances(int(match.group(2)), "disaggregate decode instances"))
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    from infersim.cards.schema import check_number
+    from infersim.errors import ConfigError
+
+    if isinstance(value, bool) or value is None:
         raise InferSimError(f"{name} must be a whole number >= 1 (got {value!r})")
-    return value
+    try:
+        return int(check_number(value, "serve", name, whole=True, gt=0))
+    except ConfigError as exc:
+        raise InferSimError(f"{name} must be a whole number >= 1 (value: {echo(value)}: {exc.problem})") from None
 
 
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+def _number(value: Any, name: str, **bounds: Any) -> float:
+    from infersim.cards.schema import check_number
+    from infersim.errors import ConfigError
+
+    if isinstance(value, bool) or value is None:
         raise InferSimError(f"{name} must be a positive number (got {value!r})")
-    return float(value)
+    try:
+        return float(check_number(value, "serve", name, **(bounds or {"gt": 0})))
+    except ConfigError as exc:
+        raise InferSimError(f"{name} (value: {echo(value)}): {exc.problem}") from None
 
 
 def _seconds(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InferSimError(f"{name} must be a positive number of seconds (got {value!r})")
-    return float(value)
+        raise InferSimError(f"{name} must be a positive number of seconds (got {echo(value)})")
+    return _number(value, name)
 
 
 def parse_options(options: dict[str, Any]) -> ServeOptions:
@@ -118,10 +166,10 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
              "max_running_requests", "max_num_tokens", "lengths_trace", "percentiles"}
     unknown = set(options) - known
     if unknown:
-        raise InferSimError(f"serve options: unknown key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
+        raise InferSimError(f"serve options: unknown key(s) {sorted(map(str, unknown))}; known: {', '.join(sorted(known))}")
     mode = options.get("mode", "poisson")
     if mode not in MODES:
-        raise InferSimError(f"serve mode {mode!r} is not one of {', '.join(MODES)}")
+        raise InferSimError(f"serve mode {echo(mode)} is not one of {', '.join(MODES)}")
     rate = options.get("rate")
     if mode == "poisson":
         if rate is None:
@@ -147,39 +195,52 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
     slo = options.get("slo")
     if slo is not None and not isinstance(slo, Slo):
         if not isinstance(slo, dict) or set(slo) - {"ttft_s", "tpot_s", "ttft_ms", "tpot_ms"}:
-            raise InferSimError(f"slo: expected {{ttft_s|ttft_ms, tpot_s|tpot_ms}} (got {slo!r})")
-        ttft = slo.get("ttft_s", slo["ttft_ms"] / 1e3 if "ttft_ms" in slo else None)
-        tpot = slo.get("tpot_s", slo["tpot_ms"] / 1e3 if "tpot_ms" in slo else None)
+            raise InferSimError(f"slo: expected {{ttft_s|ttft_ms, tpot_s|tpot_ms}} (got {echo(slo)})")
+        ttft = slo.get("ttft_s", _number(slo["ttft_ms"], "slo ttft_ms") / 1e3 if "ttft_ms" in slo else None)
+        tpot = slo.get("tpot_s", _number(slo["tpot_ms"], "slo tpot_ms") / 1e3 if "tpot_ms" in slo else None)
         slo = Slo(_seconds(ttft, "slo ttft") if ttft is not None else None,
                   _seconds(tpot, "slo tpot") if tpot is not None else None)
     disagg = options.get("disaggregate")
-    if isinstance(disagg, str):
-        disagg = parse_disaggregation(disagg)
-    elif isinstance(disagg, dict):
-        disagg = Disaggregation(_positive_int(disagg.get("prefill"), "disaggregate.prefill"),
-                                _positive_int(disagg.get("decode"), "disaggregate.decode"),
+    if isinstance(disagg, dict):
+        unknown_keys = set(disagg) - {"prefill", "decode", "prefill_deployment", "decode_deployment"}
+        if unknown_keys:
+            raise InferSimError(f"disaggregate: unknown key(s) {sorted(map(str, unknown_keys))}; expected prefill, "
+                                "decode, prefill_deployment, decode_deployment")
+        disagg = Disaggregation(_instances(disagg.get("prefill"), "disaggregate.prefill"),
+                                _instances(disagg.get("decode"), "disaggregate.decode"),
                                 disagg.get("prefill_deployment"), disagg.get("decode_deployment"))
+    elif disagg is not None and not isinstance(disagg, Disaggregation):
+        disagg = parse_disaggregation(disagg)
+    replicas = _instances(options.get("replicas", 1), "replicas")
+    if disagg is not None and replicas != 1:
+        raise InferSimError(f"replicas {replicas} with disaggregate: a PD run's instances are its prefill and decode "
+                            f"pools ({disagg.prefill_instances}P{disagg.decode_instances}D); give the counts there")
     hit = options.get("prefix_hit_rate", 0.0)
     if isinstance(hit, bool) or not isinstance(hit, (int, float)) or not 0 <= hit < 1:
-        raise InferSimError(f"prefix_hit_rate must be in [0, 1) (got {hit!r})")
+        raise InferSimError(f"prefix_hit_rate must be in [0, 1) (got {echo(hit)})")
+    hit = _number(hit, "prefix_hit_rate", ge=0)
     router = options.get("router", "round-robin")
     if router not in ROUTERS:
-        raise InferSimError(f"router {router!r} is not one of {', '.join(ROUTERS)}")
+        raise InferSimError(f"router {echo(router)} is not one of {', '.join(ROUTERS)}")
     width = options.get("bucket_width", DEFAULT_WIDTH)
     if isinstance(width, bool) or not isinstance(width, (int, float)) or not 1.0 <= width <= 2.0:
-        raise InferSimError(f"bucket_width must be a ratio in [1, 2] (1 = price every step shape exactly; got {width!r})")
+        raise InferSimError(f"bucket_width must be a ratio in [1, 2] (1 = price every step shape exactly; got {echo(width)})")
     seed = options.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InferSimError(f"seed must be a whole number (got {seed!r})")
+        raise InferSimError(f"seed must be a whole number (got {echo(seed)})")
+    prefix_cache = options.get("prefix_cache")
+    if prefix_cache is not None and not isinstance(prefix_cache, bool):
+        raise InferSimError(f"prefix_cache must be true or false (got {echo(prefix_cache)})")
+    num = options.get("num_requests", None if mode == "trace" else DEFAULT_REQUESTS)
     return ServeOptions(
-        mode=mode, num_requests=_positive_int(options.get("num_requests", 1000), "num_requests"), rate=rate,
+        mode=mode, num_requests=request_count(num) if num is not None else None, rate=rate,
         concurrency=concurrency,
         isl=length_dist(options["isl"], "isl") if options.get("isl") is not None else None,
         osl=length_dist(options["osl"], "osl") if options.get("osl") is not None else None,
-        seed=seed, replicas=_positive_int(options.get("replicas", 1), "replicas"), router=router,
-        burstiness=_number(options.get("burstiness", 1.0), "burstiness"), trace=options.get("trace"),
-        trace_time_scale=_number(options.get("trace_time_scale", 1.0), "trace_time_scale"), prefix_hit_rate=float(hit),
-        prefix_cache=options.get("prefix_cache"), slo=slo, disaggregate=disagg,
+        seed=seed, replicas=replicas, router=router,
+        burstiness=check_burstiness(options.get("burstiness", 1.0)), trace=options.get("trace"),
+        trace_time_scale=_number(options.get("trace_time_scale", 1.0), "trace_time_scale"), prefix_hit_rate=hit,
+        prefix_cache=prefix_cache, slo=slo, disaggregate=disagg,
         bucket_width=float(width),
         max_running_requests=(_positive_int(options["max_running_requests"], "max_running_requests")
                               if options.get("max_running_requests") is not None else None),
@@ -193,41 +254,109 @@ class Pool:
     name: str  # "colocated", "prefill" or "decode"
     config: RunConfig
     settings: SchedulerSettings
-    instances: list[Instance]
+    instances: list[Instance]  # the instances built: the first min(count, requests) of the pool
     coster: StepCoster
+    count: int = 0  # instances of the pool (0: as many as built)
+
+    def __post_init__(self) -> None:
+        self.count = self.count or len(self.instances)
 
     @property
     def gpus(self) -> int:
-        return self.config.deployment.num_gpus * len(self.instances)
+        return self.config.deployment.num_gpus * self.count
+
+
+class Outcomes:
+    """What the summary needs of every finished request: its latencies in typed arrays (32 bytes a
+    request; TPOT nan for one-token outputs), token totals and the time window; and, when asked, the
+    requests' final states (records)."""
+
+    def __init__(self, keep_records: bool = False) -> None:
+        self.ttft = array("d")
+        self.tpot = array("d")
+        self.e2e = array("d")
+        self.queue = array("d")
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.first_arrival = math.inf
+        self.last_finish = 0.0
+        self.gap_sum = 0.0  # seconds between first and last token, over requests of 2+ output tokens
+        self.gap_count = 0  # their output tokens after the first
+        self.records: list[RequestState] | None = [] if keep_records else None
+
+    def __len__(self) -> int:
+        return len(self.ttft)
+
+    def add(self, r: RequestState) -> None:
+        arrival = r.req.arrival_s
+        ttft = r.first_token_s - arrival
+        e2e = r.finish_s - arrival
+        out = r.req.output_tokens
+        self.ttft.append(ttft)
+        self.e2e.append(e2e)
+        self.queue.append(max(0.0, r.scheduled_s - arrival))
+        if out > 1:
+            self.tpot.append((e2e - ttft) / (out - 1))
+            self.gap_sum += e2e - ttft
+            self.gap_count += out - 1
+        else:
+            self.tpot.append(math.nan)
+        self.input_tokens += r.req.input_tokens
+        self.output_tokens += out
+        self.first_arrival = min(self.first_arrival, arrival)
+        self.last_finish = max(self.last_finish, r.finish_s)
+        if self.records is not None:
+            self.records.append(r)
 
 
 @dataclass
 class ServeResult:
     options: ServeOptions
-    requests: list[Request]
-    records: list[RequestState]  # one per request, in request order (the request's final state)
+    outcomes: Outcomes
     pools: list[Pool]
     transfer_integral_s: float = 0.0  # PD: seconds requests spent between the pools (in flight)
     mean_isl: float = 0.0
     mean_osl: float = 0.0
+    notes: list[str] = field(default_factory=list)  # what the run did that was not asked (a trace cut, ...)
 
     @property
     def gpus(self) -> int:
         return sum(p.gpus for p in self.pools)
 
+    @property
+    def records(self) -> list[RequestState]:
+        """One per request, in request order (the request's final state); empty unless kept."""
+        return sorted(self.outcomes.records or (), key=lambda r: r.req.id)
 
-def build_requests(config: RunConfig, opts: ServeOptions) -> list[Request]:
+
+def build_requests(config: RunConfig, opts: ServeOptions) -> Arrivals:
+    """The run's arrivals (generated lazily; see infersim.serve.workload.Arrivals)."""
+    if opts.mode == "trace":
+        replay = trace_replay(opts.trace, opts.num_requests, opts.trace_time_scale)
+        mean_isl, mean_osl = replay.mean_lengths()
+        note = replay.note()
+        return Arrivals(replay.__iter__, replay.count, mean_isl, mean_osl, [note] if note else [])
     isl = opts.isl or length_dist(config.workload.isl, "workload.isl")
     osl = opts.osl or length_dist(config.workload.osl, "workload.osl")
-    if opts.mode == "trace":
-        return load_trace(opts.trace, opts.num_requests, opts.trace_time_scale)
+    count = opts.num_requests or DEFAULT_REQUESTS
+    lengths = TraceLengths(read_trace(opts.lengths_trace), opts.seed) if opts.lengths_trace else None
     if opts.mode == "poisson":
-        requests = poisson_requests(isl, osl, opts.num_requests, opts.rate, opts.seed, opts.burstiness)
-    else:
-        requests = offline_requests(isl, osl, opts.num_requests, opts.seed)  # offline; concurrency times set later
-    if opts.lengths_trace:
-        requests = lengths_from_trace(requests, opts.lengths_trace, opts.seed)
-    return requests
+        def make(tallies: Any) -> Iterator[Request]:
+            return iter_poisson(isl, osl, count, opts.rate, opts.seed, opts.burstiness, tallies)
+    else:  # offline; concurrency times are set during the run
+        def make(tallies: Any) -> Iterator[Request]:
+            return iter_offline(isl, osl, count, opts.seed, tallies)
+    return generated_arrivals(make, isl, osl, "isl" if opts.isl else "workload.isl",
+                              "osl" if opts.osl else "workload.osl", lengths, count)
+
+
+def _listed(requests: Iterable[Request]) -> Arrivals:
+    """Arrivals from a given list of requests (callers that build their own)."""
+    kept = list(requests)
+    if not kept:
+        raise InferSimError("serve: no requests")
+    return Arrivals(kept.__iter__, len(kept), sum(r.input_tokens for r in kept) / len(kept),
+                    sum(r.output_tokens for r in kept) / len(kept))
 
 
 def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: str) -> RunConfig:
@@ -236,14 +365,18 @@ def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: st
     from infersim.cards.schema import build
     from infersim.config import Deployment
 
-    dep = with_engine_defaults(build(Deployment, deployment, where), named_deployment_fields(deployment), config.model,
-                               config.engine)
+    named = named_deployment_fields(deployment)
+    dep = with_engine_defaults(build(Deployment, deployment, where), named, config.model, config.engine)
+    dep = with_checkpoint_precision(dep, named, config.model, config.hardware)
     dep = complete_layout(dep, config.model, config.hardware, where)
     return with_variant(config, config.model, config.hardware, dep, config.workload)
 
 
 def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl: float, mean_osl: float,
-          prefill_only: bool = False) -> Pool:
+          requests: int, prefill_only: bool = False) -> Pool:
+    """A pool of `count` instances, of which the first min(count, requests) are built: a request
+    occupies one instance at a time, so no router ever reaches an instance past the requests'
+    number (round-robin by construction; least-loaded always finds an empty one among them)."""
     settings = settings_from_engine(config, mean_isl, mean_osl, opts.mode == "offline", opts.prefix_cache,
                                     prefill_only)
     if opts.max_running_requests:
@@ -253,27 +386,31 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
         settings = replace(settings, token_budget=opts.max_num_tokens,
                            origin=settings.origin + f"; token budget {opts.max_num_tokens} given")
     coster = StepCoster(config, opts.bucket_width)
-    instances = [Instance(settings, coster, i, prefill_only) for i in range(count)]
+    instances = [Instance(settings, coster, i, prefill_only) for i in range(min(count, max(1, requests)))]
     for inst in instances:
         inst.prefix_hit_rate = opts.prefix_hit_rate if settings.prefix_cache else 0.0
-    return Pool(name, config, settings, instances, coster)
+    return Pool(name, config, settings, instances, coster, count)
 
 
-def simulate_serving_run(config: RunConfig, opts: ServeOptions) -> ServeResult:
+def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bool = True) -> ServeResult:
     if config.speculative is not None:
         raise InferSimError("serve: speculative decoding is not modelled by the serving simulator yet; "
                             "remove the config's speculative section")
-    requests = build_requests(config, opts)
-    mean_isl = sum(r.input_tokens for r in requests) / len(requests)
-    mean_osl = sum(r.output_tokens for r in requests) / len(requests)
+    arrivals = build_requests(config, opts)
+    if not isinstance(arrivals, Arrivals):
+        arrivals = _listed(arrivals)
+    outcomes = Outcomes(keep_records)
+    mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
+    states = (RequestState(r) for r in arrivals.requests())
     if opts.disaggregate is not None:
         if opts.mode == "poisson" and opts.concurrency:
             raise InferSimError("serve: a request rate with a concurrency cap is not modelled with PD disaggregation; "
                                 "give one of them")
-        return _run_disaggregated(config, opts, requests, mean_isl, mean_osl)
-    pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl)
-    states = [RequestState(r) for r in requests]
+        return _run_disaggregated(config, opts, arrivals, states, outcomes)
+    pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, arrivals.count)
     instances = pool.instances
+    for inst in instances:
+        inst.sink = outcomes.add
     if opts.mode == "concurrency" or opts.concurrency:
         _run_closed_loop(instances, states, opts.concurrency, keep_arrivals=opts.mode == "poisson")
     elif opts.router == "least-loaded" and len(instances) > 1:
@@ -284,14 +421,23 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions) -> ServeResult:
         for inst in instances:
             inst.run()
     else:
-        for i, st in enumerate(states):
-            instances[i % len(instances)].add(st)
-        for inst in instances:
-            inst.run()
-    return ServeResult(opts, requests, states, [pool], 0.0, mean_isl, mean_osl)
+        _feed(instances, ((i % len(instances), st) for i, st in enumerate(states)))
+    return ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, list(arrivals.notes))
 
 
-def _run_closed_loop(instances: list[Instance], states: list[RequestState], concurrency: int,
+def _feed(instances: list[Instance], routed: Iterable[tuple[int, RequestState]]) -> None:
+    """Give each instance its requests (in arrival order) one at a time, advancing it as far as its
+    next known arrival allows, then run every instance to the end: the same steps as giving every
+    request up front, with only the next arrival held."""
+    for target, st in routed:
+        inst = instances[target]
+        inst.add(st)
+        inst.run(wait_for_arrivals=True)
+    for inst in instances:
+        inst.run()
+
+
+def _run_closed_loop(instances: list[Instance], states: Iterator[RequestState], concurrency: int,
                      keep_arrivals: bool = False) -> None:
     """`concurrency` clients, client c pinned to replica c mod R; each sends its next request when
     the previous completes. Requests are handed out in order, so the run is deterministic.
@@ -299,10 +445,11 @@ def _run_closed_loop(instances: list[Instance], states: list[RequestState], conc
     flight, as a benchmark client with --request-rate and --max-concurrency sends them: a request
     whose slot is taken waits at the client and is sent (its TTFT starts) when one frees."""
     queue = iter(states)
-    clients = min(concurrency, len(states))
     replace_arrival = _ArrivalSetter()
-    for c in range(clients):
-        st = next(queue)
+    for c in range(concurrency):
+        st = next(queue, None)
+        if st is None:
+            break
         replace_arrival(st, st.req.arrival_s if keep_arrivals else 0.0)
         instances[c % len(instances)].add(st)
 
@@ -336,46 +483,45 @@ def transfer_bandwidth(prefill: RunConfig, decode: RunConfig) -> tuple[float, st
     return hw.peak.network_bandwidth * hw.derates.network_efficiency * lanes, "network"
 
 
-def _run_disaggregated(config: RunConfig, opts: ServeOptions, requests: list[Request], mean_isl: float,
-                       mean_osl: float) -> ServeResult:
+def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals, states: Iterator[RequestState],
+                       outcomes: Outcomes) -> ServeResult:
     from infersim.memory import kv_bytes_per_token
 
     d = opts.disaggregate
+    mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
     pconf = _pool_config(config, d.prefill_deployment, "disaggregate.prefill_deployment")
     dconf = _pool_config(config, d.decode_deployment, "disaggregate.decode_deployment")
-    prefill = _pool("prefill", pconf, d.prefill_instances, opts, mean_isl, 1.0, prefill_only=True)
-    decode = _pool("decode", dconf, d.decode_instances, opts, mean_isl, mean_osl)
-    states = [RequestState(r) for r in requests]
+    prefill = _pool("prefill", pconf, d.prefill_instances, opts, mean_isl, 1.0, arrivals.count, prefill_only=True)
+    decode = _pool("decode", dconf, d.decode_instances, opts, mean_isl, mean_osl, arrivals.count)
+    for inst in decode.instances:
+        inst.sink = outcomes.add
+    notes = list(arrivals.notes)
     if opts.mode == "concurrency":
-        finals, transfer_integral = _closed_loop_disaggregated(prefill, decode, states, opts.concurrency)
-        return ServeResult(opts, requests, finals, [prefill, decode], transfer_integral, mean_isl, mean_osl)
-    for i, st in enumerate(states):
-        prefill.instances[i % len(prefill.instances)].add(st)
+        transfer_integral = _closed_loop_disaggregated(prefill, decode, states, opts.concurrency, outcomes)
+        return ServeResult(opts, outcomes, [prefill, decode], transfer_integral, mean_isl, mean_osl, notes)
+    prefilled: list[RequestState] = []  # requests going on to decode, until the decode pool runs
+
+    def prefill_done(st: RequestState) -> None:
+        (outcomes.add if st.req.output_tokens <= 1 else prefilled.append)(st)
+
     for inst in prefill.instances:
-        inst.run()
+        inst.sink = prefill_done
+    _feed(prefill.instances, ((i % len(prefill.instances), st) for i, st in enumerate(states)))
     bandwidth, _link = transfer_bandwidth(pconf, dconf)
     kv_per_token = kv_bytes_per_token(config.model, dconf.deployment.precision.kv_cache)
     link_free = [0.0] * len(decode.instances)
-    finals: list[RequestState] = list(states)
     handoffs = []
     transfer_integral = 0.0
-    order = sorted(range(len(states)), key=lambda i: (states[i].finish_s, i))
-    for n, i in enumerate(order):
-        st = states[i]
-        if st.req.output_tokens <= 1:
-            continue
+    prefilled.sort(key=lambda st: (st.finish_s, st.req.id))
+    for n, st in enumerate(prefilled):
         target = n % len(decode.instances)
         arrive = _transfer(st, target, link_free, kv_per_token / bandwidth)
         transfer_integral += arrive - st.finish_s
-        handoffs.append((arrive, target, i, _decode_state(st, arrive), st))
-    handoffs.sort(key=lambda h: (h[0], h[2]))
-    for _arrive, target, _i, ds, _st in handoffs:
-        decode.instances[target].add(ds)
-    for inst in decode.instances:
-        inst.run()
-    for _arrive, _target, i, ds, _st in handoffs:
-        finals[i] = ds
-    return ServeResult(opts, requests, finals, [prefill, decode], transfer_integral, mean_isl, mean_osl)
+        handoffs.append((arrive, st.req.id, target, _decode_state(st, arrive)))
+    del prefilled
+    handoffs.sort(key=lambda h: (h[0], h[1]))
+    _feed(decode.instances, ((target, ds) for _arrive, _id, target, ds in handoffs))
+    return ServeResult(opts, outcomes, [prefill, decode], transfer_integral, mean_isl, mean_osl, notes)
 
 
 def _transfer(st: RequestState, target: int, link_free: list[float], seconds_per_token: float) -> float:
@@ -394,11 +540,12 @@ def _decode_state(st: RequestState, arrive: float) -> RequestState:
     ds.first_token_s = arrive
     ds.preemptions = st.preemptions
     ds.cached = st.cached
+    ds.client = st.client
     return ds
 
 
-def _closed_loop_disaggregated(prefill: Pool, decode: Pool, states: list[RequestState],
-                               concurrency: int) -> tuple[list[RequestState], float]:
+def _closed_loop_disaggregated(prefill: Pool, decode: Pool, states: Iterator[RequestState], concurrency: int,
+                               outcomes: Outcomes) -> float:
     """`concurrency` clients against a PD pair: client c's requests enter prefill instance c mod P;
     a prefilled request's KV moves to decode instance n mod D (n: handoff order); a client sends its
     next request when its previous one finishes (decode, or prefill for one-token outputs).
@@ -406,14 +553,12 @@ def _closed_loop_disaggregated(prefill: Pool, decode: Pool, states: list[Request
     The pools are co-simulated: the instance whose next step starts first runs, up to the next start
     of any other instance or the next undelivered event (a handoff or a new request), and events are
     delivered in time order. An event can only reach an instance during a step that started before
-    it, where engines see it at the next step, so the interleaving is exact."""
+    it, where engines see it at the next step, so the interleaving is exact. Returns the seconds
+    requests spent between the pools."""
     from infersim.memory import kv_bytes_per_token
 
     bandwidth, _link = transfer_bandwidth(prefill.config, decode.config)
     seconds_per_token = kv_bytes_per_token(prefill.config.model, decode.config.deployment.precision.kv_cache) / bandwidth
-    finals: list[RequestState] = list(states)
-    index = {id(st): i for i, st in enumerate(states)}
-    client_of: dict[int, int] = {}
     queue = iter(states)
     events: list[tuple[float, int, int, RequestState]] = []  # (time, order, instance (-1 - i: prefill i), state)
     order = count()
@@ -422,32 +567,32 @@ def _closed_loop_disaggregated(prefill: Pool, decode: Pool, states: list[Request
     transfer_integral = 0.0
     set_arrival = _ArrivalSetter()
 
-    def send(client: int, t: float) -> None:
+    def send(client: int, t: float) -> bool:
         st = next(queue, None)
         if st is None:
-            return
+            return False
         set_arrival(st, t)
-        client_of[id(st)] = client
+        st.client = client
         heapq.heappush(events, (t, next(order), -1 - client % len(prefill.instances), st))
+        return True
 
     def prefilled(st: RequestState) -> None:
         nonlocal transfer_integral
         if st.req.output_tokens <= 1:
-            send(client_of[id(st)], st.finish_s)
+            outcomes.add(st)
+            send(st.client, st.finish_s)
             return
         target = next(handoffs) % len(decode.instances)
         arrive = _transfer(st, target, link_free, seconds_per_token)
         transfer_integral += arrive - st.finish_s
-        ds = _decode_state(st, arrive)
-        finals[index[id(st)]] = ds
-        client_of[id(ds)] = client_of[id(st)]
-        heapq.heappush(events, (arrive, next(order), target, ds))
+        heapq.heappush(events, (arrive, next(order), target, _decode_state(st, arrive)))
 
     def decoded(ds: RequestState) -> None:
-        send(client_of[id(ds)], ds.finish_s)
+        send(ds.client, ds.finish_s)
 
-    for client in range(min(concurrency, len(states))):
-        send(client, 0.0)
+    for client in range(concurrency):
+        if not send(client, 0.0):
+            break  # more clients than requests
     instances = [(inst, prefilled) for inst in prefill.instances] + [(inst, decoded) for inst in decode.instances]
 
     def next_start(inst: Instance) -> float:
@@ -468,4 +613,4 @@ def _closed_loop_disaggregated(prefill: Pool, decode: Pool, states: list[Request
         others = min((starts[j] for j in range(len(instances)) if j != first), default=math.inf)
         inst, callback = instances[first]
         inst.run(until=max(min(others, event_t), starts[first] + 1e-12), on_finish=callback)
-    return finals, transfer_integral
+    return transfer_integral

@@ -273,11 +273,14 @@ def sweep_command(args: argparse.Namespace) -> int:
     meta["best"] = [best_record(spec, b, v_axes, targets) for b in bests]
     if args.out and (records or result.interrupted):
         write_output(args.out, records, meta)
-    print(_summary(result), file=sys.stderr)
     if result.interrupted:
+        print(_summary(result), file=sys.stderr)
         return _interrupted(result, args.out)
     if result.simulated == 0:
         raise _nothing_simulated(result)
+    failed = targets.any and not any(feasible(r, targets) for r in rows)
+    if not failed:  # a failing sweep's stderr is its one message, which carries the summary
+        print(_summary(result), file=sys.stderr)
     limit = len(rows) if args.rows == "all" else int(args.rows)
     shown = _sorted_rows(rows, args.sort)[:limit]
     print(rows_table(spec, shown, targets, spec.prefill, show_cost))
@@ -292,8 +295,9 @@ def sweep_command(args: argparse.Namespace) -> int:
         print(best_table(spec, bests, v_axes, spec.prefill, show_cost))
     if args.out:
         print(f"\nwrote {len(records):,} rows to {args.out}")
-    if targets.any and not any(feasible(r, targets) for r in rows):
-        print(f"infersim: no configuration meets the targets ({targets.describe()})", file=sys.stderr)
+    if failed:
+        print(f"infersim: no configuration meets the targets ({targets.describe()}); {_summary(result)}",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -309,7 +313,8 @@ def pareto_command(args: argparse.Namespace) -> int:
     result = _run(args, spec)
     fronts = frontiers(spec, result.rows, targets)
     v_axes = variant_axes(spec)
-    print(_summary(result), file=sys.stderr)
+    if any(fronts.values()) or result.interrupted:  # else stderr is the one message saying why
+        print(_summary(result), file=sys.stderr)
     records: list[dict[str, Any]] = []
     on_front = {id(r) for front in fronts.values() for r in front}
     source_rows = [r for r in result.rows if feasible(r, targets)] if args.all else \

@@ -29,7 +29,9 @@ from infersim.config import (
     load_run_config,
     parse_override,
     read_run_mapping,
+    with_checkpoint_precision,
     with_engine_defaults,
+    without_checkpoint_precision,
 )
 from infersim.run_flags import RunFlags, flag_fields
 from infersim.errors import ConfigError, InferSimError
@@ -69,7 +71,7 @@ def load_base(path: str | Path | None, overrides: Sequence[str] = (), mfu_tables
 def from_config(config: RunConfig, source: str = "", base_dir: str | None = None,
                 card_overrides: dict[str, tuple] | None = None) -> Base:
     """A Base from an already validated RunConfig (the Python API's entry point)."""
-    dep = config.deployment
+    dep = without_checkpoint_precision(config.deployment, config.named_deployment)  # derived again per variant
     dep = dataclasses.replace(dep, attention=dataclasses.replace(dep.attention, dp=0),
                               ffn=dataclasses.replace(dep.ffn, dp=0))
     return Base(config, dep, source or config.source, base_dir, dict(card_overrides or {}))
@@ -109,7 +111,8 @@ class Deriver:
         self._deployments: dict[tuple, Any] = {}
         self._workloads: dict[tuple, Any] = {}
         # engine-derived deployment fields named by the run or by an axis: kept as given
-        self._named = base.config.named_deployment | {parts[0] for _, parts in self._fields["deployment"]}
+        self._named = base.config.named_deployment | {parts[0] for _, parts in self._fields["deployment"]} | {
+            ".".join(parts[:2]) for _, parts in self._fields["deployment"] if parts[0] == "precision"}
 
     # -- cards -----------------------------------------------------------------------------
 
@@ -202,6 +205,7 @@ class Deriver:
         if entry is None:
             try:
                 derived = with_engine_defaults(dep, self._named, model, self.base.config.engine)
+                derived = with_checkpoint_precision(derived, self._named, model, hw)
                 hit = complete_layout(derived, model, hw, "")
             except InferSimError as exc:
                 hit = exc

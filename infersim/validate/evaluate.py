@@ -10,13 +10,14 @@ Error = (predicted - measured) / measured, signed.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infersim.cards.schema import build, load_yaml
+from infersim.cards.schema import build, check_number, load_yaml
 from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables, TokenExchangeShape
 from infersim.modules import categories as cat
@@ -157,9 +158,9 @@ def load_reference(path: Path) -> dict[str, ReferencePoint]:
             if not value or bad:
                 raise ConfigError(source, f"{where}.value", value,
                                   "a mapping value needs a positive number for every sub-metric")
-            value = {str(k): float(v) for k, v in value.items()}
+            value = {str(k): float(check_number(v, source, f"{where}.value.{k}", gt=0)) for k, v in value.items()}
         elif _number(value) and value > 0:
-            value = float(value)
+            value = float(check_number(value, source, f"{where}.value", gt=0))  # the rule's magnitudes too
         else:
             raise ConfigError(source, f"{where}.value", value if "value" in raw else MISSING,
                               "expected a positive number (or a mapping of sub-metric -> number)")
@@ -319,6 +320,79 @@ def _unit(point: ReferencePoint, key: str, conv: Conversion) -> str:
     return conv.unit or point.unit
 
 
+# ---------------------------------------------------------------------------------------------
+# Units: a point's unit must name the unit its conversion predicts in
+
+#: unit families and how reference files write them
+_UNIT_TEXT = (("tok/s", re.compile(r"\btok(?:en)?s?\s*/\s*s\b", re.I)),
+              ("req/s", re.compile(r"\breq(?:uest)?s?\s*/\s*s\b", re.I)),
+              ("TFLOPS", re.compile(r"\bTFLOP/?S\b", re.I)),
+              ("GB/s", re.compile(r"\bGB\s*/\s*s\b|\bGBps\b")),
+              ("ms", re.compile(r"\bms\b")),
+              ("us", re.compile(r"\bus\b|[µμ]s\b")),
+              ("s", re.compile(r"(?<![/\w])s\b|\bseconds?\b")))
+_STAGE_UNITS = {"prefill.tgs": "tok/s", "decode.tgs": "tok/s", "prefill.ttft_ms": "ms", "decode.tpot_ms": "ms"}
+_KERNEL_UNITS = {"time_us": "us", "tflops": "TFLOPS", "gbps": "GB/s"}
+
+
+def unit_families(text: str) -> set[str]:
+    """The unit families a unit text names ('tok/s (per GPU)' -> {'tok/s'}; 'us, GB/s' -> {'us', 'GB/s'})."""
+    return {family for family, pattern in _UNIT_TEXT if pattern.search(text)}
+
+
+def predicted_unit(source: str) -> str | None:
+    """The unit family a conversion's number is in (None: a serving key of no known unit)."""
+    if source in _KERNEL_UNITS:
+        return _KERNEL_UNITS[source]
+    if source in _STAGE_UNITS:
+        return _STAGE_UNITS[source]
+    if source.endswith("_ms"):
+        return "ms"
+    if source.startswith("request_") and ("throughput" in source or "goodput" in source):
+        return "req/s"
+    if "throughput" in source:
+        return "tok/s"
+    if source == "duration":
+        return "s"
+    return None
+
+
+def check_units(reference: dict[str, ReferencePoint], mapping: dict[str, PointMapping], reference_path: str,
+                points_file: str, wanted: set[str] = frozenset()) -> None:
+    """Before anything runs: every compared number's unit (its conversion's, else its point's) must
+    name the unit family its conversion predicts in, and a conversion's unit must agree with its
+    point's; one message naming the point, the unit and the metric."""
+    for pid, point in reference.items():
+        entry = mapping.get(pid)
+        if entry is None or entry.not_expressed or isinstance(point.value, dict) == ("" in entry.metrics):
+            continue  # nothing to compare, or a shape mismatch evaluate names
+        for key, conv in entry.metrics.items():
+            if wanted and pid not in wanted and f"{pid}/{key}" not in wanted:
+                continue
+            expected = predicted_unit(conv.source)
+            if expected is None:
+                continue
+            cid = f"{pid}/{key}" if key else pid
+            named = unit_families(point.unit)
+            if conv.unit:
+                own = unit_families(conv.unit)
+                if expected not in own:
+                    raise ConfigError(points_file, f"{cid}.unit", conv.unit,
+                                      f"'{conv.source}' predicts {expected}, not {conv.unit}")
+                if named and not own & named:
+                    raise ConfigError(reference_path, f"{pid}.unit", point.unit,
+                                      f"the mapping compares {cid} in {conv.unit}, a unit this point does not name")
+                continue
+            if not named:
+                raise ConfigError(reference_path, f"{pid}.unit", point.unit or MISSING,
+                                  f"names no unit its prediction '{conv.source}' ({expected}) can be compared in "
+                                  "(known: tok/s, req/s, TFLOPS, GB/s, ms, us, s)")
+            if expected not in named:
+                raise ConfigError(reference_path, f"{pid}.unit", point.unit,
+                                  f"the point is measured in {', '.join(sorted(named))}, but its mapping's "
+                                  f"'{conv.source}' predicts {expected}: the numbers cannot be compared")
+
+
 def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMapping], *,
              reference_path: str = "", points_file: str = "points.yaml", mfu_tables: str | None = None,
              only: Sequence[str] = ()) -> Validation:
@@ -332,6 +406,7 @@ def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMappi
         if unknown:
             raise InferSimError(f"unknown point id(s) {', '.join(unknown)}: not in {reference_path or 'the reference'}")
     wanted = set(only)
+    check_units(reference, mapping, reference_path or "the reference", points_file, wanted)
     evaluator = _Evaluator(points_file, mfu_tables)
     described = {None: "auto: stage and serving runs use the bundled tables of their device and engine; kernel "
                        "points the roofline", "auto": None, "none": "none (roofline)"}
