@@ -134,6 +134,16 @@ def _memory_json(result: SimulationResult) -> dict[str, Any]:
     return data
 
 
+def _workload_json(result: SimulationResult) -> dict[str, Any]:
+    """The workload as run: a decode batch asked for as 'max' is the number it resolved to (every
+    field stays a number for machines), with what was asked for beside it."""
+    data = dataclasses.asdict(result.config.workload)
+    if data["decode_batch_per_gpu"] == "max":
+        data["decode_batch_per_gpu"] = result.decode.tokens_per_gpu
+        data["decode_batch_requested"] = "max: the largest batch that fits"
+    return data
+
+
 def to_json_data(result: SimulationResult) -> dict[str, Any]:
     cfg = result.config
     return {
@@ -142,7 +152,7 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
         "hardware_peaks": _hardware_peaks(cfg.hardware),
         "deployment": _deployment_json(cfg.deployment),
         "weights_format": weights_origin(cfg),
-        "workload": dataclasses.asdict(cfg.workload),
+        "workload": _workload_json(result),
         "engine": {"name": cfg.engine.name, "framework": cfg.engine.framework, "version": cfg.engine.version,
                    "source": cfg.engine_source},
         "mfu_tables": cfg.tables.describe(),

@@ -240,13 +240,6 @@ def test_odd_batch_with_two_batch_overlap_names_the_field(capsys):
     assert "workload.decode_batch_per_gpu (127)" in err and "two-batch" in err
 
 
-# README.md is rewritten into a short guide plus docs/ once issue 29's branches are merged; until
-# then it shows what this branch changed (the server-wide line, the batch default, the card
-# aliases fields). Strict: once the README is refreshed these pass, and the marks must go.
-README_STALE = pytest.mark.xfail(strict=True, reason="README.md is refreshed after the issue-29 branches merge")
-
-
-@README_STALE
 def test_readme_worked_example_is_what_the_command_prints(capsys):
     readme = (REPO_ROOT / "README.md").read_text()
     start = readme.index("$ python -m infersim --config qwen3-30b.yaml\n") + len("$ python -m infersim --config qwen3-30b.yaml\n")
@@ -268,7 +261,6 @@ def test_tables_of_another_gpu_are_flagged(capsys):
     assert "o_proj" in fallback and "input_norm" not in fallback  # elementwise kernels are never table kernels
 
 
-@README_STALE
 def test_readme_field_tables_are_generated_from_the_schemas():
     import importlib.util
 

@@ -157,7 +157,7 @@ def test_missing_reference_files(tmp_path, capsys, monkeypatch):
 
 def test_several_reference_files_are_compared_together_and_ids_must_differ(tmp_path, capsys):
     first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    point = {"value": 100.0, "source": "X", "unit": "TFLOPS"}
+    point = {"value": 100.0, "source": "X", "unit": "TFLOPS, GB/s"}
     first.write_text(yaml.safe_dump({"data_points": [{"id": "deepgemm-dense-m64-n7168-k16384", **point,
                                                       "value": {"tflops": 336, "GBps": 2668}}]}))
     second.write_text(yaml.safe_dump({"data_points": [{"id": "deepgemm-dense-m128-n7168-k16384",
