@@ -586,13 +586,14 @@ def learn_host(run: TracedRun, config: RunConfig) -> LearnedHost:
     for s in stages:
         for step in s.steps:
             order = run.launch_order.get(step.index)
-            if step.host_extent and step.wall_s != step.span_s and order:
+            if step.synchronous and order:
                 queue = launch_queue_seconds([LaunchRun(order)], launch)
                 step_values[s.stage].append(step.wall_s - fixed - queue)
     for stage, values in step_values.items():
         per_stage[f"trace_step_cpu_{stage}"] = fmean(values)
     basis = "decode" if "decode" in step_values else "prefill" if "prefill" in step_values else None
-    extents = sorted({step.host_extent for step in steps if step.host_extent and step.wall_s != step.span_s})
+    extents = sorted({step.host_extent for s in stages if s.stage == basis for step in s.steps
+                      if step.synchronous})
     how = (f"learned by mfu from-trace from the CPU side of {source}: launch_cpu = the host's time between "
            f"consecutive launch calls whose kernels run in the decoder layers, its waits for the GPU "
            f"(cudaDeviceSynchronize, cudaStreamSynchronize) taken out, over {gaps} spacings ("

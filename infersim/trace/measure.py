@@ -161,7 +161,7 @@ def _measure_step(kernels: Sequence[Kernel], group: StepGroup, source: str, numb
     end = max(k.end_us for k in kernels)
     layer_source = {"annotations": "annotations", "frames": "module frames"}.get(group.layer_mode, "kernel pattern")
     if host.synchronous:
-        wall_us, wall_source = host.span_us, f"{host.extent}, which the host leaves after the step's last kernel"
+        wall_us, wall_source = host.span_us, f"{host.extent}, which the host waits in for the step's last kernel"
     else:
         wall_us, wall_source = end - start, "GPU span, first kernel start to last kernel end"
     return StepMeasure(
@@ -169,7 +169,7 @@ def _measure_step(kernels: Sequence[Kernel], group: StepGroup, source: str, numb
         start_s=(start - origin_us) * US, span_s=(end - start) * US, busy_s=busy_time(kernels) * US,
         kernel_time_s=sum(k.dur_us for k in kernels) * US, num_layers=num_layers,
         modules=_module_times(kernels, num_layers), stage_source=group.stage_source,
-        wall_s=wall_us * US, wall_source=wall_source, host_extent=host.extent,
+        wall_s=wall_us * US, wall_source=wall_source, synchronous=host.synchronous, host_extent=host.extent,
         host_work_s=host.work_us * US if host.extent else 0.0, launches=host.launches,
         layer_launch_s=host.layer_launch_us * US, layer_launch_gaps=host.layer_launch_gaps)
 

@@ -53,6 +53,7 @@ class StepMeasure:
     # the host side (trace.host): the step's wall time and the CPU's work on it
     wall_s: float = 0.0  # the step's time: its CPU extent where the host waited in it for the last kernel, else span_s
     wall_source: str = ""  # which of the two, in words
+    synchronous: bool = False  # the wall time is the CPU extent's (the host waited in it for the last kernel)
     host_extent: str = ""  # the CPU extent: "region 'decode'", "model forward frame", "" (none found)
     host_work_s: float = 0.0  # the host's own work in that extent (its waits for the GPU taken out)
     launches: int = 0  # launch calls (a CUDA-graph replay counts once)

@@ -273,7 +273,7 @@ def _module_json(m: ModuleTime) -> dict[str, Any]:
 def _step_json(s: StepMeasure) -> dict[str, Any]:
     return {"index": s.index, "label": s.label, "stage": s.stage, "step_source": s.step_source,
             "layer_source": s.layer_source, "stage_source": s.stage_source, "start_s": s.start_s,
-            "span_s": s.span_s, "busy_s": s.busy_s, "wall_s": s.wall_s, "wall_source": s.wall_source,
+            "span_s": s.span_s, "busy_s": s.busy_s, "wall_s": s.wall_s, "wall_source": s.wall_source, "synchronous": s.synchronous,
             "gpu_idle_s": s.gpu_idle_s, "host_extent": s.host_extent, "host_work_s": s.host_work_s,
             "launches": s.launches, "layer_launch_s": s.layer_launch_s, "layer_launch_gaps": s.layer_launch_gaps,
             "kernel_time_s": s.kernel_time_s, "num_layers": s.num_layers,
