@@ -69,9 +69,12 @@ def _stage_header(stage: StageMeasure, compared_as: str | None = None) -> list[s
     lines = [f"== {title}: {_plural(len(stage.steps), 'step')} ({', '.join(sources)}), "
              f"{stage.num_layers} layers per step (from {', '.join(layer_sources)}) ==",
              *([f"stage told by: {'; '.join(told)}"] if told and stage.stage in ("prefill", "decode") else []),
-             f"step time: {ms(stage.wall_s)} ms ({stage.wall_source}) | GPU span: {ms(stage.step_time_s)} ms | "
-             f"GPU busy: {ms(stage.busy_s)} ms | kernel time, streams added: {ms(stage.kernel_time_s)} ms",
-             f"GPU idle in the step (host-bound: waiting for launches and the host's work): {ms(stage.gpu_idle_s)} ms"
+             (f"step time: {ms(stage.wall_s)} ms ({stage.wall_source}) | GPU span: {ms(stage.step_time_s)} ms | "
+              if any(s.synchronous for s in stage.steps) else
+              f"step time (GPU span, first kernel start to last kernel end): {ms(stage.step_time_s)} ms | ")
+             + f"GPU busy: {ms(stage.busy_s)} ms | kernel time, streams added: {ms(stage.kernel_time_s)} ms",
+             f"GPU idle in the step (waiting for the host's launches and work, or between kernels): "
+             f"{ms(stage.gpu_idle_s)} ms"
              + (f" | host work in the step: {ms(stage.host_work_s)} ms, {stage.launches:g} launches"
                 + (f", {stage.layer_launch_s * 1e6:.2f} µs per launch in the layers"
                    if stage.layer_launch_s is not None else "") if stage.host_work_s else "")]
