@@ -349,7 +349,7 @@ def learn(run: TracedRun, config: RunConfig) -> LearnedTables:
     for c in run.calls:
         if isinstance(c.dims, ElementwiseDims) and c.stage in ("prefill", "decode"):
             elementwise[(c.dims.op, c.dims.dtype, c.dims.elements)].append(c.time_us)
-    out.elementwise = {key: fmean(times) for key, times in elementwise.items()}
+    out.elementwise = {key: fmean(times) for key, times in elementwise.items() if fmean(times) > 0}
     keyed = {(op, dtype) for op, dtype, _ in out.elementwise}
     missing: dict[tuple[str, str], int] = defaultdict(int)
     for stage in run.stages():
