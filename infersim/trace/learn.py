@@ -581,7 +581,7 @@ def learn_host(run: TracedRun, config: RunConfig) -> LearnedHost:
             "once, or no layers were found): launch_cpu and step_cpu not learned, the engine card's stay",))
     launch = sum(step.layer_launch_s for step in steps) / gaps
     fixed = config.engine.overheads.step_fixed
-    per_stage = {f"trace_launch_cpu_{s.stage}": s.layer_launch_s for s in stages if s.layer_launch_s is not None}
+    per_stage = {f"trace_launch_cpu_{s.stage}": s.launch_spacing_s for s in stages if s.launch_spacing_s is not None}
     step_values: dict[str, list[float]] = defaultdict(list)
     for s in stages:
         for step in s.steps:
@@ -597,7 +597,7 @@ def learn_host(run: TracedRun, config: RunConfig) -> LearnedHost:
     how = (f"learned by mfu from-trace from the CPU side of {source}: launch_cpu = the host's time between "
            f"consecutive launch calls whose kernels run in the decoder layers, its waits for the GPU "
            f"(cudaDeviceSynchronize, cudaStreamSynchronize) taken out, over {gaps} spacings ("
-           + ", ".join(f"{s.stage} {s.layer_launch_s * 1e6:.2f} us" for s in stages if s.layer_launch_s is not None)
+           + ", ".join(f"{s.stage} {s.launch_spacing_s * 1e6:.2f} us" for s in stages if s.launch_spacing_s is not None)
            + ")")
     notes: list[str] = []
     step_cpu = per_stage.get(f"trace_step_cpu_{basis}") if basis else None

@@ -110,7 +110,7 @@ class StageMeasure:
         return max(0.0, self.wall_s - self.busy_s)
 
     @property
-    def layer_launch_s(self) -> float | None:
+    def launch_spacing_s(self) -> float | None:
         """Host seconds per launch inside the decoder layers over the stage's steps, or None."""
         gaps = sum(s.layer_launch_gaps for s in self.steps)
         return sum(s.layer_launch_s for s in self.steps) / gaps if gaps else None

@@ -76,8 +76,8 @@ def _stage_header(stage: StageMeasure, compared_as: str | None = None) -> list[s
              f"GPU idle in the step (waiting for the host's launches and work, or between kernels): "
              f"{ms(stage.gpu_idle_s)} ms"
              + (f" | host work in the step: {ms(stage.host_work_s)} ms, {stage.launches:g} launches"
-                + (f", {stage.layer_launch_s * 1e6:.2f} µs per launch in the layers"
-                   if stage.layer_launch_s is not None else "") if stage.host_work_s else "")]
+                + (f", {stage.launch_spacing_s * 1e6:.2f} µs per launch in the layers"
+                   if stage.launch_spacing_s is not None else "") if stage.host_work_s else "")]
     return lines
 
 
@@ -288,7 +288,7 @@ def stage_json(stage: StageMeasure) -> dict[str, Any]:
             "step_time_s": stage.step_time_s, "busy_s": stage.busy_s, "kernel_time_s": stage.kernel_time_s,
             "wall_s": stage.wall_s, "wall_source": stage.wall_source, "gpu_idle_s": stage.gpu_idle_s,
             "host_work_s": stage.host_work_s, "launches": stage.launches,
-            "layer_launch_s": stage.layer_launch_s,
+            "launch_spacing_s": stage.launch_spacing_s,
             "modules": [_module_json(m) for m in stage.modules],
             "layers": [{"index": layer.index, "time_s": layer.time_s, "modules": dict(layer.modules)}
                        for layer in stage.layers],
