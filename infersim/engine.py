@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 from dataclasses import dataclass, replace
 
-from infersim.cards.engine import EngineCard, step_overhead, step_overhead_seconds
+from infersim.cards.engine import EngineCard, LaunchRun, step_overhead, step_overhead_seconds
 from infersim.cards.hardware import HardwareCard
 from infersim.kernels import Bound, Cost, KernelTables, Source
 from infersim.modules import categories as cat
@@ -212,8 +212,13 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     comm = cat.COMMUNICATION
     offloading = bool(plan.offload_bytes_per_layer)
     layer_s: list[float] = []  # with offload: one layer's kernel time per group (all micro-batches)
+    # the kernels in launch order, for an engine that launches them from the host with nothing to hide
+    # that behind (no overlap scheduler): its launches overlap the GPU as the launch queue allows
+    queue = engine is not None and not engine.overheads.overlap_scheduler and mb == 1 and not offloading
+    runs: list[LaunchRun] = []
     for group in plan.groups:
         timed: list[tuple[bool, float]] = []
+        launched: list[tuple[int, float]] = []
         layers = group.layers
         group_start = serial
         for op, cost in _group_costs(group, hw, tables, memo, by_piece):
@@ -224,6 +229,8 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
                 is_comm = op.module in comm
                 timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
             time_s = per_layer * layers
+            if queue:
+                launched.append((operation_kernels(op), per_layer))
             serial += time_s
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
             if results is not None:
@@ -235,6 +242,8 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
                     cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name))
         if mb == 2:  # only two-batch overlap schedules phases
             schedule += [_phases(timed)] * layers
+        if queue:
+            runs.append(LaunchRun(tuple(launched), layers))
         if offloading:
             layer_s.append((serial - group_start) / layers)
     step = two_batch_schedule(schedule) if mb == 2 else serial
@@ -255,17 +264,24 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
             results.append(OperationResult("weight_offload", cat.WEIGHT_OFFLOAD, cost.layers, cost.exposed_s,
                                            cost.exposed_s / max(cost.layers, 1), 0.0, cost.bytes, Bound.HOST_LINK,
                                            Source.ROOFLINE, detail, "offloaded layers"))
+    # per-step operations before the final norm and LM head run before the layers (embedding, rotary
+    # tables, the mask), the rest after them
+    before: list[tuple[int, float]] = []
+    after: list[tuple[int, float]] = []
     for op in plan.per_step:
         cost = _timed(op, hw, tables, memo)
         seconds = cost.seconds * op.count
+        if queue:
+            (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
         step += seconds
         by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + seconds
         if results is not None:
             results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
                                            cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
     if engine is not None:
+        launches = [LaunchRun(tuple(before)), *runs, LaunchRun(tuple(after))] if queue else []
         args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, kernels_launched(plan),
-                hw.peak.hbm_bytes, plan.engine_tp)
+                hw.peak.hbm_bytes, plan.engine_tp, launches)
         if results is None:
             overhead = step_overhead_seconds(*args)
         else:

@@ -271,11 +271,18 @@ def run_checks(out: Path, traces: list[Path], args: argparse.Namespace) -> None:
         proc = subprocess.run([sys.executable, "-m", "infersim", *argv], cwd=REPO, capture_output=True, text=True)
         return proc.returncode, proc.stdout + proc.stderr
 
+    def engine_of(trace: Path) -> list[str]:
+        """The engine card of the mode traced: compiled and graph-replayed runs are huggingface-compiled's
+        (whose prefill is eager as generate() runs it, where this script compiles the prefill too)."""
+        compiled = "-compiled-" in trace.name or "-graphs-" in trace.name
+        return ["--set", "engine=huggingface-compiled"] if compiled else []
+
     for trace in traces:
         run = run_config_of(trace)
-        code, text = infersim("compare", "--trace", str(trace), "--config", str(run))
+        code, text = infersim("compare", "--trace", str(trace), "--config", str(run), *engine_of(trace))
         (out / (trace.name.replace(".json.gz", ".compare.txt"))).write_text(text)
-        code_json, text_json = infersim("compare", "--trace", str(trace), "--config", str(run), "--format", "json")
+        code_json, text_json = infersim("compare", "--trace", str(trace), "--config", str(run), "--format", "json",
+                                        *engine_of(trace))
         (out / (trace.name.replace(".json.gz", ".compare.json"))).write_text(text_json)
         lines += [f"## {trace.name}", "", f"compare exit status {code}", "", "```", text[-6000:], "```", ""]
     for name in args.models:

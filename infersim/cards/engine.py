@@ -17,11 +17,16 @@ How overhead arises (see `step_overhead`):
 Kernels are launched eagerly unless the step is CUDA-graph captured (decode up to the graph batch
 limit when decode graphs are on; prefill when prefill graphs are on). Launches are asynchronous,
 so without an overlap scheduler the launch part still overlaps the GPU; it is charged only past
-the GPU time.
+the GPU time. Where the step's kernels are known in launch order (`launch_queue_seconds`) that
+overlap is the launch queue's: one host thread launches the kernels launch_cpu apart and the GPU
+runs them in launch order, each once it is launched and its predecessor has finished, so a step
+whose small kernels are host-bound and whose large ones GPU-bound (an eager MoE layer: dozens of
+routing kernels, then the experts' grouped GEMMs) takes longer than max(GPU time, launches).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
@@ -322,6 +327,52 @@ def with_measured_host(card: EngineCard, launch_cpu: float | None, step_cpu: flo
 
 
 @dataclass(frozen=True)
+class LaunchRun:
+    """Kernels launched one after another, `repeat` times over (a layer group's layers): per operation
+    in launch order, (kernels it launches, its GPU seconds)."""
+
+    operations: tuple[tuple[int, float], ...]
+    repeat: int = 1
+
+
+def launch_queue_seconds(runs: Iterable[LaunchRun], launch_cpu: float) -> float:
+    """Seconds from the host's first launch to the end of the last kernel, when one host thread
+    launches every kernel in order `launch_cpu` apart and the GPU runs them in launch order: a kernel
+    starts once it is launched and the kernel before it has finished (an operation's kernels share its
+    time evenly). At least max(launches, GPU time); more where host-bound and GPU-bound stretches
+    alternate, since the GPU cannot run ahead of the launches.
+
+    Per repetition of a run (host time H, GPU time G, lead d = GPU finish - host time), the lead after
+    it is max(d + G - H, C), C = max over its kernels of (launch time + GPU time from that kernel on) - H;
+    over L repetitions that is max(d + L (G - H), C + (L - 1) max(G - H, 0)): closed form, so a model's
+    layers cost one pass over one layer's operations."""
+    host = 0.0
+    lead = 0.0  # the GPU is free when the first launch happens
+    for run in runs:
+        ops = run.operations
+        if not ops or run.repeat <= 0:
+            continue
+        total_host = launch_cpu * sum(k for k, _ in ops)
+        total_gpu = sum(g for _, g in ops)
+        reach = float("-inf")
+        before, after = 0.0, total_gpu
+        for kernels, gpu in ops:
+            after -= gpu
+            if kernels > 0:
+                # its first and last kernel bound the op's kernels (launch time + remaining GPU work is linear in them)
+                reach = max(reach, before + after + max(launch_cpu + gpu, kernels * launch_cpu + gpu / kernels))
+            before += launch_cpu * kernels
+        delta = total_gpu - total_host
+        if reach == float("-inf"):  # launches nothing: the GPU work queues behind what is there
+            lead += run.repeat * total_gpu
+            continue
+        reach -= total_host
+        lead = max(lead + run.repeat * delta, reach + (run.repeat - 1) * max(delta, 0.0))
+        host += run.repeat * total_host
+    return host + max(lead, 0.0)
+
+
+@dataclass(frozen=True)
 class StepOverhead:
     """Exposed software time of one step and how it arose."""
 
@@ -333,14 +384,17 @@ class StepOverhead:
 
 
 def step_overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
-                  hbm_bytes: float, engine_tp: int = 1) -> StepOverhead:
+                  hbm_bytes: float, engine_tp: int = 1, launches: Sequence[LaunchRun] = ()) -> StepOverhead:
     """Exposed overhead of one step of `gpu_seconds` GPU time in which one scheduler runs
     `requests` requests and each GPU launches `kernels` kernels, in an engine of TP size
-    `engine_tp` (see graph_max_batch; the module docstring gives the composition)."""
+    `engine_tp` (see graph_max_batch; the module docstring gives the composition). `launches`: the
+    step's kernels in launch order (LaunchRun), where known: without an overlap scheduler the
+    launches then overlap the GPU as the launch queue allows (launch_queue_seconds)."""
     o = engine.overheads
     seconds, cpu, exposed_cpu, eager, graph = _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes,
-                                                        engine_tp)
-    hidden_by = "overlap scheduler" if o.overlap_scheduler else "asynchronous launches"
+                                                        engine_tp, launches)
+    hidden_by = "overlap scheduler" if o.overlap_scheduler else (
+        "asynchronous launches, in launch order" if launches and eager else "asynchronous launches")
     detail = (f"{engine.name} {engine.version}: fixed {o.step_fixed * 1e3:.2f} ms + CPU {cpu * 1e3:.2f} ms "
               f"({requests} requests, {eager} eager launches{'; CUDA graph' if graph else ''}), "
               f"{(cpu - exposed_cpu) * 1e3:.2f} ms of it hidden by {hidden_by}")
@@ -348,13 +402,14 @@ def step_overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: 
 
 
 def step_overhead_seconds(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
-                          hbm_bytes: float, engine_tp: int = 1) -> float:
+                          hbm_bytes: float, engine_tp: int = 1, launches: Sequence[LaunchRun] = ()) -> float:
     """step_overhead(...).seconds without formatting its detail (sweeps need the time only)."""
-    return _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes, engine_tp)[0]
+    return _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes, engine_tp, launches)[0]
 
 
 def _overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
-              hbm_bytes: float, engine_tp: int) -> tuple[float, float, float, int, bool]:
+              hbm_bytes: float, engine_tp: int, launches: Sequence[LaunchRun] = ()
+              ) -> tuple[float, float, float, int, bool]:
     """(exposed seconds, CPU seconds, exposed CPU seconds, eager kernels, CUDA graph?) of one step."""
     o = engine.overheads
     if stage == "decode":
@@ -366,8 +421,11 @@ def _overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int,
     if o.overlap_scheduler:
         exposed_cpu = max(0.0, cpu - gpu_seconds)
     else:
-        # the scheduler and per-request work run between steps; launches overlap the GPU
+        # the scheduler and per-request work run between steps; launches overlap the GPU, as far as the
+        # launch queue lets them where the step's launch order is known
         launch = o.launch_cpu * eager
+        if launches and eager:
+            launch = launch_queue_seconds(launches, o.launch_cpu)
         exposed_cpu = o.step_cpu + o.request_cpu * requests + max(0.0, launch - gpu_seconds)
     return o.step_fixed + exposed_cpu, cpu, exposed_cpu, eager, graph
 

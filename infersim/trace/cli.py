@@ -231,8 +231,8 @@ def run_from_trace(args: argparse.Namespace, command: str) -> int:
     """Learn a kernel-table directory from a trace, write it, and check it against the trace."""
     from infersim.config import load_run_config
     from infersim.simulate import simulate
-    from infersim.trace.learn import (check_stages, elementwise_efficiency, learn, read_traced_run, table_directory,
-                                      traced_workload, write_learned_tables)
+    from infersim.trace.learn import (check_stages, elementwise_efficiency, learn, learn_host, read_traced_run,
+                                      table_directory, traced_workload, write_learned_tables)
     from infersim.trace.report import learned_text
 
     regions = tuple(name.strip() for name in (args.step_regions or "").split(",") if name.strip())
@@ -245,8 +245,15 @@ def run_from_trace(args: argparse.Namespace, command: str) -> int:
     overrides = [*args.overrides, *workload.overrides()]
     config = load_run_config(args.config, overrides, "none")
     learned = learn(run, config)
-    efficiency = elementwise_efficiency(run, config)
-    table_dir = table_directory(run, learned, config, command, efficiency)
+    if learned.elementwise:  # measured per kernel: no bandwidth share to fit
+        efficiency: tuple[float | None, str] = (None, "timed per kernel (elementwise.csv); kernels no operator keys "
+                                                      "(fused, the rotary tables) keep the hardware card's share")
+    else:
+        efficiency = elementwise_efficiency(run, config)
+        efficiency = (efficiency[0], f"no elementwise kernel keyed by its operator's recorded inputs, so the "
+                                     f"fallback: the share of HBM bandwidth fitted on the traced elementwise time: "
+                                     f"{efficiency[1]}")
+    table_dir = table_directory(run, learned, config, command, efficiency, learn_host(run, config))
     write_learned_tables(args.out, table_dir)
     checked = load_run_config(args.config, overrides, str(args.out))
     result = simulate(checked)

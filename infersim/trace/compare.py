@@ -6,6 +6,13 @@ import the simulator and works with any object of that shape.
 
 Errors are relative: (predicted - measured) / measured, None where nothing was measured. Rows are
 ordered by the absolute gap per step, largest first: the module to look at first.
+
+The step is compared whole: the measured step is its wall time (the CPU extent of a step the host
+waits in, else the GPU span; records.StepMeasure.wall_s) against TTFT / TPOT. Its kernels are
+compared module by module, and the time in the step the GPU runs nothing (wall - GPU busy: the GPU
+waiting for the host's launches and Python, or between back-to-back kernels) is the measured
+counterpart of the prediction's `overhead` (the engine's exposed host time per step: fixed work,
+step_cpu, launches beyond the GPU time). So both sides' rows add up to their step.
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ class ModuleComparison:
 class StageComparison:
     stage: str  # the predicted stage compared against
     measured: StageMeasure
-    measured_step_s: float  # GPU span of a step (mean)
+    measured_step_s: float  # wall time of a step (mean; StageMeasure.wall_s, else the GPU span)
     predicted_step_s: float  # TTFT (prefill) / TPOT (decode) of the simulation
     measured_layers: int
     predicted_layers: int
@@ -98,26 +105,34 @@ def _is_layer_operation(op: PredictedOperation) -> bool:
 def compare_stage(measured: StageMeasure, predicted: PredictedStage, stage: str,
                   notes: Iterable[str] = ()) -> StageComparison:
     predicted_times = predicted_module_times(predicted)
+    wall = measured.wall_s if measured.wall_s > 0 else measured.step_time_s
+    idle = max(0.0, wall - measured.busy_s)
     rows = []
-    for module in sorted(set(predicted_times) | {m.module for m in measured.modules}):
+    for module in sorted(set(predicted_times) | {m.module for m in measured.modules} | {cat.OVERHEAD}):
         m = measured.module(module)
         p_step, p_layer = predicted_times.get(module, (0.0, 0.0))
-        if m is None and p_step == 0.0:
+        # overhead: the GPU idle in the step (the host's time the GPU waits for) beside any overhead kernels;
+        # a per-step time, so its per-layer column is the step's too
+        extra = idle if module == cat.OVERHEAD else 0.0
+        measured_s = (m.time_s if m else 0.0) + extra
+        if measured_s == 0.0 and p_step == 0.0:
             continue
         rows.append(ModuleComparison(
-            module=module, measured_s=m.time_s if m else 0.0, predicted_s=p_step,
-            measured_per_layer_s=m.per_layer_s if m else 0.0, predicted_per_layer_s=p_layer,
-            measured_exposed_s=m.exposed_s if m else 0.0, measured_hidden_s=m.hidden_s if m else 0.0))
+            module=module, measured_s=measured_s, predicted_s=p_step,
+            measured_per_layer_s=(m.per_layer_s if m else 0.0) + extra, predicted_per_layer_s=p_layer,
+            measured_exposed_s=(m.exposed_s if m else 0.0) + extra, measured_hidden_s=m.hidden_s if m else 0.0))
     rows.sort(key=lambda r: (-abs(r.gap_s), r.module))
     all_notes = list(notes)
     if measured.num_layers and predicted.num_layers and measured.num_layers != predicted.num_layers:
         all_notes.append(f"the trace shows {measured.num_layers} layers per step, the simulation "
                          f"{predicted.num_layers}: per-step times differ for that reason too "
                          "(pipeline stage? two-batch overlap runs each layer's kernels twice)")
-    if predicted_times.get(cat.OVERHEAD):
-        all_notes.append("predicted overhead is the card's scheduler time per step; measured overhead only "
-                         "counts batch-preparation kernels (GPU idle time is in the step span)")
-    return StageComparison(stage, measured, measured.step_time_s, predicted.step_time_s, measured.num_layers,
+    if predicted_times.get(cat.OVERHEAD) or idle:
+        all_notes.append(f"overhead: predicted = the engine's exposed host time per step (fixed work, step_cpu, "
+                         f"launches beyond the GPU time); measured = the GPU idle in the step ({idle * 1e3:.3f} ms: "
+                         f"the step's wall time less GPU busy time, the GPU waiting for the host or between "
+                         f"back-to-back kernels) plus any batch-preparation kernels")
+    return StageComparison(stage, measured, wall, predicted.step_time_s, measured.num_layers,
                            predicted.num_layers, tuple(rows), tuple(all_notes))
 
 

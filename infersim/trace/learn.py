@@ -1,27 +1,38 @@
 """Kernel tables learned from a trace: `infersim mfu from-trace TRACE --config RUN.yaml --out DIR`.
 
-A trace recorded with `record_shapes=True` says, for every GEMM, attention and grouped-GEMM
-operator, its input shapes and (through the kernels it launched) how long it ran on this GPU.
-That is a kernel table measured with the user's own engine, library versions and clocks. This
-module turns it into a table directory in the project's format (mfu_tables/FORMAT.md), keyed by the
-shapes the simulator asks for:
+A trace recorded with `record_shapes=True` says, for every GEMM, attention, grouped-GEMM and
+elementwise operator, its input shapes and (through the kernels it launched) how long it ran on this
+GPU; its CPU side says how long the host took to launch them. That is a kernel table measured with
+the user's own engine, library versions, clocks and host. This module turns it into a table
+directory in the project's format (mfu_tables/FORMAT.md), keyed by the shapes the simulator asks for:
 
 1. The trace is measured as `compare --trace` measures it (steps, stages, modules); every kernel
    is tied to the CPU operator call that launched it, and a call's time is the sum of its kernels.
 2. The simulator's plan of each traced stage is built for the run config at the traced shapes
-   (batch and lengths from the recorded shapes). Each of its GEMMs is matched to traced GEMMs with
-   the same K: the same N directly, or several whose N add up to it in the same module (an engine
-   that runs q, k and v, or gate and up, as separate GEMMs: the row's time is their sum, noted).
-   Rows are written at every M the trace ran the GEMM at.
+   (batch and lengths from the recorded shapes), with the engine's model code (separate or fused
+   projections, eager or fused elementwise kernels). Each of its GEMMs is matched to traced GEMMs
+   with the same K: the same N directly (one to one where the plan has separate projections, as HF
+   transformers runs them), or, where the plan fuses what the traced engine ran separately (an SGLang
+   or vLLM run config on an HF trace: q, k and v; gate and up), several traced GEMMs of the same
+   module whose N add up to it: the row's time is their sum, noted. Rows are written at every M the
+   trace ran the GEMM at.
 3. Attention rows take the run's head layout (the simulator's key) and the traced batch and
    lengths: a prefill call over B sequences of S tokens becomes the one-sequence row at S with a
    B-th of the time (the table's prefill convention); a decode call a row at its batch and KV length.
 4. Grouped-GEMM rows (routed experts) take the traced rows / top-k as tokens per GPU.
-5. Elementwise kernels have no table; their measured time against the simulator's elementwise
-   bytes gives the share of HBM bandwidth they reached (`elementwise_memory_efficiency` of the
-   provenance), fitted on the stage that moves the most bytes, where that share is what bounds
-   them; a stage of small kernels (decode at small batch) is bound by launches instead, which the
-   report states.
+5. Elementwise rows (the bench's `elementwise` family): every eager ATen kernel of the steps keyed by
+   its launching operator and recorded inputs (`operators.elementwise_dims`: aten::pow -> pow,
+   aten::_to_copy to fp32 -> to_fp32, a same-shape aten::mul -> mul, a broadcast one -> mul_broadcast,
+   aten::cat -> cat, ...) as (op, dtype, elements, bytes), its kernels' time the latency. Where a trace
+   gives no such rows (no recorded shapes, or Triton kernels fused by Inductor, which no op names),
+   the measured elementwise time against the simulator's elementwise bytes gives the share of HBM
+   bandwidth they reached instead (`elementwise_memory_efficiency`), announced as that fallback.
+6. Host costs (`launch_cpu`, `step_cpu`, the fields `mfu bench`'s host probes write) from the CPU side
+   (trace.host): launch_cpu = the host's time between consecutive launches inside the decoder layers,
+   its waits for the GPU taken out; step_cpu = a step's host work in its CPU extent (the user's region
+   or the forward frame) beyond its launches at launch_cpu each, on decode steps. Engines whose card
+   takes host costs from tables (HF transformers) then price a CPU-bound eager step from the host
+   that recorded the trace; the provenance names that trace.
 
 Provenance: the trace file, the device from `deviceProperties`, the trace's date
 (`baseTimeNanoseconds`), the command, how each row was derived, what could not be learned (no
@@ -42,21 +53,26 @@ from typing import Any
 from infersim.config import RunConfig
 from infersim.engine import StageResult
 from infersim.errors import InferSimError, NotPossible
-from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
-from infersim.mfu.format import (PROVENANCE_FILE, AttentionRow, DeviceInfo, GemmRow, GroupedGemmRow, Provenance,
-                                 TableDirectory, TableInfo, write_table_dir)
+from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, elementwise_bytes
+from infersim.mfu.format import (PROVENANCE_FILE, AttentionRow, DeviceInfo, ElementwiseRow, GemmRow, GroupedGemmRow,
+                                 Provenance, TableDirectory, TableInfo, write_table_dir)
 from infersim.modules import categories as cat
 from infersim.modules.step import build_stage_plan
 from infersim.trace.compare import ModuleComparison, compare_lane
 from infersim.trace.load import RawTrace
 from infersim.trace.measure import MeasuredSteps, measure_steps
-from infersim.trace.operators import (ATTENTION_OP, GEMM_OP, GROUPED_GEMM_OP, AttentionDims, GemmDims, GroupedDims,
-                                      attention_dims, gemm_dims, grouped_dims, op_class, parse_shapes)
+from infersim.trace.operators import (ATTENTION_OP, CONCAT_OP, ELEMENTWISE_OP, GEMM_OP, GROUPED_GEMM_OP, NORM_PART_OP,
+                                      SAMPLING_OP, SOFTMAX_OP, TOPK_OP, AttentionDims, ElementwiseDims, GemmDims,
+                                      GroupedDims, attention_dims, elementwise_dims, gemm_dims, grouped_dims, op_class,
+                                      parse_shapes)
 from infersim.trace.records import AnalysisOptions, LaneMeasure
 
 TABLE_MODULES = frozenset({cat.ATTN_PROJ, cat.ATTN_CORE, cat.DENSE_FFN, cat.SHARED_EXPERT, cat.MOE_EXPERTS,
                            cat.ROUTER, cat.LM_HEAD})
 MAX_FUSED_PARTS = 4  # GEMMs an engine may run separately where the simulator fuses them (q, k, v; gate, up)
+# operator classes whose kernels are eager elementwise work the elementwise tables key (embedding lookups
+# are not: the plan prices the embedding as one gather of its own)
+ELEMENTWISE_CLASSES = frozenset({ELEMENTWISE_OP, NORM_PART_OP, CONCAT_OP, SOFTMAX_OP, TOPK_OP, SAMPLING_OP})
 
 
 @dataclass(frozen=True)
@@ -64,10 +80,10 @@ class TracedCall:
     """One GEMM, attention or grouped-GEMM operator call and the kernel time it launched."""
 
     stage: str
-    kind: str  # gemm / attention / grouped_gemm
+    kind: str  # gemm / attention / grouped_gemm / elementwise
     module: str
     op: str
-    dims: GemmDims | AttentionDims | GroupedDims
+    dims: GemmDims | AttentionDims | GroupedDims | ElementwiseDims
     time_us: float
     kernels: tuple[str, ...]
     step: int
@@ -82,19 +98,33 @@ class TracedRun:
     lane: LaneMeasure
     calls: list[TracedCall]
     notes: list[str] = field(default_factory=list)
+    unkeyed_elementwise: dict[str, float] = field(default_factory=dict)  # why not keyed -> kernel µs per step
+    # per step (StepMeasure.index): its kernels in launch order as (launches, seconds); a CUDA-graph
+    # replay's kernels launch nothing of their own
+    launch_order: dict[int, tuple[tuple[int, float], ...]] = field(default_factory=dict)
 
     def stages(self) -> list[str]:
         return sorted({c.stage for c in self.calls if c.stage in ("prefill", "decode")}, key=("prefill", "decode").index)
 
 
-def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps) -> tuple[list[TracedCall], list[str]]:
-    """Every operator call with shapes in the lane's steps, with its kernels' time."""
+def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps
+                 ) -> tuple[list[TracedCall], list[str], dict[str, float], dict[int, tuple[tuple[int, float], ...]]]:
+    """Every operator call with shapes in the lane's steps, with its kernels' time; the elementwise
+    kernel time no table op keys (why -> µs per step); each step's kernels in launch order."""
     lane = measured.lane
     calls: list[TracedCall] = []
     notes: list[str] = []
     unshaped: dict[str, float] = defaultdict(float)
     graph_us: dict[str, float] = defaultdict(float)
+    unkeyed: dict[str, float] = defaultdict(float)
+    order: dict[int, tuple[tuple[int, float], ...]] = {}
+    steps = 0
     for number, (group, _source, kernels, _layers) in enumerate(measured):
+        steps += 1
+        launched = sorted(((raw.launch_start_us[lane.launch[k.position]] if lane.launch[k.position] >= 0 else k.start_us,
+                            k.start_us, 0 if lane.graph[k.position] or lane.launch[k.position] < 0 else 1, k.dur_us)
+                           for k in kernels if k.is_kernel))
+        order[number] = tuple((launches, dur * 1e-6) for _, _, launches, dur in launched)
         by_op: dict[int, list] = defaultdict(list)
         for k in kernels:
             row = lane.op[k.position]
@@ -105,9 +135,25 @@ def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps) -> tuple[
         for row, ks in by_op.items():
             name = raw.names[raw.op_name[row]]
             cls = op_class(name)
+            shape_id = raw.op_shapes[row]
+            time = sum(k.dur_us for k in ks)
+            if cls in ELEMENTWISE_CLASSES:
+                ks = [k for k in ks if k.is_kernel]  # copies and memsets are no elementwise kernel
+                if not ks:
+                    continue
+                time = sum(k.dur_us for k in ks)
+                if shape_id < 0:
+                    unkeyed[f"{name}: no recorded shapes"] += time
+                    continue
+                key = elementwise_dims(name, raw.shape_texts[shape_id], tuple(sorted({k.name for k in ks})))
+                if isinstance(key, str):
+                    unkeyed[key] += time
+                    continue
+                calls.append(TracedCall(group.stage, "elementwise", ks[0].module, name, key, time,
+                                        tuple(sorted({k.name for k in ks})), number))
+                continue
             if cls not in (GEMM_OP, ATTENTION_OP, GROUPED_GEMM_OP):
                 continue
-            shape_id = raw.op_shapes[row]
             shapes = parse_shapes(raw.shape_texts[shape_id]) if shape_id >= 0 else None
             dims: Any = None
             if shapes is not None and cls == GEMM_OP and gemm_dims(name, shapes) is None:
@@ -119,7 +165,6 @@ def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps) -> tuple[
                     dims = attention_dims(name, shapes)
                 else:
                     dims = grouped_dims(shapes)
-            time = sum(k.dur_us for k in ks)
             module = max({k.module for k in ks}, key=lambda m: sum(k.dur_us for k in ks if k.module == m))
             if dims is None:
                 unshaped[name] += time
@@ -135,7 +180,7 @@ def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps) -> tuple[
         notes.append(f"{stage}: {us / 1e3:.3f} ms of GEMM/attention kernel time ran in CUDA-graph replays, which "
                      "carry no operator and no shapes: no rows from them (record an eager or compiled run without "
                      "CUDA graphs to learn them)")
-    return calls, notes
+    return calls, notes, {why: us / max(steps, 1) for why, us in unkeyed.items()}, order
 
 
 def read_traced_run(path: str, rank: str | None = None, step_regions: tuple[str, ...] = (),
@@ -151,7 +196,9 @@ def read_traced_run(path: str, rank: str | None = None, step_regions: tuple[str,
     raw = load_trace(files[0].path)
     present = lane_ids(raw)
     if not present:
-        raise NotPossible(f"{path}: no GPU kernels in this trace: nothing to learn kernel times from")
+        raise NotPossible(f"{path}: no GPU kernels in this trace: nothing to learn kernel times from (a CPU-only "
+                          "recording's operator times are the CPU doing the kernels' work, not a GPU launch loop: "
+                          "no host costs either; record on the GPU)")
     lane_id = present[0]
     if rank is not None and files[0].tp is None:
         chosen = lane_ids(raw, rank)
@@ -161,12 +208,12 @@ def read_traced_run(path: str, rank: str | None = None, step_regions: tuple[str,
     options = AnalysisOptions(file_stage=files[0].stage, step_regions=step_regions)
     rules = load_rules(rules_files)
     measured = MeasuredSteps(raw, lane_id, rules, options)
-    calls, notes = traced_calls(raw, lane_id, measured)
+    calls, notes, unkeyed, order = traced_calls(raw, lane_id, measured)
     lane = measure_steps(MeasuredSteps(raw, lane_id, rules, options))
     if not raw.has_shapes:
         notes.insert(0, "the trace has no recorded operator shapes (record_shapes=False): no GEMM or attention row "
                         "can be keyed; profile with torch.profiler.profile(record_shapes=True)")
-    return TracedRun(files[0].path, raw, lane, calls, notes)
+    return TracedRun(files[0].path, raw, lane, calls, notes, unkeyed, order)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,6 +305,7 @@ class LearnedTables:
     gemm: dict[tuple[str, int, int, int], float] = field(default_factory=dict)  # (dtype, m, k, n) -> µs
     attention: dict[tuple, float] = field(default_factory=dict)  # AttentionRow fields -> µs
     grouped: dict[tuple, float] = field(default_factory=dict)
+    elementwise: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (op, dtype, elements) -> µs
     kernels: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     notes: list[str] = field(default_factory=list)
     unused: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # traced, no plan op: µs
@@ -297,8 +345,15 @@ def learn(run: TracedRun, config: RunConfig) -> LearnedTables:
     model, dep = config.model, config.deployment
     for c in run.calls:
         out.kernels[c.kind].update(c.kernels)
+    elementwise: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for c in run.calls:
+        if isinstance(c.dims, ElementwiseDims) and c.stage in ("prefill", "decode"):
+            elementwise[(c.dims.op, c.dims.dtype, c.dims.elements)].append(c.time_us)
+    out.elementwise = {key: fmean(times) for key, times in elementwise.items() if fmean(times) > 0}
+    keyed = {(op, dtype) for op, dtype, _ in out.elementwise}
+    missing: dict[tuple[str, str], int] = defaultdict(int)
     for stage in run.stages():
-        calls = [c for c in run.calls if c.stage == stage]
+        calls = [c for c in run.calls if c.stage == stage and not isinstance(c.dims, ElementwiseDims)]
         steps = max(1, len({c.step for c in calls}))
         layers = next((s.num_layers for s in run.lane.stages if s.stage == stage), 0) or model.num_hidden_layers
         tokens = config.workload.prefill_tokens if stage == "prefill" else config.workload.decode_batch_per_gpu
@@ -312,10 +367,23 @@ def learn(run: TracedRun, config: RunConfig) -> LearnedTables:
             elif isinstance(shape, AttentionShape):
                 used |= _attention_rows(out, shape, [c for c in calls if isinstance(c.dims, AttentionDims)], stage)
             elif isinstance(shape, GroupedGemmShape):
-                used |= _grouped_rows(out, shape, [c for c in calls if isinstance(c.dims, GroupedDims)], stage)
+                used |= _grouped_rows(out, shape, _grouped_calls(run.calls, stage), stage)
+            elif isinstance(shape, MemoryBoundShape) and shape.op and (shape.op, shape.dtype) not in keyed:
+                missing[(shape.op, shape.dtype)] += 1
         for c in calls:
             if _call_key(c) not in used:
                 out.unused[f"{stage} {c.op} {_dims_text(c.dims)} ({c.module})"] += c.time_us / steps
+    if out.elementwise:
+        out.notes.append(f"elementwise: {len(out.elementwise)} rows of {len(keyed)} eager kernel kinds (op, dtype) from "
+                         "the traced ATen operators and their recorded inputs")
+    if out.elementwise and missing:
+        out.notes.append("eager kernels of the plan no traced operator keyed (they keep the roofline): "
+                         + ", ".join(f"{op} {dtype}" for op, dtype in sorted(missing)))
+    if out.elementwise and run.unkeyed_elementwise:
+        total = sum(run.unkeyed_elementwise.values())
+        out.notes.append(f"traced elementwise kernels no table op keys ({total:.1f} µs per step): "
+                         + "; ".join(f"{why}: {us:.1f} µs" for why, us in sorted(run.unkeyed_elementwise.items(),
+                                                                                key=lambda x: -x[1])[:6]))
     if out.unused:
         total = sum(out.unused.values())
         out.notes.append(f"traced calls no simulator operation asks for ({total:.1f} µs per step): "
@@ -396,6 +464,16 @@ def _attention_rows(out: LearnedTables, shape: AttentionShape, calls: Sequence[T
     return used
 
 
+def _grouped_calls(calls: Sequence[TracedCall], stage: str) -> list[TracedCall]:
+    """The grouped-GEMM calls that time `stage`'s grouped GEMMs: its own, and the other stage's where
+    they ran the same operator and kernels (torch._grouped_mm launches one kernel whatever the stage, so
+    a decode step's few tokens and a prefill's many are points of one curve: the table gets both, and
+    interpolates between them instead of extrapolating from one point)."""
+    grouped = [c for c in calls if isinstance(c.dims, GroupedDims) and c.stage in ("prefill", "decode")]
+    own = {(c.op, c.kernels) for c in grouped if c.stage == stage}
+    return [c for c in grouped if c.stage == stage or (c.op, c.kernels) in own]
+
+
 def _grouped_rows(out: LearnedTables, shape: GroupedGemmShape, calls: Sequence[TracedCall], stage: str) -> set:
     used: set = set()
     want_k = shape.hidden if shape.projection == "up" else shape.intermediate
@@ -418,9 +496,12 @@ def _grouped_rows(out: LearnedTables, shape: GroupedGemmShape, calls: Sequence[T
 
 
 def elementwise_efficiency(run: TracedRun, config: RunConfig) -> tuple[float | None, str]:
-    """(efficiency, how) fitted on the stage with the most elementwise bytes, or None with why."""
+    """(efficiency, how) fitted on a traced stage, or None with why: the stage with the most elementwise
+    bytes whose measured time is more than the simulator's launch overhead of its elementwise kernels
+    (a stage bound by launches says nothing about bandwidth; a plan whose prefill is eager and whose
+    decode is fused, as the compiled HF card's, fits on the stage whose kernels are the traced kind)."""
     hw = config.hardware
-    best: tuple[float, str, float, float, int] | None = None
+    candidates: list[tuple[float, str, float, float, int]] = []
     for stage in run.stages():
         measured = next((s for s in run.lane.stages if s.stage == stage), None)
         module = measured.module(cat.ELEMENTWISE) if measured else None
@@ -433,23 +514,111 @@ def elementwise_efficiency(run: TracedRun, config: RunConfig) -> tuple[float | N
                if op.module == cat.ELEMENTWISE and isinstance(op.shape, MemoryBoundShape)]
         moved = sum(op.shape.bytes * op.count * layers for op, layers in ops)
         kernels = sum(op.shape.kernels * op.count * layers for op, layers in ops)
-        if best is None or moved > best[0]:
-            best = (moved, stage, module.time_s, module.kernels, kernels)
-    if best is None or best[0] <= 0:
+        if moved > 0:
+            candidates.append((moved, stage, module.time_s, module.kernels, kernels))
+    if not candidates:
         return None, "no elementwise kernels in the traced steps"
-    moved, stage, measured_s, traced_kernels, sim_kernels = best
-    launch = hw.derates.kernel_launch_overhead * sim_kernels
-    streaming = measured_s - launch
-    if streaming <= 0:
-        return None, (f"{stage}: the measured elementwise time ({measured_s * 1e6:.1f} µs) is within the simulator's "
-                      f"launch overhead of its {sim_kernels} elementwise kernels: bound by launches, not bandwidth")
-    efficiency = moved / (hw.peak.hbm_bandwidth * streaming)
-    how = (f"{stage} steps: {traced_kernels:g} elementwise kernels took {measured_s * 1e6:.1f} µs per step; the "
-           f"simulator's elementwise operations of that step move {moved / 1e6:.2f} MB in {sim_kernels} kernels; "
-           f"after its launch overhead ({launch * 1e6:.1f} µs) that is {efficiency:.3f} of {hw.name}'s HBM bandwidth")
-    if not 0 < efficiency <= 1:
-        return None, how + ": outside (0, 1], not written"
-    return efficiency, how
+    why: list[str] = []
+    for moved, stage, measured_s, traced_kernels, sim_kernels in sorted(candidates, reverse=True):
+        launch = hw.derates.kernel_launch_overhead * sim_kernels
+        streaming = measured_s - launch
+        if streaming <= 0:
+            why.append(f"{stage}: the measured elementwise time ({measured_s * 1e6:.1f} µs) is within the simulator's "
+                       f"launch overhead of its {sim_kernels} elementwise kernels: bound by launches, not bandwidth")
+            continue
+        efficiency = moved / (hw.peak.hbm_bandwidth * streaming)
+        how = (f"{stage} steps: {traced_kernels:g} elementwise kernels took {measured_s * 1e6:.1f} µs per step; the "
+               f"simulator's elementwise operations of that step move {moved / 1e6:.2f} MB in {sim_kernels} kernels; "
+               f"after its launch overhead ({launch * 1e6:.1f} µs) that is {efficiency:.3f} of {hw.name}'s HBM "
+               "bandwidth")
+        if not 0 < efficiency <= 1:
+            why.append(how + ": outside (0, 1], not written")
+            continue
+        return efficiency, "; ".join([*why, how])
+    return None, "; ".join(why)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host costs: launch_cpu and step_cpu from the trace's CPU side (trace.host)
+
+
+@dataclass(frozen=True)
+class LearnedHost:
+    """The host costs a trace gives (seconds), how they were found, and why one is missing."""
+
+    launch_cpu: float | None
+    step_cpu: float | None
+    how: str
+    per_stage: dict[str, float]  # provenance host_probes: the values of each stage
+    notes: tuple[str, ...] = ()
+
+
+def learn_host(run: TracedRun, config: RunConfig) -> LearnedHost:
+    """launch_cpu and step_cpu, the host costs of the engine card's step composition
+    (cards.engine.step_overhead: step_fixed + step_cpu + the launch queue of the step's kernels), from
+    the trace's CPU side, the fields `mfu bench`'s HF probe writes (hf_kernel; hf_generate_step +
+    hf_forward_step):
+      launch_cpu: the host's time between consecutive launch calls inside the decoder layers (its waits
+                  for the GPU taken out), over every step: the cost per kernel of eager model code;
+      step_cpu:   a decode step's wall time (a step region the host waits in for its last kernel) less
+                  the card's step_fixed and less the launch queue of its own traced kernels, launch_cpu
+                  apart and each as long as traced: the host work the GPU never overlaps (generate()'s
+                  loop, the forward's Python outside the layers). Prefill steps where there is no decode."""
+    from infersim.cards.engine import LaunchRun, launch_queue_seconds
+
+    stages = [s for s in run.lane.stages if s.stage in ("prefill", "decode")]
+    steps = [step for s in stages for step in s.steps]
+    gaps = sum(step.layer_launch_gaps for step in steps)
+    source = run.path.name
+    caveats = [f"host costs belong to the machine and process that recorded {source}"]
+    if run.raw.top_level.get("synthesised"):
+        caveats.append("its CPU side is synthesised (infersim.trace.synthesis re-times the recorded operators as an "
+                       "eager launch loop: a few microseconds per operator, launch call and Python frame), so these "
+                       "are that model's host costs, not a measured host's")
+    if not gaps:
+        return LearnedHost(None, None, "", {}, (
+            f"host costs: no launches inside decoder layers in {source} (CUDA-graph replays launch a step at "
+            "once, or no layers were found): launch_cpu and step_cpu not learned, the engine card's stay",))
+    launch = sum(step.layer_launch_s for step in steps) / gaps
+    fixed = config.engine.overheads.step_fixed
+    per_stage = {f"trace_launch_cpu_{s.stage}": s.launch_spacing_s for s in stages if s.launch_spacing_s is not None}
+    step_values: dict[str, list[float]] = defaultdict(list)
+    for s in stages:
+        for step in s.steps:
+            order = run.launch_order.get(step.index)
+            if step.synchronous and order:
+                queue = launch_queue_seconds([LaunchRun(order)], launch)
+                step_values[s.stage].append(step.wall_s - fixed - queue)
+    for stage, values in step_values.items():
+        per_stage[f"trace_step_cpu_{stage}"] = fmean(values)
+    basis = "decode" if "decode" in step_values else "prefill" if "prefill" in step_values else None
+    extents = sorted({step.host_extent for s in stages if s.stage == basis for step in s.steps
+                      if step.synchronous})
+    how = (f"learned by mfu from-trace from the CPU side of {source}: launch_cpu = the host's time between "
+           f"consecutive launch calls whose kernels run in the decoder layers, its waits for the GPU "
+           f"(cudaDeviceSynchronize, cudaStreamSynchronize) taken out, over {gaps} spacings ("
+           + ", ".join(f"{s.stage} {s.launch_spacing_s * 1e6:.2f} us" for s in stages if s.launch_spacing_s is not None)
+           + ")")
+    notes: list[str] = []
+    step_cpu = per_stage.get(f"trace_step_cpu_{basis}") if basis else None
+    if step_cpu is not None and step_cpu <= 0:
+        notes.append(f"host costs: a {basis} step's wall time is within its launch queue and step_fixed "
+                     f"({step_cpu * 1e6:.1f} us left): step_cpu not learned, the engine card's stays")
+        step_cpu = None
+    if step_cpu is not None:
+        how += (f"; step_cpu = a {basis} step's wall time ({', '.join(extents)}, the host waiting in it for the "
+                f"step's last kernel) less the engine card's step_fixed ({fixed * 1e6:.0f} us) and less the launch "
+                f"queue of its traced kernels (launched launch_cpu apart, run in launch order, each as long as "
+                f"traced): the host work the GPU does not overlap ("
+                + ", ".join(f"{stage} {fmean(v) * 1e6:.1f} us" for stage, v in step_values.items()) + ")")
+        other = "prefill" if basis == "decode" else "decode"
+        if f"trace_step_cpu_{other}" in per_stage:
+            how += (f"; the engine card's step_cpu is one value per step, so {other} steps take the {basis} "
+                    f"steps' (the per-token step a generation repeats, as mfu bench's HF probe times it)")
+    elif basis is None:
+        notes.append(f"host costs: no step of {source} is a region the host waits in for the step's last kernel, so "
+                     "its wall time is not known: step_cpu not learned, the engine card's stays")
+    return LearnedHost(launch, step_cpu, how + "; " + "; ".join(caveats), per_stage, tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,7 +643,7 @@ def device_info(raw: RawTrace, fallback: str) -> DeviceInfo:
 
 
 def table_directory(run: TracedRun, learned: LearnedTables, config: RunConfig, command: str,
-                    efficiency: tuple[float | None, str]) -> TableDirectory:
+                    efficiency: tuple[float | None, str], host: LearnedHost | None = None) -> TableDirectory:
     tables: dict[str, tuple] = {}
     infos: dict[str, TableInfo] = {}
     by_dtype: dict[str, list[GemmRow]] = defaultdict(list)
@@ -509,7 +678,20 @@ def table_directory(run: TracedRun, learned: LearnedTables, config: RunConfig, c
         infos["grouped_gemm.csv"] = TableInfo(
             family="grouped_gemm", library=_library(learned.kernels["grouped_gemm"], "grouped_gemm"),
             description="routed experts of the traced steps (tokens_per_gpu = traced rows / top-k)",
-            notes=("timed under the routing the traced inputs produced (random weights route about evenly)",))
+            notes=("timed under the routing the traced inputs produced (random weights route about evenly)",
+                   "a stage's rows include the other stage's calls of the same operator and kernels (one grouped "
+                   "GEMM whatever the stage)"))
+    if learned.elementwise:
+        tables["elementwise.csv"] = tuple(
+            ElementwiseRow(op, dtype, elements, int(elementwise_bytes(op, dtype, elements)), round(us, 4))
+            for (op, dtype, elements), us in sorted(learned.elementwise.items()))
+        infos["elementwise.csv"] = TableInfo(
+            family="elementwise", library="ATen elementwise, reduction and copy kernels (eager PyTorch) as traced",
+            description="eager elementwise kernels of the traced steps keyed by their launching ATen operator and its "
+                        "recorded inputs (infersim.trace.operators.elementwise_dims)",
+            notes=("latency = mean kernel time per operator call of that (op, dtype, elements) over the traced steps",
+                   "bytes by the op's byte rule (infersim.kernels.elementwise_bytes), as the simulator's eager "
+                   "kernels count them"))
     if not tables:
         raise NotPossible(f"{run.path}: no traced GEMM, attention or grouped GEMM matches an operation of the run "
                           f"config's model: nothing to write ({'; '.join(run.notes + learned.notes) or 'no shapes'})")
@@ -519,7 +701,7 @@ def table_directory(run: TracedRun, learned: LearnedTables, config: RunConfig, c
                 if k in ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "schemaVersion")}
     notes = [f"learned from the trace {run.path.name} by infersim mfu from-trace: the operators' recorded input shapes "
              f"and the kernels they launched ({traced_workload(run).describe()})",
-             *run.notes, *learned.notes, f"elementwise: {eff_how}"]
+             *run.notes, *learned.notes, f"elementwise: {eff_how}", *(host.notes if host else ())]
     synthesised = run.raw.top_level.get("synthesised")
     if synthesised:
         notes.insert(0, f"the trace is synthesised test data, not a measurement: {synthesised}")
@@ -528,7 +710,11 @@ def table_directory(run: TracedRun, learned: LearnedTables, config: RunConfig, c
         measured_on=trace_date(run.raw), written_on=dt.date.today().isoformat(), command=command, software=software,
         source={"trace": str(run.path), "hardware_card": hw.name, "peak_flops_from": f"hardware card {hw.name}"},
         notes=tuple(notes), elementwise_memory_efficiency=eff,
-        elementwise_source=(f"fitted by mfu from-trace: {eff_how}" if eff is not None else ""), tables=infos)
+        elementwise_source=(f"fitted by mfu from-trace: {eff_how}" if eff is not None else ""),
+        launch_cpu=host.launch_cpu if host else None, step_cpu=host.step_cpu if host else None,
+        host_source=host.how if host and (host.launch_cpu or host.step_cpu) else "",
+        host_probes={k: v for k, v in host.per_stage.items() if v >= 0} if host and (host.launch_cpu or host.step_cpu)
+        else {}, tables=infos)
     return TableDirectory(provenance=prov, tables=tables)
 
 
@@ -555,9 +741,11 @@ class StageCheck:
     predicted_table_s: float
     measured_kernel_s: float  # every kernel of the step
     predicted_kernel_s: float  # every operation of the predicted step but the scheduler overhead
-    measured_step_s: float  # GPU span
+    measured_step_s: float  # wall time of a step (StageMeasure.wall_s)
     predicted_step_s: float  # TTFT / TPOT with the engine card's overhead
     modules: tuple[ModuleComparison, ...]
+    measured_idle_s: float = 0.0  # the GPU idle in a step: the host's time it waits for
+    predicted_overhead_s: float = 0.0  # the engine's exposed host time per step
 
     @staticmethod
     def error(predicted: float, measured: float) -> float | None:
@@ -575,5 +763,7 @@ def check_stages(lane: LaneMeasure, prefill: StageResult, decode: StageResult) -
             predicted_table_s=sum(rows[m].predicted_s for m in TABLE_TIMED if m in rows),
             measured_kernel_s=comp.measured.kernel_time_s,
             predicted_kernel_s=sum(op.time_s for op in predicted.operations if op.module != cat.OVERHEAD),
-            measured_step_s=comp.measured_step_s, predicted_step_s=comp.predicted_step_s, modules=comp.modules))
+            measured_step_s=comp.measured_step_s, predicted_step_s=comp.predicted_step_s, modules=comp.modules,
+            measured_idle_s=max(0.0, comp.measured_step_s - comp.measured.busy_s),
+            predicted_overhead_s=sum(op.time_s for op in predicted.operations if op.module == cat.OVERHEAD)))
     return out

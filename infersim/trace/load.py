@@ -1,9 +1,11 @@
 """Collect the few events trace comparison needs from a streamed trace, in compact columns.
 
 Kept: GPU activities (kernels, memcpy, memset), the CPU launch calls they correlate with (so a
-kernel can be placed inside the CPU context of its launch), user annotations, the CPU operators
-that say what their kernels do (`operators.op_class`: GEMMs, attention, norms, ...; with their
-recorded input shapes where the operator's shapes matter) and the `nn.Module` Python frames.
+kernel can be placed inside the CPU context of its launch), the host's waits for the GPU
+(`cudaDeviceSynchronize`, `cudaStreamSynchronize`, ...: the time the host did no work of its own),
+user annotations, the CPU operators that say what their kernels do (`operators.op_class`: GEMMs,
+attention, norms, elementwise ...; with their recorded input shapes: M, N, K of a GEMM, the
+tensors an elementwise kernel streams) and the `nn.Module` Python frames.
 Everything else (other Python frames, views and allocations, flow arrows, metadata) is dropped as
 it streams by. Names are interned and numbers live in typed arrays, so a rank with a million
 kernels costs tens of MB. Times stay in the trace's microseconds here; the analysis converts to
@@ -19,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from infersim.trace.operators import (ATTENTION_OP, BATCHED_MATMUL_OP, GEMM_OP, GROUPED_GEMM_OP, MODULE_FRAME_PREFIX,
-                                      op_class, shapes_text)
+from infersim.trace.operators import MODULE_FRAME_PREFIX, op_class, shapes_text
 from infersim.trace.reader import FLOW, ChromeTraceReader
 
 KIND_KERNEL = 0
@@ -32,8 +33,8 @@ _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver", "h
 _ANNOTATION_CATS = frozenset({"user_annotation"})
 # CPU calls that start GPU work; other runtime calls (event queries, attribute setters) are noise
 _LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")
-# operators whose recorded input shapes are kept (M, N, K of GEMMs; batch, heads, lengths of attention)
-_SHAPED_CLASSES = frozenset({GEMM_OP, BATCHED_MATMUL_OP, ATTENTION_OP, GROUPED_GEMM_OP})
+# CPU calls in which the host waits for the GPU (its own work stops until the device catches up)
+_WAIT_WORDS = ("Synchronize",)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ class RawTrace:
     launch_start_us: array
     launch_correlation: array
     annotations: tuple[Annotation, ...]
+    # the host waiting for the GPU (cudaDeviceSynchronize, cudaStreamSynchronize, ...), per CPU thread
+    wait_thread: array = field(default_factory=lambda: array("i"))
+    wait_start_us: array = field(default_factory=lambda: array("d"))
+    wait_end_us: array = field(default_factory=lambda: array("d"))
     # CPU operators that classify their kernels (operators.op_class), as columns
     op_name: array = field(default_factory=lambda: array("i"))  # index into names
     op_thread: array = field(default_factory=lambda: array("i"))
@@ -152,7 +157,7 @@ def _unwanted(op_classes: dict[str, str | None]) -> Callable[[str, str], bool]:
                 found = op_classes[raw_name] = op_class(raw_name)
             return found is None
         if category in _LAUNCH_CATS:
-            return not any(word in raw_name for word in _LAUNCH_WORDS)
+            return not any(word in raw_name for word in _LAUNCH_WORDS + _WAIT_WORDS)
         return category in _UNNEEDED_CATS
     return unwanted
 
@@ -168,6 +173,7 @@ def load_trace(path: str | Path) -> RawTrace:
     k_start, k_dur = array("d"), array("d")
     l_name, l_thread, l_corr = array("i"), array("i"), array("q")
     l_start = array("d")
+    w_thread, w_start, w_end = array("i"), array("d"), array("d")
     annotations: list[Annotation] = []
     o_name, o_thread, o_shapes = array("i"), array("i"), array("i")
     o_start, o_end = array("d"), array("d")
@@ -217,12 +223,12 @@ def load_trace(path: str | Path) -> RawTrace:
                 f_start.append(start)
                 f_end.append(end)
                 continue
+            # every kept operator launches work: its shapes say what (M, N, K; the bytes it streams)
             shape_id = -1
-            if keep_class in _SHAPED_CLASSES:
-                args = event.get("args")
-                text = shapes_text(args) if isinstance(args, dict) else None
-                if text is not None:
-                    shape_id = intern(shape_index, text)
+            args = event.get("args")
+            text = shapes_text(args) if isinstance(args, dict) else None
+            if text is not None:
+                shape_id = intern(shape_index, text)
             o_name.append(intern(names, name))
             o_thread.append(thread_index)
             o_start.append(start)
@@ -280,6 +286,10 @@ def load_trace(path: str | Path) -> RawTrace:
         thread_key = (str(event.get("pid", "")), str(event.get("tid", "")))
         if category in _LAUNCH_CATS:
             if not any(word in name for word in _LAUNCH_WORDS):
+                if any(word in name for word in _WAIT_WORDS):
+                    w_thread.append(intern(threads, thread_key))
+                    w_start.append(start)
+                    w_end.append(start + max(duration, 0.0))
                 continue
             correlation = _int_or_none(args.get("correlation"))
             if correlation is None:
@@ -296,7 +306,8 @@ def load_trace(path: str | Path) -> RawTrace:
         threads=tuple(threads), kernel_name=k_name, kernel_kind=k_kind, kernel_start_us=k_start,
         kernel_dur_us=k_dur, kernel_lane=k_lane, kernel_stream=k_stream, kernel_correlation=k_corr,
         launch_name=l_name, launch_thread=l_thread, launch_start_us=l_start, launch_correlation=l_corr,
-        annotations=tuple(annotations), op_name=o_name, op_thread=o_thread, op_start_us=o_start, op_end_us=o_end,
+        annotations=tuple(annotations), wait_thread=w_thread, wait_start_us=w_start, wait_end_us=w_end,
+        op_name=o_name, op_thread=o_thread, op_start_us=o_start, op_end_us=o_end,
         op_shapes=o_shapes, shape_texts=tuple(shape_index), frame_name=f_name, frame_thread=f_thread,
         frame_start_us=f_start, frame_end_us=f_end, events_read=reader.events_read, chars_read=reader.chars_read,
         skipped_events=skipped)

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 
 from infersim.modules import categories as cat
 from infersim.trace.attribution import Kernel, Lane
+from infersim.trace.host import HostWaits, StepHost, step_host
 from infersim.trace.layers import assign_marked_layers, assign_modules, assign_pattern_layers
 from infersim.trace.load import RawTrace
 from infersim.trace.records import (SOURCE_NONE, STAGES, AnalysisOptions, Attribution, LaneMeasure, LayerTime,
@@ -155,15 +156,22 @@ class _StageSums:
 
 
 def _measure_step(kernels: Sequence[Kernel], group: StepGroup, source: str, number: int, num_layers: int,
-                  origin_us: float) -> StepMeasure:
+                  origin_us: float, host: StepHost) -> StepMeasure:
     start = min(k.start_us for k in kernels)
     end = max(k.end_us for k in kernels)
     layer_source = {"annotations": "annotations", "frames": "module frames"}.get(group.layer_mode, "kernel pattern")
+    if host.synchronous:
+        wall_us, wall_source = host.span_us, f"{host.extent}, which the host waits in for the step's last kernel"
+    else:
+        wall_us, wall_source = end - start, "GPU span, first kernel start to last kernel end"
     return StepMeasure(
         index=number, label=group.label, stage=group.stage, step_source=source, layer_source=layer_source,
         start_s=(start - origin_us) * US, span_s=(end - start) * US, busy_s=busy_time(kernels) * US,
         kernel_time_s=sum(k.dur_us for k in kernels) * US, num_layers=num_layers,
-        modules=_module_times(kernels, num_layers), stage_source=group.stage_source)
+        modules=_module_times(kernels, num_layers), stage_source=group.stage_source,
+        wall_s=wall_us * US, wall_source=wall_source, synchronous=host.synchronous, host_extent=host.extent,
+        host_work_s=host.work_us * US if host.extent else 0.0, launches=host.launches,
+        layer_launch_s=host.layer_launch_us * US, layer_launch_gaps=host.layer_launch_gaps)
 
 
 def _mean_modules(steps: Sequence[StepMeasure]) -> tuple[ModuleTime, ...]:
@@ -187,6 +195,8 @@ def _stage_measure(stage: str, steps: list[StepMeasure], sums: _StageSums, notes
     n = len(steps)
     return StageMeasure(
         stage=stage, steps=tuple(steps), num_layers=num_layers,
+        wall_s=sum(s.wall_s for s in steps) / n, wall_source=Counter(s.wall_source for s in steps).most_common(1)[0][0],
+        host_work_s=sum(s.host_work_s for s in steps) / n, launches=sum(s.launches for s in steps) / n,
         step_time_s=sum(s.span_s for s in steps) / n, busy_s=sum(s.busy_s for s in steps) / n,
         kernel_time_s=sum(s.kernel_time_s for s in steps) / n, modules=_mean_modules(steps),
         layers=sums.layers.mean(num_layers),
@@ -227,6 +237,7 @@ class MeasuredSteps:
         self.lane = Lane(raw, lane_id, rules, options.step_regions)
         self.groups: list[StepGroup] = []
         self.leftovers = array("i")
+        self._waits: HostWaits | None = None
         if len(self.lane):
             _set_hidden_time(self.lane)
             self.groups, self.leftovers = form_steps(self.lane, options)
@@ -234,10 +245,18 @@ class MeasuredSteps:
     def __iter__(self) -> Iterator[tuple[StepGroup, str, list[Kernel], int]]:
         """(group, step source, kernels with their modules, layers) per step."""
         for group in self.groups:
-            for kernels, source in _group_steps(self.lane, group, self.options):
+            pieces = _group_steps(self.lane, group, self.options)
+            for kernels, source in pieces:
                 layers = _assign_layers(kernels, group, self.lane)
                 assign_modules(kernels, self.rules)
                 yield group, source, kernels, layers
+
+    def host(self, group: StepGroup, kernels: Sequence[Kernel]) -> StepHost:
+        """The CPU side of one step (trace.host); a group cut into several steps has no one extent."""
+        if self._waits is None:
+            self._waits = HostWaits(self.raw)
+        whole = len(kernels) == len(group.positions)
+        return step_host(self.lane, self._waits, kernels, group.annotation if whole else -1)
 
 
 def analyze_lane(raw: RawTrace, lane_id: int, rules: RuleTable, options: AnalysisOptions) -> LaneMeasure:
@@ -257,7 +276,7 @@ def measure_steps(measured: MeasuredSteps) -> LaneMeasure:
     sums: dict[str, _StageSums] = defaultdict(_StageSums)
     number = 0
     for group, source, kernels, layers in measured:
-        step = _measure_step(kernels, group, source, number, layers, origin)
+        step = _measure_step(kernels, group, source, number, layers, origin, measured.host(group, kernels))
         number += 1
         by_stage[group.stage].append(step)
         sums[group.stage].add(kernels, layers)

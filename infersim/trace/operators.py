@@ -322,3 +322,125 @@ def grouped_dims(shapes: OpShapes) -> GroupedDims | None:
     else:
         return None
     return GroupedDims(rows, experts, k, n, dtype_of(shapes))
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise kernels: the (op, dtype, elements) key of the measured elementwise tables
+
+
+@dataclass(frozen=True)
+class ElementwiseDims:
+    """One eager elementwise kernel as the elementwise tables key it (infersim.kernels.ELEMENTWISE_OPS):
+    the op, its input format and the elements its byte rule counts."""
+
+    op: str
+    dtype: str
+    elements: int
+
+
+# element types of recorded tensor inputs, as the elementwise tables name them (infersim.kernels.ELEMENT_BYTES)
+_ELEMENT_TYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "long int": "int64", "int": "int32",
+                  "bool": "bool", "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8"}
+# torch ScalarType codes (c10/core/ScalarType.h) of a cast's target (`aten::_to_copy`'s dtype argument)
+_SCALAR_TYPE_CODES = {"3": "int32", "4": "int64", "5": "fp16", "6": "fp32", "11": "bool", "15": "bf16"}
+# element size of PyTorch's CatArrayBatchedCopy<OpaqueType<N>> -> format; a TensorList's element type is
+# not recorded, so a cat's format comes from its kernel. 2-byte elements are taken as bf16 (the activation
+# format of the engines modelled; an fp16 model's cat would be keyed bf16 too)
+_OPAQUE_SIZES = {"1": "bool", "2": "bf16", "4": "fp32", "8": "int64"}
+_OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
+
+_UNARY = {"pow": "pow", "pow_": "pow", "rsqrt": "rsqrt", "rsqrt_": "rsqrt", "neg": "neg", "neg_": "neg",
+          "silu": "silu", "silu_": "silu", "sigmoid": "sigmoid", "sigmoid_": "sigmoid", "mean": "mean", "sum": "sum",
+          "softmax": "softmax", "_softmax": "softmax", "topk": "topk", "sort": "sort", "argsort": "sort",
+          "masked_fill": "masked_fill", "masked_fill_": "masked_fill", "cumsum": "cumsum", "histc": "histc",
+          "fill_": "fill", "zero_": "fill", "clone": "copy", "contiguous": "copy"}
+# binary ops: (same-shape operands, a scalar or small broadcast operand)
+_BINARY = {
+    **{name: ("add", "add_scalar") for name in ("add", "add_", "sub", "sub_", "rsub")},
+    **{name: ("mul", "mul_broadcast") for name in ("mul", "mul_", "div", "div_", "true_divide")},
+    # comparisons, clamps and integer arithmetic of the MoE bookkeeping: one read and one write per element
+    # against a scalar (the tables' add_scalar rule), two reads against a tensor
+    **{name: ("add", "add_scalar") for name in ("floor_divide", "remainder", "fmod", "ge", "gt", "le", "lt", "eq",
+                                                "ne", "clamp", "clamp_", "clamp_min", "clamp_max", "clamp_min_",
+                                                "clamp_max_", "maximum", "minimum", "bitwise_and", "bitwise_or")},
+}
+
+
+def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[int, str]]:
+    """(elements, format) of each recorded tensor input (scalars and TensorLists give None)."""
+    out: list[tuple[int, str] | None] = []
+    for i, d in enumerate(dims):
+        kind = _ELEMENT_TYPES.get(types[i]) if i < len(types) and isinstance(types[i], str) else None
+        if kind is None or not isinstance(d, list) or not all(isinstance(x, int) for x in d):
+            out.append(None)
+        else:
+            out.append((_prod(tuple(d)), kind))
+    return out  # type: ignore[return-value]
+
+
+def _cast(source: str, target: str | None) -> str:
+    if target == "fp32" and source != "fp32":
+        return "to_fp32"
+    if target == "bf16" and source != "bf16":
+        return "to_bf16"
+    return "copy"
+
+
+def elementwise_dims(op_name: str, text: str, kernel_names: tuple[str, ...] = ()) -> ElementwiseDims | str:
+    """The elementwise-table key of an ATen operator's kernel from its recorded inputs (shapes_text),
+    or why there is none. `kernel_names`: the kernels it launched (a cat's element size is in its name)."""
+    if not op_name.startswith("aten::"):
+        return f"{op_name} is no ATen operator"
+    base = op_name[6:]
+    try:
+        dims, types, concrete = json.loads(text)
+    except (ValueError, TypeError):
+        return f"{op_name}: shapes not readable"
+    tensors = _tensors(dims, types)
+    first = tensors[0] if tensors else None
+    if base == "cat":
+        sizes = [_prod(tuple(t)) for t in (dims[0] if dims and isinstance(dims[0], list) else [])
+                 if isinstance(t, list) and all(isinstance(x, int) for x in t)]
+        found = next((m.group(1) for n in kernel_names for m in [_OPAQUE.search(n)] if m), None)
+        if not sizes or found not in _OPAQUE_SIZES:
+            return "aten::cat: its inputs' element type is not recorded (a TensorList) nor in its kernel's name"
+        return ElementwiseDims("cat", _OPAQUE_SIZES[found], sum(sizes))
+    if first is None:
+        return f"{op_name}: no recorded tensor input"
+    elements, kind = first
+    if base in ("_to_copy", "to"):
+        target = _SCALAR_TYPE_CODES.get(str(concrete[1])) if len(concrete) > 1 else None
+        return ElementwiseDims(_cast(kind, target), kind, elements)
+    if base == "copy_":  # copy_(dst, src): a cast when the formats differ
+        src = tensors[1] if len(tensors) > 1 and tensors[1] is not None else first
+        return ElementwiseDims(_cast(src[1], kind), src[1], src[0])
+    if base in _UNARY:
+        return ElementwiseDims(_UNARY[base], kind, elements)
+    if base in _BINARY:
+        same, small = _BINARY[base]
+        other = tensors[1] if len(tensors) > 1 else None
+        if other is not None and other[0] == elements and elements > 1:
+            return ElementwiseDims(same, kind, elements)
+        large = max((t for t in tensors[:2] if t is not None), key=lambda t: t[0])
+        return ElementwiseDims(small, large[1], large[0])
+    if base in ("index_select", "gather"):
+        index = tensors[2] if len(tensors) > 2 else None
+        if index is None:
+            return f"{op_name}: index not recorded"
+        if base == "gather":
+            return ElementwiseDims("gather", kind, index[0])
+        try:
+            dim = int(concrete[1])
+            width = elements // max(1, dims[0][dim])
+        except (ValueError, IndexError, TypeError):
+            return f"{op_name}: dimension not recorded"
+        return ElementwiseDims("gather", kind, index[0] * width)
+    if base in ("index_put_", "index_put", "_index_put_impl_"):
+        values = tensors[2] if len(tensors) > 2 else None
+        return ElementwiseDims("scatter", kind, values[0]) if values else f"{op_name}: values not recorded"
+    if base in ("scatter", "scatter_", "scatter_add_", "index_add_", "index_copy_"):
+        source = tensors[3] if len(tensors) > 3 else None
+        if source is None:
+            return f"{op_name}: source not recorded"
+        return ElementwiseDims("copy" if base == "index_copy_" else "scatter", kind, source[0])
+    return f"no elementwise table op for {op_name}"

@@ -50,6 +50,21 @@ class StepMeasure:
     num_layers: int
     modules: tuple[ModuleTime, ...]
     stage_source: str = ""  # how the stage was told: the annotation's name, the attention's query length, ...
+    # the host side (trace.host): the step's wall time and the CPU's work on it
+    wall_s: float = 0.0  # the step's time: its CPU extent where the host waited in it for the last kernel, else span_s
+    wall_source: str = ""  # which of the two, in words
+    synchronous: bool = False  # the wall time is the CPU extent's (the host waited in it for the last kernel)
+    host_extent: str = ""  # the CPU extent: "region 'decode'", "model forward frame", "" (none found)
+    host_work_s: float = 0.0  # the host's own work in that extent (its waits for the GPU taken out)
+    launches: int = 0  # launch calls (a CUDA-graph replay counts once)
+    layer_launch_s: float = 0.0  # host time between consecutive launches inside the decoder layers
+    layer_launch_gaps: int = 0  # how many such spacings
+
+    @property
+    def gpu_idle_s(self) -> float:
+        """Time in the step the GPU runs nothing: it waits for the host (launches, Python, the host's
+        work before the first kernel) or for back-to-back kernels to start."""
+        return max(0.0, self.wall_s - self.busy_s)
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,21 @@ class StageMeasure:
     unmatched: tuple[UnmatchedKernel, ...]
     notes: tuple[str, ...] = ()
     attribution: tuple[Attribution, ...] = ()  # largest time first
+    wall_s: float = 0.0  # mean wall time of a step (StepMeasure.wall_s)
+    wall_source: str = ""  # how the steps' wall times were measured (the most common way)
+    host_work_s: float = 0.0  # mean host work per step in its CPU extent (0: no extent found)
+    launches: float = 0.0  # mean launch calls per step
+
+    @property
+    def gpu_idle_s(self) -> float:
+        """Mean time per step the GPU waits (for the host, or between back-to-back kernels)."""
+        return max(0.0, self.wall_s - self.busy_s)
+
+    @property
+    def launch_spacing_s(self) -> float | None:
+        """Host seconds per launch inside the decoder layers over the stage's steps, or None."""
+        gaps = sum(s.layer_launch_gaps for s in self.steps)
+        return sum(s.layer_launch_s for s in self.steps) / gaps if gaps else None
 
     def module(self, name: str) -> ModuleTime | None:
         return next((m for m in self.modules if m.module == name), None)

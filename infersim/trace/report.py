@@ -69,8 +69,15 @@ def _stage_header(stage: StageMeasure, compared_as: str | None = None) -> list[s
     lines = [f"== {title}: {_plural(len(stage.steps), 'step')} ({', '.join(sources)}), "
              f"{stage.num_layers} layers per step (from {', '.join(layer_sources)}) ==",
              *([f"stage told by: {'; '.join(told)}"] if told and stage.stage in ("prefill", "decode") else []),
-             f"step time (GPU span, first kernel start to last kernel end): {ms(stage.step_time_s)} ms | "
-             f"GPU busy: {ms(stage.busy_s)} ms | kernel time, streams added: {ms(stage.kernel_time_s)} ms"]
+             (f"step time: {ms(stage.wall_s)} ms ({stage.wall_source}) | GPU span: {ms(stage.step_time_s)} ms | "
+              if any(s.synchronous for s in stage.steps) else
+              f"step time (GPU span, first kernel start to last kernel end): {ms(stage.step_time_s)} ms | ")
+             + f"GPU busy: {ms(stage.busy_s)} ms | kernel time, streams added: {ms(stage.kernel_time_s)} ms",
+             f"GPU idle in the step (waiting for the host's launches and work, or between kernels): "
+             f"{ms(stage.gpu_idle_s)} ms"
+             + (f" | host work in the step: {ms(stage.host_work_s)} ms, {stage.launches:g} launches"
+                + (f", {stage.launch_spacing_s * 1e6:.2f} µs per launch in the layers"
+                   if stage.launch_spacing_s is not None else "") if stage.host_work_s else "")]
     return lines
 
 
@@ -135,10 +142,10 @@ def _unmatched_lines(stage: StageMeasure, steps: int) -> list[str]:
 
 
 def _steps_table(steps: Sequence[StepMeasure]) -> str:
-    rows = [[s.index, s.stage, _short(s.label, 40), ms(s.start_s), ms(s.span_s), ms(s.busy_s), s.num_layers]
-            for s in steps]
-    return tabulate(rows, headers=["step", "stage", "from", "start (ms)", "span (ms)", "busy (ms)", "layers"],
-                    disable_numparse=True)
+    rows = [[s.index, s.stage, _short(s.label, 40), ms(s.start_s), ms(s.wall_s), ms(s.span_s), ms(s.busy_s),
+             ms(s.host_work_s) if s.host_extent else "", s.launches, s.num_layers] for s in steps]
+    return tabulate(rows, headers=["step", "stage", "from", "start (ms)", "wall (ms)", "GPU span (ms)", "busy (ms)",
+                                   "host work (ms)", "launches", "layers"], disable_numparse=True)
 
 
 def lane_text(lane: LaneMeasure, show_steps: bool = False) -> str:
@@ -157,8 +164,12 @@ def lane_text(lane: LaneMeasure, show_steps: bool = False) -> str:
     return "\n".join(out)
 
 
+#: the comparison row of the engine's host time, named for what each side holds
+OVERHEAD_LABEL = "overhead (GPU idle)"
+
+
 def _comparison_table(rows: Sequence[ModuleComparison]) -> str:
-    table = [[r.module, ms(r.measured_s), ms(r.predicted_s), ms(r.gap_s), pct(r.error),
+    table = [[OVERHEAD_LABEL if r.module == cat.OVERHEAD else r.module, ms(r.measured_s), ms(r.predicted_s), ms(r.gap_s), pct(r.error),
               us(r.measured_per_layer_s), us(r.predicted_per_layer_s), pct(r.per_layer_error),
               f"{ms(r.measured_exposed_s)} / {ms(r.measured_hidden_s)}" if r.module in cat.COMMUNICATION else ""]
              for r in rows]
@@ -210,17 +221,24 @@ def learned_text(out: Any, table_dir: Any, workload: Any, checks: Sequence[Any])
     if prov.elementwise_memory_efficiency is not None:
         lines.append(f"  elementwise_memory_efficiency: {prov.elementwise_memory_efficiency:.3f} (fitted, see "
                      "provenance.yaml)")
+    if prov.launch_cpu is not None or prov.step_cpu is not None:
+        said = ", ".join(f"{name} {value * 1e6:.1f} µs" for name, value in (("launch_cpu", prov.launch_cpu),
+                                                                             ("step_cpu", prov.step_cpu))
+                         if value is not None)
+        lines.append(f"  host costs: {said} (provenance host_source says how)")
     lines += [f"note: {n}" for n in prov.notes]
-    lines += ["", "the trace predicted again with these tables (kernel time per step; error = (predicted - measured) / "
-                  "measured):"]
+    lines += ["", "the trace predicted again with these tables (per step; the whole step is its wall time against "
+                  "TTFT / TPOT; error = (predicted - measured) / measured):"]
     rows = []
     for c in checks:
         rows.append([c.stage, "GEMM, attention, experts", ms(c.measured_table_s), ms(c.predicted_table_s),
                      pct(c.error(c.predicted_table_s, c.measured_table_s))])
         rows.append([c.stage, "all kernels", ms(c.measured_kernel_s), ms(c.predicted_kernel_s),
                      pct(c.error(c.predicted_kernel_s, c.measured_kernel_s))])
-        rows.append([c.stage, "step (GPU span / TTFT, TPOT)", ms(c.measured_step_s), ms(c.predicted_step_s),
-                     pct(c.error(c.predicted_step_s, c.measured_step_s))])
+        rows.append([c.stage, "GPU idle / overhead (host)", ms(c.measured_idle_s), ms(c.predicted_overhead_s),
+                     pct(c.error(c.predicted_overhead_s, c.measured_idle_s))])
+        rows.append([c.stage, f"whole step ({'TTFT' if c.stage == 'prefill' else 'TPOT'})", ms(c.measured_step_s),
+                     ms(c.predicted_step_s), pct(c.error(c.predicted_step_s, c.measured_step_s))])
     lines.append(tabulate(rows, headers=["stage", "what", "measured (ms)", "predicted (ms)", "error"],
                           disable_numparse=True))
     for c in checks:
@@ -258,7 +276,9 @@ def _module_json(m: ModuleTime) -> dict[str, Any]:
 def _step_json(s: StepMeasure) -> dict[str, Any]:
     return {"index": s.index, "label": s.label, "stage": s.stage, "step_source": s.step_source,
             "layer_source": s.layer_source, "stage_source": s.stage_source, "start_s": s.start_s,
-            "span_s": s.span_s, "busy_s": s.busy_s,
+            "span_s": s.span_s, "busy_s": s.busy_s, "wall_s": s.wall_s, "wall_source": s.wall_source, "synchronous": s.synchronous,
+            "gpu_idle_s": s.gpu_idle_s, "host_extent": s.host_extent, "host_work_s": s.host_work_s,
+            "launches": s.launches, "layer_launch_s": s.layer_launch_s, "layer_launch_gaps": s.layer_launch_gaps,
             "kernel_time_s": s.kernel_time_s, "num_layers": s.num_layers,
             "modules": [_module_json(m) for m in s.modules]}
 
@@ -266,6 +286,9 @@ def _step_json(s: StepMeasure) -> dict[str, Any]:
 def stage_json(stage: StageMeasure) -> dict[str, Any]:
     return {"stage": stage.stage, "steps": len(stage.steps), "num_layers": stage.num_layers,
             "step_time_s": stage.step_time_s, "busy_s": stage.busy_s, "kernel_time_s": stage.kernel_time_s,
+            "wall_s": stage.wall_s, "wall_source": stage.wall_source, "gpu_idle_s": stage.gpu_idle_s,
+            "host_work_s": stage.host_work_s, "launches": stage.launches,
+            "launch_spacing_s": stage.launch_spacing_s,
             "modules": [_module_json(m) for m in stage.modules],
             "layers": [{"index": layer.index, "time_s": layer.time_s, "modules": dict(layer.modules)}
                        for layer in stage.layers],

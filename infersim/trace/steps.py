@@ -55,6 +55,7 @@ class StepGroup:
     annotation_layers: dict[int, int] = field(default_factory=dict)  # region -> layer number
     ffn_regions: frozenset[int] = frozenset()
     stage_source: str = ""
+    annotation: int = -1  # the step annotation (a user region, SGLang's step[...]) the group is, -1: none
 
 
 def _stage_of_annotation(name: str) -> str:
@@ -151,7 +152,7 @@ def _forward_region_steps(lane: Lane, options: AnalysisOptions, regions: list[in
             label = annotations[key].name if key >= 0 else "forward regions"
             stage = _stage_of_annotation(label) if key >= 0 else "unknown"
             groups[key] = StepGroup(label, stage, "forward annotations", array("i"), "annotations",
-                                    stage_source="annotation" if stage != "unknown" else "")
+                                    stage_source="annotation" if stage != "unknown" else "", annotation=key)
         if kinds[r] == "fwd_attn" or layer_counter[key] < 0:
             layer_counter[key] += 1
         groups[key].annotation_layers[r] = layer_counter[key]
@@ -219,7 +220,8 @@ def form_steps(lane: Lane, options: AnalysisOptions) -> tuple[list[StepGroup], a
                 source = "step annotation" if kinds[ann] == "step" else "user region"
                 stage = _stage_of_annotation(name)
                 group = by_annotation[ann] = StepGroup(name, stage, source, array("i"), "pattern",
-                                                       stage_source="annotation" if stage != "unknown" else "")
+                                                       stage_source="annotation" if stage != "unknown" else "",
+                                                       annotation=ann)
             group.positions.append(p)
         elif lane.graph[p]:
             key = (lane.thread[p], lane.correlation(p))

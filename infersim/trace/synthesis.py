@@ -26,8 +26,18 @@ extern `aten::mm`, no nn.Module frames. `mode="graphs"` replays each step's kern
 The cost model (microseconds; H100 SXM, bf16) is deliberately independent of the simulator's:
 GEMM max(2 m_pad k n / 712 TFLOP/s, bytes / 2.85 TB/s) + 3 (m padded to 64 rows);
 attention max(causal FLOPs / 544 TFLOP/s, bytes / 2.85 TB/s) + 4; grouped GEMM
-max(FLOPs / 593 TFLOP/s, active experts' weight bytes / 2.68 TB/s) + 6; elementwise and reductions
-bytes / 2.0 TB/s + 2 (the launch floor of a small kernel); GPU launch latency 5 after the call.
+max(FLOPs / 593 TFLOP/s, active experts' weight bytes / 2.68 TB/s) + 6 (active experts: those R routed
+rows hit under uniform routing, E (1 - (1 - 1/E)^R), each padded to 64 rows); elementwise and reductions
+bytes / 2.0 TB/s + 2: the bytes each kernel reads and writes (a torch.cat's TensorList, whose element
+type the profiler does not record, at 2 bytes per element) at 60% of the 3.35 TB/s HBM3 peak, what
+ATen's vectorised elementwise kernels stream at, over a 2 us floor (the shortest kernels an H100 runs,
+launch and tail included). GPU side: a kernel starts 5 after its launch call when the GPU is idle
+(launch latency), 1 after the previous kernel on a busy stream (0.4 inside a CUDA-graph replay).
+CPU side (the eager launch loop): 4 per operator that launches, before its launch call, 3 per
+cudaLaunchKernel, 1.5 per operator that launches nothing, 1 per Python frame, 4 per nn.Module call, 2
+per annotation, the GPU waited for at the end of each user region. The recording's own CPU times are
+not kept (they are a CPU running the kernels' work itself), so the host costs these traces carry are
+this model's.
 """
 
 from __future__ import annotations
@@ -164,6 +174,10 @@ _GROUPED = ("void cutlass::device_kernel<at::cuda::detail::enable_3x_kernel_for_
 
 
 def _tensor_bytes(dims: Any, dtype: Any) -> float:
+    """Bytes of one recorded input: a tensor, or a TensorList (torch.cat's inputs), whose element type
+    the profiler does not record: its tensors are taken as 2-byte (bf16) elements."""
+    if isinstance(dims, list) and dims and all(isinstance(d, list) for d in dims):
+        return sum(_tensor_bytes(d, "") for d in dims)
     if not isinstance(dims, list) or not dims or not all(isinstance(d, int) for d in dims):
         return 0.0
     return float(math.prod(dims)) * _ELEMENT_BYTES.get(dtype, 2)
@@ -190,7 +204,10 @@ def attention_us(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int,
 
 
 def grouped_us(rows: int, experts: int, k: int, n: int) -> float:
-    active = min(experts, max(rows, 1))
+    # experts whose weights are read: the expected distinct experts `rows` routed rows hit under uniform
+    # routing (random weights route about evenly), E (1 - (1 - 1/E)^rows); not min(E, rows), which takes
+    # every routed row to a different expert (8 rows over 8 experts hit 5.3 of them, not 8)
+    active = experts * (1.0 - (1.0 - 1.0 / experts) ** max(rows, 1)) if experts > 0 else 1.0
     rows_pad = max(rows, active * 64) if rows < active * 64 else rows
     flops = 2.0 * rows_pad * k * n
     memory = active * k * n * 2 + rows * (k + n) * 2
