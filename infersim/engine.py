@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from infersim.cards.engine import EngineCard, LaunchRun, step_overhead, step_overhead_seconds
 from infersim.cards.hardware import HardwareCard
 from infersim.kernels import Bound, Cost, KernelTables, Source
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.plan import LayerGroup, Operation, StagePlan
 from infersim.timing import kernel_cost
 from infersim.units import GB, MS

@@ -321,7 +321,7 @@ def test_engine_card_mistakes_are_refused_on_load(tmp_path, capsys, edit, parts)
 
 def test_every_plan_operation_is_a_known_name():
     from infersim.config import config_from_mapping
-    from infersim.modules.categories import is_operation_name
+    from infersim.categories import is_operation_name
     from infersim.simulate import simulate
 
     names = set()

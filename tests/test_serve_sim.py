@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infersim.config import Workload, config_from_mapping
+from infersim.config import config_from_mapping
+from infersim.deployment import Workload
 from infersim.engine import run_stage
 from infersim.errors import InferSimError
 from infersim.modules.step import build_step_plan

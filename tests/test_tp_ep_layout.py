@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from infersim.config import config_from_mapping, dense_ffn_tp
+from infersim.config import config_from_mapping
+from infersim.deployment import dense_ffn_tp
 from infersim.errors import ConfigError
 from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape
 from infersim.modules.ffn import ffn_weight_params

@@ -21,7 +21,7 @@ from infersim.cli import main
 from infersim.kernels import elementwise_bytes
 from infersim.mfu.format import read_table_dir
 from infersim.mfu.lookup import load_tables
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.trace import measure_trace
 
 TRACES = REPO_ROOT / "tests" / "data" / "traces"

@@ -27,10 +27,10 @@ head) and zero-centred norms change no cost we model and are ignored.
 from __future__ import annotations
 
 from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
-from infersim.config import Deployment
+from infersim.deployment import Deployment
 from infersim.cards.engine import elementwise_code
 from infersim.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs, elementwise_shape
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.modules import eager
 from infersim.modules.eager import rms_norm
 from infersim.plan import Operation, StageContext

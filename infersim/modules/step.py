@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
-from infersim.config import Deployment, Workload
+from infersim.deployment import Deployment, Workload
 from infersim.errors import InferSimError
 from infersim.kernels import CollectiveShape, GemmShape, MemoryBoundShape
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.modules import eager
 from infersim.modules.attention import attention_operations
 from infersim.modules.ffn import attention_output_collective, dense_ffn_operations, moe_operations, sequence_length

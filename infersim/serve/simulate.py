@@ -33,13 +33,12 @@ from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any
 
-from infersim.config import (
-    RunConfig,
+from infersim.config import RunConfig, with_variant
+from infersim.deployment import (
     complete_layout,
     named_deployment_fields,
     with_checkpoint_precision,
     with_engine_defaults,
-    with_variant,
 )
 from infersim.errors import InferSimError, echo
 from infersim.serve.cost import DEFAULT_WIDTH, StepCoster
@@ -363,7 +362,7 @@ def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: st
     if not deployment:
         return config
     from infersim.cards.schema import build
-    from infersim.config import Deployment
+    from infersim.deployment import Deployment
 
     named = named_deployment_fields(deployment)
     dep = with_engine_defaults(build(Deployment, deployment, where), named, config.model, config.engine)

@@ -56,7 +56,7 @@ from infersim.errors import InferSimError, NotPossible
 from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, elementwise_bytes
 from infersim.mfu.format import (PROVENANCE_FILE, AttentionRow, DeviceInfo, ElementwiseRow, GemmRow, GroupedGemmRow,
                                  Provenance, TableDirectory, TableInfo, write_table_dir)
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.modules.step import build_stage_plan
 from infersim.trace.compare import ModuleComparison, compare_lane
 from infersim.trace.load import RawTrace
