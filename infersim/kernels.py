@@ -639,7 +639,7 @@ class TableHit:
     otherwise: `seconds` is then the roofline at the table's edge efficiency). `note` says which
     coordinate left the range. An extrapolated hit also names its edge: the work axis it left,
     the row's last measured value on it and the table's time there, and the best FLOP efficiency
-    its grid measured (infersim.mfu.lookup's beyond-range rule decides with the hardware card
+    its grid measured (infersim.mfu.beyond_range's rule decides with the hardware card
     whether the extension stands).
     """
 

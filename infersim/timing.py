@@ -105,7 +105,7 @@ def _table_tokens(experts: int, topk: int, ep: int, busy: float, routing_skew: f
 
 def roofline_rates(shape: AnyShape, hw: HardwareCard) -> tuple[float, float, float]:
     """(FLOPs the tensor cores execute, achievable FLOP/s, achievable bytes/s) of a table-timed kernel
-    on this card's roofline (what infersim.mfu.lookup's beyond-range rule weighs regimes with)."""
+    on this card's roofline (what infersim.mfu.beyond_range weighs regimes with)."""
     return (*_compute_flops_and_rate(shape, hw), hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
 
 
@@ -164,7 +164,7 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
         else:
             hit = tables.lookup(shape, hw.peak_flops(dtype))
         if hit is not None and hit.method == "extrapolated":
-            from infersim.mfu.lookup import beyond_range
+            from infersim.mfu.beyond_range import beyond_range
 
             hit = beyond_range(looked_up, hit, lambda s: roofline_rates(s, hw), hw.peak_flops(dtype))
         if hit is not None:

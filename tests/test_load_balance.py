@@ -17,7 +17,7 @@ from infersim.cli import main
 from infersim.config import load_run_config
 from infersim.errors import ConfigError
 from infersim.kernels import GroupedGemmShape, TokenExchangeShape
-from infersim.mfu.lookup import shape_grid_key
+from infersim.mfu.grid_keys import shape_grid_key
 from infersim.modules.load_balance import eplb_placement, expected_max_normal, moe_balance, popularity
 from infersim.modules.step import build_stage_plan
 from infersim.simulate import simulate

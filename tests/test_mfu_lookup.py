@@ -17,13 +17,8 @@ from hypothesis import strategies as st
 from infersim.errors import InferSimError
 from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
 from infersim.mfu.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo, read_table_dir
-from infersim.mfu.lookup import (
-    INTERPOLATIONS,
-    MfuTables,
-    build_grid,
-    grid_points,
-    load_tables,
-)
+from infersim.mfu.interpolation import INTERPOLATIONS, build_grid
+from infersim.mfu.lookup import MfuTables, grid_points, load_tables
 
 IMPORTED = REPO_ROOT / "mfu_tables" / "imported"
 H20_BF16, H20_FP8 = 148e12, 296e12
@@ -357,7 +352,7 @@ def test_grouped_gemm_crossing_into_compute_takes_the_roofline_anchored_at_the_t
     card's roofline, where the row's slope (weights re-read, a few activations added) says nothing:
     priced at the table's streaming rate at 64 tokens and its best efficiency (0.5, at EP 1)."""
     from infersim.config import load_hardware_card
-    from infersim.mfu.lookup import beyond_range
+    from infersim.mfu.beyond_range import beyond_range
     from infersim.timing import roofline_rates
 
     tables = _grouped_table(tmp_path)
@@ -382,7 +377,7 @@ def test_grouped_gemm_crossing_into_compute_takes_the_roofline_anchored_at_the_t
 
 def test_one_row_grids_and_attention_keep_the_slope_beyond_their_range(h800: MfuTables) -> None:
     from infersim.config import load_hardware_card
-    from infersim.mfu.lookup import beyond_range
+    from infersim.mfu.beyond_range import beyond_range
     from infersim.timing import kernel_cost, roofline_rates
 
     hw, _ = load_hardware_card("h800")
