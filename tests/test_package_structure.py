@@ -39,7 +39,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("drivers", "runs put to work: serving, sweeps, generation, validation, traces; tables measured, "
                 "imported, learned or compared",
      ("infersim.serve", "infersim.sweep", "infersim.generate", "infersim.validate", "infersim.trace",
-      "infersim.mfu.bench", "infersim.mfu.importer", "infersim.mfu.aiconfigurator", "infersim.mfu.compare")),
+      "infersim.mfu.bench", "infersim.mfu.importer", "infersim.mfu.aiconfigurator",
+      "infersim.mfu.aiconfigurator_convert", "infersim.mfu.compare")),
     ("presentation", "reports, figures and the command line",
      ("infersim.report", "infersim.plot", "infersim.cli", "infersim.cli_cards", "infersim.__main__",
       "infersim.mfu.cli", "infersim.trace.cli", "infersim.trace.report", "infersim.serve.cli", "infersim.serve.report",
