@@ -21,6 +21,7 @@ from infersim.cli import main
 from infersim.errors import InferSimError
 from infersim.kernels import GemmShape, GroupedGemmShape
 from infersim.mfu import aiconfigurator as aic
+from infersim.mfu import aiconfigurator_convert as aic_convert
 from infersim.mfu.format import read_table_dir
 from infersim.mfu.lookup import load_tables
 
@@ -228,7 +229,7 @@ def test_gemm_between_measured_k_and_n(package: aic.AicSource, tmp_path: Path) -
 
 def test_compact_keeps_the_thinned_grid(package: aic.AicSource, tmp_path: Path) -> None:
     records = [gemm("bfloat16", m, 4096, 4096, 0.01) for m in (1, 3, 16, 17)]
-    kept = aic.convert_gemm(records, "fixture", compact=True)["bf16"]
+    kept = aic_convert.convert_gemm(records, "fixture", compact=True)["bf16"]
     assert [r.m for r in kept.rows] == [1, 16]
 
 
