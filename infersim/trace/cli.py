@@ -231,8 +231,15 @@ def run_from_trace(args: argparse.Namespace, command: str) -> int:
     """Learn a kernel-table directory from a trace, write it, and check it against the trace."""
     from infersim.config import load_run_config
     from infersim.simulate import simulate
-    from infersim.trace.learn import (check_stages, elementwise_efficiency, learn, learn_host, read_traced_run,
-                                      table_directory, traced_workload, write_learned_tables)
+    from infersim.trace.learn import (
+        check_stages,
+        elementwise_efficiency,
+        learn,
+        learn_host,
+        table_directory,
+        write_learned_tables,
+    )
+    from infersim.trace.traced_run import read_traced_run, traced_workload
     from infersim.trace.report import learned_text
 
     regions = tuple(name.strip() for name in (args.step_regions or "").split(",") if name.strip())
