@@ -29,12 +29,11 @@ from dataclasses import replace
 
 from infersim.cards.hardware import HardwareCard
 from infersim.modules.comm import comm_cost
+from infersim.comm_shapes import CollectiveShape, TokenExchangeShape
 from infersim.kernels import (
     AnyShape,
     AttentionShape,
     Bound,
-    CollectiveShape,
-    TokenExchangeShape,
     Cost,
     GemmShape,
     GroupedGemmShape,
@@ -42,8 +41,8 @@ from infersim.kernels import (
     KernelTables,
     LinearAttentionShape,
     MemoryBoundShape,
-    minimum_bytes,
     Source,
+    minimum_bytes,
 )
 
 

@@ -287,7 +287,8 @@ def test_collectives_imported_and_timed(package: aic.AicSource, tmp_path: Path) 
     """The engine's custom all-reduce and NCCL all-gather/reduce-scatter become `collective` tables
     (message bytes = 2 x their 16-bit element count) and time the simulator's collectives in one node."""
     from infersim.config import load_hardware_card
-    from infersim.kernels import CollectiveShape, NoTables, Source
+    from infersim.comm_shapes import CollectiveShape
+    from infersim.kernels import NoTables, Source
     from infersim.timing import kernel_cost
 
     data = package.data_dir / "h100_sxm"

@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
               "and operations",
      ("infersim.cards", "infersim.deployment", "infersim.categories")),
     ("shapes", "what a step runs: kernel shapes and the cost record, the plan of operations",
-     ("infersim.kernels", "infersim.plan")),
+     ("infersim.kernels", "infersim.comm_shapes", "infersim.plan")),
     ("costing", "what a kernel costs (measured tables, roofline, collectives, host transfers) and the "
                 "operations of each module (attention, FFN/MoE, linear attention, communication)",
      ("infersim.mfu", "infersim.timing", "infersim.modules", "infersim.weight_offload", "infersim.host_transfer")),

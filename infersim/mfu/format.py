@@ -23,7 +23,8 @@ from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin
 from infersim.cards.schema import MAX_MAGNITUDE, MIN_MAGNITUDE, build, check_number, load_yaml, spec
 from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.units import DTYPE_BYTES
-from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape
+from infersim.comm_shapes import CollectiveShape
+from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
 
 FORMAT_VERSION = 1
 PROVENANCE_FILE = "provenance.yaml"

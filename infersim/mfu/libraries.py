@@ -14,15 +14,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from infersim.cards.schema import spec
-from infersim.kernels import (
-    AttentionShape,
-    CollectiveShape,
-    GemmShape,
-    GroupedGemmShape,
-    KernelShape,
-    KernelTables,
-    TableHit,
-)
+from infersim.comm_shapes import CollectiveShape
+from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, KernelShape, KernelTables, TableHit
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,7 +30,8 @@ from typing import Any, Literal, Sequence
 
 from infersim.cards.registry import display_path
 from infersim.errors import ConfigError, InferSimError
-from infersim.kernels import CollectiveShape, GemmShape, KernelShape, MemoryBoundShape, TableHit, minimum_bytes
+from infersim.comm_shapes import CollectiveShape
+from infersim.kernels import GemmShape, KernelShape, MemoryBoundShape, TableHit, minimum_bytes
 from infersim.mfu.beyond_range import edge_of
 from infersim.mfu.format import (
     PROVENANCE_FILE,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import bisect
 
 from infersim.errors import InferSimError
-from infersim.kernels import CollectiveShape, MemoryBoundShape, TableHit
+from infersim.comm_shapes import CollectiveShape
+from infersim.kernels import MemoryBoundShape, TableHit
 from infersim.mfu.format import CollectiveRow, ElementwiseRow, TableDirectory
 
 #: (kind, ranks) -> ([(message bytes, seconds)] ascending, table name)

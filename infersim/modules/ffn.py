@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from infersim.cards.model import ModelCard
 from infersim.deployment import Deployment, dense_ffn_tp
-from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape, TokenExchangeShape
+from infersim.comm_shapes import CollectiveShape, TokenExchangeShape
+from infersim.kernels import GemmShape, GroupedGemmShape, MemoryBoundShape
 from infersim.cards.engine import elementwise_code
 from infersim import categories as cat
 from infersim.modules import eager

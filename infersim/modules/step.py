@@ -8,7 +8,8 @@ from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDIN
 from infersim.cards.engine import elementwise_code
 from infersim.deployment import Deployment, Workload
 from infersim.errors import InferSimError
-from infersim.kernels import CollectiveShape, GemmShape, MemoryBoundShape
+from infersim.comm_shapes import CollectiveShape
+from infersim.kernels import GemmShape, MemoryBoundShape
 from infersim import categories as cat
 from infersim.modules import eager
 from infersim.modules.attention import attention_operations
