@@ -117,7 +117,7 @@ def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[flo
     """Per family, per rule: |predicted / measured - 1| of held-out points 4-32x beyond a cut."""
     from infersim.kernels import TableHit
     from infersim.mfu import beyond_range, interpolation, lookup
-    from infersim.mfu.format import read_table_dir
+    from infersim.mfu.table_files import read_table_dir
     from infersim.timing import roofline_rates
 
     hw = card_of(directory)

@@ -32,7 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.mfu.format import CollectiveRow, read_table_dir, table_directories  # noqa: E402
+from infersim.mfu.format import CollectiveRow  # noqa: E402
+from infersim.mfu.table_files import read_table_dir, table_directories  # noqa: E402
 from infersim.mfu.grid_keys import describe_key, row_grid_key
 from infersim.mfu.interpolation import DEFAULT_INTERPOLATION, INTERPOLATIONS, Interpolation
 from infersim.mfu.lookup import grid_from_points, grid_points, load_tables

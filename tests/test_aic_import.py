@@ -22,7 +22,7 @@ from infersim.errors import InferSimError
 from infersim.kernels import GemmShape, GroupedGemmShape
 from infersim.mfu import aiconfigurator as aic
 from infersim.mfu import aiconfigurator_convert as aic_convert
-from infersim.mfu.format import read_table_dir
+from infersim.mfu.table_files import read_table_dir
 from infersim.mfu.lookup import load_tables
 
 H100_BF16 = 989.4e12
@@ -325,7 +325,8 @@ def test_collectives_imported_and_timed(package: aic.AicSource, tmp_path: Path) 
 
 
 def test_two_libraries_for_one_collective_are_refused(tmp_path: Path) -> None:
-    from infersim.mfu.format import CollectiveRow, DeviceInfo, Provenance, TableDirectory, TableInfo, write_table_dir
+    from infersim.mfu.format import CollectiveRow, DeviceInfo, Provenance, TableDirectory, TableInfo
+    from infersim.mfu.table_files import write_table_dir
 
     rows = {"a.csv": (CollectiveRow("all_reduce", "nccl", "bf16", 8, 2048, 20.0),),
             "b.csv": (CollectiveRow("all_reduce", "trtllm-custom-allreduce", "bf16", 8, 2048, 10.0),)}

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from infersim.errors import InferSimError
 from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
-from infersim.mfu.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo, read_table_dir
+from infersim.mfu.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
+from infersim.mfu.table_files import read_table_dir
 from infersim.mfu.interpolation import INTERPOLATIONS, build_grid
 from infersim.mfu.lookup import MfuTables, grid_points, load_tables
 

@@ -18,17 +18,8 @@ from infersim.errors import ConfigError
 from infersim.kernels import AttentionShape
 from infersim.mfu import aiconfigurator as aic
 from infersim.mfu import aiconfigurator_convert as aic_convert
-from infersim.mfu.format import (
-    AttentionRow,
-    DeviceInfo,
-    Provenance,
-    TableDirectory,
-    TableInfo,
-    read_table_csv,
-    read_table_dir,
-    table_csv_text,
-    write_table_dir,
-)
+from infersim.mfu.format import AttentionRow, DeviceInfo, Provenance, TableDirectory, TableInfo
+from infersim.mfu.table_files import read_table_csv, read_table_dir, table_csv_text, write_table_dir
 from infersim.mfu.lookup import MfuTables, load_tables
 
 PEAK = 1e15  # the fixtures' bf16 peak FLOP/s

@@ -38,7 +38,8 @@ from infersim.mfu.aiconfigurator_convert import (
     convert_mla,
     convert_moe,
 )
-from infersim.mfu.format import FORMAT_VERSION, DeviceInfo, Provenance, Row, TableDirectory, TableInfo, write_table_dir
+from infersim.mfu.format import FORMAT_VERSION, DeviceInfo, Provenance, Row, TableDirectory, TableInfo
+from infersim.mfu.table_files import write_table_dir
 from infersim.mfu.select import version_key
 
 PACKAGE = "aiconfigurator-core"

@@ -33,16 +33,8 @@ from infersim.errors import ConfigError, InferSimError
 from infersim.comm_shapes import CollectiveShape
 from infersim.kernels import GemmShape, KernelShape, MemoryBoundShape, TableHit, minimum_bytes
 from infersim.mfu.beyond_range import edge_of
-from infersim.mfu.format import (
-    PROVENANCE_FILE,
-    CollectiveRow,
-    ElementwiseRow,
-    Row,
-    TableDirectory,
-    efficiency_of,
-    read_table_dir,
-    table_directories,
-)
+from infersim.mfu.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory, efficiency_of
+from infersim.mfu.table_files import read_table_dir, table_directories
 from infersim.mfu.grid_keys import GridKey, describe_key, row_grid_key, shape_grid_key, work_limits
 from infersim.mfu.interpolation import DEFAULT_INTERPOLATION, Interpolation, KernelGrid, build_grid
 from infersim.mfu.series import collective_hit, collective_series, elementwise_hit, elementwise_series

@@ -16,8 +16,8 @@ from typing import Any, Hashable
 
 # the code that shapes what is kept: the table format, the indexing and the kernel shapes (kernels.py:
 # the bytes check_hardware compares are computed at indexing)
-_CODE_FILES = ("mfu/format.py", "mfu/lookup.py", "mfu/interpolation.py", "mfu/grid_keys.py", "mfu/series.py",
-               "mfu/table_cache.py", "kernels.py", "comm_shapes.py")
+_CODE_FILES = ("mfu/format.py", "mfu/table_files.py", "mfu/lookup.py", "mfu/interpolation.py", "mfu/grid_keys.py",
+               "mfu/series.py", "mfu/table_cache.py", "kernels.py", "comm_shapes.py")
 #: interpolations that pickle (the log-efficiency one holds a lambda)
 _PICKLED_INTERPOLATIONS = ("time-in-work-convex-envelope", "time-in-work")
 

@@ -56,8 +56,18 @@ from infersim.config import RunConfig
 from infersim.engine import StageResult
 from infersim.errors import InferSimError, NotPossible
 from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, elementwise_bytes
-from infersim.mfu.format import (PROVENANCE_FILE, AttentionRow, DeviceInfo, ElementwiseRow, GemmRow, GroupedGemmRow,
-                                 Provenance, TableDirectory, TableInfo, write_table_dir)
+from infersim.mfu.format import (
+    AttentionRow,
+    DeviceInfo,
+    ElementwiseRow,
+    GemmRow,
+    GroupedGemmRow,
+    PROVENANCE_FILE,
+    Provenance,
+    TableDirectory,
+    TableInfo,
+)
+from infersim.mfu.table_files import write_table_dir
 from infersim.modules.step import build_stage_plan
 from infersim.trace.compare import ModuleComparison, compare_lane
 from infersim.trace.load import RawTrace
