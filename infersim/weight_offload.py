@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from infersim.host_transfer import PassUnit, prefetch_schedule, transfer_seconds
-
 if TYPE_CHECKING:
     from infersim.cards.hardware import HardwareCard
 
@@ -78,6 +76,9 @@ def offload_cost(layers: Sequence[tuple[float, float, int]], link_bytes_per_s: f
     """The cost of one pass over layer groups given as (compute seconds of one layer, offloaded
     bytes of one layer, number of layers), in execution order. Layers whose weights are all
     resident still take part: their compute hides the next offloaded layer's prefetch."""
+    # here: only a run that offloads weights prices transfers (the engine imports this module)
+    from infersim.host_transfer import PassUnit, prefetch_schedule, transfer_seconds
+
     units = [PassUnit(f"layer {i}", compute_s, transfer_seconds(moved, 0.0, link_bytes_per_s), weight_bytes=moved)
              for i, (compute_s, moved, count) in enumerate(layers) for _ in range(count)]
     compute = sum(u.compute_s for u in units)

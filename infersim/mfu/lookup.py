@@ -32,9 +32,7 @@ from infersim.cards.registry import display_path
 from infersim.errors import ConfigError, InferSimError
 from infersim.comm_shapes import CollectiveShape
 from infersim.kernels import GemmShape, KernelShape, MemoryBoundShape, TableHit, minimum_bytes
-from infersim.mfu.beyond_range import edge_of
 from infersim.mfu.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory, efficiency_of
-from infersim.mfu.table_files import read_table_dir, table_directories
 from infersim.mfu.grid_keys import GridKey, describe_key, row_grid_key, shape_grid_key, work_limits
 from infersim.mfu.interpolation import DEFAULT_INTERPOLATION, Interpolation, KernelGrid, build_grid
 from infersim.mfu.series import collective_hit, collective_series, elementwise_hit, elementwise_series
@@ -241,6 +239,8 @@ class MfuTables:
         if value.clamps:
             note = f"{describe_key(key)}: " + "; ".join(c.describe() for c in value.clamps)
             if all(c.extrapolated for c in value.clamps):
+                from infersim.mfu.beyond_range import edge_of  # here: most lookups stay in range
+
                 kernel_grid = grid.kernel_grid
                 edge = edge_of(kernel_grid, coords, value.clamps, shape.flops / repeats)
                 axis, top, edge_seconds = edge if edge else ("", 0.0, 0.0)
@@ -457,6 +457,9 @@ def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOL
 
 
 def _load_tables(directory: Path, interpolation: Interpolation) -> MfuTables:
+    # here: a run whose tables come from the on-disk cache (table_cache) reads no CSV
+    from infersim.mfu.table_files import read_table_dir, table_directories
+
     if directory.is_dir() and not (directory / PROVENANCE_FILE).is_file():
         nested = table_directories(directory)
         if nested:
