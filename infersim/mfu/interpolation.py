@@ -30,7 +30,7 @@ import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Callable, NamedTuple, Union
 
 _RELATIVE_TOLERANCE = 1e-9  # coordinates this close (relatively) are the same grid point
 
@@ -124,9 +124,9 @@ class KernelGrid:
         coords = tuple(self.interpolation.coordinate(a, q) for a, q in zip(self.axes, query))
         limits = tuple(math.inf if limit is None else self.interpolation.coordinate(a, limit)
                        for a, limit in zip(self.axes, self.work_limits or (None,) * len(self.axes)))
-        (value, eff), exact, clamps = _evaluate(self.root, coords, tuple(query), self.axes,
-                                                self.interpolation.convex_envelope,
-                                                self.interpolation.interpolates_time, limits)
+        (value, eff), exact, clamps = _evaluate(self.root, 0, _Query(
+            coords, tuple(query), self.axes, self.interpolation.convex_envelope,
+            self.interpolation.interpolates_time, limits))
         if self.interpolation.interpolates_time:
             seconds = value
             if clamps and not all(c.extrapolated for c in clamps):
@@ -186,30 +186,39 @@ def _build_level(points: list[tuple[tuple[float, ...], Leaf]], axes: tuple[str, 
     return GridNode(tuple(ordered), tuple(raw[k] for k in ordered), tuple(children))
 
 
-def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
-              names: tuple[str, ...], envelope: bool = False,
-              extend: bool = False, limits: tuple[float, ...] = ()) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
-    x = coords[0]
+class _Query(NamedTuple):
+    """One evaluation's query, the same at every level of the grid (a level reads its axis, `depth`)."""
+
+    coords: tuple[float, ...]  # interpolation coordinates, one per axis
+    raw: tuple[float, ...]  # the axis values as asked (for messages)
+    names: tuple[str, ...]
+    envelope: bool
+    extend: bool
+    limits: tuple[float, ...]  # per axis, the coordinate the work stops growing at (inf: never)
+
+
+def _evaluate(node: GridNode, depth: int, q: _Query) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
+    x = q.coords[depth]
     grid = node.coords
     clamps: tuple[Clamp, ...] = ()
-    if x > grid[-1] and not _same(x, grid[-1]) and extend and names[0] in EXTENDED_AXES and len(grid) >= 2:
-        extended = _extend_above(node, coords, raw, names, envelope, x, limits)
+    if x > grid[-1] and not _same(x, grid[-1]) and q.extend and q.names[depth] in EXTENDED_AXES and len(grid) >= 2:
+        extended = _extend_above(node, depth, q, x)
         if extended is not None:
             return extended
     if (x < grid[0] and not _same(x, grid[0])) or (x > grid[-1] and not _same(x, grid[-1])):
-        clamps = (Clamp(names[0], raw[0], min(node.values), max(node.values)),)
+        clamps = (Clamp(q.names[depth], q.raw[depth], min(node.values), max(node.values)),)
         x = min(max(x, grid[0]), grid[-1])
     i = bisect.bisect_left(grid, x)
     for j in (i - 1, i):
         if 0 <= j < len(grid) and _same(grid[j], x):
-            leaf, exact, inner = _child(node.children[j], coords, raw, names, envelope, extend, limits)
+            leaf, exact, inner = _child(node.children[j], depth, q)
             return leaf, exact and not clamps, clamps + inner
     lo, hi = i - 1, i
     t = (x - grid[lo]) / (grid[hi] - grid[lo])
-    (v0, e0), _, c0 = _child(node.children[lo], coords, raw, names, envelope, extend, limits)
-    (v1, e1), _, c1 = _child(node.children[hi], coords, raw, names, envelope, extend, limits)
+    (v0, e0), _, c0 = _child(node.children[lo], depth, q)
+    (v1, e1), _, c1 = _child(node.children[hi], depth, q)
     value = (1.0 - t) * v0 + t * v1
-    if envelope and not (c0 or c1):
+    if q.envelope and not (c0 or c1):
         # A kernel's time along a work axis is convex between tile steps (flat while bound by
         # fixed costs or weight bytes, then growing with the work), so the straight line across a
         # knee overestimates and the secants of the segments beside it, extended, bound it from
@@ -218,7 +227,7 @@ def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
         secants = [min(v0, v1)]
         for a, b, vb in ((lo - 1, lo, v0), (hi + 1, hi, v1)):
             if 0 <= a < len(grid):
-                (va, _), _, ca = _child(node.children[a], coords, raw, names, envelope, extend, limits)
+                (va, _), _, ca = _child(node.children[a], depth, q)
                 if not ca:
                     secants.append(_secant(grid[a], va, grid[b], vb, x))
         if len(secants) == 3:
@@ -230,9 +239,7 @@ def _evaluate(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...],
 EXTENDED_AXES = frozenset({"m", "tokens_per_gpu", "batch", "kv_len", "seq_len", "attended_pairs"})
 
 
-def _extend_above(node: GridNode, coords: tuple[float, ...], raw: tuple[float, ...], names: tuple[str, ...],
-                  envelope: bool, x: float, limits: tuple[float, ...] = ()
-                  ) -> tuple[Leaf, bool, tuple[Clamp, ...]] | None:
+def _extend_above(node: GridNode, depth: int, q: _Query, x: float) -> tuple[Leaf, bool, tuple[Clamp, ...]] | None:
     """Time above a row's last point: the last interval's cost per unit of work carried on
     (t = t_top + slope (x - x_top)), the shape of a kernel with a fixed cost plus a cost per unit of
     work; the slope is capped at t_top / x_top, so efficiency never falls above the range, and is
@@ -248,14 +255,14 @@ def _extend_above(node: GridNode, coords: tuple[float, ...], raw: tuple[float, .
     the window (large batches are measured over short contexts only) would otherwise carry the
     window's growth on over the whole context."""
     grid = node.coords
-    (v_top, e_top), _, c_top = _child(node.children[-1], coords, raw, names, envelope, True, limits)
-    (v_prev, _), _, c_prev = _child(node.children[-2], coords, raw, names, envelope, True, limits)
+    (v_top, e_top), _, c_top = _child(node.children[-1], depth, q)  # q.extend: the rows below extend too
+    (v_prev, _), _, c_prev = _child(node.children[-2], depth, q)
     if any(not c.extrapolated for c in c_top + c_prev) or not v_top > 0:
         return None
     x_top, x_prev = grid[-1], grid[-2]
     slope = min(v_top / x_top, max(0.0, (v_top - v_prev) / (x_top - x_prev)))
-    clamp = Clamp(names[0], raw[0], min(node.values), max(node.values), extrapolated=True)
-    reach = min(x, max(x_top, limits[0])) if limits else x
+    clamp = Clamp(q.names[depth], q.raw[depth], min(node.values), max(node.values), extrapolated=True)
+    reach = min(x, max(x_top, q.limits[depth])) if q.limits else x
     return (v_top + slope * (reach - x_top), e_top), False, (clamp,) + c_top
 
 
@@ -263,9 +270,8 @@ def _secant(xa: float, va: float, xb: float, vb: float, x: float) -> float:
     return vb + (vb - va) / (xb - xa) * (x - xb)
 
 
-def _child(child: GridNode | Leaf, coords: tuple[float, ...], raw: tuple[float, ...],
-           names: tuple[str, ...], envelope: bool = False, extend: bool = False,
-           limits: tuple[float, ...] = ()) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
+def _child(child: GridNode | Leaf, depth: int, q: _Query) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
+    """The value of a node's child at the query: the next axis's level, or a leaf."""
     if isinstance(child, GridNode):
-        return _evaluate(child, coords[1:], raw[1:], names[1:], envelope, extend, limits[1:])
+        return _evaluate(child, depth + 1, q)
     return child, True, ()
