@@ -119,8 +119,9 @@ def _memory_efficiency(shape: AnyShape, hw: HardwareCard, elementwise: float | N
 
 def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "", elementwise: float | None = None) -> Cost:
     flops_done, rate = _compute_flops_and_rate(shape, hw)
+    moved = shape.bytes  # a property computed from the shape's fields: read once
     compute_s = flops_done / rate
-    memory_s = shape.bytes / (hw.peak.hbm_bandwidth * _memory_efficiency(shape, hw, elementwise))
+    memory_s = moved / (hw.peak.hbm_bandwidth * _memory_efficiency(shape, hw, elementwise))
     kernels = shape.kernels if isinstance(shape, (MemoryBoundShape, LinearAttentionShape)) else 1
     launch_s = hw.derates.kernel_launch_overhead * kernels
     busy = max(compute_s, memory_s)
@@ -128,7 +129,7 @@ def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "", elementwi
         bound = Bound.OVERHEAD
     else:
         bound = Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY
-    return Cost(shape.flops, shape.bytes, busy + launch_s, bound, Source.ROOFLINE, detail)
+    return Cost(shape.flops, moved, busy + launch_s, bound, Source.ROOFLINE, detail)
 
 
 def _intensity_bound(shape: AnyShape, hw: HardwareCard) -> Bound:

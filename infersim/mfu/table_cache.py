@@ -62,9 +62,20 @@ class KeptGrids(Mapping):
         return cls({k: pickle.dumps(grid, protocol=pickle.HIGHEST_PROTOCOL) for k, grid in grids.items()})
 
     def __getitem__(self, key: Hashable) -> Any:
+        grid = self.get(key)
+        if grid is None:
+            raise KeyError(key)
+        return grid
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        # a lookup of a kernel no table holds asks for a key that is not there: no KeyError raised
+        # and caught for it (Mapping.get's way), which cost more than the lookup
         grid = self._grids.get(key)
         if grid is None:
-            grid = self._grids[key] = _unpickler().loads(self._pickled[key])
+            pickled = self._pickled.get(key)
+            if pickled is None:
+                return default
+            grid = self._grids[key] = _unpickler().loads(pickled)
         return grid
 
     def __iter__(self) -> Iterator[Hashable]:
