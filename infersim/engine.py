@@ -161,11 +161,11 @@ def _timed(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any
         memo = _cost_memo(hw, tables)
     shape = op.shape
     try:
-        return memo[shape]
-    except KeyError:
-        pass
+        cost = memo.get(shape)  # a miss raises nothing (a raised KeyError costs more)
     except TypeError:  # an unhashable shape
         return kernel_cost(shape, hw, tables)
+    if cost is not None:
+        return cost
     if len(memo) >= _COST_MEMO_SHAPES:
         memo.clear()
     cost = memo[shape] = kernel_cost(shape, hw, tables)

@@ -39,6 +39,7 @@ from infersim.mfu.series import collective_hit, collective_series, elementwise_h
 from infersim.mfu.table_cache import KeptGrids, KeptRows, cache_file, keep, read_kept
 
 _CACHE_LIMIT = 200_000
+_NOT_LOOKED_UP = object()  # a lookup cache's miss (None is a looked-up answer: no table covers it)
 #: share of the K x N product a GEMM table must measure to interpolate between (K, N) (see _gemm_planes)
 PLANE_COVERAGE = 0.9
 
@@ -209,11 +210,11 @@ class MfuTables:
         """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc)."""
         cache_key = (shape, peak_flops)
         try:
-            return self._cache[cache_key]
-        except KeyError:
-            pass
+            hit = self._cache.get(cache_key, _NOT_LOOKED_UP)  # a miss raises nothing (a raised KeyError costs more)
         except TypeError:  # an unhashable shape: look it up uncached
             return self._lookup(shape, peak_flops)
+        if hit is not _NOT_LOOKED_UP:
+            return hit
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         hit = self._cache[cache_key] = self._lookup(shape, peak_flops)

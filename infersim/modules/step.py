@@ -108,14 +108,17 @@ def mixer_pieces(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str
 def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool) -> tuple[Operation, ...]:
     """The attention-output collective and the FFN (dense or MoE) of a layer, memoised. The key
     covers what attention_output_collective, dense_ffn_operations and moe_operations read: the card,
-    the FFN layout, attention TP, the precision, the MoE path and balance spec, and the context's
-    stage, tokens, expert tokens, GPUs per node and the sequences' token-weighted mean length (the
-    routing statistics); not the GPU, node or pipeline counts, the DP sizes, the overlap (the
-    context carries its micro-batch) or the sequences' context lengths. So one piece serves every
-    real batch padded to the same CUDA-graph batch, and every pipeline split of the same layout."""
-    key = ("ffn", id(model), moe, dep.ffn.tp, dep.ffn.ep, dep.attention.tp, dep.precision, dep.moe_comm, dep.moe,
-           dep.model_code, ctx.stage,
-           ctx.tokens_per_gpu, ctx.expert_tokens_per_gpu, ctx.gpus_per_node, sequence_length(ctx))
+    the FFN TP and attention TP, the precision, the model code, and the context's stage, tokens and
+    GPUs per node; for an MoE layer also the EP size, the MoE path and balance spec, the expert
+    tokens and the sequences' token-weighted mean length (the routing statistics). Not the GPU,
+    node or pipeline counts, the DP sizes, the overlap (the context carries its micro-batch) or
+    the sequences' context lengths. So one piece serves every real batch padded to the same
+    CUDA-graph batch, and every pipeline split of the same layout; a dense layer's every EP size
+    and MoE path too."""
+    key = ("ffn", id(model), moe, dep.ffn.tp, dep.attention.tp, dep.precision, dep.model_code, ctx.stage,
+           ctx.tokens_per_gpu, ctx.gpus_per_node)
+    if moe:
+        key += (dep.ffn.ep, dep.moe_comm, dep.moe, ctx.expert_tokens_per_gpu, sequence_length(ctx))
     return _memoised(key, model, lambda: attention_output_collective(model, dep, ctx, moe_layer=moe) + (
         moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx)))
 
