@@ -38,8 +38,6 @@ from infersim.mfu.interpolation import DEFAULT_INTERPOLATION, Interpolation, Ker
 from infersim.mfu.series import collective_hit, collective_series, elementwise_hit, elementwise_series
 from infersim.mfu.table_cache import KeptGrids, KeptRows, cache_file, keep, read_kept
 
-_CACHE_LIMIT = 200_000
-_NOT_LOOKED_UP = object()  # a lookup cache's miss (None is a looked-up answer: no table covers it)
 #: share of the K x N product a GEMM table must measure to interpolate between (K, N) (see _gemm_planes)
 PLANE_COVERAGE = 0.9
 
@@ -132,7 +130,6 @@ class MfuTables:
             grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
                               f"{label}/{tables}", len(source.points), _routing_skew(table_dir, source.tables))
         self.grids: Mapping[GridKey, Grid] = grids  # a KeptGrids where read from the on-disk cache
-        self._cache: dict[tuple[KernelShape, float], TableHit | None] = {}
         self._gemm_planes = _gemm_planes(self.grids)
         self.collectives = collective_series(table_dir, label)
         self.elementwise = elementwise_series(table_dir, label)
@@ -207,20 +204,8 @@ class MfuTables:
                                   f"card {hw.name}" + (f" ({source})" if source else ""))
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
-        """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc)."""
-        cache_key = (shape, peak_flops)
-        try:
-            hit = self._cache.get(cache_key, _NOT_LOOKED_UP)  # a miss raises nothing (a raised KeyError costs more)
-        except TypeError:  # an unhashable shape: look it up uncached
-            return self._lookup(shape, peak_flops)
-        if hit is not _NOT_LOOKED_UP:
-            return hit
-        if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
-        hit = self._cache[cache_key] = self._lookup(shape, peak_flops)
-        return hit
-
-    def _lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+        """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc).
+        Not cached here: the stage engine keeps every kernel's cost per (hardware card, tables)."""
         if isinstance(shape, CollectiveShape):
             return collective_hit(self.collectives, shape)
         if isinstance(shape, MemoryBoundShape):
