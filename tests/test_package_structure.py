@@ -191,3 +191,20 @@ def test_no_module_past_the_line_budget() -> None:
     too_long = {str(path.relative_to(REPO_ROOT)): n for path in module_files().values()
                 if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not too_long, f"modules over {MAX_MODULE_LINES} lines (split them along their sections): {too_long}"
+
+
+def layer_table() -> str:
+    """The layers, lowest first, each with its modules and their lines (`python tests/test_package_structure.py`)."""
+    files = module_files()
+    out = []
+    for index, (name, what, _prefixes) in enumerate(LAYERS):
+        members = sorted(m for m in files if layer_of(m) == index)
+        lines = sum(len(files[m].read_text().splitlines()) for m in members)
+        count = f"{len(members)} module" + ("s" if len(members) != 1 else "")
+        out.append(f"{index + 1}. {name}: {what} ({count}, {lines:,} lines)")
+        out.append("   " + ", ".join(m.removeprefix("infersim.") or "infersim" for m in members))
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(layer_table())
