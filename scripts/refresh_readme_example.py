@@ -21,12 +21,13 @@ A page shows a command in one of three ways:
   subcommand's `--help`.
 
 Normalisation, the only difference allowed between a shown output and the real one: trailing
-spaces and trailing blank lines are ignored; the absolute path of the repository is shown as `...`
-(a card's path in a message is `.../engines/sglang.yaml` on every machine); a shown line that is
-`...` (indented or not) stands for any number of printed lines, and one that ends in ` ...` for any line that
-begins with what precedes it (a timing, a worker count). An output with `...` lines is checked, never
-rewritten: this script says when one no longer matches, to be cut again by hand; a line ending in
-` ...` is kept where the rewritten output still has a line it matches.
+spaces and trailing blank lines are ignored; the absolute path of the repository (or of an
+installed package's bundled data) is shown as `...` (a card's path in a message is
+`.../engines/sglang.yaml` on every machine); a shown line that is `...` (indented or not) stands for
+any number of printed lines, and one that ends in ` ...` for any line that begins with what
+precedes it (a timing, a worker count). An output with `...` lines is checked, never rewritten: this
+script says when one no longer matches, to be cut again by hand; a line ending in ` ...` is kept
+where the rewritten output still has a line it matches.
 
 The field tables of the run config and the three kinds of card in docs/inputs.md are generated
 from their schemas: each follows its bold title and a blank line and ends at the next blank line.
@@ -157,7 +158,10 @@ def run(command: str) -> tuple[str, int]:
             os.chdir(cwd)
         return buffer.getvalue(), status
     if len(argv) >= 2 and argv[0] == "python" and re.fullmatch(r"(benchmarks|scripts)/[\w-]+\.py", argv[1]):
-        done = subprocess.run([sys.executable, *argv[1:]], cwd=REPO, stdout=subprocess.PIPE,
+        # this checkout's package, and the two streams in the order written, as on a terminal
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               "PYTHONUNBUFFERED": "1"}
+        done = subprocess.run([sys.executable, *argv[1:]], cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=600)
         return done.stdout, done.returncode
     raise NotRunnable(f"not a command the docs runner runs: {command!r} (python -m infersim ..., "
@@ -165,7 +169,11 @@ def run(command: str) -> tuple[str, int]:
 
 
 def normalised(output: str) -> list[str]:
-    text = output.replace(str(REPO), ELISION)
+    import infersim
+
+    # the bundled cards and tables: the repository root in a checkout, infersim/_bundled installed
+    installed = Path(infersim.__file__).resolve().parent / "_bundled"
+    text = output.replace(str(installed), ELISION).replace(str(REPO), ELISION)
     lines = [line.rstrip() for line in text.splitlines()]
     while lines and not lines[-1]:
         lines.pop()
