@@ -4,7 +4,7 @@
     python benchmarks/vs_aiconfigurator_serving.py [--aiconfigurator PATH] [--format json]
 
 For each TensorRT-LLM offline point of ../shared/reference/validation.yaml that runs attention
-data parallelism with an MoE (the points the README's "largest remaining errors" discusses), it
+data parallelism with an MoE (the points docs/validation.md's "largest remaining errors" discusses), it
 prints the measured output throughput per GPU, InferSim's prediction (`infersim validate --point`,
 the request-level simulator with the bundled kernel tables) and aiconfigurator's
 (`aiconfigurator cli estimate --estimate-mode agg`, TensorRT-LLM backend at its current data

@@ -240,14 +240,6 @@ def test_odd_batch_with_two_batch_overlap_names_the_field(capsys):
     assert "workload.decode_batch_per_gpu (127)" in err and "two-batch" in err
 
 
-def test_readme_worked_example_is_what_the_command_prints(capsys):
-    readme = (REPO_ROOT / "README.md").read_text()
-    start = readme.index("$ python -m infersim --config qwen3-30b.yaml\n") + len("$ python -m infersim --config qwen3-30b.yaml\n")
-    documented = readme[start:readme.index("```", start)].rstrip()
-    assert main(["--config", "qwen3-30b.yaml"]) == 0
-    assert capsys.readouterr().out.rstrip() == documented
-
-
 def test_tables_of_another_gpu_are_flagged(capsys):
     assert main(["--config", "benchmarks/published/qwen3-8b-h20-decode.yaml", "--format", "json",
                  "--mfu-tables", "imported/h800"]) == 0
@@ -259,13 +251,3 @@ def test_tables_of_another_gpu_are_flagged(capsys):
     assert not any("measured on" in w for w in warnings)
     fallback = next(w for w in warnings if w.startswith("no table covers"))
     assert "o_proj" in fallback and "input_norm" not in fallback  # elementwise kernels are never table kernels
-
-
-def test_readme_field_tables_are_generated_from_the_schemas():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("refresh", REPO_ROOT / "scripts" / "refresh_readme_example.py")
-    refresh = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(refresh)
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert refresh.with_field_tables(readme) == readme, "run python scripts/refresh_readme_example.py"
