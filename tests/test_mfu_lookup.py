@@ -99,6 +99,9 @@ def test_outside_the_range_is_the_roofline_at_the_edge_efficiency(h20: MfuTables
     # ragged grid: the batch-512 row stops at kv_len 8192, so (384, 65536) is outside that row
     ragged = h20.lookup(decode(384, 65536), H20_BF16)
     assert ragged.method == "extrapolated" and "kv_len=65536 above the table's range 1024..8192" in ragged.note
+    # between two rows with the same range the clamp is said once (batch 24: both rows around it stop at 131072)
+    between = h20.lookup(decode(24, 140000), H20_BF16)
+    assert between.note.count("kv_len=140000 above the table's range 1024..131072") == 1
 
 
 def test_kernels_no_table_covers_get_none(h20: MfuTables, h800: MfuTables) -> None:

@@ -223,7 +223,7 @@ class MfuTables:
         # the table's efficiency carries over to the caller's peak: time scales with peak ratio
         seconds = repeats * value.seconds * grid.kernel_grid.flops_per_second / peak_flops
         if value.clamps:
-            note = f"{describe_key(key)}: " + "; ".join(c.describe() for c in value.clamps)
+            note = f"{describe_key(key)}: " + "; ".join(dict.fromkeys(c.describe() for c in value.clamps))
             if all(c.extrapolated for c in value.clamps):
                 from infersim.mfu.beyond_range import edge_of  # here: most lookups stay in range
 
