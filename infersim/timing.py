@@ -1,6 +1,6 @@
 """Kernel time: from a measured table when one covers the shape, otherwise the roofline.
 
-Roofline fallback (documented in the README):
+Roofline fallback (docs/model.md, 'Kernel time: a measured table, or the roofline'):
     t = max(FLOPs_padded / (peak(dtype) * compute_efficiency), bytes / (HBM bandwidth * memory_efficiency))
         + kernel_launch_overhead
 (elementwise kernels use elementwise_memory_efficiency instead of memory_efficiency)
