@@ -12,6 +12,7 @@ something above is needed below, it moves down (docs/architecture.md says how th
 from __future__ import annotations
 
 import ast
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,17 +195,12 @@ def test_no_module_past_the_line_budget() -> None:
 
 
 def layer_table() -> str:
-    """The layers, lowest first, each with its modules and their lines (`python tests/test_package_structure.py`)."""
+    """The layers, lowest first, each with its modules (`python scripts/layers.py`)."""
     files = module_files()
     out = []
     for index, (name, what, _prefixes) in enumerate(LAYERS):
         members = sorted(m for m in files if layer_of(m) == index)
-        lines = sum(len(files[m].read_text().splitlines()) for m in members)
-        count = f"{len(members)} module" + ("s" if len(members) != 1 else "")
-        out.append(f"{index + 1}. {name}: {what} ({count}, {lines:,} lines)")
-        out.append("   " + ", ".join(m.removeprefix("infersim.") or "infersim" for m in members))
+        out.append(textwrap.fill(f"{index + 1}. {name}: {what}", width=100, subsequent_indent="   "))
+        out.append(textwrap.fill(", ".join(m.removeprefix("infersim.") or "infersim" for m in members), width=100,
+                                 initial_indent="   ", subsequent_indent="   "))
     return "\n".join(out)
-
-
-if __name__ == "__main__":
-    print(layer_table())
