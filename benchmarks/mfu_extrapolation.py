@@ -3,7 +3,7 @@
 Near the range (the default): every point of every row is predicted from the two points below it,
   - edge:  time proportional to work at the edge efficiency, t = t2 * w / w2;
   - slope: the last interval's time per unit of work carried on, t = t2 + s (w - w2) with
-           s = max(0, (t2 - t1) / (w2 - w1)), capped at t2 / w2 (what infersim.mfu.lookup extends with).
+           s = max(0, (t2 - t1) / (w2 - w1)), capped at t2 / w2 (what infersim.mfu.interpolation extends with).
 Only predictions from a last point of at least --min-axis (default 512) count.
 
 Far beyond it (--far): every row is cut at each of its points from --min-axis up, the points 4-32x
@@ -11,7 +11,7 @@ above the cut (in the axis value) are held out, and the grid built from the rest
 prices them through infersim.mfu.lookup, as a lookup would, under three rules:
   - slope: the last interval's slope carried on however far (the rule before the beyond-range rule);
   - edge:  the edge's FLOP efficiency carried (time proportional to FLOPs);
-  - rule:  infersim.mfu.lookup.beyond_range: the slope, except where an MoE grouped GEMM crosses from
+  - rule:  infersim.mfu.beyond_range: the slope, except where an MoE grouped GEMM crosses from
            its row's memory-bound last point into the compute regime in a grid of several rows: there
            the roofline anchored at the table (its streaming rate at the edge, its grid's best efficiency).
 Each family is reported whole and for the held-out points that cross regimes (memory -> compute).
@@ -116,8 +116,8 @@ def card_of(directory: Path):
 def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[float]]]:
     """Per family, per rule: |predicted / measured - 1| of held-out points 4-32x beyond a cut."""
     from infersim.kernels import TableHit
-    from infersim.mfu import lookup
-    from infersim.mfu.format import read_table_dir
+    from infersim.mfu import beyond_range, interpolation, lookup
+    from infersim.mfu.table_files import read_table_dir
     from infersim.timing import roofline_rates
 
     hw = card_of(directory)
@@ -131,7 +131,7 @@ def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[flo
             continue  # sliding-window grids: extended flat above the window, another rule
         family = key[0] if key[0] != "attention" else f"attention {key[1]}"
         for a, axis in enumerate(source.axes):
-            if axis not in lookup.EXTENDED_AXES or axis not in lookup._WORK_FIELDS:
+            if axis not in interpolation.EXTENDED_AXES or axis not in beyond_range._WORK_FIELDS:
                 continue
             rows: dict[tuple[float, ...], list] = defaultdict(list)
             for p in source.points:
@@ -153,18 +153,18 @@ def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[flo
                         value = grid.evaluate(p.coords, shape.flops)
                         if not value.clamps or not all(c.extrapolated for c in value.clamps):
                             continue
-                        edge = lookup._edge_of(grid, p.coords, value.clamps, shape.flops)
+                        edge = beyond_range.edge_of(grid, p.coords, value.clamps, shape.flops)
                         if edge is None:
                             continue
                         hit = TableHit(value.seconds, "held-out", "extrapolated", value.efficiency, "", *edge,
                                        grid.best_efficiency if len(grid.axes) > 1 else 0.0)
-                        at_edge = lookup.with_work(shape, edge[0], edge[1])
+                        at_edge = beyond_range.with_work(shape, edge[0], edge[1])
                         predicted = {
                             "slope": value.seconds,
                             "edge": edge[2] * shape.flops / at_edge.flops,
-                            "rule": lookup.beyond_range(shape, hit, roofline, source.peak_flops).seconds,
+                            "rule": beyond_range.beyond_range(shape, hit, roofline, source.peak_flops).seconds,
                         }
-                        crossing = lookup.regime(at_edge, roofline) == "memory" and lookup.regime(shape, roofline) == "compute"
+                        crossing = beyond_range.regime(at_edge, roofline) == "memory" and beyond_range.regime(shape, roofline) == "compute"
                         for name in (family, f"{family} crossing") if crossing else (family,):
                             for rule, seconds in predicted.items():
                                 errors[name][rule].append(abs(seconds / p.seconds - 1))

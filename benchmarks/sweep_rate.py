@@ -1,16 +1,24 @@
-"""Sweep throughput: configurations simulated per second, in process (one core) and on all cores.
+"""Sweep throughput: configurations simulated per CPU second in process, and per core on all cores.
 
-    python benchmarks/sweep_rate.py [--quick]
+    python benchmarks/sweep_rate.py [--quick] [--repeats 5] [--no-parallel]
 
-Each case is a decode-only sweep from the bundled qwen3-30b.yaml (cards loaded and validated
-once, variants derived in memory), timed end to end through `run_sweep` (deriving and validating
-each variant, simulating decode, gathering rows). The issue's requirement is >= 2,000
-configurations per second per core for decode-only sweeps.
+Each case is a sweep from the bundled qwen3-30b.yaml (cards loaded and validated once, variants
+derived in memory), timed end to end through `run_sweep` (deriving and validating each variant,
+simulating decode, gathering rows); the last case is a layout search (pareto). The in-process rate
+is configurations per CPU second (time.process_time: the machine may be shared, and another
+process's load does not count against ours) of one sweep in a fresh process, after a small sweep
+over the first grid axis only has imported the code and loaded the tables (a user's sweep starts as
+cold: kernel costs and plan pieces are priced as the sweep first meets them), its garbage
+collected as the command line's process collects it; the median of `--repeats` such processes. Issue 30's requirement: at least 10,000 configurations per CPU second
+for every case.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,7 +30,7 @@ from tabulate import tabulate  # noqa: E402
 from infersim.sweep import Search, SweepSpec, load_base, parse_grid, run_sweep  # noqa: E402
 from infersim.sweep.runner import available_cpus  # noqa: E402
 
-REQUIRED_PER_CORE = 2000.0
+REQUIRED_PER_CPU_SECOND = 10_000.0
 
 CASES = [
     # name, --set overrides, grid
@@ -36,48 +44,78 @@ CASES = [
      ["deployment.ffn.ep=8,16,32", "workload.decode_batch_per_gpu=1..256:1",
       "deployment.moe_comm=all-to-all,deepep-low-latency"]),
 ]
+LAYOUT_SEARCH = "qwen3-30b-a3b layout search, 1..128 GPUs (pareto)"
+
+
+def case_specs(quick: bool) -> list[tuple[str, SweepSpec, SweepSpec]]:
+    """(name, the sweep, the small sweep that warms it up) of every case."""
+    specs = []
+    for name, overrides, grid in CASES:
+        base = load_base("qwen3-30b.yaml", overrides)
+        if quick:
+            grid = [g.replace("1..512:1", "1..512:8").replace("1..256:1", "1..256:8") for g in grid]
+        specs.append((name, SweepSpec(base, tuple(parse_grid(grid))), SweepSpec(base, tuple(parse_grid(grid[:1])))))
+    base = load_base("qwen3-30b.yaml")
+    search = SweepSpec(base, search=Search(tuple(2 ** i for i in range(8)), tuple(2 ** i for i in range(11))))
+    specs.append((LAYOUT_SEARCH, search, SweepSpec(base, search=Search((1,), (1,)))))
+    return specs
+
+
+def one_run(index: int, quick: bool) -> None:
+    """Time case `index` in this (fresh) process; print configurations and CPU seconds. The
+    process collects garbage as `infersim sweep` does (infersim/__main__.py raises the threshold
+    of the cyclic collector's first generation: a sweep's memos hold many long-lived objects)."""
+    gc.set_threshold(50_000, *gc.get_threshold()[1:])
+    _name, spec, warm_up = case_specs(quick)[index]
+    run_sweep(warm_up, workers=1, progress=False)  # imports, tables, the base's derived fields
+    began = time.process_time()
+    result = run_sweep(spec, workers=1, progress=False)
+    print(result.simulated, time.process_time() - began)
+
+
+def cpu_rates(index: int, quick: bool, repeats: int) -> tuple[int, list[float]]:
+    """(configurations, per-process rates) of case `index`, each run in a fresh process."""
+    rates = []
+    simulated = 0
+    for _ in range(repeats):
+        out = subprocess.run([sys.executable, __file__, "--one", str(index)] + (["--quick"] if quick else []),
+                             check=True, capture_output=True, text=True).stdout.split()
+        simulated, seconds = int(out[0]), float(out[1])
+        rates.append(simulated / seconds)
+    return simulated, rates
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller grids (a smoke test)")
+    parser.add_argument("--repeats", type=int, default=5, help="fresh processes per case (median reported)")
+    parser.add_argument("--no-parallel", action="store_true", help="skip the all-cores runs")
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # a child process: one case
     args = parser.parse_args()
+    if args.one is not None:
+        one_run(args.one, args.quick)
+        return 0
     cores = available_cpus()
     table = []
     worst = float("inf")
-    for name, overrides, grid in CASES:
-        base = load_base("qwen3-30b.yaml", overrides)
-        if args.quick:
-            grid = [g.replace("1..512:1", "1..512:8").replace("1..256:1", "1..256:8") for g in grid]
-        spec = SweepSpec(base, tuple(parse_grid(grid)))
-        run_sweep(SweepSpec(base, tuple(parse_grid(grid[:1]))), workers=1)  # warm imports and caches
-        serial = run_sweep(spec, workers=1, progress=False)
-        worst = min(worst, serial.rate)
-        row = [name, f"{serial.simulated:,}", f"{serial.elapsed_s:.2f}", f"{serial.rate:,.0f}"]
-        if cores > 1:
+    for index, (name, spec, _warm_up) in enumerate(case_specs(args.quick)):
+        simulated, rates = cpu_rates(index, args.quick, args.repeats)
+        rate = statistics.median(rates)
+        worst = min(worst, rate)
+        row = [name, f"{simulated:,}", f"{rate:,.0f}", f"{min(rates):,.0f}..{max(rates):,.0f}"]
+        if cores > 1 and not args.no_parallel:
             parallel = run_sweep(spec, workers=cores, progress=False)
             row += [f"{parallel.elapsed_s:.2f}", f"{parallel.rate:,.0f}", f"{parallel.rate / cores:,.0f}"]
         else:
             row += ["-", "-", "-"]
         table.append(row)
-    # a layout search (pareto): validation of many layouts, memory budget per layout, batches per layout
-    base = load_base("qwen3-30b.yaml")
-    spec = SweepSpec(base, search=Search(tuple(2 ** i for i in range(8)), tuple(2 ** i for i in range(11))))
-    serial = run_sweep(spec, workers=1, progress=False)
-    row = ["qwen3-30b-a3b layout search, 1..128 GPUs (pareto)", f"{serial.simulated:,}", f"{serial.elapsed_s:.2f}",
-           f"{serial.rate:,.0f}"]
-    if cores > 1:
-        parallel = run_sweep(spec, workers=cores, progress=False)
-        row += [f"{parallel.elapsed_s:.2f}", f"{parallel.rate:,.0f}", f"{parallel.rate / cores:,.0f}"]
-    else:
-        row += ["-", "-", "-"]
-    table.append(row)
-    print(tabulate(table, headers=["case", "configs", "1 core s", "configs/s (1 core)", f"{cores} cores s",
-                                   f"configs/s ({cores} cores)", "per core"], disable_numparse=True))
-    verdict = "meets" if worst >= REQUIRED_PER_CORE else "MISSES"
-    print(f"\nslowest decode-only case in process: {worst:,.0f} configurations/s on one core "
-          f"({verdict} the {REQUIRED_PER_CORE:,.0f}/s per core requirement)")
-    return 0 if worst >= REQUIRED_PER_CORE else 1
+    print(tabulate(table, headers=["case", "configs", "configs/CPU s (median)", f"range of {args.repeats}",
+                                   f"{cores} cores wall s", f"configs/s ({cores} cores)", "per core"],
+                   disable_numparse=True))
+    verdict = "meets" if worst >= REQUIRED_PER_CPU_SECOND else "MISSES"
+    print(f"\nslowest case in process: {worst:,.0f} configurations per CPU second "
+          f"({verdict} the {REQUIRED_PER_CPU_SECOND:,.0f} required)")
+    return 0 if worst >= REQUIRED_PER_CPU_SECOND else 1
 
 
 if __name__ == "__main__":

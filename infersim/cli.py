@@ -14,10 +14,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from infersim.errors import InferSimError, shorten
-from infersim.run_flags import FLAG_DESTS
+from infersim.run_flags import DEFAULT_ISL, DEFAULT_OSL, FLAG_DESTS, RunFlags
 
 if TYPE_CHECKING:  # argparse (with gettext and locale, ~3 ms) is imported only where a parser is built
     import argparse
@@ -68,15 +68,79 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--show-unfit", action="store_true", default=RUN_DEFAULTS["show_unfit"],
                         help="text: print TTFT/TPOT/throughput even when the run does not fit in memory (marked); "
                              "the exit status is still 1")
-    from infersim.run_flags import add_run_flags
-
     add_run_flags(parser)
+
+
+def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True, batch: bool = True) -> None:
+    """The direct flags, in their own help group. `lengths`: also --isl/--osl as whole numbers
+    (serve has its own, which take distributions); `batch`: also --batch-per-gpu (a sweep has
+    its own --batch list)."""
+    count = number_arg(whole=True, gt=0)
+    group = parser.add_argument_group(
+        "model, GPUs and engine (instead of --config, or on top of it; names resolve forgivingly: h100, vLLM, "
+        "Qwen/Qwen3-8B, a config.json path)")
+    group.add_argument("--model", default=None, metavar="NAME", help="model card: bundled name, HF id, card YAML or "
+                                                                     "HF config.json path")
+    group.add_argument("--hardware", "--gpu", dest="hardware", default=None, metavar="NAME",
+                       help="hardware card: bundled name (h100, h200, b200, ...) or path")
+    group.add_argument("--engine", default=None, metavar="NAME", help="engine card: sglang (default), vllm, trtllm, "
+                                                                      "huggingface, or a path")
+    group.add_argument("--num-gpus", type=count, default=None, metavar="G",
+                       help="GPUs in total (default: what --tp x --dp-attention x --pp give)")
+    group.add_argument("--num-nodes", type=count, default=None, metavar="N",
+                       help="nodes the GPUs spread over (default: as many as the GPUs fill)")
+    group.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=count, default=None, metavar="N",
+                       help="tensor parallelism of attention, and of the FFN (experts: see --ep)")
+    group.add_argument("--dp-attention", "--data-parallel-size", dest="dp_attention", type=count, default=None,
+                       metavar="D", help="data-parallel attention replicas per pipeline stage")
+    group.add_argument("--ep", type=count, default=None, metavar="E",
+                       help="expert parallelism: routed experts spread over E GPUs (MoE models)")
+    group.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=count, default=None, metavar="P",
+                       help="pipeline-parallel stages")
+    if lengths:
+        group.add_argument("--isl", "--input-len", dest="isl", type=count, default=None, metavar="TOKENS",
+                           help=f"input (prompt) length (default: the config's, else {DEFAULT_ISL})")
+        group.add_argument("--osl", "--output-len", dest="osl", type=count, default=None, metavar="TOKENS",
+                           help=f"output length (default: the config's, else {DEFAULT_OSL})")
+    if lengths and batch:
+        group.add_argument("--batch-per-gpu", default=None, metavar="N|max",
+                           help="concurrent decode requests per GPU (default: max, the largest that fits and the "
+                                "engine allows)")
+    group.add_argument("--precision", default=None, choices=("bf16", "fp16", "fp8", "int8", "fp4"),
+                       help="GEMM inputs and stored weights (default bf16)")
+    group.add_argument("--kv-cache-dtype", default=None, choices=("bf16", "fp16", "fp8"),
+                       help="KV-cache storage format (default bf16)")
+
+
+def _batch(text: str | None) -> int | str | None:
+    if text is None or text == "max":
+        return text
+    import argparse
+
+    try:
+        return int(number_arg(whole=True, gt=0)(text))
+    except argparse.ArgumentTypeError as exc:
+        raise InferSimError(f"--batch-per-gpu {exc} (or max)") from None
+
+
+def flags_from_args(args: argparse.Namespace) -> RunFlags:
+    """The RunFlags of parsed arguments (flags a parser lacks count as not given)."""
+    get = lambda name: getattr(args, name, None)  # noqa: E731
+    isl, osl = get("isl"), get("osl")
+    return RunFlags(model=get("model"), hardware=get("hardware"), engine=get("engine"), num_gpus=_int(get("num_gpus")),
+                    num_nodes=_int(get("num_nodes")), tp=_int(get("tp")), dp_attention=_int(get("dp_attention")),
+                    ep=_int(get("ep")), pp=_int(get("pp")), isl=_int(isl) if isinstance(isl, (int, float)) else None,
+                    osl=_int(osl) if isinstance(osl, (int, float)) else None, batch_per_gpu=_batch(get("batch_per_gpu")),
+                    precision=get("precision"), kv_cache_dtype=get("kv_cache_dtype"))
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if value is not None else None
 
 
 def load_config_from_args(args: argparse.Namespace, extra_overrides: Sequence[str] = ()) -> RunConfig:
     """The run config a command's --config, direct flags (infersim.run_flags) and --set name."""
     from infersim.config import load_run_config
-    from infersim.run_flags import flags_from_args
 
     return load_run_config(getattr(args, "config", None), [*getattr(args, "overrides", ()), *extra_overrides],
                            getattr(args, "mfu_tables", None), flags_from_args(args))
@@ -108,11 +172,11 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         print(to_text(result, detail=args.detail, show_unfit=args.show_unfit))
     if plot_path:
-        from infersim.plot.backend import require_matplotlib
-        from infersim.plot.cli import write_run_breakdown
+        from infersim.plot import draw
+        from infersim.plot.backend import require_matplotlib, save_figure
 
         require_matplotlib(f"--plot {plot_path}")  # after the report: a missing matplotlib does not lose it
-        write_run_breakdown(to_json_data(result), plot_path)
+        save_figure(draw(to_json_data(result), "breakdown").figure, plot_path)
         print(f"wrote {plot_path}", file=sys.stderr)  # stderr: stdout stays the report (or clean JSON)
     if not result.fits:
         print(f"infersim: does not fit: {result.unfit[0]}", file=sys.stderr)

@@ -52,7 +52,7 @@ def _import_hf(args: argparse.Namespace) -> int:
 def card_yaml(fields: dict) -> str:
     """A model card as YAML, each field followed by its meaning."""
     docs = {name: doc for name, _type, doc in field_docs(ModelCard)}
-    lines = ["# InferSim model card (fields follow HuggingFace config names; see README 'Model cards')"]
+    lines = ["# InferSim model card (fields follow HuggingFace config names; see docs/inputs.md 'Model cards')"]
     order = {name: i for i, (name, _t, _d) in enumerate(field_docs(ModelCard))}
     for key, value in sorted(fields.items(), key=lambda kv: order.get(kv[0], len(order))):
         dumped = yaml.safe_dump({key: value}, default_flow_style=True, width=1000).strip()[1:-1]

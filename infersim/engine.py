@@ -16,14 +16,14 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 from dataclasses import dataclass, replace
 
 from infersim.cards.engine import EngineCard, LaunchRun, step_overhead, step_overhead_seconds
 from infersim.cards.hardware import HardwareCard
 from infersim.kernels import Bound, Cost, KernelTables, Source
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.plan import LayerGroup, Operation, StagePlan
 from infersim.timing import kernel_cost
 from infersim.units import GB, MS
@@ -101,11 +101,12 @@ def combined_source(sources: Iterable[Source]) -> Source:
 # Kernel costs are pure functions of (shape, hardware card, tables): sweeps price the same shapes
 # over and over (every operation a swept field does not touch), so they are memoised per (card,
 # tables) pair. The pair is held by the memo, so its ids cannot be reused while it is in use.
-# Beside the shapes, the costs of each memoised plan piece (LayerGroup.pieces) are kept by the
-# piece's identity: a sweep's steps share pieces as the same objects, and looking a piece up once
-# skips hashing each of its shapes (half of a step's timing). Each entry holds its piece, so
-# that id cannot be reused while the entry exists.
-_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[Cost, ...]]]
+# Beside the shapes, the costs of each memoised plan piece (LayerGroup.pieces, a plan's per-step
+# operations) are kept by the piece's identity, with the kernels the piece launches: a sweep's
+# steps share pieces as the same objects, and looking a piece up once skips hashing each of its
+# shapes (half of a step's timing). Each entry holds its piece, so that id cannot be reused while
+# the entry exists.
+_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[Cost, ...], int]]
 _COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost], _PieceCosts]] = {}
 _COST_MEMO_PAIRS = 8
 _COST_MEMO_SHAPES = 200_000
@@ -113,7 +114,7 @@ _COST_MEMO_PIECES = 2048  # pieces of a few dozen operations each, so a few MB p
 
 
 def _memos(hw: HardwareCard, tables: KernelTables) -> tuple[dict[Any, Cost], _PieceCosts]:
-    """The (shape -> cost, piece id -> costs) memos of a (card, tables) pair."""
+    """The (shape -> cost, piece id -> (piece, costs, kernels)) memos of a (card, tables) pair."""
     key = (id(hw), id(tables))
     entry = _COST_MEMO.get(key)
     if entry is None:
@@ -127,20 +128,32 @@ def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
     return _memos(hw, tables)[0]
 
 
-def _group_costs(group: LayerGroup, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
-                 by_piece: _PieceCosts) -> Iterator[tuple[Operation, Cost]]:
-    """The group's operations with their costs, in order (pieces priced once, see _COST_MEMO)."""
+def _priced(piece: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
+            by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[Cost, ...], int]:
+    """(the piece, its operations' costs in order, the kernels it launches), priced once (see above)."""
+    entry = by_piece.get(id(piece))
+    if entry is None:
+        if len(by_piece) >= _COST_MEMO_PIECES:
+            by_piece.clear()
+        entry = by_piece[id(piece)] = (piece, tuple(_timed(op, hw, tables, memo) for op in piece),
+                                       sum(operation_kernels(op) for op in piece))
+    return entry
+
+
+def _priced_group(group: LayerGroup, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
+                  by_piece: _PieceCosts) -> tuple[list[tuple[Operation, Cost]], int]:
+    """The group's operations with their costs in order, and the kernels one of its layers launches.
+    A group built from pieces is priced piece by piece (see above); its operations whole otherwise."""
     if not group.pieces:
-        for op in group.operations:
-            yield op, _timed(op, hw, tables, memo)
-        return
+        return ([(op, _timed(op, hw, tables, memo)) for op in group.operations],
+                sum(operation_kernels(op) for op in group.operations))
+    timed: list[tuple[Operation, Cost]] = []
+    kernels = 0
     for piece in group.pieces:
-        entry = by_piece.get(id(piece))
-        if entry is None:
-            if len(by_piece) >= _COST_MEMO_PIECES:
-                by_piece.clear()
-            entry = by_piece[id(piece)] = (piece, tuple(_timed(op, hw, tables, memo) for op in piece))
-        yield from zip(piece, entry[1])
+        _, costs, piece_kernels = _priced(piece, hw, tables, memo, by_piece)
+        timed += zip(piece, costs)
+        kernels += piece_kernels
+    return timed, kernels
 
 
 def _timed(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost] | None = None) -> Cost:
@@ -148,11 +161,11 @@ def _timed(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any
         memo = _cost_memo(hw, tables)
     shape = op.shape
     try:
-        return memo[shape]
-    except KeyError:
-        pass
+        cost = memo.get(shape)  # a miss raises nothing (a raised KeyError costs more)
     except TypeError:  # an unhashable shape
         return kernel_cost(shape, hw, tables)
+    if cost is not None:
+        return cost
     if len(memo) >= _COST_MEMO_SHAPES:
         memo.clear()
     cost = memo[shape] = kernel_cost(shape, hw, tables)
@@ -216,12 +229,15 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     # that behind (no overlap scheduler): its launches overlap the GPU as the launch queue allows
     queue = engine is not None and not engine.overheads.overlap_scheduler and mb == 1 and not offloading
     runs: list[LaunchRun] = []
+    layer_kernels = 0  # kernels of one micro-batch's pass over every layer
     for group in plan.groups:
         timed: list[tuple[bool, float]] = []
         launched: list[tuple[int, float]] = []
         layers = group.layers
         group_start = serial
-        for op, cost in _group_costs(group, hw, tables, memo, by_piece):
+        priced, group_kernels = _priced_group(group, hw, tables, memo, by_piece)
+        layer_kernels += layers * group_kernels
+        for op, cost in priced:
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else cost.seconds * op.count
             per_layer = per_micro_batch * mb
@@ -268,8 +284,8 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     # tables, the mask), the rest after them
     before: list[tuple[int, float]] = []
     after: list[tuple[int, float]] = []
-    for op in plan.per_step:
-        cost = _timed(op, hw, tables, memo)
+    _, step_costs, step_kernels = _priced(plan.per_step, hw, tables, memo, by_piece)
+    for op, cost in zip(plan.per_step, step_costs):
         seconds = cost.seconds * op.count
         if queue:
             (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
@@ -280,7 +296,7 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
                                            cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
     if engine is not None:
         launches = [LaunchRun(tuple(before)), *runs, LaunchRun(tuple(after))] if queue else []
-        args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, kernels_launched(plan),
+        args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, layer_kernels * mb + step_kernels,
                 hw.peak.hbm_bytes, plan.engine_tp, launches)
         if results is None:
             overhead = step_overhead_seconds(*args)

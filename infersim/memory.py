@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from infersim.cards.engine import EngineCard, tier_value
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
-from infersim.config import Deployment, Workload, dense_ffn_tp
+from infersim.deployment import Deployment, Workload, dense_ffn_tp
 from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer

@@ -20,7 +20,7 @@ class Operation:
     """One kernel of a layer or step: its name, module category and shape."""
 
     name: str
-    module: str  # a category from infersim.modules.categories
+    module: str  # a category from infersim.categories
     shape: AnyShape
     count: int = 1  # identical kernels of this shape per layer
 

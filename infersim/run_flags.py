@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # argparse is imported by the caller that builds a parser
-    import argparse
+from infersim.deployment import DEFAULT_MOE_COMM, AttentionLayout, Deployment, FfnLayout
+from infersim.errors import InferSimError
 
+if TYPE_CHECKING:
     from infersim.cards.hardware import HardwareCard
     from infersim.cards.model import ModelCard
-    from infersim.config import Deployment
 
 #: request lengths a run without a config file and without --isl/--osl takes (announced)
 DEFAULT_ISL = 2000
@@ -111,8 +111,6 @@ def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: fro
     name; `command_line`: those named by --set or a flag (never adapted). Returns the deployment,
     one note per adaptation, and the engine-derived fields (moe_comm) the config file named that no
     longer count as named (they follow the new layout). complete_layout checks the result as ever."""
-    from infersim.config import AttentionLayout, FfnLayout
-
     notes: list[str] = []
     unnamed: set[str] = set()
     attn, ffn = dep.attention, dep.ffn
@@ -136,14 +134,10 @@ def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: fro
             ffn = FfnLayout(tp=stage // ep if stage and stage % ep == 0 else 1, ep=ep, dp=0)
         else:
             if flags.ep and flags.ep > 1:
-                from infersim.errors import InferSimError
-
                 raise InferSimError(f"--ep {flags.ep}: expert parallelism needs an MoE model ({model.name} is dense)")
             ffn = FfnLayout(tp=tp, ep=1, dp=0)
         dep = replace(dep, num_gpus=gpus, pp=pp, attention=attn, ffn=ffn)
         if "moe_comm" in written and "moe_comm" not in command_line and model.is_moe:
-            from infersim.config import DEFAULT_MOE_COMM
-
             notes.append(f"deployment.moe_comm {dep.moe_comm} of the config file dropped: the layout flags give a new "
                          "layout, and its MoE path follows from it and the engine")
             dep = replace(dep, moe_comm=DEFAULT_MOE_COMM)
@@ -167,80 +161,3 @@ def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: fro
                      f"{hw.peak.gpus_per_node}")
         dep = replace(dep, num_nodes=nodes)
     return dep, notes, frozenset(unnamed)
-
-
-# ---------------------------------------------------------------------------------------------
-# argparse
-
-
-def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True, batch: bool = True) -> None:
-    """The direct flags, in their own help group. `lengths`: also --isl/--osl as whole numbers
-    (serve has its own, which take distributions); `batch`: also --batch-per-gpu (a sweep has
-    its own --batch list)."""
-    from infersim.cli import number_arg
-
-    count = number_arg(whole=True, gt=0)
-    group = parser.add_argument_group(
-        "model, GPUs and engine (instead of --config, or on top of it; names resolve forgivingly: h100, vLLM, "
-        "Qwen/Qwen3-8B, a config.json path)")
-    group.add_argument("--model", default=None, metavar="NAME", help="model card: bundled name, HF id, card YAML or "
-                                                                     "HF config.json path")
-    group.add_argument("--hardware", "--gpu", dest="hardware", default=None, metavar="NAME",
-                       help="hardware card: bundled name (h100, h200, b200, ...) or path")
-    group.add_argument("--engine", default=None, metavar="NAME", help="engine card: sglang (default), vllm, trtllm, "
-                                                                      "huggingface, or a path")
-    group.add_argument("--num-gpus", type=count, default=None, metavar="G",
-                       help="GPUs in total (default: what --tp x --dp-attention x --pp give)")
-    group.add_argument("--num-nodes", type=count, default=None, metavar="N",
-                       help="nodes the GPUs spread over (default: as many as the GPUs fill)")
-    group.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=count, default=None, metavar="N",
-                       help="tensor parallelism of attention, and of the FFN (experts: see --ep)")
-    group.add_argument("--dp-attention", "--data-parallel-size", dest="dp_attention", type=count, default=None,
-                       metavar="D", help="data-parallel attention replicas per pipeline stage")
-    group.add_argument("--ep", type=count, default=None, metavar="E",
-                       help="expert parallelism: routed experts spread over E GPUs (MoE models)")
-    group.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=count, default=None, metavar="P",
-                       help="pipeline-parallel stages")
-    if lengths:
-        group.add_argument("--isl", "--input-len", dest="isl", type=count, default=None, metavar="TOKENS",
-                           help=f"input (prompt) length (default: the config's, else {DEFAULT_ISL})")
-        group.add_argument("--osl", "--output-len", dest="osl", type=count, default=None, metavar="TOKENS",
-                           help=f"output length (default: the config's, else {DEFAULT_OSL})")
-    if lengths and batch:
-        group.add_argument("--batch-per-gpu", default=None, metavar="N|max",
-                           help="concurrent decode requests per GPU (default: max, the largest that fits and the "
-                                "engine allows)")
-    group.add_argument("--precision", default=None, choices=("bf16", "fp16", "fp8", "int8", "fp4"),
-                       help="GEMM inputs and stored weights (default bf16)")
-    group.add_argument("--kv-cache-dtype", default=None, choices=("bf16", "fp16", "fp8"),
-                       help="KV-cache storage format (default bf16)")
-
-
-def _batch(text: str | None) -> int | str | None:
-    if text is None or text == "max":
-        return text
-    from infersim.cli import number_arg
-
-    import argparse
-
-    try:
-        return int(number_arg(whole=True, gt=0)(text))
-    except argparse.ArgumentTypeError as exc:
-        from infersim.errors import InferSimError
-
-        raise InferSimError(f"--batch-per-gpu {exc} (or max)") from None
-
-
-def flags_from_args(args: argparse.Namespace) -> RunFlags:
-    """The RunFlags of parsed arguments (flags a parser lacks count as not given)."""
-    get = lambda name: getattr(args, name, None)  # noqa: E731
-    isl, osl = get("isl"), get("osl")
-    return RunFlags(model=get("model"), hardware=get("hardware"), engine=get("engine"), num_gpus=_int(get("num_gpus")),
-                    num_nodes=_int(get("num_nodes")), tp=_int(get("tp")), dp_attention=_int(get("dp_attention")),
-                    ep=_int(get("ep")), pp=_int(get("pp")), isl=_int(isl) if isinstance(isl, (int, float)) else None,
-                    osl=_int(osl) if isinstance(osl, (int, float)) else None, batch_per_gpu=_batch(get("batch_per_gpu")),
-                    precision=get("precision"), kv_cache_dtype=get("kv_cache_dtype"))
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if value is not None else None

@@ -8,11 +8,12 @@ from dataclasses import dataclass, replace
 from infersim.cards.engine import EngineCard
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
-from infersim.config import Deployment, RunConfig, Workload
+from infersim.config import RunConfig
+from infersim.deployment import Deployment, Workload
 from infersim.engine import StageResult, run_stage, sequential_steps, stage_time
 from infersim.kernels import Bound, NoTables, Source
 from infersim.memory import MemoryResult, memory_budget
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.plan import SequenceBatch, StagePlan
 from infersim.speculative import SpeculativeResult, drafter_memory, run_speculative

@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 
 from infersim.cards.engine import EngineCard
 from infersim.cards.model import ModelCard
-from infersim.config import Deployment, RunConfig, Speculative
+from infersim.config import RunConfig, Speculative
+from infersim.deployment import Deployment
 from infersim.engine import OperationResult, StageResult, run_stage
 from infersim.errors import InferSimError
 from infersim.kernels import GemmShape, MemoryBoundShape
@@ -38,7 +39,7 @@ from infersim.memory import (
     mtp_weights_per_gpu,
     weights_per_gpu,
 )
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.units import ACT_BYTES
 from infersim.modules.step import build_stage_plan
 from infersim.plan import Operation, Stage, StagePlan

@@ -1,6 +1,6 @@
 """Kernel time: from a measured table when one covers the shape, otherwise the roofline.
 
-Roofline fallback (documented in the README):
+Roofline fallback (docs/model.md, 'Kernel time: a measured table, or the roofline'):
     t = max(FLOPs_padded / (peak(dtype) * compute_efficiency), bytes / (HBM bandwidth * memory_efficiency))
         + kernel_launch_overhead
 (elementwise kernels use elementwise_memory_efficiency instead of memory_efficiency)
@@ -29,12 +29,11 @@ from dataclasses import replace
 
 from infersim.cards.hardware import HardwareCard
 from infersim.modules.comm import comm_cost
+from infersim.comm_shapes import CollectiveShape, TokenExchangeShape
 from infersim.kernels import (
     AnyShape,
     AttentionShape,
     Bound,
-    CollectiveShape,
-    TokenExchangeShape,
     Cost,
     GemmShape,
     GroupedGemmShape,
@@ -42,8 +41,8 @@ from infersim.kernels import (
     KernelTables,
     LinearAttentionShape,
     MemoryBoundShape,
-    minimum_bytes,
     Source,
+    minimum_bytes,
 )
 
 
@@ -105,7 +104,7 @@ def _table_tokens(experts: int, topk: int, ep: int, busy: float, routing_skew: f
 
 def roofline_rates(shape: AnyShape, hw: HardwareCard) -> tuple[float, float, float]:
     """(FLOPs the tensor cores execute, achievable FLOP/s, achievable bytes/s) of a table-timed kernel
-    on this card's roofline (what infersim.mfu.lookup's beyond-range rule weighs regimes with)."""
+    on this card's roofline (what infersim.mfu.beyond_range weighs regimes with)."""
     return (*_compute_flops_and_rate(shape, hw), hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
 
 
@@ -120,8 +119,9 @@ def _memory_efficiency(shape: AnyShape, hw: HardwareCard, elementwise: float | N
 
 def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "", elementwise: float | None = None) -> Cost:
     flops_done, rate = _compute_flops_and_rate(shape, hw)
+    moved = shape.bytes  # a property computed from the shape's fields: read once
     compute_s = flops_done / rate
-    memory_s = shape.bytes / (hw.peak.hbm_bandwidth * _memory_efficiency(shape, hw, elementwise))
+    memory_s = moved / (hw.peak.hbm_bandwidth * _memory_efficiency(shape, hw, elementwise))
     kernels = shape.kernels if isinstance(shape, (MemoryBoundShape, LinearAttentionShape)) else 1
     launch_s = hw.derates.kernel_launch_overhead * kernels
     busy = max(compute_s, memory_s)
@@ -129,7 +129,7 @@ def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "", elementwi
         bound = Bound.OVERHEAD
     else:
         bound = Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY
-    return Cost(shape.flops, shape.bytes, busy + launch_s, bound, Source.ROOFLINE, detail)
+    return Cost(shape.flops, moved, busy + launch_s, bound, Source.ROOFLINE, detail)
 
 
 def _intensity_bound(shape: AnyShape, hw: HardwareCard) -> Bound:
@@ -164,7 +164,7 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
         else:
             hit = tables.lookup(shape, hw.peak_flops(dtype))
         if hit is not None and hit.method == "extrapolated":
-            from infersim.mfu.lookup import beyond_range
+            from infersim.mfu.beyond_range import beyond_range
 
             hit = beyond_range(looked_up, hit, lambda s: roofline_rates(s, hw), hw.peak_flops(dtype))
         if hit is not None:

@@ -11,7 +11,7 @@ an offloader can leave on the host), an equal share of every layer's linear weig
 model. Embeddings, the LM head and norms stay in HBM: they are small and read by every step.
 
 The step's time reuses the ZeRO-Inference prefetch schedule of the `generate` subcommand
-(infersim.generate.offload.prefetch_schedule): a layer costs the larger of its compute and its
+(infersim.host_transfer.prefetch_schedule): a layer costs the larger of its compute and its
 transfer, plus the first offloaded layer's transfer, which nothing before it hides.
 """
 
@@ -76,8 +76,8 @@ def offload_cost(layers: Sequence[tuple[float, float, int]], link_bytes_per_s: f
     """The cost of one pass over layer groups given as (compute seconds of one layer, offloaded
     bytes of one layer, number of layers), in execution order. Layers whose weights are all
     resident still take part: their compute hides the next offloaded layer's prefetch."""
-    # imported here: the generate package imports the engine, which imports this module
-    from infersim.generate.offload import PassUnit, prefetch_schedule, transfer_seconds
+    # here: only a run that offloads weights prices transfers (the engine imports this module)
+    from infersim.host_transfer import PassUnit, prefetch_schedule, transfer_seconds
 
     units = [PassUnit(f"layer {i}", compute_s, transfer_seconds(moved, 0.0, link_bytes_per_s), weight_bytes=moved)
              for i, (compute_s, moved, count) in enumerate(layers) for _ in range(count)]

@@ -21,7 +21,8 @@ from infersim.cli import main
 from infersim.errors import InferSimError
 from infersim.kernels import GemmShape, GroupedGemmShape
 from infersim.mfu import aiconfigurator as aic
-from infersim.mfu.format import read_table_dir
+from infersim.mfu import aiconfigurator_convert as aic_convert
+from infersim.mfu.table_files import read_table_dir
 from infersim.mfu.lookup import load_tables
 
 H100_BF16 = 989.4e12
@@ -228,7 +229,7 @@ def test_gemm_between_measured_k_and_n(package: aic.AicSource, tmp_path: Path) -
 
 def test_compact_keeps_the_thinned_grid(package: aic.AicSource, tmp_path: Path) -> None:
     records = [gemm("bfloat16", m, 4096, 4096, 0.01) for m in (1, 3, 16, 17)]
-    kept = aic.convert_gemm(records, "fixture", compact=True)["bf16"]
+    kept = aic_convert.convert_gemm(records, "fixture", compact=True)["bf16"]
     assert [r.m for r in kept.rows] == [1, 16]
 
 
@@ -286,7 +287,8 @@ def test_collectives_imported_and_timed(package: aic.AicSource, tmp_path: Path) 
     """The engine's custom all-reduce and NCCL all-gather/reduce-scatter become `collective` tables
     (message bytes = 2 x their 16-bit element count) and time the simulator's collectives in one node."""
     from infersim.config import load_hardware_card
-    from infersim.kernels import CollectiveShape, NoTables, Source
+    from infersim.comm_shapes import CollectiveShape
+    from infersim.kernels import NoTables, Source
     from infersim.timing import kernel_cost
 
     data = package.data_dir / "h100_sxm"
@@ -323,7 +325,8 @@ def test_collectives_imported_and_timed(package: aic.AicSource, tmp_path: Path) 
 
 
 def test_two_libraries_for_one_collective_are_refused(tmp_path: Path) -> None:
-    from infersim.mfu.format import CollectiveRow, DeviceInfo, Provenance, TableDirectory, TableInfo, write_table_dir
+    from infersim.mfu.format import CollectiveRow, DeviceInfo, Provenance, TableDirectory, TableInfo
+    from infersim.mfu.table_files import write_table_dir
 
     rows = {"a.csv": (CollectiveRow("all_reduce", "nccl", "bf16", 8, 2048, 20.0),),
             "b.csv": (CollectiveRow("all_reduce", "trtllm-custom-allreduce", "bf16", 8, 2048, 10.0),)}

@@ -9,7 +9,7 @@ from core_fixtures import FREE_ENGINE, ROUND_GPU, TINY_MODEL, TINY_MOE, make_con
 from infersim.config import config_from_mapping, load_run_config
 from infersim.errors import ConfigError
 from infersim.memory import kv_bytes_per_token, memory_budget, weights_per_gpu
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.modules.step import build_stage_plan
 from infersim.simulate import simulate
 from infersim.speculative import expected_tokens_per_step

@@ -11,7 +11,7 @@ import yaml
 
 from conftest import public_reference
 from infersim.config import load_hardware_card
-from infersim.kernels import TokenExchangeShape
+from infersim.comm_shapes import TokenExchangeShape
 from infersim.modules.comm import token_exchange_cost
 
 

@@ -10,7 +10,8 @@ from core_fixtures import ROUND_GPU, TINY_MLA, TINY_MODEL, TINY_MOE, make_config
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.schema import build
 from infersim.modules.comm import collective_cost, token_exchange_cost
-from infersim.kernels import AttentionShape, CollectiveShape, GemmShape, TokenExchangeShape
+from infersim.comm_shapes import CollectiveShape, TokenExchangeShape
+from infersim.kernels import AttentionShape, GemmShape
 from infersim.memory import kv_bytes_per_token, memory_budget, total_parameters, weights_per_gpu
 from infersim.modules.ffn import expected_active_experts
 from infersim.modules.step import build_stage_plan

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from infersim.config import Workload, config_from_mapping
+from infersim.config import config_from_mapping
+from infersim.deployment import Workload
 from infersim.engine import run_stage
 from infersim.generate.simulate import GenerationResult, simulate_generation
 from infersim.generate.spec import config_and_spec

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infersim.errors import ConfigError, InferSimError
-from infersim.generate.offload import PassUnit, prefetch_schedule
+from infersim.host_transfer import PassUnit, prefetch_schedule
 from infersim.generate.simulate import DoesNotFit
 
 from test_generate_metrics import KV_PER_POSITION, TINY, generate, gpu, mapping

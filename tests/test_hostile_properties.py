@@ -23,7 +23,7 @@ from infersim.cards.model import ModelCard
 from infersim.config import config_from_mapping
 from infersim.errors import ConfigError, InferSimError
 from infersim.kernels import Bound
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.report import to_json_data, to_text
 from infersim.simulate import SimulationResult, simulate
 
@@ -166,7 +166,7 @@ SERVING_FIELDS = ["completed", "total_input_tokens", "total_output_tokens", "mea
 @given(serving=st.booleans(), changes=st.lists(st.tuples(st.integers(0, 7), NUMBERS), min_size=1, max_size=3))
 def test_arbitrary_bench_results(tmp_path: Path, serving: bool, changes: list[tuple[int, Any]]) -> None:
     from infersim.cards.schema import build
-    from infersim.config import Workload
+    from infersim.deployment import Workload
     from infersim.trace.bench import bench_workload, read_bench_results
 
     if serving:
@@ -207,8 +207,8 @@ def _names(kind: str) -> list[str]:
 @pytest.mark.parametrize("model", _names("models"))
 def test_bundled_models_on_bundled_gpus_never_hit_an_internal_error(model: str) -> None:
     from infersim.cards.schema import build
-    from infersim.config import (Deployment, RunConfig, Workload, complete_layout, default_engine, load_hardware_card,
-                                 load_model_card)
+    from infersim.config import RunConfig, default_engine, load_hardware_card, load_model_card
+    from infersim.deployment import Deployment, Workload, complete_layout
     from infersim.kernels import NoTables
 
     card, _ = load_model_card(model)

@@ -124,7 +124,7 @@ def test_a_trace_is_read_once_front_to_back(tmp_path, capsys):
 
 
 def test_trace_rows_are_held_as_typed_columns(tmp_path):
-    from infersim.serve.workload import read_trace
+    from infersim.serve.trace_replay import read_trace
 
     path = _trace(tmp_path / "big.csv", 20_000)
     tracemalloc.start()
@@ -211,7 +211,8 @@ def test_more_instances_than_requests_are_not_built(capsys):
 
 def test_finished_requests_leave_only_their_latencies():
     from infersim.config import load_run_config
-    from infersim.serve.simulate import parse_options, simulate_serving_run
+    from infersim.serve.options import parse_options
+    from infersim.serve.simulate import simulate_serving_run
 
     config = load_run_config("serve-llama-8b-h100.yaml")
 
@@ -235,7 +236,9 @@ def test_requests_fed_one_at_a_time_take_the_same_steps_as_all_at_once():
     up front, as the scheduler looks no further ahead than the next arrival."""
     from infersim.config import load_run_config
     from infersim.serve.scheduler import RequestState
-    from infersim.serve.simulate import _feed, _pool, build_requests, parse_options
+    from infersim.serve.arrivals import build_requests
+    from infersim.serve.options import parse_options
+    from infersim.serve.simulate import _feed, _pool
 
     config = load_run_config("serve-llama-8b-h100.yaml")
     opts = parse_options({"mode": "poisson", "rate": 30.0, "num_requests": 400, "replicas": 2,
@@ -321,7 +324,7 @@ def test_engine_card_mistakes_are_refused_on_load(tmp_path, capsys, edit, parts)
 
 def test_every_plan_operation_is_a_known_name():
     from infersim.config import config_from_mapping
-    from infersim.modules.categories import is_operation_name
+    from infersim.categories import is_operation_name
     from infersim.simulate import simulate
 
     names = set()

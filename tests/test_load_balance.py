@@ -16,8 +16,9 @@ from core_fixtures import TINY_MOE, make_config
 from infersim.cli import main
 from infersim.config import load_run_config
 from infersim.errors import ConfigError
-from infersim.kernels import GroupedGemmShape, TokenExchangeShape
-from infersim.mfu.lookup import shape_grid_key
+from infersim.comm_shapes import TokenExchangeShape
+from infersim.kernels import GroupedGemmShape
+from infersim.mfu.grid_keys import shape_grid_key
 from infersim.modules.load_balance import eplb_placement, expected_max_normal, moe_balance, popularity
 from infersim.modules.step import build_stage_plan
 from infersim.simulate import simulate

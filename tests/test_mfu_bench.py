@@ -39,7 +39,8 @@ from infersim.mfu.bench import (
     plan_cases,
 )
 from infersim.mfu.cli import bench_command, register
-from infersim.mfu.format import PROVENANCE_FILE, DeviceInfo, GemmRow, read_table_dir
+from infersim.mfu.format import PROVENANCE_FILE, DeviceInfo, GemmRow
+from infersim.mfu.table_files import read_table_dir
 from infersim.mfu.lookup import load_tables
 
 DENSE_CARD = """\

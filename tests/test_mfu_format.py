@@ -9,18 +9,17 @@ import pytest
 
 from infersim.errors import ConfigError, InferSimError
 from infersim.mfu.format import (
-    PROVENANCE_FILE,
     AttentionRow,
     DeviceInfo,
     GemmRow,
     GroupedGemmRow,
+    PROVENANCE_FILE,
     Provenance,
     TableDirectory,
     TableInfo,
     efficiency_of,
-    read_table_dir,
-    write_table_dir,
 )
+from infersim.mfu.table_files import read_table_dir, write_table_dir
 from infersim.mfu.lookup import load_tables
 
 PEAKS = {"bf16": 989.4e12, "fp8": 1978.9e12}

@@ -9,7 +9,8 @@ from conftest import REPO_ROOT, shared_reference
 
 from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape
 from infersim.mfu.cli import main as mfu_main
-from infersim.mfu.format import AttentionRow, GemmRow, GroupedGemmRow, read_table_dir
+from infersim.mfu.format import AttentionRow, GemmRow, GroupedGemmRow
+from infersim.mfu.table_files import read_table_dir
 from infersim.mfu.importer import import_infersim
 from infersim.mfu.lookup import load_tables
 

@@ -16,14 +16,10 @@ from hypothesis import strategies as st
 
 from infersim.errors import InferSimError
 from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
-from infersim.mfu.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo, read_table_dir
-from infersim.mfu.lookup import (
-    INTERPOLATIONS,
-    MfuTables,
-    build_grid,
-    grid_points,
-    load_tables,
-)
+from infersim.mfu.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
+from infersim.mfu.table_files import read_table_dir
+from infersim.mfu.interpolation import INTERPOLATIONS, build_grid
+from infersim.mfu.lookup import MfuTables, grid_points, load_tables
 
 IMPORTED = REPO_ROOT / "mfu_tables" / "imported"
 H20_BF16, H20_FP8 = 148e12, 296e12
@@ -103,6 +99,9 @@ def test_outside_the_range_is_the_roofline_at_the_edge_efficiency(h20: MfuTables
     # ragged grid: the batch-512 row stops at kv_len 8192, so (384, 65536) is outside that row
     ragged = h20.lookup(decode(384, 65536), H20_BF16)
     assert ragged.method == "extrapolated" and "kv_len=65536 above the table's range 1024..8192" in ragged.note
+    # between two rows with the same range the clamp is said once (batch 24: both rows around it stop at 131072)
+    between = h20.lookup(decode(24, 140000), H20_BF16)
+    assert between.note.count("kv_len=140000 above the table's range 1024..131072") == 1
 
 
 def test_kernels_no_table_covers_get_none(h20: MfuTables, h800: MfuTables) -> None:
@@ -357,7 +356,7 @@ def test_grouped_gemm_crossing_into_compute_takes_the_roofline_anchored_at_the_t
     card's roofline, where the row's slope (weights re-read, a few activations added) says nothing:
     priced at the table's streaming rate at 64 tokens and its best efficiency (0.5, at EP 1)."""
     from infersim.config import load_hardware_card
-    from infersim.mfu.lookup import beyond_range
+    from infersim.mfu.beyond_range import beyond_range
     from infersim.timing import roofline_rates
 
     tables = _grouped_table(tmp_path)
@@ -382,7 +381,7 @@ def test_grouped_gemm_crossing_into_compute_takes_the_roofline_anchored_at_the_t
 
 def test_one_row_grids_and_attention_keep_the_slope_beyond_their_range(h800: MfuTables) -> None:
     from infersim.config import load_hardware_card
-    from infersim.mfu.lookup import beyond_range
+    from infersim.mfu.beyond_range import beyond_range
     from infersim.timing import kernel_cost, roofline_rates
 
     hw, _ = load_hardware_card("h800")

@@ -38,7 +38,7 @@ from __future__ import annotations
 import pytest
 
 from infersim.config import config_from_mapping, load_hardware_card
-from infersim.kernels import CollectiveShape
+from infersim.comm_shapes import CollectiveShape
 from infersim.modules.comm import collective_cost
 from infersim.modules.step import build_stage_plan
 from infersim.simulate import simulate

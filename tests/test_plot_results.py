@@ -160,6 +160,23 @@ def test_validate_reader_is_tolerant_and_labels_outliers() -> None:
     assert max(ys / xs) == pytest.approx(1.15) and min(ys / xs) == pytest.approx(0.85)
 
 
+def test_validate_accepted_outliers_are_drawn_and_listed_but_not_counted() -> None:
+    data = {"points": [
+        {"id": "a", "source": "TRT", "measured": 100.0, "predicted": 110.0, "unit": "tok/s/GPU"},  # +10%
+        {"id": "b", "source": "TRT", "measured": 100.0, "predicted": 80.0, "unit": "tok/s/GPU"},  # -20%
+        {"id": "m", "source": "TRT", "measured": 100.0, "predicted": 178.0, "unit": "tok/s/GPU",
+         "accepted_outlier": "held back by its own run"},  # +78%, excluded as validate excludes it
+    ]}
+    cases, _ = validation_cases(data)
+    assert [c["excluded"] for c in cases] == [False, False, True]
+    figure, drawn = draw_validate(data)
+    assert drawn["outliers"] == ["m", "b"]  # both drawn and numbered
+    title = figure._suptitle.get_text()
+    # two counted: median of 10% and 20%, mean 15%, 1 of 2 within 15%
+    assert "2 cases, median |error| 15.0%, mean 15.0%, 1/2 within ±15% (1 accepted outlier drawn, not counted)" in title
+    assert " 1  m  +78%  (excluded)" in [t.get_text() for t in figure.texts][0]
+
+
 def test_validate_draws_one_panel_per_unit_with_labels_inside_the_figure(tmp_path: Path) -> None:
     data = {"points": [
         {"id": "k1", "source": "DEEPGEMM", "measured": 300.0, "predicted": 390.0, "unit": "TFLOPS"},

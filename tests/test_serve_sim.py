@@ -11,14 +11,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infersim.config import Workload, config_from_mapping
+from infersim.config import config_from_mapping
+from infersim.deployment import Workload
 from infersim.engine import run_stage
 from infersim.errors import InferSimError
 from infersim.modules.step import build_step_plan
 from infersim.plan import SequenceBatch
 from infersim.serve.api import simulate_serving
 from infersim.serve.scheduler import offline_limits
-from infersim.serve.simulate import parse_options, simulate_serving_run
+from infersim.serve.options import parse_options
+from infersim.serve.simulate import simulate_serving_run
 from infersim.simulate import run_prefill
 
 FP8 = {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}
@@ -99,7 +101,7 @@ def test_ttft_plus_one_step_when_the_engine_is_busy():
                           cfg.engine).step_time_s
     decode_step = run_stage(build_step_plan(cfg.model, cfg.deployment, (SequenceBatch(1, 1, 2100),), 0),
                             cfg.hardware, cfg.tables, cfg.engine).step_time_s
-    from infersim.serve.simulate import ServeOptions
+    from infersim.serve.options import ServeOptions
     from infersim.serve.workload import Request
     import infersim.serve.simulate as sim
 

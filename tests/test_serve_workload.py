@@ -7,7 +7,8 @@ import json
 import pytest
 
 from infersim.errors import InferSimError
-from infersim.serve.workload import length_dist, load_trace, offline_requests, poisson_requests
+from infersim.serve.trace_replay import load_trace
+from infersim.serve.workload import length_dist, offline_requests, poisson_requests
 
 
 def test_generators_are_seeded_and_reproducible():
@@ -92,7 +93,7 @@ def test_bad_trace_rows_name_the_row_and_column(tmp_path, body, message):
 
 
 def test_lengths_drawn_from_a_trace_keep_its_pairs(tmp_path):
-    from infersim.serve.workload import lengths_from_trace
+    from infersim.serve.trace_replay import lengths_from_trace
 
     path = tmp_path / "azure.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,7\n1,2000,300\n2,50,1\n")

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from infersim.mfu import lookup
+from infersim.mfu.table_cache import KeptGrids, KeptRows
 
 
 def test_kept_grids_are_the_indexed_grids(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -17,7 +18,7 @@ def test_kept_grids_are_the_indexed_grids(tmp_path, monkeypatch: pytest.MonkeyPa
     fresh = lookup.load_tables(REPO_ROOT / "mfu_tables" / "imported" / "h20")
     monkeypatch.setattr(lookup, "_LOADED", {})  # a new process: read from the disk cache
     kept = lookup.load_tables(REPO_ROOT / "mfu_tables" / "imported" / "h20")
-    assert isinstance(kept.grids, lookup.KeptGrids) and not isinstance(fresh.grids, lookup.KeptGrids)
+    assert isinstance(kept.grids, KeptGrids) and not isinstance(fresh.grids, KeptGrids)
     assert list(kept.grids) == list(fresh.grids) and len(kept.grids) == len(fresh.grids) > 1
     first = next(iter(fresh.grids))
     assert kept.grids[first] == fresh.grids[first] and kept.grids[first] is kept.grids.get(first)
@@ -49,5 +50,5 @@ def test_kept_tables_check_the_card_as_the_indexed_ones(tmp_path, monkeypatch: p
     lookup.load_tables(REPO_ROOT / "mfu_tables" / "imported" / "h20")
     monkeypatch.setattr(lookup, "_LOADED", {})
     kept = lookup.load_tables(REPO_ROOT / "mfu_tables" / "imported" / "h20")
-    monkeypatch.setattr(lookup.KeptRows, "__iter__", lambda self: pytest.fail("rows unpickled for a passing card"))
+    monkeypatch.setattr(KeptRows, "__iter__", lambda self: pytest.fail("rows unpickled for a passing card"))
     kept.check_hardware(h20)

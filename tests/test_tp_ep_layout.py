@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from infersim.config import config_from_mapping, dense_ffn_tp
+from infersim.config import config_from_mapping
+from infersim.deployment import dense_ffn_tp
 from infersim.errors import ConfigError
-from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape
+from infersim.comm_shapes import CollectiveShape
+from infersim.kernels import GemmShape, GroupedGemmShape
 from infersim.modules.ffn import ffn_weight_params
 from infersim.modules.step import build_stage_plan
 

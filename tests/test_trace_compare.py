@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO_ROOT, shared_reference
 
 from infersim.errors import InferSimError
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.trace import compare_lane, measure_trace
 from infersim.trace import cli as trace_cli
 from infersim.trace.compare import compare_stage, predicted_module_times

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.trace import LaneMeasure, measure_trace
 from infersim.trace.records import SOURCE_OP, SOURCE_RULE
 

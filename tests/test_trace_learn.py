@@ -19,9 +19,9 @@ from conftest import REPO_ROOT
 
 from infersim.cli import main
 from infersim.kernels import elementwise_bytes
-from infersim.mfu.format import read_table_dir
+from infersim.mfu.table_files import read_table_dir
 from infersim.mfu.lookup import load_tables
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.trace import measure_trace
 
 TRACES = REPO_ROOT / "tests" / "data" / "traces"

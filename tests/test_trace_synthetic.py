@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from infersim.errors import InferSimError
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.trace import LaneMeasure, StageMeasure, measure_trace
 from infersim.trace.rules import load_rules
 from infersim.trace.synthetic import (ACT, ATTN_FA3, COMBINE_LL, DISPATCH_LL, EMBEDDING, FUSED_ADD_RMSNORM, FUSED_MOE,

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from infersim.config import load_hardware_card
-from infersim.kernels import GemmShape, NoTables, TokenExchangeShape
+from infersim.comm_shapes import TokenExchangeShape
+from infersim.kernels import GemmShape, NoTables
 from infersim.timing import kernel_cost
 from infersim.validate import POINTS_FILE
 from infersim.validate.evaluate import evaluate, load_reference, summarize

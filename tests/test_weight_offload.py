@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from conftest import REPO_ROOT, public_reference
 from infersim.cli import main
-from infersim.config import Deployment, Workload, load_hardware_card, load_model_card, load_run_config
+from infersim.config import load_hardware_card, load_model_card, load_run_config
+from infersim.deployment import Deployment, Workload
 from infersim.engine import run_stage
 from infersim.kernels import NoTables
 from infersim.memory import activation_bytes, kv_bytes_per_token, memory_budget, weights_per_gpu

@@ -11,7 +11,8 @@ import pytest
 from infersim.config import config_from_mapping
 from infersim.errors import ConfigError
 from infersim.kernels import GroupedGemmShape
-from infersim.mfu.format import GroupedGemmRow, read_table_csv, table_csv_text
+from infersim.mfu.format import GroupedGemmRow
+from infersim.mfu.table_files import read_table_csv, table_csv_text
 from infersim.modules.step import build_step_plan
 from infersim.plan import SequenceBatch
 from infersim.serve.scheduler import checkpoint_bytes_per_weight, offline_limits

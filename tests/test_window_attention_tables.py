@@ -17,17 +17,9 @@ import yaml
 from infersim.errors import ConfigError
 from infersim.kernels import AttentionShape
 from infersim.mfu import aiconfigurator as aic
-from infersim.mfu.format import (
-    AttentionRow,
-    DeviceInfo,
-    Provenance,
-    TableDirectory,
-    TableInfo,
-    read_table_csv,
-    read_table_dir,
-    table_csv_text,
-    write_table_dir,
-)
+from infersim.mfu import aiconfigurator_convert as aic_convert
+from infersim.mfu.format import AttentionRow, DeviceInfo, Provenance, TableDirectory, TableInfo
+from infersim.mfu.table_files import read_table_csv, read_table_dir, table_csv_text, write_table_dir
 from infersim.mfu.lookup import MfuTables, load_tables
 
 PEAK = 1e15  # the fixtures' bf16 peak FLOP/s
@@ -226,7 +218,7 @@ def test_importer_keeps_window_rows_and_skips_beam_search(tmp_path: Path) -> Non
         aic_attention("generation_attention", 64, 1, 4095, 0.0832),
         aic_attention("generation_attention", 64, 1, 4095, 0.0900, beam=2),
     ])
-    conv = aic.convert_generation_attention(aic.read_records(path), str(path))
+    conv = aic_convert.convert_generation_attention(aic.read_records(path), str(path))
     assert [(r.window, r.batch, r.q_len, r.kv_len, r.kv_dtype, r.latency_us) for r in conv.rows] == [
         (128, 64, 1, 128, "fp8", pytest.approx(10.7)), (128, 64, 1, 4096, "fp8", pytest.approx(16.0)),
         (0, 64, 1, 4096, "fp8", pytest.approx(83.2))]
@@ -235,7 +227,7 @@ def test_importer_keeps_window_rows_and_skips_beam_search(tmp_path: Path) -> Non
     context = tmp_path / "context_attention_perf.csv"
     write_records(context, [aic_attention("context_attention", 1, 1024, 0, 0.0751, window=128),
                             aic_attention("context_attention", 1, 1024, 0, 0.0613)])
-    prefill = aic.convert_context_attention(aic.read_records(context), str(context)).rows
+    prefill = aic_convert.convert_context_attention(aic.read_records(context), str(context)).rows
     assert [(r.window, r.q_len, r.kv_len, r.latency_us) for r in prefill] == [
         (128, 1024, 1024, pytest.approx(75.1)), (0, 1024, 1024, pytest.approx(61.3))]
 
@@ -245,7 +237,7 @@ def test_compact_decode_keeps_the_window_and_twice_it(tmp_path: Path) -> None:
     steps = (63, 127, 255, 511, 1023)
     write_records(path, [aic_attention("generation_attention", 8, 1, s, 0.008 + 1e-6 * s, window=w)
                          for w in (0, 128) for s in steps])
-    conv = aic.convert_generation_attention(aic.read_records(path), str(path), compact=True)
+    conv = aic_convert.convert_generation_attention(aic.read_records(path), str(path), compact=True)
     kept = sorted((r.window, r.kv_len) for r in conv.rows)
     # full attention: the compact powers (64, 256, 1024); the window also keeps 128 (the window) and 256 (twice it)
     assert kept == [(0, 64), (0, 256), (0, 1024), (128, 64), (128, 128), (128, 256), (128, 1024)]

@@ -48,8 +48,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from infersim.mfu.bench.runner import hardware_card_for  # noqa: E402
-from infersim.mfu.bench.torch_backend import module_version, read_clocks  # noqa: E402
-from infersim.mfu.format import plain  # noqa: E402
+from infersim.mfu.bench.environment import module_version, read_clocks  # noqa: E402
+from infersim.mfu.table_files import plain  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 FORMAT = "infersim-gpu-validation-1"

@@ -26,10 +26,9 @@ routing kernels, then the experts' grouped GEMMs) takes longer than max(GPU time
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from infersim.cards.schema import spec
 from infersim.errors import MISSING, ConfigError
@@ -283,14 +282,31 @@ class EngineCard:
         return int(tier_value(self.scheduler.max_running_requests, hbm_bytes))
 
 
-# Sweeps ask for these once per configuration; the tiers and ranges are part of a frozen card, so
-# the derived values are cached on them (hashing the small tuples is cheaper than rebuilding).
-@lru_cache(maxsize=256)
+def _kept_per_tuple(compute: Callable[..., int]) -> Callable[..., int]:
+    """`compute(items, *args)` kept per (the tuple's identity, args). Sweeps ask for these once per
+    configuration; the tiers and ranges are part of a frozen card, so the values derived from them
+    are kept, keyed by the tuple's identity: hashing its tiers afresh each time cost more than the
+    answer. Each entry holds its tuple, so that id cannot be reused while the entry exists."""
+    kept: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}
+
+    def cached(items: tuple[Any, ...], *args: Any) -> int:
+        key = (id(items), *args)
+        hit = kept.get(key)
+        if hit is None:
+            if len(kept) >= 4096:
+                kept.clear()
+            hit = kept[key] = (items, compute(items, *args))
+        return hit[1]
+
+    return cached
+
+
+@_kept_per_tuple
 def _graph_max_batch(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int) -> int:
     return int(tier_value(tiers, hbm_bytes, tp))
 
 
-@lru_cache(maxsize=4096)
+@_kept_per_tuple
 def _next_captured(ranges: tuple[CaptureRange, ...], batch: int) -> int:
     """The smallest captured decode batch >= `batch` (0: none), from each range's arithmetic
     progression: a range may span 1e12 sizes, which are never listed."""
@@ -457,19 +473,19 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
                                                                        card.scheduler.chunked_prefill_tokens],
                           f"no tier covers GPUs below {chunk_floor:g} bytes of HBM: give a tier with min_gpu_bytes: 0 "
                           "(value 0 = no chunking)")
-    from infersim.modules.categories import is_operation_name
+    from infersim.categories import is_operation_name
 
     for i, name in enumerate(card.fused_operations):
         if not is_operation_name(name):
             import difflib
 
-            from infersim.modules.categories import OPERATION_NAMES
+            from infersim.categories import OPERATION_NAMES
 
             close = difflib.get_close_matches(name, sorted(OPERATION_NAMES), n=3)
             raise ConfigError(source, f"fused_operations[{i}]", name,
                               "no step plan holds an operation of this name"
                               + (f" (did you mean {', '.join(close)}?)" if close else
-                                 " (operation names: see infersim/modules/categories.py OPERATION_NAMES)"))
+                                 " (operation names: see infersim/categories.py OPERATION_NAMES)"))
     if card.overheads.decode_cuda_graph and not card.overheads.cuda_graph_max_batch:
         raise ConfigError(source, "overheads.cuda_graph_max_batch", MISSING,
                           "decode_cuda_graph is on: say up to which batch decode is captured")

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from infersim.config import Deployment, RunConfig, Workload
+from infersim.config import RunConfig
+from infersim.deployment import Deployment, Workload
 from infersim.engine import StageResult, run_stage
 from infersim.errors import InferSimError, NotPossible
-from infersim.generate.offload import (
+from infersim.host_transfer import (
     PassUnit,
     is_weight_only_quantized,
     prefetch_schedule,
@@ -33,7 +34,7 @@ from infersim.generate.offload import (
 from infersim.generate.spec import GenerateSpec
 from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, NoTables
 from infersim.memory import kv_bytes_per_token, total_parameters
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.modules.step import build_stage_plan
 from infersim.plan import LayerGroup, StagePlan
 from infersim.timing import kernel_cost

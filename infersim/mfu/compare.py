@@ -29,8 +29,9 @@ from typing import Any, Hashable
 
 from infersim.cards.registry import display_path
 from infersim.errors import InferSimError
-from infersim.mfu.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory, read_table_dir
-from infersim.mfu.lookup import describe_key, row_grid_key
+from infersim.mfu.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory
+from infersim.mfu.table_files import read_table_dir
+from infersim.mfu.grid_keys import describe_key, row_grid_key
 from infersim.stats import percentile
 
 #: row fields that are measurements, not shape: never part of the matching key (`efficiency` is not

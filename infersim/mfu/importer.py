@@ -34,19 +34,19 @@ from typing import Any, Sequence
 from infersim.cards.schema import check_number
 from infersim.errors import MISSING, ConfigError, InferSimError
 from infersim.mfu.format import (
-    FORMAT_VERSION,
-    MAX_EFFICIENCY,
     AttentionRow,
     DeviceInfo,
+    FORMAT_VERSION,
     GemmRow,
     GroupedGemmRow,
+    MAX_EFFICIENCY,
     Provenance,
     Row,
     TableDirectory,
     TableInfo,
     efficiency_of,
-    write_table_dir,
 )
+from infersim.mfu.table_files import write_table_dir
 
 PROJECT = "original InferSim (Alibaba, Apache-2.0)"
 

@@ -10,18 +10,25 @@ the run does not name, and tables whose library matches, are used as usual.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, fields
 from typing import Any
 
-from infersim.config import KernelLibraries
-from infersim.kernels import (
-    AttentionShape,
-    CollectiveShape,
-    GemmShape,
-    GroupedGemmShape,
-    KernelShape,
-    KernelTables,
-    TableHit,
-)
+from infersim.cards.schema import spec
+from infersim.comm_shapes import CollectiveShape
+from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, KernelShape, KernelTables, TableHit
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelLibraries:
+    """The library the engine runs for each kernel family, where the run says (None: any)."""
+
+    gemm: str | None = spec(None, doc="dense GEMMs (e.g. DeepGEMM, cuBLAS)")
+    grouped_gemm: str | None = spec(None, doc="routed-expert grouped GEMMs (e.g. DeepGEMM, CUTLASS, Triton)")
+    attention: str | None = spec(None, doc="attention kernels (e.g. FlashMLA, FlashInfer, FlashAttention-3)")
+    collective: str | None = spec(None, doc="collectives (e.g. nccl)")
+
+    def named(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
 
 
 def _family(shape: KernelShape) -> str | None:

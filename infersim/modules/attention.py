@@ -27,13 +27,13 @@ head) and zero-centred norms change no cost we model and are ignored.
 from __future__ import annotations
 
 from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
-from infersim.config import Deployment
+from infersim.deployment import Deployment
 from infersim.cards.engine import elementwise_code
 from infersim.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs, elementwise_shape
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.modules import eager
 from infersim.modules.eager import rms_norm
-from infersim.plan import Operation, StageContext
+from infersim.plan import Operation, Stage, StageContext
 from infersim.sharding import heads_per_rank, shard
 from infersim.units import ACT_BYTES, dtype_bytes
 
@@ -77,13 +77,12 @@ def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: in
     return ops
 
 
-def _indexer_operations(model: ModelCard, dep: Deployment, ctx: StageContext, tokens: int) -> list[Operation]:
-    """DSA lightning indexer: projections, key store, logits over the cache, top-k selection."""
-    tp = dep.attention.tp
+def _indexer_projections(model: ModelCard, dep: Deployment, tokens: int) -> list[Operation]:
+    """DSA lightning indexer, the part every token runs: projections, key LayerNorm, rotary, fp8 key store."""
     gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
     nh, d = model.index_n_heads, model.index_head_dim
     key_bytes = d * dtype_bytes(INDEX_KEY_DTYPE) + INDEX_KEY_SCALE_BYTES
-    ops = [
+    return [
         Operation("indexer_q_proj", cat.ATTN_PROJ, GemmShape(tokens, model.q_lora_rank, nh * d, **gemm)),
         Operation("indexer_k_weights_proj", cat.ATTN_PROJ, GemmShape(tokens, model.hidden_size, d + nh, **gemm)),
         Operation("indexer_rope_quant_store", cat.ELEMENTWISE, MemoryBoundShape(
@@ -91,6 +90,13 @@ def _indexer_operations(model: ModelCard, dep: Deployment, ctx: StageContext, to
             tokens * (nh * d * (2 * ACT_BYTES + dtype_bytes(INDEX_KEY_DTYPE)) + 3 * d * ACT_BYTES + key_bytes),
             kernels=3)),
     ]
+
+
+def _indexer_scoring(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
+    """DSA lightning indexer, the part each sequence runs: logits over its cache, top-k selection."""
+    tp = dep.attention.tp
+    nh, d = model.index_n_heads, model.index_head_dim
+    ops = []
     for i, seqs in enumerate(ctx.sequences_per_gpu):
         suffix = "" if i == 0 else f"_{i}"
         batch = seqs.group_count(tp)
@@ -107,34 +113,91 @@ def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
                          kind: str = FULL_ATTENTION) -> list[Operation]:
     """Norm, projections, rotary + KV store and core attention of one layer (no communication).
     kind: full_attention or sliding_attention (the last model.sliding_window tokens only)."""
-    window = model.sliding_window if kind == SLIDING_ATTENTION else 0
+    tokens = ctx.tokens_per_gpu * dep.attention.tp
+    return (attention_before_core(model, dep, ctx.stage, tokens) + attention_core(model, dep, ctx, kind)
+            + attention_after_core(model, dep, ctx.stage, tokens))
+
+
+# A layer's attention in three parts, so that a plan can keep the parts that do not read the
+# sequences' lengths (the tokens' projections, norms and rotary) while the core, which does, changes
+# with every context length a sweep tries: before the core and after it (functions of the step's
+# tokens, not of its sequences), and the core with whatever reads the sequences (the KV cache and
+# its scoring, MLA's up- and absorbing projections, whose token counts follow the sequences).
+
+
+def attention_before_core(model: ModelCard, dep: Deployment, stage: Stage, tokens: int) -> list[Operation]:
+    """The operations before the core that every one of the attention-TP group's `tokens` runs:
+    input norm, QKV (or MLA latent) projections, q/k norms, rotary (and, fused, the KV store)."""
     tp = dep.attention.tp
-    tokens = ctx.tokens_per_gpu * tp
     h = model.hidden_size
     prec = dep.precision
     gemm = dict(dtype=prec.gemm, weight_dtype=prec.weight_dtype)
     heads = shard(model.num_attention_heads, tp, "num_attention_heads", "attention.tp")
-    kv_bytes = dtype_bytes(prec.kv_cache)
-    code = elementwise_code(dep.model_code, ctx.stage)
+    code = elementwise_code(dep.model_code, stage)
     ops: list[Operation] = rms_norm("input_norm", tokens, h, code)
     if model.is_mla and code != eager.FUSED:
-        return ops + _mla_hf_operations(model, dep, ctx, heads, tokens, code, window)
+        return ops + _mla_hf_before_core(model, dep, heads, tokens, code)
     if model.is_mla:
-        qk_dim, v_dim = model.qk_head_dim, model.v_head_dim
         latent = model.kv_lora_rank + model.qk_rope_head_dim
         if model.q_lora_rank:
             ops.append(Operation("qkv_a_proj", cat.ATTN_PROJ,
                                  GemmShape(tokens, h, model.q_lora_rank + latent, **gemm)))
-            ops.append(Operation("q_b_proj", cat.ATTN_PROJ, GemmShape(tokens, model.q_lora_rank, heads * qk_dim, **gemm)))
+            ops.append(Operation("q_b_proj", cat.ATTN_PROJ,
+                                 GemmShape(tokens, model.q_lora_rank, heads * model.qk_head_dim, **gemm)))
         else:
             ops.append(Operation("kv_a_proj", cat.ATTN_PROJ, GemmShape(tokens, h, latent, **gemm)))
-            ops.append(Operation("q_proj", cat.ATTN_PROJ, GemmShape(tokens, h, heads * qk_dim, **gemm)))
+            ops.append(Operation("q_proj", cat.ATTN_PROJ, GemmShape(tokens, h, heads * model.qk_head_dim, **gemm)))
         ops.append(Operation("mla_norms_rope_kv_store", cat.ELEMENTWISE, MemoryBoundShape(
             "q/kv RMSNorm, rotary, latent KV write",
-            tokens * (2 * (model.q_lora_rank + latent) + 2 * heads * qk_dim) * ACT_BYTES + tokens * latent * kv_bytes,
+            tokens * (2 * (model.q_lora_rank + latent) + 2 * heads * model.qk_head_dim) * ACT_BYTES
+            + tokens * latent * dtype_bytes(prec.kv_cache),
             kernels=3)))
         if model.is_sparse_attention:
-            ops += _indexer_operations(model, dep, ctx, tokens)
+            ops += _indexer_projections(model, dep, tokens)
+        return ops
+    kv_heads = heads_per_rank(model.num_key_value_heads, tp)
+    d = model.head_dim
+    q_heads = heads * 2 if model.attention_output_gate else heads  # the gate is a second query-width output
+    if dep.model_code.projections == "separate":  # HF: q_proj, k_proj, v_proj, each its own nn.Linear
+        ops += [Operation("q_proj", cat.ATTN_PROJ, GemmShape(tokens, h, q_heads * d, **gemm)),
+                Operation("k_proj", cat.ATTN_PROJ, GemmShape(tokens, h, kv_heads * d, **gemm)),
+                Operation("v_proj", cat.ATTN_PROJ, GemmShape(tokens, h, kv_heads * d, **gemm))]
+    else:
+        ops.append(Operation("qkv_proj", cat.ATTN_PROJ, GemmShape(tokens, h, (q_heads + 2 * kv_heads) * d, **gemm)))
+    if model.qk_norm and code != eager.FUSED:
+        ops += rms_norm("q_norm", tokens * heads, d, code, residual=False)
+        ops += rms_norm("k_norm", tokens * kv_heads, d, code, residual=False)
+    elif model.qk_norm:
+        # one kernel's time: TensorRT-LLM fuses q/k norm with RoPE (fusedQKNormRopeKernel), SGLang
+        # runs q_norm and k_norm on two streams in its decode graphs (models/qwen3*.py _apply_qk_norm)
+        ops.append(Operation("qk_norm", cat.ELEMENTWISE, MemoryBoundShape(
+            "per-head RMSNorm of q and k", 2 * tokens * (heads + kv_heads) * d * ACT_BYTES)))
+    if code == eager.FUSED:
+        ops.append(Operation("rope_kv_store", cat.ELEMENTWISE, MemoryBoundShape(
+            "rotary on q/k, KV-cache write",
+            2 * tokens * (heads + kv_heads) * d * ACT_BYTES
+            + tokens * 2 * kv_heads * d * (ACT_BYTES + dtype_bytes(prec.kv_cache)),
+            kernels=2)))
+    else:
+        ops += eager.rotary("q_rotary", tokens, heads, d, code) + eager.rotary("k_rotary", tokens, kv_heads, d, code)
+    return ops
+
+
+def attention_core(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str = FULL_ATTENTION) -> list[Operation]:
+    """The operations that read the sequences: the eager KV-cache update, DSA's scoring, MLA's
+    up-projection of the cached latents and its absorbing projections, and the core attention.
+    kind: full_attention or sliding_attention (the last model.sliding_window tokens only)."""
+    window = model.sliding_window if kind == SLIDING_ATTENTION else 0
+    tp = dep.attention.tp
+    tokens = ctx.tokens_per_gpu * tp
+    heads = shard(model.num_attention_heads, tp, "num_attention_heads", "attention.tp")
+    code = elementwise_code(dep.model_code, ctx.stage)
+    if model.is_mla and code != eager.FUSED:
+        return _mla_hf_core(model, dep, ctx, heads, tokens, code, window)
+    if model.is_mla:
+        gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+        v_dim = model.v_head_dim
+        ops: list[Operation] = _indexer_scoring(model, dep, ctx) if model.is_sparse_attention else []
         # absorbed (decode, DSA): q_nope @ W_UK per head into the latent space, then latent output
         # @ W_UV per head; decompressed (prefill): kv_b_proj, then MHA. A mixed step runs its decode
         # requests absorbed and its prompt chunks decompressed. A chunk decompresses its whole
@@ -157,37 +220,27 @@ def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
         if absorbed_tokens:
             ops.append(Operation("v_absorb", cat.ATTN_PROJ,
                                  GemmShape(absorbed_tokens, model.kv_lora_rank, heads * v_dim, "bf16", "bf16")))
-        ops.append(Operation("o_proj", cat.ATTN_PROJ, GemmShape(tokens, heads * v_dim, h, **gemm)))
         return ops
-
-    kv_heads = heads_per_rank(model.num_key_value_heads, tp)
-    d = model.head_dim
-    q_heads = heads * 2 if model.attention_output_gate else heads  # the gate is a second query-width output
-    if dep.model_code.projections == "separate":  # HF: q_proj, k_proj, v_proj, each its own nn.Linear
-        ops += [Operation("q_proj", cat.ATTN_PROJ, GemmShape(tokens, h, q_heads * d, **gemm)),
-                Operation("k_proj", cat.ATTN_PROJ, GemmShape(tokens, h, kv_heads * d, **gemm)),
-                Operation("v_proj", cat.ATTN_PROJ, GemmShape(tokens, h, kv_heads * d, **gemm))]
-    else:
-        ops.append(Operation("qkv_proj", cat.ATTN_PROJ, GemmShape(tokens, h, (q_heads + 2 * kv_heads) * d, **gemm)))
-    if model.qk_norm and code != eager.FUSED:
-        ops += rms_norm("q_norm", tokens * heads, d, code, residual=False)
-        ops += rms_norm("k_norm", tokens * kv_heads, d, code, residual=False)
-    elif model.qk_norm:
-        # one kernel's time: TensorRT-LLM fuses q/k norm with RoPE (fusedQKNormRopeKernel), SGLang
-        # runs q_norm and k_norm on two streams in its decode graphs (models/qwen3*.py _apply_qk_norm)
-        ops.append(Operation("qk_norm", cat.ELEMENTWISE, MemoryBoundShape(
-            "per-head RMSNorm of q and k", 2 * tokens * (heads + kv_heads) * d * ACT_BYTES)))
-    if code == eager.FUSED:
-        ops.append(Operation("rope_kv_store", cat.ELEMENTWISE, MemoryBoundShape(
-            "rotary on q/k, KV-cache write",
-            2 * tokens * (heads + kv_heads) * d * ACT_BYTES + tokens * 2 * kv_heads * d * (ACT_BYTES + kv_bytes),
-            kernels=2)))
-    else:
-        ops += eager.rotary("q_rotary", tokens, heads, d, code) + eager.rotary("k_rotary", tokens, kv_heads, d, code)
+    ops = []
+    if code != eager.FUSED:
+        kv_heads = heads_per_rank(model.num_key_value_heads, tp)
+        d = model.head_dim
         ops += _kv_cache_operations(dep, ctx, kv_heads * d, heads, kv_heads, d, code)
-    ops += _core_shapes(model, dep, ctx, heads, window)
+    return ops + _core_shapes(model, dep, ctx, heads, window)
+
+
+def attention_after_core(model: ModelCard, dep: Deployment, stage: Stage, tokens: int) -> list[Operation]:
+    """The operations after the core that every token runs: the output gate, the output projection."""
+    tp = dep.attention.tp
+    h = model.hidden_size
+    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+    heads = shard(model.num_attention_heads, tp, "num_attention_heads", "attention.tp")
+    if model.is_mla:
+        return [Operation("o_proj", cat.ATTN_PROJ, GemmShape(tokens, heads * model.v_head_dim, h, **gemm))]
+    d = model.head_dim
+    ops: list[Operation] = []
     if model.attention_output_gate:
-        if code == eager.EAGER:
+        if elementwise_code(dep.model_code, stage) == eager.EAGER:
             ops += [Operation("attn_output_gate_sigmoid", cat.ELEMENTWISE,
                               elementwise_shape("sigmoid", "bf16", tokens * heads * d, "sigmoid of the output gate")),
                     Operation("attn_output_gate_mul", cat.ELEMENTWISE,
@@ -217,18 +270,12 @@ def _kv_cache_operations(dep: Deployment, ctx: StageContext, kv_width: int, head
     return eager.kv_cache_update(kind, new, cached, dtype_bytes(dep.precision.kv_cache))
 
 
-def _mla_hf_operations(model: ModelCard, dep: Deployment, ctx: StageContext, heads: int, tokens: int, code: str,
-                       window: int) -> list[Operation]:
-    """MLA as HF transformers' DeepseekV3Attention runs it: q_a_proj -> q_a_layernorm -> q_b_proj,
-    kv_a_proj_with_mqa -> kv_a_layernorm, rotary on the rope parts, the latents (not K and V) cached by
-    concatenation, then every step kv_b_proj expands the whole cached latent into per-head keys and
-    values (decompressed, ModelCode.mla), the keys assembled by two copies, and MHA over them."""
-    tp = dep.attention.tp
-    prec = dep.precision
-    gemm = dict(dtype=prec.gemm, weight_dtype=prec.weight_dtype)
+def _mla_hf_before_core(model: ModelCard, dep: Deployment, heads: int, tokens: int, code: str) -> list[Operation]:
+    """MLA as HF transformers' DeepseekV3Attention runs it, up to the cache (the input norm aside):
+    q_a_proj -> q_a_layernorm -> q_b_proj, kv_a_proj_with_mqa -> kv_a_layernorm, rotary on the rope parts."""
+    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
     h = model.hidden_size
-    qk, v = model.qk_head_dim, model.v_head_dim
-    nope, rope, rank = model.qk_nope_head_dim, model.qk_rope_head_dim, model.kv_lora_rank
+    qk, rope, rank = model.qk_head_dim, model.qk_rope_head_dim, model.kv_lora_rank
     ops: list[Operation] = []
     if model.q_lora_rank:
         ops.append(Operation("q_a_proj", cat.ATTN_PROJ, GemmShape(tokens, h, model.q_lora_rank, **gemm)))
@@ -239,7 +286,19 @@ def _mla_hf_operations(model: ModelCard, dep: Deployment, ctx: StageContext, hea
     ops.append(Operation("kv_a_proj", cat.ATTN_PROJ, GemmShape(tokens, h, rank + rope, **gemm)))
     ops += rms_norm("kv_a_layernorm", tokens, rank, code, residual=False)
     ops += eager.rotary("q_rotary", tokens, heads, rope, code) + eager.rotary("k_rotary", tokens, 1, rope, code)
-    ops += _kv_cache_operations(dep, ctx, rank + rope, 1, 1, rank + rope, code)
+    return ops
+
+
+def _mla_hf_core(model: ModelCard, dep: Deployment, ctx: StageContext, heads: int, tokens: int, code: str,
+                 window: int) -> list[Operation]:
+    """HF's MLA from the cache on: the latents (not K and V) cached by concatenation, then every step
+    kv_b_proj expands the whole cached latent into per-head keys and values (decompressed,
+    ModelCode.mla), the keys assembled by two copies, and MHA over them (o_proj follows)."""
+    tp = dep.attention.tp
+    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+    qk, v = model.qk_head_dim, model.v_head_dim
+    nope, rope, rank = model.qk_nope_head_dim, model.qk_rope_head_dim, model.kv_lora_rank
+    ops = _kv_cache_operations(dep, ctx, rank + rope, 1, 1, rank + rope, code)
     if code == eager.EAGER:
         ops.append(Operation("q_cat", cat.ELEMENTWISE, elementwise_shape("cat", "bf16", tokens * heads * qk,
                                                                          "query = cat(q_pass, q_rot)")))
@@ -253,9 +312,7 @@ def _mla_hf_operations(model: ModelCard, dep: Deployment, ctx: StageContext, hea
     else:
         ops.append(Operation("key_assembly", cat.ELEMENTWISE, MemoryBoundShape(
             "Triton: keys assembled from k_nope and k_rot", 2 * expanded * heads * qk * ACT_BYTES)))
-    ops += _core_shapes(model, dep, ctx, heads, window)
-    ops.append(Operation("o_proj", cat.ATTN_PROJ, GemmShape(tokens, heads * v, h, **gemm)))
-    return ops
+    return ops + _core_shapes(model, dep, ctx, heads, window)
 
 
 def kv_elements_per_token_per_layer(model: ModelCard, attention_tp: int) -> int:

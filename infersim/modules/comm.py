@@ -25,7 +25,8 @@ import math
 
 from infersim.cards.hardware import HardwareCard
 from infersim.errors import MISSING, ConfigError
-from infersim.kernels import Bound, CollectiveShape, CommShape, Cost, Source, TokenExchangeShape
+from infersim.comm_shapes import CollectiveShape, CommShape, TokenExchangeShape
+from infersim.kernels import Bound, Cost, Source
 
 
 # NCCL tuning-model constants that the hardware card's collective_latency (NCCL Tree values) does not

@@ -35,7 +35,7 @@ Inductor kernels are priced by the roofline.
 from __future__ import annotations
 
 from infersim.kernels import MemoryBoundShape, elementwise_shape
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.plan import Operation
 from infersim.units import ACT_BYTES
 

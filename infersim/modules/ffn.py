@@ -14,10 +14,11 @@ rank (its tokens, its distinct activated experts), not the mean one.
 from __future__ import annotations
 
 from infersim.cards.model import ModelCard
-from infersim.config import Deployment, dense_ffn_tp
-from infersim.kernels import CollectiveShape, GemmShape, GroupedGemmShape, MemoryBoundShape, TokenExchangeShape
+from infersim.deployment import Deployment, dense_ffn_tp
+from infersim.comm_shapes import CollectiveShape, TokenExchangeShape
+from infersim.kernels import GemmShape, GroupedGemmShape, MemoryBoundShape
 from infersim.cards.engine import elementwise_code
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.modules import eager
 from infersim.modules.eager import rms_norm
 from infersim.modules.load_balance import MoeBalance, moe_balance

@@ -18,9 +18,9 @@ ordinary norms at this level.
 from __future__ import annotations
 
 from infersim.cards.model import LINEAR_ATTENTION, MAMBA, ModelCard
-from infersim.config import Deployment
+from infersim.deployment import Deployment
 from infersim.kernels import GemmShape, LinearAttentionShape, MemoryBoundShape
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.plan import Operation, StageContext
 from infersim.sharding import heads_per_rank, shard
 from infersim.units import ACT_BYTES, dtype_bytes

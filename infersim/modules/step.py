@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
-from infersim.config import Deployment, Workload
+from infersim.deployment import Deployment, Workload
 from infersim.errors import InferSimError
-from infersim.kernels import CollectiveShape, GemmShape, MemoryBoundShape
-from infersim.modules import categories as cat
+from infersim.comm_shapes import CollectiveShape
+from infersim.kernels import GemmShape, MemoryBoundShape
+from infersim import categories as cat
 from infersim.modules import eager
-from infersim.modules.attention import attention_operations
+from infersim.modules.attention import attention_after_core, attention_before_core, attention_core
 from infersim.modules.ffn import attention_output_collective, dense_ffn_operations, moe_operations, sequence_length
 from infersim.modules.linear_attention import linear_mixer_operations
 from infersim.plan import LayerGroup, Operation, SequenceBatch, Stage, StageContext, StagePlan
@@ -65,12 +67,6 @@ def layer_composition(model: ModelCard) -> tuple[tuple[str, bool, int], ...]:
     return model.layer_composition
 
 
-def mixer_operations(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str) -> list[Operation]:
-    if kind in (FULL_ATTENTION, SLIDING_ATTENTION):
-        return attention_operations(model, dep, ctx, kind)
-    return linear_mixer_operations(model, dep, ctx, kind)
-
-
 # A sweep builds the plan of every batch of every layout, and most of a plan repeats between
 # them: the FFN side of a decode step sees the CUDA-graph padded batch (shared by every real batch
 # padded to it), the attention side does not see the FFN layout or the MoE path (shared by every
@@ -91,26 +87,38 @@ def _memoised(key: tuple, model: ModelCard, build: Callable[[], list[Operation]]
     return entry[1]
 
 
-def mixer_piece(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str) -> tuple[Operation, ...]:
-    """mixer_operations, memoised. The key covers what attention_operations and
-    linear_mixer_operations read: the card, the mixer kind, attention TP, the precision, and the
-    context's stage, tokens and sequences (not the FFN layout, the MoE path or the node size)."""
-    key = ("mixer", id(model), kind, dep.attention.tp, dep.precision, dep.model_code, ctx.stage, ctx.tokens_per_gpu,
-           ctx.sequences_per_gpu)
-    return _memoised(key, model, lambda: mixer_operations(model, dep, ctx, kind))
+def mixer_pieces(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str) -> tuple[tuple[Operation, ...], ...]:
+    """The mixer of a layer as memoised pieces. Attention comes in three: the operations before the
+    core and after it (attention_before_core, attention_after_core), keyed on what they read, the
+    card, attention TP, the precision, the model code, the stage and the tokens, so that every
+    context length a sweep tries shares them; and the core (attention_core), keyed on the
+    sequences too and the kind (full or sliding window). A linear-attention mixer is one piece
+    keyed as the core. Neither sees the FFN layout, the MoE path or the node size."""
+    tp = dep.attention.tp
+    key = (id(model), tp, dep.precision, dep.model_code, ctx.stage, ctx.tokens_per_gpu)
+    if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
+        return (_memoised(("mixer", kind, *key, ctx.sequences_per_gpu), model,
+                          lambda: linear_mixer_operations(model, dep, ctx, kind)),)
+    tokens = ctx.tokens_per_gpu * tp
+    return (_memoised(("before core", *key), model, lambda: attention_before_core(model, dep, ctx.stage, tokens)),
+            _memoised(("core", kind, *key, ctx.sequences_per_gpu), model, lambda: attention_core(model, dep, ctx, kind)),
+            _memoised(("after core", *key), model, lambda: attention_after_core(model, dep, ctx.stage, tokens)))
 
 
 def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool) -> tuple[Operation, ...]:
     """The attention-output collective and the FFN (dense or MoE) of a layer, memoised. The key
     covers what attention_output_collective, dense_ffn_operations and moe_operations read: the card,
-    the FFN layout, attention TP, the precision, the MoE path and balance spec, and the context's
-    stage, tokens, expert tokens, GPUs per node and the sequences' token-weighted mean length (the
-    routing statistics); not the GPU, node or pipeline counts, the DP sizes, the overlap (the
-    context carries its micro-batch) or the sequences' context lengths. So one piece serves every
-    real batch padded to the same CUDA-graph batch, and every pipeline split of the same layout."""
-    key = ("ffn", id(model), moe, dep.ffn.tp, dep.ffn.ep, dep.attention.tp, dep.precision, dep.moe_comm, dep.moe,
-           dep.model_code, ctx.stage,
-           ctx.tokens_per_gpu, ctx.expert_tokens_per_gpu, ctx.gpus_per_node, sequence_length(ctx))
+    the FFN TP and attention TP, the precision, the model code, and the context's stage, tokens and
+    GPUs per node; for an MoE layer also the EP size, the MoE path and balance spec, the expert
+    tokens and the sequences' token-weighted mean length (the routing statistics). Not the GPU,
+    node or pipeline counts, the DP sizes, the overlap (the context carries its micro-batch) or
+    the sequences' context lengths. So one piece serves every real batch padded to the same
+    CUDA-graph batch, and every pipeline split of the same layout; a dense layer's every EP size
+    and MoE path too."""
+    key = ("ffn", id(model), moe, dep.ffn.tp, dep.attention.tp, dep.precision, dep.model_code, ctx.stage,
+           ctx.tokens_per_gpu, ctx.gpus_per_node)
+    if moe:
+        key += (dep.ffn.ep, dep.moe_comm, dep.moe, ctx.expert_tokens_per_gpu, sequence_length(ctx))
     return _memoised(key, model, lambda: attention_output_collective(model, dep, ctx, moe_layer=moe) + (
         moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx)))
 
@@ -119,15 +127,15 @@ def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext) -> tuple[
     """One LayerGroup per distinct (mixer, FFN) layer kind; layers of a kind share it whatever
     their order (order only matters for two-batch overlap, which pipelines layer by layer)."""
     groups = []
-    mixers: dict[str, tuple[Operation, ...]] = {}
+    mixers: dict[str, tuple[tuple[Operation, ...], ...]] = {}
     for kind, moe, layers in layer_composition(model):
         if kind not in mixers:
-            mixers[kind] = mixer_piece(model, dep, ctx, kind)
-        pieces = (mixers[kind], ffn_piece(model, dep, ctx, moe))
+            mixers[kind] = mixer_pieces(model, dep, ctx, kind)
+        pieces = (*mixers[kind], ffn_piece(model, dep, ctx, moe))
         name = "MoE layers" if moe else "dense layers"
         if model.is_hybrid:
             name += f" ({MIXER_LABELS[kind]})"
-        groups.append(LayerGroup(name, layers, pieces[0] + pieces[1], pieces))
+        groups.append(LayerGroup(name, layers, tuple(chain.from_iterable(pieces)), pieces))
     return tuple(groups)
 
 

@@ -1,4 +1,4 @@
-"""`infersim plot RESULT.json` and `infersim roofline --config X.yaml`; `--plot FILE` of the main run.
+"""`infersim plot RESULT.json` and `infersim roofline --config X.yaml` (`--plot FILE` of the main run: infersim.cli).
 
 The figures come from `infersim.plot`; this layer reads files, checks where pictures go (before
 any simulation runs), writes them and says where.
@@ -79,12 +79,6 @@ def roofline_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_run_breakdown(data: dict[str, Any], path: str) -> None:
-    """`--plot FILE` of the main run: the breakdown figure of the run's JSON data."""
-    drawing = draw(data, "breakdown")
-    save_figure(drawing.figure, path)
-
-
 def register(subparsers: Any) -> None:
     plot = subparsers.add_parser(
         "plot", help="draw a saved result (JSON of the run, sweep, compare, validate or serve commands)",
@@ -120,7 +114,7 @@ def register(subparsers: Any) -> None:
     roofline.add_argument("--out", default="roofline.png", metavar="FILE",
                           help="picture to write: .png, .svg or .pdf (default roofline.png)")
     roofline.add_argument("--stage", choices=tuple(STAGE_CHOICES), default="both", help="stages to draw")
-    from infersim.run_flags import add_run_flags
+    from infersim.cli import add_run_flags
 
     add_run_flags(roofline)
     roofline.set_defaults(handler=roofline_command)

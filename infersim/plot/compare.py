@@ -240,7 +240,9 @@ def validation_cases(data: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int
                     f"case {k + 1}")
         cases.append({"id": name, "source": str(item.get("source") or "unknown"), "measured": measured,
                       "predicted": predicted, "error_pct": error_pct, "unit": item.get("unit"),
-                      "outlier": abs(error_pct) > 100 * TOLERANCE})
+                      "outlier": abs(error_pct) > 100 * TOLERANCE,
+                      # listed and drawn, out of the statistics (validate's accepted outliers of their own runs)
+                      "excluded": bool(item.get("accepted_outlier"))})
     if not cases:
         raise InferSimError(f"validate: none of the {len(items)} cases has positive measured and predicted values")
     return cases, skipped
@@ -346,13 +348,17 @@ def draw_validate(data: Mapping[str, Any]) -> Drawing:
         ordered = sorted(outliers, key=lambda i: tag[i])
         half = -(-len(ordered) // 2)
         for column, chunk in enumerate((ordered[:half], ordered[half:])):
-            text = "\n".join(f"{tag[i]:>2}  {cases[i]['id']}  {cases[i]['error_pct']:+.0f}%" for i in chunk)
+            text = "\n".join(f"{tag[i]:>2}  {cases[i]['id']}  {cases[i]['error_pct']:+.0f}%"
+                             + ("  (excluded)" if cases[i]["excluded"] else "") for i in chunk)
             figure.text(0.04 + 0.5 * column, (key_h - 0.05) / height, text,
                         fontsize=6.5, family="monospace", va="top", ha="left")
-    errors = [abs(c["error_pct"]) for c in cases]
-    within = len(cases) - len(outliers)
-    title = (f"predicted vs measured: {len(cases)} cases, median |error| {float(np.median(errors)):.1f}%, "
-             f"mean {sum(errors) / len(errors):.1f}%, {within}/{len(cases)} within ±{100 * TOLERANCE:.0f}%"
+    counted = [c for c in cases if not c["excluded"]] or cases
+    errors = [abs(c["error_pct"]) for c in counted]
+    within = sum(1 for c in counted if not c["outlier"])
+    excluded = len(cases) - len(counted)
+    title = (f"predicted vs measured: {len(counted)} cases, median |error| {float(np.median(errors)):.1f}%, "
+             f"mean {sum(errors) / len(errors):.1f}%, {within}/{len(counted)} within ±{100 * TOLERANCE:.0f}%"
+             + (f" ({excluded} accepted outlier{'s' if excluded > 1 else ''} drawn, not counted)" if excluded else "")
              + (f"; numbered: outside ±{100 * TOLERANCE:.0f}%, listed below" if outliers else ""))
     if skipped:
         title += f"\n({skipped} cases without positive measured and predicted values not drawn)"

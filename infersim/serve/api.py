@@ -44,7 +44,8 @@ from typing import Any
 
 from infersim.config import RunConfig
 from infersim.serve.metrics import summarize
-from infersim.serve.simulate import parse_options, simulate_serving_run
+from infersim.serve.options import parse_options
+from infersim.serve.simulate import simulate_serving_run
 
 
 def simulate_serving(config: RunConfig, options: dict[str, Any]) -> dict[str, Any]:

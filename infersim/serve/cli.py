@@ -139,7 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from infersim.cli import print_notes
     from infersim.config import load_run_config
-    from infersim.run_flags import flags_from_args
+    from infersim.cli import flags_from_args
     from infersim.serve import report
     from infersim.serve.api import simulate_serving
 
@@ -253,7 +253,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--include-requests", action="store_true", help="JSON: per-request records under 'requests'")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     from infersim.cli import add_option_aliases
-    from infersim.run_flags import add_run_flags
+    from infersim.cli import add_run_flags
 
     add_run_flags(p, lengths=False)
     # the names vllm bench serve and sglang.bench_serving give the same options

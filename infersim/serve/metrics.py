@@ -17,7 +17,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from infersim.serve.simulate import ServeResult, Slo
+from infersim.serve.options import Slo
+from infersim.serve.simulate import ServeResult
 from infersim.stats import percentile
 
 

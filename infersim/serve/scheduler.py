@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 
 from infersim.cards.engine import EngineCard, FutureTokenReservation, OfflineLimits
 from infersim.cards.model import ModelCard
-from infersim.config import Deployment, RunConfig
+from infersim.config import RunConfig
+from infersim.deployment import Deployment
 from infersim.errors import InferSimError, NotPossible
 from infersim.serve.cost import StepCoster
 from infersim.serve.workload import Request
@@ -133,7 +134,7 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
                          prefix_cache: bool | None = None, prefill_only: bool = False) -> SchedulerSettings:
     """Scheduler settings of one instance of `config`'s deployment under its engine card."""
     from infersim.memory import memory_budget
-    from infersim.config import Workload
+    from infersim.deployment import Workload
 
     engine: EngineCard = config.engine
     dep, hw = config.deployment, config.hardware

@@ -33,220 +33,18 @@ from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any
 
-from infersim.config import (
-    RunConfig,
+from infersim.config import RunConfig, with_variant
+from infersim.deployment import (
     complete_layout,
     named_deployment_fields,
     with_checkpoint_precision,
     with_engine_defaults,
-    with_variant,
 )
-from infersim.errors import InferSimError, echo
-from infersim.serve.cost import DEFAULT_WIDTH, StepCoster
+from infersim.errors import InferSimError
+from infersim.serve.cost import StepCoster
 from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings, settings_from_engine
-from infersim.serve.workload import (
-    DEFAULT_REQUESTS,
-    Arrivals,
-    LengthDist,
-    Request,
-    TraceLengths,
-    check_burstiness,
-    check_rate,
-    generated_arrivals,
-    iter_offline,
-    iter_poisson,
-    length_dist,
-    read_trace,
-    request_count,
-    trace_replay,
-)
-
-MODES = ("offline", "poisson", "concurrency", "trace")
-ROUTERS = ("round-robin", "least-loaded")
-#: most engine instances one pool (replicas, prefill or decode) may have: every instance is stepped
-#: on its own and a least-loaded router visits each of them per request; a fleet larger than this
-#: has the per-GPU numbers of a slice of it (model a slice, with the rate scaled)
-MAX_INSTANCES = 1000
-
-
-@dataclass(frozen=True)
-class Slo:
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Disaggregation:
-    prefill_instances: int
-    decode_instances: int
-    prefill_deployment: dict[str, Any] | None = None  # deployment fields replacing the config's for the prefill pool
-    decode_deployment: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    mode: str = "poisson"
-    num_requests: int | None = DEFAULT_REQUESTS  # None: a trace's every row (other modes: DEFAULT_REQUESTS)
-    rate: float | None = None
-    concurrency: int | None = None
-    isl: LengthDist | None = None  # None: the config's workload.isl
-    osl: LengthDist | None = None
-    seed: int = 0
-    replicas: int = 1
-    router: str = "round-robin"
-    burstiness: float = 1.0
-    trace: str | None = None
-    trace_time_scale: float = 1.0
-    prefix_hit_rate: float = 0.0
-    prefix_cache: bool | None = None  # None: the engine card's default
-    slo: Slo | None = None
-    disaggregate: Disaggregation | None = None
-    bucket_width: float = DEFAULT_WIDTH
-    max_running_requests: int | None = None  # overrides the engine card's / trtllm-bench's running cap per instance
-    max_num_tokens: int | None = None  # overrides the per-step token budget per instance
-    lengths_trace: str | None = None  # draw (input, output) lengths from this trace's rows
-    percentiles: tuple[float, ...] = ()  # TTFT and TPOT percentiles the summary adds to p50/p90/p99
-
-
-def _instances(value: Any, name: str) -> int:
-    count = _positive_int(value, name)
-    if count > MAX_INSTANCES:
-        raise InferSimError(f"{name} {count:,}: at most {MAX_INSTANCES:,} engine instances per pool are simulated "
-                            "(each is stepped on its own, and a least-loaded router visits every one per request); "
-                            "a larger fleet has the per-GPU numbers of a slice of it: simulate a slice with the rate "
-                            "scaled to it")
-    return count
-
-
-def parse_disaggregation(text: str) -> Disaggregation:
-    """'3P1D' -> 3 prefill, 1 decode instance."""
-    import re
-
-    match = re.fullmatch(r"\s*(\d{1,18})\s*[pP]\s*(\d{1,18})\s*[dD]\s*", text) if isinstance(text, str) else None
-    if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
-        raise InferSimError(f"disaggregate: expected xPyD with x, y >= 1, e.g. 3P1D (got {echo(text)})")
-    return Disaggregation(_instances(int(match.group(1)), "disaggregate prefill instances"),
-                          _instances(int(match.group(2)), "disaggregate decode instances"))
-
-
-def _positive_int(value: Any, name: str) -> int:
-    from infersim.cards.schema import check_number
-    from infersim.errors import ConfigError
-
-    if isinstance(value, bool) or value is None:
-        raise InferSimError(f"{name} must be a whole number >= 1 (got {value!r})")
-    try:
-        return int(check_number(value, "serve", name, whole=True, gt=0))
-    except ConfigError as exc:
-        raise InferSimError(f"{name} must be a whole number >= 1 (value: {echo(value)}: {exc.problem})") from None
-
-
-def _number(value: Any, name: str, **bounds: Any) -> float:
-    from infersim.cards.schema import check_number
-    from infersim.errors import ConfigError
-
-    if isinstance(value, bool) or value is None:
-        raise InferSimError(f"{name} must be a positive number (got {value!r})")
-    try:
-        return float(check_number(value, "serve", name, **(bounds or {"gt": 0})))
-    except ConfigError as exc:
-        raise InferSimError(f"{name} (value: {echo(value)}): {exc.problem}") from None
-
-
-def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InferSimError(f"{name} must be a positive number of seconds (got {echo(value)})")
-    return _number(value, name)
-
-
-def parse_options(options: dict[str, Any]) -> ServeOptions:
-    """The options dict of the Python API (see infersim.serve.api.simulate_serving)."""
-    known = {"mode", "num_requests", "rate", "concurrency", "isl", "osl", "seed", "replicas", "router", "burstiness",
-             "trace", "trace_time_scale", "prefix_hit_rate", "prefix_cache", "slo", "disaggregate", "bucket_width",
-             "max_running_requests", "max_num_tokens", "lengths_trace", "percentiles"}
-    unknown = set(options) - known
-    if unknown:
-        raise InferSimError(f"serve options: unknown key(s) {sorted(map(str, unknown))}; known: {', '.join(sorted(known))}")
-    mode = options.get("mode", "poisson")
-    if mode not in MODES:
-        raise InferSimError(f"serve mode {echo(mode)} is not one of {', '.join(MODES)}")
-    rate = options.get("rate")
-    if mode == "poisson":
-        if rate is None:
-            raise InferSimError("serve mode poisson needs a rate (requests per second)")
-        rate = check_rate(rate)
-    concurrency = options.get("concurrency")
-    if mode == "concurrency":
-        if concurrency is None:
-            raise InferSimError("serve mode concurrency needs a concurrency (clients in closed loop)")
-        concurrency = _positive_int(concurrency, "concurrency")
-    elif mode == "poisson" and concurrency is not None:
-        # vllm bench serve / sglang.bench_serving --request-rate R --max-concurrency N: Poisson
-        # arrivals, at most N requests in flight (a request waits at the client for a free slot)
-        concurrency = _positive_int(concurrency, "concurrency")
-    else:
-        concurrency = None
-    percentiles = options.get("percentiles") or ()
-    if not isinstance(percentiles, (list, tuple)) or any(
-            isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 100 for q in percentiles):
-        raise InferSimError(f"percentiles: expected numbers in (0, 100) (got {percentiles!r})")
-    if mode == "trace" and not options.get("trace"):
-        raise InferSimError("serve mode trace needs a trace file")
-    slo = options.get("slo")
-    if slo is not None and not isinstance(slo, Slo):
-        if not isinstance(slo, dict) or set(slo) - {"ttft_s", "tpot_s", "ttft_ms", "tpot_ms"}:
-            raise InferSimError(f"slo: expected {{ttft_s|ttft_ms, tpot_s|tpot_ms}} (got {echo(slo)})")
-        ttft = slo.get("ttft_s", _number(slo["ttft_ms"], "slo ttft_ms") / 1e3 if "ttft_ms" in slo else None)
-        tpot = slo.get("tpot_s", _number(slo["tpot_ms"], "slo tpot_ms") / 1e3 if "tpot_ms" in slo else None)
-        slo = Slo(_seconds(ttft, "slo ttft") if ttft is not None else None,
-                  _seconds(tpot, "slo tpot") if tpot is not None else None)
-    disagg = options.get("disaggregate")
-    if isinstance(disagg, dict):
-        unknown_keys = set(disagg) - {"prefill", "decode", "prefill_deployment", "decode_deployment"}
-        if unknown_keys:
-            raise InferSimError(f"disaggregate: unknown key(s) {sorted(map(str, unknown_keys))}; expected prefill, "
-                                "decode, prefill_deployment, decode_deployment")
-        disagg = Disaggregation(_instances(disagg.get("prefill"), "disaggregate.prefill"),
-                                _instances(disagg.get("decode"), "disaggregate.decode"),
-                                disagg.get("prefill_deployment"), disagg.get("decode_deployment"))
-    elif disagg is not None and not isinstance(disagg, Disaggregation):
-        disagg = parse_disaggregation(disagg)
-    replicas = _instances(options.get("replicas", 1), "replicas")
-    if disagg is not None and replicas != 1:
-        raise InferSimError(f"replicas {replicas} with disaggregate: a PD run's instances are its prefill and decode "
-                            f"pools ({disagg.prefill_instances}P{disagg.decode_instances}D); give the counts there")
-    hit = options.get("prefix_hit_rate", 0.0)
-    if isinstance(hit, bool) or not isinstance(hit, (int, float)) or not 0 <= hit < 1:
-        raise InferSimError(f"prefix_hit_rate must be in [0, 1) (got {echo(hit)})")
-    hit = _number(hit, "prefix_hit_rate", ge=0)
-    router = options.get("router", "round-robin")
-    if router not in ROUTERS:
-        raise InferSimError(f"router {echo(router)} is not one of {', '.join(ROUTERS)}")
-    width = options.get("bucket_width", DEFAULT_WIDTH)
-    if isinstance(width, bool) or not isinstance(width, (int, float)) or not 1.0 <= width <= 2.0:
-        raise InferSimError(f"bucket_width must be a ratio in [1, 2] (1 = price every step shape exactly; got {echo(width)})")
-    seed = options.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InferSimError(f"seed must be a whole number (got {echo(seed)})")
-    prefix_cache = options.get("prefix_cache")
-    if prefix_cache is not None and not isinstance(prefix_cache, bool):
-        raise InferSimError(f"prefix_cache must be true or false (got {echo(prefix_cache)})")
-    num = options.get("num_requests", None if mode == "trace" else DEFAULT_REQUESTS)
-    return ServeOptions(
-        mode=mode, num_requests=request_count(num) if num is not None else None, rate=rate,
-        concurrency=concurrency,
-        isl=length_dist(options["isl"], "isl") if options.get("isl") is not None else None,
-        osl=length_dist(options["osl"], "osl") if options.get("osl") is not None else None,
-        seed=seed, replicas=replicas, router=router,
-        burstiness=check_burstiness(options.get("burstiness", 1.0)), trace=options.get("trace"),
-        trace_time_scale=_number(options.get("trace_time_scale", 1.0), "trace_time_scale"), prefix_hit_rate=hit,
-        prefix_cache=prefix_cache, slo=slo, disaggregate=disagg,
-        bucket_width=float(width),
-        max_running_requests=(_positive_int(options["max_running_requests"], "max_running_requests")
-                              if options.get("max_running_requests") is not None else None),
-        lengths_trace=options.get("lengths_trace"), percentiles=tuple(float(q) for q in percentiles),
-        max_num_tokens=(_positive_int(options["max_num_tokens"], "max_num_tokens")
-                        if options.get("max_num_tokens") is not None else None))
+from infersim.serve.arrivals import Arrivals, build_requests, listed_arrivals
+from infersim.serve.options import ServeOptions
 
 
 @dataclass
@@ -329,41 +127,11 @@ class ServeResult:
         return sorted(self.outcomes.records or (), key=lambda r: r.req.id)
 
 
-def build_requests(config: RunConfig, opts: ServeOptions) -> Arrivals:
-    """The run's arrivals (generated lazily; see infersim.serve.workload.Arrivals)."""
-    if opts.mode == "trace":
-        replay = trace_replay(opts.trace, opts.num_requests, opts.trace_time_scale)
-        mean_isl, mean_osl = replay.mean_lengths()
-        note = replay.note()
-        return Arrivals(replay.__iter__, replay.count, mean_isl, mean_osl, [note] if note else [])
-    isl = opts.isl or length_dist(config.workload.isl, "workload.isl")
-    osl = opts.osl or length_dist(config.workload.osl, "workload.osl")
-    count = opts.num_requests or DEFAULT_REQUESTS
-    lengths = TraceLengths(read_trace(opts.lengths_trace), opts.seed) if opts.lengths_trace else None
-    if opts.mode == "poisson":
-        def make(tallies: Any) -> Iterator[Request]:
-            return iter_poisson(isl, osl, count, opts.rate, opts.seed, opts.burstiness, tallies)
-    else:  # offline; concurrency times are set during the run
-        def make(tallies: Any) -> Iterator[Request]:
-            return iter_offline(isl, osl, count, opts.seed, tallies)
-    return generated_arrivals(make, isl, osl, "isl" if opts.isl else "workload.isl",
-                              "osl" if opts.osl else "workload.osl", lengths, count)
-
-
-def _listed(requests: Iterable[Request]) -> Arrivals:
-    """Arrivals from a given list of requests (callers that build their own)."""
-    kept = list(requests)
-    if not kept:
-        raise InferSimError("serve: no requests")
-    return Arrivals(kept.__iter__, len(kept), sum(r.input_tokens for r in kept) / len(kept),
-                    sum(r.output_tokens for r in kept) / len(kept))
-
-
 def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: str) -> RunConfig:
     if not deployment:
         return config
     from infersim.cards.schema import build
-    from infersim.config import Deployment
+    from infersim.deployment import Deployment
 
     named = named_deployment_fields(deployment)
     dep = with_engine_defaults(build(Deployment, deployment, where), named, config.model, config.engine)
@@ -398,7 +166,7 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
                             "remove the config's speculative section")
     arrivals = build_requests(config, opts)
     if not isinstance(arrivals, Arrivals):
-        arrivals = _listed(arrivals)
+        arrivals = listed_arrivals(arrivals)
     outcomes = Outcomes(keep_records)
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
     states = (RequestState(r) for r in arrivals.requests())

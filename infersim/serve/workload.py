@@ -9,7 +9,7 @@ Kinds of arrival (all seeded and reproducible with `random.Random(seed)`):
                one completes (zero think time); arrival times are decided during the simulation
   trace        replay of a JSONL or CSV file of (arrival time, input tokens, output tokens[, prefix id,
                prefix tokens]): every row, or the first `num_requests` by arrival time (a cut is
-               announced with the number of rows dropped)
+               announced with the number of rows dropped); infersim.serve.trace_replay
 Lengths: from a trace (`lengths_from_trace`: (input, output) pairs of a trace's rows drawn with
 replacement, jointly, so their correlation is kept), or an int (fixed) or a mapping {dist: fixed|uniform|normal|lognormal, mean, std, min, max}; normal
 and lognormal draws are rounded and clipped to [min, max] (min defaults to 1). For lognormal, mean
@@ -28,18 +28,13 @@ microsecond only up to 2^53 us; past that, millisecond latencies would round awa
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import random
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import datetime
-from pathlib import Path
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from infersim.cards.schema import MAX_COUNT, MAX_MAGNITUDE, MIN_MAGNITUDE, check_number
+from infersim.cards.schema import MAX_COUNT, check_number
 from infersim.errors import ConfigError, InferSimError, echo
 
 #: latest arrival (seconds after the run's start) the serving clock resolves to a microsecond:
@@ -210,7 +205,7 @@ def check_rate(rate: Any, name: str = "rate") -> float:
                             f"{exc.problem})") from None
 
 
-def _span_error(what: str, span: float) -> InferSimError:
+def span_error(what: str, span: float) -> InferSimError:
     return InferSimError(f"{what} spans {span:.3g} s of arrivals, beyond the {MAX_SPAN_S:.3g} s (285 years) the "
                          "serving clock resolves to a microsecond (float64 seconds): millisecond latencies would "
                          "round away")
@@ -258,14 +253,14 @@ def iter_poisson(isl: LengthDist, osl: LengthDist, count: int, rate: float, seed
     """Open-loop arrivals at `rate` requests/s; the first request arrives after one gap."""
     check_rate(rate)
     if count / rate > MAX_SPAN_S:
-        raise _span_error(f"{count:,} requests at {rate:g} req/s", count / rate)
+        raise span_error(f"{count:,} requests at {rate:g} req/s", count / rate)
     gaps = random.Random(seed)
     pairs = _lengths(isl, osl, random.Random(seed + 1), tallies)
     t = 0.0
     for i in range(count):
         t += gaps.expovariate(rate) if burstiness == 1.0 else gaps.gammavariate(burstiness, 1.0 / (rate * burstiness))
         if t > MAX_SPAN_S:
-            raise _span_error(f"a Poisson stream at {rate:g} req/s (request {i + 1:,})", t)
+            raise span_error(f"a Poisson stream at {rate:g} req/s (request {i + 1:,})", t)
         a, b = next(pairs)
         yield Request(i, t, a, b)
 
@@ -283,368 +278,3 @@ def check_burstiness(value: Any) -> float:
         raise InferSimError(f"burstiness must be > 0 (value: {echo(value)}: {exc.problem})") from None
 
 
-# ---------------------------------------------------------------------------------------------
-# Trace replay
-
-COLUMN_NAMES = {
-    "arrival_s": ("arrival_s", "arrival", "timestamp", "TIMESTAMP", "time"),
-    "input_tokens": ("input_tokens", "input_len", "prompt_tokens", "ContextTokens", "isl"),
-    "output_tokens": ("output_tokens", "output_len", "completion_tokens", "GeneratedTokens", "osl"),
-    "prefix_id": ("prefix_id",),
-    "prefix_tokens": ("prefix_tokens",),
-}
-
-
-def _column(header: Iterable[str], field_: str) -> str | None:
-    names = set(header)
-    for candidate in COLUMN_NAMES[field_]:
-        if candidate in names:
-            return candidate
-    return None
-
-
-def _timestamp(value: Any, where: str) -> float:
-    if isinstance(value, bool) or isinstance(value, (list, dict)):
-        raise InferSimError(f"{where}: {echo(value)} is not a time")
-    if isinstance(value, (int, float)):
-        seconds: Any = value
-    else:
-        text = str(value).strip()
-        try:
-            seconds = float(text)
-        except ValueError:
-            try:  # Azure trace: "2023-11-16 18:15:46.6805900" (7 fractional digits, nothing else)
-                head, dot, frac = text.partition(".")
-                if dot and not (frac.isdigit() and frac.isascii()):
-                    raise ValueError
-                stamp = datetime.fromisoformat(head)
-                seconds = stamp.timestamp() + (float("0." + frac) if frac else 0.0)
-            except (ValueError, OverflowError, OSError):
-                raise InferSimError(f"{where}: {echo(text)} is neither seconds nor a date-time") from None
-    try:
-        return float(check_number(seconds, "", ""))
-    except ConfigError as exc:
-        raise InferSimError(f"{where}: {echo(value)} is not a time: {exc.problem}") from None
-
-
-def _tokens(value: Any, where: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or isinstance(value, (list, dict)):
-        raise InferSimError(f"{where}: {echo(value)} is not a token count")
-    try:
-        number = check_number(value.strip() if isinstance(value, str) else value, "", "", whole=True)
-    except ConfigError as exc:
-        problem = "is not a whole number of tokens" if "expected" in exc.problem else exc.problem
-        raise InferSimError(f"{where}: {echo(value)} {problem}") from None
-    if number < minimum:
-        raise InferSimError(f"{where}: {int(number)} tokens (needs at least {minimum})")
-    return int(number)
-
-
-@dataclass
-class TraceRows:
-    """A trace's rows as typed columns in file order (about 40 bytes a row), and the replay order."""
-
-    path: str
-    arrival: array = field(default_factory=lambda: array("d"))
-    isl: array = field(default_factory=lambda: array("q"))
-    osl: array = field(default_factory=lambda: array("q"))
-    prefix: array = field(default_factory=lambda: array("q"))  # index into prefix_names, -1 = none
-    prefix_tokens: array = field(default_factory=lambda: array("q"))
-    prefix_names: list[str] = field(default_factory=list)
-    order: array | None = None  # row indices by arrival time (None: the file is in order)
-
-    def __len__(self) -> int:
-        return len(self.arrival)
-
-    def index(self, k: int) -> int:
-        """The row replayed k-th."""
-        return self.order[k] if self.order is not None else k
-
-    def sort(self) -> None:
-        arrival = self.arrival
-        if any(arrival[i] > arrival[i + 1] for i in range(len(arrival) - 1)):
-            self.order = array("q", sorted(range(len(arrival)), key=arrival.__getitem__))  # stable: ties by row
-
-
-def _plain_count(cell: Any) -> int | None:
-    """A token count written plainly (CSV digits or a JSON integer) in 1..MAX_COUNT, else None."""
-    if type(cell) is str:
-        if "_" in cell:  # int() reads '1_000'; the number rule does not
-            return None
-        try:
-            cell = int(cell)
-        except ValueError:
-            return None
-    elif type(cell) is not int:
-        return None
-    return cell if 0 < cell <= MAX_COUNT else None
-
-
-def _plain_time(cell: Any) -> float | None:
-    """A time written plainly (CSV text or a JSON number) within the rule's magnitudes, else None."""
-    if type(cell) is str:
-        if "_" in cell:
-            return None
-        try:
-            cell = float(cell)
-        except ValueError:
-            return None
-    elif type(cell) is int or type(cell) is float:
-        cell = float(cell)
-    else:
-        return None
-    if -MAX_MAGNITUDE <= cell <= MAX_MAGNITUDE and (cell == 0 or abs(cell) >= MIN_MAGNITUDE):
-        return cell
-    return None
-
-
-def _fast_row(rows: TraceRows, arrival: Any, isl: Any, osl: Any) -> bool:
-    """Append a row whose cells are plain numbers in range without the general checks; False where
-    any cell needs them (they then say what is wrong)."""
-    time_s, input_tokens, output_tokens = _plain_time(arrival), _plain_count(isl), _plain_count(osl)
-    if time_s is None or input_tokens is None or output_tokens is None:
-        return False
-    rows.arrival.append(time_s)
-    rows.isl.append(input_tokens)
-    rows.osl.append(output_tokens)
-    rows.prefix.append(-1)
-    rows.prefix_tokens.append(0)
-    return True
-
-
-def read_trace(path: str | Path) -> TraceRows:
-    """Parse a JSONL or CSV trace (by suffix: .jsonl/.json, else CSV) row by row into columns.
-    Errors name the file, the row (1 = first data row) and the column."""
-    p = Path(path)
-    if p.is_dir():
-        raise InferSimError(f"trace {path}: is a directory, not a JSONL or CSV trace")
-    if not p.exists():
-        raise InferSimError(f"trace {path}: no such file")
-    rows = TraceRows(str(p))
-    prefix_ids: dict[str, int] = {}
-    jsonl = p.suffix in (".jsonl", ".json")
-    number = 0
-    try:
-        with p.open(encoding="utf-8", newline="" if not jsonl else None) as fh:
-            if jsonl:
-                for number, record in _rows_jsonl(p, fh):
-                    if "prefix_id" in record or not _fast_row(rows, *_json_cells(record)):
-                        _add_row(rows, p, number, record.get, None, prefix_ids)
-            else:
-                reader = csv.reader(fh)  # read once, front to back: a pipe works too
-                header = [h.strip() for h in next(reader, None) or ()]
-                columns = {f: _column(header, f) for f in COLUMN_NAMES}
-                for required in ("arrival_s", "input_tokens", "output_tokens"):
-                    if header and columns[required] is None:
-                        raise InferSimError(f"trace {p}: no column for {required} (accepted names: "
-                                            f"{', '.join(COLUMN_NAMES[required])})")
-                positions = {name: i for i, name in enumerate(header)}
-                width = len(header)
-                at, it, ot = (positions.get(columns[f] or "", 0) for f in ("arrival_s", "input_tokens", "output_tokens"))
-                plain = columns["prefix_id"] is None
-                for number, cells in enumerate(reader, 1):
-                    if not cells:
-                        continue
-                    if plain and len(cells) >= width and _fast_row(rows, cells[at], cells[it], cells[ot]):
-                        continue
-                    _add_row(rows, p, number, _csv_getter(positions, cells), columns, prefix_ids)
-    except UnicodeDecodeError as exc:
-        raise InferSimError(f"trace {p}: not a UTF-8 text file (byte {exc.object[exc.start:exc.start + 1]!r} "
-                            f"after row {number}): a JSONL or CSV trace is text") from None
-    except csv.Error as exc:
-        raise InferSimError(f"trace {p}: row {number + 1}: not a CSV row ({exc})") from None
-    except OSError as exc:
-        raise InferSimError(f"trace {p}: cannot read: {exc.strerror or exc}") from None
-    if not len(rows):
-        raise InferSimError(f"trace {p}: no rows")
-    rows.prefix_names = list(prefix_ids)
-    rows.sort()
-    return rows
-
-
-def _csv_getter(positions: dict[str, int], cells: list[str]) -> Callable[[str], Any]:
-    def get(name: str) -> Any:
-        i = positions.get(name)
-        return cells[i] if i is not None and i < len(cells) else None
-    return get
-
-
-def _json_cells(record: dict[str, Any]) -> tuple[Any, Any, Any]:
-    def first(field_: str) -> Any:
-        for name in COLUMN_NAMES[field_]:
-            value = record.get(name)
-            if value is not None:
-                return value
-        return None
-    return first("arrival_s"), first("input_tokens"), first("output_tokens")
-
-
-def _rows_jsonl(p: Path, fh: Any) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in enumerate(fh, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InferSimError(f"trace {p}: row {number}: not a JSON object ({exc.msg})") from None
-        except ValueError:  # an integer of more than 4,300 digits
-            raise InferSimError(f"trace {p}: row {number}: holds a number too long to read (Python reads at most "
-                                "4,300 digits)") from None
-        if not isinstance(record, dict):
-            raise InferSimError(f"trace {p}: row {number}: expected a JSON object, got {echo(record)}")
-        yield number, record
-
-
-def _add_row(rows: TraceRows, p: Path, number: int, get: Callable[[str], Any],
-             columns: dict[str, str | None] | None, prefix_ids: dict[str, int]) -> None:
-    def name_of(field_: str) -> str | None:
-        if columns is not None:
-            return columns[field_]
-        return next((c for c in COLUMN_NAMES[field_] if get(c) is not None), None)
-
-    def cell(field_: str) -> tuple[Any, str]:
-        name = name_of(field_)
-        if name is None:
-            raise InferSimError(f"trace {p}: row {number}: no field for {field_} (accepted names: "
-                                f"{', '.join(COLUMN_NAMES[field_])})")
-        value = get(name)
-        where = f"trace {p}: row {number}, column {name}"
-        if value is None or (isinstance(value, str) and not value.strip()):
-            raise InferSimError(f"{where}: empty")
-        return value, where
-
-    arrival = _timestamp(*cell("arrival_s"))
-    isl = _tokens(*cell("input_tokens"))
-    osl = _tokens(*cell("output_tokens"))
-    prefix, prefix_tokens = -1, 0
-    pid_column = name_of("prefix_id")
-    pid = get(pid_column) if pid_column else None
-    if pid not in (None, ""):
-        pid = str(pid)
-        ptok_column = name_of("prefix_tokens")
-        if ptok_column is None or get(ptok_column) in (None, ""):
-            raise InferSimError(f"trace {p}: row {number}, column prefix_tokens: needed with a prefix_id")
-        prefix_tokens = _tokens(*cell("prefix_tokens"), minimum=0)
-        if prefix_tokens > isl:
-            raise InferSimError(f"trace {p}: row {number}, column prefix_tokens: {prefix_tokens} is more than "
-                                f"the row's {isl} input tokens")
-        prefix = prefix_ids.setdefault(pid, len(prefix_ids))
-    rows.arrival.append(arrival)
-    rows.isl.append(isl)
-    rows.osl.append(osl)
-    rows.prefix.append(prefix)
-    rows.prefix_tokens.append(prefix_tokens)
-
-
-@dataclass(frozen=True)
-class TraceReplay:
-    """The rows of a trace a run replays: the first `count` by arrival time, times relative to the
-    first and multiplied by `time_scale`."""
-
-    rows: TraceRows
-    count: int
-    time_scale: float = 1.0
-
-    def __iter__(self) -> Iterator[Request]:
-        rows, scale = self.rows, self.time_scale
-        start = rows.arrival[rows.index(0)]
-        names = rows.prefix_names
-        for k in range(self.count):
-            i = rows.index(k)
-            prefix = rows.prefix[i]
-            yield Request(k, (rows.arrival[i] - start) * scale, rows.isl[i], rows.osl[i],
-                          names[prefix] if prefix >= 0 else "", rows.prefix_tokens[i])
-
-    def note(self) -> str | None:
-        dropped = len(self.rows) - self.count
-        if not dropped:
-            return None
-        return (f"trace {self.rows.path}: replaying the first {self.count:,} of its {len(self.rows):,} rows by arrival "
-                f"time (num_requests); {dropped:,} rows dropped")
-
-    def mean_lengths(self) -> tuple[float, float]:
-        rows = self.rows
-        isl = sum(rows.isl[rows.index(k)] for k in range(self.count))
-        osl = sum(rows.osl[rows.index(k)] for k in range(self.count))
-        return isl / self.count, osl / self.count
-
-
-def trace_replay(path: str | Path, num_requests: int | None = None, time_scale: float = 1.0) -> TraceReplay:
-    """Read a trace for replay: all its rows, or the first `num_requests` by arrival time."""
-    scale = float(check_number(time_scale, "serve", "trace_time_scale", gt=0))
-    rows = read_trace(path)
-    count = len(rows) if num_requests is None else min(int(num_requests), len(rows))
-    if count > MAX_REQUESTS:
-        raise InferSimError(f"trace {rows.path}: {count:,} rows to replay, at most {MAX_REQUESTS:,} per run: give "
-                            f"num_requests (--num-requests) to replay the first ones")
-    span = (rows.arrival[rows.index(count - 1)] - rows.arrival[rows.index(0)]) * scale
-    if not span <= MAX_SPAN_S:
-        raise _span_error(f"trace {rows.path} (rows {rows.index(0) + 1:,} to {rows.index(count - 1) + 1:,})", span)
-    return TraceReplay(rows, count, scale)
-
-
-def load_trace(path: str | Path, num_requests: int | None = None, time_scale: float = 1.0) -> list[Request]:
-    """The requests of a trace (see trace_replay), as a list."""
-    return list(trace_replay(path, num_requests, time_scale))
-
-
-@dataclass(frozen=True)
-class TraceLengths:
-    """(input, output) pairs drawn with replacement from a trace's rows, jointly."""
-
-    rows: TraceRows
-    seed: int
-
-    def apply(self, requests: Iterable[Request]) -> Iterator[Request]:
-        rows = self.rows
-        rng = random.Random(self.seed + 2)
-        indices = range(len(rows))
-        for r in requests:
-            i = rows.index(rng.choice(indices))
-            yield replace(r, input_tokens=rows.isl[i], output_tokens=rows.osl[i])
-
-
-def lengths_from_trace(requests: list[Request], path: str | Path, seed: int) -> list[Request]:
-    """`requests` with their (input, output) lengths drawn with replacement from the rows of a trace."""
-    return list(TraceLengths(read_trace(path), seed).apply(requests))
-
-
-# ---------------------------------------------------------------------------------------------
-# A run's arrivals
-
-
-@dataclass
-class Arrivals:
-    """The requests of one run, generated afresh (identically) by every call of `requests()`: a
-    first pass measures them (count, mean lengths, notes), the simulation takes the second."""
-
-    requests: Callable[[], Iterator[Request]]
-    count: int
-    mean_isl: float
-    mean_osl: float
-    notes: list[str] = field(default_factory=list)
-
-
-def generated_arrivals(make: Callable[[tuple[LengthTally, LengthTally] | None], Iterator[Request]],
-                       isl: LengthDist, osl: LengthDist, isl_name: str, osl_name: str,
-                       lengths: TraceLengths | None = None, count: int | None = None) -> Arrivals:
-    """Arrivals from a seeded generator `make(tallies)`; one pass counts and measures them (none
-    where both lengths are fixed: the means are the lengths)."""
-    if isl.dist == "fixed" and osl.dist == "fixed" and lengths is None and count is not None:
-        return Arrivals(lambda: make(None), count, float(isl.clip(isl.mean)), float(osl.clip(osl.mean)))
-    tallies = (LengthTally(isl_name, isl), LengthTally(osl_name, osl))
-    count = total_isl = total_osl = 0
-    first: Iterable[Request] = make(tallies)
-    if lengths is not None:
-        first = lengths.apply(first)
-    for r in first:
-        count += 1
-        total_isl += r.input_tokens
-        total_osl += r.output_tokens
-    notes = [] if lengths is not None else [n for n in (t.note() for t in tallies) if n]
-
-    def again() -> Iterator[Request]:
-        stream = make(None)
-        return lengths.apply(stream) if lengths is not None else stream
-
-    return Arrivals(again, count, total_isl / count, total_osl / count, notes)

@@ -83,7 +83,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     progress.add_argument("--progress", dest="progress", action="store_true", default=None,
                           help="always draw the progress bar (default: when stderr is a terminal)")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never draw it")
-    from infersim.run_flags import add_run_flags
+    from infersim.cli import add_run_flags
 
     add_run_flags(p, batch=False)
 
@@ -167,7 +167,7 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
     if args.price_per_gpu_hour is not None and not args.price_per_gpu_hour > 0:
         raise InferSimError(f"--price-per-gpu-hour must be positive (got {args.price_per_gpu_hour})")
     from infersim.cli import print_notes
-    from infersim.run_flags import flags_from_args
+    from infersim.cli import flags_from_args
 
     base = load_base(args.config, args.overrides, args.mfu_tables, flags_from_args(args))
     print_notes(base.config)

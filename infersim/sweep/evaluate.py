@@ -209,9 +209,10 @@ class Evaluator:
         # tuples compare element by element, identity first: the cards are mostly the same objects
         if key != self._memory_key:
             # the last result misses whenever a deployment axis varies faster than the batch: look
-            # further back, on the cards' identities (derived cards are cached, so equal cards are
-            # mostly the same object; a miss only recomputes) and the deployment's value
-            memo_key = (id(model), id(hw), dep, work.isl, work.osl, work.prefill_tokens_per_gpu, id(run), batch)
+            # further back, on the identities of the cards and the completed deployment (derived
+            # cards and completed layouts are cached, so equal ones are mostly the same object; a
+            # miss only recomputes)
+            memo_key = (id(model), id(hw), id(dep), work.isl, work.osl, work.prefill_tokens_per_gpu, id(run), batch)
             entry = self._memories.get(memo_key)
             if entry is None:
                 drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
@@ -219,9 +220,9 @@ class Evaluator:
                                     prefill_step_tokens(work, self.engine, hw, dep), offload=True)
                 if len(self._memories) >= 256:
                     self._memories.clear()
-                # the entry holds the cards and run, so their ids cannot be reused while it exists
-                entry = self._memories[memo_key] = (model, hw, run, mem)
-            self._memory = entry[3]
+                # the entry holds the cards, deployment and run, so their ids cannot be reused while it exists
+                entry = self._memories[memo_key] = (model, hw, dep, run, mem)
+            self._memory = entry[4]
             self._memory_key = key
         return self._memory
 

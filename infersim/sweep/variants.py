@@ -18,17 +18,19 @@ from typing import Any, Sequence
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model
 from infersim.config import (
-    AttentionLayout,
-    Deployment,
-    FfnLayout,
     RunConfig,
-    Workload,
-    complete_layout,
     load_hardware_card,
     load_model_card,
     load_run_config,
     parse_override,
     read_run_mapping,
+)
+from infersim.deployment import (
+    AttentionLayout,
+    Deployment,
+    FfnLayout,
+    Workload,
+    complete_layout,
     with_checkpoint_precision,
     with_engine_defaults,
     without_checkpoint_precision,

@@ -61,7 +61,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                              "without step markers)")
     parser.add_argument("--steps", action="store_true", help="text: also list every step found")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-    from infersim.run_flags import add_run_flags
+    from infersim.cli import add_run_flags
 
     add_run_flags(parser)
     parser.set_defaults(handler=run_compare)
@@ -151,7 +151,7 @@ def _compare_one_batch(args: argparse.Namespace, objects: list[tuple[int, Any]],
     """sglang.bench_one_batch lines: one static batch, held against one simulated step of each stage."""
     from infersim.cards.schema import build
     from infersim.cli import load_config_from_args
-    from infersim.config import Workload
+    from infersim.deployment import Workload
     from infersim.simulate import simulate
     from infersim.trace.bench import bench_workload, compare_bench_record, parse_bench_record
     from infersim.trace.report import bench_json, bench_text
@@ -186,7 +186,7 @@ def _compare_serving(args: argparse.Namespace, objects: list[tuple[int, Any]], r
 
     from infersim.cli import print_notes
     from infersim.config import load_run_config, read_run_mapping
-    from infersim.run_flags import flags_from_args
+    from infersim.cli import flags_from_args
     from infersim.serve.bench_result import compare_serving, parse_serving_result, serve_options, with_engine
     from infersim.serve.cli import serve_title
     from infersim.serve.report import serving_comparison_json, serving_comparison_text
@@ -231,8 +231,15 @@ def run_from_trace(args: argparse.Namespace, command: str) -> int:
     """Learn a kernel-table directory from a trace, write it, and check it against the trace."""
     from infersim.config import load_run_config
     from infersim.simulate import simulate
-    from infersim.trace.learn import (check_stages, elementwise_efficiency, learn, learn_host, read_traced_run,
-                                      table_directory, traced_workload, write_learned_tables)
+    from infersim.trace.learn import (
+        check_stages,
+        elementwise_efficiency,
+        learn,
+        learn_host,
+        table_directory,
+        write_learned_tables,
+    )
+    from infersim.trace.traced_run import read_traced_run, traced_workload
     from infersim.trace.report import learned_text
 
     regions = tuple(name.strip() for name in (args.step_regions or "").split(",") if name.strip())

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.trace.records import LaneMeasure, StageMeasure
 
 

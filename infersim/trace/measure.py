@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 
-from infersim.modules import categories as cat
+from infersim import categories as cat
 from infersim.trace.attribution import Kernel, Lane
 from infersim.trace.host import HostWaits, StepHost, step_host
 from infersim.trace.layers import assign_marked_layers, assign_modules, assign_pattern_layers

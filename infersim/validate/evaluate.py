@@ -19,8 +19,9 @@ from typing import Any
 
 from infersim.cards.schema import build, check_number, load_yaml
 from infersim.errors import MISSING, ConfigError, InferSimError
-from infersim.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables, TokenExchangeShape
-from infersim.modules import categories as cat
+from infersim.comm_shapes import TokenExchangeShape
+from infersim.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables
+from infersim import categories as cat
 from infersim.validate.mapping import KERNEL_KINDS, STAGE_FROM, STAGE_KINDS, Conversion, PointMapping, fit_run_to_spec
 
 WITHIN = 0.15  # the share of points within this |error| is reported

@@ -3,11 +3,13 @@ them as a table directory with provenance, row by row.
 
     python -m infersim mfu bench --out mfu_tables/measured/h100-sxm/torch-2.11.0/ --time-budget 540
 
-One idea per module, imports pointing down (cases <- plan, torch_backend <- writer <- runner):
+One idea per module, imports pointing down (cases <- plan, environment <- torch_backend, timers <- writer <- runner):
   cases          what one timing is: GEMM, grouped GEMM, attention, elementwise kernel, host probe;
                  the rows and the file it becomes (the imported tables' layout)
   plan           which cases, from the model cards and the comparison grid, in passes
-  torch_backend  launching them through PyTorch as HF transformers does; versions, clocks; timers
+  torch_backend  launching them through PyTorch as HF transformers does; the host probes
+  environment    the device, versions and clocks the provenance records
+  timers         CUDA events (L2 flushed for memory-bound kernels) or the wall clock (--device cpu)
   writer         the table directory written as rows arrive (always loadable)
   runner         the loop: budget, skips, failures, SIGTERM; peak FLOP/s of the device
 Tests inject a fake backend and timer; without torch or a CUDA device `TorchBackend.create` raises
@@ -37,15 +39,9 @@ from infersim.mfu.bench.plan import (
     plan_cases,
 )
 from infersim.mfu.bench.runner import BenchResult, hardware_card_for, host_costs, peaks_for, run_bench
-from infersim.mfu.bench.torch_backend import (
-    CudaEventTimer,
-    Environment,
-    HostResult,
-    NoGpuError,
-    Prepared,
-    TorchBackend,
-    WallClockTimer,
-)
+from infersim.mfu.bench.environment import Environment
+from infersim.mfu.bench.timers import CudaEventTimer, WallClockTimer
+from infersim.mfu.bench.torch_backend import HostResult, NoGpuError, Prepared, TorchBackend
 from infersim.mfu.bench.writer import TableWriter
 
 __all__ = [

@@ -27,7 +27,8 @@ from infersim.mfu.bench.cases import (
     estimated_seconds,
     table_file,
 )
-from infersim.mfu.bench.torch_backend import Environment, HostResult, Prepared
+from infersim.mfu.bench.environment import Environment
+from infersim.mfu.bench.torch_backend import HostResult, Prepared
 from infersim.mfu.bench.writer import TableWriter
 from infersim.mfu.format import efficiency_of
 

@@ -1,5 +1,5 @@
 """The kernels `mfu bench` times, launched through PyTorch as HuggingFace transformers launches them,
-and the timers. torch (and transformers, for one host probe) are imported lazily: neither is a
+and the host probes. torch (and transformers, for one host probe) are imported lazily: neither is a
 dependency of the simulator.
 
 Kernels and the library that runs each (recorded per table in the provenance):
@@ -13,8 +13,8 @@ Kernels and the library that runs each (recorded per table in the provenance):
                  pinned with torch.nn.attention.sdpa_kernel while timing, so the table names it
   elementwise    the ATen kernels of infersim.kernels.ELEMENTWISE_OPS
   host           CPU-side costs: see cases.HOST_PROBES
-Timers: CudaEventTimer on a GPU, WallClockTimer for `--device cpu` smoke runs (which prove the harness
-end to end and measure nothing about any GPU).
+How a launch is timed: infersim.mfu.bench.timers; the device and versions recorded:
+infersim.mfu.bench.environment.
 """
 
 from __future__ import annotations
@@ -28,28 +28,19 @@ from typing import Any, Callable, Sequence
 from infersim.errors import InferSimError
 from infersim.mfu.bench.cases import (
     AttentionCase,
-    BenchCase,
     ElementwiseCase,
     GemmCase,
     GroupedGemmCase,
     HostCase,
     TimedCase,
     input_bytes,
-    is_memory_bound,
 )
+from infersim.mfu.bench.environment import Environment, loaded_cublas_version, module_version, read_clocks
 from infersim.mfu.format import DeviceInfo
 
 
 class NoGpuError(InferSimError):
     """The harness needs a CUDA GPU and PyTorch (or `--device cpu` for a smoke run); this machine lacks one."""
-
-
-@dataclass(frozen=True)
-class Environment:
-    """What the kernels run on: the device and the software versions (plain strings)."""
-
-    device: DeviceInfo
-    software: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -67,69 +58,6 @@ class HostResult:
 
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-
-# ---------------------------------------------------------------------------------------------
-# Versions and clocks
-
-
-def nvidia_smi(query: str) -> list[str]:
-    """One line of `nvidia-smi --query-gpu=QUERY` for the first GPU, split; [] without nvidia-smi."""
-    import subprocess
-
-    try:
-        done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    first = done.stdout.strip().splitlines()[:1]
-    return [v.strip() for v in first[0].split(",")] if first else []
-
-
-def module_version(name: str) -> str | None:
-    try:
-        module = __import__(name)
-    except Exception:  # noqa: BLE001 - an optional library that fails to import is simply absent
-        return None
-    return str(getattr(module, "__version__", "unknown"))
-
-
-def loaded_cublas_version() -> str:
-    """The cuBLAS this process loaded (cublasGetProperty on the library in /proc/self/maps), or 'unknown'."""
-    import ctypes
-
-    try:
-        with open("/proc/self/maps") as maps:
-            path = next((line.split()[-1] for line in maps
-                         if "libcublas.so" in line and "libcublasLt" not in line), None)
-        if path is None:
-            return "unknown"
-        library = ctypes.CDLL(path)
-        parts = []
-        for prop in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
-            value = ctypes.c_int()
-            if library.cublasGetProperty(prop, ctypes.byref(value)) != 0:
-                return "unknown"
-            parts.append(str(value.value))
-        return ".".join(parts)
-    except Exception:  # noqa: BLE001 - a version we cannot read is recorded as unknown
-        return "unknown"
-
-
-CLOCK_QUERY = "clocks.max.sm,clocks.max.memory,clocks.sm,clocks.mem,power.limit,driver_version"
-CLOCK_NAMES = ("sm_max_mhz", "memory_max_mhz", "sm_mhz", "memory_mhz", "power_limit_w")
-
-
-def read_clocks(suffix: str = "") -> tuple[dict[str, float], str]:
-    """GPU clocks (MHz) and power limit (W) from nvidia-smi, names suffixed (e.g. '_at_end'); and the driver."""
-    values = nvidia_smi(CLOCK_QUERY)
-    clocks: dict[str, float] = {}
-    for name, value in zip(CLOCK_NAMES, values[:5]):
-        try:
-            clocks[name + suffix] = float(value)
-        except ValueError:
-            pass
-    return clocks, (values[5] if len(values) > 5 else "unknown")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -629,73 +557,3 @@ def count_cpu_kernel_ops(events: Any) -> int:
             continue  # a Python scalar wrapped into a CPU tensor: no kernel on CUDA
         count += 1
     return count
-
-
-# ---------------------------------------------------------------------------------------------
-# Timers
-
-
-class CudaEventTimer:
-    """Warm-up launches (at least `warmup` and `min_warmup_seconds`), then `repeats` runs each between
-    two CUDA events, the median kept. Long kernels get fewer repeats (at least 3, about `max_timed_seconds`
-    of timed work). Before each timed run of a memory-bound GEMM, grouped GEMM or attention case a buffer
-    twice the L2 size is written, so its weights and cache come from HBM as in a real step; elementwise
-    cases keep L2 warm (in an eager chain their input is the previous kernel's output)."""
-
-    def __init__(self, torch: Any, l2_bytes: int, warmup: int = 5, repeats: int = 20,
-                 min_warmup_seconds: float = 0.01, max_timed_seconds: float = 0.25) -> None:
-        self.torch = torch
-        self.warmup = warmup
-        self.repeats = repeats
-        self.min_warmup_seconds = min_warmup_seconds
-        self.max_timed_seconds = max_timed_seconds
-        self._flush = torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device="cuda")
-        self.description = (f"CUDA events around each run, median of up to {repeats} runs (at least 3, about "
-                            f"{max_timed_seconds:g} s of timed work) after >= {warmup} warm-up runs and >= "
-                            f"{min_warmup_seconds * 1e3:g} ms; a {2 * l2_bytes / 2**20:.0f} MiB buffer written before "
-                            f"each run of memory-bound GEMM, grouped GEMM and attention kernels (intensity < 300 "
-                            f"FLOP/byte) to flush L2; elementwise kernels with L2 warm")
-
-    def measure(self, case: TimedCase, launch: Callable[[], Any]) -> float:
-        torch = self.torch
-        flush = is_memory_bound(case) and not isinstance(case, ElementwiseCase)
-        began = time.perf_counter()
-        runs = 0
-        while runs < self.warmup or time.perf_counter() - began < self.min_warmup_seconds:
-            launch()
-            runs += 1
-            if runs % 8 == 0:
-                torch.cuda.synchronize()
-        torch.cuda.synchronize()
-        per_run = (time.perf_counter() - began) / runs
-        repeats = max(3, min(self.repeats, int(self.max_timed_seconds / max(per_run, 1e-9))))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(repeats)]
-        for start, end in events:
-            if flush:
-                self._flush.zero_()
-            start.record()
-            launch()
-            end.record()
-        torch.cuda.synchronize()
-        return statistics.median(start.elapsed_time(end) for start, end in events) * 1e-3
-
-
-class WallClockTimer:
-    """For `--device cpu` smoke runs: CPU kernels run synchronously, so the wall time of each call is
-    its time. Median of `repeats` after `warmup` calls."""
-
-    def __init__(self, warmup: int = 1, repeats: int = 3) -> None:
-        self.warmup = warmup
-        self.repeats = repeats
-        self.description = f"wall clock around each call on the CPU, median of {repeats} after {warmup} warm-up calls"
-
-    def measure(self, case: BenchCase, launch: Callable[[], Any]) -> float:
-        for _ in range(self.warmup):
-            launch()
-        samples = []
-        for _ in range(self.repeats):
-            began = time.perf_counter()
-            launch()
-            samples.append(time.perf_counter() - began)
-        return statistics.median(samples)

@@ -5,7 +5,7 @@ out-of-memory, a kernel that raises. So nothing waits for the end: the provenanc
 the first kernel (complete: false), each row is appended to its CSV and flushed as soon as it is
 measured, and the provenance is rewritten (atomically) whenever a table or a library appears, so the
 directory loads at any moment with every row measured so far. `finish` records the notes (what was not
-measured and why) and marks it complete. Every value goes through `format.plain` (a TorchVersion is a
+measured and why) and marks it complete. Every value goes through `table_files.plain` (a TorchVersion is a
 str subclass that yaml.safe_dump refuses: that one value once lost a whole H100 run).
 """
 
@@ -19,18 +19,8 @@ from typing import IO, Sequence
 
 from infersim.cards.schema import load_yaml
 from infersim.errors import InferSimError
-from infersim.mfu.format import (
-    FORMAT_VERSION,
-    PROVENANCE_FILE,
-    DeviceInfo,
-    Provenance,
-    Row,
-    TableInfo,
-    measured_columns,
-    plain,
-    provenance_yaml_text,
-    row_cells,
-)
+from infersim.mfu.format import FORMAT_VERSION, PROVENANCE_FILE, DeviceInfo, Provenance, Row, TableInfo
+from infersim.mfu.table_files import measured_columns, plain, provenance_yaml_text, row_cells
 
 TABLE_DESCRIPTIONS = {
     "gemm": "dense GEMM C = A @ W^T as nn.Linear runs it, over M, for each (K, N) of the model cards and of the "

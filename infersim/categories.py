@@ -1,4 +1,10 @@
-"""The module categories every time is reported under; trace comparison maps kernels onto them."""
+"""The names a step is described in: the module categories every time is reported under, and the
+operations a step plan holds.
+
+A vocabulary shared from the bottom of the package up: engine cards name operations
+(fused_operations, checked on load), the modules build operations under these names, the stage
+engine and the report group times by category, trace comparison maps kernels onto them.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ offloaded every unit's weights are fetched from host memory (or NVMe) before it 
 cache offloaded every layer's past keys and values are fetched too, and the new entries go back.
 The runtime fetches one unit ahead (ZeRO-3 prefetch with two buffers), so a pass takes about the
 first unit's transfer plus, per unit, the larger of its compute and the next unit's transfer.
+
+The `generate` subcommand's offload (whole layers, ZeRO-Inference) and the stage engine's partial
+weight offload (infersim.weight_offload) both price their passes with this schedule.
 """
 
 from __future__ import annotations

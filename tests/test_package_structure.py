@@ -1,0 +1,206 @@
+"""The package's shape: imports run down the declared layers only, no import cycle, no god-module.
+
+Every `import` and `from ... import` of every module of infersim/ counts, wherever it stands: at
+the top, inside a function (a lazy import is still a dependency, only a later one), under `if
+TYPE_CHECKING:`. Importing `infersim.a.b` also runs `infersim/a/__init__.py`, so that package is an
+import too. The layers, lowest first, are the ones docs/architecture.md draws; a module belongs to
+the layer of the longest prefix that names it. A module may import its own layer's modules and any
+lower layer's, never a higher layer's, and the imports of the whole package form no cycle. When
+something above is needed below, it moves down (docs/architecture.md says how the last ones did).
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from conftest import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "infersim"
+
+#: (layer, what it holds, module prefixes), lowest first
+LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("foundation", "errors, units, sharding checks, caches, text tables: nothing about models or GPUs",
+     ("infersim", "infersim.errors", "infersim.units", "infersim.sharding", "infersim.stats", "infersim.diskcache",
+      "infersim.codecache", "infersim.texttable")),
+    ("cards", "facts: model, hardware and engine cards, a run's deployment and workload, the names of modules "
+              "and operations",
+     ("infersim.cards", "infersim.deployment", "infersim.categories")),
+    ("shapes", "what a step runs: kernel shapes and the cost record, the plan of operations",
+     ("infersim.kernels", "infersim.comm_shapes", "infersim.plan")),
+    ("costing", "what a kernel costs (measured tables, roofline, collectives, host transfers) and the "
+                "operations of each module (attention, FFN/MoE, linear attention, communication)",
+     ("infersim.mfu", "infersim.timing", "infersim.modules", "infersim.weight_offload", "infersim.host_transfer")),
+    ("engine", "the stage engine: a plan's costs composed into a step",
+     ("infersim.engine",)),
+    ("run", "one run: its config loaded, memory, prefill and decode, speculative decoding",
+     ("infersim.config", "infersim.run_flags", "infersim.memory", "infersim.simulate", "infersim.speculative")),
+    ("drivers", "runs put to work: serving, sweeps, generation, validation, traces; tables measured, "
+                "imported, learned or compared",
+     ("infersim.serve", "infersim.sweep", "infersim.generate", "infersim.validate", "infersim.trace",
+      "infersim.mfu.bench", "infersim.mfu.importer", "infersim.mfu.aiconfigurator",
+      "infersim.mfu.aiconfigurator_convert", "infersim.mfu.compare")),
+    ("presentation", "reports, figures and the command line",
+     ("infersim.report", "infersim.plot", "infersim.cli", "infersim.cli_cards", "infersim.__main__",
+      "infersim.mfu.cli", "infersim.trace.cli", "infersim.trace.report", "infersim.serve.cli", "infersim.serve.report",
+      "infersim.sweep.cli", "infersim.sweep.output", "infersim.generate.cli", "infersim.generate.report",
+      "infersim.validate.cli", "infersim.validate.report")),
+)
+
+#: imports allowed against the layers, "importer -> imported": reason. None today; an entry must
+#: say why the import cannot go down instead.
+ALLOWED_UPWARD: dict[str, str] = {}
+
+#: the most lines a module may have. Files past it were split along their seams (issue 30: the four
+#: largest files of the package, 800-1,100 lines, were too big to hold in one's head, and the
+#: admired projects' god-modules grew back where nothing checked their size). A module that
+#: reaches it is split where its sections already are, not given a larger budget.
+MAX_MODULE_LINES = 600
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    where: str  # file:line
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.importer} imports {self.imported}"
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The module an imported dotted name is (or lives in): `infersim.kernels.GemmShape` -> infersim.kernels."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def package_imports() -> list[Import]:
+    """Every import of one infersim module by another, top-level or lazy, with its file and line."""
+    modules = module_files()
+    found = []
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([base] if base else []))
+                # `from infersim.modules import eager` imports a module; `from infersim.kernels import Cost` a name
+                names = [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            where = f"{path.relative_to(REPO_ROOT)}:{node.lineno}"
+            for name in names:
+                target = _resolve(name, modules) if name.startswith("infersim") else None
+                if target is None:
+                    continue
+                if target != module:
+                    found.append(Import(module, target, where))
+                # importing infersim.a.b runs infersim/a/__init__.py first (unless the importer is inside infersim.a)
+                parts = target.split(".")
+                for parent in (".".join(parts[:i]) for i in range(2, len(parts))):
+                    if parent != module and not module.startswith(parent + "."):
+                        found.append(Import(module, parent, where))
+    return found
+
+
+def layer_of(module: str) -> int:
+    """Index in LAYERS of the layer naming `module` by its longest prefix (-1: none does)."""
+    best, best_length = -1, -1
+    for index, (_name, _what, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            # the package itself ("infersim": its __init__) names no module below it
+            covers = module == prefix or (prefix != "infersim" and module.startswith(prefix + "."))
+            if covers and len(prefix) > best_length:
+                best, best_length = index, len(prefix)
+    return best
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [m for m in module_files() if layer_of(m) < 0]
+    assert not unplaced, f"modules in no layer (add them to LAYERS): {unplaced}"
+
+
+def test_imports_run_down_the_layers() -> None:
+    upward = []
+    for imp in package_imports():
+        low, high = layer_of(imp.importer), layer_of(imp.imported)
+        if high > low and f"{imp.importer} -> {imp.imported}" not in ALLOWED_UPWARD:
+            upward.append(f"{imp} ({LAYERS[low][0]} imports {LAYERS[high][0]})")
+    assert not upward, "imports against the layer order:\n" + "\n".join(sorted(set(upward)))
+
+
+def test_no_import_cycle() -> None:
+    edges: dict[str, dict[str, str]] = {}
+    for imp in package_imports():
+        edges.setdefault(imp.importer, {}).setdefault(imp.imported, imp.where)
+    cycle = _find_cycle(edges)
+    assert cycle is None, "import cycle:\n" + "\n".join(
+        f"{edges[a][b]}: {a} imports {b}" for a, b in zip(cycle, cycle[1:]))
+
+
+def _find_cycle(edges: dict[str, dict[str, str]]) -> list[str] | None:
+    """One cycle of the graph as [a, b, ..., a], or None (depth-first, iterative)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in sorted(edges):
+        if state.get(start):
+            continue
+        path, stack = [start], [iter(sorted(edges.get(start, ())))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(edges.get(nxt, ()))))
+    return None
+
+
+def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
+    # the import reader counts an import inside a function, and the cycle search finds a cycle of three
+    imports = package_imports()
+    assert any(i.importer == "infersim.cli" and i.imported == "infersim.simulate" for i in imports)  # lazy there
+    assert _find_cycle({"a": {"b": ""}, "b": {"c": ""}, "c": {"a": ""}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b": ""}, "b": {"c": ""}}) is None
+    assert layer_of("infersim.mfu.bench.runner") > layer_of("infersim.mfu.lookup") > layer_of("infersim.kernels")
+
+
+def test_no_module_past_the_line_budget() -> None:
+    too_long = {str(path.relative_to(REPO_ROOT)): n for path in module_files().values()
+                if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines (split them along their sections): {too_long}"
+
+
+def layer_table() -> str:
+    """The layers, lowest first, each with its modules (`python scripts/layers.py`)."""
+    files = module_files()
+    out = []
+    for index, (name, what, _prefixes) in enumerate(LAYERS):
+        members = sorted(m for m in files if layer_of(m) == index)
+        out.append(textwrap.fill(f"{index + 1}. {name}: {what}", width=100, subsequent_indent="   "))
+        out.append(textwrap.fill(", ".join(m.removeprefix("infersim.") or "infersim" for m in members), width=100,
+                                 initial_indent="   ", subsequent_indent="   "))
+    return "\n".join(out)
