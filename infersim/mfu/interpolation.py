@@ -171,7 +171,9 @@ def _build_level(points: list[tuple[tuple[float, ...], Leaf]], axes: tuple[str, 
     raw: dict[float, float] = {}
     for coords, leaf in points:
         c = interpolation.coordinate(axes[0], coords[0])
-        key = next((k for k in groups if _same(k, c)), c)
+        # an exact key is the only key within tolerance of c (a key is made only where no earlier
+        # key is, and later points within tolerance join it), so the scan is needed only off the keys
+        key = c if c in groups else next((k for k in groups if _same(k, c)), c)
         groups.setdefault(key, []).append((coords[1:], leaf))
         raw.setdefault(key, coords[0])
     ordered = sorted(groups)

@@ -337,10 +337,11 @@ def _hbm_rows(directory: Path, table_dir: TableDirectory) -> tuple[tuple[str, fl
     found = []
     for name, rows in table_dir.tables.items():
         lines = table_dir.row_lines.get(name, ())
+        table = str(directory / name)
         for i, row in enumerate(rows):
             if not hasattr(row, "dtype"):
                 continue
-            where = f"{directory / name}:{lines[i]}" if i < len(lines) else f"{directory / name}"
+            where = f"{table}:{lines[i]}" if i < len(lines) else table
             found.append((row.dtype, row.latency_us, minimum_bytes(row.shape()), where))
     return tuple(found)
 
