@@ -18,7 +18,7 @@ from infersim.errors import InferSimError
 from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
 from infersim.mfu.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
 from infersim.mfu.table_files import read_table_dir
-from infersim.mfu.interpolation import INTERPOLATIONS, build_grid
+from infersim.mfu.interpolation import INTERPOLATIONS, Interpolation, _same, build_grid
 from infersim.mfu.lookup import MfuTables, grid_points, load_tables
 
 IMPORTED = REPO_ROOT / "mfu_tables" / "imported"
@@ -391,3 +391,32 @@ def test_one_row_grids_and_attention_keep_the_slope_beyond_their_range(h800: Mfu
         assert hit.best_efficiency == 0.0  # one row: nothing else measured
         assert beyond_range(shape, hit, lambda s: roofline_rates(s, hw), H800_FP8) == hit
         assert kernel_cost(shape, hw, h800).source.value == "table"
+
+
+
+def _grouped_by_scan(values: list[float]) -> dict[float, list[int]]:
+    """The grouping of a grid level by the plain scan over every key in the order made: key ->
+    the indices of the values that joined it."""
+    groups: dict[float, list[int]] = {}
+    for i, v in enumerate(values):
+        key = next((k for k in groups if _same(k, v)), v)
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([1.0, 2.0, 1024.0, 3.5e6]), min_size=1, max_size=40),
+       st.lists(st.sampled_from([-2e-9, -1e-9, -4e-10, 0.0, 4e-10, 1e-9, 2e-9]), min_size=40, max_size=40))
+def test_a_grid_level_groups_coordinates_within_tolerance_as_a_scan_would(bases: list[float],
+                                                                         nudges: list[float]) -> None:
+    """Points within the relative tolerance (1e-9) of a key join the earliest such key; a level
+    finds it by bisection, which must group exactly as scanning every key in order does."""
+    values = [b * (1 + n) for b, n in zip(bases, nudges)]
+    seconds = [1e-6 * (i + 1) for i in range(len(values))]
+    identity = Interpolation("test", lambda axis, x: x, interpolates_time=True)
+    root = build_grid(("m",), (((v,), t, 0.5) for v, t in zip(values, seconds)), 1e15, identity).root
+    groups = _grouped_by_scan(values)
+    assert root.coords == tuple(sorted(groups))
+    for key, (mean_seconds, _eff) in zip(root.coords, root.children):
+        members = groups[key]
+        assert mean_seconds == pytest.approx(sum(seconds[i] for i in members) / len(members), rel=1e-12)

@@ -165,18 +165,38 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= _RELATIVE_TOLERANCE * max(abs(a), abs(b))
 
 
+def _key_within_tolerance(ascending: list[float], made: dict[float, int], c: float) -> float | None:
+    """The earliest-made of the keys within tolerance of `c`, or None. Those keys are a run around
+    c's place in the ascending keys (the tolerance is relative and far below 1, so moving away from c
+    the distance grows faster than the tolerance), found by bisection instead of a scan of all keys."""
+    place = bisect.bisect_left(ascending, c)
+    low = high = place
+    while low > 0 and _same(ascending[low - 1], c):
+        low -= 1
+    while high < len(ascending) and _same(ascending[high], c):
+        high += 1
+    return min(ascending[low:high], key=made.__getitem__, default=None)
+
+
 def _build_level(points: list[tuple[tuple[float, ...], Leaf]], axes: tuple[str, ...],
                  interpolation: Interpolation) -> GridNode:
+    # a point joins the earliest-made key within tolerance of its coordinate, or makes a new key
     groups: dict[float, list[tuple[tuple[float, ...], Leaf]]] = {}
     raw: dict[float, float] = {}
+    made: dict[float, int] = {}  # key -> the order it was made in
+    ascending: list[float] = []  # the keys
     for coords, leaf in points:
         c = interpolation.coordinate(axes[0], coords[0])
         # an exact key is the only key within tolerance of c (a key is made only where no earlier
-        # key is, and later points within tolerance join it), so the scan is needed only off the keys
-        key = c if c in groups else next((k for k in groups if _same(k, c)), c)
+        # key is, and later points within tolerance join it)
+        key = c if c in groups else _key_within_tolerance(ascending, made, c)
+        if key is None:
+            key = c
+            made[c] = len(made)
+            bisect.insort(ascending, c)
         groups.setdefault(key, []).append((coords[1:], leaf))
         raw.setdefault(key, coords[0])
-    ordered = sorted(groups)
+    ordered = ascending
     children: list[GridNode | Leaf] = []
     for key in ordered:
         members = groups[key]

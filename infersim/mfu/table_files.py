@@ -233,6 +233,11 @@ def _cell_parser(hint: Any) -> Callable[[str, str, str], Any]:
         return parse_int
     if hint is str:
         return lambda text, source, column: text.strip()
+    if hint is bool:
+        def parse_bool(text: str, source: str, column: str) -> Any:
+            word = text.strip().lower()
+            return word == "true" if word in ("true", "false") else _parse_cell(hint, text, source, column)
+        return parse_bool
     if get_origin(hint) is Literal:  # names (dtypes, stages, collectives): most cells of a table
         allowed = frozenset(get_args(hint))
 
@@ -285,6 +290,7 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
     for name in ZERO_WHEN_EMPTY & set(parsers):
         parsers[name] = _parse_count
     expected = row_columns(family)
+    parse_efficiency = _cell_parser(float)  # a column of the file, not a field of the row
     import csv
 
     with path.open(newline="", encoding="utf-8") as handle:
@@ -326,7 +332,7 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
                 if lines is not None:
                     lines.append(line_no)
                 continue
-            stored = _parse_cell(float, record["efficiency"], where, "efficiency")
+            stored = parse_efficiency(record["efficiency"], where, "efficiency")
             recomputed = efficiency_of(row, peak_for(row.dtype))
             if abs(stored - recomputed) > EFFICIENCY_TOLERANCE * max(recomputed, 1e-12) + 5e-7:
                 raise ConfigError(where, "efficiency", stored,
