@@ -64,7 +64,6 @@ class MoeBalanceSpec:
         ge=0, le=10)
 
 
-@hash_kept  # a memo key at every sweep point (see hash_kept)
 @dataclass(frozen=True, kw_only=True)
 class Precision:
     """Number formats of GEMM inputs, stored weights, the KV cache and attention."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from infersim.cards.schema import hash_kept, spec
+from infersim.cards.schema import spec
 from infersim.errors import MISSING, ConfigError
 
 
@@ -179,7 +179,6 @@ class OfflineLimits:
         return int(value)
 
 
-@hash_kept  # a memo key at every sweep point (see hash_kept)
 @dataclass(frozen=True, kw_only=True)
 class ModelCode:
     """How the engine's model code turns a layer into kernels, beside its GEMMs and attention
