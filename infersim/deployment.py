@@ -18,7 +18,7 @@ from typing import Any, Literal
 from infersim.cards.engine import EngineCard, ModelCode
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
-from infersim.cards.schema import spec
+from infersim.cards.schema import hash_kept, spec
 from infersim.errors import ConfigError, LayoutError
 from infersim.sharding import heads_per_rank, shard
 
@@ -99,6 +99,7 @@ class Precision:
 DEFAULT_MOE_COMM = "all-to-all"  # when neither the run, the layout nor the engine card decides
 
 
+@hash_kept  # a memo key at every sweep point (see hash_kept)
 @dataclass(frozen=True, kw_only=True)
 class Deployment:
     """How the model is placed on the GPUs: counts, parallel layout, precision, overlap, MoE path."""

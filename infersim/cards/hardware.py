@@ -93,7 +93,10 @@ class HardwareCard:
 
     def compute_efficiency(self, dtype: str) -> float:
         eff = self.derates.compute_efficiency
-        return eff.get(dtype, eff.get("bf16", min(eff.values())))
+        found = eff.get(dtype)  # asked for every GEMM priced: the fallbacks only when it is missing
+        if found is None:
+            found = eff["bf16"] if "bf16" in eff else min(eff.values())
+        return found
 
 
 REQUIRED_PROTOCOLS = ("LL", "LL128", "Simple")

@@ -81,6 +81,36 @@ def check_bounds(value: int | float, source: str, path: str, shown: Any = MISSIN
         raise ConfigError(source, path, shown, f"must be at most {le:g}")
 
 
+_KEPT_HASH = "_kept_hash"
+
+
+def hash_kept(cls: type[T]) -> type[T]:
+    """A frozen dataclass whose hash is computed once and kept on the instance (apply above
+    @dataclass). Why: the deployment keys the sweep's memo of completed layouts at every point, and
+    the generated __hash__ hashes every field, nested dataclasses recursively, on every call (for a
+    shallow dataclass hashed once or twice, the generated one costs less than this wrapper). The
+    instance is immutable, so its hash cannot change; it is kept in the instance's __dict__ (a
+    frozen dataclass's own fields are not there only when slotted, and these are not), which
+    __eq__, fields() and asdict() never read. It is not pickled: str hashes differ between
+    processes (a worker computes its own)."""
+    generated = cls.__hash__
+
+    def __hash__(self: Any) -> int:
+        kept = self.__dict__.get(_KEPT_HASH)
+        if kept is None:
+            kept = self.__dict__[_KEPT_HASH] = generated(self)
+        return kept
+
+    def __getstate__(self: Any) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop(_KEPT_HASH, None)
+        return state
+
+    cls.__hash__ = __hash__  # type: ignore[method-assign,assignment]
+    cls.__getstate__ = __getstate__  # type: ignore[attr-defined]
+    return cls
+
+
 def spec(
     default: Any = dataclasses.MISSING,
     *,

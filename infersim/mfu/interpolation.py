@@ -122,11 +122,10 @@ class KernelGrid:
     def evaluate(self, query: Sequence[float], query_flops: float) -> GridValue:
         """Time and efficiency of the kernel at `query` (axis values) doing `query_flops`."""
         coords = tuple(self.interpolation.coordinate(a, q) for a, q in zip(self.axes, query))
-        limits = tuple(math.inf if limit is None else self.interpolation.coordinate(a, limit)
-                       for a, limit in zip(self.axes, self.work_limits or (None,) * len(self.axes)))
+        limits, rows = _grid_constants(self)
         (value, eff), exact, clamps = _evaluate(self.root, 0, _Query(
             coords, tuple(query), self.axes, self.interpolation.convex_envelope,
-            self.interpolation.interpolates_time, limits))
+            self.interpolation.interpolates_time, limits, rows))
         if self.interpolation.interpolates_time:
             seconds = value
             if clamps and not all(c.extrapolated for c in clamps):
@@ -139,6 +138,32 @@ class KernelGrid:
             eff = math.exp(value)
             seconds = query_flops / (self.flops_per_second * eff)
         return GridValue(seconds, eff, exact, clamps)
+
+
+# What a grid's evaluations share, kept per grid (by identity; each entry holds its grid, so the id
+# cannot be reused while the entry exists): the work limits in coordinates, and the values of its
+# sub-grids (rows) at the inner axes' query values. A sweep asks a grid for many points that share
+# their inner coordinates (every batch size at one context length): each interpolation along the
+# outer axis reads up to four rows at them (the bracketing two and, for the convex envelope, their
+# neighbours), so a row evaluated once answers every later query between the same rows.
+_RowValues = dict[tuple[int, tuple[float, ...]], tuple[Leaf, bool, tuple[Clamp, ...]]]
+_GRID_CONSTANTS: dict[int, tuple["KernelGrid", tuple[float, ...], _RowValues]] = {}
+_GRIDS_KEPT = 64
+_ROWS_KEPT = 20_000  # row values per grid (three small tuples each)
+
+
+def _grid_constants(grid: KernelGrid) -> tuple[tuple[float, ...], _RowValues]:
+    """(per axis, the coordinate its work stops growing at (inf: never); the grid's row values)."""
+    entry = _GRID_CONSTANTS.get(id(grid))
+    if entry is None:
+        if len(_GRID_CONSTANTS) >= _GRIDS_KEPT:
+            _GRID_CONSTANTS.clear()
+        limits = tuple(math.inf if limit is None else grid.interpolation.coordinate(a, limit)
+                       for a, limit in zip(grid.axes, grid.work_limits or (None,) * len(grid.axes)))
+        entry = _GRID_CONSTANTS[id(grid)] = (grid, limits, {})
+    if len(entry[2]) >= _ROWS_KEPT:
+        entry[2].clear()
+    return entry[1], entry[2]
 
 
 def build_grid(axes: Sequence[str], points: Iterable[tuple[Sequence[float], float, float]],
@@ -217,6 +242,7 @@ class _Query(NamedTuple):
     envelope: bool
     extend: bool
     limits: tuple[float, ...]  # per axis, the coordinate the work stops growing at (inf: never)
+    rows: _RowValues  # the grid's sub-grids evaluated so far, by (node id, inner query values): see _grid_constants
 
 
 def _evaluate(node: GridNode, depth: int, q: _Query) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
@@ -293,7 +319,13 @@ def _secant(xa: float, va: float, xb: float, vb: float, x: float) -> float:
 
 
 def _child(child: GridNode | Leaf, depth: int, q: _Query) -> tuple[Leaf, bool, tuple[Clamp, ...]]:
-    """The value of a node's child at the query: the next axis's level, or a leaf."""
+    """The value of a node's child at the query: the next axis's level, or a leaf. A level reads
+    the query's values of its own axis and the axes inside it only (the rest of the query is the
+    grid's), so its value is kept by those (see _grid_constants)."""
     if isinstance(child, GridNode):
-        return _evaluate(child, depth + 1, q)
+        key = (id(child), q.raw[depth + 1:])
+        value = q.rows.get(key)
+        if value is None:
+            value = q.rows[key] = _evaluate(child, depth + 1, q)
+        return value
     return child, True, ()

@@ -139,6 +139,8 @@ class Deriver:
 
     def _derived(self, kind: str, values: tuple[Any, ...], cache: dict[tuple, Any]) -> Any:
         fields = self._fields[kind]
+        if not fields and self._card_axis[kind] is None:
+            return getattr(self.base.config, kind)  # the base's own card, validated on load: nothing to derive
         key = tuple(values[i] for i, _ in fields)
         if self._card_axis[kind] is not None:
             key += (values[self._card_axis[kind]],)
