@@ -33,12 +33,13 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def one_line_error(err: str, *parts: str) -> None:
-    """Exactly one line on stderr, naming every part."""
+def one_line_error(err: str, *parts: str) -> str:
+    """Exactly one line on stderr, naming every part; that line."""
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     for part in parts:
         assert part in lines[0], (part, lines[0])
+    return lines[0]
 
 
 SPEED = re.compile(r"(TTFT|TPOT) [\d,.]+ ms|[\d,]+ tokens/GPU/s")

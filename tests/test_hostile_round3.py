@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO_ROOT, shared_reference
+from test_hostile_cli import one_line_error as one_line
 
 from infersim.cli import main
 
@@ -27,14 +28,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "internal error" not in err, err
     return code, out, err
-
-
-def one_line(err: str, *parts: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    for part in parts:
-        assert part in lines[0], (part, lines[0])
-    return lines[0]
 
 
 # ---- crashes -------------------------------------------------------------------------------------
