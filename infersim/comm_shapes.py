@@ -63,8 +63,10 @@ class TokenExchangeShape:
     GPU forwards n times its own node-local share. DeepEP low-latency mode merges
     nothing: it writes one message per (token, expert) straight into the receiving expert's buffer
     (DeepEP README: the low-latency layout is per expert, so CUDA graphs see fixed shapes), to
-    same-node peers over NVLink and to other nodes through the NIC. With its published byte count
-    (tokens x top-k x hidden bytes / time) this reproduces DeepEP's own EP8-EP256 latencies.
+    same-node peers over NVLink and to other nodes through the NIC (or every peer through the NIC
+    where NVLink is not allowed: `allow_nvlink_for_low_latency`). With its published byte count
+    (tokens x top-k x hidden bytes / time) this reproduces DeepEP's own EP8-EP256 latencies, with
+    NVLink (EP8-64, re-measured in June 2025) and without (EP128-256, from the first release).
     DeepEP normal mode moves every token a GPU receives through the SMs it holds (`sms`; 0 = the
     hardware card's deepep_normal_sms): `received()` is that byte count. Low-latency mode lands
     messages straight in a receive buffer, then copies (dispatch) or reduces (combine) them once
@@ -88,6 +90,10 @@ class TokenExchangeShape:
     expert_groups: int = 1
     groups_per_token: int = 0  # 0 = no limit
     sms: int = 0  # SMs DeepEP normal mode runs on (its Buffer.num_sms); 0 = the hardware card's deepep_normal_sms
+    # DeepEP's Buffer(allow_nvlink_for_low_latency_mode=...): True (its default since PR #173, June
+    # 2025) sends low-latency messages to same-node peers over NVLink; False sends every peer's
+    # through the NIC, as DeepEP's low-latency kernels did before (its README's "pure RDMA" rows)
+    allow_nvlink_for_low_latency: bool = True
 
     @property
     def nodes(self) -> int:
@@ -117,6 +123,8 @@ class TokenExchangeShape:
         tokens = self.tokens * self.load_factor
         if self.implementation == "deepep-low-latency":
             copies = tokens * self.topk * self.token_bytes  # one per (token, expert), experts spread evenly
+            if not self.allow_nvlink_for_low_latency:
+                return 0.0, copies * (self.ep - 1) / self.ep
             return copies * (local - 1) / self.ep, copies * (self.ep - local) / self.ep
         per_gpu = tokens * self.gpu_hit * self.token_bytes
         intra = per_gpu * (local - 1)

@@ -60,23 +60,24 @@ def test_masked_grouped_deepgemm_point_is_memory_bound_by_hand(tmp_path):
 
 
 def test_deepep_low_latency_point_by_hand(tmp_path):
-    # EP8 on one 8-GPU node: every (token, expert) pair is one 7408-byte message; 7 of 8 experts' GPUs
-    # are same-node peers reached over NVLink (200 GB/s at 0.8), after 23 us fixed latency; then the
-    # receive pass copies all 1,024 received messages into the per-expert layout (read + write) at
-    # the H800's elementwise share of HBM (3.35 TB/s x 0.48)
-    nvlink_bytes = 128 * 8 * 7408 * 7 / 8
-    receive_pass = 2 * 128 * 8 * 7408
+    # EP8 on one 8-GPU node: DeepEP's test sends 1,014 (token, expert) messages (10 of 128 x 8
+    # masked) of 7408 bytes; 7 of 8 experts' GPUs are same-node peers reached over NVLink (200 GB/s
+    # at 0.8), after 23 us fixed latency; then the receive pass copies the received messages into
+    # the per-expert layout (read + write) at the H800's elementwise share of HBM (3.35 TB/s x 0.48)
+    messages = 128 * 8 - 10
+    nvlink_bytes = messages * 7408 * 7 / 8
+    receive_pass = 2 * messages * 7408
     seconds = 23e-6 + nvlink_bytes / (200e9 * 0.8) + receive_pass / (3.35e12 * 0.48)
     hw, _ = load_hardware_card("h800")
-    shape = TokenExchangeShape("dispatch", 128, 7408, 256, 8, 8, 8, "deepep-low-latency")
+    shape = TokenExchangeShape("dispatch", messages / 8, 7408, 256, 8, 8, 8, "deepep-low-latency")
     assert kernel_cost(shape, hw, NoTables()).seconds == pytest.approx(seconds, rel=1e-12)
     value = {"dispatch_us": 77, "combine_us": 114, "dispatch_GBps": 98, "combine_GBps": 127}
     result = _run(tmp_path, [_point("deepep-ll-ep8", value, "DEEPEP_V1", "us, GB/s")])
     by_id = {c.id: c for c in result.comparisons}
     assert by_id["deepep-ll-ep8/dispatch_us"].predicted == pytest.approx(seconds * 1e6, rel=1e-9)
     assert by_id["deepep-ll-ep8/dispatch_us"].unit == "us"
-    # DeepEP's bandwidth: every top-8 selection of 128 tokens, 7408 bytes each (fp8 + scales + 16)
-    assert by_id["deepep-ll-ep8/dispatch_GBps"].predicted == pytest.approx(128 * 8 * 7408 / seconds / 1e9, rel=1e-9)
+    # DeepEP's bandwidth: the sent selections, 7408 bytes each (fp8 + scales + 16)
+    assert by_id["deepep-ll-ep8/dispatch_GBps"].predicted == pytest.approx(messages * 7408 / seconds / 1e9, rel=1e-9)
     assert by_id["deepep-ll-ep8/combine_us"].dominant_module == "combine"
 
 
