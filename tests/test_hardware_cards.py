@@ -105,6 +105,8 @@ def test_collective_latency_is_nccl_tree(cards):
             lat = card.derates.collective_latency[proto]
             assert (lat.base, lat.nvlink_hop, lat.network_hop, lat.bandwidth_efficiency) == pytest.approx(
                 (base, nvl, net, eff)), (card.name, proto)
+            # NCCL tuning.cc v2.7.3-v2.17.1: LL's intra-node latency x 1.8 once the communicator spans nodes
+            assert lat.nvlink_hop_factor_across_nodes == (1.8 if proto == "LL" else 1.0), (card.name, proto)
 
 
 def test_derates_are_fractions_below_peak(cards):

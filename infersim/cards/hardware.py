@@ -34,6 +34,10 @@ class CollectiveLatency:
     nvlink_hop: float = spec(doc="NCCL hwLat per intra-node step (NVLink), seconds", ge=0)
     network_hop: float = spec(doc="NCCL hwLat per inter-node step (NET), seconds", ge=0)
     bandwidth_efficiency: float = spec(doc="fraction of link bandwidth the protocol reaches", gt=0, le=1)
+    # Default only so that inline test cards stay short; every bundled card sets it for LL with its source.
+    nvlink_hop_factor_across_nodes: float = spec(
+        1.0, doc="multiplier on the intra-node (NVLink) step latency, Tree's and Ring's, when the collective spans "
+                 "nodes (NCCL tuning.cc v2.7.3-v2.17.1: LL x 1.8)", ge=1)
 
 
 @dataclass(frozen=True, kw_only=True)

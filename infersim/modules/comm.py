@@ -10,8 +10,10 @@ byte accounting (low-latency mode sends everything through the NIC once the grou
 
 Across nodes, all-reduce / all-gather / reduce-scatter follow NCCL's tuning model in full
 (`_nccl_multinode`): NCCL picks, per message, the fastest of Ring and Tree (Tree for all-reduce
-only) in each protocol, with Ring's own latencies (every one of the 2(n-1) ring steps is paid,
-two of them across the network, and no intra step is cheaper than the NET proxy overhead) and
+only) in each protocol, with Ring's own latencies (every one of the ring's nsteps steps is paid,
+as many of them across the network as the last chunk crosses, ceil(nsteps / GPUs per node), and no
+intra step is cheaper than the NET proxy overhead), intra-node steps of LL at 1.8x once the
+collective spans nodes (the card's nvlink_hop_factor_across_nodes, NCCL <= 2.17), and
 NCCL's protocol bandwidths: the bus bandwidth of the slowest link (NVLink, or the node's NICs
 together), LL capped at llMaxBw and Tree LL at 1/3.8 of it, converted to algorithm bandwidth
 (x n/(2(n-1)) ring all-reduce, x n/(n-1) ring all-gather/reduce-scatter, x 1/2 tree). The
@@ -37,7 +39,9 @@ from infersim.kernels import Bound, Cost, Source
 # hwLatencies NVLINK Ring {0.6, 1.9, 3.4}, NET Ring {2.7, 4.0, 14.0}
 _RING_LATENCY = {"LL": (6.6e-6, 0.6e-6, 2.7e-6), "LL128": (14.0e-6, 1.9e-6, 4.0e-6), "Simple": (8.4e-6, 3.4e-6, 14.0e-6)}
 # NCCL_NET_OVERHEAD default 1.0 us on Intel x86 hosts (DGX H100/H200/B200: Xeon Platinum), x3 for Simple:
-# an inter-node ring still launches every step through the network proxy
+# an inter-node ring still launches every step through the network proxy (NCCL >= 2.18, Ring only).
+# NCCL charges 2.0 us on AMD hosts (DGX A100, Azure NDmv4: EPYC); the NDmv4 2x8 1 KiB all-gather
+# (NCCL 2.17.1, before this term) measures 33.7 us, which 2.0 us a step would put at 42 us (+25%)
 _NET_OVERHEAD = 1.0e-6
 # llMaxBws (bus bandwidth cap of the LL protocol, bytes/s) for 1 / 2 / >=4 nodes, by GPU generation
 _LL_MAX_BW = {"volta": (39.0e9, 39.0e9, 20.4e9), "ampere": (87.7e9, 22.5e9, 19.0e9),
@@ -74,14 +78,21 @@ def _nccl_multinode(shape: CollectiveShape, hw: HardwareCard) -> tuple[float, st
     bus = min(nvlink, nics)
     ll_max = _LL_MAX_BW[_generation(hw)][0 if nodes == 1 else 1 if nodes == 2 else 2]
     nsteps = 2 * (ranks - 1) if all_reduce else ranks - 1
-    inter_steps = 2 * (nodes - 1) if all_reduce else nodes - 1
+    # the collective ends when its last chunk arrives: a chunk crosses nsteps consecutive ring edges,
+    # one in every `local` of them a NIC, so the last one crosses ceil(nsteps / local) NET edges
+    # (NCCL counts the best-placed chunk's, 2(nodes-1) / nodes-1; 2.12-2.22 counted 2 x nodes for
+    # all-reduce, which is this count from 3 GPUs per node)
+    inter_steps = -(-nsteps // local)
     best, best_name = math.inf, ""
     for proto in ("LL", "LL128", "Simple"):
         # Ring
         base, intra_hop, net_hop = _RING_LATENCY[proto]
+        tree = hw.derates.collective_latency[proto]
         if local == 1:  # NCCL: with one GPU per node the network latency is fully exposed: Tree's NET value
-            net_hop = hw.derates.collective_latency[proto].network_hop
-        step = max(intra_hop, _NET_OVERHEAD * (3 if proto == "Simple" else 1))
+            net_hop = tree.network_hop
+        # an intra-node step of a collective that spans nodes: the card's factor (NCCL <= 2.17: LL x 1.8),
+        # and no faster than the network proxy posts a step (NCCL >= 2.18: NET_OVERHEAD)
+        step = max(intra_hop * tree.nvlink_hop_factor_across_nodes, _NET_OVERHEAD * (3 if proto == "Simple" else 1))
         latency = base + (nsteps - inter_steps) * step + inter_steps * net_hop
         bw = {"LL": min(ll_max, bus * _RING_LL_BW), "LL128": bus * _RING_LL128_BW, "Simple": bus}[proto]
         seconds = latency + shape.bytes_per_rank / (bw * ranks / nsteps)
@@ -95,8 +106,8 @@ def _nccl_multinode(shape: CollectiveShape, hw: HardwareCard) -> tuple[float, st
         # sends and receives the buffer once at 2 nodes (root of one tree, leaf of the other) and
         # twice beyond (internal in one tree: two children) over its NICs together. NCCL's own model
         # (tuning.cc) says the same by taking the intra bandwidth at <= 2 nodes.
-        tree = hw.derates.collective_latency[proto]
-        latency = tree.base + 2 * ((local - 1) * tree.nvlink_hop + log_nodes * tree.network_hop)
+        intra_hop = tree.nvlink_hop * tree.nvlink_hop_factor_across_nodes
+        latency = tree.base + 2 * ((local - 1) * intra_hop + log_nodes * tree.network_hop)
         algo = min(nvlink / 2, nics / (1 if nodes == 2 else 2)) * _TREE_ALLREDUCE_BW
         algo = {"LL": min(algo * _TREE_LL_BW, ll_max * 0.5), "LL128": algo * _TREE_LL128_BW, "Simple": algo}[proto]
         seconds = latency + shape.bytes_per_rank / algo
