@@ -2,7 +2,8 @@
 (MoE dispatch and combine), with the bytes each GPU moves over NVLink and over its NIC.
 
 Like the compute shapes (infersim.kernels) they are frozen descriptions of one launch, their
-bytes pure functions of the shape; infersim.modules.comm turns them into seconds.
+bytes pure functions of the shape (and slotted, as they are: cheaper to build); infersim.modules.comm
+turns them into seconds.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_a
 CommImplementation = Literal["nccl", "deepep-normal", "deepep-low-latency"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CollectiveShape:
     """A collective over `ranks` GPUs, `ranks_per_node` of them in each node.
 
@@ -52,7 +53,7 @@ def prob_group_hit(num_experts: int, experts_in_group: int, topk: int) -> float:
     return 1.0 - miss
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TokenExchangeShape:
     """EP dispatch (tokens to their experts' GPUs) or combine (expert outputs back), per GPU.
 

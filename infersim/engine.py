@@ -106,7 +106,7 @@ def combined_source(sources: Iterable[Source]) -> Source:
 # steps share pieces as the same objects, and looking a piece up once skips hashing each of its
 # shapes (half of a step's timing). Each entry holds its piece, so that id cannot be reused while
 # the entry exists.
-_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[Cost, ...], int]]
+_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[tuple[Operation, Cost], ...], int]]
 _COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost], _PieceCosts]] = {}
 _COST_MEMO_PAIRS = 8
 _COST_MEMO_SHAPES = 200_000
@@ -114,7 +114,8 @@ _COST_MEMO_PIECES = 2048  # pieces of a few dozen operations each, so a few MB p
 
 
 def _memos(hw: HardwareCard, tables: KernelTables) -> tuple[dict[Any, Cost], _PieceCosts]:
-    """The (shape -> cost, piece id -> (piece, costs, kernels)) memos of a (card, tables) pair."""
+    """The (shape -> cost, piece id -> (piece, (operation, cost) pairs, kernels)) memos of a (card,
+    tables) pair."""
     key = (id(hw), id(tables))
     entry = _COST_MEMO.get(key)
     if entry is None:
@@ -129,13 +130,15 @@ def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
 
 
 def _priced(piece: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
-            by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[Cost, ...], int]:
-    """(the piece, its operations' costs in order, the kernels it launches), priced once (see above)."""
+            by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[tuple[Operation, Cost], ...], int]:
+    """(the piece, each of its operations with its cost, in order, the kernels it launches), priced
+    once (see above). The pairs are kept as the walk reads them: pairing them anew at every step
+    cost a sweep more than the walk's arithmetic."""
     entry = by_piece.get(id(piece))
     if entry is None:
         if len(by_piece) >= _COST_MEMO_PIECES:
             by_piece.clear()
-        entry = by_piece[id(piece)] = (piece, tuple(_timed(op, hw, tables, memo) for op in piece),
+        entry = by_piece[id(piece)] = (piece, tuple((op, _timed(op, hw, tables, memo)) for op in piece),
                                        sum(operation_kernels(op) for op in piece))
     return entry
 
@@ -150,8 +153,8 @@ def _priced_group(group: LayerGroup, hw: HardwareCard, tables: KernelTables, mem
     timed: list[tuple[Operation, Cost]] = []
     kernels = 0
     for piece in group.pieces:
-        _, costs, piece_kernels = _priced(piece, hw, tables, memo, by_piece)
-        timed += zip(piece, costs)
+        _, pairs, piece_kernels = _priced(piece, hw, tables, memo, by_piece)
+        timed += pairs
         kernels += piece_kernels
     return timed, kernels
 
@@ -284,8 +287,8 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     # tables, the mask), the rest after them
     before: list[tuple[int, float]] = []
     after: list[tuple[int, float]] = []
-    _, step_costs, step_kernels = _priced(plan.per_step, hw, tables, memo, by_piece)
-    for op, cost in zip(plan.per_step, step_costs):
+    _, step_pairs, step_kernels = _priced(plan.per_step, hw, tables, memo, by_piece)
+    for op, cost in step_pairs:
         seconds = cost.seconds * op.count
         if queue:
             (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))

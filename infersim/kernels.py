@@ -4,6 +4,10 @@ A shape is a frozen description of one kernel launch on one GPU. Its `flops` and
 functions of the shape. Turning a shape into seconds is `infersim.timing`'s job (measured table
 or roofline). Communication shapes (collectives, EP token exchange) are infersim.comm_shapes';
 turning them into seconds is `infersim.modules.comm`'s.
+
+Shapes, the cost record and the table hit are slotted dataclasses (slots=True): a sweep builds
+several for every configuration it prices, and a slotted frozen dataclass is cheaper to build and
+to free than one with an instance dictionary.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class Source(str, Enum):
     MIXED = "mixed"  # a sum of several sources
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Cost:
     """FLOPs, bytes moved and time of one kernel (or a sum of kernels), with what bounds it."""
 
@@ -51,7 +55,7 @@ class Cost:
 # Shapes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GemmShape:
     """C[m, n] = A[m, k] @ W[k, n]: activations A (m tokens), weights W.
 
@@ -78,7 +82,7 @@ class GemmShape:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroupedGemmShape:
     """One projection of the routed experts on one GPU, as a grouped GEMM over its local experts.
 
@@ -156,7 +160,7 @@ class GroupedGemmShape:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttentionShape:
     """Core attention softmax(QK^T)V for `batch` sequences on one GPU.
 
@@ -238,7 +242,7 @@ def causal_pairs(q_len: int, kv_len: int) -> float:
     return (first + kv_len) * q_len / 2.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IndexerShape:
     """DeepSeek sparse attention's lightning indexer for `batch` sequences on one GPU:
     logits[q, t] = sum_h w[q, h] * ReLU(q_h . k_t) over every cached token t a query sees
@@ -274,7 +278,7 @@ class IndexerShape:
         return self.batch * (keys + queries + logits)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LinearAttentionShape:
     """One phase of a linear-attention / state-space mixer for `batch` sequences on one GPU.
 
@@ -388,7 +392,7 @@ class LinearAttentionShape:
         return T * (2 * bc + 2 * H * dv * act + H * 4.0) + states  # recurrent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MemoryBoundShape:
     """Elementwise and reduction kernels (norms, rotary, activation, router softmax, embedding
     gather, KV-cache writes): time is their traffic over HBM bandwidth.
@@ -486,7 +490,7 @@ AnyShape = Union[KernelShape, CommShape]
 # Measured tables: what the simulator asks of them (implemented in infersim.mfu)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TableHit:
     """A kernel time read from a measured table.
 

@@ -3,6 +3,8 @@
 Each layer kind (dense-FFN layers, MoE layers, ...) is a LayerGroup: the operations of one layer
 and how many layers share them. Per-step operations (embedding, LM head, pipeline sends) run once.
 New architectures add operation builders in `infersim.modules`, not branches in the engine.
+The records are slotted dataclasses (slots=True): a sweep builds a plan, its context and its new
+operations for every configuration, and slotted ones are cheaper to build and to free.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from infersim.kernels import AnyShape
 Stage = Literal["prefill", "decode"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Operation:
     """One kernel of a layer or step: its name, module category and shape."""
 
@@ -25,7 +27,7 @@ class Operation:
     count: int = 1  # identical kernels of this shape per layer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LayerGroup:
     """Identical layers (`layers` of them) and the operations each runs."""
 
@@ -38,7 +40,7 @@ class LayerGroup:
     pieces: tuple[tuple[Operation, ...], ...] = field(default=(), compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SequenceBatch:
     """`count` sequences of q_len new tokens attending to kv_len positions.
 
@@ -72,7 +74,7 @@ class SequenceBatch:
         return "decode" if step_stage == "decode" or (self.q_len == 1 and self.kv_len > 1) else "prefill"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StageContext:
     """The per-GPU workload of one (micro-)batch of a stage, as the module builders see it."""
 
@@ -90,7 +92,7 @@ class StageContext:
         return self.expert_tokens_per_gpu or float(self.tokens_per_gpu)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StagePlan:
     """Everything one prefill or decode step runs: its layer groups and once-per-step operations."""
 

@@ -53,23 +53,24 @@ def _padded_rows(rows: float, tile: int) -> float:
     return max(1, math.ceil(rows / tile - 1e-9)) * tile if rows > 0 else 0.0  # a tile taller than the rows is one tile
 
 
-def _compute_flops_and_rate(shape: AnyShape, hw: HardwareCard) -> tuple[float, float]:
-    """(FLOPs the tensor cores actually execute, achievable FLOP/s) for the roofline."""
-    tile = hw.derates.gemm_tile_m
+def _compute_flops_and_rate(shape: AnyShape, hw: HardwareCard, flops: float) -> tuple[float, float]:
+    """(FLOPs the tensor cores actually execute, achievable FLOP/s) for the roofline. `flops` is the
+    shape's own count (shape.flops, a property worked out from its fields, which the callers need
+    too: they read it once): a GEMM executes its rows padded to whole tiles, any other kernel `flops`."""
     if isinstance(shape, GemmShape):
-        rows = _padded_rows(shape.m, tile)
+        rows = _padded_rows(shape.m, hw.derates.gemm_tile_m)
         return 2.0 * rows * shape.k * shape.n, hw.peak_flops(shape.dtype) * hw.compute_efficiency(shape.dtype)
     if isinstance(shape, GroupedGemmShape):
         active = max(shape.active_experts, 1e-9)
         per_expert = shape.routed_tokens / active
-        rows = active * _padded_rows(per_expert, tile)
+        rows = active * _padded_rows(per_expert, hw.derates.gemm_tile_m)
         return 2.0 * rows * shape.k * shape.n, hw.peak_flops(shape.dtype) * hw.compute_efficiency(shape.dtype)
     if isinstance(shape, (AttentionShape, LinearAttentionShape)):
-        return shape.flops, hw.peak_flops(shape.dtype) * hw.derates.attention_compute_efficiency
+        return flops, hw.peak_flops(shape.dtype) * hw.derates.attention_compute_efficiency
     if isinstance(shape, IndexerShape):
-        return shape.flops, hw.peak_flops(shape.dtype) * hw.compute_efficiency(shape.dtype)
+        return flops, hw.peak_flops(shape.dtype) * hw.compute_efficiency(shape.dtype)
     # elementwise kernels run on CUDA cores; their FLOPs never bound them at these intensities
-    return shape.flops, hw.peak_flops("bf16") * hw.compute_efficiency("bf16")
+    return flops, hw.peak_flops("bf16") * hw.compute_efficiency("bf16")
 
 
 def table_tokens_for(shape: GroupedGemmShape, routing_skew: float) -> float:
@@ -105,7 +106,7 @@ def _table_tokens(experts: int, topk: int, ep: int, busy: float, routing_skew: f
 def roofline_rates(shape: AnyShape, hw: HardwareCard) -> tuple[float, float, float]:
     """(FLOPs the tensor cores execute, achievable FLOP/s, achievable bytes/s) of a table-timed kernel
     on this card's roofline (what infersim.mfu.beyond_range weighs regimes with)."""
-    return (*_compute_flops_and_rate(shape, hw), hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+    return (*_compute_flops_and_rate(shape, hw, shape.flops), hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
 
 
 def _memory_efficiency(shape: AnyShape, hw: HardwareCard, elementwise: float | None = None) -> float:
@@ -118,8 +119,13 @@ def _memory_efficiency(shape: AnyShape, hw: HardwareCard, elementwise: float | N
 
 
 def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "", elementwise: float | None = None) -> Cost:
-    flops_done, rate = _compute_flops_and_rate(shape, hw)
-    moved = shape.bytes  # a property computed from the shape's fields: read once
+    return _roofline_cost(shape, hw, shape.flops, shape.bytes, detail, elementwise)
+
+
+def _roofline_cost(shape: AnyShape, hw: HardwareCard, flops: float, moved: float, detail: str = "",
+                   elementwise: float | None = None) -> Cost:
+    """roofline_cost of a shape whose FLOPs and bytes (shape.flops, shape.bytes) the caller has read."""
+    flops_done, rate = _compute_flops_and_rate(shape, hw, flops)
     compute_s = flops_done / rate
     memory_s = moved / (hw.peak.hbm_bandwidth * _memory_efficiency(shape, hw, elementwise))
     kernels = shape.kernels if isinstance(shape, (MemoryBoundShape, LinearAttentionShape)) else 1
@@ -129,14 +135,15 @@ def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "", elementwi
         bound = Bound.OVERHEAD
     else:
         bound = Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY
-    return Cost(shape.flops, moved, busy + launch_s, bound, Source.ROOFLINE, detail)
+    return Cost(flops, moved, busy + launch_s, bound, Source.ROOFLINE, detail)
 
 
-def _intensity_bound(shape: AnyShape, hw: HardwareCard) -> Bound:
-    """Compute- or memory-bound by arithmetic intensity against the card's ridge point."""
-    flops_done, rate = _compute_flops_and_rate(shape, hw)
+def _intensity_bound(shape: AnyShape, hw: HardwareCard, flops: float, moved: float) -> Bound:
+    """Compute- or memory-bound by arithmetic intensity against the card's ridge point (`flops`,
+    `moved`: the shape's FLOPs and bytes)."""
+    flops_done, rate = _compute_flops_and_rate(shape, hw, flops)
     bandwidth = hw.peak.hbm_bandwidth * hw.derates.memory_efficiency
-    return Bound.COMPUTE if flops_done / rate >= shape.bytes / bandwidth else Bound.MEMORY
+    return Bound.COMPUTE if flops_done / rate >= moved / bandwidth else Bound.MEMORY
 
 
 def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost:
@@ -151,6 +158,7 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
         return comm_cost(shape, hw)
     if not isinstance(shape, MemoryBoundShape):
         dtype = shape.dtype
+        flops, moved = shape.flops, shape.bytes  # properties worked out from the shape's fields: read once
         imbalance_in_table = isinstance(shape, GroupedGemmShape) and tables.moe_includes_imbalance
         looked_up = shape
         if imbalance_in_table:
@@ -171,25 +179,25 @@ def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost
             if hit.method == "edge":
                 # the edge efficiency scales compute; outside the table the kernel can still not
                 # stream its bytes faster than HBM allows
-                memory_s = shape.bytes / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
-                return Cost(shape.flops, shape.bytes, max(hit.seconds, memory_s) + hw.derates.kernel_launch_overhead,
-                            _intensity_bound(shape, hw), Source.ROOFLINE,
+                memory_s = moved / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+                return Cost(flops, moved, max(hit.seconds, memory_s) + hw.derates.kernel_launch_overhead,
+                            _intensity_bound(shape, hw, flops, moved), Source.ROOFLINE,
                             f"outside table {hit.table}: {hit.note or f'roofline at edge efficiency {hit.efficiency:.3f}'}")
             floor = minimum_bytes(shape) / hw.peak.hbm_bandwidth
             if hit.seconds < floor:  # a table from a faster GPU, scaled by FLOP/s: never beat this card's HBM
-                return Cost(shape.flops, shape.bytes, floor, Bound.MEMORY, Source.TABLE,
+                return Cost(flops, moved, floor, Bound.MEMORY, Source.TABLE,
                             f"{hit.method} from {hit.table}, raised to the HBM bound of {hw.name} "
                             f"({hit.seconds * 1e6:.3g} us would beat its bandwidth)")
             if hit.method == "extrapolated":
-                memory_s = shape.bytes / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
-                return Cost(shape.flops, shape.bytes, max(hit.seconds, memory_s), _intensity_bound(shape, hw),
+                memory_s = moved / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+                return Cost(flops, moved, max(hit.seconds, memory_s), _intensity_bound(shape, hw, flops, moved),
                             Source.TABLE, f"outside table {hit.table}: {hit.note}")
-            return Cost(shape.flops, shape.bytes, hit.seconds, _intensity_bound(shape, hw), Source.TABLE,
+            return Cost(flops, moved, hit.seconds, _intensity_bound(shape, hw, flops, moved), Source.TABLE,
                         f"{hit.method} from {hit.table}"
                         + (f" ({IMBALANCE_FROM_TABLE} taken out: looked up at {looked_up.tokens_per_gpu:,.0f} tokens "
                            f"per GPU, whose most loaded rank under it carries this layout's {shape.tokens_per_gpu:,.0f})"
                            if imbalance_in_table and hit.moe_routing_skew else ""))
-        return roofline_cost(shape, hw)
+        return _roofline_cost(shape, hw, flops, moved)
     # one eager kernel (shape.op): a measured elementwise table answers it by (op, dtype) and bytes
     if shape.op:
         hit = tables.lookup(shape, 1.0)  # no FLOPs: the peak is not used

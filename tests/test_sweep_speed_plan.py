@@ -75,18 +75,22 @@ def _builders(config: str, variants: list[list[str]]) -> list[Callable[[], Stage
     return out
 
 
+def _pieces_kept() -> int:
+    return sum(len(pieces) for _card, pieces in step._PIECES.values())
+
+
 @pytest.mark.parametrize("config,variants", CASES)
 def test_memoised_plans_equal_fresh_plans(config, variants):
     builders = _builders(config, variants)
     assert len(builders) > 10
     step._PIECES.clear()
     shared = [build() for build in builders]
-    pieces_shared = len(step._PIECES)
+    pieces_shared = _pieces_kept()
     pieces_alone = 0
     for build, plan in zip(builders, shared):
         step._PIECES.clear()
         assert build() == plan
-        pieces_alone += len(step._PIECES)
+        pieces_alone += _pieces_kept()
     assert pieces_shared < pieces_alone  # some plans were served memoised pieces (else this tests nothing)
 
 
@@ -95,7 +99,12 @@ def test_memo_is_bounded():
     cfg = load_run_config("qwen3-30b.yaml")
     for batch in range(1, 2 * step._PIECES_LIMIT):
         _decode_plan(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, batch, cfg.engine)
-        assert len(step._PIECES) <= step._PIECES_LIMIT
+        assert all(len(pieces) <= step._PIECES_LIMIT for _card, pieces in step._PIECES.values())
+    # one (card, precision, model code) triple after another: the triples are bounded too
+    for kv_cache in ("bf16", "fp8") * step._FORMATS_KEPT:
+        cfg = load_run_config("qwen3-30b.yaml", [f"deployment.precision.kv_cache={kv_cache}"])
+        _decode_plan(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, 1, cfg.engine)
+        assert len(step._PIECES) <= step._FORMATS_KEPT
 
 
 @pytest.mark.parametrize("config,variants", CASES)

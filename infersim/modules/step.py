@@ -71,76 +71,96 @@ def layer_composition(model: ModelCard) -> tuple[tuple[str, bool, int], ...]:
 # them: the FFN side of a decode step sees the CUDA-graph padded batch (shared by every real batch
 # padded to it), the attention side does not see the FFN layout or the MoE path (shared by every
 # EP size and moe_comm tried). So the two halves of a layer are memoised, each on exactly what its
-# builders read (tests/test_sweep_speed_plan.py holds memoised plans equal to fresh ones). Keys
-# name the model card by identity; each entry holds the card, so its id cannot be reused while
-# the entry exists. Builders that raise are not memoised (they raise again).
-_PIECES: dict[tuple, tuple[ModelCard, tuple[Operation, ...]]] = {}
-_PIECES_LIMIT = 4096  # entries of a few dozen operations each
+# builders read (tests/test_sweep_speed_plan.py holds memoised plans equal to fresh ones). Every
+# builder reads the model card, the deployment's precision and its model code, so the memo is
+# split on those first (the card by identity; each entry holds it, so its id cannot be reused
+# while the entry exists): the precision and the model code hash field by field, the costliest
+# part of a key, and a plan looks them up once (plan_from_context) instead of once per piece.
+# Builders that raise are not memoised (they raise again).
+Pieces = dict[tuple, tuple[Operation, ...]]  # one card's pieces in one precision and model code
+_PIECES: dict[tuple, tuple[ModelCard, Pieces]] = {}
+_FORMATS_KEPT = 16  # (card, precision, model code) triples: a sweep varies them seldom
+_PIECES_LIMIT = 4096  # pieces per triple, of a few dozen operations each
 
 
-def _memoised(key: tuple, model: ModelCard, build: Callable[[], list[Operation]]) -> tuple[Operation, ...]:
+def pieces_of(model: ModelCard, dep: Deployment) -> Pieces:
+    """The memoised pieces of `model` in `dep`'s precision and model code (see above)."""
+    key = (id(model), dep.precision, dep.model_code)
     entry = _PIECES.get(key)
     if entry is None:
-        if len(_PIECES) >= _PIECES_LIMIT:
+        if len(_PIECES) >= _FORMATS_KEPT:
             _PIECES.clear()
-        entry = _PIECES[key] = (model, tuple(build()))
+        entry = _PIECES[key] = (model, {})
     return entry[1]
 
 
-def mixer_pieces(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str) -> tuple[tuple[Operation, ...], ...]:
-    """The mixer of a layer as memoised pieces. Attention comes in three: the operations before the
-    core and after it (attention_before_core, attention_after_core), keyed on what they read, the
-    card, attention TP, the precision, the model code, the stage and the tokens, so that every
-    context length a sweep tries shares them; and the core (attention_core), keyed on the
-    sequences too and the kind (full or sliding window). A linear-attention mixer is one piece
-    keyed as the core. Neither sees the FFN layout, the MoE path or the node size."""
+def _memoised(pieces: Pieces, key: tuple, build: Callable[[], list[Operation]]) -> tuple[Operation, ...]:
+    piece = pieces.get(key)
+    if piece is None:
+        if len(pieces) >= _PIECES_LIMIT:
+            pieces.clear()
+        piece = pieces[key] = tuple(build())
+    return piece
+
+
+def mixer_pieces(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str,
+                 pieces: Pieces) -> tuple[tuple[Operation, ...], ...]:
+    """The mixer of a layer as pieces memoised in `pieces` (pieces_of(model, dep)). Attention comes
+    in three: the operations before the core and after it (attention_before_core,
+    attention_after_core), keyed on what they read beside the card, the precision and the model
+    code: attention TP, the stage and the tokens, so that every context length a sweep tries
+    shares them; and the core (attention_core), keyed on the sequences too and the kind (full or
+    sliding window). A linear-attention mixer is one piece keyed as the core. Neither sees the FFN
+    layout, the MoE path or the node size."""
     tp = dep.attention.tp
-    key = (id(model), tp, dep.precision, dep.model_code, ctx.stage, ctx.tokens_per_gpu)
+    key = (tp, ctx.stage, ctx.tokens_per_gpu)
     if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
-        return (_memoised(("mixer", kind, *key, ctx.sequences_per_gpu), model,
+        return (_memoised(pieces, ("mixer", kind, *key, ctx.sequences_per_gpu),
                           lambda: linear_mixer_operations(model, dep, ctx, kind)),)
     tokens = ctx.tokens_per_gpu * tp
-    return (_memoised(("before core", *key), model, lambda: attention_before_core(model, dep, ctx.stage, tokens)),
-            _memoised(("core", kind, *key, ctx.sequences_per_gpu), model, lambda: attention_core(model, dep, ctx, kind)),
-            _memoised(("after core", *key), model, lambda: attention_after_core(model, dep, ctx.stage, tokens)))
+    return (_memoised(pieces, ("before core", *key), lambda: attention_before_core(model, dep, ctx.stage, tokens)),
+            _memoised(pieces, ("core", kind, *key, ctx.sequences_per_gpu), lambda: attention_core(model, dep, ctx, kind)),
+            _memoised(pieces, ("after core", *key), lambda: attention_after_core(model, dep, ctx.stage, tokens)))
 
 
-def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool) -> tuple[Operation, ...]:
-    """The attention-output collective and the FFN (dense or MoE) of a layer, memoised. The key
-    covers what attention_output_collective, dense_ffn_operations and moe_operations read: the card,
-    the FFN TP and attention TP, the precision, the model code, and the context's stage, tokens and
-    GPUs per node; for an MoE layer also the EP size, the MoE path and balance spec, the expert
-    tokens and the sequences' token-weighted mean length (the routing statistics). Not the GPU,
-    node or pipeline counts, the DP sizes, the overlap (the context carries its micro-batch) or
-    the sequences' context lengths. So one piece serves every real batch padded to the same
-    CUDA-graph batch, and every pipeline split of the same layout; a dense layer's every EP size
-    and MoE path too."""
-    key = ("ffn", id(model), moe, dep.ffn.tp, dep.attention.tp, dep.precision, dep.model_code, ctx.stage,
-           ctx.tokens_per_gpu, ctx.gpus_per_node)
+def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool, pieces: Pieces) -> tuple[Operation, ...]:
+    """The attention-output collective and the FFN (dense or MoE) of a layer, memoised in `pieces`
+    (pieces_of(model, dep)). The key covers what attention_output_collective,
+    dense_ffn_operations and moe_operations read beside the card, the precision and the model
+    code: the FFN TP and attention TP, and the context's stage, tokens and GPUs per node; for an
+    MoE layer also the EP size, the MoE path and balance spec, the expert tokens and the sequences'
+    token-weighted mean length (the routing statistics). Not the GPU, node or pipeline counts, the
+    DP sizes, the overlap (the context carries its micro-batch) or the sequences' context lengths.
+    So one piece serves every real batch padded to the same CUDA-graph batch, and every pipeline
+    split of the same layout; a dense layer's every EP size and MoE path too."""
+    key = ("ffn", moe, dep.ffn.tp, dep.attention.tp, ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node)
     if moe:
         key += (dep.ffn.ep, dep.moe_comm, dep.moe, ctx.expert_tokens_per_gpu, sequence_length(ctx))
-    return _memoised(key, model, lambda: attention_output_collective(model, dep, ctx, moe_layer=moe) + (
+    return _memoised(pieces, key, lambda: attention_output_collective(model, dep, ctx, moe_layer=moe) + (
         moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx)))
 
 
-def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext) -> tuple[LayerGroup, ...]:
-    """One LayerGroup per distinct (mixer, FFN) layer kind; layers of a kind share it whatever
-    their order (order only matters for two-batch overlap, which pipelines layer by layer)."""
+def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext, pieces: Pieces) -> tuple[LayerGroup, ...]:
+    """One LayerGroup per distinct (mixer, FFN) layer kind, of pieces memoised in `pieces`
+    (pieces_of(model, dep)); layers of a kind share it whatever their order (order only matters
+    for two-batch overlap, which pipelines layer by layer)."""
     groups = []
     mixers: dict[str, tuple[tuple[Operation, ...], ...]] = {}
     for kind, moe, layers in layer_composition(model):
         if kind not in mixers:
-            mixers[kind] = mixer_pieces(model, dep, ctx, kind)
-        pieces = (*mixers[kind], ffn_piece(model, dep, ctx, moe))
+            mixers[kind] = mixer_pieces(model, dep, ctx, kind, pieces)
+        parts = (*mixers[kind], ffn_piece(model, dep, ctx, moe, pieces))
         name = "MoE layers" if moe else "dense layers"
         if model.is_hybrid:
             name += f" ({MIXER_LABELS[kind]})"
-        groups.append(LayerGroup(name, layers, tuple(chain.from_iterable(pieces)), pieces))
+        groups.append(LayerGroup(name, layers, tuple(chain.from_iterable(parts)), parts))
     return tuple(groups)
 
 
-def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, micro_batches: int) -> tuple[Operation, ...]:
-    """Embedding, final norm + LM head (vocab split over attention TP) and pipeline sends, whole step."""
+def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, micro_batches: int,
+                        pieces: Pieces) -> tuple[Operation, ...]:
+    """Embedding, final norm + LM head (vocab split over attention TP) and pipeline sends, whole step
+    (memoised in `pieces`, pieces_of(model, dep))."""
     tp = dep.attention.tp
     # only the last position of each sequence needs logits in prefill
     logit_rows = ctx.tokens_per_gpu * micro_batches * tp if ctx.stage == "decode" else \
@@ -149,7 +169,7 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     code = elementwise_code(dep.model_code, ctx.stage)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
             logit_rows, gathered_dp, code)
-    return _memoised(("step", id(model)) + args, model, lambda: _step_operations(model, *args))
+    return _memoised(pieces, ("step",) + args, lambda: _step_operations(model, *args))
 
 
 def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:
@@ -213,9 +233,10 @@ def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micr
                       tokens_per_gpu: int, requests_per_gpu: int) -> StagePlan:
     """The plan of one step whose per-micro-batch work is `ctx` (any mix of sequences)."""
     sms = comm_sms if (micro_batches == 2 and dep.moe_comm == "deepep-normal" and model.is_moe) else 0
-    return StagePlan(ctx.stage, layer_groups(model, dep, ctx), per_step_operations(model, dep, ctx, micro_batches),
-                     micro_batches, sms, tokens_per_gpu, requests_per_gpu, attention_tp=dep.attention.tp,
-                     engine_tp=dep.gpus_per_stage)
+    pieces = pieces_of(model, dep)
+    return StagePlan(ctx.stage, layer_groups(model, dep, ctx, pieces),
+                     per_step_operations(model, dep, ctx, micro_batches, pieces), micro_batches, sms, tokens_per_gpu,
+                     requests_per_gpu, attention_tp=dep.attention.tp, engine_tp=dep.gpus_per_stage)
 
 
 def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[SequenceBatch, ...], comm_sms: int,

@@ -191,9 +191,15 @@ class Deriver:
         except TypeError:  # an unhashable value (a YAML list): nothing to cache on
             key, hit = None, None
         if hit is None:
-            hit = base
-            for i, parts in fields:
-                hit = set_path(hit, parts, values[i])
+            if all(len(parts) == 1 for _, parts in fields):
+                # fields of the section itself (workload.isl, workload.decode_batch_per_gpu): one copy
+                # sets them all (replace() copies every field of the section, a large part of a
+                # sweep's first pass over the values)
+                hit = dataclasses.replace(base, **{parts[0]: values[i] for i, parts in fields})
+            else:
+                hit = base
+                for i, parts in fields:
+                    hit = set_path(hit, parts, values[i])
             if key is not None:
                 if len(cache) >= _CACHE_LIMIT:
                     cache.clear()
