@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import chain
+from typing import Any
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
@@ -94,12 +95,14 @@ def pieces_of(model: ModelCard, dep: Deployment) -> Pieces:
     return entry[1]
 
 
-def _memoised(pieces: Pieces, key: tuple, build: Callable[[], list[Operation]]) -> tuple[Operation, ...]:
+def _memoised(pieces: Pieces, key: tuple, build: Callable[..., list[Operation]], *args: Any) -> tuple[Operation, ...]:
+    """The piece under `key`, or build(*args) kept there (the builder and its arguments rather than a
+    closure over them: a plan looks up several pieces per step and seldom builds one)."""
     piece = pieces.get(key)
     if piece is None:
         if len(pieces) >= _PIECES_LIMIT:
             pieces.clear()
-        piece = pieces[key] = tuple(build())
+        piece = pieces[key] = tuple(build(*args))
     return piece
 
 
@@ -115,12 +118,12 @@ def mixer_pieces(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str
     tp = dep.attention.tp
     key = (tp, ctx.stage, ctx.tokens_per_gpu)
     if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
-        return (_memoised(pieces, ("mixer", kind, *key, ctx.sequences_per_gpu),
-                          lambda: linear_mixer_operations(model, dep, ctx, kind)),)
+        return (_memoised(pieces, ("mixer", kind, *key, ctx.sequences_per_gpu), linear_mixer_operations,
+                          model, dep, ctx, kind),)
     tokens = ctx.tokens_per_gpu * tp
-    return (_memoised(pieces, ("before core", *key), lambda: attention_before_core(model, dep, ctx.stage, tokens)),
-            _memoised(pieces, ("core", kind, *key, ctx.sequences_per_gpu), lambda: attention_core(model, dep, ctx, kind)),
-            _memoised(pieces, ("after core", *key), lambda: attention_after_core(model, dep, ctx.stage, tokens)))
+    return (_memoised(pieces, ("before core", *key), attention_before_core, model, dep, ctx.stage, tokens),
+            _memoised(pieces, ("core", kind, *key, ctx.sequences_per_gpu), attention_core, model, dep, ctx, kind),
+            _memoised(pieces, ("after core", *key), attention_after_core, model, dep, ctx.stage, tokens))
 
 
 def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool, pieces: Pieces) -> tuple[Operation, ...]:
@@ -136,8 +139,13 @@ def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool, p
     key = ("ffn", moe, dep.ffn.tp, dep.attention.tp, ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node)
     if moe:
         key += (dep.ffn.ep, dep.moe_comm, dep.moe, ctx.expert_tokens_per_gpu, sequence_length(ctx))
-    return _memoised(pieces, key, lambda: attention_output_collective(model, dep, ctx, moe_layer=moe) + (
-        moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx)))
+    return _memoised(pieces, key, _ffn_operations, model, dep, ctx, moe)
+
+
+def _ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool) -> list[Operation]:
+    """The attention-output collective, then the dense FFN or the MoE layer."""
+    return attention_output_collective(model, dep, ctx, moe_layer=moe) + (
+        moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx))
 
 
 def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext, pieces: Pieces) -> tuple[LayerGroup, ...]:
@@ -169,7 +177,7 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     code = elementwise_code(dep.model_code, ctx.stage)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
             logit_rows, gathered_dp, code)
-    return _memoised(pieces, ("step",) + args, lambda: _step_operations(model, *args))
+    return _memoised(pieces, ("step",) + args, _step_operations, model, *args)
 
 
 def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:
