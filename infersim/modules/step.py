@@ -76,23 +76,38 @@ def layer_composition(model: ModelCard) -> tuple[tuple[str, bool, int], ...]:
 # builder reads the model card, the deployment's precision and its model code, so the memo is
 # split on those first (the card by identity; each entry holds it, so its id cannot be reused
 # while the entry exists): the precision and the model code hash field by field, the costliest
-# part of a key, and a plan looks them up once (plan_from_context) instead of once per piece.
+# part of a key, and a plan looks them up once (plan_from_context) instead of once per piece; the
+# last plan's card and deployment are kept with their pieces, since a sweep's next plan is mostly
+# of the same deployment object (only its batch or context changed) and is then not hashed at all.
 # Builders that raise are not memoised (they raise again).
 Pieces = dict[tuple, tuple[Operation, ...]]  # one card's pieces in one precision and model code
 _PIECES: dict[tuple, tuple[ModelCard, Pieces]] = {}
 _FORMATS_KEPT = 16  # (card, precision, model code) triples: a sweep varies them seldom
 _PIECES_LIMIT = 4096  # pieces per triple, of a few dozen operations each
+_last: tuple[ModelCard | None, Deployment | None, Pieces] = (None, None, {})  # the last answer, and what it was for
 
 
 def pieces_of(model: ModelCard, dep: Deployment) -> Pieces:
     """The memoised pieces of `model` in `dep`'s precision and model code (see above)."""
+    global _last
+    last_model, last_dep, pieces = _last
+    if last_model is model and last_dep is dep:
+        return pieces
     key = (id(model), dep.precision, dep.model_code)
     entry = _PIECES.get(key)
     if entry is None:
         if len(_PIECES) >= _FORMATS_KEPT:
             _PIECES.clear()
         entry = _PIECES[key] = (model, {})
+    _last = (model, dep, entry[1])
     return entry[1]
+
+
+def forget_pieces() -> None:
+    """Empty the memo of pieces (a test builds plans from nothing)."""
+    global _last
+    _PIECES.clear()
+    _last = (None, None, {})
 
 
 def _memoised(pieces: Pieces, key: tuple, build: Callable[..., list[Operation]], *args: Any) -> tuple[Operation, ...]:
