@@ -91,3 +91,28 @@ def test_a_section_swept_on_its_own_fields_is_the_one_set_field_by_field():
     for values in ((1024, 1, 8), (4096, 2, 64), (1024, 1, 8)):
         expected = set_path(set_path(base.config.workload, ("isl",), values[0]), ("decode_batch_per_gpu",), values[2])
         assert deriver.workload(values) == expected
+
+
+def test_completed_layout_kept_as_the_last_answer_is_a_fresh_one():
+    import pytest
+
+    from infersim.errors import InferSimError
+    from infersim.sweep import load_base, parse_grid
+    from infersim.sweep.variants import Deriver
+
+    base = load_base("qwen3-30b.yaml")
+    axes = parse_grid(["deployment.attention.tp=1,3,2", "workload.isl=1024,2048"])
+    deriver = Deriver(base, axes)
+    checked_error = False
+    for values in ((1, 1024), (1, 2048), (3, 1024), (3, 2048), (2, 1024), (1, 1024)):
+        fresh = Deriver(base, axes)  # nothing kept
+        try:
+            expected = fresh.parts(values)
+        except InferSimError as exc:
+            with pytest.raises(InferSimError) as kept:
+                deriver.parts(values)  # the kept answer raises again (the second time from the last answer)
+            assert str(kept.value) == str(exc)
+            checked_error = True
+            continue
+        assert deriver.parts(values) == expected
+    assert checked_error  # attention TP 3 does not fill the 4 GPUs
