@@ -131,17 +131,17 @@ def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
     return _memos(hw, tables)[0]
 
 
-def _priced(piece: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
-            by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[_Priced, ...], int]:
+def _price_piece(piece: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
+                 by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[_Priced, ...], int]:
     """(the piece, its operations priced (_priced_operation), in order, the kernels it launches),
-    priced once (see above). They are kept as the walk reads them: pairing operations with their
-    costs anew at every step cost a sweep more than the walk's arithmetic."""
-    entry = by_piece.get(id(piece))
-    if entry is None:
-        if len(by_piece) >= _COST_MEMO_PIECES:
-            by_piece.clear()
-        entry = by_piece[id(piece)] = (piece, tuple(_priced_operation(op, hw, tables, memo) for op in piece),
-                                       sum(operation_kernels(op) for op in piece))
+    kept in `by_piece` (see above). Callers look the piece up there first, `by_piece.get(id(piece))
+    or _price_piece(...)`: a step finds most of its pieces priced. The operations are kept as the
+    walk reads them: pairing operations with their costs anew at every step cost a sweep more than
+    the walk's arithmetic."""
+    if len(by_piece) >= _COST_MEMO_PIECES:
+        by_piece.clear()
+    entry = by_piece[id(piece)] = (piece, tuple(_priced_operation(op, hw, tables, memo) for op in piece),
+                                   sum(operation_kernels(op) for op in piece))
     return entry
 
 
@@ -156,7 +156,7 @@ def _priced_group(group: LayerGroup, hw: HardwareCard, tables: KernelTables, mem
     timed: list[_Priced] = []
     kernels = 0
     for piece in group.pieces:
-        _, priced, piece_kernels = _priced(piece, hw, tables, memo, by_piece)
+        _, priced, piece_kernels = by_piece.get(id(piece)) or _price_piece(piece, hw, tables, memo, by_piece)
         timed += priced
         kernels += piece_kernels
     return timed, kernels
@@ -295,7 +295,8 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     # tables, the mask), the rest after them
     before: list[tuple[int, float]] = []
     after: list[tuple[int, float]] = []
-    _, step_priced, step_kernels = _priced(plan.per_step, hw, tables, memo, by_piece)
+    per_step = plan.per_step
+    _, step_priced, step_kernels = by_piece.get(id(per_step)) or _price_piece(per_step, hw, tables, memo, by_piece)
     for op, cost, seconds in step_priced:
         if queue:
             (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
