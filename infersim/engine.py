@@ -106,7 +106,9 @@ def combined_source(sources: Iterable[Source]) -> Source:
 # steps share pieces as the same objects, and looking a piece up once skips hashing each of its
 # shapes (half of a step's timing). Each entry holds its piece, so that id cannot be reused while
 # the entry exists.
-_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[tuple[Operation, Cost], ...], int]]
+# A priced operation: the operation, its cost and the seconds of its `count` kernels (what the walk adds)
+_Priced = tuple[Operation, Cost, float]
+_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[_Priced, ...], int]]
 _COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost], _PieceCosts]] = {}
 _COST_MEMO_PAIRS = 8
 _COST_MEMO_SHAPES = 200_000
@@ -114,7 +116,7 @@ _COST_MEMO_PIECES = 2048  # pieces of a few dozen operations each, so a few MB p
 
 
 def _memos(hw: HardwareCard, tables: KernelTables) -> tuple[dict[Any, Cost], _PieceCosts]:
-    """The (shape -> cost, piece id -> (piece, (operation, cost) pairs, kernels)) memos of a (card,
+    """The (shape -> cost, piece id -> (piece, its priced operations, kernels)) memos of a (card,
     tables) pair."""
     key = (id(hw), id(tables))
     entry = _COST_MEMO.get(key)
@@ -129,34 +131,40 @@ def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
     return _memos(hw, tables)[0]
 
 
-def _priced(piece: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
-            by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[tuple[Operation, Cost], ...], int]:
-    """(the piece, each of its operations with its cost, in order, the kernels it launches), priced
-    once (see above). The pairs are kept as the walk reads them: pairing them anew at every step
-    cost a sweep more than the walk's arithmetic."""
-    entry = by_piece.get(id(piece))
-    if entry is None:
-        if len(by_piece) >= _COST_MEMO_PIECES:
-            by_piece.clear()
-        entry = by_piece[id(piece)] = (piece, tuple((op, _timed(op, hw, tables, memo)) for op in piece),
-                                       sum(operation_kernels(op) for op in piece))
+def _price_piece(piece: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
+                 by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[_Priced, ...], int]:
+    """(the piece, its operations priced (_priced_operation), in order, the kernels it launches),
+    kept in `by_piece` (see above). Callers look the piece up there first, `by_piece.get(id(piece))
+    or _price_piece(...)`: a step finds most of its pieces priced. The operations are kept as the
+    walk reads them: pairing operations with their costs anew at every step cost a sweep more than
+    the walk's arithmetic."""
+    if len(by_piece) >= _COST_MEMO_PIECES:
+        by_piece.clear()
+    entry = by_piece[id(piece)] = (piece, tuple(_priced_operation(op, hw, tables, memo) for op in piece),
+                                   sum(operation_kernels(op) for op in piece))
     return entry
 
 
 def _priced_group(group: LayerGroup, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
-                  by_piece: _PieceCosts) -> tuple[list[tuple[Operation, Cost]], int]:
-    """The group's operations with their costs in order, and the kernels one of its layers launches.
-    A group built from pieces is priced piece by piece (see above); its operations whole otherwise."""
+                  by_piece: _PieceCosts) -> tuple[list[_Priced], int]:
+    """The group's operations priced (_priced_operation), in order, and the kernels one of its
+    layers launches. A group built from pieces is priced piece by piece (see above); its operations
+    whole otherwise."""
     if not group.pieces:
-        return ([(op, _timed(op, hw, tables, memo)) for op in group.operations],
+        return ([_priced_operation(op, hw, tables, memo) for op in group.operations],
                 sum(operation_kernels(op) for op in group.operations))
-    timed: list[tuple[Operation, Cost]] = []
+    timed: list[_Priced] = []
     kernels = 0
     for piece in group.pieces:
-        _, pairs, piece_kernels = _priced(piece, hw, tables, memo, by_piece)
-        timed += pairs
+        _, priced, piece_kernels = by_piece.get(id(piece)) or _price_piece(piece, hw, tables, memo, by_piece)
+        timed += priced
         kernels += piece_kernels
     return timed, kernels
+
+
+def _priced_operation(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost]) -> _Priced:
+    cost = _timed(op, hw, tables, memo)
+    return op, cost, cost.seconds * op.count
 
 
 def _timed(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost] | None = None) -> Cost:
@@ -240,9 +248,9 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
         group_start = serial
         priced, group_kernels = _priced_group(group, hw, tables, memo, by_piece)
         layer_kernels += layers * group_kernels
-        for op, cost in priced:
+        for op, cost, seconds in priced:
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
-            per_micro_batch = 0.0 if is_fused else cost.seconds * op.count
+            per_micro_batch = 0.0 if is_fused else seconds
             per_layer = per_micro_batch * mb
             if mb == 2:  # only two-batch overlap schedules phases
                 is_comm = op.module in comm
@@ -287,9 +295,9 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     # tables, the mask), the rest after them
     before: list[tuple[int, float]] = []
     after: list[tuple[int, float]] = []
-    _, step_pairs, step_kernels = _priced(plan.per_step, hw, tables, memo, by_piece)
-    for op, cost in step_pairs:
-        seconds = cost.seconds * op.count
+    per_step = plan.per_step
+    _, step_priced, step_kernels = by_piece.get(id(per_step)) or _price_piece(per_step, hw, tables, memo, by_piece)
+    for op, cost, seconds in step_priced:
         if queue:
             (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
         step += seconds

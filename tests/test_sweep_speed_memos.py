@@ -49,3 +49,70 @@ def test_kept_hash_is_the_generated_one_and_is_not_pickled():
     assert "_kept_hash" not in dataclasses.replace(pair, size=3).__dict__
     dep = Deployment(num_gpus=8)
     assert hash(dep) == hash(Deployment(num_gpus=8)) and {dep: 1}[Deployment(num_gpus=8)] == 1
+
+
+def test_pieces_of_keeps_the_last_answer_as_a_fresh_lookup_gives_it():
+    from infersim.config import load_run_config
+    from infersim.modules import step
+
+    cfg = load_run_config("qwen3-30b.yaml")
+    model, dep = cfg.model, cfg.deployment
+    step.forget_pieces()
+    pieces = step.pieces_of(model, dep)
+    assert step.pieces_of(model, dep) is pieces  # the last answer, kept
+    # another deployment object of the same precision and model code: the same pieces, as a fresh lookup finds them
+    other_layout = dataclasses.replace(dep, overlap="two-batch")
+    assert step.pieces_of(model, other_layout) is pieces
+    other_formats = dataclasses.replace(dep, precision=dataclasses.replace(dep.precision, kv_cache="fp8"))
+    assert step.pieces_of(model, other_formats) is not pieces
+    assert step.pieces_of(model, dep) is pieces is step._PIECES[(id(model), dep.precision, dep.model_code)][1]
+    step.forget_pieces()  # a fresh memo: no answer kept from before
+    assert step.pieces_of(model, dep) is not pieces
+
+
+def test_kept_grids_remember_a_key_no_table_holds():
+    from infersim.mfu.table_cache import KeptGrids
+
+    grids = KeptGrids.of({("gemm", "bf16", 1, 2): "a grid"})
+    for _ in range(2):  # the second time from what the first one kept
+        assert grids.get(("gemm", "bf16", 3, 4)) is None
+        assert grids.get(("gemm", "bf16", 3, 4), "none") == "none"
+        assert grids.get(("gemm", "bf16", 1, 2)) == grids[("gemm", "bf16", 1, 2)] == "a grid"
+        assert ("gemm", "bf16", 3, 4) not in grids and len(grids) == 1
+
+
+def test_a_section_swept_on_its_own_fields_is_the_one_set_field_by_field():
+    from infersim.sweep import load_base, parse_grid
+    from infersim.sweep.variants import Deriver, set_path
+
+    base = load_base("qwen3-30b.yaml")
+    axes = parse_grid(["workload.isl=1024,4096", "deployment.attention.tp=1,2", "workload.decode_batch_per_gpu=8,64"])
+    deriver = Deriver(base, axes)
+    for values in ((1024, 1, 8), (4096, 2, 64), (1024, 1, 8)):
+        expected = set_path(set_path(base.config.workload, ("isl",), values[0]), ("decode_batch_per_gpu",), values[2])
+        assert deriver.workload(values) == expected
+
+
+def test_completed_layout_kept_as_the_last_answer_is_a_fresh_one():
+    import pytest
+
+    from infersim.errors import InferSimError
+    from infersim.sweep import load_base, parse_grid
+    from infersim.sweep.variants import Deriver
+
+    base = load_base("qwen3-30b.yaml")
+    axes = parse_grid(["deployment.attention.tp=1,3,2", "workload.isl=1024,2048"])
+    deriver = Deriver(base, axes)
+    checked_error = False
+    for values in ((1, 1024), (1, 2048), (3, 1024), (3, 2048), (2, 1024), (1, 1024)):
+        fresh = Deriver(base, axes)  # nothing kept
+        try:
+            expected = fresh.parts(values)
+        except InferSimError as exc:
+            with pytest.raises(InferSimError) as kept:
+                deriver.parts(values)  # the kept answer raises again (the second time from the last answer)
+            assert str(kept.value) == str(exc)
+            checked_error = True
+            continue
+        assert deriver.parts(values) == expected
+    assert checked_error  # attention TP 3 does not fill the 4 GPUs

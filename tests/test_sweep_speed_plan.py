@@ -83,19 +83,19 @@ def _pieces_kept() -> int:
 def test_memoised_plans_equal_fresh_plans(config, variants):
     builders = _builders(config, variants)
     assert len(builders) > 10
-    step._PIECES.clear()
+    step.forget_pieces()
     shared = [build() for build in builders]
     pieces_shared = _pieces_kept()
     pieces_alone = 0
     for build, plan in zip(builders, shared):
-        step._PIECES.clear()
+        step.forget_pieces()
         assert build() == plan
         pieces_alone += _pieces_kept()
     assert pieces_shared < pieces_alone  # some plans were served memoised pieces (else this tests nothing)
 
 
 def test_memo_is_bounded():
-    step._PIECES.clear()
+    step.forget_pieces()
     cfg = load_run_config("qwen3-30b.yaml")
     for batch in range(1, 2 * step._PIECES_LIMIT):
         _decode_plan(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, batch, cfg.engine)

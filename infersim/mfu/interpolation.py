@@ -68,7 +68,7 @@ DEFAULT_INTERPOLATION = TIME_IN_WORK_ENVELOPE
 # Ragged multilinear grid
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Clamp:
     """A requested coordinate outside the range of the table row it fell in."""
 
@@ -95,7 +95,7 @@ class GridNode:
     children: tuple[Union["GridNode", Leaf], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GridValue:
     """Interpolation result: time at the table's peak (in range) and efficiency (edge: at the clamp)."""
 
@@ -121,7 +121,7 @@ class KernelGrid:
 
     def evaluate(self, query: Sequence[float], query_flops: float) -> GridValue:
         """Time and efficiency of the kernel at `query` (axis values) doing `query_flops`."""
-        coords = tuple(self.interpolation.coordinate(a, q) for a, q in zip(self.axes, query))
+        coords = tuple(map(self.interpolation.coordinate, self.axes, query))
         limits, rows = _grid_constants(self)
         (value, eff), exact, clamps = _evaluate(self.root, 0, _Query(
             coords, tuple(query), self.axes, self.interpolation.convex_envelope,

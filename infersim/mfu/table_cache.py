@@ -46,6 +46,9 @@ def cache_file(directory: Path, interpolation: str,
     return Path(root) / f"tables-{zlib.crc32(data):08x}{zlib.adler32(data):08x}.pickle", key
 
 
+_UNSEEN = object()  # a key KeptGrids has not looked for yet
+
+
 class KeptGrids(Mapping):
     """Grids as kept on disk: each one pickled on its own and unpickled when first asked for. A run
     looks up a handful of the tens of grids of a table set (82 for the H20's), and unpickling them
@@ -69,14 +72,13 @@ class KeptGrids(Mapping):
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         # a lookup of a kernel no table holds asks for a key that is not there: no KeyError raised
-        # and caught for it (Mapping.get's way), which cost more than the lookup
-        grid = self._grids.get(key)
-        if grid is None:
+        # and caught for it (Mapping.get's way), which cost more than the lookup; and the answer is
+        # kept, so that the next such lookup hashes the key once (a sweep asks again at every point)
+        grid = self._grids.get(key, _UNSEEN)
+        if grid is _UNSEEN:
             pickled = self._pickled.get(key)
-            if pickled is None:
-                return default
-            grid = self._grids[key] = _unpickler().loads(pickled)
-        return grid
+            grid = self._grids[key] = None if pickled is None else _unpickler().loads(pickled)
+        return default if grid is None else grid
 
     def __iter__(self) -> Iterator[Hashable]:
         return iter(self._pickled)

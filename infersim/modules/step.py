@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import chain
+from typing import Any
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
@@ -75,31 +76,48 @@ def layer_composition(model: ModelCard) -> tuple[tuple[str, bool, int], ...]:
 # builder reads the model card, the deployment's precision and its model code, so the memo is
 # split on those first (the card by identity; each entry holds it, so its id cannot be reused
 # while the entry exists): the precision and the model code hash field by field, the costliest
-# part of a key, and a plan looks them up once (plan_from_context) instead of once per piece.
+# part of a key, and a plan looks them up once (plan_from_context) instead of once per piece; the
+# last plan's card and deployment are kept with their pieces, since a sweep's next plan is mostly
+# of the same deployment object (only its batch or context changed) and is then not hashed at all.
 # Builders that raise are not memoised (they raise again).
 Pieces = dict[tuple, tuple[Operation, ...]]  # one card's pieces in one precision and model code
 _PIECES: dict[tuple, tuple[ModelCard, Pieces]] = {}
 _FORMATS_KEPT = 16  # (card, precision, model code) triples: a sweep varies them seldom
 _PIECES_LIMIT = 4096  # pieces per triple, of a few dozen operations each
+_last: tuple[ModelCard | None, Deployment | None, Pieces] = (None, None, {})  # the last answer, and what it was for
 
 
 def pieces_of(model: ModelCard, dep: Deployment) -> Pieces:
     """The memoised pieces of `model` in `dep`'s precision and model code (see above)."""
+    global _last
+    last_model, last_dep, pieces = _last
+    if last_model is model and last_dep is dep:
+        return pieces
     key = (id(model), dep.precision, dep.model_code)
     entry = _PIECES.get(key)
     if entry is None:
         if len(_PIECES) >= _FORMATS_KEPT:
             _PIECES.clear()
         entry = _PIECES[key] = (model, {})
+    _last = (model, dep, entry[1])
     return entry[1]
 
 
-def _memoised(pieces: Pieces, key: tuple, build: Callable[[], list[Operation]]) -> tuple[Operation, ...]:
+def forget_pieces() -> None:
+    """Empty the memo of pieces (a test builds plans from nothing)."""
+    global _last
+    _PIECES.clear()
+    _last = (None, None, {})
+
+
+def _memoised(pieces: Pieces, key: tuple, build: Callable[..., list[Operation]], *args: Any) -> tuple[Operation, ...]:
+    """The piece under `key`, or build(*args) kept there (the builder and its arguments rather than a
+    closure over them: a plan looks up several pieces per step and seldom builds one)."""
     piece = pieces.get(key)
     if piece is None:
         if len(pieces) >= _PIECES_LIMIT:
             pieces.clear()
-        piece = pieces[key] = tuple(build())
+        piece = pieces[key] = tuple(build(*args))
     return piece
 
 
@@ -115,12 +133,12 @@ def mixer_pieces(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str
     tp = dep.attention.tp
     key = (tp, ctx.stage, ctx.tokens_per_gpu)
     if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
-        return (_memoised(pieces, ("mixer", kind, *key, ctx.sequences_per_gpu),
-                          lambda: linear_mixer_operations(model, dep, ctx, kind)),)
+        return (_memoised(pieces, ("mixer", kind, *key, ctx.sequences_per_gpu), linear_mixer_operations,
+                          model, dep, ctx, kind),)
     tokens = ctx.tokens_per_gpu * tp
-    return (_memoised(pieces, ("before core", *key), lambda: attention_before_core(model, dep, ctx.stage, tokens)),
-            _memoised(pieces, ("core", kind, *key, ctx.sequences_per_gpu), lambda: attention_core(model, dep, ctx, kind)),
-            _memoised(pieces, ("after core", *key), lambda: attention_after_core(model, dep, ctx.stage, tokens)))
+    return (_memoised(pieces, ("before core", *key), attention_before_core, model, dep, ctx.stage, tokens),
+            _memoised(pieces, ("core", kind, *key, ctx.sequences_per_gpu), attention_core, model, dep, ctx, kind),
+            _memoised(pieces, ("after core", *key), attention_after_core, model, dep, ctx.stage, tokens))
 
 
 def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool, pieces: Pieces) -> tuple[Operation, ...]:
@@ -136,8 +154,13 @@ def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool, p
     key = ("ffn", moe, dep.ffn.tp, dep.attention.tp, ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node)
     if moe:
         key += (dep.ffn.ep, dep.moe_comm, dep.moe, ctx.expert_tokens_per_gpu, sequence_length(ctx))
-    return _memoised(pieces, key, lambda: attention_output_collective(model, dep, ctx, moe_layer=moe) + (
-        moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx)))
+    return _memoised(pieces, key, _ffn_operations, model, dep, ctx, moe)
+
+
+def _ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool) -> list[Operation]:
+    """The attention-output collective, then the dense FFN or the MoE layer."""
+    return attention_output_collective(model, dep, ctx, moe_layer=moe) + (
+        moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx))
 
 
 def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext, pieces: Pieces) -> tuple[LayerGroup, ...]:
@@ -169,7 +192,7 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     code = elementwise_code(dep.model_code, ctx.stage)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
             logit_rows, gathered_dp, code)
-    return _memoised(pieces, ("step",) + args, lambda: _step_operations(model, *args))
+    return _memoised(pieces, ("step",) + args, _step_operations, model, *args)
 
 
 def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:

@@ -109,6 +109,7 @@ class Deriver:
         self._models: dict[tuple, Any] = {}
         self._hardware: dict[tuple, Any] = {}
         self._layouts: dict[tuple, Any] = {}
+        self._last_layout: tuple[Any, ...] = (None, None, None, None)  # (deployment, model, hardware, answer)
         self._runs: dict[tuple, Any] = {}
         self._deployments: dict[tuple, Any] = {}
         self._workloads: dict[tuple, Any] = {}
@@ -209,7 +210,18 @@ class Deriver:
     def complete(self, dep: Deployment, model: ModelCard, hw: HardwareCard) -> Deployment:
         """The engine-derived fields the run did not name, set afresh for this variant's model and
         layout (with_engine_defaults), then complete_layout; cached on the (model, hardware,
-        deployment) triple."""
+        deployment) triple, and the last answer kept with the objects it was for (the next grid point
+        mostly differs in its workload only: the same triple, not hashed again)."""
+        last_dep, last_model, last_hw, hit = self._last_layout
+        if not (last_dep is dep and last_model is model and last_hw is hw):
+            hit = self._layout(dep, model, hw)
+            self._last_layout = (dep, model, hw, hit)
+        if isinstance(hit, InferSimError):
+            raise hit
+        return hit
+
+    def _layout(self, dep: Deployment, model: ModelCard, hw: HardwareCard) -> Deployment | InferSimError:
+        """complete's answer, or the error it raises, cached on the (model, hardware, deployment) triple."""
         key = (id(model), id(hw), dep)
         entry = self._layouts.get(key)
         if entry is None:
@@ -223,10 +235,7 @@ class Deriver:
                 self._layouts.clear()
             # the entry holds the cards, so their ids cannot be reused while it exists
             entry = self._layouts[key] = (model, hw, hit)
-        hit = entry[2]
-        if isinstance(hit, InferSimError):
-            raise hit
-        return hit
+        return entry[2]
 
     def run_base(self, values: tuple[Any, ...]) -> RunConfig:
         """The base config with the point's speculative fields; a swept draft model is loaded here
