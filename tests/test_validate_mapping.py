@@ -52,7 +52,7 @@ def test_every_run_config_builds():
         run, dropped = fit_run_to_spec(entry.run)
         assert "engine" in dropped or "engine" in run, entry.id
         try:
-            config_from_mapping(run, entry.id)
+            config_from_mapping(run, entry.id, entry.overrides)
         except InferSimError as exc:
             refused[entry.id] = str(exc)
     # the GB200 EP48 decode points run with 32 redundant experts (288 = 48 x 6 slots)
@@ -89,6 +89,7 @@ GOOD = {"id": "p", "kind": "kernel_gemm", "hardware": "h800", "kernel": {"m": 64
     ({"hardware": ""}, "points[0] (p).hardware", "names a hardware card"),
     ({"colour": "red"}, "points[0] (p).colour", "unknown key"),
     ({"metric": None}, "points[0] (p).metric", "expected a mapping"),
+    ({"set": ["engine.overheads.step_cpu=0"]}, "points[0] (p).set", "a kernel point has none"),
 ])
 def test_bad_mapping_entries_name_the_entry_and_field(tmp_path, change, field, problem):
     entry = {**GOOD, **change}
@@ -116,3 +117,32 @@ def test_not_expressed_entries_need_no_run(tmp_path):
     mapping = load_mapping(_write(tmp_path, [{"id": "x", "kind": "serving", "not_expressed": "no  card\n for it",
                                               "why": "see not_expressed"}]))
     assert mapping["x"].not_expressed == "no card for it"
+
+
+@pytest.mark.parametrize("overrides", ["engine.overheads.step_cpu=0", ["no equals sign"], [3]])
+def test_run_overrides_are_a_list_of_field_value_texts(tmp_path, overrides):
+    entry = {"id": "s", "kind": "stage_decode", "run": {"model": "qwen3-8b"}, "metric": {"from": "decode.tgs"},
+             "why": "test", "set": overrides}
+    with pytest.raises(ConfigError) as info:
+        load_mapping(_write(tmp_path, [entry]))
+    assert info.value.field == "points[0] (s).set"
+    assert "FIELD=VALUE" in info.value.problem
+
+
+def test_perf_overview_points_run_the_pages_cuda_graph_sizes():
+    """Both TensorRT-LLM perf-overview pages capture graphs at 1, 2, 4, ..., 256, 384, 512, 1024, ...,
+    8192 with padding on: a 750-request decode step (3,000 requests over 4 DP ranks) replays the
+    1024 graph, 260 the 384 one, 8192 itself; the bare trtllm card (graphs up to 128) runs 750
+    eagerly at its own size."""
+    entries = [e for e in load_mapping(POINTS_FILE).values() if e.id.startswith("trt")]
+    assert len(entries) == 35
+    for entry in entries:
+        assert any("cuda_graph_batch_sizes" in o for o in entry.overrides), entry.id
+    gb200 = load_mapping(POINTS_FILE)["trt12-deepseekr10528-gb200-dep4-1024-1024"]
+    run, _ = fit_run_to_spec(gb200.run)
+    paged = config_from_mapping(run, gb200.id, gb200.overrides)
+    bare = config_from_mapping(run, gb200.id)
+    hbm = paged.hardware.peak.hbm_bytes
+    assert [paged.engine.graph_padded_batch(b, hbm) for b in (750, 260, 8192, 3, 5, 8193)] == [1024, 384, 8192, 4, 8, 8193]
+    assert bare.engine.graph_padded_batch(750, hbm) == 750
+    assert bare.engine.graph_padded_batch(100, hbm) == 128

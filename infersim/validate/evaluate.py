@@ -262,7 +262,7 @@ class _Evaluator:
         else:
             tables = (table_dir_for(self.mfu_tables, hardware) if isinstance(hardware, str) else None) or "none"
         try:
-            config = config_from_mapping(run, f"{self.points_file}: {entry.id}: run", mfu_tables=tables)
+            config = config_from_mapping(run, f"{self.points_file}: {entry.id}: run", entry.overrides, mfu_tables=tables)
         except InferSimError as exc:
             raise _Refused("; ".join([f"refused: {exc}", *notes])) from None
         if self.mfu_tables not in (None, "auto", "none") and tables == "none":

@@ -33,8 +33,8 @@ KERNEL_FROM = ("time_us", "tflops", "gbps")
 STAGE_FROM = {"prefill.tgs": ("prefill", "tgs"), "prefill.ttft_ms": ("prefill", "ttft_ms"),
               "decode.tgs": ("decode", "tgs"), "decode.tpot_ms": ("decode", "tpot_ms")}
 
-_ENTRY_KEYS = {"id", "kind", "hardware", "kernel", "run", "serving", "metric", "metrics", "not_expressed", "why",
-               "accepted_outlier"}
+_ENTRY_KEYS = {"id", "kind", "hardware", "kernel", "run", "set", "serving", "metric", "metrics", "not_expressed",
+               "why", "accepted_outlier"}
 _CONVERSION_KEYS = {"from", "multiply", "bytes", "unit", "kernel", "why"}
 
 
@@ -72,6 +72,9 @@ class PointMapping:
     # a point compared and listed, but kept out of the statistics, with the reason its own run gives
     # (never a reason to fit it)
     accepted_outlier: str = ""
+    # FIELD=VALUE overrides of the run, as `--set` gives them on a command line: how a point states
+    # the engine settings its run named (e.g. the CUDA-graph batch sizes of trtllm-bench's options)
+    overrides: tuple[str, ...] = ()
 
     @property
     def family(self) -> str:
@@ -175,8 +178,13 @@ def _entry(data: Any, index: int, source: str) -> PointMapping:
     for name, value in (("kernel", kernel), ("run", run), ("serving", serving)):
         if not isinstance(value, dict):
             raise ConfigError(source, f"{where}.{name}", value, "expected a mapping")
+    overrides = data.get("set", [])
+    if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+        raise ConfigError(source, f"{where}.set", overrides, "expected a list of FIELD=VALUE overrides (as --set takes)")
+    if overrides and kind in KERNEL_KINDS:
+        raise ConfigError(source, f"{where}.set", overrides, "overrides apply to a run; a kernel point has none")
     return PointMapping(pid, kind, why, metrics, str(hardware or ""), dict(kernel), dict(run), dict(serving),
-                        not_expressed, accepted)
+                        not_expressed, accepted, tuple(overrides))
 
 
 def load_mapping(path: Path) -> dict[str, PointMapping]:
