@@ -20,8 +20,14 @@ Run: python benchmarks/deepgemm_l2_fill.py
 
 from __future__ import annotations
 
-H800_SMS = 132
-H800_FP8_DENSE_PEAK = 1979e12  # FLOP/s, NVIDIA H800 SXM5 datasheet (dense fp8)
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from infersim.config import load_hardware_card  # noqa: E402
+
+H800 = load_hardware_card("h800")[0]  # the GPU DeepGEMM's table was measured on: its SM count and fp8 peak
 
 # (layout, groups, M per group, N, K, measured TFLOPS): DeepGEMM README 'Performance' at 78cacf7
 SHAPES = [
@@ -43,7 +49,7 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def tile_config(m: int, n: int, groups: int, contiguous: bool, sms: int = H800_SMS) -> tuple[int, int, int, int]:
+def tile_config(m: int, n: int, groups: int, contiguous: bool, sms: int = H800.peak.sm_count) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, TMA multicast, waves) as DeepGEMM's get_best_configs (78cacf7) picks them;
     the contiguous layout is called with the groups' rows merged and one group."""
     block_m = 128 if contiguous or m > 64 else 64
@@ -83,7 +89,7 @@ def main() -> None:
         seconds = 2 * groups * m * n * k / (tflops * 1e12)
         print(f"{layout:10s} {groups:2d} {m:5d} {n:6d} {k:6d}  {block_m:3d}x{block_n:<4d} {multicast:2d} {waves:5d}  "
               f"{seconds * 1e6:7.1f}  {loaded / 1e6:11.1f}  {loaded / seconds / 1e12:5.2f}  "
-              f"{tflops * 1e12 / H800_FP8_DENSE_PEAK:11.2f}")
+              f"{tflops * 1e12 / H800.peak_flops('fp8'):11.2f}")
 
 
 if __name__ == "__main__":
