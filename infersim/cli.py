@@ -13,7 +13,6 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from infersim.errors import InferSimError, shorten
@@ -44,7 +43,7 @@ SUBCOMMANDS = {
 }
 SUBCOMMAND_MODULES = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 
-#: the run command's option defaults, as argparse fills them in (the parser and plain_run share them)
+#: the run command's option defaults, as argparse fills them in
 RUN_DEFAULTS = {"overrides": [], "mfu_tables": None, "format": "text", "detail": False, "plot": None,
                 "show_unfit": False, **dict.fromkeys(FLAG_DESTS)}
 
@@ -184,16 +183,6 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def plain_run(args_list: Sequence[str]) -> SimpleNamespace | None:
-    """The arguments argparse would make of `[run] --config X`, the main command's usual form, made
-    without argparse: building the parser costs ~3 ms of a plain run's ~30. None for any other
-    command line (options, `--config=X`, an X that looks like an option), which argparse parses."""
-    rest = list(args_list[1:] if args_list[:1] == ["run"] else args_list)
-    if len(rest) != 2 or rest[0] != "--config" or rest[1].startswith("-"):
-        return None
-    return SimpleNamespace(command="run", **{**RUN_DEFAULTS, "overrides": []}, config=rest[1], handler=run_command)
-
-
 def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser with the run command and the subcommand modules `only` (default: all)."""
     import argparse
@@ -235,10 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"infersim {__version__}")
         return 0
-    plain = plain_run(args_list)
-    if plain is not None:
-        parser = None
-    elif first in SUBCOMMANDS:
+    if first in SUBCOMMANDS:
         parser, _commands = build_parser([SUBCOMMANDS[first]])
     elif first in ("-h", "--help") or not args_list:
         parser, _commands = build_parser()
@@ -247,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if first != "run":
             args_list = ["run", *args_list]
     try:
-        args = plain if parser is None else parser.parse_args(args_list)
+        args = parser.parse_args(args_list)
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except InferSimError as exc:
@@ -265,32 +251,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"infersim: internal error ({type(exc).__name__}: {exc}); please report it. "
               "Set INFERSIM_DEBUG=1 to see the traceback.", file=sys.stderr)
         return 3
-
-
-def exit_now(code: int) -> NoReturn:
-    """End the command-line process with `code` as `raise SystemExit(code)` would, less the
-    interpreter's teardown: freeing every module and object one by one takes ~10 ms, a quarter of a
-    plain run's own time, for a process that is about to end anyway. What a normal exit does that
-    matters still happens: atexit callbacks run (the on-disk caches are written there) and the
-    standard streams are flushed; files are closed by their with-blocks. Where a non-daemon thread
-    is still running, a profiler or tracer (cProfile, coverage) has yet to write its results, or a
-    stream cannot be flushed (a reader that left), the normal exit handles it as it always has."""
-    threading = sys.modules.get("threading")  # not imported: no other thread can be running
-    if threading is not None and any(not t.daemon for t in threading.enumerate()
-                                     if t is not threading.main_thread()):
-        raise SystemExit(code)
-    if sys.getprofile() is not None or sys.gettrace() is not None:
-        raise SystemExit(code)
-    import atexit
-
-    atexit._run_exitfuncs()  # what Py_Finalize runs first, with the same handling of a failing callback
-    try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
-    except (OSError, ValueError):  # ValueError: a stream closed by the program
-        raise SystemExit(code) from None
-    os._exit(code)
 
 
 def add_option_aliases(parser: argparse.ArgumentParser, aliases: dict[str, str]) -> None:

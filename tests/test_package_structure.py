@@ -24,7 +24,7 @@ PACKAGE = REPO_ROOT / "infersim"
 LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("foundation", "errors, units, sharding checks, caches, text tables: nothing about models or GPUs",
      ("infersim", "infersim.errors", "infersim.units", "infersim.sharding", "infersim.stats", "infersim.diskcache",
-      "infersim.codecache", "infersim.texttable")),
+      "infersim.texttable")),
     ("cards", "facts: model, hardware and engine cards, a run's deployment and workload, the names of modules "
               "and operations",
      ("infersim.cards", "infersim.deployment", "infersim.categories")),
