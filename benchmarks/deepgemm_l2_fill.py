@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from infersim.config import load_hardware_card  # noqa: E402
+from infersim.run.config import load_hardware_card  # noqa: E402
 
 H800 = load_hardware_card("h800")[0]  # the GPU DeepGEMM's table was measured on: its SM count and fp8 peak
 

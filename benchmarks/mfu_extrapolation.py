@@ -3,15 +3,15 @@
 Near the range (the default): every point of every row is predicted from the two points below it,
   - edge:  time proportional to work at the edge efficiency, t = t2 * w / w2;
   - slope: the last interval's time per unit of work carried on, t = t2 + s (w - w2) with
-           s = max(0, (t2 - t1) / (w2 - w1)), capped at t2 / w2 (what infersim.mfu.interpolation extends with).
+           s = max(0, (t2 - t1) / (w2 - w1)), capped at t2 / w2 (what infersim.tables.interpolation extends with).
 Only predictions from a last point of at least --min-axis (default 512) count.
 
 Far beyond it (--far): every row is cut at each of its points from --min-axis up, the points 4-32x
 above the cut (in the axis value) are held out, and the grid built from the rest (other rows intact)
-prices them through infersim.mfu.lookup, as a lookup would, under three rules:
+prices them through infersim.tables.lookup, as a lookup would, under three rules:
   - slope: the last interval's slope carried on however far (the rule before the beyond-range rule);
   - edge:  the edge's FLOP efficiency carried (time proportional to FLOPs);
-  - rule:  infersim.mfu.beyond_range: the slope, except where an MoE grouped GEMM crosses from
+  - rule:  infersim.tables.beyond_range: the slope, except where an MoE grouped GEMM crosses from
            its row's memory-bound last point into the compute regime in a grid of several rows: there
            the roofline anchored at the table (its streaming rate at the edge, its grid's best efficiency).
 Each family is reported whole and for the held-out points that cross regimes (memory -> compute).
@@ -104,7 +104,7 @@ def near(dirs: list[Path], min_axis: float) -> None:
 def card_of(directory: Path):
     """The hardware card of a table directory: mfu_tables/<set>/<card>[/<engine>]."""
     from infersim.cards.registry import bundled_names
-    from infersim.config import load_hardware_card
+    from infersim.run.config import load_hardware_card
 
     names = set(bundled_names("hardware"))
     for part in reversed(directory.parts):
@@ -115,10 +115,10 @@ def card_of(directory: Path):
 
 def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[float]]]:
     """Per family, per rule: |predicted / measured - 1| of held-out points 4-32x beyond a cut."""
-    from infersim.kernels import TableHit
-    from infersim.mfu import beyond_range, interpolation, lookup
-    from infersim.mfu.table_files import read_table_dir
-    from infersim.timing import roofline_rates
+    from infersim.shapes.kernels import TableHit
+    from infersim.tables import beyond_range, interpolation, lookup
+    from infersim.tables.table_files import read_table_dir
+    from infersim.costing.timing import roofline_rates
 
     hw = card_of(directory)
     if hw is None:

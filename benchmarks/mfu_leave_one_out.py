@@ -32,12 +32,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.mfu.format import CollectiveRow  # noqa: E402
-from infersim.mfu.table_files import read_table_dir, table_directories  # noqa: E402
-from infersim.mfu.grid_keys import describe_key, row_grid_key
-from infersim.mfu.interpolation import DEFAULT_INTERPOLATION, INTERPOLATIONS, Interpolation
-from infersim.mfu.lookup import grid_from_points, grid_points, load_tables
-from infersim.mfu.series import collective_series
+from infersim.tables.format import CollectiveRow  # noqa: E402
+from infersim.tables.table_files import read_table_dir, table_directories  # noqa: E402
+from infersim.tables.grid_keys import describe_key, row_grid_key
+from infersim.tables.interpolation import DEFAULT_INTERPOLATION, INTERPOLATIONS, Interpolation
+from infersim.tables.lookup import grid_from_points, grid_points, load_tables
+from infersim.tables.series import collective_series
 
 TARGET_MEDIAN = 0.05
 TARGET_P90 = 0.15

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tabulate import tabulate  # noqa: E402
 
-from infersim.config import load_run_config  # noqa: E402
+from infersim.run.config import load_run_config  # noqa: E402
 from infersim.serve.api import simulate_serving  # noqa: E402
 
 REQUIRED = 20_000.0

@@ -15,8 +15,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.config import load_run_config  # noqa: E402
-from infersim.simulate import simulate  # noqa: E402
+from infersim.run.config import load_run_config  # noqa: E402
+from infersim.run.simulate import simulate  # noqa: E402
 
 CASES = ("configs/qwen3-30b.yaml", "benchmarks/published/deepseek-v3-h800-prefill.yaml",
          "benchmarks/published/qwen3-8b-h20-decode.yaml")

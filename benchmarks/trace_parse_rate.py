@@ -31,11 +31,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the synthetic-trace generator
 
 from infersim.trace import ChromeTraceReader, load_trace, measure_trace  # noqa: E402
-from infersim.trace.synthesis import kineto_text  # noqa: E402
-from infersim.trace.synthetic import (KernelSpec, MEMCPY_HTOD, SAMPLING, TraceBuilder, dense_step,  # noqa: E402
-                                      metadata_events)
+from tracegen.synthesis import kineto_text  # noqa: E402
+from tracegen.synthetic import (KernelSpec, MEMCPY_HTOD, SAMPLING, TraceBuilder, dense_step,  # noqa: E402
+                                metadata_events)
 
 MB = 1e6
 HF_TILE = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces" / \

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infersim.config import load_hardware_card  # noqa: E402
-from infersim.comm_shapes import CollectiveShape  # noqa: E402
+from infersim.run.config import load_hardware_card  # noqa: E402
+from infersim.shapes.comm_shapes import CollectiveShape  # noqa: E402
 from infersim.modules.comm import collective_cost  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "collectives_multinode.yaml"

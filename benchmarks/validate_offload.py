@@ -27,7 +27,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.errors import InferSimError  # noqa: E402
+from infersim.base.errors import InferSimError  # noqa: E402
 from infersim.generate.simulate import simulate_generation  # noqa: E402
 from infersim.generate.spec import load_generate_config  # noqa: E402
 

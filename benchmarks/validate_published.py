@@ -21,9 +21,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.config import load_run_config  # noqa: E402
-from infersim.errors import InferSimError  # noqa: E402
-from infersim.simulate import simulate  # noqa: E402
+from infersim.run.config import load_run_config  # noqa: E402
+from infersim.base.errors import InferSimError  # noqa: E402
+from infersim.run.simulate import simulate  # noqa: E402
 
 from infersim.validate import public_file  # noqa: E402
 

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.cli import main  # noqa: E402
+from infersim.cli.main import main  # noqa: E402
 
 if __name__ == "__main__":
     raise SystemExit(main(["validate", *sys.argv[1:]]))

@@ -7,7 +7,7 @@ For each case (dense and MoE models; TP, EP and attention DP; prefill and decode
 B200) it runs `aiconfigurator cli estimate` in its static modes (static_ctx: TTFT of one prefill
 step; static_gen: TPOT averaged over the generation) with the TensorRT-LLM backend at its current
 version, and InferSim (`config_from_mapping` + `simulate`) with the bundled kernel tables chosen
-for the device and engine (`infersim.mfu.select.bundled_tables_for(..., "trtllm")`), i.e. the
+for the device and engine (`infersim.tables.select.bundled_tables_for(..., "trtllm")`), i.e. the
 same measured kernels. Where the two differ, the difference is in how the step is composed
 (elementwise kernels, collectives, scheduler overhead, MoE routing), not in the kernel data: the
 `ours, kernels` column leaves out the hardware card's per-step scheduler overhead, which
@@ -33,9 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.config import config_from_mapping  # noqa: E402
-from infersim.mfu.select import bundled_tables_for  # noqa: E402
-from infersim.simulate import simulate  # noqa: E402
+from infersim.run.config import config_from_mapping  # noqa: E402
+from infersim.tables.select import bundled_tables_for  # noqa: E402
+from infersim.run.simulate import simulate  # noqa: E402
 
 HF_CONFIGS = REPO.parent / "shared" / "reference" / "hf_configs"
 SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200"}

@@ -1,7 +1,7 @@
-"""`python -m infersim`: the command line (infersim.cli)."""
+"""`python -m infersim`: the command line (infersim.cli.main)."""
 
 import sys
 
-from infersim.cli import main
+from infersim.cli.main import main
 
 sys.exit(main())

@@ -143,7 +143,7 @@ def run(command: str) -> tuple[str, int]:
     """What the command prints (standard output and error, in the order written) and its exit status."""
     argv = shlex.split(command)
     if argv[:3] == ["python", "-m", "infersim"]:
-        from infersim.cli import main
+        from infersim.cli.main import main
 
         buffer = io.StringIO()
         cwd = os.getcwd()
@@ -272,7 +272,7 @@ def field_tables() -> tuple[tuple[str, str], ...]:
     from infersim.cards.hardware import HardwareCard
     from infersim.cards.model import ModelCard
     from infersim.cards.schema import field_docs
-    from infersim.config import RunSpec
+    from infersim.run.config import RunSpec
 
     def table(cls: type) -> str:
         rows = ["| field | type | meaning |", "|---|---|---|"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from infersim.config import RunConfig, config_from_mapping
+from infersim.run.config import RunConfig, config_from_mapping
 
 TINY_MODEL: dict[str, Any] = {
     "name": "tiny",

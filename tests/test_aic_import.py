@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infersim.cli import main
-from infersim.errors import InferSimError
-from infersim.kernels import GemmShape, GroupedGemmShape
-from infersim.mfu import aiconfigurator as aic
-from infersim.mfu import aiconfigurator_convert as aic_convert
-from infersim.mfu.table_files import read_table_dir
-from infersim.mfu.lookup import load_tables
+from infersim.cli.main import main
+from infersim.base.errors import InferSimError
+from infersim.shapes.kernels import GemmShape, GroupedGemmShape
+from infersim.tabletools import aiconfigurator as aic
+from infersim.tabletools import aiconfigurator_convert as aic_convert
+from infersim.tables.table_files import read_table_dir
+from infersim.tables.lookup import load_tables
 
 H100_BF16 = 989.4e12
 H100_FP8 = 1978.9e12
@@ -286,10 +286,10 @@ def nccl(op: str, gpus: int, size: int, ms: float, dtype: str = "half") -> dict:
 def test_collectives_imported_and_timed(package: aic.AicSource, tmp_path: Path) -> None:
     """The engine's custom all-reduce and NCCL all-gather/reduce-scatter become `collective` tables
     (message bytes = 2 x their 16-bit element count) and time the simulator's collectives in one node."""
-    from infersim.config import load_hardware_card
-    from infersim.comm_shapes import CollectiveShape
-    from infersim.kernels import NoTables, Source
-    from infersim.timing import kernel_cost
+    from infersim.run.config import load_hardware_card
+    from infersim.shapes.comm_shapes import CollectiveShape
+    from infersim.shapes.kernels import NoTables, Source
+    from infersim.costing.timing import kernel_cost
 
     data = package.data_dir / "h100_sxm"
     write_table(data / "comm" / "trtllm" / VERSION, "custom_allreduce_perf",
@@ -325,8 +325,8 @@ def test_collectives_imported_and_timed(package: aic.AicSource, tmp_path: Path) 
 
 
 def test_two_libraries_for_one_collective_are_refused(tmp_path: Path) -> None:
-    from infersim.mfu.format import CollectiveRow, DeviceInfo, Provenance, TableDirectory, TableInfo
-    from infersim.mfu.table_files import write_table_dir
+    from infersim.tables.format import CollectiveRow, DeviceInfo, Provenance, TableDirectory, TableInfo
+    from infersim.tables.table_files import write_table_dir
 
     rows = {"a.csv": (CollectiveRow("all_reduce", "nccl", "bf16", 8, 2048, 20.0),),
             "b.csv": (CollectiveRow("all_reduce", "trtllm-custom-allreduce", "bf16", 8, 2048, 10.0),)}
@@ -448,9 +448,9 @@ def test_nvfp4_gemm_number_by_number(b200_package: aic.AicSource, tmp_path: Path
 
 
 def test_nvfp4_moe_number_by_number(b200_package: aic.AicSource, tmp_path: Path) -> None:
-    from infersim.config import load_hardware_card
-    from infersim.kernels import Source
-    from infersim.timing import kernel_cost
+    from infersim.run.config import load_hardware_card
+    from infersim.shapes.kernels import Source
+    from infersim.costing.timing import kernel_cost
 
     directory = b200_imported(b200_package, tmp_path / "out")
     tables = read_table_dir(directory)

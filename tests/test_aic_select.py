@@ -1,4 +1,4 @@
-"""Bundled kernel tables chosen by device and engine framework (infersim.mfu.select), and the
+"""Bundled kernel tables chosen by device and engine framework (infersim.tables.select), and the
 bundled aiconfigurator tables themselves: they load, carry the licence notice and serve the shapes
 of the dense models the batch-1 prefill check uses."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from infersim.kernels import AttentionShape, GemmShape
-from infersim.mfu.lookup import load_tables
-from infersim.mfu.select import TableChoice, bundled_tables_for
+from infersim.shapes.kernels import AttentionShape, GemmShape
+from infersim.tables.lookup import load_tables
+from infersim.tables.select import TableChoice, bundled_tables_for
 
 BUNDLED = Path(__file__).resolve().parent.parent / "mfu_tables"
 AIC_DEVICES = ("h100-sxm", "h200", "b200", "gb200")
@@ -130,10 +130,10 @@ def test_without_measured_tables_the_hf_fallback_says_what_is_missing(tmp_path: 
 
 
 def test_a_run_uses_the_measured_tables_and_their_host_costs(monkeypatch: pytest.MonkeyPatch) -> None:
-    import infersim.mfu.select as select
-    from infersim.config import config_from_mapping
-    from infersim.kernels import elementwise_shape
-    from infersim.timing import kernel_cost
+    import infersim.tables.select as select
+    from infersim.run.config import config_from_mapping
+    from infersim.shapes.kernels import elementwise_shape
+    from infersim.costing.timing import kernel_cost
 
     monkeypatch.setattr(select, "bundled_dir", lambda kind: FIXTURE_ROOT)
     run = {"model": "llama-2-7b", "hardware": "h100-sxm", "engine": "huggingface",

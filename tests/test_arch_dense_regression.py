@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infersim.config import load_run_config
-from infersim.simulate import simulate
+from infersim.run.config import load_run_config
+from infersim.run.simulate import simulate
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = json.loads((REPO / "tests" / "data" / "golden_dense.json").read_text())

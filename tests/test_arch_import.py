@@ -11,11 +11,11 @@ from conftest import REPO_ROOT, shared_reference
 from infersim.cards.hf_import import card_fields_from_hf, card_from_hf_file
 from infersim.cards.model import ModelCard, validate_model
 from infersim.cards.schema import build
-from infersim.cli import main
-from infersim.cli_cards import card_yaml
-from infersim.config import load_model_card
-from infersim.memory import total_parameters
-from infersim.errors import ConfigError
+from infersim.cli.main import main
+from infersim.cli.cards import card_yaml
+from infersim.run.config import load_model_card
+from infersim.run.memory import total_parameters
+from infersim.base.errors import ConfigError
 
 BASE = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
         "num_key_value_heads": 2, "vocab_size": 128, "intermediate_size": 128}

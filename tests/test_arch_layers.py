@@ -13,14 +13,14 @@ import pytest
 from core_fixtures import ROUND_GPU, TINY_MLA, TINY_MODEL, TINY_MOE, make_config
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.schema import build
-from infersim.config import load_hardware_card, load_model_card
-from infersim.errors import ConfigError
-from infersim.kernels import AttentionShape, IndexerShape, LinearAttentionShape
-from infersim.memory import bounded_bytes_per_request, kv_bytes_per_token, memory_budget, weights_per_gpu
+from infersim.run.config import load_hardware_card, load_model_card
+from infersim.base.errors import ConfigError
+from infersim.shapes.kernels import AttentionShape, IndexerShape, LinearAttentionShape
+from infersim.run.memory import bounded_bytes_per_request, kv_bytes_per_token, memory_budget, weights_per_gpu
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
 from infersim.modules.step import build_stage_plan
-from infersim.simulate import simulate
-from infersim.timing import roofline_cost
+from infersim.run.simulate import simulate
+from infersim.costing.timing import roofline_cost
 
 HW = build(HardwareCard, ROUND_GPU, "test")
 WORKLOAD = {"isl": 8, "osl": 4, "prefill_tokens_per_gpu": 8, "decode_batch_per_gpu": 2}
@@ -316,7 +316,7 @@ def test_lookup_tables_do_not_match_new_kernels():
     every new kernel, even where the head layout matches a measured table."""
     from pathlib import Path
 
-    from infersim.mfu.lookup import load_tables
+    from infersim.tables.lookup import load_tables
 
     tables = load_tables(Path(__file__).resolve().parent.parent / "mfu_tables" / "imported" / "h800")
     dense_mla = AttentionShape("mla", "decode", 64, 1, 4096, 128, 1, 576, 512, 64)
@@ -330,7 +330,7 @@ def test_lookup_tables_do_not_match_new_kernels():
 
 def test_real_hybrid_cards_simulate():
     for name in ("gpt-oss-120b.yaml", "qwen3-next.yaml", "deepseek-v3.2.yaml"):
-        from infersim.config import load_run_config
+        from infersim.run.config import load_run_config
 
         result = simulate(load_run_config(name))
         assert result.prefill.step_time_s > 0 and result.decode.step_time_s > 0

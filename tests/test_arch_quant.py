@@ -8,11 +8,11 @@ import pytest
 from core_fixtures import ROUND_GPU, TINY_MOE, TINY_MODEL, make_config
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.schema import build
-from infersim.errors import ConfigError
-from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape
-from infersim.memory import kv_bytes_per_token, total_parameters, weights_per_gpu
+from infersim.base.errors import ConfigError
+from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape
+from infersim.run.memory import kv_bytes_per_token, total_parameters, weights_per_gpu
 from infersim.modules.step import build_stage_plan
-from infersim.timing import roofline_cost
+from infersim.costing.timing import roofline_cost
 
 HW = build(HardwareCard, ROUND_GPU, "test")
 WORKLOAD = {"isl": 8, "osl": 4, "prefill_tokens_per_gpu": 8, "decode_batch_per_gpu": 4}

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from core_fixtures import FREE_ENGINE, ROUND_GPU, TINY_MODEL, TINY_MOE, make_config, run_mapping
-from infersim.config import config_from_mapping, load_run_config
-from infersim.errors import ConfigError
-from infersim.memory import kv_bytes_per_token, memory_budget, weights_per_gpu
-from infersim import categories as cat
+from infersim.run.config import config_from_mapping, load_run_config
+from infersim.base.errors import ConfigError
+from infersim.run.memory import kv_bytes_per_token, memory_budget, weights_per_gpu
+from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan
-from infersim.simulate import simulate
-from infersim.speculative import expected_tokens_per_step
+from infersim.run.simulate import simulate
+from infersim.run.speculative import expected_tokens_per_step
 
 WORKLOAD = {"isl": 8, "osl": 4, "prefill_tokens_per_gpu": 8, "decode_batch_per_gpu": 4}
 DRAFT = {**TINY_MODEL, "name": "tiny-draft", "num_hidden_layers": 1, "intermediate_size": 64}
@@ -57,7 +57,7 @@ def test_draft_step_composition_hand_checked():
     assert spec.lookahead == 2 and not spec.lookahead_auto
     assert spec.expected_tokens_per_step == pytest.approx(1.75)
     # verify: the model with 3 tokens per request; draft: 2 single-token steps of the draft model
-    from infersim.engine import run_stage
+    from infersim.engine.stage import run_stage
 
     verify = run_stage(build_stage_plan("decode", cfg.model, cfg.deployment, cfg.workload, 4, 20, q_len=3),
                        cfg.hardware, cfg.tables)
@@ -116,7 +116,7 @@ def test_speculative_step_exposes_cpu_where_the_engine_turns_overlap_off(overlap
 
 
 def test_sglang_turns_overlap_off_for_speculative_decoding():
-    from infersim.config import load_engine_card
+    from infersim.run.config import load_engine_card
 
     card, _ = load_engine_card("sglang")
     assert card.overheads.overlap_scheduler and not card.overheads.overlap_with_speculative

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from conftest import public_reference
-from infersim.config import load_hardware_card
-from infersim.comm_shapes import TokenExchangeShape
+from infersim.run.config import load_hardware_card
+from infersim.shapes.comm_shapes import TokenExchangeShape
 from infersim.modules.comm import token_exchange_cost
 
 
@@ -90,7 +90,7 @@ def test_group_limited_routing_bounds_the_nodes_a_token_reaches():
 
 
 def test_deepseek_cards_carry_group_limited_routing():
-    from infersim.config import load_model_card
+    from infersim.run.config import load_model_card
 
     for name in ("deepseek-v3", "deepseek-v3.2"):
         card, _ = load_model_card(name)

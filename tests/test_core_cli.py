@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, public_reference, shared_reference
-from infersim.cli import main
+from infersim.cli.main import main
 
 
 def run_cli(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
@@ -77,7 +77,7 @@ def test_hf_config_accepted_as_model(capsys, tmp_path):
 def test_import_hf_writes_a_loadable_card_for_every_reference_config(tmp_path):
     configs = sorted(shared_reference("hf_configs").glob("*.json"))
     assert main(["cards", "import-hf", *map(str, configs), "--out", str(tmp_path)]) == 0
-    from infersim.config import load_model_card
+    from infersim.run.config import load_model_card
 
     for path in tmp_path.glob("*.yaml"):
         card, _ = load_model_card(str(path))

@@ -10,13 +10,13 @@ from core_fixtures import ROUND_GPU, TINY_MLA, TINY_MODEL, TINY_MOE, make_config
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.schema import build
 from infersim.modules.comm import collective_cost, token_exchange_cost
-from infersim.comm_shapes import CollectiveShape, TokenExchangeShape
-from infersim.kernels import AttentionShape, GemmShape
-from infersim.memory import kv_bytes_per_token, memory_budget, total_parameters, weights_per_gpu
+from infersim.shapes.comm_shapes import CollectiveShape, TokenExchangeShape
+from infersim.shapes.kernels import AttentionShape, GemmShape
+from infersim.run.memory import kv_bytes_per_token, memory_budget, total_parameters, weights_per_gpu
 from infersim.modules.ffn import expected_active_experts
 from infersim.modules.step import build_stage_plan
-from infersim.simulate import simulate
-from infersim.timing import roofline_cost
+from infersim.run.simulate import simulate
+from infersim.costing.timing import roofline_cost
 
 HW = build(HardwareCard, ROUND_GPU, "test")
 
@@ -109,7 +109,7 @@ def test_kv_bytes_per_token_gqa_and_mla():
 
 
 def test_real_model_kv_bytes():
-    from infersim.config import load_model_card
+    from infersim.run.config import load_model_card
 
     qwen, _ = load_model_card("qwen3-8b")
     assert kv_bytes_per_token(qwen, "bf16") == 36 * 2 * 8 * 128 * 2 == 147456
@@ -202,7 +202,7 @@ def test_mla_decode_is_absorbed_and_prefill_is_not():
 
 
 def test_two_batch_overlap_hides_communication():
-    from infersim.engine import two_batch_schedule
+    from infersim.engine.stage import two_batch_schedule
 
     # per micro-batch: compute 3, comm 2, compute 3, comm 2 -> compute stream busy 12 per layer
     layer = [(False, 3.0), (True, 2.0), (False, 3.0), (True, 2.0)]

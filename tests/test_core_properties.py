@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core_fixtures import TINY_MOE, make_config
-from infersim.config import load_run_config
-from infersim.simulate import simulate
+from infersim.run.config import load_run_config
+from infersim.run.simulate import simulate
 
 REAL_CASES = (
     "configs/qwen3-30b.yaml",

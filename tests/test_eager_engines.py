@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from infersim.config import config_from_mapping
-from infersim.engine import kernels_launched, operation_kernels, run_stage
-from infersim.kernels import AttentionShape, GemmShape, MemoryBoundShape
+from infersim.run.config import config_from_mapping
+from infersim.engine.stage import kernels_launched, operation_kernels, run_stage
+from infersim.shapes.kernels import AttentionShape, GemmShape, MemoryBoundShape
 from infersim.modules import eager
 from infersim.modules.step import build_stage_plan
 

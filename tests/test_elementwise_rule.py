@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from infersim.config import load_hardware_card
-from infersim.errors import InferSimError
-from infersim.kernels import GemmShape, MemoryBoundShape, NoTables
-from infersim.mfu import aiconfigurator as aic
-from infersim.mfu.lookup import load_tables
-from infersim.timing import kernel_cost
+from infersim.run.config import load_hardware_card
+from infersim.base.errors import InferSimError
+from infersim.shapes.kernels import GemmShape, MemoryBoundShape, NoTables
+from infersim.tabletools import aiconfigurator as aic
+from infersim.tables.lookup import load_tables
+from infersim.costing.timing import kernel_cost
 
 BUNDLED = Path(__file__).resolve().parent.parent / "mfu_tables"
 AIC_H100 = BUNDLED / "aiconfigurator" / "h100-sxm" / "trtllm-1.3.0rc20"

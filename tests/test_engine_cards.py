@@ -12,11 +12,11 @@ from core_fixtures import FREE_ENGINE, TINY_MODEL, make_config, run_mapping
 from infersim.cards.engine import EngineCard, MemoryTier, step_overhead, tier_value, validate_engine
 from infersim.cards.registry import bundled_names
 from infersim.cards.schema import build
-from infersim.cli import main
-from infersim.config import config_from_mapping, load_engine_card
-from infersim.errors import ConfigError
-from infersim.memory import memory_budget
-from infersim.simulate import prefill_step_tokens, simulate
+from infersim.cli.main import main
+from infersim.run.config import config_from_mapping, load_engine_card
+from infersim.base.errors import ConfigError
+from infersim.run.memory import memory_budget
+from infersim.run.simulate import prefill_step_tokens, simulate
 
 
 def engine(**overheads: float | bool) -> EngineCard:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from infersim.config import load_run_config
-from infersim.engine import run_stage, stage_time
+from infersim.run.config import load_run_config
+from infersim.engine.stage import run_stage, stage_time
 from infersim.modules.step import build_stage_plan
-from infersim.simulate import decode_time, run_decode
+from infersim.run.simulate import decode_time, run_decode
 
 CASES = [
     ("qwen3-30b.yaml", []),

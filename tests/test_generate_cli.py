@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, shared_reference
-from infersim.cli import main
-from infersim.config import load_model_card
+from infersim.cli.main import main
+from infersim.run.config import load_model_card
 from infersim.generate.report import format_log
-from infersim.memory import total_parameters
+from infersim.run.memory import total_parameters
 
 from test_generate_metrics import mapping
 
@@ -138,7 +138,7 @@ def test_reference_configs_load():
 
 
 def test_mixed_expert_weight_format_is_refused_not_misreported(capsys):
-    from infersim.cli import main
+    from infersim.cli.main import main
 
     code = main(["generate", "--config", "gpt-oss-120b.yaml", "--batch", "8", "--prompt-len", "1024", "--gen-len", "16"])
     err = capsys.readouterr().err

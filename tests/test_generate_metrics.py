@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from infersim.config import config_from_mapping
-from infersim.deployment import Workload
-from infersim.engine import run_stage
+from infersim.run.config import config_from_mapping
+from infersim.cards.deployment import Workload
+from infersim.engine.stage import run_stage
 from infersim.generate.simulate import GenerationResult, simulate_generation
 from infersim.generate.spec import config_and_spec
 from infersim.modules.step import build_stage_plan
-from infersim.simulate import simulate
+from infersim.run.simulate import simulate
 
 # hidden 64, 4 query heads, 2 KV heads of 16, SwiGLU width 128, 2 layers, vocab 128
 TINY: dict[str, Any] = {

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infersim.errors import ConfigError, InferSimError
-from infersim.host_transfer import PassUnit, prefetch_schedule
+from infersim.base.errors import ConfigError, InferSimError
+from infersim.costing.host_transfer import PassUnit, prefetch_schedule
 from infersim.generate.simulate import DoesNotFit
 
 from test_generate_metrics import KV_PER_POSITION, TINY, generate, gpu, mapping

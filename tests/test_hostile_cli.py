@@ -1,4 +1,4 @@
-"""Hostile input, end to end through `infersim.cli.main`: every case of issue 16 gives one clear
+"""Hostile input, end to end through `infersim.cli.main.main`: every case of issue 16 gives one clear
 message (or a correct number) and the documented exit status: 0 ok, 1 does not fit / nothing to
 compare, 2 bad input, never 3 (internal error) and never a traceback."""
 
@@ -20,8 +20,8 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 
-from infersim.cli import main
-from infersim.trace.synthetic import TraceBuilder, dense_step, write_trace
+from infersim.cli.main import main
+from tracegen.synthetic import TraceBuilder, dense_step, write_trace
 
 H20 = REPO_ROOT / "hardware" / "h20.yaml"
 

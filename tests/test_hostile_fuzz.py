@@ -1,6 +1,6 @@
 """The command line against generated hostile values (issue 28): every entry point - the run with
 --set, serve and its trace files, validate, plot, mfu import-infersim, cards import-hf - called in
-process through `infersim.cli.main` with numbers and text a careless script or a hostile user writes.
+process through `infersim.cli.main.main` with numbers and text a careless script or a hostile user writes.
 
 Whatever comes in: the exit status is 0, 1 (cannot run) or 2 (bad input); for 1 and 2 stderr is
 exactly one line; there is never a traceback or an internal error (3); and for 0 every number in the
@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
 
-from infersim.cli import main
+from infersim.cli.main import main
 
 # numbers as a command line or a file writes them: text, so that YAML/JSON spellings reach the parsers
 SPECIAL_TEXT = ["0", "-1", "1", "2", "7", "0.5", "2.5", "1e15", "1e16", "1e30", "1e300", "-1e300", "1e-300", "1e-45",
@@ -59,7 +59,7 @@ def drive(capsys: pytest.CaptureFixture[str], argv: list[str], json_out: bool = 
     """Run the command line in process and check the contract; returns the exit status."""
     try:
         code = main(argv)
-    except SystemExit as exc:  # argparse (one line: infersim.cli.OneLineParser)
+    except SystemExit as exc:  # argparse (one line: infersim.cli.main.OneLineParser)
         code = exc.code
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "internal error" not in err, (argv, err)
@@ -161,9 +161,9 @@ def test_validate_a_hostile_reference(capsys, tmp_path_factory, value, unit):
 
 @pytest.fixture(scope="module")
 def run_json() -> dict[str, Any]:
-    from infersim.config import load_run_config
-    from infersim.report import to_json_data
-    from infersim.simulate import simulate
+    from infersim.run.config import load_run_config
+    from infersim.cli.report import to_json_data
+    from infersim.run.simulate import simulate
 
     return to_json_data(simulate(load_run_config(REPO_ROOT / "configs" / "qwen3-30b.yaml")))
 

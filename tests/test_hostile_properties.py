@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from infersim.cards.model import ModelCard
-from infersim.config import config_from_mapping
-from infersim.errors import ConfigError, InferSimError
-from infersim.kernels import Bound
-from infersim import categories as cat
-from infersim.report import to_json_data, to_text
-from infersim.simulate import SimulationResult, simulate
+from infersim.run.config import config_from_mapping
+from infersim.base.errors import ConfigError, InferSimError
+from infersim.shapes.kernels import Bound
+from infersim.cards import categories as cat
+from infersim.cli.report import to_json_data, to_text
+from infersim.run.simulate import SimulationResult, simulate
 
 # values a careless script or a hostile user writes
 SPECIAL = [0, -1, 1, 2, 3, 7, 8, 64, 4096, 10**15, 10**16, 1e15, 1e30, 1e300, -1e300, 1e-300, 1e-45, 0.5, 2.5, 0.999,
@@ -166,7 +166,7 @@ SERVING_FIELDS = ["completed", "total_input_tokens", "total_output_tokens", "mea
 @given(serving=st.booleans(), changes=st.lists(st.tuples(st.integers(0, 7), NUMBERS), min_size=1, max_size=3))
 def test_arbitrary_bench_results(tmp_path: Path, serving: bool, changes: list[tuple[int, Any]]) -> None:
     from infersim.cards.schema import build
-    from infersim.deployment import Workload
+    from infersim.cards.deployment import Workload
     from infersim.trace.bench import bench_workload, read_bench_results
 
     if serving:
@@ -207,9 +207,9 @@ def _names(kind: str) -> list[str]:
 @pytest.mark.parametrize("model", _names("models"))
 def test_bundled_models_on_bundled_gpus_never_hit_an_internal_error(model: str) -> None:
     from infersim.cards.schema import build
-    from infersim.config import RunConfig, default_engine, load_hardware_card, load_model_card
-    from infersim.deployment import Deployment, Workload, complete_layout
-    from infersim.kernels import NoTables
+    from infersim.run.config import RunConfig, default_engine, load_hardware_card, load_model_card
+    from infersim.cards.deployment import Deployment, Workload, complete_layout
+    from infersim.shapes.kernels import NoTables
 
     card, _ = load_model_card(model)
     simulated = 0

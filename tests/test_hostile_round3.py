@@ -15,7 +15,7 @@ import yaml
 from conftest import REPO_ROOT, shared_reference
 from test_hostile_cli import one_line_error as one_line
 
-from infersim.cli import main
+from infersim.cli.main import main
 
 SERVE = ("serve", "--config", "serve-llama-8b-h100.yaml")
 
@@ -23,7 +23,7 @@ SERVE = ("serve", "--config", "serve-llama-8b-h100.yaml")
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     try:
         code = main(list(argv))
-    except SystemExit as exc:  # argparse refusing an argument (one line: infersim.cli.OneLineParser)
+    except SystemExit as exc:  # argparse refusing an argument (one line: infersim.cli.main.OneLineParser)
         code = exc.code
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "internal error" not in err, err
@@ -203,7 +203,7 @@ def test_more_instances_than_requests_are_not_built(capsys):
 
 
 def test_finished_requests_leave_only_their_latencies():
-    from infersim.config import load_run_config
+    from infersim.run.config import load_run_config
     from infersim.serve.options import parse_options
     from infersim.serve.simulate import simulate_serving_run
 
@@ -227,7 +227,7 @@ def test_finished_requests_leave_only_their_latencies():
 def test_requests_fed_one_at_a_time_take_the_same_steps_as_all_at_once():
     """_feed gives each instance only its next arrival; the steps equal those of every request given
     up front, as the scheduler looks no further ahead than the next arrival."""
-    from infersim.config import load_run_config
+    from infersim.run.config import load_run_config
     from infersim.serve.scheduler import RequestState
     from infersim.serve.arrivals import build_requests
     from infersim.serve.options import parse_options
@@ -290,7 +290,7 @@ def test_a_capture_range_of_1e12_sizes_is_never_listed(tmp_path, capsys):
 
 def test_next_captured_size_matches_listing_every_size():
     from infersim.cards.engine import _next_captured
-    from infersim.config import load_engine_card
+    from infersim.run.config import load_engine_card
 
     for name in ("sglang", "vllm", "trtllm"):
         ranges = load_engine_card(name)[0].overheads.cuda_graph_batch_sizes
@@ -316,9 +316,9 @@ def test_engine_card_mistakes_are_refused_on_load(tmp_path, capsys, edit, parts)
 
 
 def test_every_plan_operation_is_a_known_name():
-    from infersim.config import config_from_mapping
-    from infersim.categories import is_operation_name
-    from infersim.simulate import simulate
+    from infersim.run.config import config_from_mapping
+    from infersim.cards.categories import is_operation_name
+    from infersim.run.simulate import simulate
 
     names = set()
     for model in sorted(p.stem for p in (REPO_ROOT / "models").glob("*.yaml")):
@@ -452,7 +452,7 @@ def test_an_unmodelled_quant_method_is_one_message(tmp_path, capsys):
 
 def test_bundled_quantised_cards_are_the_importer_output():
     from infersim.cards.hf_import import card_from_hf_file
-    from infersim.cli_cards import card_yaml
+    from infersim.cli.cards import card_yaml
 
     for bundled, reference in (("deepseek-v3", "deepseek_v3_config.json"), ("deepseek-v3.2", "deepseek_v3.2_config.json"),
                                ("gpt-oss-120b", "gpt-oss-120b_config.json")):
@@ -488,7 +488,7 @@ def test_a_run_prices_the_checkpoint_unless_the_run_config_says_otherwise(capsys
 
 def test_the_checkpoint_sets_gemm_inputs_where_the_gpu_has_the_rate(capsys, tmp_path):
     """An fp8 W8A8 checkpoint: fp8 GEMMs on a GPU with fp8 tensor cores, bf16 (weight-only) on an A100."""
-    from infersim.config import config_from_mapping
+    from infersim.run.config import config_from_mapping
 
     def precision(hardware: str) -> tuple[str, str]:
         config = config_from_mapping({"model": "deepseek-v3", "hardware": hardware, "mfu_tables": "none",
@@ -536,7 +536,7 @@ def test_a_sweep_derives_each_variants_weights_from_its_own_checkpoint(capsys):
 
 
 def test_the_disk_cache_is_pruned_oldest_first_under_its_cap(tmp_path, monkeypatch):
-    from infersim import diskcache
+    from infersim.base import diskcache
 
     monkeypatch.setenv("INFERSIM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("INFERSIM_CACHE_MAX_MB", "1")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from infersim.config import load_run_config
-from infersim.errors import ConfigError
-from infersim.kernels import Source
-from infersim.mfu.libraries import library_matches
-from infersim.simulate import simulate
+from infersim.run.config import load_run_config
+from infersim.base.errors import ConfigError
+from infersim.shapes.kernels import Source
+from infersim.tables.libraries import library_matches
+from infersim.run.simulate import simulate
 
 # DeepSeek-V3 decode on H800 with the bundled imported tables (attention: FlashInfer / FlashAttention-3,
 # GEMMs and grouped GEMMs: DeepGEMM)

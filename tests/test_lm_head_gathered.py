@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from infersim.cli import main
-from infersim.config import load_run_config
-from infersim.errors import InferSimError
-from infersim.memory import weights_per_gpu
+from infersim.cli.main import main
+from infersim.run.config import load_run_config
+from infersim.base.errors import InferSimError
+from infersim.run.memory import weights_per_gpu
 from infersim.modules.step import build_stage_plan
-from infersim.simulate import simulate
+from infersim.run.simulate import simulate
 
 # configs/qwen3-30b.yaml: Qwen3-30B-A3B (hidden 2048, vocab 151,936, untied head), attention DP4, SGLang
 H, VOCAB, DP = 2048, 151_936, 4

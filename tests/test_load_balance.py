@@ -13,15 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core_fixtures import TINY_MOE, make_config
-from infersim.cli import main
-from infersim.config import load_run_config
-from infersim.errors import ConfigError
-from infersim.comm_shapes import TokenExchangeShape
-from infersim.kernels import GroupedGemmShape
-from infersim.mfu.grid_keys import shape_grid_key
+from infersim.cli.main import main
+from infersim.run.config import load_run_config
+from infersim.base.errors import ConfigError
+from infersim.shapes.comm_shapes import TokenExchangeShape
+from infersim.shapes.kernels import GroupedGemmShape
+from infersim.tables.grid_keys import shape_grid_key
 from infersim.modules.load_balance import eplb_placement, expected_max_normal, moe_balance, popularity
 from infersim.modules.step import build_stage_plan
-from infersim.simulate import simulate
+from infersim.run.simulate import simulate
 
 PREFILL = "benchmarks/published/deepseek-v3-h800-prefill.yaml"
 EP72 = ["--set", "deployment.num_gpus=72", "--set", "deployment.num_nodes=9", "--set", "deployment.attention.dp=72",
@@ -282,7 +282,7 @@ def test_report_names_the_factor(capsys):
 
 
 def _qwen_h100(moe: dict | None = None, batch: int | str = "max"):
-    from infersim.config import config_from_mapping
+    from infersim.run.config import config_from_mapping
 
     deployment = {"num_gpus": 8, "attention": {"tp": 1, "dp": 8}, "ffn": {"tp": 1, "ep": 8},
                   "precision": {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}}
@@ -298,7 +298,7 @@ def test_tables_timed_under_skewed_routing_give_back_their_mean_load_to_that_rou
     whole batch (alpha 1.2 for Qwen3): a deployment routed that way (statistical with that long-run
     skew) is looked up at its mean load, the table's own imbalance in the time (issue 17)."""
     from infersim.modules.load_balance import moe_balance
-    from infersim.timing import kernel_cost, table_tokens_for
+    from infersim.costing.timing import kernel_cost, table_tokens_for
 
     cfg = _qwen_h100()
     assert cfg.tables.moe_includes_imbalance
@@ -322,7 +322,7 @@ def test_skewed_routing_tables_time_other_policies_de_skewed():
     table is read where its busiest rank carries what this deployment's busiest rank does: the table's
     kernel without the table's skew, this layout's own factor on top. No policy falls to the roofline
     (it did for EPLB, 3x off the table at prefill sizes), and the more even policy is never slower."""
-    from infersim.simulate import simulate
+    from infersim.run.simulate import simulate
 
     def experts(moe: dict) -> object:
         return next(op for op in simulate(_qwen_h100(moe, 64)).decode.operations if op.name == "experts_up")

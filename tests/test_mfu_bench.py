@@ -18,10 +18,10 @@ import yaml
 from conftest import REPO_ROOT
 
 from infersim.cards.model import ModelCard
-from infersim.errors import InferSimError
-from infersim.kernels import GemmShape, GroupedGemmShape, elementwise_shape
-from infersim.mfu import bench as harness
-from infersim.mfu.bench import (
+from infersim.base.errors import InferSimError
+from infersim.shapes.kernels import GemmShape, GroupedGemmShape, elementwise_shape
+from infersim.tabletools import bench as harness
+from infersim.tabletools.bench import (
     AttentionCase,
     BenchOptions,
     CudaEventTimer,
@@ -38,10 +38,10 @@ from infersim.mfu.bench import (
     gemm_kn_from_card,
     plan_cases,
 )
-from infersim.mfu.cli import bench_command, register
-from infersim.mfu.format import PROVENANCE_FILE, DeviceInfo, GemmRow
-from infersim.mfu.table_files import read_table_dir
-from infersim.mfu.lookup import load_tables
+from infersim.tabletools.cli import bench_command, register
+from infersim.tables.format import PROVENANCE_FILE, DeviceInfo, GemmRow
+from infersim.tables.table_files import read_table_dir
+from infersim.tables.lookup import load_tables
 
 DENSE_CARD = """\
 name: tiny-dense
@@ -499,7 +499,7 @@ def test_no_torch_or_no_cuda_is_one_clear_error(monkeypatch: pytest.MonkeyPatch)
 
 def test_bench_command_without_gpu_says_so_and_exits_non_zero(tmp_path: Path) -> None:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, "-m", "infersim.mfu.cli", "bench", "--out", str(tmp_path / "x")],
+    done = subprocess.run([sys.executable, "-m", "infersim.tabletools.cli", "bench", "--out", str(tmp_path / "x")],
                           cwd=REPO_ROOT, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -524,7 +524,7 @@ def test_a_measured_set_is_compared_with_aiconfigurator_in_every_family(tmp_path
     """Our files and columns are the imported tables': `mfu compare` pairs GEMM, attention and grouped
     GEMM rows of identical shape (grouped GEMM across file names: our balanced routing against their
     power-law one, which the comparison names)."""
-    from infersim.mfu.compare import compare_tables
+    from infersim.tabletools.compare import compare_tables
 
     cases = [GemmCase("bf16", 16, 4096, 4096), GemmCase("fp8", 1024, 8192, 8192),
              AttentionCase("mha", "prefill", "bf16", "bf16", 32, 8, 128, 128, 1, 2048, 2048),

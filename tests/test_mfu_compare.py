@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from infersim.cards.registry import bundled_dir
-from infersim.cli import main
-from infersim.errors import InferSimError
-from infersim.mfu.compare import compare_tables
-from infersim.mfu.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
-from infersim.mfu.table_files import write_table_dir
+from infersim.cli.main import main
+from infersim.base.errors import InferSimError
+from infersim.tabletools.compare import compare_tables
+from infersim.tables.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
+from infersim.tables.table_files import write_table_dir
 
 PEAKS = {"bf16": 989.4e12}
 #: (k, n) of the synthetic GEMM slices; each is swept over M_VALUES

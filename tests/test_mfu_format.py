@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from infersim.errors import ConfigError, InferSimError
-from infersim.mfu.format import (
+from infersim.base.errors import ConfigError, InferSimError
+from infersim.tables.format import (
     AttentionRow,
     DeviceInfo,
     GemmRow,
@@ -19,8 +19,8 @@ from infersim.mfu.format import (
     TableInfo,
     efficiency_of,
 )
-from infersim.mfu.table_files import read_table_dir, write_table_dir
-from infersim.mfu.lookup import load_tables
+from infersim.tables.table_files import read_table_dir, write_table_dir
+from infersim.tables.lookup import load_tables
 
 PEAKS = {"bf16": 989.4e12, "fp8": 1978.9e12}
 

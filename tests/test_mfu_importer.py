@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, shared_reference
 
-from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape
-from infersim.mfu.cli import main as mfu_main
-from infersim.mfu.format import AttentionRow, GemmRow, GroupedGemmRow
-from infersim.mfu.table_files import read_table_dir
-from infersim.mfu.importer import import_infersim
-from infersim.mfu.lookup import load_tables
+from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape
+from infersim.tabletools.cli import main as mfu_main
+from infersim.tables.format import AttentionRow, GemmRow, GroupedGemmRow
+from infersim.tables.table_files import read_table_dir
+from infersim.tabletools.importer import import_infersim
+from infersim.tables.lookup import load_tables
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +108,6 @@ def test_cli_import_writes_directories_and_refuses_a_wrong_source(tmp_path: Path
     assert mfu_main(["import-infersim", str(src), "--out", str(tmp_path), "--devices", "h800"]) == 0
     assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'h800'}"
     assert read_table_dir(tmp_path / "h800").provenance.command == (
-        f"python -m infersim.mfu.cli import-infersim {src} --out {tmp_path} --devices h800")
+        f"python -m infersim.tabletools.cli import-infersim {src} --out {tmp_path} --devices h800")
     assert mfu_main(["import-infersim", str(tmp_path / "nowhere"), "--out", str(tmp_path)]) == 2
     assert "InferSim benchmark data not found" in capsys.readouterr().err

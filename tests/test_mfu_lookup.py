@@ -14,12 +14,12 @@ from conftest import REPO_ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infersim.errors import InferSimError
-from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
-from infersim.mfu.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
-from infersim.mfu.table_files import read_table_dir
-from infersim.mfu.interpolation import INTERPOLATIONS, Interpolation, _same, build_grid
-from infersim.mfu.lookup import MfuTables, grid_points, load_tables
+from infersim.base.errors import InferSimError
+from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
+from infersim.tables.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
+from infersim.tables.table_files import read_table_dir
+from infersim.tables.interpolation import INTERPOLATIONS, Interpolation, _same, build_grid
+from infersim.tables.lookup import MfuTables, grid_points, load_tables
 
 IMPORTED = REPO_ROOT / "mfu_tables" / "imported"
 H20_BF16, H20_FP8 = 148e12, 296e12
@@ -298,7 +298,7 @@ def test_extrapolation_benchmark_prefers_the_slope_rule_on_the_imported_tables(c
 
 
 def test_indexed_tables_are_cached_on_disk_between_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import infersim.mfu.lookup as lookup
+    import infersim.tables.lookup as lookup
 
     monkeypatch.setenv("INFERSIM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("INFERSIM_CACHE", "on")
@@ -334,7 +334,7 @@ def _grouped_table(tmp_path: Path) -> MfuTables:
     """One MoE grouped GEMM (16 experts, top-2, hidden 1024, width 512, fp8) timed at EP 1 up to 8192
     tokens per GPU (compute-bound there, efficiency 0.5) and at EP 8 only up to 64 (weight-bound:
     every local expert's 2 x 1 MiB of weights streamed at 1 TB/s, plus a 2 us fixed cost)."""
-    from infersim.mfu.format import GroupedGemmRow
+    from infersim.tables.format import GroupedGemmRow
 
     peak = 1e15
     rows = []
@@ -355,9 +355,9 @@ def test_grouped_gemm_crossing_into_compute_takes_the_roofline_anchored_at_the_t
     """At EP 8 the row ends weight-bound at 64 tokens; 8192 tokens per GPU are compute-bound on the
     card's roofline, where the row's slope (weights re-read, a few activations added) says nothing:
     priced at the table's streaming rate at 64 tokens and its best efficiency (0.5, at EP 1)."""
-    from infersim.config import load_hardware_card
-    from infersim.mfu.beyond_range import beyond_range
-    from infersim.timing import roofline_rates
+    from infersim.run.config import load_hardware_card
+    from infersim.tables.beyond_range import beyond_range
+    from infersim.costing.timing import roofline_rates
 
     tables = _grouped_table(tmp_path)
     hw, _ = load_hardware_card("h800")
@@ -380,9 +380,9 @@ def test_grouped_gemm_crossing_into_compute_takes_the_roofline_anchored_at_the_t
 
 
 def test_one_row_grids_and_attention_keep_the_slope_beyond_their_range(h800: MfuTables) -> None:
-    from infersim.config import load_hardware_card
-    from infersim.mfu.beyond_range import beyond_range
-    from infersim.timing import kernel_cost, roofline_rates
+    from infersim.run.config import load_hardware_card
+    from infersim.tables.beyond_range import beyond_range
+    from infersim.costing.timing import kernel_cost, roofline_rates
 
     hw, _ = load_hardware_card("h800")
     shape = fp8_gemm(1 << 20, 7168, 2112)  # far above every m the GEMM tables measured

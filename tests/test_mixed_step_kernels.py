@@ -10,10 +10,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infersim.config import config_from_mapping
-from infersim.engine import run_stage
+from infersim.run.config import config_from_mapping
+from infersim.engine.stage import run_stage
 from infersim.modules.step import build_step_plan
-from infersim.plan import SequenceBatch
+from infersim.shapes.plan import SequenceBatch
 
 
 def deepseek_dep4():

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from core_fixtures import TINY_MOE, run_mapping
-from infersim.config import config_from_mapping, load_engine_card
-from infersim.errors import ConfigError
-from infersim.memory import weights_per_gpu
+from infersim.run.config import config_from_mapping, load_engine_card
+from infersim.base.errors import ConfigError
+from infersim.run.memory import weights_per_gpu
 from infersim.modules.ffn import ffn_weight_params
 from infersim.modules.step import build_stage_plan
 
@@ -70,8 +70,8 @@ def test_shared_experts_can_be_named_and_all_to_all_ignores_them():
 def test_a_sweep_derives_the_moe_path_again_for_every_layout(tmp_path):
     """A sweep over EP sizes gets for each variant the path loading that variant gets: TensorRT-LLM
     gathers at EP4 (<= Qwen3-30B's top-8) and runs all-to-all at EP16; a named path stays."""
-    from infersim.config import load_run_config
-    from infersim.simulate import simulate
+    from infersim.run.config import load_run_config
+    from infersim.run.simulate import simulate
     from infersim.sweep import SweepSpec, load_base, parse_grid, run_sweep
     from infersim.sweep.variants import Deriver
 

@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import pytest
 
-from infersim.config import config_from_mapping, load_hardware_card
-from infersim.comm_shapes import CollectiveShape
+from infersim.run.config import config_from_mapping, load_hardware_card
+from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.modules.comm import collective_cost
 from infersim.modules.step import build_stage_plan
-from infersim.simulate import simulate
+from infersim.run.simulate import simulate
 
 H100, _ = load_hardware_card("h100-sxm")
 KIB, MIB = 1024, 1024 * 1024

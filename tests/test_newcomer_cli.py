@@ -13,10 +13,10 @@ import yaml
 from conftest import REPO_ROOT
 
 from infersim.cards.registry import resolve_name
-from infersim.cli import main
-from infersim.config import load_run_config
-from infersim.errors import InferSimError
-from infersim.run_flags import RunFlags
+from infersim.cli.main import main
+from infersim.run.config import load_run_config
+from infersim.base.errors import InferSimError
+from infersim.run.flags import RunFlags
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:

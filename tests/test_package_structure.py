@@ -20,34 +20,37 @@ from conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "infersim"
 
-#: (layer, what it holds, module prefixes), lowest first
+#: (layer, what it holds, the folders (packages) of infersim/ that are the layer), lowest first. A
+#: driver's command line and its report (`serve/cli.py`, `sweep/output.py`) sit in the driver's folder
+#: and belong to the presentation layer: PRESENTATION_IN_DRIVERS lists them.
 LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("foundation", "errors, units, sharding checks, caches, text tables: nothing about models or GPUs",
-     ("infersim", "infersim.errors", "infersim.units", "infersim.sharding", "infersim.stats", "infersim.diskcache",
-      "infersim.texttable")),
+     ("infersim", "infersim.base")),
     ("cards", "facts: model, hardware and engine cards, a run's deployment and workload, the names of modules "
               "and operations",
-     ("infersim.cards", "infersim.deployment", "infersim.categories")),
+     ("infersim.cards",)),
     ("shapes", "what a step runs: kernel shapes and the cost record, the plan of operations",
-     ("infersim.kernels", "infersim.comm_shapes", "infersim.plan")),
+     ("infersim.shapes",)),
     ("costing", "what a kernel costs (measured tables, roofline, collectives, host transfers) and the "
                 "operations of each module (attention, FFN/MoE, linear attention, communication)",
-     ("infersim.mfu", "infersim.timing", "infersim.modules", "infersim.weight_offload", "infersim.host_transfer")),
+     ("infersim.tables", "infersim.costing", "infersim.modules")),
     ("engine", "the stage engine: a plan's costs composed into a step",
      ("infersim.engine",)),
     ("run", "one run: its config loaded, memory, prefill and decode, speculative decoding",
-     ("infersim.config", "infersim.run_flags", "infersim.memory", "infersim.simulate", "infersim.speculative")),
+     ("infersim.run",)),
     ("drivers", "runs put to work: serving, sweeps, generation, validation, traces; tables measured, "
                 "imported, learned or compared",
      ("infersim.serve", "infersim.sweep", "infersim.generate", "infersim.validate", "infersim.trace",
-      "infersim.mfu.bench", "infersim.mfu.importer", "infersim.mfu.aiconfigurator",
-      "infersim.mfu.aiconfigurator_convert", "infersim.mfu.compare")),
+      "infersim.tabletools")),
     ("presentation", "reports, figures and the command line",
-     ("infersim.report", "infersim.plot", "infersim.cli", "infersim.cli_cards", "infersim.__main__",
-      "infersim.mfu.cli", "infersim.trace.cli", "infersim.trace.report", "infersim.serve.cli", "infersim.serve.report",
-      "infersim.sweep.cli", "infersim.sweep.output", "infersim.generate.cli", "infersim.generate.report",
-      "infersim.validate.cli", "infersim.validate.report")),
+     ("infersim.cli", "infersim.plot", "infersim.__main__")),
 )
+
+#: the command-line and report modules inside a driver's folder (presentation layer)
+PRESENTATION_IN_DRIVERS = ("infersim.tabletools.cli", "infersim.trace.cli", "infersim.trace.report",
+                           "infersim.serve.cli", "infersim.serve.report", "infersim.sweep.cli",
+                           "infersim.sweep.output", "infersim.generate.cli", "infersim.generate.report",
+                           "infersim.validate.cli", "infersim.validate.report")
 
 #: imports allowed against the layers, "importer -> imported": reason. None today; an entry must
 #: say why the import cannot go down instead.
@@ -82,7 +85,7 @@ def module_files() -> dict[str, Path]:
 
 
 def _resolve(name: str, modules: dict[str, Path]) -> str | None:
-    """The module an imported dotted name is (or lives in): `infersim.kernels.GemmShape` -> infersim.kernels."""
+    """The module an imported dotted name is (or lives in): `infersim.shapes.kernels.GemmShape` -> infersim.shapes.kernels."""
     while name and name not in modules:
         name = name.rpartition(".")[0]
     return name or None
@@ -103,7 +106,7 @@ def package_imports() -> list[Import]:
                 if node.level:
                     up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                     base = ".".join(up + ([base] if base else []))
-                # `from infersim.modules import eager` imports a module; `from infersim.kernels import Cost` a name
+                # `from infersim.modules import eager` imports a module; `from infersim.shapes.kernels import Cost` a name
                 names = [f"{base}.{alias.name}" for alias in node.names]
             else:
                 continue
@@ -124,6 +127,8 @@ def package_imports() -> list[Import]:
 
 def layer_of(module: str) -> int:
     """Index in LAYERS of the layer naming `module` by its longest prefix (-1: none does)."""
+    if module in PRESENTATION_IN_DRIVERS:
+        return len(LAYERS) - 1
     best, best_length = -1, -1
     for index, (_name, _what, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
@@ -132,6 +137,22 @@ def layer_of(module: str) -> int:
             if covers and len(prefix) > best_length:
                 best, best_length = index, len(prefix)
     return best
+
+
+def test_the_package_root_holds_only_folders() -> None:
+    # every module lives in the folder of its layer; the root keeps the package and its entry point
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert not loose, f"modules at the package root (move them into their layer's folder): {loose}"
+
+
+def test_each_folder_is_one_layer() -> None:
+    # a folder's modules share its layer, but for the command-line and report modules of a driver
+    for module in module_files():
+        parts = module.split(".")
+        if len(parts) < 3 or module in PRESENTATION_IN_DRIVERS:
+            continue
+        folder = ".".join(parts[:2])
+        assert layer_of(module) == layer_of(folder), f"{module} is not in the layer of its folder {folder}"
 
 
 def test_every_module_has_a_layer() -> None:
@@ -182,10 +203,10 @@ def _find_cycle(edges: dict[str, dict[str, str]]) -> list[str] | None:
 def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
     # the import reader counts an import inside a function, and the cycle search finds a cycle of three
     imports = package_imports()
-    assert any(i.importer == "infersim.cli" and i.imported == "infersim.simulate" for i in imports)  # lazy there
+    assert any(i.importer == "infersim.cli.main" and i.imported == "infersim.run.simulate" for i in imports)  # lazy there
     assert _find_cycle({"a": {"b": ""}, "b": {"c": ""}, "c": {"a": ""}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b": ""}, "b": {"c": ""}}) is None
-    assert layer_of("infersim.mfu.bench.runner") > layer_of("infersim.mfu.lookup") > layer_of("infersim.kernels")
+    assert layer_of("infersim.tabletools.bench.runner") > layer_of("infersim.tables.lookup") > layer_of("infersim.shapes.kernels")
 
 
 def test_no_module_past_the_line_budget() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-from infersim.cli import main
+from infersim.cli.main import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -72,7 +72,7 @@ def test_run_plot_bad_format_fails_before_simulating(tmp_path: Path, capsys: pyt
 
 
 def test_plain_run_never_imports_matplotlib() -> None:
-    code = ("import sys, io, contextlib\nfrom infersim.cli import main\n"
+    code = ("import sys, io, contextlib\nfrom infersim.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n    main(['--config', 'qwen3-30b.yaml'])\n"
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported by a plain run'\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
@@ -92,8 +92,8 @@ def test_run_with_plot_writes_the_breakdown_and_keeps_stdout_clean(
     assert main(["--config", "qwen3-30b.yaml", "--format", "json", "--plot", str(out)]) == 0
     captured = capsys.readouterr()
     data = json.loads(captured.out)  # stdout is still only the JSON
-    from infersim.config import load_run_config
-    from infersim.simulate import simulate
+    from infersim.run.config import load_run_config
+    from infersim.run.simulate import simulate
 
     assert data["prefill"]["ttft_ms"] == pytest.approx(
         simulate(load_run_config("qwen3-30b.yaml")).prefill.step_time_s * 1e3, rel=1e-12)

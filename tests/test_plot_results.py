@@ -14,14 +14,14 @@ from conftest import REPO_ROOT, public_reference
 
 pytest.importorskip("matplotlib")
 
-from infersim.cli import main  # noqa: E402
-from infersim.errors import InferSimError  # noqa: E402
+from infersim.cli.main import main  # noqa: E402
+from infersim.base.errors import InferSimError  # noqa: E402
 from infersim.plot import choose_figure, load_result, result_kind  # noqa: E402
 from infersim.plot.compare import draw_compare, draw_validate, validation_cases  # noqa: E402
 from infersim.plot.serve import draw_serve, percentile, rate_points  # noqa: E402
 from infersim.plot.breakdown import draw_sweep_breakdown  # noqa: E402
 from infersim.plot.sweep import draw_sweep, sweep_lines  # noqa: E402
-from infersim.trace.synthetic import TraceBuilder, dense_step, write_trace  # noqa: E402
+from tracegen.synthetic import TraceBuilder, dense_step, write_trace  # noqa: E402
 
 QWEN3_8B_PREFILL = str(REPO_ROOT / "benchmarks" / "published" / "qwen3-8b-h20-prefill.yaml")
 

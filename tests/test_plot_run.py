@@ -9,15 +9,15 @@ from conftest import REPO_ROOT
 
 pytest.importorskip("matplotlib")
 
-from infersim.config import load_run_config  # noqa: E402
-from infersim.errors import InferSimError  # noqa: E402
+from infersim.run.config import load_run_config  # noqa: E402
+from infersim.base.errors import InferSimError  # noqa: E402
 from infersim.plot import choose_figure, draw, result_kind  # noqa: E402
 from infersim.plot.backend import BOUND_COLOURS  # noqa: E402
 from infersim.plot.breakdown import draw_breakdown, module_segments  # noqa: E402
 from infersim.plot.common import spread_labels  # noqa: E402
 from infersim.plot.roofline import draw_roofline  # noqa: E402
-from infersim.report import to_json_data  # noqa: E402
-from infersim.simulate import simulate  # noqa: E402
+from infersim.cli.report import to_json_data  # noqa: E402
+from infersim.run.simulate import simulate  # noqa: E402
 
 
 def run_json(*overrides: str) -> dict[str, Any]:

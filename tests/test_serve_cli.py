@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from infersim.cli import main
-from infersim.errors import InferSimError
+from infersim.cli.main import main
+from infersim.base.errors import InferSimError
 from infersim.serve.cli import parse_slo
 from infersim.serve.search import parse_rate_range
 

@@ -11,17 +11,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infersim.config import config_from_mapping
-from infersim.deployment import Workload
-from infersim.engine import run_stage
-from infersim.errors import InferSimError
+from infersim.run.config import config_from_mapping
+from infersim.cards.deployment import Workload
+from infersim.engine.stage import run_stage
+from infersim.base.errors import InferSimError
 from infersim.modules.step import build_step_plan
-from infersim.plan import SequenceBatch
+from infersim.shapes.plan import SequenceBatch
 from infersim.serve.api import simulate_serving
 from infersim.serve.scheduler import offline_limits
 from infersim.serve.options import parse_options
 from infersim.serve.simulate import simulate_serving_run
-from infersim.simulate import run_prefill
+from infersim.run.simulate import run_prefill
 
 FP8 = {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}
 
@@ -326,7 +326,7 @@ def test_the_kv_pool_charges_sliding_window_layers_of_a_mean_length_request():
     """Llama-4 Maverick: 3 of every 4 layers attend within an 8,192-token window, so a 2,000-token
     request holds all its tokens in all 48 layers: the pool is a quarter of what the 12 full
     layers alone would allow."""
-    from infersim.memory import memory_budget
+    from infersim.run.memory import memory_budget
     from infersim.serve.scheduler import settings_from_engine
 
     cfg = config_from_mapping({"model": "llama-4-maverick", "hardware": "h200", "engine": "sglang",

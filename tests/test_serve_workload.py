@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.serve.trace_replay import load_trace
 from infersim.serve.workload import length_dist, offline_requests, poisson_requests
 

@@ -7,8 +7,8 @@ import pickle
 import pytest
 
 from conftest import REPO_ROOT
-from infersim.mfu import lookup
-from infersim.mfu.table_cache import KeptGrids, KeptRows
+from infersim.tables import lookup
+from infersim.tables.table_cache import KeptGrids, KeptRows
 
 
 def test_kept_grids_are_the_indexed_grids(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,8 +31,8 @@ def test_kept_grids_are_the_indexed_grids(tmp_path, monkeypatch: pytest.MonkeyPa
 def test_kept_tables_check_the_card_as_the_indexed_ones(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from test_hostile_cli import scaled_tables
 
-    from infersim.config import load_hardware_card
-    from infersim.errors import ConfigError
+    from infersim.run.config import load_hardware_card
+    from infersim.base.errors import ConfigError
 
     monkeypatch.setenv("INFERSIM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("INFERSIM_CACHE", "on")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infersim.cards import schema
-from infersim.errors import ConfigError
+from infersim.base.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)

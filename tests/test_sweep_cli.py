@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from infersim.config import load_run_config
-from infersim.simulate import simulate
+from infersim.run.config import load_run_config
+from infersim.run.simulate import simulate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -190,8 +190,8 @@ def test_interrupt_writes_partial_results(tmp_path):
 
 
 def test_sweep_of_a_speculative_config_matches_the_full_simulator():
-    from infersim.config import load_run_config
-    from infersim.simulate import simulate
+    from infersim.run.config import load_run_config
+    from infersim.run.simulate import simulate
     from infersim.sweep import SweepSpec, load_base, parse_grid, run_sweep
 
     for rate in (0.5, 0.9):
@@ -208,8 +208,8 @@ def test_sweep_of_a_speculative_config_matches_the_full_simulator():
 
 
 def test_speculative_fields_are_grid_axes_and_match_the_full_simulator():
-    from infersim.config import load_run_config
-    from infersim.simulate import simulate
+    from infersim.run.config import load_run_config
+    from infersim.run.simulate import simulate
     from infersim.sweep import SweepSpec, load_base, parse_grid, run_sweep
 
     base = load_base("qwen3-8b-speculative.yaml")
@@ -231,7 +231,7 @@ def test_speculative_fields_are_grid_axes_and_match_the_full_simulator():
 
 
 def test_speculative_axes_need_a_speculative_base():
-    from infersim.errors import InferSimError
+    from infersim.base.errors import InferSimError
     from infersim.sweep import SweepSpec, load_base, parse_grid
 
     with pytest.raises(InferSimError, match="the base config has no speculative section to vary"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.sweep.grid import expand_range, expand_values, grid_point, grid_size, parse_grid
 
 

@@ -22,7 +22,7 @@ from infersim.sweep import (
     point_of,
     run_sweep,
 )
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from infersim.config import load_run_config
-from infersim.errors import ConfigError
-from infersim.simulate import simulate
+from infersim.run.config import load_run_config
+from infersim.base.errors import ConfigError
+from infersim.run.simulate import simulate
 from infersim.sweep import Search, SweepSpec, load_base, parse_grid, run_sweep
 from infersim.sweep.evaluate import divisors
 

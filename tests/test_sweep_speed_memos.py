@@ -6,8 +6,8 @@ import dataclasses
 import pickle
 
 from infersim.cards.schema import hash_kept
-from infersim.deployment import Deployment
-from infersim.mfu.interpolation import build_grid
+from infersim.cards.deployment import Deployment
+from infersim.tables.interpolation import build_grid
 
 
 def _grid():
@@ -52,7 +52,7 @@ def test_kept_hash_is_the_generated_one_and_is_not_pickled():
 
 
 def test_pieces_of_keeps_the_last_answer_as_a_fresh_lookup_gives_it():
-    from infersim.config import load_run_config
+    from infersim.run.config import load_run_config
     from infersim.modules import step
 
     cfg = load_run_config("qwen3-30b.yaml")
@@ -71,7 +71,7 @@ def test_pieces_of_keeps_the_last_answer_as_a_fresh_lookup_gives_it():
 
 
 def test_kept_grids_remember_a_key_no_table_holds():
-    from infersim.mfu.table_cache import KeptGrids
+    from infersim.tables.table_cache import KeptGrids
 
     grids = KeptGrids.of({("gemm", "bf16", 1, 2): "a grid"})
     for _ in range(2):  # the second time from what the first one kept
@@ -96,7 +96,7 @@ def test_a_section_swept_on_its_own_fields_is_the_one_set_field_by_field():
 def test_completed_layout_kept_as_the_last_answer_is_a_fresh_one():
     import pytest
 
-    from infersim.errors import InferSimError
+    from infersim.base.errors import InferSimError
     from infersim.sweep import load_base, parse_grid
     from infersim.sweep.variants import Deriver
 

@@ -16,13 +16,13 @@ from functools import partial
 import pytest
 
 from infersim.cards.model import ModelCard
-from infersim.config import load_run_config
-from infersim.errors import InferSimError
+from infersim.run.config import load_run_config
+from infersim.base.errors import InferSimError
 from infersim.modules import step
 from infersim.modules.step import build_stage_plan, build_step_plan
-from infersim.engine import run_stage, stage_time
-from infersim.plan import LayerGroup, SequenceBatch, StagePlan
-from infersim.simulate import _decode_plan
+from infersim.engine.stage import run_stage, stage_time
+from infersim.shapes.plan import LayerGroup, SequenceBatch, StagePlan
+from infersim.run.simulate import _decode_plan
 
 CASES = [
     ("qwen3-30b.yaml", [[], ["deployment.ffn.ep=2"], ["deployment.ffn.ep=1", "deployment.ffn.tp=4"],

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tabulate import tabulate
 
-from infersim.texttable import simple_table
+from infersim.base.texttable import simple_table
 
 cell = st.text(alphabet="ab -,.%01", max_size=14)
 

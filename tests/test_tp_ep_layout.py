@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from infersim.config import config_from_mapping
-from infersim.deployment import dense_ffn_tp
-from infersim.errors import ConfigError
-from infersim.comm_shapes import CollectiveShape
-from infersim.kernels import GemmShape, GroupedGemmShape
+from infersim.run.config import config_from_mapping
+from infersim.cards.deployment import dense_ffn_tp
+from infersim.base.errors import ConfigError
+from infersim.shapes.comm_shapes import CollectiveShape
+from infersim.shapes.kernels import GemmShape, GroupedGemmShape
 from infersim.modules.ffn import ffn_weight_params
 from infersim.modules.step import build_stage_plan
 

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infersim.config import config_from_mapping
+from infersim.run.config import config_from_mapping
 from infersim.modules.step import build_step_plan, prefill_sequences
-from infersim.plan import SequenceBatch
-from infersim.simulate import prefill_step_tokens, run_prefill
+from infersim.shapes.plan import SequenceBatch
+from infersim.run.simulate import prefill_step_tokens, run_prefill
 
 
 def llama_tp(tp: int, isl: int, **workload: int):

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import REPO_ROOT
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.trace import cli as trace_cli
 from infersim.trace.bench import (ONE_BATCH, SERVING, bench_workload, compare_bench_record, read_bench_results)
 
@@ -148,8 +148,8 @@ class _Config:
 
 def test_command_simulates_each_line_with_its_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    import infersim.config
-    import infersim.simulate
+    import infersim.run.config
+    import infersim.run.simulate
 
     seen = []
 
@@ -161,8 +161,8 @@ def test_command_simulates_each_line_with_its_workload(tmp_path: Path, capsys: p
         decode = SimpleNamespace(step_time_s=0.02, tgs=wl.decode_batch_per_gpu / 0.02)
         return SimpleNamespace(prefill=prefill, decode=decode, warnings=("roofline only",))
 
-    monkeypatch.setattr(infersim.config, "load_run_config", lambda path, overrides=(), tables=None, flags=None: _Config())
-    monkeypatch.setattr(infersim.simulate, "simulate", fake_simulate)
+    monkeypatch.setattr(infersim.run.config, "load_run_config", lambda path, overrides=(), tables=None, flags=None: _Config())
+    monkeypatch.setattr(infersim.run.simulate, "simulate", fake_simulate)
     path = _jsonl(tmp_path / "r.jsonl", ONE_BATCH_LINES)
     code, out = _run(["--bench-result", str(path), "--config", "x.yaml", "--format", "json"], capsys)
     assert code == 0

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 from conftest import REPO_ROOT, shared_reference
 
-from infersim.errors import InferSimError
-from infersim import categories as cat
+from infersim.base.errors import InferSimError
+from infersim.cards import categories as cat
 from infersim.trace import compare_lane, measure_trace
 from infersim.trace import cli as trace_cli
 from infersim.trace.compare import compare_stage, predicted_module_times
-from infersim.trace.synthetic import TraceBuilder, dense_step, write_trace
+from tracegen.synthetic import TraceBuilder, dense_step, write_trace
 
 US = 1e-6
 

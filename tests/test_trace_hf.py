@@ -2,7 +2,7 @@
 
 The CPU side of these traces is a real recording (torch 2.13 on a CPU: operators with shapes,
 nn.Module frames, `prefill` / `decode` record_function regions); the GPU side is synthesised as
-PyTorch on an H100 would record it (infersim.trace.synthesis; tests/data/traces/README.md). Every
+PyTorch on an H100 would record it (tests/tracegen/synthesis.py; tests/data/traces/README.md). Every
 attributed number is checked against an independent computation here with plain json: kernel ->
 launch by correlation -> the operators and nn.Module frames enclosing the launch on its thread.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-from infersim import categories as cat
+from infersim.cards import categories as cat
 from infersim.trace import LaneMeasure, measure_trace
 from infersim.trace.records import SOURCE_OP, SOURCE_RULE
 

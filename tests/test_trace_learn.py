@@ -17,11 +17,11 @@ from statistics import fmean
 import pytest
 from conftest import REPO_ROOT
 
-from infersim.cli import main
-from infersim.kernels import elementwise_bytes
-from infersim.mfu.table_files import read_table_dir
-from infersim.mfu.lookup import load_tables
-from infersim import categories as cat
+from infersim.cli.main import main
+from infersim.shapes.kernels import elementwise_bytes
+from infersim.tables.table_files import read_table_dir
+from infersim.tables.lookup import load_tables
+from infersim.cards import categories as cat
 from infersim.trace import measure_trace
 
 TRACES = REPO_ROOT / "tests" / "data" / "traces"
@@ -347,7 +347,7 @@ def test_host_costs_from_the_cpu_side(learned: tuple[str, Path, str]) -> None:
     assert prov.launch_cpu == pytest.approx(_launch_spacing(path), rel=1e-6)
     assert prov.step_cpu == pytest.approx(_decode_step_cpu(path, prov.launch_cpu, 20e-6), rel=1e-6)
     assert prov.host_probes["trace_step_cpu_decode"] == pytest.approx(prov.step_cpu)
-    from infersim.config import load_run_config
+    from infersim.run.config import load_run_config
 
     config = load_run_config(str(run_config(model, "p1x128-d2")), [], str(out))
     assert config.engine.overheads.launch_cpu == prov.launch_cpu and config.engine.overheads.step_cpu == prov.step_cpu

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import shared_reference
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.trace.load import load_trace
 from infersim.trace.reader import ChromeTraceReader, TraceFormatError, iter_trace_events
-from infersim.trace.synthetic import KernelSpec, TraceBuilder, write_trace
+from tracegen.synthetic import KernelSpec, TraceBuilder, write_trace
 
 EVENTS = [
     {"ph": "X", "cat": "kernel", "name": "k1 \"quoted\" {braces} [brackets], commas", "pid": 0, "tid": 7,

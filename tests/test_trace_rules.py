@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from infersim.errors import InferSimError
-from infersim import categories as cat
+from infersim.base.errors import InferSimError
+from infersim.cards import categories as cat
 from infersim.trace.rules import GEMM, OTHER, RULE_MODULES, load_rules, shipped_rules
 
 # (kernel name as it appears in a trace, module, role) — names from ../shared/reference/kernel_names.md

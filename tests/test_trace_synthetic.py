@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from infersim.errors import InferSimError
-from infersim import categories as cat
+from infersim.base.errors import InferSimError
+from infersim.cards import categories as cat
 from infersim.trace import LaneMeasure, StageMeasure, measure_trace
 from infersim.trace.rules import load_rules
-from infersim.trace.synthetic import (ACT, ATTN_FA3, COMBINE_LL, DISPATCH_LL, EMBEDDING, FUSED_ADD_RMSNORM, FUSED_MOE,
+from tracegen.synthetic import (ACT, ATTN_FA3, COMBINE_LL, DISPATCH_LL, EMBEDDING, FUSED_ADD_RMSNORM, FUSED_MOE,
                                       MEMCPY_HTOD, MOE_SUM, NVJET_LM_HEAD, NVJET_MLP, NVJET_O, NVJET_QKV, RMSNORM,
                                       ROPE, ROUTER_GEMM, SAMPLING, TOPK, KernelSpec, TraceBuilder, dense_step,
                                       metadata_events, write_trace)

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from conftest import public_reference
-from infersim.cli import main
-from infersim.config import RunSpec
+from infersim.cli.main import main
+from infersim.run.config import RunSpec
 from infersim.validate import cli as validate_cli
 from infersim.validate.evaluate import NEEDS_SERVE
 

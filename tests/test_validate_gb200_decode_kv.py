@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infersim.config import config_from_mapping
-from infersim.memory import kv_bytes_per_token, weights_per_gpu
-from infersim.simulate import simulate
+from infersim.run.config import config_from_mapping
+from infersim.run.memory import kv_bytes_per_token, weights_per_gpu
+from infersim.run.simulate import simulate
 from infersim.validate import POINTS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]

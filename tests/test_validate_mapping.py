@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from conftest import public_reference
-from infersim.config import config_from_mapping
-from infersim.errors import ConfigError, InferSimError
+from infersim.run.config import config_from_mapping
+from infersim.base.errors import ConfigError, InferSimError
 from infersim.validate import POINTS_FILE
 from infersim.validate.evaluate import load_reference
 from infersim.validate.mapping import KINDS, fit_run_to_spec, load_mapping

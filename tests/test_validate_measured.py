@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 
-from infersim.errors import ConfigError
+from infersim.base.errors import ConfigError
 from infersim.validate.evaluate import evaluate
 from infersim.validate.measured import bundled_files, load_measured
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infersim.config import load_hardware_card
-from infersim.comm_shapes import TokenExchangeShape
-from infersim.kernels import GemmShape, NoTables
-from infersim.timing import kernel_cost
+from infersim.run.config import load_hardware_card
+from infersim.shapes.comm_shapes import TokenExchangeShape
+from infersim.shapes.kernels import GemmShape, NoTables
+from infersim.costing.timing import kernel_cost
 from infersim.validate import POINTS_FILE
 from infersim.validate.evaluate import evaluate, load_reference, summarize
 from infersim.validate.mapping import load_mapping
@@ -138,7 +138,7 @@ def test_kernel_tables_per_hardware_card(tmp_path):
     """--mfu-tables DIR uses DIR/<card> for each point's hardware card; cards without tables stay on
     the roofline and the note says so."""
     from infersim.cards.registry import bundled_dir
-    from infersim.mfu.lookup import load_tables
+    from infersim.tables.lookup import load_tables
 
     points = [_point("deepgemm-dense-m4096-n7168-k16384", {"tflops": 1358, "GBps": 343}),
               _point("sgl-gb200-prefill-p2-std", 18471, "GB200_2", "tok/s/GPU")]

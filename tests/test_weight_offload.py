@@ -1,5 +1,5 @@
 """deployment.weight_offload: weights that do not fit in HBM stay in host memory and stream over the
-host link one layer ahead of compute (infersim.weight_offload)."""
+host link one layer ahead of compute (infersim.costing.weight_offload)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO_ROOT, public_reference
-from infersim.cli import main
-from infersim.config import load_hardware_card, load_model_card, load_run_config
-from infersim.deployment import Deployment, Workload
-from infersim.engine import run_stage
-from infersim.kernels import NoTables
-from infersim.memory import activation_bytes, kv_bytes_per_token, memory_budget, weights_per_gpu
+from infersim.cli.main import main
+from infersim.run.config import load_hardware_card, load_model_card, load_run_config
+from infersim.cards.deployment import Deployment, Workload
+from infersim.engine.stage import run_stage
+from infersim.shapes.kernels import NoTables
+from infersim.run.memory import activation_bytes, kv_bytes_per_token, memory_budget, weights_per_gpu
 from infersim.modules.step import build_stage_plan
-from infersim.report import to_json_data, to_text
-from infersim.simulate import simulate
-from infersim.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, offload_cost
+from infersim.cli.report import to_json_data, to_text
+from infersim.run.simulate import simulate
+from infersim.costing.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, offload_cost
 
 GB = 1e9
 MS = 1e-3

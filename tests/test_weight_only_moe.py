@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from infersim.config import config_from_mapping
-from infersim.errors import ConfigError
-from infersim.kernels import GroupedGemmShape
-from infersim.mfu.format import GroupedGemmRow
-from infersim.mfu.table_files import read_table_csv, table_csv_text
+from infersim.run.config import config_from_mapping
+from infersim.base.errors import ConfigError
+from infersim.shapes.kernels import GroupedGemmShape
+from infersim.tables.format import GroupedGemmRow
+from infersim.tables.table_files import read_table_csv, table_csv_text
 from infersim.modules.step import build_step_plan
-from infersim.plan import SequenceBatch
+from infersim.shapes.plan import SequenceBatch
 from infersim.serve.scheduler import checkpoint_bytes_per_weight, offline_limits
 
 H200_BF16 = 989.4e12  # hardware/h200.yaml peak.flops.bf16
@@ -94,7 +94,7 @@ def test_expert_gemm_without_a_tensor_core_rate_is_refused() -> None:
 
 
 def test_bundled_h200_tables_time_gpt_oss_experts_as_w4a16() -> None:
-    from infersim.simulate import simulate
+    from infersim.run.simulate import simulate
 
     result = simulate(gpt_oss(GPT_OSS_PRECISION, mfu_tables=None))
     experts = [op for op in result.decode.operations if op.name == "experts_up"]

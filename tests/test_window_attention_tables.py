@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infersim.errors import ConfigError
-from infersim.kernels import AttentionShape
-from infersim.mfu import aiconfigurator as aic
-from infersim.mfu import aiconfigurator_convert as aic_convert
-from infersim.mfu.format import AttentionRow, DeviceInfo, Provenance, TableDirectory, TableInfo
-from infersim.mfu.table_files import read_table_csv, read_table_dir, table_csv_text, write_table_dir
-from infersim.mfu.lookup import MfuTables, load_tables
+from infersim.base.errors import ConfigError
+from infersim.shapes.kernels import AttentionShape
+from infersim.tabletools import aiconfigurator as aic
+from infersim.tabletools import aiconfigurator_convert as aic_convert
+from infersim.tables.format import AttentionRow, DeviceInfo, Provenance, TableDirectory, TableInfo
+from infersim.tables.table_files import read_table_csv, read_table_dir, table_csv_text, write_table_dir
+from infersim.tables.lookup import MfuTables, load_tables
 
 PEAK = 1e15  # the fixtures' bf16 peak FLOP/s
 GPT_OSS = dict(num_heads=64, num_kv_heads=8, qk_head_dim=64, v_head_dim=64)  # GPT-OSS-120B, one GPU's heads

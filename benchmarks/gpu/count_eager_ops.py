@@ -9,7 +9,7 @@ benchmarks/gpu/configs/, widths shrunk as measure_e2e.py --smoke does) is run at
 difference is the kernels of one layer, the rest the step's own. Beside them: the kernels one layer of the
 same config launches in the simulator's plan (engine huggingface, or huggingface-compiled with --compiled),
 the count the engine's launch cost is charged on. On the CPU the count is the leaf ATen ops that do work
-(infersim.mfu.bench.torch_backend.count_cpu_kernel_ops); a CPU reduction is several ATen calls where CUDA
+(infersim.tabletools.bench.torch_backend.count_cpu_kernel_ops); a CPU reduction is several ATen calls where CUDA
 runs one kernel, so small differences there are the CPU's. Results go to stdout and, with --out, JSON.
 """
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure_e2e import MODELS, load_config  # noqa: E402
 
-from infersim.mfu.bench.torch_backend import count_cpu_kernel_ops  # noqa: E402
+from infersim.tabletools.bench.torch_backend import count_cpu_kernel_ops  # noqa: E402
 
 
 def count(torch: Any, model: Any, device: str, stage: str, compiled: bool) -> tuple[int, collections.Counter]:
@@ -68,8 +68,8 @@ def count(torch: Any, model: Any, device: str, stage: str, compiled: bool) -> tu
 def simulated(config: dict[str, Any], engine: str, stage: str) -> int:
     """Kernels all layers launch in the simulator's plan of the same (cut, tiny) config."""
     from infersim.cards.hf_import import card_fields_from_hf
-    from infersim.config import config_from_mapping
-    from infersim.engine import operation_kernels
+    from infersim.run.config import config_from_mapping
+    from infersim.engine.stage import operation_kernels
     from infersim.modules.step import build_stage_plan
 
     card = card_fields_from_hf(config, "count_eager_ops", "counted")

@@ -20,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from infersim.mfu.format import PROVENANCE_FILE  # noqa: E402
-from infersim.mfu.table_files import read_table_dir  # noqa: E402
+from infersim.tables.format import PROVENANCE_FILE  # noqa: E402
+from infersim.tables.table_files import read_table_dir  # noqa: E402
 
 
 def torch_dir_name(version: str) -> str:

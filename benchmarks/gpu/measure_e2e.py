@@ -47,9 +47,9 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from infersim.mfu.bench.runner import hardware_card_for  # noqa: E402
-from infersim.mfu.bench.environment import module_version, read_clocks  # noqa: E402
-from infersim.mfu.table_files import plain  # noqa: E402
+from infersim.tabletools.bench.runner import hardware_card_for  # noqa: E402
+from infersim.tabletools.bench.environment import module_version, read_clocks  # noqa: E402
+from infersim.tables.table_files import plain  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 FORMAT = "infersim-gpu-validation-1"

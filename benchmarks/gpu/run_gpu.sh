@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the folder whose files come back}"
-card=$(python3 -c "import sys; sys.path.insert(0, '.'); import torch; from infersim.mfu.bench.runner import hardware_card_for; print(hardware_card_for(torch.cuda.get_device_name(0)) or 'unknown-gpu')")
+card=$(python3 -c "import sys; sys.path.insert(0, '.'); import torch; from infersim.tabletools.bench.runner import hardware_card_for; print(hardware_card_for(torch.cuda.get_device_name(0)) or 'unknown-gpu')")
 case "${1:-}" in
   bench)
     # the plan is ordered so that a run cut by its budget covers every family (docs/measuring-on-gpus.md)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from infersim.cards.schema import spec
-from infersim.errors import MISSING, ConfigError
+from infersim.base.errors import MISSING, ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -473,19 +473,19 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
                                                                        card.scheduler.chunked_prefill_tokens],
                           f"no tier covers GPUs below {chunk_floor:g} bytes of HBM: give a tier with min_gpu_bytes: 0 "
                           "(value 0 = no chunking)")
-    from infersim.categories import is_operation_name
+    from infersim.cards.categories import is_operation_name
 
     for i, name in enumerate(card.fused_operations):
         if not is_operation_name(name):
             import difflib
 
-            from infersim.categories import OPERATION_NAMES
+            from infersim.cards.categories import OPERATION_NAMES
 
             close = difflib.get_close_matches(name, sorted(OPERATION_NAMES), n=3)
             raise ConfigError(source, f"fused_operations[{i}]", name,
                               "no step plan holds an operation of this name"
                               + (f" (did you mean {', '.join(close)}?)" if close else
-                                 " (operation names: see infersim/categories.py OPERATION_NAMES)"))
+                                 " (operation names: see infersim/cards/categories.py OPERATION_NAMES)"))
     if card.overheads.decode_cuda_graph and not card.overheads.cuda_graph_max_batch:
         raise ConfigError(source, "overheads.cuda_graph_max_batch", MISSING,
                           "decode_cuda_graph is on: say up to which batch decode is captured")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infersim.cards.schema import spec
-from infersim.errors import ConfigError, MISSING
+from infersim.base.errors import ConfigError, MISSING
 
 
 @dataclass(frozen=True, kw_only=True)

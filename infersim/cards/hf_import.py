@@ -24,7 +24,7 @@ from typing import Any, get_type_hints
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.quantization import quantization_from_hf
 from infersim.cards.schema import check_number
-from infersim.errors import MISSING, ConfigError
+from infersim.base.errors import MISSING, ConfigError
 
 # card field -> candidate HF keys, first present wins
 _ALIASES: dict[str, tuple[str, ...]] = {

@@ -12,7 +12,7 @@ from typing import Literal
 
 from infersim.cards.quantization import Quantization
 from infersim.cards.schema import spec
-from infersim.errors import ConfigError
+from infersim.base.errors import ConfigError
 
 # Layer mixers (the token-mixing half of a layer), named as HF `layer_types` names them.
 FULL_ATTENTION = "full_attention"

@@ -3,7 +3,7 @@
 A checkpoint is part of the model: DeepSeek-V3's weights are fp8 in 128x128 blocks, GPT-OSS's routed
 experts MXFP4, a GPTQ Qwen3-8B int4 in groups of 128. `cards import-hf` reads `quantization_config`
 into the card's `quantization` section (`quantization_from_hf`), and a run prices the weights in
-those formats unless its run config names the formats itself (`infersim.config.with_checkpoint_precision`).
+those formats unless its run config names the formats itself (`infersim.run.config.with_checkpoint_precision`).
 
 Which modules a checkpoint leaves unquantised (`modules_to_not_convert`, `ignored_layers`,
 `ignore`, `exclude_modules`) is read against the weights InferSim prices: attention projections,
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from infersim.cards.schema import check_number, spec
-from infersim.errors import ConfigError
+from infersim.base.errors import ConfigError
 
 WeightFormat = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 ActivationFormat = Literal["fp8", "fp4", "int8"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 KINDS = ("models", "hardware", "engines", "mfu_tables", "configs")

@@ -17,8 +17,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from infersim import diskcache
-from infersim.errors import MISSING, ConfigError
+from infersim.base import diskcache
+from infersim.base.errors import MISSING, ConfigError
 
 T = TypeVar("T")
 
@@ -164,7 +164,7 @@ def load_yaml(path: Path, what: str = "file") -> Any:
     return data
 
 
-# Parsed YAML files are kept on disk between processes (infersim.diskcache): one file per YAML
+# Parsed YAML files are kept on disk between processes (infersim.base.diskcache): one file per YAML
 # file's path, holding its whole text and the parsed data, used only while the text is the same
 # (so an edit is seen at once, whatever the file's mtime says, and rewrites that one entry). Stored
 # with marshal: fast to read, and it refuses anything but plain data (a file holding e.g. a

@@ -18,8 +18,8 @@ def _generate(args: argparse.Namespace) -> int:
         overrides.append(f"deployment.precision.weights={args.weights}")
     flags = {"batch": args.batch, "prompt_len": args.prompt_len, "gen_len": args.gen_len, "offload": args.offload,
              "offload_device": args.offload_device, "prefetch": args.prefetch}
-    from infersim.cli import print_notes
-    from infersim.cli import flags_from_args
+    from infersim.cli.main import print_notes
+    from infersim.cli.main import flags_from_args
 
     config, gen = load_generate_config(args.config, overrides, args.mfu_tables,
                                        {k: v for k, v in flags.items() if v is not None}, flags_from_args(args))
@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mfu-tables", default=None, metavar="DIR", help="directory of measured kernel tables")
     p.add_argument("--format", choices=("text", "log", "json"), default="text",
                    help="text; log = the benchmark's four-line log; json = the same fields as data")
-    from infersim.cli import add_run_flags
+    from infersim.cli.main import add_run_flags
 
     add_run_flags(p, lengths=False)  # generate has its own --batch, --prompt-len and --gen-len
     p.set_defaults(handler=_generate)

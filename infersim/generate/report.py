@@ -11,7 +11,7 @@ from typing import Any
 from tabulate import tabulate
 
 from infersim.generate.simulate import GenerationResult, PassResult
-from infersim.units import GB
+from infersim.base.units import GB
 
 # The benchmark log: the first column is 24 characters wide, the second 22, two spaces between
 # columns (../shared/reference/zero_inference.yaml, "Log format").

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from infersim.config import RunConfig
-from infersim.deployment import Deployment, Workload
-from infersim.engine import StageResult, run_stage
-from infersim.errors import InferSimError, NotPossible
-from infersim.host_transfer import (
+from infersim.run.config import RunConfig
+from infersim.cards.deployment import Deployment, Workload
+from infersim.engine.stage import StageResult, run_stage
+from infersim.base.errors import InferSimError, NotPossible
+from infersim.costing.host_transfer import (
     PassUnit,
     is_weight_only_quantized,
     prefetch_schedule,
@@ -32,14 +32,14 @@ from infersim.host_transfer import (
     weight_elements,
 )
 from infersim.generate.spec import GenerateSpec
-from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, NoTables
-from infersim.memory import kv_bytes_per_token, total_parameters
-from infersim import categories as cat
+from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, NoTables
+from infersim.run.memory import kv_bytes_per_token, total_parameters
+from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan
-from infersim.plan import LayerGroup, StagePlan
-from infersim.timing import kernel_cost
-from infersim.units import GB, dtype_bytes
-from infersim.weight_offload import host_link_bytes_per_s
+from infersim.shapes.plan import LayerGroup, StagePlan
+from infersim.costing.timing import kernel_cost
+from infersim.base.units import GB, dtype_bytes
+from infersim.costing.weight_offload import host_link_bytes_per_s
 
 ACT_BYTES = 2.0  # activations and the benchmark's 16-bit sizes
 LOGIT_BYTES = 4.0  # the runtime upcasts the last position's logits to fp32 for sampling

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from infersim.cards.schema import build, spec
-from infersim.config import RunConfig, config_from_mapping, parse_override, read_run_mapping
-from infersim.errors import MISSING, ConfigError
-from infersim.run_flags import RunFlags
-from infersim.sharding import shard
+from infersim.run.config import RunConfig, config_from_mapping, parse_override, read_run_mapping
+from infersim.base.errors import MISSING, ConfigError
+from infersim.run.flags import RunFlags
+from infersim.base.sharding import shard
 
 OffloadTarget = Literal["weights", "kv"]
 SECTION = "generate"
@@ -85,7 +85,7 @@ def load_generate_config(path: str | Path | None, overrides: list[str] | tuple[s
                          run_flags: RunFlags | None = None) -> tuple[RunConfig, GenerateSpec]:
     """Read a run YAML with an optional `generate:` section; `flags` (CLI values, None = not given) win
     over `--set generate.*` overrides, which win over the file. `run_flags` are the direct flags of
-    the run (infersim.run_flags; path None: the run they name). Returns the core config and the
+    the run (infersim.run.flags; path None: the run they name). Returns the core config and the
     resolved spec (batch and lengths filled in)."""
     raw, source, base = read_run_mapping(path, run_flags)
     return config_and_spec(raw, source, overrides, mfu_tables, flags, base=base, run_flags=run_flags)

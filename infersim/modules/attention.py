@@ -27,15 +27,15 @@ head) and zero-centred norms change no cost we model and are ignored.
 from __future__ import annotations
 
 from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
-from infersim.deployment import Deployment
+from infersim.cards.deployment import Deployment
 from infersim.cards.engine import elementwise_code
-from infersim.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs, elementwise_shape
-from infersim import categories as cat
+from infersim.shapes.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs, elementwise_shape
+from infersim.cards import categories as cat
 from infersim.modules import eager
 from infersim.modules.eager import rms_norm
-from infersim.plan import Operation, Stage, StageContext
-from infersim.sharding import heads_per_rank, shard
-from infersim.units import ACT_BYTES, dtype_bytes
+from infersim.shapes.plan import Operation, Stage, StageContext
+from infersim.base.sharding import heads_per_rank, shard
+from infersim.base.units import ACT_BYTES, dtype_bytes
 
 INDEX_KEY_DTYPE = "fp8"  # DSA indexer keys are cached in fp8 ...
 INDEX_KEY_SCALE_BYTES = 4.0  # ... with one fp32 scale per key (DeepSeek-V3.2 inference code)

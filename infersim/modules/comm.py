@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 
 from infersim.cards.hardware import HardwareCard
-from infersim.errors import MISSING, ConfigError
-from infersim.comm_shapes import CollectiveShape, CommShape, TokenExchangeShape
-from infersim.kernels import Bound, Cost, Source
+from infersim.base.errors import MISSING, ConfigError
+from infersim.shapes.comm_shapes import CollectiveShape, CommShape, TokenExchangeShape
+from infersim.shapes.kernels import Bound, Cost, Source
 
 
 # NCCL tuning-model constants that the hardware card's collective_latency (NCCL Tree values) does not

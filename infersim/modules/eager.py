@@ -27,17 +27,17 @@ host's launch cost) exactly the kernels the model code launches:
       RMSNorm 1 kernel (x2), q rotary 1, k rotary + K cache write 1, V cache write + mask + the GQA
       key/value materialisation 1, SiLU * up 1: 6 fused kernels per dense layer
 
-Byte counts follow infersim.kernels.ELEMENTWISE_OPS (what each kernel reads and writes), so measured
+Byte counts follow infersim.shapes.kernels.ELEMENTWISE_OPS (what each kernel reads and writes), so measured
 elementwise tables (`mfu bench`) answer the eager kernels by (op, dtype, bytes); the fused and
 Inductor kernels are priced by the roofline.
 """
 
 from __future__ import annotations
 
-from infersim.kernels import MemoryBoundShape, elementwise_shape
-from infersim import categories as cat
-from infersim.plan import Operation
-from infersim.units import ACT_BYTES
+from infersim.shapes.kernels import MemoryBoundShape, elementwise_shape
+from infersim.cards import categories as cat
+from infersim.shapes.plan import Operation
+from infersim.base.units import ACT_BYTES
 
 FUSED, EAGER, INDUCTOR = "fused", "pytorch-eager", "inductor"
 

@@ -14,17 +14,17 @@ rank (its tokens, its distinct activated experts), not the mean one.
 from __future__ import annotations
 
 from infersim.cards.model import ModelCard
-from infersim.deployment import Deployment, dense_ffn_tp
-from infersim.comm_shapes import CollectiveShape, TokenExchangeShape
-from infersim.kernels import GemmShape, GroupedGemmShape, MemoryBoundShape
+from infersim.cards.deployment import Deployment, dense_ffn_tp
+from infersim.shapes.comm_shapes import CollectiveShape, TokenExchangeShape
+from infersim.shapes.kernels import GemmShape, GroupedGemmShape, MemoryBoundShape
 from infersim.cards.engine import elementwise_code
-from infersim import categories as cat
+from infersim.cards import categories as cat
 from infersim.modules import eager
 from infersim.modules.eager import rms_norm
 from infersim.modules.load_balance import MoeBalance, moe_balance
-from infersim.plan import Operation, StageContext
-from infersim.sharding import shard
-from infersim.units import ACT_BYTES
+from infersim.shapes.plan import Operation, StageContext
+from infersim.base.sharding import shard
+from infersim.base.units import ACT_BYTES
 
 # bytes of fp32 scale per fp8 value when activations are quantized in groups of 128 (4 / 128)
 FP8_GROUP_SCALE_BYTES = 4.0 / 128

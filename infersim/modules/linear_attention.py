@@ -18,12 +18,12 @@ ordinary norms at this level.
 from __future__ import annotations
 
 from infersim.cards.model import LINEAR_ATTENTION, MAMBA, ModelCard
-from infersim.deployment import Deployment
-from infersim.kernels import GemmShape, LinearAttentionShape, MemoryBoundShape
-from infersim import categories as cat
-from infersim.plan import Operation, StageContext
-from infersim.sharding import heads_per_rank, shard
-from infersim.units import ACT_BYTES, dtype_bytes
+from infersim.cards.deployment import Deployment
+from infersim.shapes.kernels import GemmShape, LinearAttentionShape, MemoryBoundShape
+from infersim.cards import categories as cat
+from infersim.shapes.plan import Operation, StageContext
+from infersim.base.sharding import heads_per_rank, shard
+from infersim.base.units import ACT_BYTES, dtype_bytes
 
 CONV_STATE_DTYPE = "bf16"  # the conv1d state keeps activations in their own format
 

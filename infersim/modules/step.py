@@ -8,18 +8,18 @@ from typing import Any
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
-from infersim.deployment import Deployment, Workload
-from infersim.errors import InferSimError
-from infersim.comm_shapes import CollectiveShape
-from infersim.kernels import GemmShape, MemoryBoundShape
-from infersim import categories as cat
+from infersim.cards.deployment import Deployment, Workload
+from infersim.base.errors import InferSimError
+from infersim.shapes.comm_shapes import CollectiveShape
+from infersim.shapes.kernels import GemmShape, MemoryBoundShape
+from infersim.cards import categories as cat
 from infersim.modules import eager
 from infersim.modules.attention import attention_after_core, attention_before_core, attention_core
 from infersim.modules.ffn import attention_output_collective, dense_ffn_operations, moe_operations, sequence_length
 from infersim.modules.linear_attention import linear_mixer_operations
-from infersim.plan import LayerGroup, Operation, SequenceBatch, Stage, StageContext, StagePlan
-from infersim.sharding import shard
-from infersim.units import ACT_BYTES
+from infersim.shapes.plan import LayerGroup, Operation, SequenceBatch, Stage, StageContext, StagePlan
+from infersim.base.sharding import shard
+from infersim.base.units import ACT_BYTES
 
 
 def prefill_sequences(tokens: int, isl: int, tp: int = 1) -> tuple[SequenceBatch, ...]:

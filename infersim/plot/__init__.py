@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infersim.errors import ConfigError, InferSimError
+from infersim.base.errors import ConfigError, InferSimError
 from infersim.plot.backend import Drawing
 
 #: figures that can be drawn from each kind of result; the first is drawn unless --kind says otherwise

@@ -11,7 +11,7 @@ import importlib
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 
 #: file formats a picture can be written in, by extension
 PICTURE_FORMATS = (".png", ".svg", ".pdf")

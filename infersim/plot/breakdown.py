@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.plot.backend import BOUND_COLOURS, Drawing, pyplot
 from infersim.plot.common import number, spread_labels
-from infersim.units import MS, US
+from infersim.base.units import MS, US
 
 STAGES = ("prefill", "decode")
 

@@ -1,4 +1,4 @@
-"""`infersim plot RESULT.json` and `infersim roofline --config X.yaml` (`--plot FILE` of the main run: infersim.cli).
+"""`infersim plot RESULT.json` and `infersim roofline --config X.yaml` (`--plot FILE` of the main run: infersim.cli.main).
 
 The figures come from `infersim.plot`; this layer reads files, checks where pictures go (before
 any simulation runs), writes them and says where.
@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.plot import FIGURE_KINDS, choose_figure, draw, load_result
 from infersim.plot.backend import check_picture_path, save_figure
 
@@ -65,9 +65,9 @@ def plot_command(args: argparse.Namespace) -> int:
 
 
 def roofline_command(args: argparse.Namespace) -> int:
-    from infersim.cli import load_config_from_args, print_notes
-    from infersim.report import to_json_data
-    from infersim.simulate import simulate
+    from infersim.cli.main import load_config_from_args, print_notes
+    from infersim.cli.report import to_json_data
+    from infersim.run.simulate import simulate
 
     check_picture_path(args.out)
     config = load_config_from_args(args)
@@ -114,7 +114,7 @@ def register(subparsers: Any) -> None:
     roofline.add_argument("--out", default="roofline.png", metavar="FILE",
                           help="picture to write: .png, .svg or .pdf (default roofline.png)")
     roofline.add_argument("--stage", choices=tuple(STAGE_CHOICES), default="both", help="stages to draw")
-    from infersim.cli import add_run_flags
+    from infersim.cli.main import add_run_flags
 
     add_run_flags(roofline)
     roofline.set_defaults(handler=roofline_command)

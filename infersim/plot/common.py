@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 
 
 def number(value: Any) -> float | None:

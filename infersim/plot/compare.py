@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.plot.backend import Drawing, pyplot
 from infersim.plot.common import first_number, number, place_point_labels, plain_log_ticks, plain_number
-from infersim.units import MS
+from infersim.base.units import MS
 
 #: the band a prediction should fall in (the project's accuracy target)
 TOLERANCE = 0.15

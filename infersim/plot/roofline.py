@@ -25,10 +25,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.plot.backend import BOUND_COLOURS, Drawing, pyplot
 from infersim.plot.common import number, place_point_labels, si_format
-from infersim.units import US
+from infersim.base.units import US
 
 STAGE_MARKERS = {"prefill": "o", "decode": "^"}
 CEILING_COLOURS = ("#222222", "#8c564b", "#9467bd", "#e377c2", "#17becf")

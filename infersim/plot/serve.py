@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.plot.backend import Drawing, pyplot
 from infersim.plot.common import first_number, number
-from infersim.stats import percentile as sorted_percentile
+from infersim.base.stats import percentile as sorted_percentile
 
 METRICS = ("ttft", "tpot")
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT"}

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.plot.backend import Drawing, pyplot
 from infersim.plot.common import number
 

@@ -1,6 +1,6 @@
 """Python API of the serving simulator.
 
-    from infersim.config import load_run_config
+    from infersim.run.config import load_run_config
     from infersim.serve.api import simulate_serving
     summary = simulate_serving(load_run_config("serve-llama-8b-h100.yaml"),
                                {"mode": "poisson", "rate": 8, "num_requests": 2000,
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infersim.config import RunConfig
+from infersim.run.config import RunConfig
 from infersim.serve.metrics import summarize
 from infersim.serve.options import parse_options
 from infersim.serve.simulate import simulate_serving_run

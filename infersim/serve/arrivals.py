@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING, Any
 
-from infersim.config import RunConfig
-from infersim.errors import InferSimError
+from infersim.run.config import RunConfig
+from infersim.base.errors import InferSimError
 from infersim.serve.trace_replay import TraceLengths, read_trace, trace_replay
 from infersim.serve.workload import (
     DEFAULT_REQUESTS,

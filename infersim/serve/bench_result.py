@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from infersim.cards.schema import check_number
-from infersim.errors import MISSING, ConfigError, InferSimError
+from infersim.base.errors import MISSING, ConfigError, InferSimError
 from infersim.trace.bench import MetricComparison
 
 VLLM = "vllm bench serve"

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -19,7 +19,7 @@ def parse_slo(text: str) -> dict[str, float]:
     """'ttft=2s,tpot=50ms' -> {'ttft_s': 2.0, 'tpot_s': 0.05}. Every limit names its unit (s, ms or
     us): a bare number is refused rather than taken in a unit the writer may not have meant."""
     from infersim.cards.schema import check_number
-    from infersim.errors import ConfigError, echo
+    from infersim.base.errors import ConfigError, echo
 
     out: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -137,9 +137,9 @@ def serve_title(config: Any, options: dict[str, Any]) -> str:
 def _serve(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from infersim.cli import print_notes
-    from infersim.config import load_run_config
-    from infersim.cli import flags_from_args
+    from infersim.cli.main import print_notes
+    from infersim.run.config import load_run_config
+    from infersim.cli.main import flags_from_args
     from infersim.serve import report
     from infersim.serve.api import simulate_serving
 
@@ -203,7 +203,7 @@ def _search(args: argparse.Namespace, config: Any, options: dict[str, Any], exec
 
 
 def _number(**rule: Any) -> Any:
-    from infersim.cli import number_arg
+    from infersim.cli.main import number_arg
 
     return number_arg(**rule)
 
@@ -252,8 +252,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--requests-out", default=None, metavar="FILE", help="write per-request records (.jsonl or .csv)")
     p.add_argument("--include-requests", action="store_true", help="JSON: per-request records under 'requests'")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-    from infersim.cli import add_option_aliases
-    from infersim.cli import add_run_flags
+    from infersim.cli.main import add_option_aliases
+    from infersim.cli.main import add_run_flags
 
     add_run_flags(p, lengths=False)
     # the names vllm bench serve and sglang.bench_serving give the same options

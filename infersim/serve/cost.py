@@ -35,10 +35,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from infersim.config import RunConfig
-from infersim.engine import run_stage
+from infersim.run.config import RunConfig
+from infersim.engine.stage import run_stage
 from infersim.modules.step import build_step_plan
-from infersim.plan import SequenceBatch
+from infersim.shapes.plan import SequenceBatch
 
 EXACT_BELOW = 16  # counts below this are priced exactly
 DEFAULT_WIDTH = 1.04

@@ -19,7 +19,7 @@ from typing import Any
 
 from infersim.serve.options import Slo
 from infersim.serve.simulate import ServeResult
-from infersim.stats import percentile
+from infersim.base.stats import percentile
 
 
 def weighted_percentile(samples: Iterable[tuple[float, int]], q: float) -> float:

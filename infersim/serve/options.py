@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from infersim.errors import InferSimError, echo
+from infersim.base.errors import InferSimError, echo
 from infersim.serve.cost import DEFAULT_WIDTH
 from infersim.serve.workload import (
     DEFAULT_REQUESTS,
@@ -91,7 +91,7 @@ def parse_disaggregation(text: str) -> Disaggregation:
 
 def _positive_int(value: Any, name: str) -> int:
     from infersim.cards.schema import check_number
-    from infersim.errors import ConfigError
+    from infersim.base.errors import ConfigError
 
     if isinstance(value, bool) or value is None:
         raise InferSimError(f"{name} must be a whole number >= 1 (got {value!r})")
@@ -103,7 +103,7 @@ def _positive_int(value: Any, name: str) -> int:
 
 def _number(value: Any, name: str, **bounds: Any) -> float:
     from infersim.cards.schema import check_number
-    from infersim.errors import ConfigError
+    from infersim.base.errors import ConfigError
 
     if isinstance(value, bool) or value is None:
         raise InferSimError(f"{name} must be a positive number (got {value!r})")

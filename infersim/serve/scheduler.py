@@ -50,12 +50,12 @@ from dataclasses import dataclass, field
 
 from infersim.cards.engine import EngineCard, FutureTokenReservation, OfflineLimits
 from infersim.cards.model import ModelCard
-from infersim.config import RunConfig
-from infersim.deployment import Deployment
-from infersim.errors import InferSimError, NotPossible
+from infersim.run.config import RunConfig
+from infersim.cards.deployment import Deployment
+from infersim.base.errors import InferSimError, NotPossible
 from infersim.serve.cost import StepCoster
 from infersim.serve.workload import Request
-from infersim.units import dtype_bytes
+from infersim.base.units import dtype_bytes
 
 RESERVATION_MAX_STRETCH = 32  # decode steps skipped at once while requests wait on a decaying reservation
 
@@ -108,7 +108,7 @@ def checkpoint_bytes_per_weight(model: ModelCard, dep: Deployment, limits: Offli
 def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]:
     """The engine's offline benchmark tool's own (request cap, token budget) when not given, from
     the engine card's `offline_limits` (trtllm-bench's max_batch_size / max_num_tokens heuristic)."""
-    from infersim.memory import total_parameters
+    from infersim.run.memory import total_parameters
 
     limits = config.engine.offline_limits
     if limits is None:
@@ -133,8 +133,8 @@ def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]
 def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, offline: bool,
                          prefix_cache: bool | None = None, prefill_only: bool = False) -> SchedulerSettings:
     """Scheduler settings of one instance of `config`'s deployment under its engine card."""
-    from infersim.memory import memory_budget
-    from infersim.deployment import Workload
+    from infersim.run.memory import memory_budget
+    from infersim.cards.deployment import Workload
 
     engine: EngineCard = config.engine
     dep, hw = config.deployment, config.hardware

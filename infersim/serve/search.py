@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from infersim.cards.schema import check_number
-from infersim.config import RunConfig
-from infersim.errors import ConfigError, InferSimError, NotPossible, echo
+from infersim.run.config import RunConfig
+from infersim.base.errors import ConfigError, InferSimError, NotPossible, echo
 from infersim.serve.api import simulate_serving
 from infersim.serve.metrics import percentile_key
 

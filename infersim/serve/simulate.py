@@ -33,14 +33,14 @@ from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any
 
-from infersim.config import RunConfig, with_variant
-from infersim.deployment import (
+from infersim.run.config import RunConfig, with_variant
+from infersim.cards.deployment import (
     complete_layout,
     named_deployment_fields,
     with_checkpoint_precision,
     with_engine_defaults,
 )
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.serve.cost import StepCoster
 from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings, settings_from_engine
 from infersim.serve.arrivals import Arrivals, build_requests, listed_arrivals
@@ -131,7 +131,7 @@ def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: st
     if not deployment:
         return config
     from infersim.cards.schema import build
-    from infersim.deployment import Deployment
+    from infersim.cards.deployment import Deployment
 
     named = named_deployment_fields(deployment)
     dep = with_engine_defaults(build(Deployment, deployment, where), named, config.model, config.engine)
@@ -253,7 +253,7 @@ def transfer_bandwidth(prefill: RunConfig, decode: RunConfig) -> tuple[float, st
 
 def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals, states: Iterator[RequestState],
                        outcomes: Outcomes) -> ServeResult:
-    from infersim.memory import kv_bytes_per_token
+    from infersim.run.memory import kv_bytes_per_token
 
     d = opts.disaggregate
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
@@ -323,7 +323,7 @@ def _closed_loop_disaggregated(prefill: Pool, decode: Pool, states: Iterator[Req
     delivered in time order. An event can only reach an instance during a step that started before
     it, where engines see it at the next step, so the interleaving is exact. Returns the seconds
     requests spent between the pools."""
-    from infersim.memory import kv_bytes_per_token
+    from infersim.run.memory import kv_bytes_per_token
 
     bandwidth, _link = transfer_bandwidth(prefill.config, decode.config)
     seconds_per_token = kv_bytes_per_token(prefill.config.model, decode.config.deployment.precision.kv_cache) / bandwidth

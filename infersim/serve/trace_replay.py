@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from infersim.cards.schema import MAX_COUNT, MAX_MAGNITUDE, MIN_MAGNITUDE, check_number
-from infersim.errors import ConfigError, InferSimError, echo
+from infersim.base.errors import ConfigError, InferSimError, echo
 from infersim.serve.workload import MAX_REQUESTS, MAX_SPAN_S, Request, span_error
 
 COLUMN_NAMES = {

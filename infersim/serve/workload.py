@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infersim.cards.schema import MAX_COUNT, check_number
-from infersim.errors import ConfigError, InferSimError, echo
+from infersim.base.errors import ConfigError, InferSimError, echo
 
 #: latest arrival (seconds after the run's start) the serving clock resolves to a microsecond:
 #: float64 holds whole numbers exactly up to 2^53, so 2^53 us (285 years) of simulated time

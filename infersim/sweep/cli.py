@@ -8,9 +8,9 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from infersim.cli import number_arg
+from infersim.cli.main import number_arg
 from infersim.cards.schema import check_number
-from infersim.errors import ConfigError, InferSimError, NotPossible, shorten
+from infersim.base.errors import ConfigError, InferSimError, NotPossible, shorten
 from infersim.sweep.analysis import Targets, best_per_variant, feasible, frontiers, variant_axes
 from infersim.sweep.evaluate import Row, Search, SweepSpec
 from infersim.sweep.grid import expand_values, parse_grid
@@ -83,7 +83,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     progress.add_argument("--progress", dest="progress", action="store_true", default=None,
                           help="always draw the progress bar (default: when stderr is a terminal)")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never draw it")
-    from infersim.cli import add_run_flags
+    from infersim.cli.main import add_run_flags
 
     add_run_flags(p, batch=False)
 
@@ -166,8 +166,8 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
     axes = parse_grid(args.grid, searched=search is not None)
     if args.price_per_gpu_hour is not None and not args.price_per_gpu_hour > 0:
         raise InferSimError(f"--price-per-gpu-hour must be positive (got {args.price_per_gpu_hour})")
-    from infersim.cli import print_notes
-    from infersim.cli import flags_from_args
+    from infersim.cli.main import print_notes
+    from infersim.cli.main import flags_from_args
 
     base = load_base(args.config, args.overrides, args.mfu_tables, flags_from_args(args))
     print_notes(base.config)

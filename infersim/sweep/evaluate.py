@@ -27,13 +27,13 @@ from typing import Any, NamedTuple
 
 import dataclasses
 
-from infersim.config import with_variant
-from infersim.engine import StageResult
-from infersim.errors import InferSimError, shorten
-from infersim.kernels import Bound, NoTables
-from infersim.memory import MemoryResult, memory_budget
-from infersim.simulate import decode_time, prefill_step_tokens, run_prefill, simulate
-from infersim.speculative import drafter_memory
+from infersim.run.config import with_variant
+from infersim.engine.stage import StageResult
+from infersim.base.errors import InferSimError, shorten
+from infersim.shapes.kernels import Bound, NoTables
+from infersim.run.memory import MemoryResult, memory_budget
+from infersim.run.simulate import decode_time, prefill_step_tokens, run_prefill, simulate
+from infersim.run.speculative import drafter_memory
 from infersim.sweep.grid import GridAxis, grid_point, grid_size
 from infersim.sweep.variants import Base, Deriver, problem_text, with_layout
 

@@ -34,9 +34,9 @@ import yaml
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.cards.schema import build, check_number
-from infersim.config import Speculative
-from infersim.deployment import Deployment, Workload
-from infersim.errors import ConfigError, InferSimError, echo, shorten
+from infersim.run.config import Speculative
+from infersim.cards.deployment import Deployment, Workload
+from infersim.base.errors import ConfigError, InferSimError, echo, shorten
 
 MAX_VALUES_PER_AXIS = 100_000
 

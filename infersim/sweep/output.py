@@ -12,11 +12,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.sweep.analysis import Best, Targets, why_not
 from infersim.sweep.evaluate import Row, SweepSpec
 from infersim.sweep.grid import SEARCHED_FIELDS
-from infersim.units import GB
+from infersim.base.units import GB
 
 OUTPUT_FORMATS = (".csv", ".json", ".parquet")
 

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.sweep.evaluate import ChunkResult, Evaluator, Row, SweepSpec, evaluate_chunk
 
 #: below this many estimated simulations a sweep runs in process (starting workers costs more)

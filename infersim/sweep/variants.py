@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model
-from infersim.config import (
+from infersim.run.config import (
     RunConfig,
     load_hardware_card,
     load_model_card,
@@ -25,7 +25,7 @@ from infersim.config import (
     parse_override,
     read_run_mapping,
 )
-from infersim.deployment import (
+from infersim.cards.deployment import (
     AttentionLayout,
     Deployment,
     FfnLayout,
@@ -35,8 +35,8 @@ from infersim.deployment import (
     with_engine_defaults,
     without_checkpoint_precision,
 )
-from infersim.run_flags import RunFlags, flag_fields
-from infersim.errors import ConfigError, InferSimError
+from infersim.run.flags import RunFlags, flag_fields
+from infersim.base.errors import ConfigError, InferSimError
 from infersim.sweep.grid import GridAxis
 
 _CACHE_LIMIT = 4096
@@ -56,7 +56,7 @@ class Base:
 def load_base(path: str | Path | None, overrides: Sequence[str] = (), mfu_tables: str | None = None,
               flags: RunFlags | None = None) -> Base:
     """Load, override and validate a run config once (raises InferSimError subclasses only);
-    `path` None: the run the direct `flags` name (infersim.run_flags)."""
+    `path` None: the run the direct `flags` name (infersim.run.flags)."""
     config = load_run_config(path, list(overrides), mfu_tables, flags)
     raw, source, base_dir = read_run_mapping(path, flags)
     if flags is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 from infersim.trace.measure import analyze_lane, lane_ids
 from infersim.trace.bench import (BenchComparison, BenchRecord, BenchWorkload, MetricComparison, bench_workload,
                                   compare_bench_record, read_bench_results)

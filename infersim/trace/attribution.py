@@ -26,7 +26,7 @@ import re
 from array import array
 from dataclasses import dataclass
 
-from infersim import categories as cat
+from infersim.cards import categories as cat
 from infersim.trace.context import LaunchContexts
 from infersim.trace.load import KIND_KERNEL, RawTrace
 from infersim.trace.operators import (ATTENTION_OP, BATCHED_MATMUL_OP, COLLECTIVE_OP, CONCAT_OP, ELEMENTWISE_OP,

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from infersim.cards.schema import check_number
-from infersim.errors import MISSING, ConfigError, InferSimError
+from infersim.base.errors import MISSING, ConfigError, InferSimError
 from infersim.trace.compare import relative_error
-from infersim.units import MS
+from infersim.base.units import MS
 
 ONE_BATCH = "bench_one_batch"
 SERVING = "bench_serving"

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from infersim.errors import InferSimError, NotPossible
+from infersim.base.errors import InferSimError, NotPossible
 
 EPILOG = """\
 --trace takes a Kineto trace (.json or .json.gz), a directory of per-rank files as SGLang writes
@@ -61,7 +61,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                              "without step markers)")
     parser.add_argument("--steps", action="store_true", help="text: also list every step found")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-    from infersim.cli import add_run_flags
+    from infersim.cli.main import add_run_flags
 
     add_run_flags(parser)
     parser.set_defaults(handler=run_compare)
@@ -69,8 +69,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _simulate(args: argparse.Namespace, extra_overrides: list[str] = ()) -> Any:
-    from infersim.cli import load_config_from_args
-    from infersim.simulate import simulate
+    from infersim.cli.main import load_config_from_args
+    from infersim.run.simulate import simulate
 
     config = load_config_from_args(args, extra_overrides)
     return config, simulate(config)
@@ -150,9 +150,9 @@ def _compare_one_batch(args: argparse.Namespace, objects: list[tuple[int, Any]],
                        texts: list[str]) -> None:
     """sglang.bench_one_batch lines: one static batch, held against one simulated step of each stage."""
     from infersim.cards.schema import build
-    from infersim.cli import load_config_from_args
-    from infersim.deployment import Workload
-    from infersim.simulate import simulate
+    from infersim.cli.main import load_config_from_args
+    from infersim.cards.deployment import Workload
+    from infersim.run.simulate import simulate
     from infersim.trace.bench import bench_workload, compare_bench_record, parse_bench_record
     from infersim.trace.report import bench_json, bench_text
 
@@ -184,9 +184,9 @@ def _compare_serving(args: argparse.Namespace, objects: list[tuple[int, Any]], r
     """vllm bench serve / sglang.bench_serving results: `infersim serve` at the same load."""
     from dataclasses import replace
 
-    from infersim.cli import print_notes
-    from infersim.config import load_run_config, read_run_mapping
-    from infersim.cli import flags_from_args
+    from infersim.cli.main import print_notes
+    from infersim.run.config import load_run_config, read_run_mapping
+    from infersim.cli.main import flags_from_args
     from infersim.serve.bench_result import compare_serving, parse_serving_result, serve_options, with_engine
     from infersim.serve.cli import serve_title
     from infersim.serve.report import serving_comparison_json, serving_comparison_text
@@ -224,13 +224,13 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# infersim mfu from-trace (registered by infersim.mfu.cli)
+# infersim mfu from-trace (registered by infersim.tabletools.cli)
 
 
 def run_from_trace(args: argparse.Namespace, command: str) -> int:
     """Learn a kernel-table directory from a trace, write it, and check it against the trace."""
-    from infersim.config import load_run_config
-    from infersim.simulate import simulate
+    from infersim.run.config import load_run_config
+    from infersim.run.simulate import simulate
     from infersim.trace.learn import (
         check_stages,
         elementwise_efficiency,

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from infersim import categories as cat
+from infersim.cards import categories as cat
 from infersim.trace.records import LaneMeasure, StageMeasure
 
 

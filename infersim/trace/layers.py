@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from infersim import categories as cat
+from infersim.cards import categories as cat
 from infersim.trace.attribution import Kernel, final_module
 from infersim.trace.rules import GEMM, OTHER, RuleTable
 

@@ -51,12 +51,12 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from infersim import categories as cat
-from infersim.config import RunConfig
-from infersim.engine import StageResult
-from infersim.errors import InferSimError, NotPossible
-from infersim.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, elementwise_bytes
-from infersim.mfu.format import (
+from infersim.cards import categories as cat
+from infersim.run.config import RunConfig
+from infersim.engine.stage import StageResult
+from infersim.base.errors import InferSimError, NotPossible
+from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, elementwise_bytes
+from infersim.tables.format import (
     AttentionRow,
     DeviceInfo,
     ElementwiseRow,
@@ -67,7 +67,7 @@ from infersim.mfu.format import (
     TableDirectory,
     TableInfo,
 )
-from infersim.mfu.table_files import write_table_dir
+from infersim.tables.table_files import write_table_dir
 from infersim.modules.step import build_stage_plan
 from infersim.trace.compare import ModuleComparison, compare_lane
 from infersim.trace.load import RawTrace
@@ -373,7 +373,7 @@ def learn_host(run: TracedRun, config: RunConfig) -> LearnedHost:
     source = run.path.name
     caveats = [f"host costs belong to the machine and process that recorded {source}"]
     if run.raw.top_level.get("synthesised"):
-        caveats.append("its CPU side is synthesised (infersim.trace.synthesis re-times the recorded operators as an "
+        caveats.append("its CPU side is synthesised (the test-trace synthesiser, tests/tracegen/synthesis.py, re-times the recorded operators as an "
                        "eager launch loop: a few microseconds per operator, launch call and Python frame), so these "
                        "are that model's host costs, not a measured host's")
     if not gaps:
@@ -491,7 +491,7 @@ def table_directory(run: TracedRun, learned: LearnedTables, config: RunConfig, c
             description="eager elementwise kernels of the traced steps keyed by their launching ATen operator and its "
                         "recorded inputs (infersim.trace.operators.elementwise_dims)",
             notes=("latency = mean kernel time per operator call of that (op, dtype, elements) over the traced steps",
-                   "bytes by the op's byte rule (infersim.kernels.elementwise_bytes), as the simulator's eager "
+                   "bytes by the op's byte rule (infersim.shapes.kernels.elementwise_bytes), as the simulator's eager "
                    "kernels count them"))
     if not tables:
         raise NotPossible(f"{run.path}: no traced GEMM, attention or grouped GEMM matches an operation of the run "

@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 
-from infersim import categories as cat
+from infersim.cards import categories as cat
 from infersim.trace.attribution import Kernel, Lane
 from infersim.trace.host import HostWaits, StepHost, step_host
 from infersim.trace.layers import assign_marked_layers, assign_modules, assign_pattern_layers
@@ -25,7 +25,7 @@ from infersim.trace.records import (SOURCE_NONE, STAGES, AnalysisOptions, Attrib
                                     ModuleTime, StageMeasure, StepMeasure, StreamTime, UnmatchedKernel)
 from infersim.trace.rules import UNMATCHED, RuleTable
 from infersim.trace.steps import StepGroup, form_steps, frame_layers, split_by_layers
-from infersim.units import US  # trace timestamps are microseconds
+from infersim.base.units import US  # trace timestamps are microseconds
 
 # ---------------------------------------------------------------------------------------------
 # Overlap of communication with compute on other streams

@@ -330,7 +330,7 @@ def grouped_dims(shapes: OpShapes) -> GroupedDims | None:
 
 @dataclass(frozen=True)
 class ElementwiseDims:
-    """One eager elementwise kernel as the elementwise tables key it (infersim.kernels.ELEMENTWISE_OPS):
+    """One eager elementwise kernel as the elementwise tables key it (infersim.shapes.kernels.ELEMENTWISE_OPS):
     the op, its input format and the elements its byte rule counts."""
 
     op: str
@@ -338,7 +338,7 @@ class ElementwiseDims:
     elements: int
 
 
-# element types of recorded tensor inputs, as the elementwise tables name them (infersim.kernels.ELEMENT_BYTES)
+# element types of recorded tensor inputs, as the elementwise tables name them (infersim.shapes.kernels.ELEMENT_BYTES)
 _ELEMENT_TYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "long int": "int64", "int": "int32",
                   "bool": "bool", "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8"}
 # torch ScalarType codes (c10/core/ScalarType.h) of a cast's target (`aten::_to_copy`'s dtype argument)

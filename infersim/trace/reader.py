@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_CHUNK_CHARS = 1 << 20

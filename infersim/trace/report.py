@@ -11,7 +11,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from infersim import categories as cat
+from infersim.cards import categories as cat
 from infersim.trace.records import (SOURCE_NONE, SOURCES, LaneMeasure, ModuleTime, StageMeasure,
                                     StepMeasure)
 from infersim.trace.bench import BenchComparison

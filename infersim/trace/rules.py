@@ -5,7 +5,7 @@ regular expression is found in the kernel name wins. User files given with `--ru
 so they take precedence. Each rule is validated on load and every problem is one error naming
 the file and the rule.
 
-A rule maps to a module category (`infersim.categories.ALL`), to `other` (known kernels
+A rule maps to a module category (`infersim.cards.categories.ALL`), to `other` (known kernels
 the simulator does not model: memcpy, memset, allocator fills) or to `gemm`: a dense GEMM whose
 module depends on where it runs (attention projection, router gate, dense FFN, shared expert, LM
 head), decided from its place in the layer. Optional fields:
@@ -32,8 +32,8 @@ from typing import Any
 import yaml
 
 from infersim.cards.schema import load_yaml
-from infersim.errors import MISSING, ConfigError
-from infersim import categories as cat
+from infersim.base.errors import MISSING, ConfigError
+from infersim.cards import categories as cat
 
 GEMM = "gemm"  # dense GEMM, resolved by position
 OTHER = "other"  # known, not modelled by the simulator

@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from infersim import categories as cat
+from infersim.cards import categories as cat
 from infersim.trace.attribution import Kernel, Lane
 from infersim.trace.context import region_stage
 from infersim.trace.layers import pattern_layers

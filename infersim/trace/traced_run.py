@@ -18,8 +18,8 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from infersim import categories as cat
-from infersim.errors import InferSimError, NotPossible
+from infersim.cards import categories as cat
+from infersim.base.errors import InferSimError, NotPossible
 from infersim.trace.files import find_trace_files, select_rank_files
 from infersim.trace.load import RawTrace, load_trace
 from infersim.trace.measure import MeasuredSteps, lane_ids, measure_steps

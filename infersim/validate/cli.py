@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from infersim.errors import InferSimError
+from infersim.base.errors import InferSimError
 
 
 def _validate(args: argparse.Namespace) -> int:

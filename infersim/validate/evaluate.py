@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from infersim.cards.schema import build, check_number, load_yaml
-from infersim.errors import MISSING, ConfigError, InferSimError
-from infersim.comm_shapes import TokenExchangeShape
-from infersim.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables
-from infersim import categories as cat
+from infersim.base.errors import MISSING, ConfigError, InferSimError
+from infersim.shapes.comm_shapes import TokenExchangeShape
+from infersim.shapes.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables
+from infersim.cards import categories as cat
 from infersim.validate.mapping import KERNEL_KINDS, STAGE_FROM, STAGE_KINDS, Conversion, PointMapping, fit_run_to_spec
 
 WITHIN = 0.15  # the share of points within this |error| is reported
@@ -190,7 +190,7 @@ def table_dir_for(mfu_tables: str | None, hardware: str) -> str | None:
         raise InferSimError(f"--mfu-tables {mfu_tables}: no such directory (nor a bundled table set of that name)")
     if (base / hardware).is_dir():
         return str(base / hardware)
-    from infersim.mfu.format import PROVENANCE_FILE
+    from infersim.tables.format import PROVENANCE_FILE
 
     return str(base) if (base / PROVENANCE_FILE).is_file() else None
 
@@ -231,14 +231,14 @@ class _Evaluator:
             if directory is None:
                 self._tables[hardware] = NoTables()
             else:
-                from infersim.mfu.lookup import load_tables
+                from infersim.tables.lookup import load_tables
 
                 self._tables[hardware] = load_tables(Path(directory))
         return self._tables[hardware]
 
     def kernel(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str], str]:
-        from infersim.config import load_hardware_card
-        from infersim.timing import kernel_cost
+        from infersim.run.config import load_hardware_card
+        from infersim.costing.timing import kernel_cost
 
         hw, _ = load_hardware_card(entry.hardware)
         fields = {**entry.kernel, **conv.kernel}
@@ -249,7 +249,7 @@ class _Evaluator:
         return _kernel_value(conv, shape, cost.seconds), (_kernel_module(entry.kind, shape), cost.bound.value), note
 
     def config(self, entry: PointMapping) -> tuple[Any, list[str]]:
-        from infersim.config import config_from_mapping
+        from infersim.run.config import config_from_mapping
 
         run, dropped = fit_run_to_spec(entry.run)
         notes = []
@@ -270,7 +270,7 @@ class _Evaluator:
         return config, notes
 
     def stage(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
-        from infersim.simulate import simulate
+        from infersim.run.simulate import simulate
 
         config, notes = self.config(entry)
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from infersim.cards.schema import load_yaml
-from infersim.errors import MISSING, ConfigError
+from infersim.base.errors import MISSING, ConfigError
 
 KERNEL_KINDS = ("kernel_gemm", "kernel_grouped_gemm", "deepep")
 STAGE_KINDS = ("stage_prefill", "stage_decode")
@@ -236,7 +236,7 @@ def _fit(data: dict[str, Any], cls: type, prefix: str, dropped: list[str]) -> di
 def fit_run_to_spec(run: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The run config with the fields this build's RunSpec does not know removed (recursively
     through deployment, workload, speculative), and the dotted names of what was removed."""
-    from infersim.config import RunSpec
+    from infersim.run.config import RunSpec
 
     dropped: list[str] = []
     return _fit(run, RunSpec, "", dropped), dropped

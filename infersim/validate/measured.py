@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from infersim.cards.schema import load_yaml
-from infersim.errors import MISSING, ConfigError
+from infersim.base.errors import MISSING, ConfigError
 from infersim.validate.evaluate import NotExpressed, ReferencePoint
 from infersim.validate.mapping import Conversion, PointMapping
 

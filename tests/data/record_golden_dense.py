@@ -14,8 +14,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))
 
-from infersim.config import load_run_config  # noqa: E402
-from infersim.simulate import simulate  # noqa: E402
+from infersim.run.config import load_run_config  # noqa: E402
+from infersim.run.simulate import simulate  # noqa: E402
 
 # (config, overrides): the example config, the six published cases, and a few layout/precision variants
 CASES: list[tuple[str, tuple[str, ...]]] = [

@@ -5,7 +5,7 @@
 The CPU recordings (`*-eager-cpu-*.json.gz`, with their `*.run.yaml` and `*.config.json`) were made
 with `/work/venv-torch/bin/python benchmarks/gpu/record_traces.py --out tests/data/traces` on a CPU
 (torch 2.13.0+cpu, transformers 5.17.0: see each file's `torch_version` / `transformers_version`).
-The GPU side of every `*-synthesised-*` file is made by `infersim.trace.synthesis` (its docstring
+The GPU side of every `*-synthesised-*` file is made by `tests/tracegen/synthesis.py` (its docstring
 gives the cost model and what is renamed); see README.md. Deterministic: the same recordings give
 the same files.
 """
@@ -17,8 +17,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
+sys.path.insert(0, str(HERE.parents[1]))  # tests/: the synthetic-trace generator
 
-from infersim.trace.synthesis import write_synthesised  # noqa: E402
+from tracegen.synthesis import write_synthesised  # noqa: E402
 
 #: (CPU recording, synthesis mode, keep python frames, output)
 FIXTURES = [

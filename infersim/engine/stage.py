@@ -1,0 +1,363 @@
+"""The stage engine: walks a StagePlan, times every operation and composes the step.
+
+Without overlap a layer takes the sum of its operations. With two-batch overlap the plan is sized
+per micro-batch and the engine schedules the two micro-batches on two streams, as the runtime
+does: each layer is a sequence of phases (runs of compute operations and runs of communication
+operations); a micro-batch's phases run in order, the compute stream and the communication stream
+each run one phase at a time, micro-batch A before B. So one micro-batch's communication hides
+behind the other's compute exactly as far as the dependencies allow. While communication kernels
+hold SMs (DeepEP normal mode), compute runs slower by SMs / (SMs - SMs taken).
+With weight offload (deployment.weight_offload) each layer's offloaded weights arrive over the
+host link one layer ahead of its compute (infersim.costing.weight_offload); the transfer time compute does
+not hide is its own operation. The step adds per-step operations and the serving engine's software overhead (see
+infersim.cards.engine.step_overhead: fixed per-step work plus CPU work that an overlap scheduler
+hides behind the GPU step; eager kernel launches count unless the step is a CUDA graph).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from dataclasses import dataclass, replace
+
+from infersim.cards.engine import EngineCard, LaunchRun, step_overhead, step_overhead_seconds
+from infersim.cards.hardware import HardwareCard
+from infersim.shapes.kernels import Bound, Cost, KernelTables, Source
+from infersim.cards import categories as cat
+from infersim.shapes.plan import LayerGroup, Operation, StagePlan
+from infersim.costing.timing import kernel_cost
+from infersim.base.units import GB, MS
+from infersim.costing.weight_offload import host_link_bytes_per_s, offload_cost
+
+
+@dataclass(frozen=True)
+class OperationResult:
+    name: str
+    module: str
+    layers: int  # layers the operation occurs in (1 for per-step operations)
+    time_s: float  # kernel time over the whole step (all layers, all micro-batches)
+    time_per_layer_s: float  # kernel time in one layer (all micro-batches)
+    flops: float  # over the whole step
+    bytes: float  # over the whole step
+    bound: Bound
+    source: Source
+    detail: str = ""
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class StageResult:
+    stage: str
+    step_time_s: float  # TTFT for prefill, TPOT for decode
+    tokens_per_gpu: int  # prompt tokens per GPU (prefill) or requests per GPU (decode)
+    num_layers: int
+    micro_batches: int
+    overlap_saved_s: float  # time two-batch overlap saves against running compute and communication back to back (negative when SM sharing costs more)
+    sm_slowdown: float  # factor compute is slowed by while overlapped communication holds SMs
+    operations: tuple[OperationResult, ...]
+    # tokens each request gains per decode step: 1, or under speculative decoding the expected
+    # accepted draft tokens plus the bonus token (step_time_s is then draft + verification)
+    tokens_per_step: float = 1.0
+    chunks: int = 1  # prefill: steps the prompt ran in (chunked prefill of a prompt longer than the token budget)
+    padded_batch: int = 0  # decode: the batch a CUDA-graph step computes when padded past tokens_per_gpu (0 = none)
+
+    @property
+    def tgs(self) -> float:
+        """Tokens per GPU per second: prompt tokens (prefill) or generated tokens (decode)."""
+        return self.tokens_per_gpu * self.tokens_per_step / self.step_time_s
+
+    @property
+    def tpot_s(self) -> float:
+        """Decode: time per output token of one request (the step time without speculative decoding)."""
+        return self.step_time_s / self.tokens_per_step
+
+    @property
+    def source(self) -> Source:
+        return combined_source(op.source for op in self.operations if op.time_s > 0)
+
+    def module_times(self) -> dict[str, float]:
+        """Kernel seconds per module category over the step (before overlap)."""
+        out: dict[str, float] = {}
+        for op in self.operations:
+            out[op.module] = out.get(op.module, 0.0) + op.time_s
+        return out
+
+    @property
+    def bound(self) -> Bound:
+        """What bounds the step: the bound holding the most time."""
+        by_bound: dict[Bound, float] = {}
+        for op in self.operations:
+            by_bound[op.bound] = by_bound.get(op.bound, 0.0) + op.time_s
+        return max(by_bound, key=by_bound.__getitem__)
+
+
+def combined_source(sources: Iterable[Source]) -> Source:
+    unique = set(sources)
+    if len(unique) == 1:
+        return unique.pop()
+    return Source.MIXED if unique else Source.CARD
+
+
+# Kernel costs are pure functions of (shape, hardware card, tables): sweeps price the same shapes
+# over and over (every operation a swept field does not touch), so they are memoised per (card,
+# tables) pair. The pair is held by the memo, so its ids cannot be reused while it is in use.
+# Beside the shapes, the costs of each memoised plan piece (LayerGroup.pieces, a plan's per-step
+# operations) are kept by the piece's identity, with the kernels the piece launches: a sweep's
+# steps share pieces as the same objects, and looking a piece up once skips hashing each of its
+# shapes (half of a step's timing). Each entry holds its piece, so that id cannot be reused while
+# the entry exists.
+# A priced operation: the operation, its cost and the seconds of its `count` kernels (what the walk adds)
+_Priced = tuple[Operation, Cost, float]
+_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[_Priced, ...], int]]
+_COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost], _PieceCosts]] = {}
+_COST_MEMO_PAIRS = 8
+_COST_MEMO_SHAPES = 200_000
+_COST_MEMO_PIECES = 2048  # pieces of a few dozen operations each, so a few MB per pair
+
+
+def _memos(hw: HardwareCard, tables: KernelTables) -> tuple[dict[Any, Cost], _PieceCosts]:
+    """The (shape -> cost, piece id -> (piece, its priced operations, kernels)) memos of a (card,
+    tables) pair."""
+    key = (id(hw), id(tables))
+    entry = _COST_MEMO.get(key)
+    if entry is None:
+        if len(_COST_MEMO) >= _COST_MEMO_PAIRS:
+            _COST_MEMO.clear()
+        entry = _COST_MEMO[key] = (hw, tables, {}, {})
+    return entry[2], entry[3]
+
+
+def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
+    return _memos(hw, tables)[0]
+
+
+def _price_piece(piece: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
+                 by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[_Priced, ...], int]:
+    """(the piece, its operations priced (_priced_operation), in order, the kernels it launches),
+    kept in `by_piece` (see above). Callers look the piece up there first, `by_piece.get(id(piece))
+    or _price_piece(...)`: a step finds most of its pieces priced. The operations are kept as the
+    walk reads them: pairing operations with their costs anew at every step cost a sweep more than
+    the walk's arithmetic."""
+    if len(by_piece) >= _COST_MEMO_PIECES:
+        by_piece.clear()
+    entry = by_piece[id(piece)] = (piece, tuple(_priced_operation(op, hw, tables, memo) for op in piece),
+                                   sum(operation_kernels(op) for op in piece))
+    return entry
+
+
+def _priced_group(group: LayerGroup, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
+                  by_piece: _PieceCosts) -> tuple[list[_Priced], int]:
+    """The group's operations priced (_priced_operation), in order, and the kernels one of its
+    layers launches. A group built from pieces is priced piece by piece (see above); its operations
+    whole otherwise."""
+    if not group.pieces:
+        return ([_priced_operation(op, hw, tables, memo) for op in group.operations],
+                sum(operation_kernels(op) for op in group.operations))
+    timed: list[_Priced] = []
+    kernels = 0
+    for piece in group.pieces:
+        _, priced, piece_kernels = by_piece.get(id(piece)) or _price_piece(piece, hw, tables, memo, by_piece)
+        timed += priced
+        kernels += piece_kernels
+    return timed, kernels
+
+
+def _priced_operation(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost]) -> _Priced:
+    cost = _timed(op, hw, tables, memo)
+    return op, cost, cost.seconds * op.count
+
+
+def _timed(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost] | None = None) -> Cost:
+    if memo is None:
+        memo = _cost_memo(hw, tables)
+    shape = op.shape
+    try:
+        cost = memo.get(shape)  # a miss raises nothing (a raised KeyError costs more)
+    except TypeError:  # an unhashable shape
+        return kernel_cost(shape, hw, tables)
+    if cost is not None:
+        return cost
+    if len(memo) >= _COST_MEMO_SHAPES:
+        memo.clear()
+    cost = memo[shape] = kernel_cost(shape, hw, tables)
+    return cost
+
+
+def two_batch_schedule(layers: list[list[tuple[bool, float]]]) -> float:
+    """Makespan of two micro-batches through `layers`, each a list of (is_comm, seconds) phases
+    per micro-batch, on one compute stream and one communication stream."""
+    stream_free = {False: 0.0, True: 0.0}
+    ready = [0.0, 0.0]
+    for phases in layers:
+        for is_comm, seconds in phases:
+            for mb in (0, 1):
+                start = max(stream_free[is_comm], ready[mb])
+                stream_free[is_comm] = ready[mb] = start + seconds
+    return max(ready)
+
+
+def _phases(timed: list[tuple[bool, float]]) -> list[tuple[bool, float]]:
+    """Merge consecutive operations of the same kind (compute or communication) into phases."""
+    phases: list[tuple[bool, float]] = []
+    for is_comm, seconds in timed:
+        if seconds <= 0:
+            continue
+        if phases and phases[-1][0] == is_comm:
+            phases[-1] = (is_comm, phases[-1][1] + seconds)
+        else:
+            phases.append((is_comm, seconds))
+    return phases
+
+
+def operation_kernels(op: Operation) -> int:
+    """Kernels one operation launches: its count, times the kernels its shape is made of (an
+    elementwise shape of several kernels, a linear-attention phase's kernels)."""
+    return op.count * getattr(op.shape, "kernels", 1)
+
+
+def kernels_launched(plan: StagePlan) -> int:
+    """Kernels one step launches (every operation of every layer and micro-batch, per-step ones)."""
+    per_layer = sum(g.layers * sum(operation_kernels(op) for op in g.operations) for g in plan.groups)
+    return per_layer * plan.micro_batches + sum(operation_kernels(op) for op in plan.per_step)
+
+
+def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,
+          results: list[OperationResult] | None) -> tuple[float, float, float, dict[Bound, float]]:
+    """Time one step: (step seconds, seconds two-batch overlap saved, compute slowdown by SMs held
+    for communication, seconds per bound). Appends each operation's result to `results` unless it
+    is None (sweeps need the time only: the results and their detail text cost more than the timing)."""
+    mb = plan.micro_batches
+    slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
+    serial = 0.0
+    schedule: list[list[tuple[bool, float]]] = []
+    by_bound: dict[Bound, float] = {}
+    fused = engine.fused_operations if engine is not None else ()
+    memo, by_piece = _memos(hw, tables)
+    comm = cat.COMMUNICATION
+    offloading = bool(plan.offload_bytes_per_layer)
+    layer_s: list[float] = []  # with offload: one layer's kernel time per group (all micro-batches)
+    # the kernels in launch order, for an engine that launches them from the host with nothing to hide
+    # that behind (no overlap scheduler): its launches overlap the GPU as the launch queue allows
+    queue = engine is not None and not engine.overheads.overlap_scheduler and mb == 1 and not offloading
+    runs: list[LaunchRun] = []
+    layer_kernels = 0  # kernels of one micro-batch's pass over every layer
+    for group in plan.groups:
+        timed: list[tuple[bool, float]] = []
+        launched: list[tuple[int, float]] = []
+        layers = group.layers
+        group_start = serial
+        priced, group_kernels = _priced_group(group, hw, tables, memo, by_piece)
+        layer_kernels += layers * group_kernels
+        for op, cost, seconds in priced:
+            is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
+            per_micro_batch = 0.0 if is_fused else seconds
+            per_layer = per_micro_batch * mb
+            if mb == 2:  # only two-batch overlap schedules phases
+                is_comm = op.module in comm
+                timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
+            time_s = per_layer * layers
+            if queue:
+                launched.append((operation_kernels(op), per_layer))
+            serial += time_s
+            by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
+            if results is not None:
+                if is_fused:
+                    cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD,
+                                f"fused into a neighbouring kernel by {engine.name}")  # type: ignore[union-attr]
+                results.append(OperationResult(
+                    op.name, op.module, layers, time_s, per_layer, cost.flops * op.count * mb * layers,
+                    cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name))
+        if mb == 2:  # only two-batch overlap schedules phases
+            schedule += [_phases(timed)] * layers
+        if queue:
+            runs.append(LaunchRun(tuple(launched), layers))
+        if offloading:
+            layer_s.append((serial - group_start) / layers)
+    step = two_batch_schedule(schedule) if mb == 2 else serial
+    saved = serial - step
+    if offloading:
+        # under two-batch overlap the schedule packs the layers tighter than their serial sum; each
+        # layer takes its share of the scheduled time. Both micro-batches use one fetch of a layer.
+        scale = step / serial if serial > 0 else 1.0
+        rate = host_link_bytes_per_s(hw)
+        cost = offload_cost([(seconds * scale, moved, group.layers) for seconds, moved, group
+                             in zip(layer_s, plan.offload_bytes_per_layer, plan.groups)], rate)
+        step += cost.exposed_s
+        by_bound[Bound.HOST_LINK] = by_bound.get(Bound.HOST_LINK, 0.0) + cost.exposed_s
+        if results is not None:
+            detail = (f"{cost.bytes / GB:,.2f} GB from host memory at {rate / GB:,.1f} GB/s (pcie_bandwidth x "
+                      f"pcie_efficiency), one layer ahead of compute: link busy {cost.transfer_s / MS:,.3f} ms, "
+                      f"{cost.exposed_s / MS:,.3f} ms of it not hidden")
+            results.append(OperationResult("weight_offload", cat.WEIGHT_OFFLOAD, cost.layers, cost.exposed_s,
+                                           cost.exposed_s / max(cost.layers, 1), 0.0, cost.bytes, Bound.HOST_LINK,
+                                           Source.ROOFLINE, detail, "offloaded layers"))
+    # per-step operations before the final norm and LM head run before the layers (embedding, rotary
+    # tables, the mask), the rest after them
+    before: list[tuple[int, float]] = []
+    after: list[tuple[int, float]] = []
+    per_step = plan.per_step
+    _, step_priced, step_kernels = by_piece.get(id(per_step)) or _price_piece(per_step, hw, tables, memo, by_piece)
+    for op, cost, seconds in step_priced:
+        if queue:
+            (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
+        step += seconds
+        by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + seconds
+        if results is not None:
+            results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
+                                           cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
+    if engine is not None:
+        launches = [LaunchRun(tuple(before)), *runs, LaunchRun(tuple(after))] if queue else []
+        args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, layer_kernels * mb + step_kernels,
+                hw.peak.hbm_bytes, plan.engine_tp, launches)
+        if results is None:
+            overhead = step_overhead_seconds(*args)
+        else:
+            detailed = step_overhead(*args)
+            overhead = detailed.seconds
+            results.append(OperationResult("scheduler", cat.OVERHEAD, 1, overhead, overhead, 0.0, 0.0,
+                                           Bound.OVERHEAD, Source.CARD, detailed.detail, "per step"))
+        by_bound[Bound.OVERHEAD] = by_bound.get(Bound.OVERHEAD, 0.0) + overhead
+        step += overhead
+    return step, saved, slowdown, by_bound
+
+
+def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None) -> StageResult:
+    """Time one step. Without an engine card the step has no software overhead (kernel time only)."""
+    results: list[OperationResult] = []
+    step, saved, slowdown, _ = _walk(plan, hw, tables, engine, results)
+    return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, plan.micro_batches, saved, slowdown,
+                       tuple(results))
+
+
+def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
+               engine: EngineCard | None = None) -> tuple[float, Bound]:
+    """run_stage(...).step_time_s and .bound without the per-operation results and their detail
+    strings, which a sweep row does not show (tests/test_engine_fast.py holds the two equal)."""
+    step, _, _, by_bound = _walk(plan, hw, tables, engine, None)
+    return step, max(by_bound, key=by_bound.__getitem__)
+
+
+def sequential_steps(steps: list[tuple[StageResult, int]], tokens_per_gpu: int) -> StageResult:
+    """Steps run one after another (the chunks of one long prompt) as one stage result. Each step
+    comes with the number of steps it stands for (1 when every chunk is priced). Times, FLOPs and
+    bytes of each operation add up; the operations keep the first step's order."""
+    if len(steps) == 1 and steps[0][1] == 1:
+        return steps[0][0]
+    merged: dict[tuple[str, str], OperationResult] = {}
+    for step, weight in steps:
+        for op in step.operations:
+            key = (op.group, op.name)
+            seen = merged.get(key)
+            if seen is None:
+                merged[key] = replace(op, time_s=op.time_s * weight, time_per_layer_s=op.time_per_layer_s * weight,
+                                      flops=op.flops * weight, bytes=op.bytes * weight)
+            else:
+                merged[key] = OperationResult(
+                    op.name, op.module, op.layers, seen.time_s + op.time_s * weight,
+                    seen.time_per_layer_s + op.time_per_layer_s * weight, seen.flops + op.flops * weight,
+                    seen.bytes + op.bytes * weight, seen.bound if seen.time_s >= op.time_s * weight else op.bound,
+                    combined_source((seen.source, op.source)), seen.detail, op.group)
+    first = steps[0][0]
+    return StageResult(first.stage, sum(s.step_time_s * w for s, w in steps), tokens_per_gpu, first.num_layers,
+                       first.micro_batches, sum(s.overlap_saved_s * w for s, w in steps), first.sm_slowdown,
+                       tuple(merged.values()), chunks=sum(w for _s, w in steps))

@@ -1,0 +1,163 @@
+"""Direct flags: a run named on the command line, with or without a config file.
+
+    infersim --model llama-3.1-70b --hardware h100 --num-gpus 8 --tp 8 --engine vllm --isl 2000 --osl 500
+
+A flag sets what it says, on top of the config file when there is one (and `--set` goes last, on
+top of both). Layout flags say what a serving engine's flags say, and the rest of the layout
+follows from the model (`fit_layout`):
+
+  --tp N            tensor parallelism of attention; the FFN follows: a dense FFN is split over
+                    the same N GPUs, routed experts over the whole FFN group (vLLM and SGLang
+                    split experts over every GPU of a stage unless expert parallelism is on)
+  --dp-attention D  D data-parallel attention replicas per pipeline stage
+  --ep E            routed experts spread over E GPUs (MoE models only); the rest of the FFN
+                    group splits each expert (SGLang's moe_tp = tp_size / ep_size)
+  --pp P            pipeline stages
+  --num-gpus G      GPUs in total (default: what the layout flags multiply to, or the config's)
+
+Fields the config file names for its own model are adapted, with a note, when the model is
+changed from the command line and they cannot hold for the new one (an MoE example's ffn.ep on a
+dense model, a dense FFN narrower than the attention TP group). Fields named on the command line
+are never adapted: they are checked, and an impossible one is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+from infersim.cards.deployment import DEFAULT_MOE_COMM, AttentionLayout, Deployment, FfnLayout
+from infersim.base.errors import InferSimError
+
+if TYPE_CHECKING:
+    from infersim.cards.hardware import HardwareCard
+    from infersim.cards.model import ModelCard
+
+#: request lengths a run without a config file and without --isl/--osl takes (announced)
+DEFAULT_ISL = 2000
+DEFAULT_OSL = 500
+
+
+#: argparse destinations of the direct flags (all default None), for a namespace made without argparse
+FLAG_DESTS = ("model", "hardware", "engine", "num_gpus", "num_nodes", "tp", "dp_attention", "ep", "pp", "isl", "osl",
+              "batch_per_gpu", "precision", "kv_cache_dtype")
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """What the direct flags of a command line give (None: not given)."""
+
+    model: str | None = None
+    hardware: str | None = None
+    engine: str | None = None
+    num_gpus: int | None = None
+    num_nodes: int | None = None
+    tp: int | None = None
+    dp_attention: int | None = None
+    ep: int | None = None
+    pp: int | None = None
+    isl: int | None = None
+    osl: int | None = None
+    batch_per_gpu: int | str | None = None
+    precision: str | None = None
+    kv_cache_dtype: str | None = None
+
+    @property
+    def layout(self) -> bool:
+        """Whether a layout flag (--tp, --dp-attention, --ep, --pp) is given."""
+        return any(v is not None for v in (self.tp, self.dp_attention, self.ep, self.pp))
+
+    @property
+    def given(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+
+def flag_fields(flags: RunFlags) -> dict[str, Any]:
+    """The run-config fields (dotted) the non-layout flags set."""
+    out: dict[str, Any] = {}
+    for key, value in (("model", flags.model), ("hardware", flags.hardware), ("engine", flags.engine),
+                       ("deployment.num_gpus", flags.num_gpus), ("deployment.num_nodes", flags.num_nodes),
+                       ("workload.isl", flags.isl), ("workload.osl", flags.osl),
+                       ("workload.decode_batch_per_gpu", flags.batch_per_gpu),
+                       ("deployment.precision.kv_cache", flags.kv_cache_dtype)):
+        if value is not None:
+            out[key] = value
+    if flags.precision is not None:
+        out["deployment.precision.gemm"] = flags.precision
+        out["deployment.precision.weights"] = flags.precision
+    return out
+
+
+def base_mapping(flags: RunFlags) -> dict[str, Any]:
+    """The run config a command line without --config starts from: the flags' cards, the GPUs the
+    layout flags multiply to (one without them) and the default request lengths."""
+    pp, tp, dp = flags.pp or 1, flags.tp or 1, flags.dp_attention or 1
+    gpus = pp * max(tp * dp, flags.ep or 1)
+    return {"model": flags.model, "hardware": flags.hardware, "deployment": {"num_gpus": gpus},
+            "workload": {"isl": DEFAULT_ISL, "osl": DEFAULT_OSL}}
+
+
+def _stage_gpus(dep: Deployment) -> int:
+    return dep.num_gpus // dep.pp if dep.pp and dep.num_gpus % dep.pp == 0 else 0
+
+
+def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: frozenset[str],
+               command_line: frozenset[str], flags: RunFlags | None, model_switched: bool,
+               ) -> tuple[Deployment, list[str], frozenset[str]]:
+    """The deployment with the fields nobody named derived from the model and the layout flags,
+    and the config file's fields that cannot hold for a model chosen on the command line adapted.
+
+    `written`: dotted deployment fields (e.g. "ffn.ep", "attention") the config file or --set
+    name; `command_line`: those named by --set or a flag (never adapted). Returns the deployment,
+    one note per adaptation, and the engine-derived fields (moe_comm) the config file named that no
+    longer count as named (they follow the new layout). complete_layout checks the result as ever."""
+    notes: list[str] = []
+    unnamed: set[str] = set()
+    attn, ffn = dep.attention, dep.ffn
+    if flags is not None and flags.layout:
+        pp = flags.pp or dep.pp
+        tp = flags.tp or attn.tp
+        dp = flags.dp_attention or 0
+        gpus = dep.num_gpus
+        if flags.num_gpus is None:
+            need = pp * tp * (dp or 1)
+            if flags.ep and model.is_moe and flags.ep > tp * (dp or 1):
+                need = pp * flags.ep  # EP wider than the attention group: attention DP fills it
+            if (dp or gpus % need) and gpus != need:
+                notes.append(f"deployment.num_gpus {gpus} -> {need} (what the layout flags give; --num-gpus sets it)")
+                gpus = need
+        attn = AttentionLayout(tp=tp, dp=dp)
+        stage = gpus // pp if gpus % pp == 0 else 0
+        if model.is_moe:
+            kept = ffn.ep if "ffn.ep" in written and ffn.ep > 1 and stage and stage % ffn.ep == 0 else 1
+            ep = flags.ep or kept
+            ffn = FfnLayout(tp=stage // ep if stage and stage % ep == 0 else 1, ep=ep, dp=0)
+        else:
+            if flags.ep and flags.ep > 1:
+                raise InferSimError(f"--ep {flags.ep}: expert parallelism needs an MoE model ({model.name} is dense)")
+            ffn = FfnLayout(tp=tp, ep=1, dp=0)
+        dep = replace(dep, num_gpus=gpus, pp=pp, attention=attn, ffn=ffn)
+        if "moe_comm" in written and "moe_comm" not in command_line and model.is_moe:
+            notes.append(f"deployment.moe_comm {dep.moe_comm} of the config file dropped: the layout flags give a new "
+                         "layout, and its MoE path follows from it and the engine")
+            dep = replace(dep, moe_comm=DEFAULT_MOE_COMM)
+            unnamed.add("moe_comm")
+    else:
+        if not model.is_moe and ffn.ep > 1 and model_switched and "ffn.ep" not in command_line:
+            notes.append(f"deployment.ffn.ep {ffn.ep} of the config file dropped: {model.name} is dense (no experts "
+                         "to spread)")
+            ffn = replace(ffn, ep=1, dp=0)
+        if "ffn.tp" not in written and ffn.tp < attn.tp and (not model.is_moe or "ffn.ep" not in written):
+            # nobody split the FFN: the engines split it (dense, or experts without EP) like attention
+            ffn = replace(ffn, tp=attn.tp, dp=0 if "ffn.dp" not in written else ffn.dp)
+        elif (model_switched and model.num_dense_layers and ffn.tp < attn.tp and "ffn.tp" not in command_line):
+            notes.append(f"deployment.ffn.tp {ffn.tp} of the config file -> {attn.tp}: the dense FFN of {model.name} "
+                         "spans the attention TP group")
+            ffn = replace(ffn, tp=attn.tp, dp=0)
+        dep = replace(dep, ffn=ffn)
+    if "num_nodes" not in written and dep.num_gpus > hw.peak.gpus_per_node and dep.num_gpus % hw.peak.gpus_per_node == 0:
+        nodes = dep.num_gpus // hw.peak.gpus_per_node
+        notes.append(f"deployment.num_nodes {nodes}: {dep.num_gpus} GPUs fill {nodes} {hw.name} nodes of "
+                     f"{hw.peak.gpus_per_node}")
+        dep = replace(dep, num_nodes=nodes)
+    return dep, notes, frozenset(unnamed)

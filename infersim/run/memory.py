@@ -1,0 +1,293 @@
+"""Memory accounting per GPU: weights, KV cache per token, KV capacity and the largest decode batch.
+
+What one request keeps, per layer kind: full attention (and DSA) layers one KV entry per token of
+context (DSA adds its fp8 index key); sliding-window layers at most `sliding_window` entries;
+linear-attention / Mamba-2 layers a constant recurrent state plus conv state. The first grows
+with the context (`kv_bytes_per_token`), the rest is bounded (`bounded_bytes_per_request`).
+A speculative drafter (draft model or MTP layers) adds its weights and its own cache.
+With deployment.weight_offload auto, the weights that do not fit beside the reserve and the KV cache
+the workload needs are kept in host memory (see infersim.costing.weight_offload); the KV space is what the
+resident weights leave.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from infersim.cards.engine import EngineCard, tier_value
+from infersim.cards.hardware import HardwareCard
+from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
+from infersim.cards.deployment import Deployment, Workload, dense_ffn_tp
+from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
+from infersim.modules.ffn import ffn_weight_params, routed_expert_params
+from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
+from infersim.modules.step import layer_composition, lm_head_gathered_dp
+from infersim.base.units import ACT_BYTES, dtype_bytes
+from infersim.costing.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, WeightOffload, host_link_bytes_per_s
+
+EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every serving engine we model
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """Per-GPU memory of a run: weights, KV per token, KV capacity and the decode batch it holds."""
+
+    weights_bytes: float  # per GPU, resident and offloaded (see weight_offload)
+    kv_bytes_per_token: float  # one token's KV over all full-attention layers, whole model (unsharded), drafter included
+    kv_bytes_per_token_per_gpu: float  # what one request's token occupies on one GPU (drafter included)
+    hbm_bytes: float
+    reserved_bytes: float
+    kv_capacity_bytes: float  # HBM left for KV per GPU (negative: weights do not fit)
+    request_context: int  # tokens one request holds at its end (ISL + OSL)
+    max_batch_per_gpu: int  # requests per GPU whose full context fits, within the engine's running-request cap
+    # cache that stops growing (sliding-window KV up to the window, recurrent and conv states) of
+    # one request at its end: whole model, and on one GPU
+    bounded_bytes_per_request: float = 0.0
+    bounded_bytes_per_request_per_gpu: float = 0.0
+    # the speculative drafter's share of weights_bytes and kv_bytes_per_token_per_gpu (included there;
+    # its unsharded KV is included in kv_bytes_per_token too)
+    draft_weights_bytes: float = 0.0
+    draft_kv_bytes_per_token_per_gpu: float = 0.0
+    activation_bytes: float = 0.0  # activations of one prefill step of `prefill_step_tokens` (part of reserved_bytes)
+    prefill_step_tokens: int = 0  # the chunk the activations are sized for
+    kv_fit_batch_per_gpu: int = 0  # requests per GPU whose full context fits in the KV cache
+    running_cap_per_gpu: int = 0  # the engine's running-request cap per GPU (0 = none)
+    binding_limit: str = ""  # what sets max_batch_per_gpu: "kv cache", "running-request cap", "weights"
+    # deployment.weight_offload auto: the weights kept in host memory (None: every weight in HBM)
+    weight_offload: WeightOffload | None = None
+
+    @property
+    def offloaded_weights_bytes(self) -> float:
+        return self.weight_offload.bytes_per_gpu if self.weight_offload is not None else 0.0
+
+    @property
+    def resident_weights_bytes(self) -> float:
+        """Weights in HBM: what the KV capacity is left from."""
+        return self.weights_bytes - self.offloaded_weights_bytes
+
+    @property
+    def fits(self) -> bool:
+        offload = self.weight_offload
+        return (self.kv_capacity_bytes > 0 and self.max_batch_per_gpu >= 1
+                and (offload is None or (offload.fits_pool and offload.fits_host)))
+
+
+@dataclass(frozen=True)
+class DraftMemory:
+    """What a speculative drafter adds on every GPU (see infersim.run.speculative)."""
+
+    weights_bytes: float  # per GPU
+    kv_bytes_per_token: float  # one token's cache over the drafter's layers (unsharded)
+    kv_bytes_per_token_per_gpu: float
+    bounded_bytes_per_request: float = 0.0  # unsharded
+    bounded_bytes_per_request_per_gpu: float = 0.0
+
+
+def mixer_weight_params(model: ModelCard, kind: str, attention_tp: int) -> float:
+    """Mixer (attention or linear-attention / Mamba-2) parameters of one layer of `kind` on one GPU."""
+    if kind in (FULL_ATTENTION, SLIDING_ATTENTION):
+        return attention_weight_params(model, attention_tp)
+    return linear_mixer_weight_params(model, kind, attention_tp)
+
+
+def _layer_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
+    """(linear-layer parameters but routed experts, routed-expert parameters) per GPU of one
+    pipeline stage, summed over the layer kinds."""
+    dense, moe = ffn_weight_params(model, dep)
+    routed = routed_expert_params(model, dep) if model.is_moe else 0.0
+    linear = experts = 0.0
+    for kind, is_moe, layers in layer_composition(model):
+        per_stage = layers / dep.pp
+        mixer = mixer_weight_params(model, kind, dep.attention.tp)
+        if is_moe:
+            linear += per_stage * (mixer + moe - routed)
+            experts += per_stage * routed
+        else:
+            linear += per_stage * (mixer + dense)
+    return linear, experts
+
+
+def total_parameters(model: ModelCard) -> float:
+    """All parameters of the model (unsharded), embeddings included; MTP modules are not."""
+    one = Deployment(num_gpus=1)
+    linear, experts = _layer_params(model, one)
+    norms = 2 * model.hidden_size * model.num_hidden_layers
+    embed = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
+    return linear + experts + norms + embed
+
+
+def weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
+    linear, experts = _layer_params(model, dep)
+    norms = 2 * model.hidden_size * model.num_hidden_layers / dep.pp
+    vocab_rows = model.vocab_size / dep.attention.tp * model.hidden_size
+    # with PP the first stage holds the embedding and the last the LM head; report the larger. A
+    # gathered LM head (deployment.lm_head) splits its vocab over every attention-DP rank too.
+    head_rows = vocab_rows / lm_head_gathered_dp(model, dep)
+    embed = vocab_rows if model.tie_word_embeddings or dep.pp > 1 else vocab_rows + head_rows
+    prec = dep.precision
+    return (linear * dtype_bytes(prec.weight_dtype) + experts * dtype_bytes(prec.expert_weight_dtype)
+            + (norms + embed) * EMBEDDING_BYTES)
+
+
+def mtp_weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
+    """The MTP modules' weights per GPU: each one transformer layer (MoE FFN when the model has
+    experts) plus its input projection [embedding; hidden] -> hidden and three norms; embedding and
+    LM head are shared with the model."""
+    one_layer = mtp_card(model)
+    linear, experts = _layer_params(one_layer, dep)
+    prec = dep.precision
+    n = model.num_nextn_predict_layers
+    h = model.hidden_size
+    per_module = 2 * h * h * dtype_bytes(prec.weight_dtype) + (2 * h + 3 * h) * EMBEDDING_BYTES
+    return n * (linear * dtype_bytes(prec.weight_dtype) + experts * dtype_bytes(prec.expert_weight_dtype)) + n * per_module
+
+
+def mtp_card(model: ModelCard) -> ModelCard:
+    """The model card of one MTP module: one full-attention layer (DSA when the model has it) with
+    the model's MoE FFN (dense FFN for a dense model)."""
+    from dataclasses import replace
+
+    return replace(model, num_hidden_layers=1, first_k_dense_replace=0, layer_types=(), full_attention_interval=0,
+                   num_nextn_predict_layers=0)
+
+
+def kv_bytes_per_token(model: ModelCard, kv_dtype: str, attention_tp: int = 1) -> float:
+    """Cache bytes one token of context adds over the layers whose cache grows with the context
+    (full attention), on one GPU of the attention TP group (the whole model for tp = 1)."""
+    return model.layer_count(FULL_ATTENTION) * kv_bytes_per_token_per_layer(model, kv_dtype, attention_tp)
+
+
+def bounded_bytes_per_request(model: ModelCard, kv_dtype: str, context: int, attention_tp: int = 1) -> float:
+    """Cache bytes of one request of `context` tokens that do not grow past a bound: sliding-window
+    KV (min(context, window) tokens) and recurrent + conv states, on one GPU of the attention TP group."""
+    total = 0.0
+    for kind in set(model.layer_kinds) - {FULL_ATTENTION}:
+        layers = model.layer_count(kind)
+        if kind == SLIDING_ATTENTION:
+            total += layers * min(context, model.sliding_window) * kv_bytes_per_token_per_layer(model, kv_dtype, attention_tp)
+        else:
+            total += layers * state_bytes_per_request_per_layer(model, kind, attention_tp)
+    return total
+
+
+def activation_bytes(model: ModelCard, dep: Deployment, tokens: int) -> float:
+    """Peak activation memory of one forward over `tokens` tokens per GPU: the residual stream and
+    its normalised copy (2 x hidden) plus the widest intermediate of a layer - the QKV output, or
+    the FFN's gate+up output and its activation (3 x width on this GPU), for a routed MoE layer
+    the top-k copies of every token (k x 3 x expert width, spread over the local experts) - plus
+    the logits of the last position, all in the activation format. Engines free each layer's
+    intermediates before the next, so one layer's worth is live at a time."""
+    h = model.hidden_size
+    attn_width = (model.num_attention_heads + 2 * max(model.num_key_value_heads, 1)) * max(model.head_dim, 1) \
+        / dep.attention.tp
+    widths = [attn_width]
+    if model.intermediate_size:
+        widths.append(3 * model.intermediate_size / dense_ffn_tp(dep))
+    if model.is_moe:
+        widths.append(3 * model.num_experts_per_tok * model.moe_intermediate_size / dep.ffn.tp
+                      + 3 * model.shared_width / dep.ffn.tp)
+    return tokens * dep.attention.tp * (2 * h + max(widths)) * ACT_BYTES
+
+
+def offload_pool_per_layer(model: ModelCard, dep: Deployment) -> tuple[str, tuple[float, ...]]:
+    """(which weights, bytes of one layer on one GPU per layer kind in layer_composition order) that
+    weight offload takes its equal share of: the routed experts of every MoE layer for an MoE model,
+    every layer's linear weights (mixer and FFN) for a dense one."""
+    prec = dep.precision
+    composition = layer_composition(model)
+    if model.is_moe:
+        routed = routed_expert_params(model, dep) * dtype_bytes(prec.expert_weight_dtype)
+        return ROUTED_EXPERTS, tuple(routed if is_moe else 0.0 for _kind, is_moe, _layers in composition)
+    dense, _moe = ffn_weight_params(model, dep)
+    return LAYER_WEIGHTS, tuple((mixer_weight_params(model, kind, dep.attention.tp) + dense) * dtype_bytes(prec.weight_dtype)
+                                for kind, _is_moe, _layers in composition)
+
+
+def plan_weight_offload(model: ModelCard, hw: HardwareCard, dep: Deployment, shortfall_bytes: float) -> WeightOffload:
+    """Keep `shortfall_bytes` per GPU in host memory, an equal share of every layer's pool (at most
+    the whole pool: WeightOffload.fits_pool tells when that is not enough)."""
+    pool, per_layer = offload_pool_per_layer(model, dep)
+    # a GPU holds 1/pp of the layers (pipeline stages are equal)
+    pool_bytes = sum(b * layers for b, (_k, _m, layers) in zip(per_layer, layer_composition(model))) / dep.pp
+    fraction = min(shortfall_bytes / pool_bytes, 1.0) if pool_bytes > 0 else 0.0
+    return WeightOffload(min(shortfall_bytes, pool_bytes), pool, pool_bytes, tuple(b * fraction for b in per_layer),
+                         host_link_bytes_per_s(hw), hw.host_memory_bytes, shortfall_bytes)
+
+
+def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload,
+                  draft: DraftMemory | None = None, engine: EngineCard | None = None,
+                  prefill_step_tokens: int = 0, offload: bool = False) -> MemoryResult:
+    """KV capacity as the engine sizes it: of the HBM it uses (gpu_memory_utilization), weights,
+    a fixed reserve (context, graphs, NCCL buffers) and the activations of one prefill step of
+    `prefill_step_tokens` (the engine's chunk, not the whole batch: engines prefill within a token
+    budget) are set aside; kv_fraction_of_free of the rest holds KV. Without an engine card the
+    reserve is the activations alone.
+    offload: apply deployment.weight_offload (callers that also time the weight stream pass True:
+    simulate, sweeps); without it every weight counts in HBM, as callers that do not time the
+    stream (the serving simulator) need. With auto, the weights that leave less KV space than the
+    workload needs - its decode batch (one request when the batch is 'max', two under two-batch
+    overlap) or its prefill step, whichever is larger - stay in host memory."""
+    weights = weights_per_gpu(model, dep)
+    kv_model = kv_bytes_per_token(model, dep.precision.kv_cache)
+    kv_gpu = kv_bytes_per_token(model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
+    context = workload.isl + workload.osl
+    bounded_model = bounded_bytes_per_request(model, dep.precision.kv_cache, context)
+    bounded_gpu = bounded_bytes_per_request(model, dep.precision.kv_cache, context, dep.attention.tp) / dep.pp
+    draft_weights = draft_kv = 0.0
+    if draft is not None:
+        draft_weights, draft_kv = draft.weights_bytes, draft.kv_bytes_per_token_per_gpu
+        weights += draft_weights
+        kv_model += draft.kv_bytes_per_token
+        kv_gpu += draft_kv
+        bounded_model += draft.bounded_bytes_per_request
+        bounded_gpu += draft.bounded_bytes_per_request_per_gpu
+    step_tokens = prefill_step_tokens or workload.isl
+    usable = hw.peak.hbm_bytes
+    kv_fraction = 1.0
+    cap = 0
+    if engine is not None:
+        mem = engine.memory
+        usable *= mem.gpu_memory_utilization
+        kv_fraction = mem.kv_fraction_of_free
+        activations = activation_bytes(model, dep, step_tokens)
+        if mem.reserved_per_chunk_token_bytes:
+            # the engine's own formula (SGLang) reserves per token of its default chunk (at least
+            # 2048); a larger step than that needs at least its own activations
+            engine_chunk = engine.chunk_tokens(hw.peak.hbm_bytes)
+            activations = max(activations, mem.reserved_per_chunk_token_bytes * max(engine_chunk, 2048))
+        reserved = max(mem.reserved_bytes + activations, tier_value(mem.reserved_min_bytes, hw.peak.hbm_bytes))
+        # a cap per engine instance; batch B per GPU means tp x pp x B requests in an instance
+        cap_instance = engine.max_running_requests(hw.peak.hbm_bytes)
+        cap = max(1, cap_instance // (dep.attention.tp * dep.pp)) if cap_instance else 0
+    else:
+        activations = activation_bytes(model, dep, step_tokens)
+        reserved = activations
+    # batch B per GPU: the attention TP group serves tp*B requests, each micro-batch of the
+    # pipeline holds B per GPU and a GPU stores its share of every request's context
+    per_request = (context * kv_gpu + bounded_gpu) * dep.attention.tp * dep.pp
+    offloaded: WeightOffload | None = None
+    resident = weights
+    if offload and dep.weight_offload == "auto":
+        batch = workload.decode_batch_per_gpu
+        if batch == "max":
+            batch = 2 if dep.overlap == "two-batch" else 1  # see simulate.decode_batch
+        need = max(batch * per_request, workload.prefill_tokens * kv_gpu * dep.attention.tp * dep.pp)
+        shortfall = weights - (usable - reserved - need / kv_fraction)
+        if shortfall > 0:
+            # whole bytes and one more: rounding must never leave the needed KV a fraction of a byte short
+            offloaded = plan_weight_offload(model, hw, dep, math.ceil(shortfall) + 1.0)
+            resident = weights - offloaded.bytes_per_gpu
+    free = usable - reserved - resident
+    capacity = free * kv_fraction if free > 0 else free
+    kv_fit = int(capacity // per_request) if capacity > 0 else 0
+    max_batch = min(kv_fit, cap) if cap else kv_fit
+    if capacity <= 0:
+        binding = "weights"
+    elif cap and cap < kv_fit:
+        binding = "running-request cap"
+    else:
+        binding = "kv cache"
+    return MemoryResult(weights, kv_model, kv_gpu, hw.peak.hbm_bytes, hw.peak.hbm_bytes - usable + reserved, capacity,
+                        context, max_batch, bounded_model, bounded_gpu, draft_weights, draft_kv, activations,
+                        step_tokens, kv_fit, cap, binding, offloaded)

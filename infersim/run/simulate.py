@@ -1,0 +1,271 @@
+"""One simulation: a RunConfig in, prefill and decode results, memory and warnings out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from infersim.cards.engine import EngineCard
+from infersim.cards.hardware import HardwareCard
+from infersim.cards.model import ModelCard
+from infersim.run.config import RunConfig
+from infersim.cards.deployment import Deployment, Workload
+from infersim.engine.stage import StageResult, run_stage, sequential_steps, stage_time
+from infersim.shapes.kernels import Bound, NoTables, Source
+from infersim.run.memory import MemoryResult, memory_budget
+from infersim.cards import categories as cat
+from infersim.modules.step import build_stage_plan, build_step_plan
+from infersim.shapes.plan import SequenceBatch, StagePlan
+from infersim.run.speculative import SpeculativeResult, drafter_memory, run_speculative
+from infersim.base.units import GB
+from infersim.costing.weight_offload import WeightOffload
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """A simulated run: its config, prefill and decode steps, memory, and why it does not fit if so."""
+
+    config: RunConfig
+    prefill: StageResult
+    decode: StageResult
+    memory: MemoryResult
+    warnings: tuple[str, ...]
+    # speculative decoding (run config section `speculative`): then `decode` is the speculative
+    # step (drafting + verification; decode.tpot_s is the effective TPOT) and `prefill` includes
+    # the drafter's prefill
+    speculative: SpeculativeResult | None = None
+    # why this deployment cannot run as asked (which memory limit binds and by how much); empty
+    # when it fits. The stage numbers are still computed, but are not a speed that can happen.
+    unfit: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return not self.unfit
+
+
+def decode_batch(config: RunConfig, memory: MemoryResult) -> int:
+    requested = config.workload.decode_batch_per_gpu
+    if requested == "max":
+        # two-batch overlap splits the batch in two equal micro-batches
+        step = 2 if config.deployment.overlap == "two-batch" else 1
+        return max(memory.max_batch_per_gpu // step * step, step)
+    return requested
+
+
+# Prompts of more chunks than this are priced on this many chunks, each standing for an equal
+# stretch of consecutive chunks and taken at its middle: exact while a chunk's time grows linearly
+# with its prefix (attention over the prefix; GEMMs are the same for every full chunk).
+MAX_PRICED_CHUNKS = 64
+
+
+def prefill_step_tokens(workload: Workload, engine: EngineCard, hw: HardwareCard, dep: Deployment) -> int:
+    """Prompt tokens one prefill step processes per GPU: the workload's prefill_tokens_per_gpu when
+    given, else one prompt cut to the engine's chunk budget, shared by the GPUs of an attention-TP
+    group (the budget is the group's: one scheduler feeds it)."""
+    if workload.prefill_tokens_per_gpu:
+        return workload.prefill_tokens_per_gpu
+    budget = engine.chunk_tokens(hw.peak.hbm_bytes, dep.attention.dp)
+    group_step = min(workload.isl, budget) if budget else workload.isl
+    return -(-group_step // dep.attention.tp)
+
+
+def prompt_chunk(isl: int, step_tokens: int, index: int) -> tuple[int, int]:
+    """(new tokens, prefix already cached) of chunk `index` of a prompt run in steps of step_tokens."""
+    return min(step_tokens, isl - index * step_tokens), index * step_tokens
+
+
+def with_offload(plan: StagePlan, offload: WeightOffload | None) -> StagePlan:
+    """The plan with each layer streaming its share of the offloaded weights (unchanged without)."""
+    if offload is None or offload.bytes_per_gpu <= 0:
+        return plan
+    return replace(plan, offload_bytes_per_layer=offload.bytes_per_layer)
+
+
+def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, tables: object,
+                engine: EngineCard, offload: WeightOffload | None = None) -> StageResult:
+    """TTFT stage: one step of `prefill_step_tokens` per GPU when a prompt fits in what the
+    attention-TP group takes per step (several prompts per step when they fit together), else the
+    prompt's chunks one after another, each attending to the prefix already in the KV cache and
+    spread over the group's GPUs. With `offload` every step (every chunk) streams the offloaded
+    weights again."""
+    sms = hw.derates.deepep_normal_sms
+    tp = dep.attention.tp
+    step = prefill_step_tokens(workload, engine, hw, dep)
+    if workload.isl <= step * tp:
+        return run_stage(with_offload(build_stage_plan("prefill", model, dep, workload, step, sms), offload), hw,
+                         tables, engine)
+    step *= tp  # the group's chunk
+    count = -(-workload.isl // step)
+    if count > MAX_PRICED_CHUNKS:
+        # the last chunk (often shorter) is priced on its own; the full ones by equal strata, each
+        # at its middle chunk (index arithmetic: a huge prompt never lists its chunks)
+        full, n = count - 1, MAX_PRICED_CHUNKS - 1
+        bounds = [round(full * j / n) for j in range(n + 1)]
+        strata = [((lo + hi - 1) // 2, hi - lo) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] + [(count - 1, 1)]
+    else:
+        strata = [(i, 1) for i in range(count)]
+    priced = []
+    for index, weight in strata:
+        new, prefix = prompt_chunk(workload.isl, step, index)
+        plan = with_offload(build_step_plan(model, dep, (SequenceBatch(1, new, prefix + new, across_tp=tp > 1),), sms,
+                                            stage="prefill"), offload)
+        priced.append((run_stage(plan, hw, tables, engine), weight))
+    return sequential_steps(priced, -(-workload.isl // tp))
+
+
+def _decode_plan(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int,
+                 engine: EngineCard, offload: WeightOffload | None = None) -> tuple[StagePlan, int]:
+    """The decode step of `batch` requests per GPU and the batch its CUDA graph computes: padded up
+    to the engine's next captured size (attention reads the real requests' caches only)."""
+    padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes, dep.attention.tp, dep.gpus_per_stage)
+    if dep.overlap == "two-batch" and padded % 2:
+        padded += 1  # two equal micro-batches
+    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch)
+    return with_offload(plan, offload), padded
+
+
+def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
+               engine: EngineCard, offload: WeightOffload | None = None) -> StageResult:
+    """TPOT stage: one decode step of `batch` requests per GPU (see _decode_plan); throughput counts
+    the real requests."""
+    plan, padded = _decode_plan(model, hw, dep, workload, batch, engine, offload)
+    result = run_stage(plan, hw, tables, engine)
+    if padded == batch:
+        return result
+    return replace(result, tokens_per_gpu=batch, padded_batch=padded)
+
+
+def decode_time(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
+                engine: EngineCard, offload: WeightOffload | None = None) -> tuple[float, float, Bound]:
+    """(TPOT, decode tokens per GPU per second, dominant bound) of run_decode's step, without its
+    per-operation results: what a sweep row needs, at a fraction of the cost."""
+    step, bound = stage_time(_decode_plan(model, hw, dep, workload, batch, engine, offload)[0], hw, tables, engine)
+    return step, batch / step, bound  # one token per request per step, the real (unpadded) batch
+
+
+def simulate(config: RunConfig) -> SimulationResult:
+    model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
+    speculative = None
+    memory = memory_budget(model, hw, dep, workload, drafter_memory(config), config.engine,
+                           prefill_step_tokens(workload, config.engine, hw, dep), offload=True)
+    batch = decode_batch(config, memory)
+    offload = memory.weight_offload
+    prefill = run_prefill(model, hw, dep, workload, config.tables, config.engine, offload)
+    if config.speculative is not None:  # never with offload (config refuses the pair)
+        prefill, decode, speculative = run_speculative(config, prefill, batch)
+    else:
+        decode = run_decode(model, hw, dep, workload, batch, config.tables, config.engine, offload)
+    return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)),
+                            speculative, tuple(fit_problems(config, memory, batch)))
+
+
+def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[str]:
+    """Each memory limit the run breaks, with the numbers: weights against HBM, one request's KV
+    cache, the decode batch's KV cache, the prefill step's KV cache."""
+    out: list[str] = []
+    workload, dep = config.workload, config.deployment
+    left = memory.hbm_bytes - memory.reserved_bytes
+    offload = memory.weight_offload
+    if offload is not None and not offload.fits_host:
+        out.append(f"{offload.bytes_per_gpu / GB:,.2f} GB of weights per GPU must stay in host memory, but hardware "
+                   f"card {config.hardware.name} has only {offload.host_memory_bytes / GB:,.2f} GB of host memory per "
+                   f"GPU (host_memory_bytes): over by {(offload.bytes_per_gpu - offload.host_memory_bytes) / GB:,.2f} GB")
+    if offload is not None and not offload.fits_pool:
+        resident = memory.resident_weights_bytes
+        out.append(f"weights need {memory.weights_bytes / GB:,.2f} GB per GPU; with all {offload.pool_bytes_per_gpu / GB:,.2f} GB "
+                   f"of {offload.pool} in host memory (deployment.weight_offload auto) {resident / GB:,.2f} GB stay in HBM, "
+                   f"which leaves too little beside the runtime's {memory.reserved_bytes / GB:,.2f} GB and the KV cache "
+                   f"the workload needs: short by {(offload.shortfall_bytes - offload.pool_bytes_per_gpu) / GB:,.2f} GB")
+        return out
+    if memory.kv_capacity_bytes <= 0:
+        out.append(f"weights need {memory.weights_bytes / GB:,.2f} GB per GPU, but only {left / GB:,.2f} GB of the "
+                   f"{memory.hbm_bytes / GB:,.2f} GB HBM are left after the runtime's {memory.reserved_bytes / GB:,.2f} GB: "
+                   f"over by {(memory.weights_bytes - left) / GB:,.2f} GB; fix: {_more_gpus_hint(config, memory)}")
+        return out
+    capacity = memory.kv_capacity_bytes
+    per_request = (memory.request_context * memory.kv_bytes_per_token_per_gpu
+                   + memory.bounded_bytes_per_request_per_gpu) * dep.attention.tp * dep.pp
+    if memory.max_batch_per_gpu < 1:
+        out.append(f"one request of {memory.request_context:,} tokens needs {per_request / GB:,.2f} GB of KV cache per GPU, "
+                   f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB; "
+                   f"fix: shorter requests (--isl/--osl), an fp8 KV cache (--kv-cache-dtype fp8), or "
+                   f"{_more_gpus_hint(config, memory)}")
+    elif batch > memory.max_batch_per_gpu:  # also 'max' under two-batch overlap when only 1 request fits
+        need = batch * per_request
+        fit = memory.max_batch_per_gpu
+        out.append(f"decode batch {batch:,} per GPU needs {need / GB:,.2f} GB of KV cache per GPU ({memory.request_context:,} "
+                   f"tokens each), but {capacity / GB:,.2f} GB are left after the weights: over by "
+                   f"{(need - capacity) / GB:,.2f} GB; at most {fit:,} requests per GPU fit; fix: a batch of at most "
+                   f"{fit:,} per GPU (--batch-per-gpu {fit}, or leave the batch unset: the largest that fits)")
+    prefill_kv = workload.prefill_tokens * memory.kv_bytes_per_token_per_gpu * dep.attention.tp * dep.pp
+    if prefill_kv > capacity:
+        out.append(f"a prefill step of {workload.prefill_tokens:,} prompt tokens per GPU needs {prefill_kv / GB:,.2f} GB of "
+                   f"KV cache per GPU, but {capacity / GB:,.2f} GB are left after the weights: over by "
+                   f"{(prefill_kv - capacity) / GB:,.2f} GB")
+    return out
+
+
+def _gpus_for(gpus: int, need: float, have: float) -> int:
+    """GPUs over which `need` bytes per GPU on `gpus` GPUs shrink to what one GPU has (`have`):
+    the next power of two of gpus x need / have (layouts come in powers of two). A first guess:
+    what does not shard (embeddings, the runtime's reserve) is taken as sharding."""
+    exact = max(gpus, math.ceil(gpus * need / have)) if have > 0 else 2 * gpus
+    return 1 << (exact - 1).bit_length()
+
+
+def _more_gpus_hint(config: RunConfig, memory: MemoryResult) -> str:
+    """How to make the weights fit: the GPUs that would hold them (about), or a narrower format."""
+    dep = config.deployment
+    left = memory.hbm_bytes - memory.reserved_bytes
+    gpus = _gpus_for(dep.num_gpus, memory.weights_bytes * 1.25, left)  # 1.25: room for some KV cache
+    formats = "" if dep.precision.weight_dtype in ("fp8", "int8", "int4", "fp4") else ", or fp8 weights (--precision fp8)"
+    return (f"more GPUs, about {gpus} x {config.hardware.name} (e.g. --num-gpus {gpus} --tp {min(gpus, 8)}"
+            f"{f' --pp {gpus // 8}' if gpus > 8 else ''}){formats}")
+
+
+def _table_device_mismatch(config: RunConfig) -> str:
+    """A warning when the kernel tables were measured on another GPU than the hardware card's."""
+    provenance = getattr(config.tables, "provenance", None)
+    if provenance is None:
+        return ""
+    device = "".join(ch for ch in provenance.device.name.lower() if ch.isalnum())
+    model_tokens = [t for t in config.hardware.name.lower().split("-") if any(ch.isdigit() for ch in t)]
+    if model_tokens and all(token in device for token in model_tokens[:1]):
+        return ""
+    return (f"kernel tables measured on {provenance.device.name} are used for hardware card {config.hardware.name}: "
+            "table times are that device's, not this one's")
+
+
+def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: StageResult) -> list[str]:
+    out: list[str] = []
+    workload = config.workload
+    if config.tables_note:
+        out.append(config.tables_note)
+    if isinstance(config.tables, NoTables):
+        out.append("no measured MFU tables in use: every kernel time is a roofline estimate "
+                   "(max of compute and memory time with the hardware card's derates, plus launch overhead)")
+    else:
+        # tables cover GEMMs, grouped GEMMs and attention; elementwise kernels are always roofline
+        fallback = sorted({op.name for s in stages for op in s.operations if op.source == Source.ROOFLINE
+                           and op.flops > 0 and op.module not in cat.COMMUNICATION
+                           and op.module not in (cat.ELEMENTWISE, cat.EMBEDDING)
+                           and not op.detail.startswith("outside table")})
+        if fallback:
+            out.append("no table covers these kernels, roofline fallback used: " + ", ".join(fallback))
+        mismatch = _table_device_mismatch(config)
+        if mismatch:
+            out.append(mismatch)
+        edges = sorted({op.detail for s in stages for op in s.operations if op.detail.startswith("outside table")})
+        out.extend(edges)
+    # memory limits the run breaks are not warnings: they are SimulationResult.unfit
+    if workload.decode_batch_per_gpu == "max":
+        limit = ("the engine's running-request cap" if memory.binding_limit == "running-request cap"
+                 else "what fits in memory")
+        out.append(f"decode batch per GPU: the largest the run allows ({batch}: {limit}"
+                   + ("; even, for two-batch overlap)" if config.deployment.overlap == "two-batch" else ")")
+                   + "; --batch-per-gpu or workload.decode_batch_per_gpu fixes it")
+    rest = workload.prefill_tokens % workload.isl
+    if rest and workload.prefill_tokens > workload.isl:
+        out.append(f"prefill tokens per GPU ({workload.prefill_tokens}) is not a multiple of ISL ({workload.isl}): "
+                   f"the last {rest} tokens are modelled as one shorter sequence")
+    return out

@@ -1,0 +1,456 @@
+"""Kernel time from measured tables: the `KernelTables` the simulator core asks.
+
+A table directory (mfu_tables/FORMAT.md) is read and indexed once (`load_tables`, kept on disk
+between processes: infersim.tables.table_cache) into the table set `MfuTables`, whose `lookup` answers
+a kernel shape with a time, its source and a note, or None where no table covers it:
+
+  selection       which grid answers a shape: an exact match of its categorical key (infersim.tables.grid_keys)
+  interpolation   the time within that grid, and above a row's last point (infersim.tables.interpolation)
+  extrapolation   when the last interval's slope stands beyond a table's range (infersim.tables.beyond_range,
+                  applied by infersim.costing.timing, which knows the hardware card's roofline)
+  series          collectives and eager elementwise kernels, by the bytes they move (infersim.tables.series)
+
+A GEMM of a (K, N) the table did not measure is read between the four measured (K, N) around it,
+bilinearly, where the table measured a full K x N grid (aiconfigurator's; `_gemm_planes`). Shapes no
+table covers (another K/N, layout, dtype or window, chunked prefill, decode with several query tokens
+unless measured so, fused memory-bound kernels) get None. Times scale from the table's peak FLOP/s
+to the caller's: a table's efficiency carries over to another peak of the same GPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from infersim.cards.registry import display_path
+from infersim.base.errors import ConfigError, InferSimError
+from infersim.shapes.comm_shapes import CollectiveShape
+from infersim.shapes.kernels import GemmShape, KernelShape, MemoryBoundShape, TableHit, minimum_bytes
+from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory, efficiency_of
+from infersim.tables.grid_keys import GridKey, describe_key, row_grid_key, shape_grid_key, work_limits
+from infersim.tables.interpolation import DEFAULT_INTERPOLATION, Interpolation, KernelGrid, build_grid
+from infersim.tables.series import collective_hit, collective_series, elementwise_hit, elementwise_series
+from infersim.tables.table_cache import KeptGrids, KeptRows, cache_file, keep, read_kept
+
+#: share of the K x N product a GEMM table must measure to interpolate between (K, N) (see _gemm_planes)
+PLANE_COVERAGE = 0.9
+
+
+# ---------------------------------------------------------------------------------------------
+# The table set
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One measured point of a grid: coordinates on its axes, time and efficiency."""
+
+    coords: tuple[float, ...]  # axis values
+    seconds: float  # measured kernel time
+    efficiency: float  # relative to the table's peak for the row's dtype
+    row: Row
+
+
+@dataclass(frozen=True)
+class GridSource:
+    """The measured points of one grid key before indexing, with their axes and peak."""
+
+    axes: tuple[str, ...]
+    tables: tuple[str, ...]  # CSV file names the points come from
+    peak_flops: float
+    points: tuple[GridPoint, ...]
+    work_limits: tuple[float | None, ...] = ()  # see work_limits()
+
+
+def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
+    """Every grid's measured points, by grid key."""
+    prov = table_dir.provenance
+    collected: dict[GridKey, tuple[tuple[str, ...], list[str], float, list[GridPoint]]] = {}
+    for name, rows in table_dir.tables.items():
+        for row in rows:
+            if isinstance(row, (CollectiveRow, ElementwiseRow)):
+                continue  # no FLOPs, no efficiency: indexed by MfuTables (collective_series, elementwise_series)
+            key, coords, axes = row_grid_key(row)
+            peak = prov.peak_flops[row.dtype]
+            entry = collected.setdefault(key, (axes, [], peak, []))
+            if name not in entry[1]:
+                entry[1].append(name)
+            entry[3].append(GridPoint(coords, row.latency_us * 1e-6, efficiency_of(row, peak), row))
+    return {key: GridSource(axes, tuple(files), peak, tuple(points), work_limits(key, axes))
+            for key, (axes, files, peak, points) in collected.items()}
+
+
+def _routing_skew(table_dir: TableDirectory, files: Sequence[str]) -> float:
+    """The power-law exponent of the routing a grid's grouped-GEMM rows were timed under (provenance
+    moe_routing 'power_law_<alpha>'), 0 for balanced routing or other families."""
+    for name in files:
+        info = table_dir.provenance.tables.get(name)
+        if info is not None and info.includes_imbalance and info.moe_routing.startswith("power_law_"):
+            return float(info.moe_routing.removeprefix("power_law_"))
+    return 0.0
+
+
+def grid_from_points(source: GridSource, points: Sequence[GridPoint] | None = None,
+                     interpolation: Interpolation = DEFAULT_INTERPOLATION) -> KernelGrid:
+    """The interpolating grid of `source` (or of a subset of its points, for leave-one-out)."""
+    chosen = source.points if points is None else points
+    return build_grid(source.axes, ((p.coords, p.seconds, p.efficiency) for p in chosen), source.peak_flops,
+                      interpolation, source.work_limits)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """An indexed grid of one kernel key, with the table it came from."""
+
+    key: GridKey
+    kernel_grid: KernelGrid
+    table: str  # "<directory>/<file>" the points came from
+    points: int
+    # power-law exponent of the routing its grouped-GEMM rows were timed under (0: balanced)
+    routing_skew: float = 0.0
+
+
+class MfuTables:
+    """Measured kernel tables of one device directory, indexed for cheap lookups."""
+
+    def __init__(self, directory: Path, table_dir: TableDirectory,
+                 interpolation: Interpolation = DEFAULT_INTERPOLATION) -> None:
+        self.directory = Path(directory)
+        self.provenance = table_dir.provenance
+        self.interpolation = interpolation
+        label = self.directory.name
+        grids: dict[GridKey, Grid] = {}
+        for key, source in grid_points(table_dir).items():
+            tables = "+".join(source.tables)
+            grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
+                              f"{label}/{tables}", len(source.points), _routing_skew(table_dir, source.tables))
+        self.grids: Mapping[GridKey, Grid] = grids  # a KeptGrids where read from the on-disk cache
+        self._gemm_planes = _gemm_planes(self.grids)
+        self.collectives = collective_series(table_dir, label)
+        self.elementwise = elementwise_series(table_dir, label)
+        self._hbm_rows: Iterable[tuple[str, float, float, str]] = _hbm_rows(self.directory, table_dir)
+        self._hbm_fastest = _fastest_rows(self._hbm_rows)
+        self._checked: set[tuple[str, float, tuple[tuple[str, float], ...]]] = set()
+
+    @cached_property  # asked for every grouped-GEMM kernel priced
+    def moe_includes_imbalance(self) -> bool:
+        """True when the grouped-GEMM (MoE) tables were timed on the most loaded rank under uneven
+        (power-law) routing (provenance `moe_routing`, e.g. aiconfigurator's): their times already
+        contain the expert-load imbalance, so the simulator must not multiply in its own factor."""
+        return any(info.includes_imbalance for info in self.provenance.tables.values())
+
+    @property
+    def elementwise_memory_efficiency(self) -> float | None:
+        """The share of HBM bandwidth elementwise kernels stream at under these tables' rule, or None
+        (the hardware card's elementwise_memory_efficiency applies)."""
+        return self.provenance.elementwise_memory_efficiency
+
+    @property
+    def moe_routing(self) -> tuple[str, ...]:
+        """The routings the grouped-GEMM tables were timed under ('balanced', 'power_law_1.01', ...)."""
+        return tuple(sorted({info.moe_routing for info in self.provenance.tables.values()
+                             if info.family == "grouped_gemm"}))
+
+    def check_hardware(self, hw: Any, source: str = "") -> None:
+        """Refuse rows that, on the GPU of hardware card `hw`, would move their bytes faster than its
+        HBM peak (a latency too small: a unit slip, a cached benchmark); each names file and line.
+        Only tables measured on that GPU are checked (on another GPU, lookups are floored at the
+        HBM bound instead: see infersim.costing.timing)."""
+        if not same_device(self.provenance.device.name, hw.name):
+            return
+        key = (hw.name, hw.peak.hbm_bandwidth, hw.peak.l2_bytes, tuple(sorted(hw.peak.flops.items())))
+        if key in self._checked:
+            return
+        if self._may_beat_hbm(hw):
+            self._check_rows(hw, source)
+        self._checked.add(key)
+
+    def _may_beat_hbm(self, hw: Any) -> bool:
+        """Whether any row might fail check_hardware, from each dtype's fastest rows (the rows
+        themselves are unpickled only for the full check, which names the failing row)."""
+        for dtype, (moved, fastest) in self._hbm_fastest.items():
+            peak = self.provenance.peak_flops.get(dtype)
+            card_peak = hw.peak.flops.get(dtype)
+            if not peak or not card_peak:
+                continue
+            first = bisect.bisect_right(moved, hw.peak.l2_bytes)  # the rows moving more than L2 holds
+            # a row fails when moved > latency_us * 1e-6 * peak / card_peak * bandwidth, i.e. when
+            # its bytes per us exceed `limit`; the margin leaves a row at the limit (up to rounding)
+            # to the full check
+            limit = 1e-6 * peak / card_peak * hw.peak.hbm_bandwidth
+            if first < len(moved) and fastest[first] * (1 + 1e-9) > limit:
+                return True
+        return False
+
+    def _check_rows(self, hw: Any, source: str) -> None:
+        for dtype, latency_us, moved, where in self._hbm_rows:
+            peak = self.provenance.peak_flops.get(dtype)
+            card_peak = hw.peak.flops.get(dtype)
+            if not peak or not card_peak:
+                continue
+            seconds = latency_us * 1e-6 * peak / card_peak  # as lookups scale it
+            # a benchmark that repeats a kernel without flushing L2 can read an operand set that
+            # fits in L2 faster than HBM allows (aiconfigurator's small GEMMs do): only data larger
+            # than L2 must have crossed HBM
+            if moved > seconds * hw.peak.hbm_bandwidth and moved > hw.peak.l2_bytes:
+                raise ConfigError(where, "latency_us", latency_us,
+                                  f"moves {moved:.4g} bytes in {seconds * 1e6:.4g} us = {moved / seconds / 1e12:.4g} "
+                                  f"TB/s, more than the {hw.peak.hbm_bandwidth / 1e12:.4g} TB/s HBM peak of hardware "
+                                  f"card {hw.name}" + (f" ({source})" if source else ""))
+
+    def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+        """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc).
+        Not cached here: the stage engine keeps every kernel's cost per (hardware card, tables)."""
+        if isinstance(shape, CollectiveShape):
+            return collective_hit(self.collectives, shape)
+        if isinstance(shape, MemoryBoundShape):
+            return elementwise_hit(self.elementwise, shape) if shape.op else None
+        found = shape_grid_key(shape)
+        if found is None or not peak_flops > 0:
+            return None
+        key, coords, repeats = found
+        grid = self.grids.get(key)
+        if grid is None:
+            if isinstance(shape, GemmShape):
+                return self._gemm_between_planes(shape, peak_flops)
+            return None
+        value = grid.kernel_grid.evaluate(coords, shape.flops / repeats)
+        # the table's efficiency carries over to the caller's peak: time scales with peak ratio
+        seconds = repeats * value.seconds * grid.kernel_grid.flops_per_second / peak_flops
+        if value.clamps:
+            note = f"{describe_key(key)}: " + "; ".join(dict.fromkeys(c.describe() for c in value.clamps))
+            if all(c.extrapolated for c in value.clamps):
+                from infersim.tables.beyond_range import edge_of  # here: most lookups stay in range
+
+                kernel_grid = grid.kernel_grid
+                edge = edge_of(kernel_grid, coords, value.clamps, shape.flops / repeats)
+                axis, top, edge_seconds = edge if edge else ("", 0.0, 0.0)
+                return TableHit(seconds, grid.table, "extrapolated", value.efficiency,
+                                note + "; extended at the last interval's time per unit of work",
+                                axis, top, repeats * edge_seconds * kernel_grid.flops_per_second / peak_flops,
+                                kernel_grid.best_efficiency if len(kernel_grid.axes) > 1 else 0.0, grid.routing_skew)
+            return TableHit(seconds, grid.table, "edge", value.efficiency,
+                            note + f"; roofline at edge efficiency {value.efficiency:.3f}",
+                            moe_routing_skew=grid.routing_skew)
+        method: Literal["exact", "interpolated"] = "exact" if value.exact else "interpolated"
+        return TableHit(seconds, grid.table, method, value.efficiency, moe_routing_skew=grid.routing_skew)
+
+    def _gemm_between_planes(self, shape: GemmShape, peak_flops: float) -> TableHit | None:
+        """A GEMM whose (K, N) was not measured, in a table measured on a full K x N grid: the times
+        of the four measured (K, N) around it at the same m, bilinear in K and N (a GEMM's work is
+        bilinear in them). Tables not measured on a full K x N grid (e.g. per-model shapes) answer None."""
+        plane = self._gemm_planes.get(shape.dtype)
+        if plane is None:
+            return None
+        ks, ns = plane
+        # above the largest K or N measured (a 128k-vocabulary LM head against aiconfigurator's
+        # N <= 65,536): the GEMM at the largest plane, its time scaled by the work ratio. At that
+        # width every SM already holds output tiles (or K iterations), so more N or K is more of the
+        # same work at the same rate
+        k_in, n_in = min(shape.k, ks[-1]), min(shape.n, ns[-1])
+        scale = (shape.k / k_in) * (shape.n / n_in)
+        if scale != 1.0:
+            inside = self._gemm_between_planes(
+                GemmShape(m=shape.m, k=k_in, n=n_in, dtype=shape.dtype, weight_dtype=shape.weight_dtype,
+                          out_dtype=shape.out_dtype), peak_flops)
+            if inside is None:
+                return None
+            seconds = inside.seconds * scale
+            above = ", ".join(f"{axis}={value} above the table's largest {axis}={largest}"
+                              for axis, value, largest in (("k", shape.k, ks[-1]), ("n", shape.n, ns[-1]))
+                              if value > largest)
+            note = f"{above}: the time at k={k_in}, n={n_in} scaled by the work ratio {scale:.3g}"
+            return TableHit(seconds, inside.table, "extrapolated", shape.flops / (seconds * peak_flops), note)
+        k_pair = _bracket(ks, shape.k)
+        n_pair = _bracket(ns, shape.n)
+        if k_pair is None or n_pair is None:
+            return None
+        corners = {}
+        tables = set()
+        edge_notes = []
+        for k in set(k_pair):
+            for n in set(n_pair):
+                corner = GemmShape(m=shape.m, k=k, n=n, dtype=shape.dtype, weight_dtype=shape.weight_dtype)
+                hit = self.lookup(corner, peak_flops)
+                if hit is None:
+                    return None
+                corners[(k, n)] = hit.seconds
+                tables.add(hit.table)
+                if hit.method == "edge":
+                    edge_notes.append(hit.note)
+        seconds = _bilinear(corners, k_pair, n_pair, shape.k, shape.n)
+        efficiency = shape.flops / (seconds * peak_flops)
+        table = "+".join(sorted(tables))
+        where = (f"k={shape.k} between {k_pair[0]} and {k_pair[1]}, n={shape.n} between {n_pair[0]} and "
+                 f"{n_pair[1]}")
+        if edge_notes:
+            return TableHit(seconds, table, "edge", efficiency, f"{where}; " + edge_notes[0])
+        return TableHit(seconds, table, "interpolated", efficiency, where)
+
+    def kept(self) -> MfuTables:
+        """The copy kept on disk (infersim.tables.table_cache): each grid, and the rows check_hardware
+        checks, pickled on their own, to be unpickled when first needed."""
+        kept = copy.copy(self)
+        kept.grids = KeptGrids.of(self.grids)
+        kept._hbm_rows = KeptRows.of(self._hbm_rows)
+        return kept
+
+    def describe(self) -> str:
+        prov = self.provenance
+        families: dict[str, int] = {}
+        for key in self.grids:
+            family = str(key[0]) if key[0] != "attention" else f"attention {key[1]}"
+            families[family] = families.get(family, 0) + 1
+        kinds = ", ".join(f"{n} {f}" for f, n in sorted(families.items()))
+        origin = prov.origin
+        if prov.source.get("project"):
+            origin += f" from {prov.source['project']}"
+        engine = ""
+        if prov.software.get("framework"):
+            engine = f", engine {prov.software['framework']} {prov.software.get('framework_version', '')}".rstrip()
+        collectives = f", {len(self.collectives)} collective series" if self.collectives else ""
+        if self.elementwise:
+            collectives += f", {len(self.elementwise)} elementwise series"
+        routing = ""
+        if self.moe_includes_imbalance:
+            routing = (f"; MoE tables timed under {', '.join(self.moe_routing)} routing: expert-load imbalance "
+                       f"included")
+        elementwise = ""
+        if prov.elementwise_memory_efficiency is not None:
+            source = prov.elementwise_source or "the tables' own rule"
+            elementwise = f"; elementwise kernels at {prov.elementwise_memory_efficiency:.2f} of HBM bandwidth ({source})"
+        return (f"{display_path(self.directory)} ({prov.device.name}, {origin}{engine}, measured {prov.measured_on}; "
+                f"{len(self.grids)} grids: {kinds}{collectives}{routing}{elementwise})")
+
+
+def _hbm_rows(directory: Path, table_dir: TableDirectory) -> tuple[tuple[str, float, float, str], ...]:
+    """(dtype, latency_us, minimum bytes moved, "file:line") of every row check_hardware checks,
+    computed once when the tables are indexed (and so kept in the on-disk cache with them): the
+    bytes do not depend on the hardware card, and computing them for each row was most of the
+    check's ~10 ms in every process. Collective rows are left out: latencies of links, not of HBM
+    traffic."""
+    found = []
+    for name, rows in table_dir.tables.items():
+        lines = table_dir.row_lines.get(name, ())
+        table = str(directory / name)
+        for i, row in enumerate(rows):
+            if not hasattr(row, "dtype"):
+                continue
+            where = f"{table}:{lines[i]}" if i < len(lines) else table
+            found.append((row.dtype, row.latency_us, minimum_bytes(row.shape()), where))
+    return tuple(found)
+
+
+def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
+                  ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """dtype -> (bytes moved by its rows, ascending; at each, the most bytes per microsecond of the
+    rows moving at least that much): what check_hardware needs to pass a card without the rows."""
+    by_dtype: dict[str, list[tuple[float, float]]] = {}
+    for dtype, latency_us, moved, _where in rows:
+        rate = moved / latency_us if latency_us > 0 else math.inf  # inf: always fully checked
+        by_dtype.setdefault(dtype, []).append((moved, rate))
+    fastest_rows = {}
+    for dtype, pairs in by_dtype.items():
+        pairs.sort()
+        fastest, best = [], -math.inf
+        for _moved, rate in reversed(pairs):
+            best = max(best, rate)
+            fastest.append(best)
+        fastest_rows[dtype] = (tuple(moved for moved, _ in pairs), tuple(reversed(fastest)))
+    return fastest_rows
+
+
+def _gemm_planes(grids: dict[GridKey, Grid]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """dtype -> (K values, N values) for the GEMM dtypes measured on a K x N product grid (at least
+    two of each, and at least PLANE_COVERAGE of all K x N pairs measured, e.g. aiconfigurator's 483
+    of 22 x 22): only those interpolate between (K, N). Per-model tables (the original InferSim's
+    cover 15-21% of their K x N product) answer only their measured (K, N)."""
+    pairs: dict[str, set[tuple[int, int]]] = {}
+    for key in grids:
+        if key[0] == "gemm":
+            pairs.setdefault(str(key[1]), set()).add((int(key[2]), int(key[3])))  # type: ignore[call-overload]
+    planes = {}
+    for dtype, measured in pairs.items():
+        ks = tuple(sorted({k for k, _ in measured}))
+        ns = tuple(sorted({n for _, n in measured}))
+        if len(ks) >= 2 and len(ns) >= 2 and len(measured) >= PLANE_COVERAGE * len(ks) * len(ns):
+            planes[dtype] = (ks, ns)
+    return planes
+
+
+def _bracket(values: tuple[int, ...], x: int) -> tuple[int, int] | None:
+    """The grid values on either side of x (the same twice if x is one), or None outside the range."""
+    if x < values[0] or x > values[-1]:
+        return None
+    i = bisect.bisect_left(values, x)
+    if values[i] == x:
+        return x, x
+    return values[i - 1], values[i]
+
+
+def _bilinear(corners: dict[tuple[int, int], float], k_pair: tuple[int, int], n_pair: tuple[int, int],
+              k: int, n: int) -> float:
+    def along_n(kk: int) -> float:
+        n0, n1 = n_pair
+        if n0 == n1:
+            return corners[(kk, n0)]
+        t = (n - n0) / (n1 - n0)
+        return (1.0 - t) * corners[(kk, n0)] + t * corners[(kk, n1)]
+
+    k0, k1 = k_pair
+    if k0 == k1:
+        return along_n(k0)
+    t = (k - k0) / (k1 - k0)
+    return (1.0 - t) * along_n(k0) + t * along_n(k1)
+
+
+def same_device(device_name: str, card_name: str) -> bool:
+    """Whether a table's device (as the driver names it, e.g. "NVIDIA H800") is the GPU of a
+    hardware card (e.g. "h800"): the card name's first token with a digit appears in it."""
+    device = "".join(ch for ch in device_name.lower() if ch.isalnum())
+    tokens = [t for t in card_name.lower().split("-") if any(ch.isdigit() for ch in t)]
+    return bool(tokens) and tokens[0] in device
+
+
+_LOADED: dict[tuple[str, str, tuple[tuple[str, int, int], ...]], MfuTables] = {}
+
+
+def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOLATION) -> MfuTables:
+    """Load one device's table directory (refused without provenance.yaml) and index it. Loaded
+    tables are kept for the process (they are read-only), keyed by the files' sizes and mtimes so
+    an edited table is read again."""
+    directory = Path(directory)
+    try:
+        stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()))
+    except OSError:
+        stamp = ()
+    key = (str(directory.resolve()), str(interpolation), stamp)
+    if stamp and key in _LOADED:
+        return _LOADED[key]
+    cache = cache_file(directory, interpolation.name, stamp) if stamp else None
+    tables = read_kept(*cache) if cache else None
+    if not isinstance(tables, MfuTables):
+        tables = _load_tables(directory, interpolation)
+        if cache:
+            keep(*cache, tables)
+    if stamp:
+        _LOADED[key] = tables
+    return tables
+
+
+def _load_tables(directory: Path, interpolation: Interpolation) -> MfuTables:
+    # here: a run whose tables come from the on-disk cache (table_cache) reads no CSV
+    from infersim.tables.table_files import read_table_dir, table_directories
+
+    if directory.is_dir() and not (directory / PROVENANCE_FILE).is_file():
+        nested = table_directories(directory)
+        if nested:
+            names = ", ".join(str(p.relative_to(directory)) for p in nested)
+            raise InferSimError(f"{directory} holds several device table directories ({names}): "
+                                f"name one of them")
+    return MfuTables(directory, read_table_dir(directory), interpolation)

@@ -1,0 +1,382 @@
+"""A kernel-table directory on disk (infersim.tables.format): its CSV tables and `provenance.yaml`
+written row by row in the format's columns, and read back checked: every cell by the number rule,
+every row's `efficiency` against its latency and the provenance's peak, every CSV named in the
+provenance, one line naming file, line and column for anything wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import types
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin, get_type_hints
+
+from infersim.cards.schema import MAX_MAGNITUDE, MIN_MAGNITUDE, build, check_number, load_yaml
+from infersim.base.errors import MISSING, ConfigError, InferSimError
+from infersim.tables.format import (
+    EFFICIENCY_TOLERANCE,
+    FORMAT_VERSION,
+    MAX_EFFICIENCY,
+    NO_EFFICIENCY,
+    OPTIONAL_COLUMNS,
+    PROVENANCE_FILE,
+    ROW_TYPES,
+    WEIGHT_FORMATS,
+    ZERO_WHEN_EMPTY,
+    Provenance,
+    Row,
+    TableDirectory,
+    efficiency_of,
+    row_columns,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def plain(value: Any) -> Any:
+    """`value` as the plain type YAML and CSV writers accept: str subclasses (torch's TorchVersion)
+    become str, int and float subclasses (numpy and torch scalars) int and float, mappings and
+    sequences recursively so. Everything written to a table directory goes through here: one
+    unrepresentable value (torch.__version__ is a TorchVersion, which yaml.safe_dump refuses) must
+    not lose a measured run."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return "".join(ch for ch in value)  # an exact str whatever the subclass's __str__ does
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v) for v in value]
+    item = getattr(value, "item", None)  # numpy / torch scalars that are not int or float subclasses
+    if callable(item):
+        try:
+            return plain(item())
+        except Exception:  # noqa: BLE001 - not a one-element value: written as its text below
+            pass
+    return "".join(ch for ch in str(value))
+
+
+def _format_number(value: Any) -> str:
+    value = plain(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.10g}"  # keeps measured latencies as published (ms precision and beyond)
+    if value is None:
+        return ""
+    return str(value)
+
+
+def measured_columns(family: str) -> list[str]:
+    """The CSV header `mfu bench` writes: the family's columns without the optional ones (its rows
+    have no published mfu, one format for inputs and weights, no sliding window)."""
+    return [c for c in row_columns(family) if c not in OPTIONAL_COLUMNS]
+
+
+def row_cells(family: str, row: Row, columns: Sequence[str], peak_for: Callable[[str], float]) -> list[str]:
+    """The CSV cells of one row under `columns` (efficiency derived from latency and the dtype's peak)."""
+    values = dataclasses.asdict(row)
+    if family not in NO_EFFICIENCY:
+        values["efficiency"] = float(f"{efficiency_of(row, peak_for(row.dtype)):.6g}")  # type: ignore[union-attr]
+    return [_format_number(values[c]) for c in columns]
+
+
+def table_csv_text(family: str, rows: Sequence[Row], peak_for: Callable[[str], float]) -> str:
+    import csv  # here and below: only reading or writing tables needs it, not a run from cached tables
+
+    columns = row_columns(family)
+    if "weight_dtype" in columns and all(getattr(row, "weight_dtype", None) is None for row in rows):
+        columns.remove("weight_dtype")  # optional: tables of one format for inputs and weights read unchanged
+    if "window" in columns and all(getattr(row, "window", 0) == 0 for row in rows):
+        columns.remove("window")  # optional: full-attention tables read (and are written) unchanged
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(row_cells(family, row, columns, peak_for))
+    return out.getvalue()
+
+
+def provenance_yaml_text(provenance: Provenance) -> str:
+    data = dataclasses.asdict(provenance)
+    data["notes"] = list(provenance.notes)
+    if provenance.elementwise_memory_efficiency is None:  # optional: kept out so older directories read unchanged
+        del data["elementwise_memory_efficiency"], data["elementwise_source"]
+    if provenance.launch_cpu is None and provenance.step_cpu is None and not provenance.host_probes:
+        del data["launch_cpu"], data["step_cpu"], data["host_source"], data["host_probes"]
+    if provenance.complete:
+        del data["complete"]  # the default: kept out so that finished directories read as before
+    for info in data["tables"].values():
+        info["notes"] = list(info["notes"])
+        if info.get("moe_routing") == "balanced":
+            del info["moe_routing"]  # the default: kept out so that older directories read unchanged
+    header = ("# Provenance of the kernel tables in this directory (format: mfu_tables/FORMAT.md).\n"
+              "# `efficiency` in every CSV = kernel FLOPs / (latency * peak_flops[dtype]).\n")
+    import yaml  # here: only writing tables needs PyYAML (~10 ms to import), reading goes through the cache
+
+    return header + yaml.safe_dump(plain(data), sort_keys=False, width=110, allow_unicode=True)
+
+
+def write_table_dir(directory: Path, table_dir: TableDirectory) -> None:
+    """Write provenance.yaml and every CSV; the provenance must list exactly the given tables."""
+    prov = table_dir.provenance
+    if set(prov.tables) != set(table_dir.tables):
+        raise InferSimError(f"{directory}: provenance lists {sorted(prov.tables)} but tables are "
+                            f"{sorted(table_dir.tables)}")
+    directory.mkdir(parents=True, exist_ok=True)
+    _remove_superseded_tables(directory, set(table_dir.tables))
+    for name, rows in table_dir.tables.items():
+        family = prov.tables[name].family
+        wrong = [r for r in rows if not isinstance(r, ROW_TYPES[family])]
+        if wrong:
+            raise InferSimError(f"{directory / name}: a {family} table got a {type(wrong[0]).__name__}")
+        text = table_csv_text(family, rows, lambda d: prov.peak_for(d, str(directory / PROVENANCE_FILE)))
+        (directory / name).write_text(text)
+    (directory / PROVENANCE_FILE).write_text(provenance_yaml_text(prov))
+
+
+def _remove_superseded_tables(directory: Path, keep: set[str]) -> None:
+    """Rewriting a table directory: CSVs the old provenance listed but the new one does not are
+    removed; any other CSV there is not ours to delete, so writing is refused."""
+    old_listed: set[str] = set()
+    if (directory / PROVENANCE_FILE).is_file():
+        old = load_yaml(directory / PROVENANCE_FILE)
+        if isinstance(old, dict) and isinstance(old.get("tables"), dict):
+            old_listed = set(map(str, old["tables"]))
+    strays = sorted(p.name for p in directory.glob("*.csv") if p.name not in keep and p.name not in old_listed)
+    if strays:
+        raise InferSimError(f"{directory}: holds {strays[0]}, which no provenance lists; "
+                            f"write the tables to an empty directory or remove it")
+    for name in sorted(old_listed - keep):
+        (directory / name).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_provenance(directory: Path) -> Provenance:
+    path = directory / PROVENANCE_FILE
+    if not path.is_file():
+        raise ConfigError(str(path), "", MISSING,
+                          "kernel tables without provenance are refused: every table directory needs a "
+                          "provenance.yaml saying where its numbers came from (see mfu_tables/FORMAT.md)")
+    data = load_yaml(path)
+    prov = build(Provenance, data, str(path))
+    if prov.format_version != FORMAT_VERSION:
+        raise ConfigError(str(path), "format_version", prov.format_version,
+                          f"this InferSim reads table format {FORMAT_VERSION}")
+    if not prov.tables:
+        raise ConfigError(str(path), "tables", MISSING, "lists no table files")
+    return prov
+
+
+def _parse_cell(hint: Any, text: str, source: str, column: str) -> Any:
+    """One CSV cell as the row field's type: int, float, bool, text, a Literal, or optional float."""
+    text = text.strip()
+    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else ()
+    if options:
+        if text == "" and type(None) in options:
+            return None
+        hint = next(o for o in options if o is not type(None))
+    try:
+        if get_origin(hint) is Literal:
+            if text not in get_args(hint):
+                raise ValueError
+            return text
+        if hint is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError
+            return text.lower() == "true"
+        if hint is int:  # the schema's number rule: finite, whole, at most 1e15; a kernel dimension is positive
+            return check_number(text, source, column, whole=True, gt=0)
+        if hint is float:
+            return check_number(text, source, column)
+        return text
+    except ValueError:
+        wanted = " or ".join(get_args(hint)) if get_origin(hint) is Literal else getattr(hint, "__name__", str(hint))
+        raise ConfigError(source, column, text, f"expected {wanted}") from None
+
+
+def _cell_parser(hint: Any) -> Callable[[str, str, str], Any]:
+    """A parser for one column's cells: plain numbers, names of a Literal, text and empty optional
+    cells take a fast path (the bundled tables hold about two million cells, read once per
+    install); a cell the fast path does not accept goes through _parse_cell and the schema's number
+    rule, which give the same values and the same messages."""
+    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else ()
+    if hint is float:
+        def parse_float(text: str, source: str, column: str) -> Any:
+            try:
+                value = float(text)
+            except ValueError:
+                return _parse_cell(hint, text, source, column)
+            if math.isfinite(value) and (value == 0 or MIN_MAGNITUDE <= abs(value) <= MAX_MAGNITUDE):
+                return value
+            return _parse_cell(hint, text, source, column)
+        return parse_float
+    if hint is int:
+        def parse_int(text: str, source: str, column: str) -> Any:
+            stripped = text.strip()
+            if stripped.isdigit() and len(stripped) < 16 and int(stripped) > 0:
+                return int(stripped)
+            return _parse_cell(hint, text, source, column)
+        return parse_int
+    if hint is str:
+        return lambda text, source, column: text.strip()
+    if hint is bool:
+        def parse_bool(text: str, source: str, column: str) -> Any:
+            word = text.strip().lower()
+            return word == "true" if word in ("true", "false") else _parse_cell(hint, text, source, column)
+        return parse_bool
+    if get_origin(hint) is Literal:  # names (dtypes, stages, collectives): most cells of a table
+        allowed = frozenset(get_args(hint))
+
+        def parse_name(text: str, source: str, column: str) -> Any:
+            stripped = text.strip()
+            return stripped if stripped in allowed else _parse_cell(hint, text, source, column)
+        return parse_name
+    if options and type(None) in options and len(options) == 2:  # optional: empty is None
+        present = _cell_parser(next(o for o in options if o is not type(None)))
+
+        def parse_optional(text: str, source: str, column: str) -> Any:
+            return None if text.strip() == "" else present(text, source, column)
+        return parse_optional
+    return lambda text, source, column: _parse_cell(hint, text, source, column)
+
+
+def _parse_count(text: str, source: str, column: str) -> int:
+    """A non-negative whole number where 0 means "none" (an attention row's window): empty is 0."""
+    stripped = text.strip()
+    if stripped == "":
+        return 0
+    if stripped.isdigit() and len(stripped) < 16:
+        return int(stripped)
+    value = check_number(stripped, source, column, whole=True)
+    if value < 0:
+        raise ConfigError(source, column, text, "must be a non-negative whole number of tokens (0: no window)")
+    return int(value)
+
+
+def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float],
+                   lines: list[int] | None = None) -> tuple[Row, ...]:
+    """Rows of one CSV; checks the header, that `efficiency` matches latency and peak and that it
+    is not above MAX_EFFICIENCY. `lines`, when given, receives each row's line number."""
+    import csv
+
+    try:
+        return _read_table_csv(path, family, peak_for, lines)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", MISSING, f"not a text CSV file (invalid UTF-8 at byte {exc.start})") from None
+    except csv.Error as exc:
+        raise ConfigError(str(path), "", MISSING, f"not a readable CSV file ({exc})") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", MISSING, f"cannot read table file: {exc.strerror or exc}") from None
+
+
+def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], lines: list[int] | None) -> tuple[Row, ...]:
+    row_type = ROW_TYPES[family]
+    hints = get_type_hints(row_type)
+    parsers = {name: _cell_parser(hint) for name, hint in hints.items()}
+    for name in ZERO_WHEN_EMPTY & set(parsers):
+        parsers[name] = _parse_count
+    expected = row_columns(family)
+    parse_efficiency = _cell_parser(float)  # a column of the file, not a field of the row
+    import csv
+
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None:
+            raise ConfigError(str(path), "", MISSING, "empty table file")
+        header = [h.strip() for h in header]
+        required = [c for c in expected if c not in OPTIONAL_COLUMNS]
+        missing = [c for c in required if c not in header]
+        unknown = [c for c in header if c not in expected]
+        if missing or unknown:
+            raise ConfigError(str(path), "header", ",".join(header),
+                              f"a {family} table has columns {','.join(expected)}"
+                              + (f"; missing {','.join(missing)}" if missing else "")
+                              + (f"; unknown {','.join(unknown)}" if unknown else ""))
+        rows: list[Row] = []
+        for line_no, cells in enumerate(reader, start=2):
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            where = f"{path}:{line_no}"
+            if len(cells) != len(header):
+                raise ConfigError(where, "", cells, f"has {len(cells)} cells, the header {len(header)}")
+            record = dict(zip(header, cells))
+            values = {name: parsers[name](record[name], where, name) for name in parsers if name in record}
+            try:
+                row = row_type(**values)
+            except TypeError as exc:
+                raise ConfigError(where, "", MISSING, str(exc)) from None
+            if not row.latency_us > 0:
+                raise ConfigError(where, "latency_us", row.latency_us, "must be positive")
+            weight_format = getattr(row, "weight_dtype", None)
+            if weight_format is not None and weight_format not in WEIGHT_FORMATS:
+                raise ConfigError(where, "weight_dtype", weight_format,
+                                  f"not a weight storage format (one of {', '.join(WEIGHT_FORMATS)}, or empty for "
+                                  "the row's dtype)")
+            if family in NO_EFFICIENCY:
+                rows.append(row)
+                if lines is not None:
+                    lines.append(line_no)
+                continue
+            stored = parse_efficiency(record["efficiency"], where, "efficiency")
+            recomputed = efficiency_of(row, peak_for(row.dtype))
+            if abs(stored - recomputed) > EFFICIENCY_TOLERANCE * max(recomputed, 1e-12) + 5e-7:
+                raise ConfigError(where, "efficiency", stored,
+                                  f"does not match FLOPs/(latency*peak) = {recomputed:.6g} with the peak in "
+                                  f"{PROVENANCE_FILE}; the table and its provenance disagree")
+            if recomputed > MAX_EFFICIENCY:
+                raise ConfigError(where, "latency_us", row.latency_us,
+                                  f"implies efficiency {recomputed:.3g}: the kernel would run faster than the peak "
+                                  f"FLOP/s in {PROVENANCE_FILE} (at most {MAX_EFFICIENCY:g} is accepted, for boost "
+                                  "clocks and measurement noise)")
+            rows.append(row)
+            if lines is not None:
+                lines.append(line_no)
+    return tuple(rows)
+
+
+def read_table_dir(directory: Path) -> TableDirectory:
+    """Load a table directory: provenance first (refused without it), then every CSV it lists.
+
+    A CSV in the directory that the provenance does not list is refused too: every number must
+    be traceable.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InferSimError(f"kernel table directory not found: {directory}")
+    prov = read_provenance(directory)
+    prov_path = str(directory / PROVENANCE_FILE)
+    unlisted = sorted(p.name for p in directory.glob("*.csv") if p.name not in prov.tables)
+    if unlisted:
+        raise ConfigError(prov_path, "tables", unlisted[0],
+                          "this CSV is in the directory but not listed in the provenance; list it or remove it")
+    tables: dict[str, tuple[Row, ...]] = {}
+    row_lines: dict[str, tuple[int, ...]] = {}
+    for name, info in prov.tables.items():
+        path = directory / name
+        if not path.is_file():
+            raise ConfigError(prov_path, f"tables.{name}", name, "listed table file not found")
+        lines: list[int] = []
+        tables[name] = read_table_csv(path, info.family, lambda d: prov.peak_for(d, prov_path), lines)
+        row_lines[name] = tuple(lines)
+    return TableDirectory(provenance=prov, tables=tables, row_lines=row_lines)
+
+
+def table_directories(root: Path) -> list[Path]:
+    """Every directory under `root` (itself included) that holds a provenance.yaml."""
+    root = Path(root)
+    return sorted(p.parent for p in root.rglob(PROVENANCE_FILE))

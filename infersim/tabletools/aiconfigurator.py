@@ -1,0 +1,384 @@
+"""Import NVIDIA aiconfigurator's collected kernel database into the project's table format.
+
+aiconfigurator (https://github.com/ai-dynamo/aiconfigurator, Apache-2.0) ships measured kernel
+times per GPU ("system"), serving engine ("framework": trtllm, sglang, vllm) and engine version in
+the package `aiconfigurator-core`, under `aiconfigurator_core/systems/data/`:
+
+    <system>/<family>/<framework>/<version>/<table>_perf.parquet    one row per measured kernel
+    <system>/<family>/<framework>/<version>/collection_meta.yaml    status of each table
+    aiconfigurator_core/systems/query_versions.yaml                 each engine's current version
+
+What each table becomes, and the conversion: infersim.tabletools.aiconfigurator_convert (pure functions of
+the records). Latencies there are in milliseconds; the output is one directory per device and engine
+version, `<out>/<device>/<framework>-<version>/`.
+
+Not imported (listed in the provenance notes): MLA module tables, DSA/MSA, linear attention, DeepEP / NCCL
+all-to-all (EP token exchange stays with the hardware card's model), WideEP tables.
+
+Reading parquet needs pyarrow (the optional extra `aic`: pip install '.[aic]' in a clone). A table may
+also be given as a CSV with the same columns (tests do so, needing neither package).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from infersim.base.errors import InferSimError
+from infersim.tabletools.aiconfigurator_convert import (
+    convert_collectives,
+    convert_context_attention,
+    convert_gemm,
+    convert_generation_attention,
+    convert_mla,
+    convert_moe,
+)
+from infersim.tables.format import FORMAT_VERSION, DeviceInfo, Provenance, Row, TableDirectory, TableInfo
+from infersim.tables.table_files import write_table_dir
+from infersim.tables.select import version_key
+
+PACKAGE = "aiconfigurator-core"
+PROJECT = "NVIDIA aiconfigurator (aiconfigurator-core), Apache-2.0"
+URL = "https://github.com/ai-dynamo/aiconfigurator"
+LICENSE_NOTICE = ("Apache-2.0: the numbers in this directory are converted from NVIDIA aiconfigurator's collected "
+                  "performance database (Copyright (c) NVIDIA CORPORATION & AFFILIATES, licensed under the Apache "
+                  "License, Version 2.0, http://www.apache.org/licenses/LICENSE-2.0); converted by InferSim "
+                  "(units, layout, FLOP split of MoE times), values otherwise unchanged")
+MISSING_EXTRA = ("importing aiconfigurator's tables needs aiconfigurator-core and pyarrow: pip install "
+                 "aiconfigurator-core pyarrow (or, in the infersim clone: pip install '.[aic]')")
+
+#: our hardware card -> aiconfigurator system directory
+SYSTEMS: dict[str, str] = {
+    "h100-sxm": "h100_sxm",
+    "h200": "h200_sxm",
+    "b200": "b200_sxm",
+    "gb200": "gb200",
+    "a100-sxm-80g": "a100_sxm",
+}
+FRAMEWORKS: tuple[str, ...] = ("trtllm", "sglang", "vllm")
+LIBRARY = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
+#: how a MoE table's description names its format
+MOE_TABLE_FORMATS: dict[str, str] = {"fp4": "fp4 (NVFP4)", "w4a16_mxfp4": "bf16 activations x MXFP4 weights",
+                                     "w4a8_mxfp4_mxfp8": "fp8 (MXFP8) activations x MXFP4 weights"}
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Locating and reading the package data
+
+
+@dataclass(frozen=True)
+class AicSource:
+    """Where aiconfigurator's data are: `systems/` (with query_versions.yaml and data/) and the package version."""
+
+    systems_dir: Path
+    package_version: str
+
+    @property
+    def data_dir(self) -> Path:
+        return self.systems_dir / "data"
+
+
+def installed_source() -> AicSource:
+    """The installed aiconfigurator-core's data, or one clear error naming the extra to install."""
+    try:
+        import aiconfigurator_core  # type: ignore[import-not-found]
+    except ImportError:
+        raise InferSimError(MISSING_EXTRA) from None
+    try:
+        from importlib.metadata import version
+
+        package_version = version(PACKAGE)
+    except Exception:  # noqa: BLE001 - metadata missing in an odd install: say so in the provenance
+        package_version = "unknown"
+    systems = Path(aiconfigurator_core.__file__).parent / "systems"
+    if not (systems / "data").is_dir():
+        raise InferSimError(f"{systems / 'data'}: not found; this aiconfigurator-core ({package_version}) does not "
+                            f"ship its performance data where the importer expects it")
+    return AicSource(systems, package_version)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Rows of one aiconfigurator table: parquet (needs pyarrow) or CSV with the same columns."""
+    if path.suffix == ".csv":
+        with path.open(newline="") as handle:
+            return [dict(row) for row in csv.DictReader(handle)]
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-not-found]
+    except ImportError:
+        raise InferSimError(f"{path}: reading parquet needs pyarrow; {MISSING_EXTRA}") from None
+    return pq.read_table(path).to_pylist()
+
+
+def current_versions(systems_dir: Path) -> dict[tuple[str, str], str]:
+    """(system, framework) -> the engine version aiconfigurator calls `current` (query_versions.yaml)."""
+    path = systems_dir / "query_versions.yaml"
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    defaults = data.get("defaults") or {}
+    overrides = data.get("overrides") or {}
+    result: dict[tuple[str, str], str] = {}
+    for system in SYSTEMS.values():
+        for framework in FRAMEWORKS:
+            slot = (overrides.get(system) or {}).get(framework) or defaults.get(framework) or {}
+            if slot.get("current"):
+                result[(system, framework)] = str(slot["current"])
+    return result
+
+
+def elementwise_rule(systems_dir: Path, system: str) -> tuple[float | None, str]:
+    """(share of HBM bandwidth, source) of aiconfigurator's rule for memory-bound ops on `system`:
+    its estimates price norms, activations and other elementwise kernels analytically at
+    gpu.mem_bw x mem_bw_empirical_scaling_factor (systems/<system>.yaml), not from measurements.
+    (None, "") where the system file or the factor is missing."""
+    path = systems_dir / f"{system}.yaml"
+    if not path.is_file():
+        return None, ""
+    gpu = (yaml.safe_load(path.read_text()) or {}).get("gpu") or {}
+    factor = gpu.get("mem_bw_empirical_scaling_factor")
+    if not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        return None, ""
+    return float(factor), (f"aiconfigurator's rule for memory-bound ops: systems/{system}.yaml "
+                           f"mem_bw_empirical_scaling_factor {factor:g}, 'nonofficial correction based on observations'")
+
+
+def family_version_dir(data_dir: Path, system: str, family: str, framework: str, version: str) -> Path | None:
+    """The directory serving `version` for one table family: the version itself, or else the newest
+    older one (aiconfigurator fills missing families backward from older collections, never forward)."""
+    base = data_dir / system / family / framework
+    if (base / version).is_dir():
+        return base / version
+    if not base.is_dir():
+        return None
+    older = [p for p in base.iterdir() if p.is_dir() and version_key(p.name) < version_key(version)]
+    return max(older, key=lambda p: version_key(p.name)) if older else None
+
+
+def _table_file(directory: Path, stem: str) -> Path | None:
+    for suffix in (".parquet", ".csv"):
+        if (directory / f"{stem}{suffix}").is_file():
+            return directory / f"{stem}{suffix}"
+    return None
+
+
+def collection_status(directory: Path, stem: str) -> str:
+    """`<provenance>/<status>` of one table from collection_meta.yaml, e.g. 'collected/complete'."""
+    path = directory / "collection_meta.yaml"
+    if not path.is_file():
+        return "no collection_meta.yaml"
+    meta = yaml.safe_load(path.read_text()) or {}
+    table = ((meta.get("tables") or {}).get(stem) or {})
+    return f"{meta.get('provenance', 'unstated')}/{table.get('status', 'unstated')}"
+
+
+# ---------------------------------------------------------------------------------------------
+# One device and engine version
+
+
+NOT_IMPORTED = (
+    "not imported: MLA module tables and mla_bmm (the MLA attention kernels are: context_mla, generation_mla), DSA/MSA (sparse_attention/, msa/), linear attention, mhc, quantize, "
+    "encoder attention, WideEP MoE tables, MoE all-to-all (DeepEP) and NCCL all-to-all (the simulator times EP "
+    "token exchange from the hardware card); collectives are one node only (the tables measure 2-8 GPUs)",
+)
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    device: str  # our hardware card name
+    system: str  # aiconfigurator system
+    framework: str
+    version: str
+
+
+def _peaks_of(device: str) -> dict[str, float]:
+    """Dense bf16/fp8 (and fp4, where the card has it) peaks of our hardware card for the device
+    (efficiency is relative to them)."""
+    from infersim.run.config import load_hardware_card
+
+    card, _ = load_hardware_card(device)
+    return {d: card.peak_flops(d) for d in ("bf16", "fp8", "fp4") if d in card.peak.flops}
+
+
+def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
+                ) -> tuple[TableDirectory, list[str]] | None:
+    """The table directory for one device and engine version, or None if the package has no data for it."""
+    data = source.data_dir
+    tables: dict[str, tuple[Row, ...]] = {}
+    infos: dict[str, TableInfo] = {}
+    notes: list[str] = []
+    device_names: set[str] = set()
+    library = LIBRARY[plan.framework]
+
+    def add(name: str, family: str, rows: list[Row], description: str, src: Path, status: str,
+            table_notes: list[str], routing: str = "balanced", served: str = "") -> None:
+        if not rows:
+            return
+        tables[name] = tuple(rows)
+        infos[name] = TableInfo(family=family, library=f"{library} (aiconfigurator collector)",  # type: ignore[arg-type]
+                                library_version=served or plan.version, description=description,
+                                source_file=str(src.relative_to(data)),
+                                notes=(f"collection status: {status}",) + tuple(table_notes), moe_routing=routing)
+
+    def load(family: str, stem: str) -> tuple[list[dict[str, Any]], Path, str, str] | None:
+        directory = family_version_dir(data, plan.system, family, plan.framework, plan.version)
+        if directory is None:
+            notes.append(f"{family}/{stem}: no collection for {plan.framework} {plan.version} or older")
+            return None
+        path = _table_file(directory, stem)
+        if path is None:
+            notes.append(f"{family}/{stem}: not in {directory.relative_to(data)}")
+            return None
+        if directory.name != plan.version:
+            notes.append(f"{stem}: taken from version {directory.name} (no {plan.version} collection; "
+                         f"aiconfigurator serves it the same way, by backward fill)")
+        records = read_records(path)
+        device_names.update(str(r["device"]) for r in records[:1] if r.get("device"))
+        return records, path, collection_status(directory, stem), directory.name
+
+    found = load("gemm", "gemm_perf")
+    if found:
+        records, path, status, served = found
+        for dtype, conv in sorted(convert_gemm(records, str(path), compact).items()):
+            what = "fp4 (NVFP4)" if dtype == "fp4" else dtype
+            add(f"gemm_{dtype}.csv", "gemm", conv.rows, f"dense GEMM, {what} inputs and weights, bf16 output",
+                path, status, conv.notes, served=served)
+    found = load("attention", "context_attention_perf")
+    if found:
+        records, path, status, served = found
+        conv = convert_context_attention(records, str(path))
+        add("attention_prefill.csv", "attention", conv.rows,
+            "causal prefill attention (MHA/GQA, full and sliding-window), one sequence",
+            path, status, conv.notes, served=served)
+    found = load("attention", "generation_attention_perf")
+    if found:
+        records, path, status, served = found
+        conv = convert_generation_attention(records, str(path), compact)
+        add("attention_decode.csv", "attention", conv.rows,
+            "decode attention (MHA/GQA, full and sliding-window), one query token",
+            path, status, conv.notes, served=served)
+    for stem, stage, name, what in (
+            ("context_mla_perf", "prefill", "attention_prefill_mla.csv",
+             "MLA prefill (no absorption) as MHA 192/128, one sequence"),
+            ("generation_mla_perf", "decode", "attention_decode_mla.csv", "absorbed MLA decode, one query token")):
+        found = load("mla", stem)
+        if found:
+            records, path, status, served = found
+            conv = convert_mla(records, str(path), stage, compact)
+            add(name, "attention", conv.rows, what, path, status, conv.notes, served=served)
+    found = load("moe", "moe_perf")
+    if found:
+        records, path, status, served = found
+        for (label, routing), conv in sorted(convert_moe(records, str(path), compact).items()):
+            add(f"grouped_gemm_{label}_{routing}.csv", "grouped_gemm", conv.rows,
+                f"routed experts of one MoE layer on one GPU, {MOE_TABLE_FORMATS.get(label, label)}, "
+                f"routing {routing}", path, status,
+                conv.notes, routing=routing, served=served)
+    found = load("comm", "custom_allreduce_perf")
+    custom = False
+    if found:
+        records, path, status, served = found
+        conv = convert_collectives(records, str(path), f"{plan.framework}-custom-allreduce", ("all_reduce",))
+        add("collective_allreduce.csv", "collective", conv.rows,
+            f"{LIBRARY[plan.framework]} custom all-reduce (the engine's TP all-reduce), one node", path, status,
+            conv.notes, served=served)
+        custom = bool(conv.rows)
+    nccl_base = data / plan.system / "comm" / "nccl"
+    nccl_dirs = sorted((p for p in nccl_base.iterdir() if p.is_dir()), key=lambda p: version_key(p.name)) \
+        if nccl_base.is_dir() else []
+    nccl_path = _table_file(nccl_dirs[-1], "nccl_perf") if nccl_dirs else None
+    if nccl_path is not None:
+        kinds = ("all_gather", "reduce_scatter") + (() if custom else ("all_reduce",))
+        conv = convert_collectives(read_records(nccl_path), str(nccl_path), "nccl", kinds)
+        if custom:
+            conv.notes.append("all_reduce rows not imported: the engine's custom all-reduce table times it")
+        add("collective_nccl.csv", "collective", conv.rows, "NCCL collectives, one node", nccl_path,
+            collection_status(nccl_dirs[-1], "nccl_perf"), conv.notes, served=f"nccl {nccl_dirs[-1].name}")
+    peaks = _peaks_of(plan.device)
+    for name in sorted(tables):
+        dtypes = {getattr(row, "dtype", None) for row in tables[name]} - {None}
+        if infos[name].family != "collective" and not dtypes <= set(peaks):
+            notes.append(f"{name} not written: hardware card {plan.device} has no peak FLOP/s for "
+                         f"{', '.join(sorted(dtypes - set(peaks)))}")
+            del tables[name], infos[name]
+    if not tables:
+        return None
+    alphas = sorted({info.moe_routing for info in infos.values() if info.family == "grouped_gemm"})
+    elementwise, elementwise_source = elementwise_rule(source.systems_dir, plan.system)
+    prov = Provenance(
+        format_version=FORMAT_VERSION,
+        device=DeviceInfo(name=sorted(device_names)[0] if device_names else plan.device),
+        peak_flops=peaks,
+        origin="imported",
+        measured_on="unknown",
+        written_on=_dt.date.today().isoformat(),
+        command="",  # set by the caller
+        software={"package": PACKAGE, "package_version": source.package_version, "system": plan.system,
+                  "framework": plan.framework, "framework_version": plan.version},
+        source={"path": f"{PACKAGE} {source.package_version}: aiconfigurator_core/systems/data/{plan.system}",
+                "project": PROJECT, "url": URL, "license": "Apache-2.0"},
+        notes=(LICENSE_NOTICE,
+               f"aiconfigurator system {plan.system}, {LIBRARY[plan.framework]} {plan.version} (the version "
+               f"aiconfigurator {source.package_version} calls current unless chosen otherwise); latencies converted "
+               f"from ms; efficiency relative to this hardware card's dense datasheet peaks",
+               "MoE routing: " + (", ".join(alphas) + " (power-law exponent alpha: 1.01 DeepSeek/Kimi family, "
+                                  "1.2 others); grouped-GEMM times already contain the expert-load imbalance"
+                                  if alphas else "no MoE tables"),
+               "measurement dates, clocks and driver are not in the package: unknown")
+        + NOT_IMPORTED + tuple(notes),
+        elementwise_memory_efficiency=elementwise,
+        elementwise_source=elementwise_source,
+        tables=infos,
+    )
+    return TableDirectory(provenance=prov, tables=tables), notes
+
+
+def plans_for(source: AicSource, devices: Sequence[str] | None, frameworks: Sequence[str] | None,
+              version: str | None) -> list[ImportPlan]:
+    devices = list(devices) if devices else list(SYSTEMS)
+    unknown = [d for d in devices if d not in SYSTEMS]
+    if unknown:
+        raise InferSimError(f"--devices: no aiconfigurator system known for {unknown[0]} "
+                            f"(known: {', '.join(SYSTEMS)})")
+    frameworks = list(frameworks) if frameworks else list(FRAMEWORKS)
+    bad = [f for f in frameworks if f not in FRAMEWORKS]
+    if bad:
+        raise InferSimError(f"--frameworks: {bad[0]} is not one of {', '.join(FRAMEWORKS)}")
+    current = current_versions(source.systems_dir)
+    plans = []
+    for device in devices:
+        system = SYSTEMS[device]
+        for framework in frameworks:
+            chosen = version or current.get((system, framework))
+            if chosen is None:
+                continue
+            plans.append(ImportPlan(device, system, framework, chosen))
+    return plans
+
+
+def import_aiconfigurator(out_root: Path, command: str, devices: Sequence[str] | None = None,
+                          frameworks: Sequence[str] | None = None, version: str | None = None,
+                          compact: bool = False, source: AicSource | None = None) -> list[Path]:
+    """Convert and write one directory per device and engine version; returns the directories written."""
+    from dataclasses import replace
+
+    source = source or installed_source()
+    written: list[Path] = []
+    for plan in plans_for(source, devices, frameworks, version):
+        result = convert_one(source, plan, compact)
+        if result is None:
+            continue
+        table_dir, _ = result
+        prov = replace(table_dir.provenance, command=command)
+        directory = Path(out_root) / plan.device / f"{plan.framework}-{plan.version}"
+        write_table_dir(directory, TableDirectory(provenance=prov, tables=table_dir.tables))
+        written.append(directory)
+    if not written:
+        raise InferSimError(f"{source.data_dir}: no tables found for devices {devices or list(SYSTEMS)}, "
+                            f"frameworks {frameworks or list(FRAMEWORKS)}, version {version or 'current'}")
+    return written
