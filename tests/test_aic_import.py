@@ -326,7 +326,7 @@ def test_collectives_imported_and_timed(package: aic.AicSource, tmp_path: Path) 
 
 def test_two_libraries_for_one_collective_are_refused(tmp_path: Path) -> None:
     from infersim.tables.format import CollectiveRow, DeviceInfo, Provenance, TableDirectory, TableInfo
-    from infersim.tables.table_files import write_table_dir
+    from infersim.tables.output import write_table_dir
 
     rows = {"a.csv": (CollectiveRow("all_reduce", "nccl", "bf16", 8, 2048, 20.0),),
             "b.csv": (CollectiveRow("all_reduce", "trtllm-custom-allreduce", "bf16", 8, 2048, 10.0),)}

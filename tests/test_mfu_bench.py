@@ -330,10 +330,11 @@ def test_the_time_budget_ends_the_run_with_every_family_covered(cards_dir: Path,
             return super().measure(case, launch)
 
     coarse = sum(harness.estimated_seconds(c) for c in cases[:len(cases) // 10])
-    result = harness.run_bench(cases, FakeBackend(), Ticking(), tmp_path, {"bf16": 1e15, "fp8": 2e15}, "cmd",
+    out = tmp_path / "tables"
+    result = harness.run_bench(cases, FakeBackend(), Ticking(), out, {"bf16": 1e15, "fp8": 2e15}, "cmd",
                                progress=None, budget_seconds=coarse + 10.0, clock=lambda: clock[0])
     assert result.stopped.startswith("time budget of") and 0 < result.measured < len(cases)
-    written = read_table_dir(tmp_path)
+    written = read_table_dir(out)
     assert written.provenance.complete  # a budget is a clean end
     assert {info.family for info in written.provenance.tables.values()} == {
         "gemm", "attention", "grouped_gemm", "elementwise"}
@@ -359,9 +360,32 @@ def test_peaks_come_from_the_matching_hardware_card() -> None:
 
 def test_a_stray_csv_in_the_output_is_refused_before_measuring(tmp_path: Path) -> None:
     (tmp_path / "mine.csv").write_text("a,b\n")
-    with pytest.raises(InferSimError, match="holds mine.csv, which no provenance lists"):
-        harness.run_bench([GemmCase("bf16", 16, 64, 64)], FakeBackend(), FakeTimer(), tmp_path, {"bf16": 1e15}, "c",
+
+    class Untouchable(FakeTimer):
+        def measure(self, case: harness.BenchCase, launch: Callable[[], None]) -> float:
+            raise AssertionError("measured before the output was checked")
+
+    with pytest.raises(InferSimError, match="is not empty and is not a kernel-table directory"):
+        harness.run_bench([GemmCase("bf16", 16, 64, 64)], FakeBackend(), Untouchable(), tmp_path, {"bf16": 1e15}, "c",
                           progress=None)
+    with pytest.raises(InferSimError, match="'mine.csv', a CSV InferSim did not write"):
+        harness.run_bench([GemmCase("bf16", 16, 64, 64)], FakeBackend(), Untouchable(), tmp_path, {"bf16": 1e15}, "c",
+                          progress=None, force=True)
+    assert (tmp_path / "mine.csv").read_text() == "a,b\n"
+
+
+def test_a_rerun_replaces_its_own_tables_only_with_force(tmp_path: Path) -> None:
+    out = tmp_path / "tables"
+    harness.run_bench([GemmCase("bf16", 16, 64, 64)], FakeBackend(), FakeTimer(), out, {"bf16": 1e15}, "c",
+                      progress=None)
+    (out / "notes.txt").write_text("mine\n")
+    with pytest.raises(InferSimError, match="already holds kernel tables.*--force"):
+        harness.run_bench([GemmCase("bf16", 32, 64, 64)], FakeBackend(), FakeTimer(), out, {"bf16": 1e15}, "c",
+                          progress=None)
+    harness.run_bench([GemmCase("bf16", 32, 64, 64)], FakeBackend(), FakeTimer(), out, {"bf16": 1e15}, "c",
+                      progress=None, force=True)
+    assert [r.m for r in read_table_dir(out).tables["gemm_bf16.csv"]] == [32]
+    assert (out / "notes.txt").read_text() == "mine\n"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from infersim.cli.main import main
 from infersim.base.errors import InferSimError
 from infersim.tabletools.compare import compare_tables
 from infersim.tables.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
-from infersim.tables.table_files import write_table_dir
+from infersim.tables.output import write_table_dir
 
 PEAKS = {"bf16": 989.4e12}
 #: (k, n) of the synthetic GEMM slices; each is swept over M_VALUES

@@ -19,7 +19,8 @@ from infersim.tables.format import (
     TableInfo,
     efficiency_of,
 )
-from infersim.tables.table_files import read_table_dir, write_table_dir
+from infersim.tables.output import write_table_dir
+from infersim.tables.table_files import read_table_dir
 from infersim.tables.lookup import load_tables
 
 PEAKS = {"bf16": 989.4e12, "fp8": 1978.9e12}
@@ -112,16 +113,3 @@ def test_missing_provenance_field_is_one_clear_error(tmp_path: Path) -> None:
     (tmp_path / PROVENANCE_FILE).write_text(text.replace("command: infersim mfu bench --out x\n", ""))
     with pytest.raises(ConfigError, match="field 'command'.*required field is missing"):
         read_table_dir(tmp_path)
-
-
-def test_rewriting_removes_superseded_tables_but_never_foreign_files(tmp_path: Path) -> None:
-    directory = sample_directory()
-    write_table_dir(tmp_path, directory)
-    smaller = TableDirectory(replace(directory.provenance, tables={"gemm.csv": directory.provenance.tables["gemm.csv"]}),
-                             {"gemm.csv": directory.tables["gemm.csv"]})
-    write_table_dir(tmp_path, smaller)
-    assert sorted(p.name for p in tmp_path.glob("*.csv")) == ["gemm.csv"]
-    assert read_table_dir(tmp_path).tables == smaller.tables
-    (tmp_path / "mine.csv").write_text("x\n")
-    with pytest.raises(InferSimError, match="mine.csv"):
-        write_table_dir(tmp_path, smaller)

@@ -19,7 +19,8 @@ from infersim.shapes.kernels import AttentionShape
 from infersim.tabletools import aiconfigurator as aic
 from infersim.tabletools import aiconfigurator_convert as aic_convert
 from infersim.tables.format import AttentionRow, DeviceInfo, Provenance, TableDirectory, TableInfo
-from infersim.tables.table_files import read_table_csv, read_table_dir, table_csv_text, write_table_dir
+from infersim.tables.output import write_table_dir
+from infersim.tables.table_files import read_table_csv, read_table_dir, table_csv_text
 from infersim.tables.lookup import MfuTables, load_tables
 
 PEAK = 1e15  # the fixtures' bf16 peak FLOP/s

@@ -25,6 +25,8 @@ from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape,
 
 FORMAT_VERSION = 1
 PROVENANCE_FILE = "provenance.yaml"
+#: the first line of every provenance InferSim writes: how a table directory of its own is told apart
+PROVENANCE_HEADER = "# Provenance of the kernel tables in this directory (format: mfu_tables/FORMAT.md)."
 Family = Literal["gemm", "grouped_gemm", "attention", "collective", "elementwise"]
 FAMILIES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention", "collective", "elementwise")
 #: families whose rows have no FLOPs, hence no `efficiency` column (latency is the whole record)

@@ -22,6 +22,7 @@ from infersim.tables.format import (
     NO_EFFICIENCY,
     OPTIONAL_COLUMNS,
     PROVENANCE_FILE,
+    PROVENANCE_HEADER,
     ROW_TYPES,
     WEIGHT_FORMATS,
     ZERO_WHEN_EMPTY,
@@ -120,45 +121,31 @@ def provenance_yaml_text(provenance: Provenance) -> str:
         info["notes"] = list(info["notes"])
         if info.get("moe_routing") == "balanced":
             del info["moe_routing"]  # the default: kept out so that older directories read unchanged
-    header = ("# Provenance of the kernel tables in this directory (format: mfu_tables/FORMAT.md).\n"
+    header = (f"{PROVENANCE_HEADER}\n"
               "# `efficiency` in every CSV = kernel FLOPs / (latency * peak_flops[dtype]).\n")
     import yaml  # here: only writing tables needs PyYAML (~10 ms to import), reading goes through the cache
 
     return header + yaml.safe_dump(plain(data), sort_keys=False, width=110, allow_unicode=True)
 
 
-def write_table_dir(directory: Path, table_dir: TableDirectory) -> None:
-    """Write provenance.yaml and every CSV; the provenance must list exactly the given tables."""
+def write_table_files(directory: Path, table_dir: TableDirectory) -> None:
+    """Write provenance.yaml and every CSV into `directory`, a new empty one (the safe way to write
+    a table directory, replacing only what InferSim wrote, is infersim.tables.output.write_table_dir);
+    the provenance must list exactly the given tables."""
     prov = table_dir.provenance
     if set(prov.tables) != set(table_dir.tables):
         raise InferSimError(f"{directory}: provenance lists {sorted(prov.tables)} but tables are "
                             f"{sorted(table_dir.tables)}")
-    directory.mkdir(parents=True, exist_ok=True)
-    _remove_superseded_tables(directory, set(table_dir.tables))
     for name, rows in table_dir.tables.items():
         family = prov.tables[name].family
         wrong = [r for r in rows if not isinstance(r, ROW_TYPES[family])]
         if wrong:
             raise InferSimError(f"{directory / name}: a {family} table got a {type(wrong[0]).__name__}")
         text = table_csv_text(family, rows, lambda d: prov.peak_for(d, str(directory / PROVENANCE_FILE)))
-        (directory / name).write_text(text)
-    (directory / PROVENANCE_FILE).write_text(provenance_yaml_text(prov))
-
-
-def _remove_superseded_tables(directory: Path, keep: set[str]) -> None:
-    """Rewriting a table directory: CSVs the old provenance listed but the new one does not are
-    removed; any other CSV there is not ours to delete, so writing is refused."""
-    old_listed: set[str] = set()
-    if (directory / PROVENANCE_FILE).is_file():
-        old = load_yaml(directory / PROVENANCE_FILE)
-        if isinstance(old, dict) and isinstance(old.get("tables"), dict):
-            old_listed = set(map(str, old["tables"]))
-    strays = sorted(p.name for p in directory.glob("*.csv") if p.name not in keep and p.name not in old_listed)
-    if strays:
-        raise InferSimError(f"{directory}: holds {strays[0]}, which no provenance lists; "
-                            f"write the tables to an empty directory or remove it")
-    for name in sorted(old_listed - keep):
-        (directory / name).unlink(missing_ok=True)
+        with (directory / name).open("x", encoding="utf-8") as f:  # "x": never over a file already there
+            f.write(text)
+    with (directory / PROVENANCE_FILE).open("x", encoding="utf-8") as f:
+        f.write(provenance_yaml_text(prov))
 
 
 # ---------------------------------------------------------------------------------------------

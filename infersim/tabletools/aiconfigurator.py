@@ -39,7 +39,7 @@ from infersim.tabletools.aiconfigurator_convert import (
     convert_moe,
 )
 from infersim.tables.format import FORMAT_VERSION, DeviceInfo, Provenance, Row, TableDirectory, TableInfo
-from infersim.tables.table_files import write_table_dir
+from infersim.tables.output import check_output_dir, write_table_dir
 from infersim.tables.select import version_key
 
 PACKAGE = "aiconfigurator-core"
@@ -363,20 +363,24 @@ def plans_for(source: AicSource, devices: Sequence[str] | None, frameworks: Sequ
 
 def import_aiconfigurator(out_root: Path, command: str, devices: Sequence[str] | None = None,
                           frameworks: Sequence[str] | None = None, version: str | None = None,
-                          compact: bool = False, source: AicSource | None = None) -> list[Path]:
-    """Convert and write one directory per device and engine version; returns the directories written."""
+                          compact: bool = False, source: AicSource | None = None, force: bool = False) -> list[Path]:
+    """Convert and write one directory per device and engine version; returns the directories written.
+    A directory already holding anything is refused unless `force` (infersim.tables.output)."""
     from dataclasses import replace
 
     source = source or installed_source()
     written: list[Path] = []
-    for plan in plans_for(source, devices, frameworks, version):
+    plans = plans_for(source, devices, frameworks, version)
+    for plan in plans:  # every output checked before any is written
+        check_output_dir(Path(out_root) / plan.device / f"{plan.framework}-{plan.version}", force)
+    for plan in plans:
         result = convert_one(source, plan, compact)
         if result is None:
             continue
         table_dir, _ = result
         prov = replace(table_dir.provenance, command=command)
         directory = Path(out_root) / plan.device / f"{plan.framework}-{plan.version}"
-        write_table_dir(directory, TableDirectory(provenance=prov, tables=table_dir.tables))
+        write_table_dir(directory, TableDirectory(provenance=prov, tables=table_dir.tables), force)
         written.append(directory)
     if not written:
         raise InferSimError(f"{source.data_dir}: no tables found for devices {devices or list(SYSTEMS)}, "

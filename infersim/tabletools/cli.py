@@ -95,6 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="hardware card for the peak FLOP/s (default: matched from the device name)")
     bench.add_argument("--peak-bf16", type=_positive_float, default=None, help="dense bf16 FLOP/s (overrides the card)")
     bench.add_argument("--peak-fp8", type=_positive_float, default=None, help="dense fp8 FLOP/s (overrides the card)")
+    bench.add_argument("--force", action="store_true",
+                       help="write into a directory that already holds something: replaces only the tables InferSim "
+                            "wrote there (as its provenance lists them), never any other file")
     bench.set_defaults(handler=bench_command)
 
     imp = commands.add_parser("import-infersim", help="convert the original InferSim's published kernel tables",
@@ -104,6 +107,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("src_dir", type=Path, metavar="SRC_DIR", help="e.g. ../shared/reference/infersim_bench_data")
     imp.add_argument("--out", type=Path, required=True, help="output root: one directory per device is written")
     imp.add_argument("--devices", type=_csv_list, default=(), help="only these devices (default: all found)")
+    imp.add_argument("--force", action="store_true",
+                   help="write into a directory that already holds something: replaces only the tables InferSim "
+                        "wrote there (as its provenance lists them), never any other file")
     imp.set_defaults(handler=import_command)
 
     aic = commands.add_parser(
@@ -122,6 +128,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="engine version (default: each engine's current version in aiconfigurator)")
     aic.add_argument("--compact", action="store_true",
                      help="thinned grids (GEMM m and MoE tokens at powers of two), as bundled")
+    aic.add_argument("--force", action="store_true",
+                     help="write into a directory that already holds something: replaces only the tables InferSim "
+                          "wrote there (as its provenance lists them), never any other file")
     aic.set_defaults(handler=import_aic_command)
 
     cmp = commands.add_parser(
@@ -158,6 +167,9 @@ def _register_from_trace(commands: argparse._SubParsersAction) -> None:
     learn.add_argument("--rank", default=None, metavar="R", help="TP rank (or GPU of a merged file) to learn from")
     learn.add_argument("--step-regions", default=None, metavar="NAME,...", help="your record_function step regions")
     learn.add_argument("--rules", action="append", default=[], metavar="YAML", help="extra kernel rules (repeatable)")
+    learn.add_argument("--force", action="store_true",
+                       help="write into a directory that already holds something: replaces only the tables InferSim "
+                            "wrote there (as its provenance lists them), never any other file")
     learn.set_defaults(handler=from_trace_command)
 
 
@@ -173,6 +185,7 @@ def from_trace_command(args: argparse.Namespace) -> int:
                                                                          ("step_regions", args.step_regions))
                  if value is not None]
         argv += [f"--rules={value}" for value in args.rules]
+        argv += ["--force"] if getattr(args, "force", False) else []
         command = shlex.join(argv)
     return run_from_trace(args, command)
 
@@ -251,7 +264,7 @@ def import_aic_command(args: argparse.Namespace) -> int:
 
     out = args.out or bundled_dir("mfu_tables") / "aiconfigurator"
     written = import_aiconfigurator(out, _command_of(args), args.devices or None, args.frameworks or None,
-                                    args.version, args.compact)
+                                    args.version, args.compact, force=args.force)
     for directory in written:
         print(f"wrote {directory}")
     return 0
@@ -260,7 +273,7 @@ def import_aic_command(args: argparse.Namespace) -> int:
 def import_command(args: argparse.Namespace) -> int:
     from infersim.tabletools.importer import import_infersim
 
-    written = import_infersim(args.src_dir, args.out, _command_of(args), args.devices or None)
+    written = import_infersim(args.src_dir, args.out, _command_of(args), args.devices or None, force=args.force)
     for directory in written:
         print(f"wrote {directory}")
     return 0
@@ -280,6 +293,9 @@ def bench_command(args: argparse.Namespace, backend: object = None, timer: objec
     if args.device not in ("cuda", "cpu") and not str(args.device).startswith("cuda:"):
         raise InferSimError(f"--device {args.device!r}: expected cuda, cuda:N or cpu")
     smoke = args.device == "cpu"
+    from infersim.tables.output import check_output_dir
+
+    check_output_dir(Path(args.out), getattr(args, "force", False))  # before a GPU is touched
     options = harness.BenchOptions(dtypes=tuple(args.dtypes))
     if args.kernels:
         options = dataclasses.replace(options, kernels=tuple(args.kernels))
@@ -312,7 +328,8 @@ def bench_command(args: argparse.Namespace, backend: object = None, timer: objec
     print(f"infersim mfu bench: {env.device.name}, {len(cases)} cases ({harness.cases_summary(cases)}) from "
           f"{len(cards)} model cards; peaks from {peak_source}; writing {args.out}", file=sys.stderr)
     result = harness.run_bench(cases, backend, timer, args.out, peaks, _command_of(args),  # type: ignore[arg-type]
-                               budget_seconds=args.time_budget or float("inf"))
+                               budget_seconds=args.time_budget or float("inf"),
+                               force=getattr(args, "force", False))
     skipped = sum(result.skipped.values())
     print(f"wrote {result.directory}: {result.measured} kernels measured"
           + (f", {len(result.failed)} failed" if result.failed else "")

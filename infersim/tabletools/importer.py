@@ -46,7 +46,7 @@ from infersim.tables.format import (
     TableInfo,
     efficiency_of,
 )
-from infersim.tables.table_files import write_table_dir
+from infersim.tables.output import check_output_dir, write_table_dir
 
 PROJECT = "original InferSim (Alibaba, Apache-2.0)"
 
@@ -373,8 +373,10 @@ def import_device(src: Path, device_key: str) -> tuple[dict[str, _TableBuild], l
     return builds, skipped
 
 
-def import_infersim(src: Path, out: Path, command: str, devices: Sequence[str] | None = None) -> list[Path]:
-    """Convert every device found under `src` into `out/<device>/`; returns the directories written."""
+def import_infersim(src: Path, out: Path, command: str, devices: Sequence[str] | None = None,
+                    force: bool = False) -> list[Path]:
+    """Convert every device found under `src` into `out/<device>/`; returns the directories written.
+    A directory already holding anything is refused unless `force` (infersim.tables.output)."""
     src, out = Path(src), Path(out)
     if not src.is_dir():
         raise InferSimError(f"InferSim benchmark data not found: {src} is not a directory")
@@ -387,6 +389,8 @@ def import_infersim(src: Path, out: Path, command: str, devices: Sequence[str] |
     if unknown:
         raise InferSimError(f"{src}: no datasheet peaks known for device '{unknown[0]}' "
                             f"(known: {', '.join(sorted(PUBLISHED_DEVICES))})")
+    for key in chosen:  # every output checked before any is written
+        check_output_dir(out / key, force)
     today = _dt.date.today().isoformat()
     written = []
     for key in chosen:
@@ -423,6 +427,6 @@ def import_infersim(src: Path, out: Path, command: str, devices: Sequence[str] |
                     for name, b in builds.items()},
         )
         directory = out / key
-        write_table_dir(directory, TableDirectory(prov, {n: tuple(b.rows) for n, b in builds.items()}))
+        write_table_dir(directory, TableDirectory(prov, {n: tuple(b.rows) for n, b in builds.items()}), force)
         written.append(directory)
     return written

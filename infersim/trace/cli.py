@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from infersim.base.errors import InferSimError, NotPossible
@@ -242,8 +243,11 @@ def run_from_trace(args: argparse.Namespace, command: str) -> int:
     from infersim.trace.traced_run import read_traced_run, traced_workload
     from infersim.trace.report import learned_text
 
+    from infersim.tables.output import check_output_dir
+
     regions = tuple(name.strip() for name in (args.step_regions or "").split(",") if name.strip())
     load_run_config(args.config, args.overrides, "none")  # a bad config fails before a large trace is read
+    check_output_dir(Path(args.out), getattr(args, "force", False))  # and a refused --out before it
     run = read_traced_run(args.trace, args.rank, regions, args.rules)
     if not run.calls:
         raise NotPossible(f"{args.trace}: no GEMM, attention or grouped-GEMM operator with recorded shapes in its "
@@ -261,7 +265,7 @@ def run_from_trace(args: argparse.Namespace, command: str) -> int:
                                      f"fallback: the share of HBM bandwidth fitted on the traced elementwise time: "
                                      f"{efficiency[1]}")
     table_dir = table_directory(run, learned, config, command, efficiency, learn_host(run, config))
-    write_learned_tables(args.out, table_dir)
+    write_learned_tables(args.out, table_dir, getattr(args, "force", False))
     checked = load_run_config(args.config, overrides, str(args.out))
     result = simulate(checked)
     checks = check_stages(run.lane, result.prefill, result.decode)

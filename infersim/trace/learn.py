@@ -54,7 +54,7 @@ from typing import Any
 from infersim.cards import categories as cat
 from infersim.run.config import RunConfig
 from infersim.engine.stage import StageResult
-from infersim.base.errors import InferSimError, NotPossible
+from infersim.base.errors import NotPossible
 from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, elementwise_bytes
 from infersim.tables.format import (
     AttentionRow,
@@ -62,12 +62,11 @@ from infersim.tables.format import (
     ElementwiseRow,
     GemmRow,
     GroupedGemmRow,
-    PROVENANCE_FILE,
     Provenance,
     TableDirectory,
     TableInfo,
 )
-from infersim.tables.table_files import write_table_dir
+from infersim.tables.output import write_table_dir
 from infersim.modules.step import build_stage_plan
 from infersim.trace.compare import ModuleComparison, compare_lane
 from infersim.trace.load import RawTrace
@@ -519,11 +518,8 @@ def table_directory(run: TracedRun, learned: LearnedTables, config: RunConfig, c
     return TableDirectory(provenance=prov, tables=tables)
 
 
-def write_learned_tables(out: Path, table_dir: TableDirectory) -> None:
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / PROVENANCE_FILE).is_file():
-        raise InferSimError(f"--out {out}: directory exists and is not a table directory; give a new or empty one")
-    write_table_dir(out, table_dir)
+def write_learned_tables(out: Path, table_dir: TableDirectory, force: bool = False) -> None:
+    write_table_dir(Path(out), table_dir, force)
 
 
 # ---------------------------------------------------------------------------------------------

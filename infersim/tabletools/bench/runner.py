@@ -97,7 +97,7 @@ def host_costs(probes: dict[str, float]) -> tuple[float | None, float | None, st
 def run_bench(cases: Sequence[BenchCase], backend: KernelBackend, timer: KernelTimer, out: Path,
               peaks: dict[str, float], command: str, progress: TextIO | None | Literal["stderr"] = "stderr",
               budget_seconds: float = math.inf, clock: Callable[[], float] = time.monotonic,
-              measured_on: str | None = None, reserve_seconds: float = 5.0) -> BenchResult:
+              measured_on: str | None = None, reserve_seconds: float = 5.0, force: bool = False) -> BenchResult:
     """Time every case in order, writing each row as it is measured (module docstring). The run stops
     before a case whose estimated time would end it later than `budget_seconds` (minus a reserve for
     the final write) after the start."""
@@ -109,7 +109,7 @@ def run_bench(cases: Sequence[BenchCase], backend: KernelBackend, timer: KernelT
         raise InferSimError(f"no peak FLOP/s for {', '.join(missing_peaks)} on {env.device.name}: "
                             f"give --peak-{missing_peaks[0]} or --hardware")
     writer = TableWriter(out, env.device, env.software, peaks, command, measured_on or today(),
-                         [f"timing: {getattr(timer, 'description', type(timer).__name__)}"])
+                         [f"timing: {getattr(timer, 'description', type(timer).__name__)}"], force=force)
     result = BenchResult(Path(out), 0)
     probes: dict[str, float] = {}
     host_notes: list[str] = []

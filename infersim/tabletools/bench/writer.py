@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Sequence
 
-from infersim.cards.schema import load_yaml
 from infersim.base.errors import InferSimError
+from infersim.tables.output import clear_own_tables
 from infersim.tables.format import FORMAT_VERSION, PROVENANCE_FILE, DeviceInfo, Provenance, Row, TableInfo
 from infersim.tables.table_files import measured_columns, plain, provenance_yaml_text, row_cells
 
@@ -47,7 +47,7 @@ class TableWriter:
     """A table directory being written as it is measured (see the module docstring)."""
 
     def __init__(self, directory: Path, device: DeviceInfo, software: dict[str, str], peaks: dict[str, float],
-                 command: str, measured_on: str, notes: Sequence[str] = ()) -> None:
+                 command: str, measured_on: str, notes: Sequence[str] = (), force: bool = False) -> None:
         self.directory = Path(directory)
         self.device = device
         self.software = {str(k): str(plain(v)) for k, v in software.items()}
@@ -61,8 +61,8 @@ class TableWriter:
         self.host_source = ""
         self.tables: dict[str, _Table] = {}
         self._handles: dict[str, tuple[IO[str], list[str]]] = {}
+        clear_own_tables(self.directory, force)  # before anything is measured: a refused --out costs nothing
         self.directory.mkdir(parents=True, exist_ok=True)
-        _clear_previous_run(self.directory)
         self.write_provenance(complete=False)
 
     # -- rows
@@ -135,20 +135,3 @@ class TableWriter:
             handle.close()
         self._handles.clear()
         self.write_provenance(complete=complete)
-
-
-def _clear_previous_run(directory: Path) -> None:
-    """A bench run rewrites its directory: the CSVs an earlier provenance listed are removed; any
-    other CSV there is not ours to delete, so the run is refused before it measures anything."""
-    listed: set[str] = set()
-    path = directory / PROVENANCE_FILE
-    if path.is_file():
-        old = load_yaml(path)
-        if isinstance(old, dict) and isinstance(old.get("tables"), dict):
-            listed = set(map(str, old["tables"]))
-    strays = sorted(p.name for p in directory.glob("*.csv") if p.name not in listed)
-    if strays:
-        raise InferSimError(f"{directory}: holds {strays[0]}, which no provenance lists; write the tables to an "
-                            f"empty directory or remove it")
-    for name in sorted(listed):
-        (directory / name).unlink(missing_ok=True)
