@@ -168,13 +168,18 @@ def run(command: str) -> tuple[str, int]:
                       "python benchmarks/NAME.py ..., python scripts/NAME.py ..., echo $?)")
 
 
+#: a progress report on stderr (`infersim: sweep progress: 75.0%, ...`): never part of a shown output
+PROGRESS_LINE = re.compile(r"infersim: [\w -]*progress: ")
+
+
 def normalised(output: str) -> list[str]:
     import infersim
 
     # the bundled cards and tables: the repository root in a checkout, infersim/_bundled installed
     installed = Path(infersim.__file__).resolve().parent / "_bundled"
     text = output.replace(str(installed), ELISION).replace(str(REPO), ELISION)
-    lines = [line.rstrip() for line in text.splitlines()]
+    # progress lines depend on how fast the machine is (a slow run prints them, a fast one does not)
+    lines = [line.rstrip() for line in text.splitlines() if not PROGRESS_LINE.match(line)]
     while lines and not lines[-1]:
         lines.pop()
     return lines

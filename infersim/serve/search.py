@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from infersim.cards.schema import check_number
 from infersim.run.config import RunConfig
+from infersim.base.workers import stop_pool, worker_pool
 from infersim.base.errors import ConfigError, InferSimError, NotPossible, echo
 from infersim.serve.api import simulate_serving
 from infersim.serve.metrics import percentile_key
@@ -49,14 +50,16 @@ class RateRunner:
 
     def __enter__(self) -> RateRunner:
         if self.executor is None and self.workers > 1:
-            from infersim.sweep.runner import _ignore_sigint
-
-            self.pool = cf.ProcessPoolExecutor(max_workers=self.workers, initializer=_ignore_sigint)
+            self.pool = worker_pool(self.workers)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if self.pool is None:
+            return
+        if kind is None:
             self.pool.shutdown(cancel_futures=True)
+        else:  # interrupted or failed: the workers' runs are of no use any more
+            stop_pool(self.pool)
 
     def run(self, rates: list[float | None], label: str = "runs") -> list[dict[str, Any]]:
         from infersim.sweep.runner import Progress

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from infersim.base.workers import stop_pool, worker_pool
 from infersim.base.errors import InferSimError
 from infersim.sweep.evaluate import ChunkResult, Evaluator, Row, SweepSpec, evaluate_chunk
 
@@ -169,13 +170,6 @@ def size_estimate(spec: SweepSpec, workers: int, sample_units: int = 32) -> tupl
     return max(sims, sample.units and len(sample.rows) * spec.units // sample.units), per_unit * spec.units / max(workers, 1)
 
 
-def _ignore_sigint() -> None:
-    """Worker processes leave Ctrl-C and SIGTERM (sent to the whole process group by a job
-    scheduler or `timeout`) to the parent, which cancels what has not started."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
 def _payload(spec: SweepSpec) -> bytes:
     try:
         return pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
@@ -254,15 +248,14 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
         else:
             payload = _payload(spec)
             own = executor is None
-            pool = executor or cf.ProcessPoolExecutor(max_workers=n_workers, initializer=_ignore_sigint)
+            pool = executor or worker_pool(n_workers)
             futures: dict[cf.Future, int] = {}
             try:
                 futures = {pool.submit(evaluate_chunk, payload, begin, stop): begin for begin, stop in ranges}
                 for future in cf.as_completed(futures):
                     record(futures[future], future.result())
             except KeyboardInterrupt:
-                for future in futures:
-                    future.cancel()
+                _stop(pool, own, futures)
                 for future, begin in futures.items():  # keep chunks that finished meanwhile
                     if begin not in results and future.done() and not future.cancelled() \
                             and future.exception() is None:
@@ -270,7 +263,7 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
                 raise
             finally:
                 if own:
-                    pool.shutdown(wait=not interrupted_flag(futures), cancel_futures=True)
+                    pool.shutdown(cancel_futures=True)
     except KeyboardInterrupt as exc:
         interrupted = True
         interrupted_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
@@ -287,17 +280,22 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
                        interrupted_by)
 
 
+def _stop(pool: cf.Executor, own: bool, futures: dict[cf.Future, int]) -> None:
+    """Stop the work of an interrupted sweep: a pool it made, at once (its workers end in the middle
+    of their chunks); a caller's executor keeps running, so only what has not started is cancelled."""
+    if own:
+        stop_pool(pool)
+        return
+    for future in futures:
+        future.cancel()
+
+
 def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:,.0f} s"
     if seconds < 7200:
         return f"{seconds / 60:,.0f} min"
     return f"{seconds / 3600:,.1f} h"
-
-
-def interrupted_flag(futures: dict[cf.Future, int]) -> bool:
-    """True when some future was cancelled or has not finished (do not wait for the pool then)."""
-    return any(not f.done() or f.cancelled() for f in futures)
 
 
 def dask_executor(address: str) -> tuple[cf.Executor, Any]:
