@@ -16,7 +16,6 @@ one message rather than imported as something else.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -24,6 +23,7 @@ from typing import Any, get_type_hints
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.quantization import quantization_from_hf
 from infersim.cards.schema import check_number
+from infersim.base.plaindata import loads_json
 from infersim.base.errors import MISSING, ConfigError
 
 # card field -> candidate HF keys, first present wins
@@ -103,7 +103,7 @@ def _hf_key(config: dict[str, Any], card_key: str) -> str:
 
 def read_hf_config(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"), str(path))
     except FileNotFoundError:
         raise ConfigError(str(path), "", MISSING, "file not found") from None
     except IsADirectoryError:
@@ -111,10 +111,6 @@ def read_hf_config(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(str(path), "", MISSING, f"cannot read file: {reason}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(str(path), "", MISSING, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except ValueError:  # an integer of more than 4,300 digits
-        raise ConfigError(str(path), "", MISSING, "holds a number too long to read (Python reads at most 4,300 digits)") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", MISSING, "expected a JSON object (a HuggingFace config.json)")
     return data

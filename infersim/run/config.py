@@ -26,6 +26,7 @@ from infersim.cards.deployment import (
     with_checkpoint_precision,
     with_engine_defaults,
 )
+from infersim.base.plaindata import parse_flag_value
 from infersim.base.errors import MISSING, ConfigError, InferSimError
 from infersim.shapes.kernels import KernelTables, NoTables
 from infersim.tables.libraries import KernelLibraries, restrict_to_libraries
@@ -108,13 +109,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     path = [p for p in key.strip().split(".")]
     if not all(path):
         raise InferSimError(f"--set '{text}': empty part in field name '{key}'")
-    import yaml  # only for --set: a plain run reads no YAML text itself (infersim.cards.schema)
-
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except (yaml.YAMLError, ValueError):  # ValueError: an integer beyond Python's 4,300-digit limit
-        value = raw
-    return path, value
+    return path, parse_flag_value(raw, f"--set {key.strip()}=")
 
 
 def _set_dotted(data: dict[str, Any], path: list[str], value: Any, text: str) -> None:

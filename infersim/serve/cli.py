@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from infersim.base.plaindata import parse_flag_value
 from infersim.base.errors import InferSimError
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -44,6 +45,7 @@ def parse_slo(text: str) -> dict[str, float]:
 def _length(text: str | None, name: str) -> Any:
     if text is None:
         return None
+    parse_flag_value(text, f"--{name}")  # the length and nesting rule, before YAML's own parser
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:

@@ -13,7 +13,6 @@ to the first row and span at most infersim.serve.workload.MAX_SPAN_S.
 from __future__ import annotations
 
 import csv
-import json
 import random
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from infersim.cards.schema import MAX_COUNT, MAX_MAGNITUDE, MIN_MAGNITUDE, check_number
+from infersim.base.plaindata import loads_json
 from infersim.base.errors import ConfigError, InferSimError, echo
 from infersim.serve.workload import MAX_REQUESTS, MAX_SPAN_S, Request, span_error
 
@@ -223,13 +223,7 @@ def _rows_jsonl(p: Path, fh: Any) -> Iterator[tuple[int, dict[str, Any]]]:
     for number, line in enumerate(fh, 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InferSimError(f"trace {p}: row {number}: not a JSON object ({exc.msg})") from None
-        except ValueError:  # an integer of more than 4,300 digits
-            raise InferSimError(f"trace {p}: row {number}: holds a number too long to read (Python reads at most "
-                                "4,300 digits)") from None
+        record = loads_json(line, f"trace {p}: row {number}")
         if not isinstance(record, dict):
             raise InferSimError(f"trace {p}: row {number}: expected a JSON object, got {echo(record)}")
         yield number, record

@@ -29,13 +29,13 @@ import typing
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin, get_type_hints
 
-import yaml
 
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.cards.schema import build, check_number
 from infersim.run.config import Speculative
 from infersim.cards.deployment import Deployment, Workload
+from infersim.base.plaindata import parse_flag_value
 from infersim.base.errors import ConfigError, InferSimError, echo, shorten
 
 MAX_VALUES_PER_AXIS = 100_000
@@ -148,10 +148,7 @@ def expand_values(raw: str, text: str = "") -> list[Any]:
         if ".." in item:
             out.extend(expand_range(item, text))
         else:
-            try:
-                out.append(yaml.safe_load(item))
-            except (yaml.YAMLError, ValueError):  # ValueError: an integer beyond Python's 4,300-digit limit
-                out.append(item)
+            out.append(parse_flag_value(item, f"--grid {text.split('=', 1)[0]}="))
         if len(out) > MAX_VALUES_PER_AXIS:
             raise InferSimError(f"--grid '{text}': more than {MAX_VALUES_PER_AXIS:,} values")
     return out

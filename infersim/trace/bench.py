@@ -16,12 +16,12 @@ B x ISL / G prompt tokens and B / G decode requests per GPU; throughputs are com
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from infersim.cards.schema import check_number
+from infersim.base.plaindata import JsonError, loads_json
 from infersim.base.errors import MISSING, ConfigError, InferSimError
 from infersim.trace.compare import relative_error
 from infersim.base.units import MS
@@ -157,29 +157,21 @@ def read_result_objects(path: str | Path) -> tuple[tuple[int, Any], ...]:
         raise InferSimError(f"{source}: empty file, no benchmark results")
     records: list[tuple[int, Any]] = []
     if stripped.startswith("["):
-        try:
-            items = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise InferSimError(f"{source}: malformed JSON: {exc.msg} at line {exc.lineno}") from None
-        except ValueError:
-            raise InferSimError(f"{source}: holds a number too long to read (Python reads at most 4,300 digits)") from None
+        items = loads_json(stripped, source)
+        if not isinstance(items, list):
+            raise InferSimError(f"{source}: expected a JSON list of results")
         return tuple((i + 1, item) for i, item in enumerate(items))
     try:  # one pretty-printed object
-        whole = json.loads(stripped)
-    except ValueError:  # not one object (JSONDecodeError), or an over-long integer: read line by line
-        whole = None
+        whole = loads_json(stripped, source)
+    except JsonError as exc:
+        if exc.too_deep:
+            raise
+        whole = None  # not one object: read line by line
     if isinstance(whole, dict):
         return ((1, whole),)
     for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InferSimError(f"{source}: line {number}: not JSON ({exc.msg})") from None
-        except ValueError:
-            raise InferSimError(f"{source}: line {number}: holds a number too long to read (Python reads at most 4,300 digits)") from None
-        records.append((number, data))
+        if line.strip():
+            records.append((number, loads_json(line, f"{source}: line {number}")))
     return tuple(records)
 
 

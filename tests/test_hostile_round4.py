@@ -1,0 +1,105 @@
+"""Hostile input, round 4: one rule for every JSON and structured-flag reader (nesting and length),
+and the classes of bad input each reader refuses with one line naming the file or flag."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infersim.base.errors import InferSimError
+from infersim.base.plaindata import MAX_NESTING, JsonError, loads_json, parse_flag_value, text_nesting, value_nesting
+from test_hostile_cli import one_line_error, run
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def deep_json_file(path: Path, top: dict) -> Path:
+    path.write_text(json.dumps(top)[:-1] + ', "deep": ' + DEEP + "}")
+    return path
+
+
+# -- the rule itself
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                        max_size=3),
+                           max_leaves=30)
+
+
+@given(json_values)
+@settings(max_examples=200, deadline=None)
+def test_text_nesting_is_the_parsed_values_nesting(value) -> None:
+    assert text_nesting(json.dumps(value)) == value_nesting(value)
+
+
+@given(st.text(alphabet="[]{}\"'\\,:ab 0", max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_a_flag_value_is_read_or_refused_in_one_message(raw: str) -> None:
+    try:
+        parse_flag_value(raw, "--set x=")
+    except InferSimError as exc:
+        assert str(exc).startswith("--set x= ")
+
+
+@given(st.text(alphabet="[]{}\"\\,:1 ", max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_json_text_is_read_or_refused_in_one_message(text: str) -> None:
+    try:
+        loads_json(text, "f.json")
+    except JsonError as exc:
+        assert str(exc).startswith("f.json: ")
+
+
+def test_the_depth_limit_is_exact() -> None:
+    ok = "[" * MAX_NESTING + "]" * MAX_NESTING
+    assert value_nesting(loads_json(ok, "f")) == MAX_NESTING
+    with pytest.raises(JsonError, match=f"nested {MAX_NESTING + 1} levels deep; at most {MAX_NESTING}"):
+        loads_json("[" + ok + "]", "f")
+    assert text_nesting('["[[[", "\\"]]"]') == 1  # brackets inside strings do not count
+
+
+# -- every reader, through the command line
+
+
+def test_deep_hf_config_is_one_line_for_a_run_and_for_import(tmp_path, capsys) -> None:
+    config = deep_json_file(tmp_path / "config.json", {"architectures": ["LlamaForCausalLM"], "hidden_size": 8})
+    for argv in (["--model", str(config), "--hardware", "h100"], ["cards", "import-hf", str(config), "--out", "-"]):
+        code, _out, err = run(capsys, *argv)
+        assert code == 2
+        one_line_error(err, str(config), "nested 100,001 levels deep")
+
+
+def test_deep_bench_result_is_one_line(tmp_path, capsys) -> None:
+    result = deep_json_file(tmp_path / "bench.json", {"backend": "vllm", "num_prompts": 1})
+    code, _out, err = run(capsys, "compare", "--bench-result", str(result), "--config", "serve-llama-8b-h100.yaml")
+    assert code == 2
+    one_line_error(err, str(result), "nested")
+
+
+def test_deep_trace_replay_row_is_one_line(tmp_path, capsys) -> None:
+    trace = tmp_path / "requests.jsonl"
+    trace.write_text('{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n' + '{"x": ' + DEEP + "}\n")
+    code, _out, err = run(capsys, "serve", "--config", "serve-llama-8b-h100.yaml", "--trace", str(trace))
+    assert code == 2
+    one_line_error(err, "row 2", "nested")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--config", "qwen3-30b.yaml", "--set", "workload.isl=" + "[" * 50_000],
+    ["sweep", "--config", "qwen3-30b.yaml", "--grid", "workload.isl=" + "[" * 1000],
+    ["serve", "--config", "serve-llama-8b-h100.yaml", "--rate", "1", "--isl", "{a: " + "[" * 1000],
+])
+def test_deep_flag_values_are_one_line(capsys, argv) -> None:
+    code, _out, err = run(capsys, *argv)
+    assert code == 2
+    one_line_error(err, "levels deep")
+
+
+def test_an_over_long_flag_value_is_one_line(capsys) -> None:
+    code, _out, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "workload.isl=" + "1" * 200_000)
+    assert code == 2
+    one_line_error(err, "--set workload.isl=", "a value of 200,000 characters; at most 100,000")
