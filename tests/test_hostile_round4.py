@@ -103,3 +103,28 @@ def test_an_over_long_flag_value_is_one_line(capsys) -> None:
     code, _out, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "workload.isl=" + "1" * 200_000)
     assert code == 2
     one_line_error(err, "--set workload.isl=", "a value of 200,000 characters; at most 100,000")
+
+
+# -- traces
+
+
+def test_a_gzip_bomb_value_is_refused_after_reading_it_a_few_times(tmp_path, monkeypatch) -> None:
+    """A 40 MB string compressed to ~40 KB: refused at the 16 MiB value limit, and the text after
+    the value's start is scanned a handful of times (each read doubles it), not once per 1 MiB chunk."""
+    import gzip
+
+    from infersim.trace import reader
+
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wt") as f:
+        f.write('{"traceEvents": [{"name": "' + "a" * (40 << 20) + '"}]}')
+    scans = []
+
+    def counting(text, pos):
+        scans.append(len(text) - pos)
+        return reader.json.JSONDecoder().scan_once(text, pos)
+
+    monkeypatch.setattr(reader, "_SCANNER", counting)
+    with pytest.raises(reader.TraceFormatError, match=r"traceEvents\[0\] at character 17 is larger than 16 MiB"):
+        list(reader.ChromeTraceReader(path))
+    assert len(scans) <= 8 and sum(scans) <= 4 * reader.MAX_VALUE_CHARS  # once per chunk: 16 scans, 136 MiB

@@ -29,8 +29,9 @@ from infersim.base.errors import InferSimError
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_CHUNK_CHARS = 1 << 20
 # An event (or a top-level value other than traceEvents) larger than this is not a profiler
-# event: stop instead of growing the buffer until memory runs out.
-MAX_VALUE_CHARS = 256 << 20
+# event (they are under a few KB; deviceProperties and distributedInfo a few tens): stop instead of
+# growing the buffer until memory runs out.
+MAX_VALUE_CHARS = 16 << 20
 # Top-level values other than traceEvents are kept only when this small (deviceProperties,
 # distributedInfo, schemaVersion, ...); anything bigger is parsed and dropped.
 MAX_KEPT_TOP_LEVEL_CHARS = 1 << 20
@@ -148,11 +149,12 @@ class _Parser:
 
     # -- buffer management -------------------------------------------------------------------
 
-    def _read_more(self) -> bool:
+    def _read_more(self, chars: int = 0) -> bool:
+        """Append the next `chars` characters (default: one chunk) to the buffer; False at the end."""
         if self.eof:
             return False
         try:
-            chunk = self.stream.read(self.reader.chunk_chars)
+            chunk = self.stream.read(chars or self.reader.chunk_chars)
         except UnicodeDecodeError as exc:
             raise self.reader.fail(f"not a text trace: invalid UTF-8 near character {self.base + len(self.buf)} "
                                    f"({exc.reason})") from None
@@ -185,7 +187,9 @@ class _Parser:
                 return ""
 
     def _value(self, what: str) -> Any:
-        """Parse one JSON value at pos, reading more text while it is incomplete."""
+        """Parse one JSON value at pos, reading more text while it is incomplete. Each read doubles
+        the text after pos, so a value of n characters is scanned O(n) times in all, not once per
+        chunk (a gzip of a megabyte can hold a string of a billion characters)."""
         while True:
             try:
                 value, end = _SCANNER(self.buf, self.pos)
@@ -199,7 +203,8 @@ class _Parser:
                 raise self.reader.fail(f"{what} near character {self.base + self.pos} holds a number too long to "
                                        "read (Python reads at most 4,300 digits)") from None
             else:
-                if end < len(self.buf) or self.eof or not self._read_more():
+                if end < len(self.buf) or self.eof or not self._read_more(max(self.reader.chunk_chars,
+                                                                               len(self.buf) - self.pos)):
                     self.pos = end
                     return value
                 continue  # a bare number or literal may go on in the next chunk: parse it again
@@ -212,7 +217,8 @@ class _Parser:
             if len(self.buf) - self.pos > MAX_VALUE_CHARS:
                 raise self.reader.fail(f"{what} at character {self.base + self.pos} is larger than "
                                        f"{MAX_VALUE_CHARS // (1 << 20)} MiB; not a profiler event")
-            if not self._read_more():
+            pending = len(self.buf) - self.pos
+            if not self._read_more(max(self.reader.chunk_chars, min(pending, MAX_VALUE_CHARS + 1 - pending))):
                 raise self.reader.fail(f"truncated: the file ends inside {what} (character {self.base + err_pos}); "
                                        "the profiler did not finish writing it")
 
