@@ -128,3 +128,32 @@ def test_a_gzip_bomb_value_is_refused_after_reading_it_a_few_times(tmp_path, mon
     with pytest.raises(reader.TraceFormatError, match=r"traceEvents\[0\] at character 17 is larger than 16 MiB"):
         list(reader.ChromeTraceReader(path))
     assert len(scans) <= 8 and sum(scans) <= 4 * reader.MAX_VALUE_CHARS  # once per chunk: 16 scans, 136 MiB
+
+
+def test_launches_sharing_one_correlation_id_cost_linear_memory(tmp_path, capsys) -> None:
+    """12,000 launches and kernels all with correlation id 1 (a merged or rewritten trace): each
+    kernel gets the latest launch before it, with memory linear in the events (it was quadratic:
+    4 GB for a 76 KB trace)."""
+    import tracemalloc
+
+    from tracegen.synthetic import TraceBuilder, dense_step, write_trace
+
+    b = TraceBuilder()
+    start = b.cpu_us
+    for _ in range(400):
+        b.eager(dense_step(2))
+    b.annotation("step[EXTEND bs=1 toks=512]", start, b.cpu_us + 1)
+    events = b.drain()
+    for event in events:
+        if "correlation" in event.get("args", {}):
+            event["args"]["correlation"] = 1
+    assert sum(1 for e in events if e.get("cat") == "kernel") >= 12_000
+    path = write_trace(tmp_path / "shared-corr.json.gz", events)
+    tracemalloc.start()
+    try:
+        code, out, err = run(capsys, "compare", "--trace", str(path), "--config", "qwen3-30b.yaml")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert code in (0, 1), err
+    assert peak < 400e6, f"peak traced memory {peak / 1e6:.0f} MB"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from array import array
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from infersim.cards import categories as cat
@@ -321,28 +322,39 @@ class Lane:
                 corr = self.correlation(p)
                 self.graph[p] = corr >= 0 and counts[corr] > 1
             return chosen
-        ambiguous: list[tuple[int, list[int]]] = []
+        ambiguous: dict[int, list[int]] = {}  # correlation id -> its kernels, where launches share the id
         pid_votes: Counter[str] = Counter()
         for p in range(len(self)):
             corr = self.correlation(p)
             if corr < 0:
                 continue
-            found = launches.candidates(corr)
-            if len(found) == 1:
-                chosen[p] = found[0]
-                pid_votes[raw.threads[raw.launch_thread[found[0]]][0]] += 1
-            elif found:
-                ambiguous.append((p, found))
+            first, count = launches.first_and_count(corr)
+            if count == 1:
+                chosen[p] = first
+                pid_votes[raw.threads[raw.launch_thread[first]][0]] += 1
+            elif count:
+                ambiguous.setdefault(corr, []).append(p)
         lane_pid = pid_votes.most_common(1)[0][0] if pid_votes else None
-        for p, found in ambiguous:
-            same_pid = [f for f in found if raw.threads[raw.launch_thread[f]][0] == lane_pid]
-            pool = same_pid or found
-            before = [f for f in pool if raw.launch_start_us[f] <= self.start[p]]
-            chosen[p] = max(before or pool, key=raw.launch_start_us.__getitem__)
+        for corr, kernels in ambiguous.items():
+            self._choose_shared(chosen, launches.candidates(corr), kernels, lane_pid)
         for p in range(len(self)):
             if chosen[p] >= 0:
                 self.graph[p] = launches.is_graph(chosen[p])
         return chosen
+
+    def _choose_shared(self, chosen: array, found: list[int], kernels: list[int], lane_pid: str | None) -> None:
+        """Each kernel of one shared correlation id gets the latest launch before it started (from the
+        lane's own process where it has any), else the latest of them; equal start times go to the
+        first listed. Sorted once per id, so K kernels sharing an id with L launches cost
+        O((K + L) log L), not K x L."""
+        raw = self.raw
+        same_pid = [f for f in found if raw.threads[raw.launch_thread[f]][0] == lane_pid]
+        pool = sorted(same_pid or found, key=raw.launch_start_us.__getitem__)  # stable: listed order within a tie
+        starts = [raw.launch_start_us[f] for f in pool]
+        for p in kernels:
+            i = bisect_right(starts, self.start[p])
+            latest = starts[i - 1] if i else starts[-1]
+            chosen[p] = pool[bisect_left(starts, latest)]
 
 
 def final_module(k: Kernel, rules: RuleTable) -> tuple[str, str, str]:

@@ -119,6 +119,14 @@ class LaunchContexts:
             return list(range(lo, hi))
         return [self.order[i] for i in range(lo, hi)]
 
+    def first_and_count(self, correlation: int) -> tuple[int, int]:
+        """(a launch row of this correlation id or -1, how many launches share it), without listing them."""
+        lo = bisect_left(self.sorted_corr, correlation)
+        hi = bisect_right(self.sorted_corr, correlation, lo)
+        if hi == lo:
+            return -1, 0
+        return (lo if self.order is None else self.order[lo]), hi - lo
+
     def is_graph(self, launch: int) -> bool:
         return "GraphLaunch" in self.raw.names[self.raw.launch_name[launch]]
 
