@@ -157,3 +157,61 @@ def test_launches_sharing_one_correlation_id_cost_linear_memory(tmp_path, capsys
         tracemalloc.stop()
     assert code in (0, 1), err
     assert peak < 400e6, f"peak traced memory {peak / 1e6:.0f} MB"
+
+
+def _dense_trace(tmp_path: Path, name: str, edit=None, repeat: bool = False) -> Path:
+    from tracegen.synthetic import TraceBuilder, dense_step, write_trace
+
+    b = TraceBuilder()
+    start = b.cpu_us
+    b.eager(dense_step(2))
+    b.annotation("step[EXTEND bs=1 toks=512]", start, b.cpu_us + 1)
+    events = b.drain()
+    if edit is not None:
+        kernels = [e for e in events if e.get("cat") == "kernel"]
+        edit(kernels)
+    if repeat:
+        events = events + [dict(e) for e in events if e.get("cat") == "kernel"]
+    return write_trace(tmp_path / name, events)
+
+
+def _measured(capsys, path: Path) -> tuple[str, str]:
+    code, out, err = run(capsys, "compare", "--trace", str(path), "--config", "qwen3-30b.yaml")
+    assert code in (0, 1), err
+    return out, err
+
+
+def test_impossible_kernel_durations_are_dropped_and_counted(tmp_path, capsys) -> None:
+    def edit(kernels):
+        kernels[0]["dur"] = 1e300
+        kernels[1]["dur"] = -5.0
+        kernels[2]["dur"] = "NaN"
+        kernels[3]["ts"] = float("inf")
+
+    out, _err = _measured(capsys, _dense_trace(tmp_path, "bad.json", edit))
+    assert "1 GPU event dropped: duration longer than an hour" in out
+    assert "1 GPU event dropped: negative duration" in out
+    assert "2 GPU events dropped: timestamp or duration not a finite number" in out
+    activities = next(line for line in out.splitlines() if line.startswith("GPU activities:"))
+    assert activities.startswith("GPU activities: 26 (") and float(activities.split("(")[1].split()[0]) < 1.0
+
+
+def test_a_trace_with_every_kernel_twice_measures_as_once(tmp_path, capsys) -> None:
+    once, _ = _measured(capsys, _dense_trace(tmp_path, "once.json"))
+    twice, _ = _measured(capsys, _dense_trace(tmp_path, "twice.json", repeat=True))
+    assert "GPU events dropped: exact repeats of another kernel" in twice
+    same = [line for line in once.splitlines() if line.startswith(("GPU activities:", "step time", "attn_", "dense_ffn"))]
+    assert len(same) >= 4 and all(line in twice.splitlines() for line in same)
+
+
+def test_args_that_are_not_objects_and_unknown_step_regions_are_said(tmp_path, capsys) -> None:
+    def edit(kernels):
+        kernels[0]["args"] = [1, 2]
+        kernels[1]["name"] = 12345
+
+    path = _dense_trace(tmp_path, "odd.json", edit)
+    out, _ = _measured(capsys, path)
+    assert "1 events with `args` that is not an object" in out and "1 events with a name that is not text" in out
+    code, out, err = run(capsys, "compare", "--trace", str(path), "--config", "qwen3-30b.yaml",
+                         "--step-regions", "nosuchregion")
+    assert "no annotation named nosuchregion in the trace (--step-regions)" in out

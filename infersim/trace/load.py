@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from infersim.trace.checks import DUPLICATE, NOT_FINITE, EventChecks, KernelColumns, repeats_and_overlaps, without_rows
 from infersim.trace.operators import MODULE_FRAME_PREFIX, op_class, shapes_text
 from infersim.trace.reader import FLOW, ChromeTraceReader
 
@@ -166,148 +167,196 @@ def load_trace(path: str | Path) -> RawTrace:
     """Stream one trace file and keep kernels, launches and annotations."""
     op_classes: dict[str, str | None] = {}  # per operator name: its class (None: dropped)
     reader = ChromeTraceReader(path, skip=_unwanted(op_classes))
-    names: dict[str, int] = {}
-    lanes: dict[Any, int] = {}  # GPU pid as written (int in Kineto) -> lane index
-    threads: dict[tuple[str, str], int] = {}
-    k_name, k_kind, k_lane, k_stream, k_corr = array("i"), array("b"), array("i"), array("q"), array("q")
-    k_start, k_dur = array("d"), array("d")
-    l_name, l_thread, l_corr = array("i"), array("i"), array("q")
-    l_start = array("d")
-    w_thread, w_start, w_end = array("i"), array("d"), array("d")
-    annotations: list[Annotation] = []
-    o_name, o_thread, o_shapes = array("i"), array("i"), array("i")
-    o_start, o_end = array("d"), array("d")
-    f_name, f_thread = array("i"), array("i")
-    f_start, f_end = array("d"), array("d")
-    shape_index: dict[str, int] = {}
-    skipped = 0
+    collector = _Collector(op_classes)
+    for event in reader:
+        collector.add(event)
+    return collector.raw_trace(Path(path), reader)
 
+
+class _Collector:
+    """The columns of a RawTrace, filled event by event."""
+
+    def __init__(self, op_classes: dict[str, str | None]) -> None:
+        self.op_classes = op_classes
+        self.names: dict[str, int] = {}
+        self.lanes: dict[Any, int] = {}  # GPU pid as written (int in Kineto) -> lane index
+        self.threads: dict[tuple[str, str], int] = {}
+        self.k_name, self.k_kind, self.k_lane = array("i"), array("b"), array("i")
+        self.k_stream, self.k_corr = array("q"), array("q")
+        self.k_start, self.k_dur = array("d"), array("d")
+        self.l_name, self.l_thread, self.l_corr, self.l_start = array("i"), array("i"), array("q"), array("d")
+        self.w_thread, self.w_start, self.w_end = array("i"), array("d"), array("d")
+        self.annotations: list[Annotation] = []
+        self.o_name, self.o_thread, self.o_shapes = array("i"), array("i"), array("i")
+        self.o_start, self.o_end = array("d"), array("d")
+        self.f_name, self.f_thread, self.f_start, self.f_end = array("i"), array("i"), array("d"), array("d")
+        self.shape_index: dict[str, int] = {}
+        self.skipped = 0
+        self.checks = EventChecks()
+
+    @staticmethod
     def intern(table: dict, key: Any) -> int:
         index = table.get(key)
         if index is None:
             index = table[key] = len(table)
         return index
 
-    for event in reader:
+    def add(self, event: dict[str, Any]) -> None:
         category = event.get("cat")
         if event.get("ph") != "X" or not isinstance(category, str):
-            continue
+            return
         if category == "cpu_op" or category == "python_function":
-            # the bulk of a trace: decide on the name before anything else is read
-            name = event.get("name")
-            if not isinstance(name, str):
-                continue
-            if category == "python_function":
-                if not name.startswith(MODULE_FRAME_PREFIX):
-                    continue
-                keep_class = None
-            else:
-                keep_class = op_classes.get(name, "?")
-                if keep_class == "?":
-                    keep_class = op_classes[name] = op_class(name)
-                if keep_class is None:
-                    continue
-            try:
-                start = float(event["ts"])
-                end = start + max(float(event.get("dur", 0.0)), 0.0)
-            except (KeyError, TypeError, ValueError):
-                skipped += 1
-                continue
-            if not (math.isfinite(start) and math.isfinite(end)):
-                skipped += 1
-                continue
-            thread_index = intern(threads, (str(event.get("pid", "")), str(event.get("tid", ""))))
-            if category == "python_function":
-                f_name.append(intern(names, name))
-                f_thread.append(thread_index)
-                f_start.append(start)
-                f_end.append(end)
-                continue
-            # every kept operator launches work: its shapes say what (M, N, K; the bytes it streams)
-            shape_id = -1
-            args = event.get("args")
-            text = shapes_text(args) if isinstance(args, dict) else None
-            if text is not None:
-                shape_id = intern(shape_index, text)
-            o_name.append(intern(names, name))
-            o_thread.append(thread_index)
-            o_start.append(start)
-            o_end.append(end)
-            o_shapes.append(shape_id)
-            continue
+            self._cpu(event, category)  # the bulk of a trace
+            return
         kind = _GPU_KINDS.get(category)
         if kind is None and category not in _LAUNCH_CATS and category not in _ANNOTATION_CATS:
             category = category.lower()  # PyTorch <= 1.11 wrote "Kernel", "Memcpy", "Runtime"
             kind = _GPU_KINDS.get(category)
             if kind is None and category not in _LAUNCH_CATS and category not in _ANNOTATION_CATS:
-                continue  # cpu_op, python_function, ...: the bulk of a trace, not needed
+                return  # cpu_op, python_function, ...: not needed
         try:
             start = float(event["ts"])
             duration = float(event.get("dur", 0.0))
             name = event["name"]
         except (KeyError, TypeError, ValueError):
-            skipped += 1
-            continue
-        if not (math.isfinite(start) and math.isfinite(duration)):  # NaN/Infinity in the file: not a time
-            skipped += 1
-            continue
+            self._drop(kind, NOT_FINITE)
+            return
+        if not math.isfinite(start):
+            self._drop(kind, NOT_FINITE)
+            return
         if not isinstance(name, str):
+            self.checks.names_not_text += 1
             name = str(name)
         args = event.get("args")
         if not isinstance(args, dict):
+            if args is not None:
+                self.checks.args_not_object += 1
             args = {}
         if kind is not None:
-            # the hot path (millions of kernels): plain ints as Kineto writes them, interned keys
-            pid = event.get("pid", args.get("device", "?"))
-            if type(pid) is not int and not isinstance(pid, str):
-                pid = _lane_key(pid)
-            lane_index = lanes.get(pid)
-            if lane_index is None:
-                lane_index = lanes[pid] = len(lanes)
-            name_index = names.get(name)
-            if name_index is None:
-                name_index = names[name] = len(names)
-            stream = args.get("stream")
-            if type(stream) is not int:
-                stream = _int_or_none(stream)
-                if stream is None:
-                    stream = _int_or_none(event.get("tid"))
-            correlation = args.get("correlation")
-            if type(correlation) is not int:
-                correlation = _int_or_none(correlation)
-            k_name.append(name_index)
-            k_kind.append(kind)
-            k_start.append(start)
-            k_dur.append(duration if duration > 0.0 else 0.0)
-            k_lane.append(lane_index)
-            k_stream.append(stream if stream is not None else -1)
-            k_corr.append(correlation if correlation is not None else -1)
-            continue
-        thread_key = (str(event.get("pid", "")), str(event.get("tid", "")))
-        if category in _LAUNCH_CATS:
-            if not any(word in name for word in _LAUNCH_WORDS):
-                if any(word in name for word in _WAIT_WORDS):
-                    w_thread.append(intern(threads, thread_key))
-                    w_start.append(start)
-                    w_end.append(start + max(duration, 0.0))
-                continue
-            correlation = _int_or_none(args.get("correlation"))
-            if correlation is None:
-                continue
-            l_name.append(intern(names, name))
-            l_thread.append(intern(threads, thread_key))
-            l_start.append(start)
-            l_corr.append(correlation)
-        else:  # user annotation
-            annotations.append(Annotation(name, intern(threads, thread_key), start, start + max(duration, 0.0)))
+            problem = self.checks.duration_problem(duration)
+            if problem is not None:
+                self.checks.dropped[problem] += 1
+                return
+            self._gpu(event, kind, start, duration, name, args)
+        elif math.isfinite(duration):
+            self._host(event, category, start, duration, name, args)
+        else:
+            self.skipped += 1
 
-    return RawTrace(
-        path=Path(path), top_level=reader.top_level, names=tuple(names), lanes=_lane_labels(lanes),
-        threads=tuple(threads), kernel_name=k_name, kernel_kind=k_kind, kernel_start_us=k_start,
-        kernel_dur_us=k_dur, kernel_lane=k_lane, kernel_stream=k_stream, kernel_correlation=k_corr,
-        launch_name=l_name, launch_thread=l_thread, launch_start_us=l_start, launch_correlation=l_corr,
-        annotations=tuple(annotations), wait_thread=w_thread, wait_start_us=w_start, wait_end_us=w_end,
-        op_name=o_name, op_thread=o_thread, op_start_us=o_start, op_end_us=o_end,
-        op_shapes=o_shapes, shape_texts=tuple(shape_index), frame_name=f_name, frame_thread=f_thread,
-        frame_start_us=f_start, frame_end_us=f_end, events_read=reader.events_read, chars_read=reader.chars_read,
-        skipped_events=skipped)
+    def _drop(self, kind: int | None, reason: str) -> None:
+        if kind is None:
+            self.skipped += 1
+        else:
+            self.checks.dropped[reason] += 1
+
+    def _cpu(self, event: dict[str, Any], category: str) -> None:
+        """A CPU operator that classifies its kernels, or an nn.Module Python frame."""
+        name = event.get("name")
+        if not isinstance(name, str):
+            return
+        if category == "python_function":
+            if not name.startswith(MODULE_FRAME_PREFIX):
+                return
+        else:
+            keep_class = self.op_classes.get(name, "?")
+            if keep_class == "?":
+                keep_class = self.op_classes[name] = op_class(name)
+            if keep_class is None:
+                return
+        try:
+            start = float(event["ts"])
+            end = start + max(float(event.get("dur", 0.0)), 0.0)
+        except (KeyError, TypeError, ValueError):
+            self.skipped += 1
+            return
+        if not (math.isfinite(start) and math.isfinite(end)):
+            self.skipped += 1
+            return
+        thread_index = self.intern(self.threads, (str(event.get("pid", "")), str(event.get("tid", ""))))
+        if category == "python_function":
+            self.f_name.append(self.intern(self.names, name))
+            self.f_thread.append(thread_index)
+            self.f_start.append(start)
+            self.f_end.append(end)
+            return
+        # every kept operator launches work: its shapes say what (M, N, K; the bytes it streams)
+        args = event.get("args")
+        text = shapes_text(args) if isinstance(args, dict) else None
+        self.o_name.append(self.intern(self.names, name))
+        self.o_thread.append(thread_index)
+        self.o_start.append(start)
+        self.o_end.append(end)
+        self.o_shapes.append(self.intern(self.shape_index, text) if text is not None else -1)
+
+    def _gpu(self, event: dict[str, Any], kind: int, start: float, duration: float, name: str,
+             args: dict[str, Any]) -> None:
+        # the hot path (millions of kernels): plain ints as Kineto writes them, interned keys
+        pid = event.get("pid", args.get("device", "?"))
+        if type(pid) is not int and not isinstance(pid, str):
+            pid = _lane_key(pid)
+        lane_index = self.lanes.get(pid)
+        if lane_index is None:
+            lane_index = self.lanes[pid] = len(self.lanes)
+        name_index = self.names.get(name)
+        if name_index is None:
+            name_index = self.names[name] = len(self.names)
+        stream = args.get("stream")
+        if type(stream) is not int:
+            stream = _int_or_none(stream)
+            if stream is None:
+                stream = _int_or_none(event.get("tid"))
+        correlation = args.get("correlation")
+        if type(correlation) is not int:
+            correlation = _int_or_none(correlation)
+        self.k_name.append(name_index)
+        self.k_kind.append(kind)
+        self.k_start.append(start)
+        self.k_dur.append(duration)
+        self.k_lane.append(lane_index)
+        self.k_stream.append(stream if stream is not None else -1)
+        self.k_corr.append(correlation if correlation is not None else -1)
+
+    def _host(self, event: dict[str, Any], category: str, start: float, duration: float, name: str,
+              args: dict[str, Any]) -> None:
+        """A launch, a wait for the GPU, or a user annotation."""
+        thread_key = (str(event.get("pid", "")), str(event.get("tid", "")))
+        if category not in _LAUNCH_CATS:  # user annotation
+            self.annotations.append(Annotation(name, self.intern(self.threads, thread_key), start,
+                                               start + max(duration, 0.0)))
+            return
+        if not any(word in name for word in _LAUNCH_WORDS):
+            if any(word in name for word in _WAIT_WORDS):
+                self.w_thread.append(self.intern(self.threads, thread_key))
+                self.w_start.append(start)
+                self.w_end.append(start + max(duration, 0.0))
+            return
+        correlation = _int_or_none(args.get("correlation"))
+        if correlation is None:
+            return
+        self.l_name.append(self.intern(self.names, name))
+        self.l_thread.append(self.intern(self.threads, thread_key))
+        self.l_start.append(start)
+        self.l_corr.append(correlation)
+
+    def _checked_kernels(self) -> tuple[list[array], int]:
+        """The kernel columns without exact repeats (counted), and how many kernels overlap on a stream."""
+        columns = [self.k_name, self.k_kind, self.k_start, self.k_dur, self.k_lane, self.k_stream, self.k_corr]
+        repeats, overlaps = repeats_and_overlaps(KernelColumns(self.k_lane, self.k_stream, self.k_start, self.k_dur,
+                                                               self.k_name))
+        if repeats:
+            self.checks.dropped[DUPLICATE] += len(repeats)
+        return without_rows(columns, repeats), overlaps
+
+    def raw_trace(self, path: Path, reader: ChromeTraceReader) -> RawTrace:
+        (k_name, k_kind, k_start, k_dur, k_lane, k_stream, k_corr), overlaps = self._checked_kernels()
+        return RawTrace(
+            path=path, top_level=reader.top_level, names=tuple(self.names), lanes=_lane_labels(self.lanes),
+            threads=tuple(self.threads), kernel_name=k_name, kernel_kind=k_kind, kernel_start_us=k_start,
+            kernel_dur_us=k_dur, kernel_lane=k_lane, kernel_stream=k_stream, kernel_correlation=k_corr,
+            launch_name=self.l_name, launch_thread=self.l_thread, launch_start_us=self.l_start,
+            launch_correlation=self.l_corr, annotations=tuple(self.annotations), wait_thread=self.w_thread,
+            wait_start_us=self.w_start, wait_end_us=self.w_end, op_name=self.o_name, op_thread=self.o_thread,
+            op_start_us=self.o_start, op_end_us=self.o_end, op_shapes=self.o_shapes,
+            shape_texts=tuple(self.shape_index), frame_name=self.f_name, frame_thread=self.f_thread,
+            frame_start_us=self.f_start, frame_end_us=self.f_end, events_read=reader.events_read,
+            chars_read=reader.chars_read, skipped_events=self.skipped, notes=self.checks.notes(overlaps))

@@ -269,7 +269,8 @@ def measure_steps(measured: MeasuredSteps) -> LaneMeasure:
     rank = options.rank_label or (f"GPU {raw.lanes[lane_id]}" if len(raw.lanes) > 1 else "")
     device = raw.device_name(lane_id) or ""
     if not len(lane):
-        return LaneMeasure(str(raw.path), rank, (), (), 0, 0.0, 0.0, 0, ("no GPU kernels in this trace",), device)
+        return LaneMeasure(str(raw.path), rank, (), (), 0, 0.0, 0.0, 0, ("no GPU kernels in this trace", *raw.notes),
+                           device)
     origin = lane.start[0]
     groups, leftovers = measured.groups, measured.leftovers
     by_stage: dict[str, list[StepMeasure]] = defaultdict(list)
@@ -280,7 +281,10 @@ def measure_steps(measured: MeasuredSteps) -> LaneMeasure:
         number += 1
         by_stage[group.stage].append(step)
         sums[group.stage].add(kernels, layers)
-    notes: list[str] = []
+    notes: list[str] = list(raw.notes)
+    if options.step_regions and not any(a.name in options.step_regions for a in raw.annotations):
+        notes.append(f"no annotation named {', '.join(options.step_regions)} in the trace (--step-regions): steps "
+                     "were found as without it")
     stages = []
     wanted = options.stage
     if wanted is not None:

@@ -172,7 +172,7 @@ def read_traced_run(path: str, rank: str | None = None, step_regions: tuple[str,
     if not raw.has_shapes:
         notes.insert(0, "the trace has no recorded operator shapes (record_shapes=False): no GEMM or attention row "
                         "can be keyed; profile with torch.profiler.profile(record_shapes=True)")
-    return TracedRun(files[0].path, raw, lane, calls, notes, unkeyed, order)
+    return TracedRun(files[0].path, raw, lane, calls, [*raw.notes, *notes], unkeyed, order)
 
 
 # ---------------------------------------------------------------------------------------------

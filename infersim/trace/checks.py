@@ -1,0 +1,111 @@
+"""What a trace's GPU events may be, and what is said about those that cannot be.
+
+A kernel's time is its duration, so an impossible duration is dropped, never measured: a duration
+that is not a finite number, a negative one, or one longer than `MAX_EVENT_US` (no kernel of a
+serving step runs for an hour; a value of 1e300 would otherwise print a 300-digit measurement).
+Events repeated exactly (same GPU, stream, name, start and duration: a file concatenated with
+itself, or merged twice) are counted once; repeats would double every module's time and teach
+`mfu from-trace` kernels twice as slow. Kernels on one stream that start before the previous one
+ended are counted and reported, not dropped: a CUDA graph's parallel branches are recorded on the
+stream of their launch and do overlap. Every dropped event is counted by reason and said in the
+notes of what is measured or learned.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+
+#: the longest duration taken as a GPU event (microseconds: one hour)
+MAX_EVENT_US = 3.6e9
+#: how far a kernel may start before the previous one on its stream ended without being reported (us)
+OVERLAP_TOLERANCE_US = 1.0
+
+NOT_FINITE = "timestamp or duration not a finite number"
+NEGATIVE = "negative duration"
+TOO_LONG = "duration longer than an hour"
+DUPLICATE = "exact repeats of another kernel (same GPU, stream, name, start and duration)"
+
+
+@dataclass
+class EventChecks:
+    """Counts kept while a trace streams by."""
+
+    dropped: Counter[str] = field(default_factory=Counter)
+    args_not_object: int = 0
+    names_not_text: int = 0
+
+    def duration_problem(self, duration: float) -> str | None:
+        """Why a duration (already a float) cannot be a GPU event's, or None."""
+        if not math.isfinite(duration):
+            return NOT_FINITE
+        if duration < 0.0:
+            return NEGATIVE
+        if duration > MAX_EVENT_US:
+            return TOO_LONG
+        return None
+
+    def notes(self, overlaps: int) -> tuple[str, ...]:
+        out = [f"{count:,} GPU event{'s' if count > 1 else ''} dropped: {reason}"
+               for reason, count in sorted(self.dropped.items())]
+        if self.args_not_object:
+            out.append(f"{self.args_not_object:,} events with `args` that is not an object: their stream and "
+                       "correlation were not read")
+        if self.names_not_text:
+            out.append(f"{self.names_not_text:,} events with a name that is not text: read as the text of the value")
+        if overlaps:
+            out.append(f"{overlaps:,} kernels start more than {OVERLAP_TOLERANCE_US:g} us before the previous kernel on "
+                       "their stream ended (concurrent CUDA-graph branches, or a damaged trace)")
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class KernelColumns:
+    lane: array
+    stream: array
+    start: array
+    dur: array
+    name: array
+
+
+def repeats_and_overlaps(k: KernelColumns) -> tuple[list[int], int]:
+    """(rows that repeat an earlier kernel exactly, kernels overlapping their stream's previous one).
+    A stream whose kernels are in start order (as profilers write them) is checked in one pass; any
+    other is sorted first."""
+    streams: dict[tuple[int, int], array] = {}
+    for row in range(len(k.start)):
+        key = (k.lane[row], k.stream[row])
+        rows = streams.get(key)
+        if rows is None:
+            rows = streams[key] = array("l")
+        rows.append(row)
+    repeats: list[int] = []
+    overlaps = 0
+    for rows in streams.values():
+        ordered: list[int] | array = rows
+        if any(k.start[rows[i]] > k.start[rows[i + 1]] for i in range(len(rows) - 1)):
+            ordered = sorted(rows, key=lambda r: (k.start[r], k.dur[r], k.name[r], r))
+        previous = -1
+        end = -math.inf
+        for row in ordered:
+            if previous >= 0 and k.start[row] == k.start[previous] and k.dur[row] == k.dur[previous] \
+                    and k.name[row] == k.name[previous]:
+                repeats.append(row)
+                continue
+            if k.start[row] < end - OVERLAP_TOLERANCE_US:
+                overlaps += 1
+            end = max(end, k.start[row] + k.dur[row])
+            previous = row
+    repeats.sort()
+    return repeats, overlaps
+
+
+def without_rows(columns: list[array], rows: list[int]) -> list[array]:
+    """Each column with the given (sorted) rows left out."""
+    if not rows:
+        return columns
+    drop = set(rows)
+    keep = [r for r in range(len(columns[0])) if r not in drop]
+    return [array(column.typecode, (column[r] for r in keep)) for column in columns]
