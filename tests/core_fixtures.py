@@ -42,6 +42,7 @@ TINY_MLA: dict[str, Any] = {
 _LATENCY = {"base": 0.0, "nvlink_hop": 0.0, "network_hop": 0.0, "bandwidth_efficiency": 1.0}
 ROUND_GPU: dict[str, Any] = {
     "name": "round",
+    "vendor": "nvidia",
     "peak": {
         "flops": {"bf16": 100e12, "fp8": 200e12},
         "hbm_bytes": 10e9,

@@ -36,6 +36,7 @@ _LAT = {"base": 0.0, "nvlink_hop": 0.0, "network_hop": 0.0, "bandwidth_efficienc
 def gpu(flops: float = 1e30, hbm_bandwidth: float = 1e30, **extra: Any) -> dict[str, Any]:
     card = {
         "name": "toy",
+        "vendor": "nvidia",
         "peak": {"flops": {"bf16": flops, "fp16": flops, "fp8": 2 * flops}, "hbm_bytes": 1e9,
                  "hbm_bandwidth": hbm_bandwidth, "nvlink_bandwidth": 1e11, "network_bandwidth": 1e10,
                  "pcie_bandwidth": 10e9, "sm_count": 100, "l2_bytes": 1e6, "gpus_per_node": 8},

@@ -13,7 +13,8 @@ from infersim.cards.schema import build, load_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
 CARD_PATHS = sorted(HARDWARE_DIR.glob("*.yaml"))
-EXPECTED = {"h20", "h800", "h100-sxm", "h200", "a100-sxm-80g", "b200", "gb200", "rtx-a6000"}
+EXPECTED = {"h20", "h800", "h100-sxm", "h200", "a100-sxm-80g", "b200", "gb200", "rtx-a6000",
+            "mi300x", "mi325x", "mi355x", "l4", "a10g", "rtx-4090", "rtx-5090", "h100-pcie", "h100-nvl"}
 
 # `key: value` where the value is a plain number (int, float, or "989e12"-style text).
 _NUMERIC_LINE = re.compile(r"^\s*[\w.-]+\s*:\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*(#.*)?$")
@@ -95,18 +96,90 @@ def test_hand_checked_values(cards):
     assert a6000.derates.deepep_normal_sms == 0
 
 
+def test_hand_checked_values_of_amd_and_pcie_cards(cards):
+    mi300x, mi325x, mi355x = cards["mi300x"], cards["mi325x"], cards["mi355x"]
+    # CDNA 3: 304 CUs x 4,096 FP8 FLOP/clock x 2.1 GHz; the MI325X is the same chip with HBM3E
+    assert mi300x.peak.flops["fp8"] == pytest.approx(304 * 4096 * 2.1e9, rel=1e-4)
+    assert mi300x.peak.flops == mi325x.peak.flops and "fp4" not in mi300x.peak.flops
+    assert mi300x.peak.hbm_bytes == 196288 * 2**20 and mi325x.peak.hbm_bytes == 256 * 2**30
+    assert (mi300x.peak.hbm_bandwidth, mi325x.peak.hbm_bandwidth, mi355x.peak.hbm_bandwidth) == (5.3e12, 6e12, 8e12)
+    # CDNA 4: 256 CUs x 8,192 FP8 FLOP/clock x 2.4 GHz; FP6 and FP4 at twice FP8, BF16 at half
+    assert mi355x.peak.flops["fp8"] == pytest.approx(256 * 8192 * 2.4e9, rel=1e-4)
+    assert mi355x.peak.flops["fp4"] == mi355x.peak.flops["fp6"] == pytest.approx(2 * mi355x.peak.flops["fp8"], rel=1e-4)
+    assert mi355x.peak.flops["bf16"] == pytest.approx(mi355x.peak.flops["fp8"] / 2)
+    # Infinity Fabric: 7 links per GPU, 128 (153.6) GB/s bidirectional each
+    assert mi300x.peak.nvlink_bandwidth == mi325x.peak.nvlink_bandwidth == pytest.approx(7 * 64e9)
+    assert mi355x.peak.nvlink_bandwidth == pytest.approx(7 * 76.8e9)
+
+    l4, a10g, r4090, r5090 = cards["l4"], cards["a10g"], cards["rtx-4090"], cards["rtx-5090"]
+    pcie, nvl, sxm = cards["h100-pcie"], cards["h100-nvl"], cards["h100-sxm"]
+    # dense = half the datasheets' "with sparsity" figures
+    assert (l4.peak.flops["bf16"], l4.peak.flops["fp8"]) == pytest.approx((242e12 / 2, 485e12 / 2))
+    assert (pcie.peak.flops["bf16"], pcie.peak.flops["fp8"]) == pytest.approx((1513e12 / 2, 3026e12 / 2))
+    assert (nvl.peak.flops["bf16"], nvl.peak.flops["fp8"]) == pytest.approx((1671e12 / 2, 3341e12 / 2))
+    # GeForce: FP32 accumulation at half the FP16-accumulate rate (Ada whitepaper, RTX 4090: 330.3 -> 165.2)
+    assert r4090.peak.flops["bf16"] == pytest.approx(330.3e12 / 2, rel=1e-3)
+    assert r5090.peak.flops["fp4"] == pytest.approx(3352e12 / 2)
+    # no FP8 before Ada; no published int8 rate for the A10G
+    assert set(a10g.peak.flops) == {"bf16", "fp16"}
+    # HBM as the driver reports it
+    assert (l4.peak.hbm_bytes, r4090.peak.hbm_bytes, nvl.peak.hbm_bytes) == (23034 * 2**20, 24564 * 2**20, 95830 * 2**20)
+    assert pcie.peak.hbm_bytes == sxm.peak.hbm_bytes
+    # links: no NVLink on the PCIe cards (H100 PCIe taken without bridges); H100 NVL bridges pairs
+    assert all(card.nvlink_gpus == 1 for card in (l4, a10g, r4090, r5090, pcie))
+    assert (nvl.nvlink_gpus, nvl.peak.nvlink_bandwidth) == (2, 300e9)
+    assert pcie.peak.pcie_bandwidth == r5090.peak.pcie_bandwidth == 2 * l4.peak.pcie_bandwidth == 64e9
+
+
 def test_collective_latency_is_nccl_tree(cards):
-    """constants.md section 2: NCCL tuning.cc Tree baseLat / hwLat (NVLINK, NET), in seconds."""
-    expected = {"LL": (6.8e-6, 0.6e-6, 5.0e-6, 0.5),
-                "LL128": (14.0e-6, 1.25e-6, 8.5e-6, 0.95),
-                "Simple": (8.4e-6, 4.0e-6, 14e-6, 1.0)}
+    """constants.md section 2: NCCL tuning.cc Tree baseLat / hwLat (NVLINK, PCI, NET), in seconds, on
+    every NVIDIA card; a card that may talk over PCIe must hold the PCI values."""
+    expected = {"LL": (6.8e-6, 0.6e-6, 5.0e-6, 0.5, 1.0e-6),
+                "LL128": (14.0e-6, 1.25e-6, 8.5e-6, 0.95, 1.9e-6),
+                "Simple": (8.4e-6, 4.0e-6, 14e-6, 1.0, 4.0e-6)}
     for card in cards.values():
-        for proto, (base, nvl, net, eff) in expected.items():
+        if card.vendor != "nvidia":
+            continue
+        for proto, (base, nvl, net, eff, pci) in expected.items():
             lat = card.derates.collective_latency[proto]
             assert (lat.base, lat.nvlink_hop, lat.network_hop, lat.bandwidth_efficiency) == pytest.approx(
                 (base, nvl, net, eff)), (card.name, proto)
+            assert lat.pcie_hop is None or lat.pcie_hop == pytest.approx(pci), (card.name, proto)
+            assert lat.enabled, (card.name, proto)
             # NCCL tuning.cc v2.7.3-v2.17.1: LL's intra-node latency x 1.8 once the communicator spans nodes
             assert lat.nvlink_hop_factor_across_nodes == (1.8 if proto == "LL" else 1.0), (card.name, proto)
+
+
+def test_collective_latency_is_rccl_ring_on_amd(cards):
+    """ROCm/rccl src/graph/tuning.cc: baseLat and the gfx942/gfx950 tuning models' hwLat (xGMI, PCI) of
+    the Ring column (RCCL skips Tree Simple on one node of these GPUs), NET of the Tree column, and
+    bwRatio (Ring, <= 2 nodes); LL128 on only where RCCL enables it (gfx950)."""
+    expected = {"LL": (12.0e-6, 0.8e-6, 2.2e-6, 10.5e-6, 0.08),
+                "LL128": (12.0e-6, 0.8e-6, 2.2e-6, 10.5e-6, 0.08),
+                "Simple": (17.0e-6, 2.1e-6, 5.7e-6, 25.0e-6, 1.0)}
+    amd = {name: card for name, card in cards.items() if card.vendor == "amd"}
+    assert set(amd) == {"mi300x", "mi325x", "mi355x"}
+    for card in amd.values():
+        assert card.compute_capability is None
+        assert card.peak.nvlink_topology == "mesh" and card.nvlink_gpus == 8
+        for proto, values in expected.items():
+            lat = card.derates.collective_latency[proto]
+            assert (lat.base, lat.nvlink_hop, lat.pcie_hop, lat.network_hop, lat.bandwidth_efficiency) == pytest.approx(
+                values), (card.name, proto)
+            assert lat.nvlink_hop_factor_across_nodes == 1.0
+        assert card.derates.collective_latency["LL128"].enabled == (card.name == "mi355x")
+
+
+def test_cards_whose_gpus_talk_over_pcie_state_the_pcie_path(cards):
+    """A node whose GPUs are not all in one NVLink domain holds PCIe tiers up to the whole node and
+    the PCI step latencies: TP across it is priced, not refused."""
+    for card in cards.values():
+        if card.nvlink_gpus >= card.peak.gpus_per_node:
+            continue
+        tiers = card.derates.pcie_collective
+        assert tiers and tiers[-1].gpus == card.peak.gpus_per_node, card.name
+        assert all(a.efficiency >= b.efficiency for a, b in zip(tiers, tiers[1:])), card.name  # bigger groups, slower
+        assert all(lat.pcie_hop for lat in card.derates.collective_latency.values()), card.name
 
 
 def test_derates_are_fractions_below_peak(cards):

@@ -355,7 +355,13 @@ def test_peaks_come_from_the_matching_hardware_card() -> None:
     assert peaks["bf16"] == 989.4e12 and peaks["fp8"] == 1978.9e12 and "h100-sxm" in source
     assert harness.hardware_card_for("NVIDIA H200") == "h200"
     assert harness.hardware_card_for("NVIDIA H20") == "h20"
-    assert harness.hardware_card_for("NVIDIA H100 PCIe") is None
+    # the names the drivers report, as the cards list them
+    assert harness.hardware_card_for("NVIDIA H100 PCIe") == "h100-pcie"
+    assert harness.hardware_card_for("NVIDIA H100 NVL") == "h100-nvl"
+    assert harness.hardware_card_for("NVIDIA GeForce RTX 4090") == "rtx-4090"
+    assert harness.hardware_card_for("NVIDIA L4") == "l4"
+    assert harness.hardware_card_for("AMD Instinct MI300X") == "mi300x"
+    assert harness.hardware_card_for("Fake GPU 80GB") is None
 
 
 def test_a_stray_csv_in_the_output_is_refused_before_measuring(tmp_path: Path) -> None:

@@ -124,7 +124,7 @@ def test_the_first_question_in_one_command(capsys: pytest.CaptureFixture[str]) -
     assert (data["model"], data["hardware"], data["engine"]["name"]) == ("llama-3.1-70b", "h100-sxm", "vllm")
     assert (dep["num_gpus"], dep["attention"], dep["ffn"]) == (8, {"tp": 8, "dp": 1}, {"tp": 8, "ep": 1, "dp": 1})
     assert (data["workload"]["isl"], data["workload"]["osl"]) == (2000, 500)
-    assert data["notes"] == ["hardware 'h100' -> h100-sxm (the bundled card of that GPU)",
+    assert data["notes"] == ["hardware 'h100' -> h100-sxm (an alias of bundled card h100-sxm)",
                              "engine 'vLLM' -> vllm (same name ignoring case and punctuation)"]
     # the batch left unset is the largest that fits, and the report gives the server's view of it
     batch = data["decode"]["batch_per_gpu"]
@@ -137,7 +137,7 @@ def test_the_first_question_in_one_command(capsys: pytest.CaptureFixture[str]) -
 def test_the_text_report_shows_names_and_the_server(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--model", "llama-3.1-70b", "--hardware", "h100", "--tp", "8", "--engine", "vllm"]) == 0
     out = capsys.readouterr().out
-    assert "  note:       hardware 'h100' -> h100-sxm (the bundled card of that GPU)" in out
+    assert "  note:       hardware 'h100' -> h100-sxm (an alias of bundled card h100-sxm)" in out
     decode = out[out.index("DECODE"):].splitlines()
     per_gpu = int(decode[0].split("(")[1].split()[0])
     assert decode[1].startswith(f"  server: {8 * per_gpu:,} requests decoding at once on 8 GPUs, ")

@@ -289,10 +289,9 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
     if per_node > hw.peak.gpus_per_node:
         raise fail("deployment.num_nodes", dep.num_nodes,
                    f"{per_node} GPUs per node, but a {hw.name} node holds {hw.peak.gpus_per_node}")
-    # the links a layout talks over must exist (a zero bandwidth would divide by zero)
-    if per_node > 1 and not hw.peak.nvlink_bandwidth > 0:
-        raise fail("deployment.num_gpus", dep.num_gpus, f"{per_node} GPUs per node talk over NVLink, but hardware "
-                   f"card {hw.name} has none (peak.nvlink_bandwidth is 0)")
+    # the links a layout talks over must exist (a zero bandwidth would divide by zero); inside a node,
+    # GPUs without NVLink talk over PCIe, whose card facts are asked for where a collective is priced
+    # (infersim.modules.comm.intra_node_link): a layout of data-parallel ranks alone needs none
     if dep.num_nodes > 1 and not hw.peak.network_bandwidth > 0:
         raise fail("deployment.num_nodes", dep.num_nodes, f"{dep.num_nodes} nodes talk over the network, but hardware "
                    f"card {hw.name} has no NIC (peak.network_bandwidth is 0)")

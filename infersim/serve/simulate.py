@@ -7,9 +7,9 @@ replicas are advanced to that time first). In closed loop each client is pinned 
 PD disaggregation (xPyD): x prefill instances run prompts only (their first token is the prefill's
 output) and y decode instances run the rest, each pool with its own deployment. A finished prompt's
 KV cache (input tokens x KV bytes per token of the whole model) moves to the decode instance
-(round-robin) over NVLink when both instances fit in one node, else over the network, at the
-hardware card's per-GPU bandwidth x efficiency x the GPUs of the smaller instance (each GPU sends
-its shard in parallel); transfers into one decode instance queue on its link. The request's first
+(round-robin) over the node's link (NVLink, or PCIe on cards without it) when both instances fit in
+one node, else over the network, at the hardware card's per-GPU bandwidth x efficiency x the GPUs
+of the smaller instance (each GPU sends its shard in parallel); transfers into one decode instance queue on its link. The request's first
 token reaches the client when its KV has arrived (TTFT includes the transfer); then it queues for
 admission at the decode instance like any arrival. Queueing happens at both pools. Open-loop
 workloads run the prefill pool to the end, then the decode pool; in closed loop, where a client's
@@ -41,6 +41,7 @@ from infersim.cards.deployment import (
     with_engine_defaults,
 )
 from infersim.base.errors import InferSimError
+from infersim.modules.comm import p2p_bandwidth
 from infersim.serve.cost import StepCoster
 from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings, settings_from_engine
 from infersim.serve.arrivals import Arrivals, build_requests, listed_arrivals
@@ -242,12 +243,15 @@ class _ArrivalSetter:
 
 
 def transfer_bandwidth(prefill: RunConfig, decode: RunConfig) -> tuple[float, str]:
-    """Bytes/s one request's KV moves at from a prefill to a decode instance, and over what."""
+    """Bytes/s one request's KV moves at from a prefill to a decode instance, and over what: pairs
+    of their GPUs in parallel, over the node's link between them (NVLink, a mesh's one link per
+    pair, or PCIe) when both fit one node, else over the NICs."""
     hw = prefill.hardware
     gp, gd = prefill.deployment.num_gpus, decode.deployment.num_gpus
     lanes = min(gp, gd)
     if gp + gd <= hw.peak.gpus_per_node:
-        return hw.peak.nvlink_bandwidth * hw.derates.nvlink_efficiency * lanes, "NVLink"
+        per_lane, link = p2p_bandwidth(hw, gp + gd)
+        return per_lane * lanes, link
     return hw.peak.network_bandwidth * hw.derates.network_efficiency * lanes, "network"
 
 

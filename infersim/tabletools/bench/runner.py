@@ -231,7 +231,18 @@ def _restore_sigterm(previous: Any) -> None:
 
 
 def hardware_card_for(device_name: str) -> str | None:
-    """The bundled hardware card matching a driver-reported device name, if any."""
+    """The bundled hardware card matching a driver-reported device name, if any: a card's name or
+    alias (cards list the names nvidia-smi and rocm-smi report, e.g. "NVIDIA H100 PCIe", "AMD
+    Instinct MI300X"), with or without the maker's prefix; else the Hopper part the name contains."""
+    from infersim.cards.registry import forgiving_name
+
+    for candidate in dict.fromkeys((device_name, device_name.removeprefix("NVIDIA ").removeprefix("AMD "))):
+        try:
+            found = forgiving_name(candidate, "hardware")
+        except InferSimError:  # ambiguous: the markers below decide
+            continue
+        if found is not None:
+            return found[0]
     name = device_name.upper().replace(" ", "")
     for marker, card in (("H200", "h200"), ("H800", "h800"), ("H20", "h20"), ("H100", "h100-sxm")):
         if marker in name:
