@@ -39,14 +39,14 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("infersim.config", "infersim.run_flags", "infersim.memory", "infersim.simulate", "infersim.speculative")),
     ("drivers", "runs put to work: serving, sweeps, generation, validation, traces; tables measured, "
                 "imported, learned or compared",
-     ("infersim.serve", "infersim.sweep", "infersim.generate", "infersim.validate", "infersim.trace",
+     ("infersim.serve", "infersim.sweep", "infersim.generate", "infersim.validate", "infersim.trace", "infersim.launch",
       "infersim.mfu.bench", "infersim.mfu.importer", "infersim.mfu.aiconfigurator",
       "infersim.mfu.aiconfigurator_convert", "infersim.mfu.compare")),
     ("presentation", "reports, figures and the command line",
      ("infersim.report", "infersim.plot", "infersim.cli", "infersim.cli_cards", "infersim.__main__",
       "infersim.mfu.cli", "infersim.trace.cli", "infersim.trace.report", "infersim.serve.cli", "infersim.serve.report",
       "infersim.sweep.cli", "infersim.sweep.output", "infersim.generate.cli", "infersim.generate.report",
-      "infersim.validate.cli", "infersim.validate.report")),
+      "infersim.validate.cli", "infersim.validate.report", "infersim.launch.report")),
 )
 
 #: imports allowed against the layers, "importer -> imported": reason. None today; an entry must

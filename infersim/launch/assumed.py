@@ -10,12 +10,15 @@ deployment; `checkpoint_choice` the weights an engine loads for the run's format
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from infersim.cards.engine import EngineCard
 from infersim.config import RunConfig
 from infersim.errors import InferSimError
 from infersim.memory import MemoryResult, memory_budget
+
+if TYPE_CHECKING:
+    from infersim.serve.scheduler import SchedulerSettings
 
 #: a token budget at least this large stands for "no budget" (serve's whole-prompt scheduling)
 UNLIMITED_BUDGET = 1 << 30
@@ -138,21 +141,16 @@ def assumed_for_batch(config: RunConfig, batch_per_gpu: int, memory: MemoryResul
                    origin + f"; running cap {cap}: the simulated decode batch of {batch_per_gpu} per GPU", lookahead)
 
 
-def assumed_for_pool(config: RunConfig, settings: object, role: Literal["server", "prefill", "decode"],
+def assumed_for_pool(config: RunConfig, settings: SchedulerSettings, role: Literal["server", "prefill", "decode"],
                      instances: int) -> Assumed:
-    """A serving pool: its scheduler settings (infersim.serve.scheduler.SchedulerSettings, per
-    instance), shared over the instance's attention-DP ranks."""
+    """A serving pool: its scheduler settings (per instance), shared over the instance's attention-DP ranks."""
     dp = config.deployment.attention.dp
-    budget = getattr(settings, "token_budget")
-    budget = 0 if budget >= UNLIMITED_BUDGET else budget // dp
-    running = getattr(settings, "max_running")
-    cap = -(-running // dp) if running else 0
-    memory = run_memory(config)
+    budget = 0 if settings.token_budget >= UNLIMITED_BUDGET else settings.token_budget // dp
+    cap = -(-settings.max_running // dp) if settings.max_running else 0
     engine, hw = config.engine, config.hardware
-    return Assumed(role, instances, config, budget, bool(getattr(settings, "chunked")) and budget > 0, cap,
-                   bool(getattr(settings, "prefix_cache")), bool(getattr(settings, "mixed")), static_fraction(memory),
-                   capture_sizes(engine, hw.peak.hbm_bytes, config.deployment.gpus_per_stage, cap),
-                   str(getattr(settings, "origin")))
+    return Assumed(role, instances, config, budget, settings.chunked and budget > 0, cap, settings.prefix_cache,
+                   settings.mixed, static_fraction(run_memory(config)),
+                   capture_sizes(engine, hw.peak.hbm_bytes, config.deployment.gpus_per_stage, cap), settings.origin)
 
 
 @dataclass(frozen=True)

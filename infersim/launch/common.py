@@ -79,9 +79,9 @@ def node_hosts(a: Assumed) -> list[str]:
 
 
 def where(a: Assumed, role: str, node: str = "") -> str:
-    """Which hosts run a command: one server, each of a pool's instances, or one node of each."""
-    many = a.instances > 1
-    base = f"each of the {a.instances} {role} instances" if many else (f"the {role}" if role != "server" else "")
+    """Which hosts run a command: each of a pool's instances, and which node of each ('' for one server
+    on one node)."""
+    pool = f"each of the {a.instances} {role} instances" if a.instances > 1 else ""
     if node:
-        return f"{node}" + (f" of {base}" if base else "")
-    return base
+        return f"{node}, {pool}" if pool else node
+    return pool

@@ -11,7 +11,7 @@ file, the key and the value.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -159,9 +159,28 @@ def data_dir() -> Path:
     return bundled_dir("engines") / DATA_FOLDER
 
 
+def _whole_defaults(program: Program | None, source: str, where: str) -> Program | None:
+    """The program with an int argument's default as an int (YAML numbers are read as floats here)."""
+    if program is None:
+        return None
+    sections = {}
+    for section in ("flags", "environment", "config_file"):
+        flags = []
+        for i, flag in enumerate(getattr(program, section)):
+            if flag.kind == "int" and isinstance(flag.default, float):
+                if not flag.default.is_integer():
+                    raise ConfigError(source, f"{where}.{section}[{i}].default", flag.default, "an int's default is whole")
+                flag = replace(flag, default=int(flag.default))
+            flags.append(flag)
+        sections[section] = tuple(flags)
+    return replace(program, **sections)
+
+
 def load_parser_data(path: Path) -> ParserData:
     raw: Any = load_yaml(path, "parser data file")
     data = build(ParserData, raw, str(path))
+    data = replace(data, server=_whole_defaults(data.server, str(path), "server"),
+                   router=_whole_defaults(data.router, str(path), "router"))
     return validate_parser_data(data, str(path))
 
 

@@ -122,7 +122,7 @@ class Arguments:
         if self.options:
             import yaml
 
-            files = (OptionsFile(files_name, yaml.safe_dump(self.options, sort_keys=False, width=100)),)
+            files = (OptionsFile(files_name, yaml.safe_dump(self.options, sort_keys=False, width=100, default_flow_style=None)),)
             argv.extend([self.program.config_flag, files_name])
         return Command(self.role, where, tuple(argv), tuple(self.env.items()), files)
 

@@ -80,16 +80,19 @@ def _wrapped(label: str, items: list[str]) -> list[str]:
 
 
 def plan_text(plan: LaunchPlan) -> str:
-    title = f"LAUNCH  {plan.label + ': ' if plan.label else ''}{plan.engine}: {plan.parser}"
-    out = [title]
+    """Each command, then what its server's flags realise: set on the command, or left at an engine
+    default equal to the simulation's; then the notes."""
+    out = [f"LAUNCH  {plan.label + ': ' if plan.label else ''}{plan.engine}: {plan.parser}"]
+    shown: set[str] = set()
     for command in plan.commands:
-        where = f", on {command.where}" if command.where else ""
-        out.append(f"  {command.role}{where}:")
+        out.append(f"  {command.role}{', on ' + command.where if command.where else ''}:")
         out.extend(command_text(command))
-    roles = len({s.role for s in plan.settings}) > 1
-    prefix = (lambda s: f"{s.role}: ") if roles else (lambda s: "")
-    out += _wrapped("set:", [prefix(s) + _setting_text(s) for s in plan.settings if s.how == "set"])
-    out += _wrapped("defaults:", [prefix(s) + _setting_text(s) for s in plan.settings if s.how == "default"])
+        if command.role in shown:
+            continue
+        shown.add(command.role)
+        mine = [s for s in plan.settings if s.role == command.role]
+        out += _wrapped("set:", [_setting_text(s) for s in mine if s.how == "set"])
+        out += _wrapped("defaults:", [_setting_text(s) for s in mine if s.how == "default"])
     for note in plan.notes:
         out.extend(textwrap.wrap(note, width=WIDTH, initial_indent="  note:     ", subsequent_indent=" " * 12,
                                  break_on_hyphens=False, break_long_words=False))

@@ -12,7 +12,15 @@ disaggregation: --disaggregation-mode prefill / decode, and sglang-router in fro
 from __future__ import annotations
 
 from infersim.launch.assumed import Assumed, Layout, layout_of
-from infersim.launch.common import HEAD, check_common, checkpoint, kv_cache_format, node_hosts, refuse, speculative
+from infersim.launch.common import (
+    HEAD,
+    check_common,
+    checkpoint,
+    kv_cache_format,
+    node_hosts,
+    refuse,
+    speculative,
+)
 from infersim.launch.common import where as where_text
 from infersim.launch.data import ParserData
 from infersim.launch.plan import Arguments, PlanParts
@@ -128,7 +136,7 @@ def _server_args(a: Assumed, data: ParserData, parts: PlanParts, port: int) -> t
 
 
 def spell(a: Assumed, data: ParserData, parts: PlanParts, port: int = 0) -> None:
-    args, layout = _server_args(a, data, parts, port)
+    args, _layout = _server_args(a, data, parts, port)
     nodes = node_hosts(a)
     if len(nodes) == 1:
         parts.take(args, where_text(a, a.role))

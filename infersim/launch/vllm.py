@@ -14,7 +14,15 @@ sends requests through both.
 from __future__ import annotations
 
 from infersim.launch.assumed import Assumed, Layout, layout_of
-from infersim.launch.common import HEAD, check_common, checkpoint, kv_cache_format, node_hosts, refuse, speculative
+from infersim.launch.common import (
+    HEAD,
+    check_common,
+    checkpoint,
+    kv_cache_format,
+    node_hosts,
+    refuse,
+    speculative,
+)
 from infersim.launch.common import where as where_text
 from infersim.launch.data import ParserData, SizeRange
 from infersim.launch.plan import Arguments, PlanParts
@@ -118,7 +126,7 @@ def _scheduler(a: Assumed, args: Arguments, parts: PlanParts) -> None:
     if overlap and args.data.version.startswith("0.11") and (a.config.deployment.pp > 1 or method):
         parts.note("vLLM 0.11 does not run async scheduling with pipeline parallelism or speculative decoding "
                    "(SchedulerConfig.async_scheduling): the engine will expose CPU time the simulation hid")
-    if not a.mixed:
+    if not a.mixed and a.role != "prefill":
         parts.note("the simulation ran prefill and decode in separate steps; vLLM always mixes them")
 
 
