@@ -37,8 +37,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("infersim.engine",)),
     ("run", "one run: its config loaded, memory, prefill and decode, speculative decoding",
      ("infersim.config", "infersim.run_flags", "infersim.memory", "infersim.simulate", "infersim.speculative")),
-    ("drivers", "runs put to work: serving, sweeps, generation, validation, traces; tables measured, "
-                "imported, learned or compared",
+    ("drivers", "runs put to work: serving, sweeps, generation, validation, traces, launch commands; tables "
+                "measured, imported, learned or compared",
      ("infersim.serve", "infersim.sweep", "infersim.generate", "infersim.validate", "infersim.trace", "infersim.launch",
       "infersim.mfu.bench", "infersim.mfu.importer", "infersim.mfu.aiconfigurator",
       "infersim.mfu.aiconfigurator_convert", "infersim.mfu.compare")),
