@@ -368,3 +368,32 @@ def test_a_bad_parser_file_is_one_message_naming_the_key(tmp_path, edit, key, pr
     with pytest.raises(ConfigError) as err:
         load_parser_data(path)
     assert key in str(err.value) and problem in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Speculative decoding and the chosen rows of sweeps
+
+
+def test_mtp_speculation_is_each_engines_own_spelling():
+    spec = ["speculative.method=mtp", "speculative.acceptance_rate=0.7", "speculative.lookahead=2"]
+    flags = RunFlags(model="deepseek-v3", hardware="h200", num_gpus=8, dp_attention=8, ep=8, engine="vllm")
+    plan = plan_for_run(simulate(load_run_config(None, spec, None, flags)))
+    argv = list(plan.commands[0].argv)
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 2}
+    assert any("does not run async scheduling" in note for note in plan.notes)  # vLLM 0.11: async off with it
+    plan = plan_for_run(simulate(load_run_config(None, spec, None, replace(flags, engine="sglang"))))
+    argv = list(plan.commands[0].argv)
+    assert argv[argv.index("--speculative-algorithm") + 1] == "NEXTN"
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "3"
+    assert "--disable-overlap-schedule" in argv  # the card: SGLang turns overlap off for EAGLE/MTP
+
+
+def test_pareto_prints_each_frontier_points_command_or_why_there_is_none(capsys):
+    assert main(["pareto", "--model", "qwen3-30b-a3b", "--hardware", "h100", "--engine", "vllm", "--gpus", "2",
+                 "--batch", "8,64", "--executor", "serial", "--no-progress", "--emit-launch"]) == 0
+    out = capsys.readouterr().out
+    frontier = int(out.split("Pareto frontier: ")[1].split(" ")[0])
+    launches = [line for line in out.splitlines() if line.startswith("LAUNCH  2 GPU(s)")]
+    assert len(launches) == frontier
+    assert all(line.endswith("(engines/launch/vllm-0.11.0.yaml)") or ": none: vLLM 0.11.0 cannot run" in line
+               for line in launches)

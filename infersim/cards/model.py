@@ -6,6 +6,7 @@ model designer can vary `model.num_key_value_heads` exactly as they would in a c
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, get_args
@@ -104,9 +105,11 @@ class ModelCard:
     checkpoint: str | None = spec(
         None, doc="the published weights this card describes, as an engine loads them (a Hugging Face repository id "
                   "or a path), in the formats `quantization` says; null: not named (--emit-launch then asks for it)")
-    quantized_checkpoints: dict[str, str] = spec(
-        default_factory=dict, doc="other published checkpoints of the same architecture, by weight format (fp8, "
-                                  "fp4, int4 ...): what --emit-launch loads for a run in that format")
+    # not compared (so not hashed either: a dict is not hashable): a checkpoint's name changes no
+    # simulated number, and cards are memo keys of the sweeps
+    quantized_checkpoints: dict[str, str] = dataclasses.field(default_factory=dict, compare=False, metadata={
+        "doc": "other published checkpoints of the same architecture, by weight format (fp8, fp4, int4 ...): what "
+               "--emit-launch loads for a run in that format", "gt": None, "ge": None, "le": None})
 
     # ---- derived --------------------------------------------------------------------------
 
