@@ -22,7 +22,13 @@ from infersim.cli import main
 from infersim.config import load_run_config
 from infersim.errors import ConfigError, InferSimError
 from infersim.launch.build import plan_for_run
-from infersim.launch.data import ParserData, Program, known_versions, load_parser_data, parser_for
+from infersim.launch.data import (
+    ParserData,
+    Program,
+    known_versions,
+    load_parser_data,
+    parser_for,
+)
 from infersim.launch.plan import LaunchPlan
 from infersim.run_flags import RunFlags
 from infersim.simulate import decode_batch, simulate
@@ -397,3 +403,9 @@ def test_pareto_prints_each_frontier_points_command_or_why_there_is_none(capsys)
     assert len(launches) == frontier
     assert all(line.endswith("(engines/launch/vllm-0.11.0.yaml)") or ": none: vLLM 0.11.0 cannot run" in line
                for line in launches)
+
+
+def test_a_checkpoint_keyed_by_no_weight_format_is_refused_on_load():
+    with pytest.raises(ConfigError, match=r"quantized_checkpoints\.fp9.*keyed by a weight format"):
+        load_run_config(None, ["model.quantized_checkpoints.fp9=some/repo"], None,
+                        RunFlags(model="qwen3-8b", hardware="h100"))

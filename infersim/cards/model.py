@@ -197,6 +197,13 @@ class ModelCard:
         return self.mamba_heads * self.mamba_head_dim
 
 
+def _validate_checkpoints(card: ModelCard, source: str) -> None:
+    for fmt in card.quantized_checkpoints:
+        if fmt not in get_args(WeightFormat):
+            raise ConfigError(source, f"quantized_checkpoints.{fmt}", card.quantized_checkpoints[fmt],
+                              f"keyed by a weight format ({', '.join(get_args(WeightFormat))})")
+
+
 def validate_model(card: ModelCard, source: str) -> ModelCard:
     """Checks that span several fields; each problem is one message naming field and value."""
     if card.is_mla:
@@ -206,10 +213,7 @@ def validate_model(card: ModelCard, source: str) -> ModelCard:
     elif card.num_attention_heads % card.num_key_value_heads:
         raise ConfigError(source, "num_key_value_heads", card.num_key_value_heads,
                           f"must divide num_attention_heads ({card.num_attention_heads})")
-    for fmt in card.quantized_checkpoints:
-        if fmt not in get_args(WeightFormat):
-            raise ConfigError(source, f"quantized_checkpoints.{fmt}", card.quantized_checkpoints[fmt],
-                              f"keyed by a weight format ({', '.join(get_args(WeightFormat))})")
+    _validate_checkpoints(card, source)
     if card.is_moe:
         if not 0 < card.num_experts_per_tok <= card.num_experts:
             raise ConfigError(source, "num_experts_per_tok", card.num_experts_per_tok,
