@@ -34,7 +34,10 @@ def card(config: dict) -> ModelCard:
 ])
 def test_bundled_cards_are_the_importer_output(bundled, reference):
     fields = card_from_hf_file(shared_reference("hf_configs", reference), bundled)
-    assert (REPO_ROOT / "models" / f"{bundled}.yaml").read_text() == card_yaml(fields)
+    # the checkpoints a card names are hand-written: the published weights are not in the HF config
+    lines = (REPO_ROOT / "models" / f"{bundled}.yaml").read_text().splitlines(keepends=True)
+    assert "".join(line for line in lines if not line.startswith(("checkpoint:", "quantized_checkpoints:"))) \
+        == card_yaml(fields)
 
 
 def test_gpt_oss_alternates_sliding_and_full():

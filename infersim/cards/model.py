@@ -6,11 +6,12 @@ model designer can vary `model.num_key_value_heads` exactly as they would in a c
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Literal, get_args
 
-from infersim.cards.quantization import Quantization
+from infersim.cards.quantization import Quantization, WeightFormat
 from infersim.cards.schema import spec
 from infersim.base.errors import ConfigError
 
@@ -101,6 +102,14 @@ class ModelCard:
         None, doc="how the checkpoint stores its weights (HF quantization_config: fp8 blocks, MXFP4, NVFP4, GPTQ/AWQ "
                   "...); a run prices its weights so unless the run config names precision.weights/expert_weights; "
                   "null: unquantised (bf16)")
+    checkpoint: str | None = spec(
+        None, doc="the published weights this card describes, as an engine loads them (a Hugging Face repository id "
+                  "or a path), in the formats `quantization` says; null: not named (--emit-launch then asks for it)")
+    # not compared (so not hashed either: a dict is not hashable): a checkpoint's name changes no
+    # simulated number, and cards are memo keys of the sweeps
+    quantized_checkpoints: dict[str, str] = dataclasses.field(default_factory=dict, compare=False, metadata={
+        "doc": "other published checkpoints of the same architecture, by weight format (fp8, fp4, int4 ...): what "
+               "--emit-launch loads for a run in that format", "gt": None, "ge": None, "le": None})
 
     # ---- derived --------------------------------------------------------------------------
 
@@ -188,6 +197,13 @@ class ModelCard:
         return self.mamba_heads * self.mamba_head_dim
 
 
+def _validate_checkpoints(card: ModelCard, source: str) -> None:
+    for fmt in card.quantized_checkpoints:
+        if fmt not in get_args(WeightFormat):
+            raise ConfigError(source, f"quantized_checkpoints.{fmt}", card.quantized_checkpoints[fmt],
+                              f"keyed by a weight format ({', '.join(get_args(WeightFormat))})")
+
+
 def validate_model(card: ModelCard, source: str) -> ModelCard:
     """Checks that span several fields; each problem is one message naming field and value."""
     if card.is_mla:
@@ -197,6 +213,7 @@ def validate_model(card: ModelCard, source: str) -> ModelCard:
     elif card.num_attention_heads % card.num_key_value_heads:
         raise ConfigError(source, "num_key_value_heads", card.num_key_value_heads,
                           f"must divide num_attention_heads ({card.num_attention_heads})")
+    _validate_checkpoints(card, source)
     if card.is_moe:
         if not 0 < card.num_experts_per_tok <= card.num_experts:
             raise ConfigError(source, "num_experts_per_tok", card.num_experts_per_tok,

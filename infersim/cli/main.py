@@ -45,7 +45,7 @@ SUBCOMMAND_MODULES = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 
 #: the run command's option defaults, as argparse fills them in
 RUN_DEFAULTS = {"overrides": [], "mfu_tables": None, "format": "text", "detail": False, "plot": None,
-                "show_unfit": False, **dict.fromkeys(FLAG_DESTS)}
+                "show_unfit": False, "emit_launch": False, **dict.fromkeys(FLAG_DESTS)}
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +67,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--show-unfit", action="store_true", default=RUN_DEFAULTS["show_unfit"],
                         help="text: print TTFT/TPOT/throughput even when the run does not fit in memory (marked); "
                              "the exit status is still 1")
+    add_emit_launch(parser)
     add_run_flags(parser)
+
+
+def add_emit_launch(parser: argparse.ArgumentParser, what: str = "the simulated deployment") -> None:
+    parser.add_argument("--emit-launch", action="store_true", default=RUN_DEFAULTS["emit_launch"],
+                        help=f"also print the engine command(s) that realise {what}, spelled with the engine "
+                             "version's own flags (JSON: under 'launch', each command a list of arguments); "
+                             "docs/launch.md")
 
 
 def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True, batch: bool = True) -> None:
@@ -164,12 +172,22 @@ def run_command(args: argparse.Namespace) -> int:
         check_picture_path(plot_path, "--plot", need_matplotlib=False)
     config = load_config_from_args(args)
     result = simulate(config)
+    launch = _launch_plan(result) if getattr(args, "emit_launch", False) else None
     if args.format == "json":
         import json  # here: the text report, the default, needs no JSON
 
-        print(json.dumps(to_json_data(result), indent=2))
+        data = to_json_data(result)
+        if launch is not None:
+            from infersim.launch.report import plan_json
+
+            data["launch"] = plan_json(launch)
+        print(json.dumps(data, indent=2))
     else:
         print(to_text(result, detail=args.detail, show_unfit=args.show_unfit))
+        if launch is not None:
+            from infersim.launch.report import plan_text
+
+            print("\n" + plan_text(launch))
     if plot_path:
         from infersim.plot import draw
         from infersim.plot.backend import require_matplotlib, save_figure
@@ -181,6 +199,16 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"infersim: does not fit: {result.unfit[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def _launch_plan(result: Any) -> Any:
+    """The launch plan of a simulated run (None, announced, when the run does not fit: nothing to launch)."""
+    if not result.fits:
+        print("infersim: --emit-launch: no command for a deployment that does not fit", file=sys.stderr)
+        return None
+    from infersim.launch.build import plan_for_run
+
+    return plan_for_run(result)
 
 
 def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:

@@ -149,6 +149,7 @@ def _serve(args: argparse.Namespace) -> int:
     flags = replace(flags_from_args(args), isl=_request_length(args.isl, "isl"), osl=_request_length(args.osl, "osl"))
     config = load_run_config(args.config, args.overrides, args.mfu_tables, flags)
     print_notes(config)
+    launch = _launch_plan(config, options) if args.emit_launch else None
     want_records = bool(args.requests_out) or args.include_requests
     executor, client = None, None
     if args.executor:
@@ -157,7 +158,7 @@ def _serve(args: argparse.Namespace) -> int:
         executor, client = dask_executor(args.executor)
     try:
         if args.rate_sweep is not None or args.max_rate_under_slo:
-            return _search(args, config, options, executor)
+            return _search(args, config, options, executor, launch)
         summary = simulate_serving(config, {**options, "requests": want_records})
     finally:
         if client is not None:
@@ -166,13 +167,38 @@ def _serve(args: argparse.Namespace) -> int:
     if args.requests_out and records:
         write_requests(args.requests_out, records)
     if args.format == "json":
-        print(json.dumps({"run": run_block(config, options), **summary}, indent=2))
+        print(json.dumps({"run": run_block(config, options), **summary, **_launch_json(launch)}, indent=2))
     else:
-        print(report.summary_text(summary, f"InferSim serve: {serve_title(config, options)}"))
+        print(report.summary_text(summary, f"InferSim serve: {serve_title(config, options)}") + _launch_text(launch))
     return 0
 
 
-def _search(args: argparse.Namespace, config: Any, options: dict[str, Any], executor: Any) -> int:
+def _launch_plan(config: Any, options: dict[str, Any]) -> Any:
+    """The commands that realise the serving run's pools (built, not run: the settings are the same)."""
+    from infersim.launch.build import plan_for_pools
+    from infersim.serve.options import parse_options
+    from infersim.serve.simulate import serving_pools
+
+    return plan_for_pools(serving_pools(config, parse_options(dict(options))))
+
+
+def _launch_json(launch: Any) -> dict[str, Any]:
+    if launch is None:
+        return {}
+    from infersim.launch.report import plan_json
+
+    return {"launch": plan_json(launch)}
+
+
+def _launch_text(launch: Any) -> str:
+    if launch is None:
+        return ""
+    from infersim.launch.report import plan_text
+
+    return "\n\n" + plan_text(launch)
+
+
+def _search(args: argparse.Namespace, config: Any, options: dict[str, Any], executor: Any, launch: Any) -> int:
     from infersim.serve import report
     from infersim.serve.api import simulate_serving
     from infersim.serve.search import RateRunner, max_rate_under_slo, parse_rate_range, rate_sweep
@@ -198,9 +224,11 @@ def _search(args: argparse.Namespace, config: Any, options: dict[str, Any], exec
     searched = " and ".join(w for w, on in ((f"Poisson rates {args.rate_sweep}", args.rate_sweep is not None),
                                              ("the highest rate under the SLO", args.max_rate_under_slo)) if on)
     if args.format == "json":
-        print(json.dumps({"run": run_block(config, {**options, "mode": searched}), **out}, indent=2))
+        print(json.dumps({"run": run_block(config, {**options, "mode": searched}), **out, **_launch_json(launch)},
+                         indent=2))
     else:
-        print(f"InferSim serve: {serve_title(config, {**options, 'mode': searched})}\n" + "\n\n".join(text))
+        print(f"InferSim serve: {serve_title(config, {**options, 'mode': searched})}\n" + "\n\n".join(text)
+              + _launch_text(launch))
     return 0
 
 
@@ -254,6 +282,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--requests-out", default=None, metavar="FILE", help="write per-request records (.jsonl or .csv)")
     p.add_argument("--include-requests", action="store_true", help="JSON: per-request records under 'requests'")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    from infersim.cli.main import add_emit_launch
+
+    add_emit_launch(p, "the simulated deployment (both sides and the router of a PD-disaggregated one)")
     from infersim.cli.main import add_option_aliases
     from infersim.cli.main import add_run_flags
 

@@ -194,6 +194,22 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
     return ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, list(arrivals.notes))
 
 
+def serving_pools(config: RunConfig, opts: ServeOptions) -> list[Pool]:
+    """The pools a serving run with these options builds (their deployments and scheduler settings:
+    what a launch command realises), without running it."""
+    arrivals = build_requests(config, opts)
+    if not isinstance(arrivals, Arrivals):
+        arrivals = listed_arrivals(arrivals)
+    mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
+    d = opts.disaggregate
+    if d is None:
+        return [_pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, 1)]
+    pconf = _pool_config(config, d.prefill_deployment, "disaggregate.prefill_deployment")
+    dconf = _pool_config(config, d.decode_deployment, "disaggregate.decode_deployment")
+    return [_pool("prefill", pconf, d.prefill_instances, opts, mean_isl, 1.0, 1, prefill_only=True),
+            _pool("decode", dconf, d.decode_instances, opts, mean_isl, mean_osl, 1)]
+
+
 def _feed(instances: list[Instance], routed: Iterable[tuple[int, RequestState]]) -> None:
     """Give each instance its requests (in arrival order) one at a time, advancing it as far as its
     next known arrival allows, then run every instance to the end: the same steps as giving every

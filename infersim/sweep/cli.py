@@ -83,8 +83,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     progress.add_argument("--progress", dest="progress", action="store_true", default=None,
                           help="always draw the progress bar (default: when stderr is a terminal)")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never draw it")
-    from infersim.cli.main import add_run_flags
+    from infersim.cli.main import add_emit_launch, add_run_flags
 
+    add_emit_launch(p, "each chosen deployment (sweep: the best per variant; pareto: the frontier's points)")
     add_run_flags(p, batch=False)
 
 
@@ -255,6 +256,21 @@ def _sorted_rows(rows: Sequence[Row], order: str) -> list[Row]:
     return list(rows)
 
 
+def _print_launches(spec: SweepSpec, rows: Sequence[Row]) -> None:
+    """The launch command of each chosen row; a row the engine cannot express says why instead."""
+    from infersim.launch.build import plan_for_config
+    from infersim.launch.report import plan_text
+    from infersim.sweep.evaluate import row_config
+    from infersim.sweep.output import layout_text
+
+    for row in rows:
+        label = f"{row.num_gpus} GPU(s) {layout_text(row)} batch {row.batch}"
+        try:
+            print("\n" + plan_text(plan_for_config(row_config(spec, row), row.batch, label)))
+        except InferSimError as exc:
+            print(f"\nLAUNCH  {label}: none: {str(exc).removeprefix('--emit-launch: ')}")
+
+
 def sweep_command(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     targets = _targets(args)
@@ -293,6 +309,8 @@ def sweep_command(args: argparse.Namespace) -> int:
         title = f"best deployment per variant (targets: {targets.describe()})"
         print(f"\n{title}")
         print(best_table(spec, bests, v_axes, spec.prefill, show_cost))
+    if args.emit_launch:
+        _print_launches(spec, [b.row for b in bests if b.row is not None])
     if args.out:
         print(f"\nwrote {len(records):,} rows to {args.out}")
     if failed:
@@ -351,6 +369,8 @@ def pareto_command(args: argparse.Namespace) -> int:
         print(frontier_table(spec, front, spec.prefill))
     if result.rejected:
         print(f"\nskipped {result.rejected:,} layouts the validator rejects: {_problems(result)}")
+    if args.emit_launch:
+        _print_launches(spec, [r for front in fronts.values() for r in front])
     if args.plot:
         cfg = spec.base.config
         paths = {a.path for a in spec.axes}

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import dataclasses
 
-from infersim.run.config import with_variant
+from infersim.run.config import RunConfig, with_variant
 from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
@@ -354,6 +354,18 @@ class Evaluator:
                             out.rows.append(self._row(point, model, hw, dep, work, batch, mem, price, run))
                         except InferSimError as exc:  # e.g. an odd batch under two-batch overlap
                             out.reject(problem_text(exc))
+
+
+def row_config(spec: SweepSpec, row: Row) -> RunConfig:
+    """The validated run config a simulated row stands for: its grid point, its searched layout and its
+    decode batch (what a launch command realises)."""
+    deriver = Deriver(spec.base, spec.axes)
+    values = spec.values(row.point)
+    model, hw, dep, run, work = deriver.parts(values)
+    if spec.search is not None:
+        dep = deriver.complete(with_layout(deriver.deployment(values), row.num_gpus, row.num_nodes, row.pp,
+                                           row.attn_tp, row.ffn_tp, row.ffn_ep), model, hw)
+    return with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=row.batch))
 
 
 _WORKER = threading.local()

@@ -1,0 +1,78 @@
+"""Launch plans of a plain run, a serving run and a sweep's chosen rows.
+
+The parser data is chosen by the engine card's framework and version (`infersim.launch.data`), the
+speller by the framework; a framework without a server (HF transformers) or a layout the engine
+cannot express is one error naming why.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from infersim.run.config import RunConfig
+from infersim.base.errors import InferSimError
+from infersim.launch.assumed import Assumed, assumed_for_batch, assumed_for_pool
+from infersim.launch.data import parser_for
+from infersim.launch.plan import LaunchPlan, PlanParts
+
+if TYPE_CHECKING:
+    from infersim.run.simulate import SimulationResult
+
+SPELLERS = {"vllm": "infersim.launch.vllm", "sglang": "infersim.launch.sglang", "trtllm": "infersim.launch.trtllm"}
+
+#: ports of a PD-disaggregated deployment: prefill servers, decode servers, the router (free choices)
+PD_PORTS = {"vllm": (8100, 8200, 8000), "sglang": (30000, 30001, 8000), "trtllm": (8001, 8002, 8000)}
+
+
+def _speller(framework: str) -> Any:
+    if framework not in SPELLERS:
+        raise InferSimError(f"--emit-launch: engine framework {framework!r} has no server to launch "
+                            f"(launch commands exist for {', '.join(SPELLERS)})")
+    return importlib.import_module(SPELLERS[framework])
+
+
+def _plan(servers: list[Assumed], label: str = "") -> LaunchPlan:
+    engine = servers[0].engine
+    speller = _speller(engine.framework)
+    chosen = parser_for(engine.framework, engine.version)
+    parts = PlanParts()
+    if len(servers) == 1:
+        speller.spell(servers[0], chosen.data, parts)
+        if servers[0].instances > 1:
+            parts.note(f"{servers[0].instances} copies of the server behind a load balancer (the simulation routed "
+                       "requests round-robin or to the least loaded)")
+    else:
+        prefill, decode = servers
+        p_port, d_port, router_port = PD_PORTS[engine.framework]
+        speller.spell(prefill, chosen.data, parts, p_port)
+        speller.spell(decode, chosen.data, parts, d_port)
+        speller.spell_router([f"http://$PREFILL_{i}_IP:{p_port}" for i in range(prefill.instances)],
+                             [f"http://$DECODE_{i}_IP:{d_port}" for i in range(decode.instances)],
+                             chosen.data, parts, router_port)
+        parts.note("PREFILL_i_IP, DECODE_i_IP: the addresses of the prefill and decode servers (node 0 of each); ports "
+                   f"{p_port}, {d_port} and the router's {router_port} are free choices")
+    return LaunchPlan(f"{engine.name} {engine.version}", f"{chosen.note} (engines/launch/{chosen.path.name})",
+                      tuple(parts.commands), tuple(parts.settings), tuple(parts.notes), label)
+
+
+def plan_for_run(result: SimulationResult) -> LaunchPlan:
+    """The command of a plain run: its engine card's settings, the simulated decode batch as the cap."""
+    from infersim.run.simulate import decode_batch
+
+    batch = decode_batch(result.config, result.memory)
+    lookahead = result.speculative.lookahead if result.speculative is not None else 0
+    return _plan([assumed_for_batch(result.config, batch, result.memory, lookahead)])
+
+
+def plan_for_config(config: RunConfig, batch_per_gpu: int, label: str = "") -> LaunchPlan:
+    """The command of a sweep row: the row's deployment and decode batch."""
+    return _plan([assumed_for_batch(config, batch_per_gpu)], label)
+
+
+def plan_for_pools(pools: list[Any]) -> LaunchPlan:
+    """The commands of a serving run's pools (infersim.serve.simulate.Pool): one server, replicas of it,
+    or a prefill and a decode pool and the router between them."""
+    servers = [assumed_for_pool(p.config, p.settings, "server" if p.name == "colocated" else p.name, p.count)
+               for p in pools]
+    return _plan(servers)

@@ -1,0 +1,87 @@
+"""What every engine's speller shares: the checks of what no flag can express, the precision, the
+speculative drafter and the per-node placement of a multi-node server."""
+
+from __future__ import annotations
+
+from infersim.base.errors import InferSimError
+from infersim.launch.assumed import Assumed, Checkpoint, checkpoint_choice
+from infersim.launch.data import ParserData
+from infersim.launch.plan import Arguments, PlanParts
+
+#: placeholders the user replaces with a host's address (the shell expands them when exported)
+HEAD = "$HEAD_IP"
+
+
+def refuse(data: ParserData, layout_text: str, why: str) -> InferSimError:
+    return InferSimError(f"--emit-launch: {data.title} cannot run {layout_text}: {why}")
+
+
+def check_common(a: Assumed, data: ParserData) -> None:
+    """What the simulation can model and no engine flag sets."""
+    dep = a.config.deployment
+    if dep.weight_offload != "none":
+        raise refuse(data, "this deployment", "the simulated weight offload (deployment.weight_offload auto) streams "
+                                              "weights InferSim's way, which no engine flag sets")
+    if dep.moe.load_balance == "ideal" and a.config.model.is_moe and dep.ffn.ep > 1:
+        note = "the simulation assumed an ideal (even) expert load; no engine flag makes routing even"
+        raise refuse(data, "this deployment", note + " (set deployment.moe.load_balance statistical or eplb)")
+
+
+def checkpoint(a: Assumed, args: Arguments, parts: PlanParts, online_fp8: bool) -> Checkpoint:
+    """The checkpoint as the model argument, and `--quantization fp8` where the engine quantises it
+    while loading (refused where it cannot: `online_fp8` False)."""
+    choice = checkpoint_choice(a.config)
+    if choice.online_quantization and not online_fp8:
+        raise refuse(args.data, "fp8 weights from an unquantised checkpoint",
+                     f"it loads pre-quantised checkpoints only; name one with --set "
+                     f"model.quantized_checkpoints.fp8=REPO (model card {a.config.model.name} names none)")
+    args.model(choice.repository)
+    if choice.online_quantization:
+        args.add("--quantization", choice.online_quantization, "weights quantised to fp8 while loading")
+    parts.note(choice.note)
+    return choice
+
+
+def kv_cache_format(a: Assumed, data: ParserData, spellings: dict[str, str]) -> str:
+    """The engine's name for the run's KV-cache format ('auto' = the checkpoint's own)."""
+    kv = a.config.deployment.precision.kv_cache
+    model_dtype = "bf16"  # every bundled checkpoint's activations; a run's fp16 KV cache is the one exception
+    if kv == model_dtype:
+        return "auto"
+    if kv not in spellings:
+        raise refuse(data, f"a {kv} KV cache", f"no {data.title} KV-cache format of that name is known to InferSim")
+    return spellings[kv]
+
+
+def speculative(a: Assumed, data: ParserData) -> tuple[str, int, str]:
+    """(method 'mtp' or 'draft', lookahead k, draft checkpoint) of the run's speculative decoding, or
+    ('', 0, '') without."""
+    spec = a.config.speculative
+    if spec is None:
+        return "", 0, ""
+    k = a.lookahead or (spec.lookahead if isinstance(spec.lookahead, int) else 0)
+    if not k:
+        raise refuse(data, "lookahead auto", "the lookahead the simulation chose is not known here: give "
+                                             "speculative.lookahead a number")
+    if spec.method == "mtp":
+        return "mtp", k, ""
+    draft = a.config.draft_model
+    if draft is None or not draft.checkpoint:
+        name = draft.name if draft is not None else "the draft model"
+        raise InferSimError(f"--emit-launch: model card {name} names no checkpoint for the drafter: "
+                            "give one with its card's checkpoint field")
+    return "draft", k, draft.checkpoint
+
+
+def node_hosts(a: Assumed) -> list[str]:
+    nodes = a.config.deployment.num_nodes
+    return [f"node {i} of {nodes}" for i in range(nodes)]
+
+
+def where(a: Assumed, role: str, node: str = "") -> str:
+    """Which hosts run a command: each of a pool's instances, and which node of each ('' for one server
+    on one node)."""
+    pool = f"each of the {a.instances} {role} instances" if a.instances > 1 else ""
+    if node:
+        return f"{node}, {pool}" if pool else node
+    return pool
