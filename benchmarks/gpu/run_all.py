@@ -74,6 +74,8 @@ GRACE, SMALL_GRACE = 8.0, 5.0
 LEAST_WINDOW, SMALL_LEAST_WINDOW = gpu_plan.PROCESS_START + 5.0, 3.0
 #: a tool's start-up on the CPU: python3 importing torch (smoke) or nothing heavy (fake), an assumption
 SMOKE_PROCESS_START, FAKE_PROCESS_START = 6.0, 2.0
+#: what mfu bench keeps of its --time-budget for its final write (infersim.mfu.bench.run_bench's reserve_seconds)
+BENCH_RESERVE = 5.0
 #: SIGTERM this long before a stage's deadline, SIGKILL at it
 TERM_BEFORE = 3.0
 #: the trace variants of the one-command run: one small dense model, eager and compiled, the main shapes
@@ -220,11 +222,13 @@ def stage_command(run: Run, plan: StagePlan, soft: float) -> tuple[list[str], Pa
     device = ["--device", "cpu"] if small else []
     if plan.name == "tables":
         models = ["--model", ",".join(SMOKE_BENCH_MODELS)] if small else []
-        # mfu bench counts its --time-budget from the end of its start-up (torch, the CUDA context, the device)
+        # mfu bench counts its --time-budget from the end of its start-up (torch, the CUDA context, the device),
+        # and keeps BENCH_RESERVE of it for its final write: the families share the rest
         measuring = max(soft - run.process_start, 1.0)
         folder = run.work / "tables"
         return [*run.tool("-m infersim", "bench"), "mfu", "bench", "--out", str(folder / run.card),
-                "--family-budgets", family_budgets(plan, measuring), "--time-budget", f"{measuring:.1f}",
+                "--family-budgets", family_budgets(plan, measuring - BENCH_RESERVE),
+                "--time-budget", f"{measuring:.1f}",
                 "--summary", str(folder / "summary.json"), *device, *models], folder
     if plan.name.startswith("e2e-"):
         mode = plan.name.removeprefix("e2e-")
