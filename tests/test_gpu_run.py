@@ -78,12 +78,22 @@ def test_the_default_run_fits_eight_minutes_by_its_own_estimates() -> None:
     assert run_all.DEFAULT_BUDGET + run_all.TERM_BEFORE < 8 * 60
     assert plans[-1].deadline_s == run_all.DEFAULT_BUDGET
     assert [p.deadline_s for p in plans] == sorted(p.deadline_s for p in plans)
-    for plan in plans:  # every stage's budget covers its estimate: nothing is skipped by plan
+    for plan in plans:  # every stage's and every part's budget covers its estimate: nothing is skipped by plan
         assert plan.budget_s >= plan.estimate_s, plan
+        estimates = dict(plan.parts)
+        assert all(seconds >= estimates[part] for part, seconds in run_all.part_budgets(plan)), plan
     tables = plans[0]
     assert [family for family, _seconds in tables.parts] == list(run_all.BUDGET_GROUPS)
     shares = dict(part.split("=") for part in run_all.family_budgets(tables, 100.0).split(","))
     assert sum(float(v) for v in shares.values()) == pytest.approx(100.0, abs=0.5)
+
+
+def test_the_bench_reserve_is_the_one_run_bench_keeps() -> None:
+    import inspect
+
+    from infersim.mfu.bench.runner import run_bench
+
+    assert inspect.signature(run_bench).parameters["reserve_seconds"].default == run_all.BENCH_RESERVE
 
 
 def test_a_point_estimate_is_the_larger_of_host_and_gpu_time() -> None:

@@ -124,7 +124,7 @@ def fake_traces(argv: list[str], case_seconds: float, hang: Callable[[], None]) 
                    "--summary", "--device"):
         parser.add_argument(option)
     parser.add_argument("--check", action=argparse.BooleanOptionalAction)
-    for flag in ("--quick", "--tiny"):
+    for flag in ("--quick", "--tiny", "--eager-prefill"):
         parser.add_argument(flag, action="store_true")
     args = parser.parse_args(argv)
     out, layers, model = Path(args.out), int(args.layers), args.models.split(",")[0]

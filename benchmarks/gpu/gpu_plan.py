@@ -44,7 +44,7 @@ COMPILE_PER_LAYER = 3.0
 BUILD_SECONDS = 5.0
 PROCESS_START = 10.0
 #: the estimates above are guesses: a budget gives each piece this much more than its estimate
-SAFETY = 1.3
+SAFETY = 1.2
 
 
 @dataclass(frozen=True)
@@ -271,15 +271,15 @@ def point_label(model: str, metric: str, batch: int, prompt: int) -> str:
 
 
 def trace_seconds(mode: str, layers: int, prompt: int, decode_batch: int, decode_steps: int,
-                  config: dict[str, Any]) -> float:
+                  config: dict[str, Any], compiled_prefill: bool = True) -> float:
     """One trace of record_traces.py: a model built, warm-ups (two rounds eager, three compiled, of the prefill
     and the decode steps) and the profiled round, with the profiler's export; compiled mode compiles the
-    prefill shape and the decode shape."""
+    decode shape, and the prefill shape unless the prefill runs eagerly (`compiled_prefill` False)."""
     shape = Shape.of(dict(config, num_hidden_layers=layers))
     compiled = mode != "eager"
     prefill = forward_seconds(shape, 1, prompt, 0.0)
     step = forward_seconds(shape, decode_batch, 1, prompt + decode_steps / 2, compiled)
     rounds = (3 if compiled else 2) + 1
     export = 5.0  # the profiler's trace export and gzip, an assumption
-    return BUILD_SECONDS + rounds * (2 * prefill + decode_steps * step) + export + (
-        2 * compile_seconds(layers) if compiled else 0.0)
+    compiles = (2 if compiled_prefill else 1) if compiled else 0
+    return BUILD_SECONDS + rounds * (2 * prefill + decode_steps * step) + export + compiles * compile_seconds(layers)

@@ -14,6 +14,9 @@ steps, each inside `torch.profiler.record_function("prefill")` / `("decode")`, r
               StaticCache;
 - `graphs`:   the same with `mode="reduce-overhead"` (CUDA graphs: one `cudaGraphLaunch` per step);
               GPU only.
+In the compiled modes the prefill is compiled too, unless `--eager-prefill`: then it runs eagerly into the
+StaticCache, as `generate()` runs it (the `huggingface-compiled` engine card's prefill), and only the decode
+shape is compiled.
 
 Two shape sets per model: `main` (prefill 1 x 2048 tokens, decode batch 8 at a 2048-token context
 on a GPU) and `other` (prefill 1 x 1024, decode batch 16): kernel tables learned from `main` are
@@ -197,7 +200,7 @@ def record(name: str, mode: str, shapes: Shapes, args: argparse.Namespace, out: 
             token = first
             for step in range(args.decode_steps):
                 token = runner.decode(token, decode_cache, shapes.prompt + step)
-            runner.prefill(shapes.prefill_batch, runner.new_cache(shapes.prefill_batch))
+            runner.prefill(shapes.prefill_batch, runner.new_cache(shapes.prefill_batch), not args.eager_prefill)
         token = first
         prefill_cache = runner.new_cache(shapes.prefill_batch)
         sync(device)
@@ -208,10 +211,11 @@ def record(name: str, mode: str, shapes: Shapes, args: argparse.Namespace, out: 
             for key, value in (("torch_version", torch.__version__), ("transformers_version", transformers.__version__),
                                ("recorded_model", f"{name} cut to {args.layers} layers, random weights, bf16"),
                                ("recorded_mode", mode), ("recorded_shapes", str(shapes)),
+                               ("recorded_prefill", "eager" if mode == "eager" or args.eager_prefill else mode),
                                ("recorded_by", "benchmarks/gpu/record_traces.py")):
                 prof.add_metadata(key, value)
             with record_function("prefill"):
-                runner.prefill(shapes.prefill_batch, prefill_cache)
+                runner.prefill(shapes.prefill_batch, prefill_cache, not args.eager_prefill)
                 sync(device)
             for step in range(args.decode_steps):
                 with record_function("decode"):
@@ -330,6 +334,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--modes", default=None, help="eager,compiled,graphs (default: all on a GPU, eager on a CPU)")
     parser.add_argument("--shape-sets", default="main,other",
                         help="main and/or other (default both; compiled modes trace main only)")
+    parser.add_argument("--eager-prefill", action="store_true",
+                        help="compiled modes: run the prefill eagerly, as generate() does (only the decode is "
+                             "compiled)")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers kept (default 2)")
     parser.add_argument("--decode-steps", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="the small CPU shapes even on a GPU")
@@ -363,7 +370,8 @@ def new_summary(args: argparse.Namespace, plan: list[tuple[str, str, Shapes]], e
     parts, budgets = [], []
     for name, mode, shapes in plan:
         fields = config_fields(name, args.layers, args.tiny)
-        estimate = trace_seconds(mode, args.layers, shapes.prompt, shapes.decode_batch, args.decode_steps, fields)
+        estimate = trace_seconds(mode, args.layers, shapes.prompt, shapes.decode_batch, args.decode_steps, fields,
+                                 compiled_prefill=not args.eager_prefill)
         label = variant_name(name, mode, shapes)
         parts.append(PartRecord(label, 1, round(estimate, 3), estimate_source="gpu_plan.trace_seconds"))
         budgets.append((label, SAFETY * estimate))

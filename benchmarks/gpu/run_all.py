@@ -78,7 +78,8 @@ SMOKE_PROCESS_START, FAKE_PROCESS_START = 6.0, 2.0
 BENCH_RESERVE = 5.0
 #: SIGTERM this long before a stage's deadline, SIGKILL at it
 TERM_BEFORE = 3.0
-#: the trace variants of the one-command run: one small dense model, eager and compiled, the main shapes
+#: the trace variants of the one-command run: one small dense model, eager and compiled (its prefill eager, as
+#: generate() and the huggingface-compiled card run it), the main shapes
 TRACE_MODEL, TRACE_LAYERS, TRACE_STEPS = "llama-2-7b", 2, 4
 
 
@@ -142,7 +143,8 @@ def trace_parts(smoke: bool) -> list[tuple[str, float]]:
     shapes = (CPU_SHAPES if smoke else GPU_SHAPES)[0]
     fields = config_fields(TRACE_MODEL, TRACE_LAYERS, tiny=smoke)
     return [(f"{TRACE_MODEL} {mode} main", gpu_plan.trace_seconds(mode, TRACE_LAYERS, shapes.prompt,
-                                                                  shapes.decode_batch, TRACE_STEPS, fields))
+                                                                  shapes.decode_batch, TRACE_STEPS, fields,
+                                                                  compiled_prefill=False))
             for mode in ("eager", "compiled")]
 
 
@@ -162,7 +164,9 @@ def plan_stages(names: Sequence[str], budget: float, smoke: bool,
         work = sum(seconds for _part, seconds in stage_parts)
         plan = StagePlan(name, round(gpu_plan.PROCESS_START + work, 1),
                          f"{sources[name]}, plus gpu_plan.PROCESS_START", parts=stage_parts)
-        plan.budget_s = SMOKE_STAGE_BUDGETS[name] if smoke else gpu_plan.PROCESS_START + gpu_plan.SAFETY * work
+        # the tool's start-up, the grace it ends within, and (mfu bench) its final write, around its parts' budgets
+        overhead = gpu_plan.PROCESS_START + GRACE + (BENCH_RESERVE if name == "tables" else 0.0)
+        plan.budget_s = SMOKE_STAGE_BUDGETS[name] if smoke else overhead + gpu_plan.SAFETY * work
         if given and name in given:
             plan.budget_s = given[name]
         plans.append(plan)
@@ -171,6 +175,29 @@ def plan_stages(names: Sequence[str], budget: float, smoke: bool,
     for plan, (_name, seconds) in zip(plans, fit_budgets(wanted, budget)):
         plan.budget_s, plan.deadline_s = round(seconds, 1), round(deadlines[plan.name], 1)
     return plans
+
+
+def part_budgets(plan: StagePlan, small: bool = False) -> list[tuple[str, float]]:
+    """The budget each part of a stage gets when the stage starts on time and its tool starts in the time
+    allowed (what the tool itself derives from its budget: mfu bench shares it by the estimates, the other
+    tools fit gpu_plan.SAFETY times each estimate in order)."""
+    start = (SMOKE_PROCESS_START if small else gpu_plan.PROCESS_START)
+    window = plan.budget_s - (SMALL_GRACE if small else GRACE) - start
+    if plan.name == "tables":
+        work = sum(seconds for _part, seconds in plan.parts) or 1.0
+        return [(part, seconds * max(window - BENCH_RESERVE, 0.0) / work) for part, seconds in plan.parts]
+    return fit_budgets([(part, gpu_plan.SAFETY * seconds) for part, seconds in plan.parts], window)
+
+
+def plan_lines(plans: list[StagePlan], budget: float, small: bool) -> list[str]:
+    lines = [f"{budget:.0f} s for {len(plans)} stages, in order of value (estimates: benchmarks/gpu/gpu_plan.py)",
+             f"{'stage / part':<34}{'estimate':>9}{'budget':>8}{'deadline':>10}"]
+    for plan in plans:
+        lines.append(f"{plan.name:<34}{plan.estimate_s:>7.0f} s{plan.budget_s:>6.0f} s{plan.deadline_s:>8.0f} s")
+        estimates = dict(plan.parts)
+        for part, seconds in part_budgets(plan, small):
+            lines.append(f"  {part:<32}{estimates[part]:>7.1f} s{seconds:>6.1f} s")
+    return lines
 
 
 def family_budgets(plan: StagePlan, seconds: float) -> str:
@@ -238,7 +265,7 @@ def stage_command(run: Run, plan: StagePlan, soft: float) -> tuple[list[str], Pa
                 *device, *(["--smoke"] if small else [])], folder
     folder = run.work / "traces"
     return [*run.tool("record_traces.py", "traces"), "--out", str(folder), "--models", TRACE_MODEL,
-            "--modes", "eager,compiled", "--shape-sets", "main", "--layers", str(TRACE_LAYERS),
+            "--modes", "eager,compiled", "--eager-prefill", "--shape-sets", "main", "--layers", str(TRACE_LAYERS),
             "--decode-steps", str(TRACE_STEPS), "--budget", f"{max(soft, 1.0):.1f}",
             "--summary", str(folder / "summary.json"), "--no-check",
             *(["--device", "cpu", "--quick", "--tiny"] if small else ["--device", "cuda"])], folder
@@ -427,10 +454,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--stages", default=",".join(STAGES), help=f"a subset of {','.join(STAGES)}, in this order")
     parser.add_argument("--stage-budgets", default="", metavar="STAGE=SECONDS,...",
                         help="budgets that replace the ones derived from the estimates")
+    parser.add_argument("--plan", action="store_true", help="print the stages and parts with their estimates, "
+                                                            "budgets and deadlines, and run nothing")
     parser.add_argument("--work", type=Path, default=None, help="folder for the stages' files (default: a new "
                                                                  "temporary folder)")
     args = parser.parse_args(argv)
-    if args.out is None:
+    if args.out is None and not args.plan:
         parser.error("give --out or set OUT")
     unknown = [s for s in args.stages.split(",") if s and s not in STAGES]
     if unknown:
@@ -449,14 +478,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(given)
     budget = args.budget if args.budget is not None else (SMOKE_BUDGET if args.smoke or args.fake else DEFAULT_BUDGET)
+    names = [s for s in STAGES if s in args.stages.split(",")]
+    plans = plan_stages(names, budget, args.smoke or args.fake, args.stage_budgets)
+    if args.plan:
+        print("\n".join(plan_lines(plans, budget, args.smoke or args.fake)))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     card, device = detect_card(args.smoke, args.fake)
     work = args.work or Path(tempfile.mkdtemp(prefix="infersim-gpu-run-"))
     run = Run(args.out, work, card, device, args.smoke, args.fake, shlex.split(args.fake_options))
     if args.smoke or args.fake:
         run.process_start = SMOKE_PROCESS_START if args.smoke else FAKE_PROCESS_START
-    names = [s for s in STAGES if s in args.stages.split(",")]
-    plans = plan_stages(names, budget, args.smoke or args.fake, args.stage_budgets)
     run.log(f"run_all: {device} (card {card}); {budget:.0f} s for {', '.join(names)}; work folder {work}")
     for plan in plans:
         run.log(f"  plan {plan.name}: estimate {plan.estimate_s:.0f} s, budget {plan.budget_s:.0f} s, "
