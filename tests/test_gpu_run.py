@@ -230,7 +230,7 @@ def test_the_smoke_run_goes_through_the_real_tools_on_the_cpu(tmp_path: Path) ->
     assert [s["name"] for s in manifest["stages"]] == list(run_all.STAGES)
     for record in manifest["stages"]:  # a loaded CPU may cut any of them; each says what it did
         assert record["status"] in ("complete", "cut", "partial", "killed", "skipped"), record
-        assert record["status"] == "skipped" or record["parts"], record
+        assert record["status"] in ("skipped", "killed", "failed") or record["parts"], record
     files = {p.name for p in (tmp_path / "out").iterdir()}
     assert {"manifest.json", "run.log", "tables-cpu-smoke.tar.gz"} <= files and len(files) <= MAX_FILES
     done = install(str(tmp_path / "out"), "--root", str(tmp_path / "repo"), "--allow-smoke")

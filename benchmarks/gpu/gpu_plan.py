@@ -114,6 +114,9 @@ ONE_RUN_PLAN = (
               (), _WHY["llama-2-7b"], compiled_ttft=()),
 )
 PLANS = {"full": FULL_PLAN, "one-run": ONE_RUN_PLAN}
+#: the generate() lengths differenced for a decode step (N1, N2) and the timed samples per point; a smoke run's
+NEW_TOKENS, REPEATS = (8, 40), 3
+SMOKE_NEW_TOKENS, SMOKE_REPEATS = (2, 12), 1
 #: the plans' points at tiny widths and lengths, for a CPU smoke run
 SMOKE_POINTS = {"ttft": ((1, 16),), "decode": ((2, 16),), "compiled_decode": ((2, 16),)}
 
@@ -239,7 +242,7 @@ def compile_seconds(layers: int) -> float:
 
 
 def point_seconds(config: dict[str, Any], mode: str, metric: str, batch: int, prompt: int,
-                  new_tokens: tuple[int, int] = (8, 40), repeats: int = 3) -> float:
+                  new_tokens: tuple[int, int] = NEW_TOKENS, repeats: int = REPEATS) -> float:
     """Wall time of one point as measure_e2e.py measures it (its docstring): a TTFT point is a warm-up and
     `repeats` forwards; a decode point a warm-up and two timed generate() calls of N1 and of N2 tokens (each a
     prefill and its steps), in compiled mode after one generate() of N2 that compiles the step."""
@@ -256,8 +259,8 @@ def point_seconds(config: dict[str, Any], mode: str, metric: str, batch: int, pr
     return generate
 
 
-def model_seconds(plan: ModelPlan, mode: str, smoke: bool = False, new_tokens: tuple[int, int] = (8, 40),
-                  repeats: int = 3) -> tuple[float, list[tuple[str, float]]]:
+def model_seconds(plan: ModelPlan, mode: str, smoke: bool = False, new_tokens: tuple[int, int] = NEW_TOKENS,
+                  repeats: int = REPEATS) -> tuple[float, list[tuple[str, float]]]:
     """(building the model, [(point label, seconds)]) of one model in one mode."""
     config = load_config(plan.name, plan.layers_for(mode), smoke)
     points = [(point_label(plan.name, metric, batch, prompt),

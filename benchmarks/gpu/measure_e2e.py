@@ -58,8 +58,12 @@ sys.path.insert(0, str(HERE))
 from gpu_plan import (  # noqa: E402
     CONFIGS,
     FULL_PLAN,
+    NEW_TOKENS,
     PLANS,
+    REPEATS,
     SAFETY,
+    SMOKE_NEW_TOKENS,
+    SMOKE_REPEATS,
     ModelPlan,
     load_config,
     model_seconds,
@@ -344,8 +348,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                                      "(default 540: inside a 10-minute command)")
     parser.add_argument("--summary", type=Path, default=None, help="write what each model planned, measured and left "
                                                                    "out, with timings, to this JSON file")
-    parser.add_argument("--repeats", type=int, default=3, help="timed samples per point, median kept (default 3)")
-    parser.add_argument("--new-tokens", default="8,40", help="N1,N2 generated tokens differenced (default 8,40)")
+    parser.add_argument("--repeats", type=int, default=REPEATS,
+                        help=f"timed samples per point, median kept (default {REPEATS})")
+    parser.add_argument("--new-tokens", default=",".join(map(str, NEW_TOKENS)),
+                        help="N1,N2 generated tokens differenced (default %(default)s)")
     parser.add_argument("--compile-on-cpu", action="store_true",
                         help="smoke: compile the decode forward on the CPU as well (slow; proves the compiled path)")
     return parser.parse_args(argv)
@@ -404,8 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("measure_e2e: no CUDA GPU here (use --device cpu --smoke to check the script)", file=sys.stderr)
         return 2
-    n1, n2 = (2, 12) if args.smoke else tuple(int(x) for x in args.new_tokens.split(","))
-    repeats = 1 if args.smoke else args.repeats
+    n1, n2 = SMOKE_NEW_TOKENS if args.smoke else tuple(int(x) for x in args.new_tokens.split(","))
+    repeats = SMOKE_REPEATS if args.smoke else args.repeats
     command = shlex.join(["python3", "benchmarks/gpu/measure_e2e.py", *(argv if argv is not None else sys.argv[1:])])
     prov = provenance(torch, args.device, command, args.smoke)
     device_tag = str(prov["hardware_card"]) if not args.smoke else "cpu-smoke"

@@ -133,8 +133,9 @@ def e2e_parts(mode: str, smoke: bool) -> list[tuple[str, float]]:
     parts = []
     for plan in plans:
         if plan.points(mode):
-            build, points = gpu_plan.model_seconds(plan, mode, smoke, (2, 12) if smoke else (8, 40),
-                                                   1 if smoke else 3)
+            build, points = gpu_plan.model_seconds(
+                plan, mode, smoke, *((gpu_plan.SMOKE_NEW_TOKENS, gpu_plan.SMOKE_REPEATS) if smoke else
+                                     (gpu_plan.NEW_TOKENS, gpu_plan.REPEATS)))
             parts.append((plan.name, build + sum(seconds for _label, seconds in points)))
     return parts
 
