@@ -212,6 +212,9 @@ def test_install_places_tables_points_traces_and_the_record(fake_run: tuple[Path
     record = tmp_path / "benchmarks" / "gpu" / "results" / "fake"
     assert (record / "manifest.json").is_file() and (record / "tables-fake" / "bench.log").is_file()
     assert "python -m infersim validate --measured infersim/validate/measured/e2e-fake-eager.yaml" in done.stdout
+    assert ("python -m infersim compare --trace tests/data/traces/fake/llama-2-7b-2l-compiled-fake-p1x128-d2.json.gz "
+            "--config tests/data/traces/fake/llama-2-7b-2l-p1x128-d2.run.yaml --set engine=huggingface-compiled"
+            in done.stdout)
 
     again = install(str(out), "--root", str(tmp_path), "--allow-smoke")
     assert again.returncode != 0 and "exists: pass --force" in again.stderr

@@ -27,8 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+from record_traces import run_config_of  # noqa: E402
 
 from infersim.errors import InferSimError  # noqa: E402
 from infersim.mfu.format import PROVENANCE_FILE  # noqa: E402
@@ -197,10 +201,10 @@ def next_steps(results: list[dict[str, Any]], root: Path) -> list[str]:
         for path in result["e2e"]:
             lines.append(f"python -m infersim validate --measured {path.relative_to(root)}")
         for path in result["traces"]:
-            run_config = path.with_name("-".join(path.name.removesuffix(".json.gz").split("-")[:-4]
-                                                 + path.name.removesuffix(".json.gz").split("-")[-2:]) + ".run.yaml")
+            compiled = "-compiled-" in path.name or "-graphs-" in path.name  # the engine card of what ran
             lines.append(f"python -m infersim compare --trace {path.relative_to(root)} --config "
-                         f"{run_config.relative_to(root)}")
+                         f"{run_config_of(path).relative_to(root)}"
+                         + (" --set engine=huggingface-compiled" if compiled else ""))
     return lines + ["git add mfu_tables/measured infersim/validate/measured tests/data/traces benchmarks/gpu/results"]
 
 
