@@ -10,9 +10,9 @@ Four stages in order of value, each a process of the existing tools:
   e2e-eager     measure_e2e.py --mode eager --plan one-run: TTFT and decode points of the validation set
   e2e-compiled  measure_e2e.py --mode compiled --plan one-run
   traces        record_traces.py: one small model traced eager and compiled
-Budgets come from estimates (gpu_plan.py says where each comes from): each stage's is the process start plus
-gpu_plan.SAFETY times its estimated work, fitted in order into --budget (what does not fit is skipped, the
-last stages first). Each stage ends at its deadline (infersim.mfu.bench.budget.part_deadlines: time an
+Budgets come from estimates (gpu_plan.py says where each comes from): each stage's is the process start, the
+grace it ends within (and mfu bench's final write) plus gpu_plan.SAFETY times its estimated work, fitted in
+order into --budget (what does not fit is skipped, the last stages first); `--plan` prints them. Each stage ends at its deadline (infersim.mfu.bench.budget.part_deadlines: time an
 earlier stage leaves passes on): the tool gets a budget a little inside it and stops by itself; a tool still
 running near the deadline gets SIGTERM (each tool then writes what it has), then SIGKILL at the deadline.
 Inside a stage the tool splits its budget the same way over its parts (families, models, variants).
