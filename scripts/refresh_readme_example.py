@@ -157,7 +157,7 @@ def run(command: str) -> tuple[str, int]:
         finally:
             os.chdir(cwd)
         return buffer.getvalue(), status
-    if len(argv) >= 2 and argv[0] == "python" and re.fullmatch(r"(benchmarks|scripts)/[\w-]+\.py", argv[1]):
+    if len(argv) >= 2 and argv[0] == "python" and re.fullmatch(r"(benchmarks|scripts)(/[\w-]+)?/[\w-]+\.py", argv[1]):
         # this checkout's package, and the two streams in the order written, as on a terminal
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                "PYTHONUNBUFFERED": "1"}

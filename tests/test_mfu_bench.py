@@ -5,6 +5,7 @@ stopped before its end), the CUDA-event timing discipline and the PyTorch launch
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -340,6 +341,40 @@ def test_the_time_budget_ends_the_run_with_every_family_covered(cards_dir: Path,
         "gemm", "attention", "grouped_gemm", "elementwise"}
     assert {r.stage for r in written.tables["attention_prefill.csv"] + written.tables["attention_decode.csv"]} == {
         "prefill", "decode"}
+
+
+def test_family_budgets_run_the_families_in_order_each_until_its_deadline(cards_dir: Path, tmp_path: Path) -> None:
+    cards = harness.load_cards(cards_dir)
+    order = ["gemm_bf16", "attn_decode", "host"]
+    cases = plan_cases(cards, BenchOptions().smoke(), group_order=order)
+    assert [harness.cases.budget_group(c) for c in cases] == sorted(
+        (harness.cases.budget_group(c) for c in cases), key=order.index)
+    clock = [0.0]
+
+    class OneSecondEach(FakeTimer):
+        def measure(self, case: harness.BenchCase, launch: Callable[[], None]) -> float:
+            clock[0] += 1.0
+            return super().measure(case, launch)
+
+    # deadlines: 106 - 102.5 = 3.5 s, 106 - 100 = 6 s, 106 s; each case's estimate is well under half a second
+    assert max(harness.estimated_seconds(c) for c in cases if not isinstance(c, HostCase)) < 0.5
+    summary_path = tmp_path / "summary.json"
+    result = harness.run_bench(cases, FakeBackend(), OneSecondEach(), tmp_path / "t", {"bf16": 1e15}, "cmd",
+                               progress=None, clock=lambda: clock[0], summary_path=summary_path,
+                               group_budgets=[("gemm_bf16", 3.5), ("attn_decode", 2.5), ("host", 100.0)])
+    written = read_table_dir(tmp_path / "t")
+    assert len(written.tables["gemm_bf16.csv"]) == 4  # started at 0, 1, 2 and 3 s: the fifth would end after 3.5
+    assert len(written.tables["attention_decode.csv"]) == 2  # at 4 and 5 s
+    assert written.provenance.host_probes and written.provenance.complete
+    summary = json.loads(summary_path.read_text())
+    parts = {p["name"]: p for p in summary["parts"]}
+    assert [p["name"] for p in summary["parts"]] == order
+    assert [(p["status"], p["done"], p["deadline_s"]) for p in summary["parts"]] == [
+        ("cut", 4, 3.5), ("cut", 2, 6.0), ("complete", 6, 106.0)]
+    gemm = parts["gemm_bf16"]
+    assert gemm["not_done"] == [f"{gemm['planned'] - 4} cases: not reached: the gemm_bf16 budget ended 4 s after "
+                                f"the start"]
+    assert result.measured == 6 and not result.stopped
 
 
 def test_missing_peak_is_a_clear_error(tmp_path: Path) -> None:

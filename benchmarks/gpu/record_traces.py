@@ -14,10 +14,13 @@ steps, each inside `torch.profiler.record_function("prefill")` / `("decode")`, r
               StaticCache;
 - `graphs`:   the same with `mode="reduce-overhead"` (CUDA graphs: one `cudaGraphLaunch` per step);
               GPU only.
+In the compiled modes the prefill is compiled too, unless `--eager-prefill`: then it runs eagerly into the
+StaticCache, as `generate()` runs it (the `huggingface-compiled` engine card's prefill), and only the decode
+shape is compiled.
 
 Two shape sets per model: `main` (prefill 1 x 2048 tokens, decode batch 8 at a 2048-token context
 on a GPU) and `other` (prefill 1 x 1024, decode batch 16): kernel tables learned from `main` are
-checked against `other` (the 15% criterion of issue 27). On a CPU the shapes shrink (`--quick`).
+checked against `other`. On a CPU the shapes shrink (`--quick`).
 
 Beside each trace: the HF config.json of the cut model and a run config (`*.run.yaml`) describing
 the same workload, so that `python -m infersim compare --trace T --config T.run.yaml` predicts
@@ -35,13 +38,22 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+from gpu_plan import SAFETY, trace_seconds  # noqa: E402
+
+from infersim.tabletools.bench.budget import PartRecord, StageSummary, fit_budgets, part_deadlines, part_status  # noqa: E402
 
 # models: bundled card -> HF architecture. Not Llama-3.1-8B, Qwen3-8B or Qwen3-30B-A3B (held out).
 MODELS = {
@@ -80,23 +92,29 @@ def read_card(name: str) -> dict:
     return card
 
 
-def hf_config(name: str, layers: int, tiny: bool = False):  # -> transformers.PretrainedConfig
-    import transformers
-
+def config_fields(name: str, layers: int, tiny: bool = False) -> dict:
+    """The HF config of a bundled model card cut to `layers` layers, as plain fields (model_type first)."""
     card = read_card(name)
     if tiny:  # a smoke test of the script's paths, not a trace of the model
         card = {**card, "hidden_size": 256, "head_dim": 64, "num_attention_heads": 4,
                 "num_key_value_heads": 4 if card["num_key_value_heads"] == card["num_attention_heads"] else 2,
                 "vocab_size": 1000, "intermediate_size": 512, "moe_intermediate_size": 512}
-    common = dict(hidden_size=card["hidden_size"], num_hidden_layers=layers,
+    common = dict(model_type=MODELS[name], hidden_size=card["hidden_size"], num_hidden_layers=layers,
                   num_attention_heads=card["num_attention_heads"], num_key_value_heads=card["num_key_value_heads"],
                   head_dim=card["head_dim"], vocab_size=card["vocab_size"],
                   tie_word_embeddings=card.get("tie_word_embeddings", False), max_position_embeddings=32768)
     if MODELS[name] == "llama":
-        return transformers.LlamaConfig(intermediate_size=card["intermediate_size"], **common)
-    return transformers.MixtralConfig(intermediate_size=card["moe_intermediate_size"],
-                                      num_local_experts=card["num_experts"],
-                                      num_experts_per_tok=card["num_experts_per_tok"], **common)
+        return dict(common, intermediate_size=card["intermediate_size"])
+    return dict(common, intermediate_size=card["moe_intermediate_size"], num_local_experts=card["num_experts"],
+                num_experts_per_tok=card["num_experts_per_tok"])
+
+
+def hf_config(name: str, layers: int, tiny: bool = False):  # -> transformers.PretrainedConfig
+    import transformers
+
+    fields = config_fields(name, layers, tiny)
+    kind = fields.pop("model_type")
+    return (transformers.LlamaConfig if kind == "llama" else transformers.MixtralConfig)(**fields)
 
 
 def build_model(name: str, layers: int, device: str, tiny: bool = False):
@@ -182,7 +200,7 @@ def record(name: str, mode: str, shapes: Shapes, args: argparse.Namespace, out: 
             token = first
             for step in range(args.decode_steps):
                 token = runner.decode(token, decode_cache, shapes.prompt + step)
-            runner.prefill(shapes.prefill_batch, runner.new_cache(shapes.prefill_batch))
+            runner.prefill(shapes.prefill_batch, runner.new_cache(shapes.prefill_batch), not args.eager_prefill)
         token = first
         prefill_cache = runner.new_cache(shapes.prefill_batch)
         sync(device)
@@ -193,10 +211,11 @@ def record(name: str, mode: str, shapes: Shapes, args: argparse.Namespace, out: 
             for key, value in (("torch_version", torch.__version__), ("transformers_version", transformers.__version__),
                                ("recorded_model", f"{name} cut to {args.layers} layers, random weights, bf16"),
                                ("recorded_mode", mode), ("recorded_shapes", str(shapes)),
+                               ("recorded_prefill", "eager" if mode == "eager" or args.eager_prefill else mode),
                                ("recorded_by", "benchmarks/gpu/record_traces.py")):
                 prof.add_metadata(key, value)
             with record_function("prefill"):
-                runner.prefill(shapes.prefill_batch, prefill_cache)
+                runner.prefill(shapes.prefill_batch, prefill_cache, not args.eager_prefill)
                 sync(device)
             for step in range(args.decode_steps):
                 with record_function("decode"):
@@ -306,25 +325,118 @@ def run_checks(out: Path, traces: list[Path], args: argparse.Namespace) -> None:
     (out / "checks.md").write_text("\n".join(lines))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "traces")),
                         help="output directory (default: $OUT, else ./traces)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default {','.join(MODELS)})")
     parser.add_argument("--modes", default=None, help="eager,compiled,graphs (default: all on a GPU, eager on a CPU)")
+    parser.add_argument("--shape-sets", default="main,other",
+                        help="main and/or other (default both; compiled modes trace main only)")
+    parser.add_argument("--eager-prefill", action="store_true",
+                        help="compiled modes: run the prefill eagerly, as generate() does (only the decode is "
+                             "compiled)")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers kept (default 2)")
     parser.add_argument("--decode-steps", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="the small CPU shapes even on a GPU")
     parser.add_argument("--tiny", action="store_true",
                         help="smoke test: the models shrunk to width 256 (checks the script, traces nothing useful)")
     parser.add_argument("--budget", type=float, default=420.0,
-                        help="seconds of recording after which remaining variants are skipped (default 420: the "
-                             "checks and the device tool's 10-minute limit need the rest)")
+                        help="seconds from the start by which recording ends: a variant whose estimate (gpu_plan."
+                             "trace_seconds) does not fit before its deadline is skipped (default 420: the checks and "
+                             "a 10-minute command need the rest)")
+    parser.add_argument("--summary", type=Path, default=None,
+                        help="write what each variant did, with timings, to this JSON file")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=None,
                         help="run compare / mfu from-trace on the traces (default: on a GPU)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def variants(args: argparse.Namespace, modes: list[str]) -> list[tuple[str, str, Shapes]]:
+    """(model, mode, shapes): eager traces first (every model, the shape sets asked for), then the compiled
+    modes on the main shapes: what the time budget leaves out is the least needed."""
+    wanted = {s.strip() for s in args.shape_sets.split(",")}
+    return [(name, mode, shapes) for mode in modes for name in args.models for shapes in args.shapes
+            if shapes.name in wanted and (mode == "eager" or shapes.name == "main")]
+
+
+def variant_name(name: str, mode: str, shapes: Shapes) -> str:
+    return f"{name} {mode} {shapes.name}"
+
+
+def new_summary(args: argparse.Namespace, plan: list[tuple[str, str, Shapes]], elapsed: float) -> StageSummary:
+    """One part per variant, its estimate (gpu_plan.trace_seconds), budget and deadline."""
+    parts, budgets = [], []
+    for name, mode, shapes in plan:
+        fields = config_fields(name, args.layers, args.tiny)
+        estimate = trace_seconds(mode, args.layers, shapes.prompt, shapes.decode_batch, args.decode_steps, fields,
+                                 compiled_prefill=not args.eager_prefill)
+        label = variant_name(name, mode, shapes)
+        parts.append(PartRecord(label, 1, round(estimate, 3), estimate_source="gpu_plan.trace_seconds"))
+        budgets.append((label, SAFETY * estimate))
+    window = max(args.budget - elapsed, 0.0)
+    deadlines = part_deadlines(budgets, window)
+    for part, (label, seconds) in zip(parts, fit_budgets(budgets, window)):
+        part.budget_s, part.deadline_s = round(seconds, 3), round(deadlines[label], 3)
+    return StageSummary(args.summary, "record_traces.py", round(window, 3), parts)
+
+
+class Recorded:
+    """recorded.json: the traces written, failed and skipped, rewritten after each variant."""
+
+    def __init__(self, path: Path, torch: Any, on_gpu: bool) -> None:
+        self.path = path
+        self.head = {"torch": str(torch.__version__), "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+                     "cuda": torch.version.cuda}
+        self.traces: list[Path] = []
+        self.failed: list[str] = []
+        self.skipped: list[str] = []
+        self.stopped = ""
+
+    def write(self) -> None:
+        self.path.write_text(json.dumps({**self.head, "traces": [p.name for p in self.traces], "failed": self.failed,
+                                         "skipped (time budget)": self.skipped, "stopped": self.stopped}, indent=2))
+
+
+def record_all(plan: list[tuple[str, str, Shapes]], args: argparse.Namespace, summary: StageSummary,
+               recorded: Recorded) -> None:
+    for name, mode, shapes in plan:
+        label = variant_name(name, mode, shapes)
+        part = summary.begin(label)
+        left = (part.deadline_s or 0.0) - summary.elapsed()
+        if part.estimate_s > left:
+            why = f"skipped: estimated {part.estimate_s:.1f} s, {max(left, 0):.1f} s left"
+            recorded.skipped.append(f"{label}: {why}")
+            summary.not_done(label, label, why)
+            print(f"{label}: {why}", flush=True)
+        else:
+            t0 = time.perf_counter()
+            try:
+                path = record(name, mode, shapes, args, args.out)
+                recorded.traces.append(path)
+                summary.done_one(label)
+                print(f"{path.name}: {path.stat().st_size / 1e6:.2f} MB in {time.perf_counter() - t0:.0f} s",
+                      flush=True)
+            except Exception as exc:  # one variant failing (an API change, memory) must not lose the others
+                recorded.failed.append(f"{label}: {type(exc).__name__}: {exc}")
+                summary.not_done(label, label, f"failed: {type(exc).__name__}: {str(exc)[:200]}")
+                print(f"FAILED {label}: {type(exc).__name__}: {exc}", flush=True)
+        summary.end(label, part_status(part))
+        recorded.write()
+
+
+class Stopped(BaseException):
+    """SIGTERM: a BaseException, so that a variant's `except Exception` does not swallow it."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise Stopped()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
     import torch
 
     if args.device == "auto":
@@ -333,40 +445,32 @@ def main(argv: list[str] | None = None) -> int:
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
-        parser.error(f"--models: unknown {unknown[0]!r} (known: {', '.join(MODELS)})")
+        raise SystemExit(f"record_traces.py: --models: unknown {unknown[0]!r} (known: {', '.join(MODELS)})")
     modes = [m.strip() for m in (args.modes or ("eager,compiled,graphs" if on_gpu else "eager")).split(",")]
     if "graphs" in modes and not on_gpu:
-        parser.error("--modes graphs needs a GPU (CUDA graphs)")
+        raise SystemExit("record_traces.py: --modes graphs needs a GPU (CUDA graphs)")
     args.shapes = CPU_SHAPES if (args.quick or not on_gpu) else GPU_SHAPES
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"torch {torch.__version__}, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if on_gpu else "") + f", python {platform.python_version()}",
           flush=True)
-    traces, failed, skipped = [], [], []
-    started = time.perf_counter()
-    # eager traces first (every model, both shape sets), then the compiled modes: what the time
-    # budget leaves out is the least needed
-    plan = [(name, mode, shapes) for mode in modes for name in args.models for shapes in args.shapes
-            if mode == "eager" or shapes.name == "main"]
-    for name, mode, shapes in plan:
-        if time.perf_counter() - started > args.budget:
-            skipped.append(f"{name} {mode} {shapes.name}")
-            continue
-        t0 = time.perf_counter()
-        try:
-            path = record(name, mode, shapes, args, args.out)
-        except Exception as exc:  # one variant failing (an API change, memory) must not lose the others
-            failed.append(f"{name} {mode} {shapes.name}: {type(exc).__name__}: {exc}")
-            print(f"FAILED {name} {mode} {shapes.name}: {type(exc).__name__}: {exc}", flush=True)
-            continue
-        traces.append(path)
-        print(f"{path.name}: {path.stat().st_size / 1e6:.2f} MB in {time.perf_counter() - t0:.0f} s", flush=True)
-    (args.out / "recorded.json").write_text(json.dumps({
-        "torch": torch.__version__, "device": torch.cuda.get_device_name() if on_gpu else "cpu",
-        "cuda": torch.version.cuda, "traces": [p.name for p in traces], "failed": failed,
-        "skipped (time budget)": skipped}, indent=2))
+    plan = variants(args, modes)
+    summary = new_summary(args, plan, time.perf_counter() - started)
+    recorded = Recorded(args.out / "recorded.json", torch, on_gpu)
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        record_all(plan, args, summary, recorded)
+    except (Stopped, KeyboardInterrupt):
+        recorded.stopped = "stopped by a signal: the variant being recorded is lost, the ones before are kept"
+        summary.stop("stopped by a signal")
+        print(f"record_traces.py: {recorded.stopped}", flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        recorded.write()
+        summary.write()
     if args.check if args.check is not None else on_gpu:
-        run_checks(args.out, traces, args)
+        run_checks(args.out, recorded.traces, args)
         print(f"checks written to {args.out / 'checks.md'}", flush=True)
     return 0
 

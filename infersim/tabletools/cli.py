@@ -38,6 +38,18 @@ def _int_list(text: str) -> tuple[int, ...]:
 _positive_float = number_arg(gt=0)
 
 
+def _budget_list(text: str) -> tuple[tuple[str, float], ...]:
+    """FAMILY=SECONDS,... in order; seconds through the schema's number rule (finite, >= 0)."""
+    parse = number_arg(ge=0)
+    budgets = []
+    for part in _csv_list(text):
+        name, equals, seconds = part.partition("=")
+        if not equals:
+            raise argparse.ArgumentTypeError(f"{part!r}: expected FAMILY=SECONDS")
+        budgets.append((name.strip(), float(parse(seconds.strip()))))
+    return tuple(budgets)
+
+
 def invoked_command(argv: Sequence[str] | None = None) -> str:
     """The command line as the user typed it (python -m infersim ... when run as a module)."""
     args = list(sys.argv if argv is None else argv)
@@ -91,6 +103,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--time-budget", "--max-seconds", dest="time_budget", type=_positive_float, default=None,
                        metavar="SECONDS", help="end the run cleanly within this many seconds (the plan is ordered "
                                                "so that a cut run still covers every family)")
+    bench.add_argument("--family-budgets", type=_budget_list, default=None, metavar="FAMILY=SECONDS,...",
+                       help="measure these families one after the other, in the order given, each until its own "
+                            "deadline (the rest of a family that would run past it is not measured, and the next "
+                            "starts): gemm_bf16, gemm_fp8, attn_prefill, attn_decode, grouped_gemm, elementwise, "
+                            "host; only the families named are measured")
+    bench.add_argument("--summary", type=Path, default=None, metavar="JSON",
+                       help="write what each family planned, measured and left out, with timings, to this file "
+                            "(rewritten as the run goes)")
     bench.add_argument("--hardware", default=None,
                        help="hardware card for the peak FLOP/s (default: matched from the device name)")
     bench.add_argument("--peak-bf16", type=_positive_float, default=None, help="dense bf16 FLOP/s (overrides the card)")
@@ -279,6 +299,9 @@ def import_command(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the --kernels family of each --family-budgets name (the others are the same word)
+_FAMILY_OF_GROUP = {"gemm_bf16": "gemm", "gemm_fp8": "gemm"}
+
 #: nominal peaks of a CPU smoke run: the efficiency column needs one; it says nothing about a CPU
 SMOKE_PEAKS = {"bf16": 1e12, "fp8": 2e12}
 
@@ -309,7 +332,11 @@ def bench_command(args: argparse.Namespace, backend: object = None, timer: objec
     names = args.model_names if args.model_names is not None else (
         () if args.models else harness.BENCH_MODELS)
     cards = harness.load_cards(args.models or bundled_dir("models"), names)
-    cases = harness.plan_cases(cards, options)
+    budgets = tuple(args.family_budgets or ())
+    if budgets:  # the families named are measured (within --kernels, where given)
+        named = {_FAMILY_OF_GROUP.get(group, group) for group, _seconds in budgets}
+        options = dataclasses.replace(options, kernels=tuple(k for k in options.kernels if k in named))
+    cases = harness.plan_cases(cards, options, group_order=[group for group, _seconds in budgets])
     if not cases:
         raise InferSimError("nothing to measure: no kernel of the chosen families in these model cards")
     if backend is None:
@@ -328,8 +355,8 @@ def bench_command(args: argparse.Namespace, backend: object = None, timer: objec
     print(f"infersim mfu bench: {env.device.name}, {len(cases)} cases ({harness.cases_summary(cases)}) from "
           f"{len(cards)} model cards; peaks from {peak_source}; writing {args.out}", file=sys.stderr)
     result = harness.run_bench(cases, backend, timer, args.out, peaks, _command_of(args),  # type: ignore[arg-type]
-                               budget_seconds=args.time_budget or float("inf"),
-                               force=getattr(args, "force", False))
+                               budget_seconds=args.time_budget or float("inf"), group_budgets=budgets,
+                               summary_path=args.summary, force=getattr(args, "force", False))
     skipped = sum(result.skipped.values())
     print(f"wrote {result.directory}: {result.measured} kernels measured"
           + (f", {len(result.failed)} failed" if result.failed else "")

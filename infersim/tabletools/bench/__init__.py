@@ -6,12 +6,14 @@ them as a table directory with provenance, row by row.
 One idea per module, imports pointing down (cases <- plan, environment <- torch_backend, timers <- writer <- runner):
   cases          what one timing is: GEMM, grouped GEMM, attention, elementwise kernel, host probe;
                  the rows and the file it becomes (the imported tables' layout)
-  plan           which cases, from the model cards and the comparison grid, in passes
+  plan           which cases, from the model cards and the comparison grid, in passes (or family by family)
   torch_backend  launching them through PyTorch as HF transformers does; the host probes
+  launches       the elementwise kernels' launches, inputs made as HF's code makes them
+  budget         budgets of parts run in order of value, their deadlines, and the summary file of a run
   environment    the device, versions and clocks the provenance records
   timers         CUDA events (L2 flushed for memory-bound kernels) or the wall clock (--device cpu)
   writer         the table directory written as rows arrive (always loadable)
-  runner         the loop: budget, skips, failures, SIGTERM; peak FLOP/s of the device
+  runner         the loop: budget (and per-family budgets), skips, failures, SIGTERM; peak FLOP/s of the device
 Tests inject a fake backend and timer; without torch or a CUDA device `TorchBackend.create` raises
 NoGpuError (one line, exit 2). `--device cpu` runs the real backend on the CPU with tiny shapes.
 """

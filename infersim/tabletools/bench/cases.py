@@ -194,6 +194,22 @@ def table_file(case: TimedCase) -> str:
     return "elementwise.csv"
 
 
+#: the parts a budgeted run measures one after the other, in order of value (`mfu bench --family-budgets`):
+#: GEMMs first (every layer's projections), then attention, the routed experts, the eager elementwise kernels
+#: and the host probes
+BUDGET_GROUPS = ("gemm_bf16", "gemm_fp8", "attn_prefill", "attn_decode", "grouped_gemm", "elementwise", "host")
+
+
+def budget_group(case: BenchCase) -> str:
+    """The part of a budgeted run a case belongs to (BUDGET_GROUPS): its family, GEMMs split by dtype and
+    attention by stage."""
+    if isinstance(case, GemmCase):
+        return f"gemm_{case.dtype}"
+    if isinstance(case, AttentionCase):
+        return f"attn_{case.stage}"
+    return case.family
+
+
 def estimated_seconds(case: BenchCase, flops_per_second: float = 5e14, bytes_per_second: float = 2.5e12,
                       runs: int = 25) -> float:
     """A guess of the wall time one case's timing takes: `runs` launches at a roofline (defaults: a

@@ -23,12 +23,14 @@ from typing import Sequence
 from infersim.cards.model import ModelCard
 from infersim.base.errors import InferSimError
 from infersim.tabletools.bench.cases import (
+    BUDGET_GROUPS,
     AttentionCase,
     BenchCase,
     ElementwiseCase,
     GemmCase,
     GroupedGemmCase,
     HostCase,
+    budget_group,
     estimated_seconds,
     input_bytes,
 )
@@ -238,8 +240,11 @@ def _family_key(case: BenchCase) -> str:
     return case.family
 
 
-def plan_cases(cards: Sequence[ModelCard], options: BenchOptions) -> list[BenchCase]:
-    """Every case to time, in pass order (see the module docstring)."""
+def plan_cases(cards: Sequence[ModelCard], options: BenchOptions,
+               group_order: Sequence[str] = ()) -> list[BenchCase]:
+    """Every case to time, in pass order (see the module docstring); with `group_order` (names of
+    cases.BUDGET_GROUPS) only those groups' cases, one group after the other in that order, each in
+    pass order (a budgeted run: `run_bench(group_budgets=...)`)."""
     unknown = [k for k in options.kernels if k not in FAMILIES]
     if unknown:
         raise InferSimError(f"unknown kernel family '{unknown[0]}' (known: {', '.join(FAMILIES)})")
@@ -256,6 +261,8 @@ def plan_cases(cards: Sequence[ModelCard], options: BenchOptions) -> list[BenchC
         planned += plan_attention(cards, options, "prefill")
     if "attn_decode" in options.kernels:
         planned += plan_attention(cards, options, "decode")
+    if group_order:
+        return _in_group_order(planned, group_order)
     # within a pass the families take turns (round robin), so any prefix of the plan covers each of them
     rank: dict[tuple[int, str], int] = {}
     keyed = []
@@ -263,6 +270,16 @@ def plan_cases(cards: Sequence[ModelCard], options: BenchOptions) -> list[BenchC
         family = _family_key(case)
         turn = rank[(pass_index, family)] = rank.get((pass_index, family), -1) + 1
         keyed.append(((pass_index, turn, _FAMILY_ORDER[family], i), case))
+    return [case for _key, case in sorted(keyed, key=lambda kc: kc[0])]
+
+
+def _in_group_order(planned: Sequence[tuple[int, BenchCase]], group_order: Sequence[str]) -> list[BenchCase]:
+    unknown = [g for g in group_order if g not in BUDGET_GROUPS]
+    if unknown:
+        raise InferSimError(f"unknown kernel family '{unknown[0]}' in a budget (known: {', '.join(BUDGET_GROUPS)})")
+    position = {group: i for i, group in enumerate(group_order)}
+    keyed = [((position[budget_group(case)], pass_index, i), case) for i, (pass_index, case) in enumerate(planned)
+             if budget_group(case) in position]
     return [case for _key, case in sorted(keyed, key=lambda kc: kc[0])]
 
 

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Protocol, Sequence, TextIO
 
 from infersim.base.errors import InferSimError
+from infersim.tabletools.bench.budget import PartRecord, StageSummary, fit_budgets, part_deadlines
 from infersim.tabletools.bench.cases import (
     HOST_PROBES,
     BenchCase,
     HostCase,
     TimedCase,
+    budget_group,
     estimated_seconds,
     table_file,
 )
@@ -68,8 +70,9 @@ class BenchResult:
     stopped: str = ""  # why the run ended before its plan did (budget, signal), or ""
 
 
-class Stopped(Exception):
-    """The run was asked to stop (SIGTERM)."""
+class Stopped(BaseException):
+    """The run was asked to stop (SIGTERM). A BaseException, so that no `except Exception` around a kernel or
+    a probe swallows it."""
 
 
 def today() -> str:
@@ -97,10 +100,15 @@ def host_costs(probes: dict[str, float]) -> tuple[float | None, float | None, st
 def run_bench(cases: Sequence[BenchCase], backend: KernelBackend, timer: KernelTimer, out: Path,
               peaks: dict[str, float], command: str, progress: TextIO | None | Literal["stderr"] = "stderr",
               budget_seconds: float = math.inf, clock: Callable[[], float] = time.monotonic,
-              measured_on: str | None = None, reserve_seconds: float = 5.0, force: bool = False) -> BenchResult:
+              measured_on: str | None = None, reserve_seconds: float = 5.0,
+              group_budgets: Sequence[tuple[str, float]] = (), summary_path: Path | None = None,
+              force: bool = False) -> BenchResult:
     """Time every case in order, writing each row as it is measured (module docstring). The run stops
     before a case whose estimated time would end it later than `budget_seconds` (minus a reserve for
-    the final write) after the start."""
+    the final write) after the start. With `group_budgets` ((group, seconds) in the order the cases run:
+    plan_cases(group_order=...)), each group of cases.BUDGET_GROUPS also ends at its own deadline
+    (budget.part_deadlines): the cases of a group that would end after it are not measured, and the next
+    group starts. `summary_path` gets the run's summary per group (budget.StageSummary)."""
     stream: TextIO | None = sys.stderr if progress == "stderr" else progress  # type: ignore[assignment]
     env = backend.environment()
     timed_dtypes = {getattr(c, "dtype") for c in cases if not isinstance(c, HostCase) and c.family != "elementwise"}
@@ -110,51 +118,161 @@ def run_bench(cases: Sequence[BenchCase], backend: KernelBackend, timer: KernelT
                             f"give --peak-{missing_peaks[0]} or --hardware")
     writer = TableWriter(out, env.device, env.software, peaks, command, measured_on or today(),
                          [f"timing: {getattr(timer, 'description', type(timer).__name__)}"], force=force)
-    result = BenchResult(Path(out), 0)
-    probes: dict[str, float] = {}
-    host_notes: list[str] = []
-    start = clock()
-
-    def say(text: str) -> None:
-        if stream:
-            print(text, file=stream, flush=True)
-
-    def skip(reason: str, count: int = 1) -> None:
-        result.skipped[reason] = result.skipped.get(reason, 0) + count
-
-    previous = _on_sigterm()
-    index = 0
-    try:
-        for index, case in enumerate(cases, start=1):
-            elapsed = clock() - start
-            if elapsed + estimated_seconds(case) > budget_seconds - reserve_seconds:
-                result.stopped = f"time budget of {budget_seconds:g} s reached after {elapsed:.0f} s"
-                skip(f"not reached: {result.stopped}", len(cases) - index + 1)
-                say(f"[{index}/{len(cases)}] stopping: {result.stopped}")
-                break
-            if isinstance(case, HostCase):
-                _host_case(case, backend, probes, host_notes, skip, result, say, index, len(cases))
-                launch_cpu, step_cpu, how = host_costs(probes)
-                writer.set_host(probes, launch_cpu, step_cpu, how)
-                continue
-            _timed_case(case, backend, timer, writer, peaks, skip, result, say, index, len(cases))
-    except (Stopped, KeyboardInterrupt) as exc:
-        result.stopped = "stopped by SIGTERM" if isinstance(exc, Stopped) else "stopped by an interrupt"
-        skip(f"not reached: {result.stopped}", len(cases) - index + 1)
-        say(f"[{index}/{len(cases)}] {result.stopped}: writing what was measured")
-    finally:
-        _restore_sigterm(previous)
-        backend.release()
-        at_end = getattr(backend, "clocks_at_end", None)  # clocks after the run, beside those at its start
-        if callable(at_end):
-            writer.device = replace(writer.device, clocks={**writer.device.clocks, **at_end()})
-        notes = host_notes + [f"kernel failed: {f}" for f in result.failed] + [
-            f"not measured ({count} cases): {reason}" for reason, count in sorted(result.skipped.items())]
-        writer.finish(notes, complete=not result.stopped.startswith("stopped"))
-    if not result.measured and not probes:
-        raise InferSimError("no kernel could be measured: " + "; ".join(sorted(result.skipped)) if result.skipped
+    loop = _BenchLoop(cases, backend, timer, writer, peaks, stream, budget_seconds, reserve_seconds, clock,
+                      group_budgets, summary_path, device=env.device.name)
+    loop.run()
+    if not loop.result.measured and not loop.probes:
+        skipped = loop.result.skipped
+        raise InferSimError("no kernel could be measured: " + "; ".join(sorted(skipped)) if skipped
                             else "no kernels to measure (check --kernels and the model cards)")
-    return result
+    return loop.result
+
+
+class _BenchLoop:
+    """The state of one run_bench: the cases, their deadlines, what was measured and skipped."""
+
+    def __init__(self, cases: Sequence[BenchCase], backend: KernelBackend, timer: KernelTimer, writer: TableWriter,
+                 peaks: dict[str, float], stream: TextIO | None, budget_seconds: float, reserve_seconds: float,
+                 clock: Callable[[], float], group_budgets: Sequence[tuple[str, float]], summary_path: Path | None,
+                 device: str) -> None:
+        self.cases, self.backend, self.timer, self.writer, self.peaks = cases, backend, timer, writer, peaks
+        self.stream, self.budget, self.reserve, self.clock = stream, budget_seconds, reserve_seconds, clock
+        self.result = BenchResult(Path(writer.directory), 0)
+        self.probes: dict[str, float] = {}
+        self.host_notes: list[str] = []
+        self.budgeted = bool(group_budgets)
+        self.summary = _group_summary(cases, group_budgets, budget_seconds - reserve_seconds, summary_path, clock,
+                                      device)
+        self.reasons: dict[str, dict[str, int]] = {name: {} for name in self.summary.parts}
+        self.cut: set[str] = set()
+
+    def say(self, text: str) -> None:
+        if self.stream:
+            print(text, file=self.stream, flush=True)
+
+    def skip(self, reason: str, count: int = 1, group: str = "") -> None:
+        self.result.skipped[reason] = self.result.skipped.get(reason, 0) + count
+        if group:
+            self.reasons[group][reason] = self.reasons[group].get(reason, 0) + count
+
+    def run(self) -> None:
+        previous = _on_sigterm()
+        index, current = 0, ""
+        try:
+            for index, case in enumerate(self.cases, start=1):
+                group = budget_group(case)
+                if group != current:
+                    self._switch(current, group)
+                    current = group
+                if not self._within_budget(case, group, index):
+                    if self.result.stopped:
+                        break
+                    continue
+                self._measure(case, group, index)
+        except (Stopped, KeyboardInterrupt) as exc:
+            self.result.stopped = "stopped by SIGTERM" if isinstance(exc, Stopped) else "stopped by an interrupt"
+            self._not_reached(max(index - 1, 0), f"not reached: {self.result.stopped}")
+            self.say(f"[{index}/{len(self.cases)}] {self.result.stopped}: writing what was measured")
+        finally:
+            _restore_sigterm(previous)
+            self._finish()
+
+    def _switch(self, previous: str, group: str) -> None:
+        """Groups run one after the other in a budgeted run (each ends when the next begins); otherwise they
+        take turns, so each is running from its first case to the end of the run."""
+        if previous and self.budgeted:
+            self._end_group(previous)
+        if self.summary.parts[group].status == "not started":
+            self.summary.begin(group)
+
+    def _end_group(self, group: str) -> None:
+        for reason, count in self.reasons[group].items():
+            self.summary.not_done(group, f"{count} cases", reason)
+        self.reasons[group] = {}
+        self.summary.end(group, "cut" if group in self.cut else "complete")
+
+    def _within_budget(self, case: BenchCase, group: str, index: int) -> bool:
+        elapsed = self.summary.elapsed()
+        estimate = estimated_seconds(case)
+        if elapsed + estimate > self.budget - self.reserve:
+            self.result.stopped = f"time budget of {self.budget:g} s reached after {elapsed:.0f} s"
+            self._not_reached(index - 1, f"not reached: {self.result.stopped}")
+            self.say(f"[{index}/{len(self.cases)}] stopping: {self.result.stopped}")
+            return False
+        deadline = self.summary.parts[group].deadline_s
+        if self.budgeted and deadline is not None and elapsed + estimate > deadline:
+            if group not in self.cut:
+                self.cut.add(group)
+                self.say(f"[{index}/{len(self.cases)}] {group}: its deadline ({deadline:.0f} s after the start) "
+                         f"comes before this case would end; the rest of {group} is not measured")
+            self.skip(f"not reached: the {group} budget ended {deadline:.0f} s after the start", group=group)
+            return False
+        return True
+
+    def _not_reached(self, measured_so_far: int, reason: str) -> None:
+        """Every case after the first `measured_so_far` is not reached, counted per group."""
+        for case in self.cases[measured_so_far:]:
+            self.skip(reason, group=budget_group(case))
+            self.cut.add(budget_group(case))
+
+    def _measure(self, case: BenchCase, group: str, index: int) -> None:
+        measured, failed = self.result.measured, len(self.result.failed)
+        if isinstance(case, HostCase):
+            _host_case(case, self.backend, self.probes, self.host_notes, lambda r: self.skip(r, group=group),
+                       self.result, self.say, index, len(self.cases))
+            launch_cpu, step_cpu, how = host_costs(self.probes)
+            self.writer.set_host(self.probes, launch_cpu, step_cpu, how)
+        else:
+            _timed_case(case, self.backend, self.timer, self.writer, self.peaks,
+                        lambda r: self.skip(r, group=group), self.result, self.say, index, len(self.cases))
+        if len(self.result.failed) > failed:
+            self.reasons[group]["kernel failed (provenance notes)"] = \
+                self.reasons[group].get("kernel failed (provenance notes)", 0) + 1
+        elif self.result.measured > measured or isinstance(case, HostCase):
+            self.summary.done_one(group)
+
+    def _finish(self) -> None:
+        self.backend.release()
+        at_end = getattr(self.backend, "clocks_at_end", None)  # clocks after the run, beside those at its start
+        if callable(at_end):
+            self.writer.device = replace(self.writer.device, clocks={**self.writer.device.clocks, **at_end()})
+        notes = self.host_notes + [f"kernel failed: {f}" for f in self.result.failed] + [
+            f"not measured ({count} cases): {reason}" for reason, count in sorted(self.result.skipped.items())]
+        self.writer.finish(notes, complete=not self.result.stopped.startswith("stopped"))
+        for group, part in self.summary.parts.items():
+            if part.status == "running":
+                self._end_group(group)
+            elif part.status == "not started":
+                self._end_group(group)
+                part.status = "skipped"
+                if not part.planned:
+                    part.not_done.append("nothing planned: no case of this family for these models and options")
+        if self.result.stopped.startswith("stopped"):
+            self.summary.stopped = self.result.stopped
+        self.summary.write()
+
+
+def _group_summary(cases: Sequence[BenchCase], group_budgets: Sequence[tuple[str, float]], budget_seconds: float,
+                   path: Path | None, clock: Callable[[], float], device: str) -> StageSummary:
+    """One part per group of cases (in the order they first appear, or the budgets' order), with its plan,
+    estimate and deadline (the last group's is `budget_seconds`: the run's budget less its final write)."""
+    planned: dict[str, list[BenchCase]] = {name: [] for name, _seconds in group_budgets}
+    for case in cases:
+        planned.setdefault(budget_group(case), []).append(case)
+    total: float | None = budget_seconds if math.isfinite(budget_seconds) else (
+        sum(s for _n, s in group_budgets) if group_budgets else None)
+    budgets = dict(fit_budgets(group_budgets, total or 0.0)) if group_budgets else {}
+    deadlines = part_deadlines(group_budgets, total or 0.0) if group_budgets else {}
+    parts = [PartRecord(name, len(group), round(sum(estimated_seconds(c) for c in group), 3),
+                        budget_s=_rounded(budgets.get(name, total)), deadline_s=_rounded(deadlines.get(name, total)),
+                        estimate_source="cases.estimated_seconds: a roofline at half a Hopper GPU's bf16 peak and 75% "
+                                        "of its HBM bandwidth, 25 runs plus 20 ms per case")
+             for name, group in planned.items()]
+    return StageSummary(path, "mfu bench", total, parts, clock, device=device)
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
 
 
 def _host_case(case: HostCase, backend: KernelBackend, probes: dict[str, float], notes: list[str],

@@ -270,6 +270,8 @@ class TorchBackend:
                         f"torch SDPA {name} backend: {label} (picked by {how}, pinned with sdpa_kernel)", version)
 
     def _prepare_elementwise(self, case: ElementwiseCase) -> Prepared | str:
+        from infersim.tabletools.bench.launches import elementwise_launch
+
         launch = elementwise_launch(self, case)
         if isinstance(launch, str):
             return launch
@@ -282,101 +284,6 @@ class TorchBackend:
         if case.probe == "hf_decode_step":
             return hf_decode_probe(self)
         return small_op_probe(self, case.probe)
-
-
-def elementwise_launch(backend: TorchBackend, case: ElementwiseCase) -> Callable[[], Any] | str:
-    """The launch closure of one elementwise kernel over case.elements elements (the HF call it stands for)."""
-    torch, F = backend.torch, backend.torch.nn.functional
-    n, dtype, op = case.elements, case.dtype, case.op
-    row = max(1, min(case.row, n))
-    rows = max(1, n // row)
-    t = backend._tensor
-    if op == "to_fp32":
-        x = t((n,), dtype)
-        return lambda: x.to(torch.float32)
-    if op == "to_bf16":
-        x = t((n,), dtype)
-        return lambda: x.to(torch.bfloat16)
-    if op == "pow":
-        x = t((n,), dtype)
-        return lambda: x.pow(2)
-    if op == "mean":
-        x = t((rows, row), dtype)
-        return lambda: x.mean(-1, keepdim=True)
-    if op == "add_scalar":  # variance + eps (fp32); perm // top_k, ids >= experts, clamp_ (int64)
-        x = t((n,), dtype)
-        return (lambda: x + 1e-6) if dtype in ("fp32", "bf16") else (lambda: x // 8)
-    if op == "rsqrt":
-        x = t((n,), dtype).abs_()
-        return lambda: torch.rsqrt(x)
-    if op == "mul_broadcast":  # RMSNorm's x * rsqrt(var) (fp32), weight * x and q * cos (bf16)
-        x = t((rows, row), dtype)
-        s = t((rows, 1), dtype) if dtype == "fp32" else t((row,), dtype)
-        return lambda: x * s
-    if op in ("mul", "add"):
-        a, b = t((n,), dtype), t((n,), dtype)
-        return (lambda: a * b) if op == "mul" else (lambda: a + b)
-    if op == "neg":
-        x = t((n,), dtype)
-        return lambda: -x
-    if op == "silu":
-        x = t((n,), dtype)
-        return lambda: F.silu(x)
-    if op == "sigmoid":
-        x = t((n,), dtype)
-        return lambda: torch.sigmoid(x)
-    if op == "cat":  # DynamicCache decode: the cache (.., S, d) and one new token (.., 1, d) along dim -2
-        d = 128
-        total = max(2, n // d)
-        cache, new = t((1, total - 1, d), dtype), t((1, 1, d), dtype)
-        return lambda: torch.cat([cache, new], dim=-2)
-    if op == "copy":  # a transposed view made contiguous
-        side = max(1, int(n ** 0.5))
-        x = t((side, max(1, n // side)), dtype).t()
-        return lambda: x.contiguous()
-    if op == "softmax":  # the router's softmax over experts
-        x = t((max(1, n // 128), 128), dtype)
-        return lambda: torch.softmax(x, dim=-1)
-    if op == "topk":
-        x = t((max(1, n // 128), 128), dtype)
-        return lambda: torch.topk(x, 8, dim=-1)
-    if op == "sort":
-        x = t((n,), dtype)
-        return lambda: torch.sort(x)
-    if op == "gather":  # hidden_states[perm // top_k]; routing weights by perm (a vector)
-        d = 512 if dtype == "bf16" else 1
-        x = t((max(1, n // d), d), dtype)
-        index = torch.randperm(x.shape[0], device=backend.device)
-        backend._held.append(index)
-        return lambda: x[index]
-    if op == "scatter":  # index_add_ of expert outputs; inv_perm[perm] = arange (int64 vectors)
-        d = 512 if dtype == "bf16" else 1
-        out, src = t((max(1, n // d), d), dtype), t((max(1, n // d), d), dtype)
-        index = torch.randperm(out.shape[0], device=backend.device)
-        backend._held.append(index)
-        return lambda: out.index_add_(0, index, src)
-    if op == "masked_fill":
-        d = 512 if dtype == "bf16" else 128
-        x = t((max(1, n // d), d), dtype)
-        mask = torch.zeros(x.shape[0], 1, device=backend.device, dtype=torch.bool)
-        backend._held.append(mask)
-        return lambda: x.masked_fill(mask, 0.0)
-    if op == "sum":  # the top-k partial outputs summed: (tokens, k, d).sum(1); router weights (tokens, k).sum(-1)
-        d = 512 if dtype == "bf16" else 1
-        x = t((max(1, n // (8 * d)), 8, d), dtype)
-        return lambda: x.sum(dim=1)
-    if op == "cumsum":
-        x = t((n,), dtype)
-        return lambda: torch.cumsum(x, 0)
-    if op == "histc":  # HF: int expert ids on CUDA, float on CPU (CPU histc has no integer kernel)
-        x = t((n,), dtype)
-        if not backend.is_cuda:
-            x = x.float()
-        return lambda: torch.histc(x, bins=128, min=0, max=127)
-    if op == "fill":
-        x = t((n,), dtype)
-        return lambda: x.zero_()
-    return f"no launch for elementwise op '{op}' in this harness"
 
 
 def _per_call(loop: Callable[[int], None], calls: int, sync: Callable[[], None], repeats: int = 5) -> float:
@@ -396,44 +303,74 @@ def small_op_probe(backend: TorchBackend, probe: str, calls: int = 2000) -> Host
     """Host wall time per call of a small op, in a loop that never waits for the GPU."""
     torch = backend.torch
     sync = (lambda: torch.cuda.synchronize(backend.device)) if backend.is_cuda else (lambda: None)
-    x = torch.ones(1, device=backend.device)
-    y = torch.ones(1, device=backend.device)
-    if probe == "launch":
-        def loop(n: int) -> None:
-            for _ in range(n):
-                torch.add(x, y)
-    elif probe == "launch_linear":
-        a = torch.ones(1, 64, device=backend.device, dtype=torch.bfloat16)
-        w = torch.ones(64, 64, device=backend.device, dtype=torch.bfloat16)
-        linear = torch.nn.functional.linear
-
-        def loop(n: int) -> None:
-            for _ in range(n):
-                linear(a, w)
-    elif probe == "view":
-        def loop(n: int) -> None:
-            for _ in range(n):
-                x.view(-1)
-    elif probe == "module_call":
-        class Passthrough(torch.nn.Module):
-            def forward(self, value: Any) -> Any:
-                return value
-
-        module = Passthrough()
-
-        def loop(n: int) -> None:
-            for _ in range(n):
-                module(x)
-    elif probe == "sync":
-        calls = 200
-
-        def loop(n: int) -> None:
-            for _ in range(n):
-                sync()
-    else:
+    build = _PROBE_LOOPS.get(probe)
+    if build is None:
         return f"unknown host probe '{probe}'"
+    loop = build(backend, sync)
     loop(50)  # warm-up: first-call dispatch caches, cuBLAS handles
-    return HostResult({probe: _per_call(loop, calls, sync)})
+    return HostResult({probe: _per_call(loop, 200 if probe == "sync" else calls, sync)})
+
+
+# Each probe's loop repeats its op inline (no call around it: the loop's own cost is the probe's)
+
+def _launch_loop(backend: TorchBackend, sync: Callable[[], None]) -> Callable[[int], None]:
+    torch = backend.torch
+    x, y = torch.ones(1, device=backend.device), torch.ones(1, device=backend.device)
+
+    def loop(n: int) -> None:
+        for _ in range(n):
+            torch.add(x, y)
+    return loop
+
+
+def _linear_loop(backend: TorchBackend, sync: Callable[[], None]) -> Callable[[int], None]:
+    torch = backend.torch
+    a = torch.ones(1, 64, device=backend.device, dtype=torch.bfloat16)
+    w = torch.ones(64, 64, device=backend.device, dtype=torch.bfloat16)
+    linear = torch.nn.functional.linear
+
+    def loop(n: int) -> None:
+        for _ in range(n):
+            linear(a, w)
+    return loop
+
+
+def _view_loop(backend: TorchBackend, sync: Callable[[], None]) -> Callable[[int], None]:
+    x = backend.torch.ones(1, device=backend.device)
+
+    def loop(n: int) -> None:
+        for _ in range(n):
+            x.view(-1)
+    return loop
+
+
+def _module_loop(backend: TorchBackend, sync: Callable[[], None]) -> Callable[[int], None]:
+    torch = backend.torch
+    x = torch.ones(1, device=backend.device)
+
+    class Passthrough(torch.nn.Module):
+        def forward(self, value: Any) -> Any:
+            return value
+
+    module = Passthrough()
+
+    def loop(n: int) -> None:
+        for _ in range(n):
+            module(x)
+    return loop
+
+
+def _sync_loop(backend: TorchBackend, sync: Callable[[], None]) -> Callable[[int], None]:
+    def loop(n: int) -> None:
+        for _ in range(n):
+            sync()
+    return loop
+
+
+_PROBE_LOOPS: dict[str, Callable[[TorchBackend, Callable[[], None]], Callable[[int], None]]] = {
+    "launch": _launch_loop, "launch_linear": _linear_loop, "view": _view_loop, "module_call": _module_loop,
+    "sync": _sync_loop,
+}
 
 
 HF_PROBE_CONFIG = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_attention_heads=4,
