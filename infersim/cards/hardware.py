@@ -6,6 +6,7 @@ All values SI: FLOP/s, bytes, bytes/s, seconds. Bandwidths are per GPU, per dire
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from infersim.cards.schema import spec
 from infersim.errors import ConfigError, MISSING
@@ -81,6 +82,8 @@ class HardwareCard:
     usd_per_gpu_hour: float = spec(0.0, doc="rental price per GPU-hour, US dollars (0 = unknown)", ge=0)
     host_memory_bytes: float = spec(0.0, doc="CPU memory per GPU available for offload, bytes", ge=0)
     nvme_bandwidth: float = spec(0.0, doc="NVMe read bandwidth per GPU, bytes/s (0 = none)", ge=0)
+    vendor: Literal["nvidia", "amd"] = spec(
+        "nvidia", doc="who makes the GPU: engine cards list the vendors they run on (EngineCard.vendors)")
     compute_capability: float | None = spec(
         None, doc="CUDA compute capability (8.0 A100, 9.0 Hopper, 10.0 Blackwell): NCCL's protocol bandwidth caps "
                   "across nodes are tabled by it (null = unknown: cross-node NCCL collectives are refused)", gt=0)
