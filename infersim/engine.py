@@ -247,6 +247,17 @@ def group_fusions(passes: tuple[FusionPass, ...], priced: list[_Priced]) -> dict
     return folded
 
 
+def _group_launch_facts(engine: EngineCard | None, passes: tuple[FusionPass, ...], fused_always: dict[str, str],
+                        priced: list[_Priced]) -> tuple[dict[str, str], int]:
+    """(operations folded away in one layer group -> the pass that folds them ("" for the card's
+    fused_operations), kernels of one layer that break a piecewise graph)."""
+    fused = {**group_fusions(passes, priced), **fused_always} if passes else fused_always
+    if engine is None or not engine.overheads.prefill_graph_pieces:
+        return fused, 0
+    names = engine.overheads.graph_break_operations
+    return fused, sum(operation_kernels(op) for op, _, _ in priced if op.name in names)
+
+
 def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,
           results: list[OperationResult] | None) -> tuple[float, float, float, dict[Bound, float]]:
     """Time one step: (step seconds, seconds two-batch overlap saved, compute slowdown by SMs held
@@ -259,7 +270,6 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     by_bound: dict[Bound, float] = {}
     fused_always = dict.fromkeys(engine.fused_operations, "") if engine is not None else {}
     passes = _passes_on(engine, hw)
-    breaks = frozenset(engine.overheads.graph_break_operations) if engine is not None else frozenset()
     break_kernels = 0  # kernels of one micro-batch's pass over every layer that break a piecewise graph
     memo, by_piece = _memos(hw, tables)
     comm = cat.COMMUNICATION
@@ -277,9 +287,8 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
         group_start = serial
         priced, group_kernels = _priced_group(group, hw, tables, memo, by_piece)
         layer_kernels += layers * group_kernels
-        fused = {**group_fusions(passes, priced), **fused_always} if passes else fused_always
-        if breaks and engine is not None and engine.overheads.prefill_graph_pieces:
-            break_kernels += layers * sum(operation_kernels(op) for op, _, _ in priced if op.name in breaks)
+        fused, breaks = _group_launch_facts(engine, passes, fused_always, priced)
+        break_kernels += layers * breaks
         for op, cost, seconds in priced:
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else seconds
