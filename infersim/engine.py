@@ -16,7 +16,7 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 from dataclasses import dataclass, replace
 
@@ -247,15 +247,18 @@ def group_fusions(passes: tuple[FusionPass, ...], priced: list[_Priced]) -> dict
     return folded
 
 
-def _group_launch_facts(engine: EngineCard | None, passes: tuple[FusionPass, ...], fused_always: dict[str, str],
-                        priced: list[_Priced]) -> tuple[dict[str, str], int]:
-    """(operations folded away in one layer group -> the pass that folds them ("" for the card's
-    fused_operations), kernels of one layer that break a piecewise graph)."""
-    fused = {**group_fusions(passes, priced), **fused_always} if passes else fused_always
-    if engine is None or not engine.overheads.prefill_graph_pieces:
-        return fused, 0
-    names = engine.overheads.graph_break_operations
-    return fused, sum(operation_kernels(op) for op, _, _ in priced if op.name in names)
+def _group_launch_facts(engine: EngineCard | None, stage: str, passes: tuple[FusionPass, ...],
+                        fused_always: tuple[str, ...], priced: list[_Priced]) -> tuple[Collection[str], dict[str, str], int]:
+    """(operations folded away in one layer group, those the passes fold -> the pass that folds them,
+    kernels of one layer that break a piecewise prefill graph). Only the card's fused_operations
+    where the engine has no passes on this GPU and the step has no graph pieces."""
+    pieces = engine is not None and stage != "decode" and engine.overheads.prefill_graph_pieces
+    if engine is None or not (passes or pieces):
+        return fused_always, {}, 0
+    folded = group_fusions(passes, priced) if passes else {}
+    names = engine.overheads.graph_break_operations if pieces else ()
+    breaks = sum(operation_kernels(op) for op, _, _ in priced if op.name in names) if names else 0
+    return ({*fused_always, *folded} if folded else fused_always), folded, breaks
 
 
 def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,
@@ -268,7 +271,7 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     serial = 0.0
     schedule: list[list[tuple[bool, float]]] = []
     by_bound: dict[Bound, float] = {}
-    fused_always = dict.fromkeys(engine.fused_operations, "") if engine is not None else {}
+    fused_always: tuple[str, ...] = engine.fused_operations if engine is not None else ()
     passes = _passes_on(engine, hw)
     break_kernels = 0  # kernels of one micro-batch's pass over every layer that break a piecewise graph
     memo, by_piece = _memos(hw, tables)
@@ -287,7 +290,7 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
         group_start = serial
         priced, group_kernels = _priced_group(group, hw, tables, memo, by_piece)
         layer_kernels += layers * group_kernels
-        fused, breaks = _group_launch_facts(engine, passes, fused_always, priced)
+        fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, priced)
         break_kernels += layers * breaks
         for op, cost, seconds in priced:
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
@@ -303,7 +306,7 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
             if results is not None:
                 if is_fused:
-                    by_pass = fused[op.name]
+                    by_pass = folded.get(op.name, "")
                     cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD,
                                 f"fused into a neighbouring kernel by {engine.name}"  # type: ignore[union-attr]
                                 + (f" {engine.version} ({by_pass})" if by_pass else ""))  # type: ignore[union-attr]

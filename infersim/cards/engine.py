@@ -281,7 +281,7 @@ class EngineCard:
 
     def chunk_tokens(self, hbm_bytes: float, attention_dp: int = 1) -> int:
         """Prompt tokens one prefill step processes per GPU (0 = no chunking)."""
-        budget = int(tier_value(self.scheduler.chunked_prefill_tokens, hbm_bytes))
+        budget = _tier_int(self.scheduler.chunked_prefill_tokens, hbm_bytes, 1)
         if budget and self.scheduler.chunk_divided_by_attention_dp and attention_dp > 1:
             budget = max(1, budget // attention_dp)
         return budget
@@ -293,7 +293,7 @@ class EngineCard:
         rule = self.overheads.cuda_graph_capture
         if rule is not None:
             return rule.largest(self.max_running_requests(hbm_bytes), self.chunk_tokens(hbm_bytes), hw)
-        return _graph_max_batch(self.overheads.cuda_graph_max_batch, hbm_bytes, engine_tp)
+        return _tier_int(self.overheads.cuda_graph_max_batch, hbm_bytes, engine_tp)
 
     def graph_padded_batch(self, batch: int, hbm_bytes: float, group: int = 1, engine_tp: int = 1,
                            hw: HardwareCard | None = None) -> int:
@@ -329,7 +329,7 @@ class EngineCard:
 
     def max_running_requests(self, hbm_bytes: float) -> int:
         """Cap on running requests per engine instance (0 = none but the KV cache)."""
-        return int(tier_value(self.scheduler.max_running_requests, hbm_bytes))
+        return _tier_int(self.scheduler.max_running_requests, hbm_bytes, 1)
 
 
 def _kept_per_tuple(compute: Callable[..., int]) -> Callable[..., int]:
@@ -352,7 +352,8 @@ def _kept_per_tuple(compute: Callable[..., int]) -> Callable[..., int]:
 
 
 @_kept_per_tuple
-def _graph_max_batch(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int) -> int:
+def _tier_int(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int) -> int:
+    """tier_value as a whole number, kept per (tiers, GPU memory, TP size)."""
     return int(tier_value(tiers, hbm_bytes, tp))
 
 
