@@ -23,7 +23,7 @@ A page shows a command in one of three ways:
 Normalisation, the only difference allowed between a shown output and the real one: trailing
 spaces and trailing blank lines are ignored; the absolute path of the repository (or of an
 installed package's bundled data) is shown as `...` (a card's path in a message is
-`.../engines/sglang.yaml` on every machine); a shown line that is `...` (indented or not) stands for
+`.../engines/sglang-0.5.yaml` on every machine); a shown line that is `...` (indented or not) stands for
 any number of printed lines, and one that ends in ` ...` for any line that begins with what
 precedes it (a timing, a worker count). An output with `...` lines is checked, never rewritten: this
 script says when one no longer matches, to be cut again by hand; a line ending in ` ...` is kept

@@ -271,7 +271,7 @@ def test_lengths_clipped_far_from_the_asked_mean_are_announced(capsys):
 
 
 def _engine(tmp_path: Path, edit) -> Path:
-    data = yaml.safe_load((REPO_ROOT / "engines" / "sglang.yaml").read_text())
+    data = yaml.safe_load((REPO_ROOT / "engines" / "sglang-0.5.yaml").read_text())
     edit(data)
     path = tmp_path / "engine.yaml"
     path.write_text(yaml.safe_dump(data))

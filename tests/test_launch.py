@@ -224,7 +224,7 @@ def test_deepseek_on_sglang_with_dp_attention_and_ep_prints_sglangs_spelling(cap
 
 
 def test_json_carries_each_command_as_a_list_of_arguments(capsys):
-    assert main(["--model", "llama-3.1-8b", "--hardware", "h100", "--engine", "vllm", "--batch-per-gpu", "32",
+    assert main(["--model", "llama-3.1-8b", "--hardware", "h100", "--engine", "vllm@0.11", "--batch-per-gpu", "32",
                  "--format", "json", "--emit-launch"]) == 0
     data = json.loads(capsys.readouterr().out)["launch"]
     argv = data["commands"][0]["argv"]
@@ -290,8 +290,8 @@ def test_vllm_data_parallel_across_nodes_puts_its_ranks_by_node():
 def test_vllm_tp_across_nodes_needs_nnodes_which_0_11_lacks():
     flags = dict(model="llama-3.1-405b", hardware="h100", num_gpus=16, num_nodes=2, tp=16, precision="fp8")
     with pytest.raises(InferSimError, match="Ray cluster is not emitted"):
-        launch("vllm", **flags)
-    plan, _ = launch("vllm", "0.15", **flags)
+        launch("vllm@0.11", **flags)
+    plan, _ = launch("vllm@0.15", **flags)
     second = list(plan.commands[1].argv)
     assert second[second.index("--node-rank") + 1] == "1" and "--headless" in second
     assert second[second.index("--master-addr") + 1] == "$HEAD_IP"
@@ -382,20 +382,22 @@ def test_a_bad_parser_file_is_one_message_naming_the_key(tmp_path, edit, key, pr
 
 def test_mtp_speculation_is_each_engines_own_spelling():
     spec = ["speculative.method=mtp", "speculative.acceptance_rate=0.7", "speculative.lookahead=2"]
-    flags = RunFlags(model="deepseek-v3", hardware="h200", num_gpus=8, dp_attention=8, ep=8, engine="vllm")
+    flags = RunFlags(model="deepseek-v3", hardware="h200", num_gpus=8, dp_attention=8, ep=8, engine="vllm@0.11")
     plan = plan_for_run(simulate(load_run_config(None, spec, None, flags)))
     argv = list(plan.commands[0].argv)
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 2}
     assert any("does not run async scheduling" in note for note in plan.notes)  # vLLM 0.11: async off with it
-    plan = plan_for_run(simulate(load_run_config(None, spec, None, replace(flags, engine="sglang"))))
+    plan = plan_for_run(simulate(load_run_config(None, spec, None, replace(flags, engine="sglang@0.5"))))
     argv = list(plan.commands[0].argv)
     assert argv[argv.index("--speculative-algorithm") + 1] == "NEXTN"
     assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "3"
-    assert "--disable-overlap-schedule" in argv  # the card: SGLang turns overlap off for EAGLE/MTP
+    assert "--disable-overlap-schedule" in argv  # the 0.5 card: SGLang turns overlap off for EAGLE/MTP
+    plan = plan_for_run(simulate(load_run_config(None, spec, None, replace(flags, engine="sglang"))))
+    assert "--disable-overlap-schedule" not in plan.commands[0].argv  # 0.5.23 keeps its overlap under EAGLE
 
 
 def test_pareto_prints_each_frontier_points_command_or_why_there_is_none(capsys):
-    assert main(["pareto", "--model", "qwen3-30b-a3b", "--hardware", "h100", "--engine", "vllm", "--gpus", "2",
+    assert main(["pareto", "--model", "qwen3-30b-a3b", "--hardware", "h100", "--engine", "vllm@0.11", "--gpus", "2",
                  "--batch", "8,64", "--executor", "serial", "--no-progress", "--emit-launch"]) == 0
     out = capsys.readouterr().out
     frontier = int(out.split("Pareto frontier: ")[1].split(" ")[0])

@@ -12,11 +12,17 @@ import pytest
 import yaml
 from conftest import REPO_ROOT
 
-from infersim.cards.registry import resolve_name
+from infersim.cards.registry import engine_family, resolve_name
 from infersim.cli.main import main
 from infersim.run.config import load_run_config
 from infersim.base.errors import InferSimError
 from infersim.run.flags import RunFlags
+
+
+# plain engine names mean the newest bundled card of that engine (cards/registry.py select_engine)
+NEWEST_VLLM = engine_family("vllm")[-1].stem
+VLLM_VERSION = engine_family("vllm")[-1].version
+NEWEST_SGLANG = engine_family("sglang")[-1].stem
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
@@ -38,8 +44,8 @@ def error_of(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 2) -> s
 @pytest.mark.parametrize("kind, name, card", [
     ("hardware", "h100", "h100-sxm"), ("hardware", "H100", "h100-sxm"), ("hardware", "H100 SXM5", "h100-sxm"),
     ("hardware", "a100", "a100-sxm-80g"), ("hardware", "A6000", "rtx-a6000"),
-    ("engines", "vLLM", "vllm"), ("engines", "SGLang", "sglang"), ("engines", "TensorRT-LLM", "trtllm"),
-    ("engines", "trt-llm", "trtllm"), ("engines", "tensorrt_llm", "trtllm"), ("engines", "sglang-oai", "sglang"),
+    ("engines", "vLLM", NEWEST_VLLM), ("engines", "SGLang", NEWEST_SGLANG), ("engines", "TensorRT-LLM", "trtllm"),
+    ("engines", "trt-llm", "trtllm"), ("engines", "tensorrt_llm", "trtllm"), ("engines", "sglang-oai", NEWEST_SGLANG),
     ("models", "Qwen/Qwen3-8B", "qwen3-8b"), ("models", "meta-llama/Llama-3.1-70B", "llama-3.1-70b"),
     ("models", "meta-llama/Meta-Llama-3.1-70B-Instruct", "llama-3.1-70b"),
     ("models", "meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"),
@@ -69,7 +75,9 @@ def test_cards_list_names_the_engines(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["cards", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     engines = next(line for line in lines if line.startswith("engines"))
-    assert engines.endswith(": deepspeed-zero-inference, huggingface, huggingface-compiled, sglang, trtllm, vllm")
+    listed = engines.split(": ", 1)[1].split(", ")
+    assert {"deepspeed-zero-inference", "huggingface", "huggingface-compiled", "trtllm", "sglang-0.5",
+            NEWEST_SGLANG, "vllm-0.11", "vllm-0.15", NEWEST_VLLM} <= set(listed) and listed == sorted(listed)
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,7 +133,7 @@ def test_the_first_question_in_one_command(capsys: pytest.CaptureFixture[str]) -
     assert (dep["num_gpus"], dep["attention"], dep["ffn"]) == (8, {"tp": 8, "dp": 1}, {"tp": 8, "ep": 1, "dp": 1})
     assert (data["workload"]["isl"], data["workload"]["osl"]) == (2000, 500)
     assert data["notes"] == ["hardware 'h100' -> h100-sxm (an alias of bundled card h100-sxm)",
-                             "engine 'vLLM' -> vllm (same name ignoring case and punctuation)"]
+                             f"engine 'vLLM' -> {NEWEST_VLLM} (the newest bundled vllm card, vllm {VLLM_VERSION})"]
     # the batch left unset is the largest that fits, and the report gives the server's view of it
     batch = data["decode"]["batch_per_gpu"]
     assert batch == data["memory"]["max_batch_per_gpu"] > 1
@@ -307,7 +315,7 @@ def test_vllm_bench_serve_result_at_its_rate(capsys: pytest.CaptureFixture[str])
     # the same load: Poisson at the file's rate and burstiness, its number of prompts and lengths
     assert result["serve_options"] == {"num_requests": 500, "mode": "poisson", "rate": 8.0, "burstiness": 1.0,
                                        "isl": 1000, "osl": 200}
-    assert result["predicted_run"] == "llama-3.1-8b on 1 x h100-sxm, vllm 0.11; Poisson 8 req/s"
+    assert result["predicted_run"] == f"llama-3.1-8b on 1 x h100-sxm, vllm {VLLM_VERSION}; Poisson 8 req/s"
     metrics = {m["metric"]: m for m in result["metrics"]}
     assert metrics["mean TTFT"]["measured"] == measured["mean_ttft_ms"]
     assert metrics["output throughput"]["measured"] == measured["output_throughput"]
@@ -315,7 +323,7 @@ def test_vllm_bench_serve_result_at_its_rate(capsys: pytest.CaptureFixture[str])
     assert tpot["error"] == pytest.approx(tpot["predicted"] / tpot["measured"] - 1)
     # at 8 req/s the server keeps up: what comes out is what goes in, 8 x 200 tokens/s (less the tail)
     assert metrics["output throughput"]["predicted"] == pytest.approx(1600, rel=0.08)
-    assert "engine vllm: the file's backend 'vllm'" in result["notes"]
+    assert f"engine {NEWEST_VLLM}: the file's backend 'vllm'" in result["notes"]
 
 
 def test_sglang_bench_serving_result_at_its_concurrency(capsys: pytest.CaptureFixture[str]) -> None:
@@ -325,7 +333,7 @@ def test_sglang_bench_serving_result_at_its_concurrency(capsys: pytest.CaptureFi
     assert result["kind"] == "bench_serving" and result["request_rate"] is None
     assert result["serve_options"] == {"num_requests": 640, "mode": "concurrency", "concurrency": 32,
                                        "isl": 2000, "osl": 500}
-    assert result["predicted_run"].startswith("llama-3.1-8b on 1 x h100-sxm, vllm 0.11;")  # --engine wins
+    assert result["predicted_run"].startswith(f"llama-3.1-8b on 1 x h100-sxm, vllm {VLLM_VERSION};")  # --engine wins
     assert {m["metric"] for m in result["metrics"]} >= {"mean TTFT", "p99 TPOT", "mean E2E latency",
                                                          "request throughput"}
 
@@ -399,4 +407,4 @@ def test_the_bench_compare_picture_groups_statistics_of_one_quantity(capsys: pyt
     errors = {m["metric"]: m["error"] for m in data["results"][0]["metrics"]}
     assert [t.get_text() for t in ttft.texts] == [f"{100 * errors[k]:+.0f}%" for k in
                                                   ("mean TTFT", "median TTFT", "p99 TTFT")]
-    assert "predicted: llama-3.1-8b on 1 x h100-sxm, vllm 0.11; Poisson 8 req/s" in figure._suptitle.get_text()
+    assert f"predicted: llama-3.1-8b on 1 x h100-sxm, vllm {VLLM_VERSION}; Poisson 8 req/s" in figure._suptitle.get_text()

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from infersim.cards.engine_platform import AttentionBackendChoice, FusionPass, GraphCaptureRule, Vendor
+from infersim.cards.hardware import HardwareCard
 from infersim.cards.schema import spec
 from infersim.base.errors import MISSING, ConfigError
 
@@ -77,6 +79,23 @@ class Overheads:
                   "its CPU work, as SGLang turns overlap off for EAGLE/MTP)")
     decode_cuda_graph: bool = spec(doc="decode steps are replayed as CUDA graphs (no per-kernel launch cost)")
     prefill_cuda_graph: bool = spec(False, doc="prefill steps are replayed as CUDA graphs")
+    prefill_graph_pieces: bool = spec(
+        False, doc="prefill and mixed steps of up to prefill_graph_max_tokens tokens replay captured graph pieces "
+                   "between eager graph_break_operations (vLLM's piecewise graphs, SGLang's breakable graphs); "
+                   "larger steps launch every kernel")
+    prefill_graph_vendors: tuple[Vendor, ...] = spec(
+        ("nvidia", "amd"), doc="GPU vendors on which prefill_graph_pieces holds (SGLang captures them on CUDA only)")
+    prefill_graph_max_tokens: Literal["decode-graph-limit", "token-budget"] = spec(
+        "token-budget", doc="the largest step replayed in pieces: the largest decode graph (vLLM captures one size "
+                            "list for both) or the per-step token budget (SGLang)")
+    graph_break_operations: tuple[str, ...] = spec(
+        ("attn_core",), doc="plan operations that run eagerly between graph pieces (their kernels are launched one by "
+                            "one)")
+    step_kernels_outside_graph: int = spec(
+        0, doc="GPU kernels and copies every step runs outside the captured forward (input copies, metadata kernels, "
+               "sampling), each taking the hardware card's kernel_launch_overhead on the critical path", ge=0)
+    cuda_graph_capture: GraphCaptureRule | None = spec(
+        None, doc="capture sizes that follow the running-request cap (replaces cuda_graph_max_batch; vLLM)")
     cuda_graph_max_batch: tuple[MemoryTier, ...] = spec(
         default_factory=tuple, doc="largest decode batch one scheduler (an attention-TP group) captures as a "
                                    "graph, by GPU memory and TP size (larger batches run eagerly)")
@@ -232,6 +251,15 @@ class EngineCard:
     fused_operations: tuple[str, ...] = spec(
         default_factory=tuple, doc="plan operations (by name, e.g. rope_kv_store) this engine runs inside a "
                                    "neighbouring kernel: they cost no separate kernel time")
+    fusion_passes: tuple[FusionPass, ...] = spec(
+        default_factory=tuple, doc="compiler passes that fold plan operations into a neighbouring kernel on some GPUs "
+                                   "only (e.g. all-reduce + RMSNorm on Hopper and Blackwell)")
+    vendors: tuple[Vendor, ...] = spec(
+        ("nvidia",), doc="GPU vendors the engine runs on (and these facts describe); a run on another vendor's GPU "
+                         "is refused")
+    attention_backends: tuple[AttentionBackendChoice, ...] = spec(
+        default_factory=tuple, doc="the attention backend the engine picks, in its priority order: the first entry "
+                                   "that matches the GPU (and the model's attention: MLA or not) applies")
     moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] | None = spec(
         None, doc="default MoE communication when the run config does not name one")
     all_to_all_needs_ep_above_topk: bool = spec(
@@ -253,17 +281,22 @@ class EngineCard:
 
     def chunk_tokens(self, hbm_bytes: float, attention_dp: int = 1) -> int:
         """Prompt tokens one prefill step processes per GPU (0 = no chunking)."""
-        budget = int(tier_value(self.scheduler.chunked_prefill_tokens, hbm_bytes))
+        budget = _tier_int(self.scheduler.chunked_prefill_tokens, hbm_bytes, 1)
         if budget and self.scheduler.chunk_divided_by_attention_dp and attention_dp > 1:
             budget = max(1, budget // attention_dp)
         return budget
 
-    def graph_max_batch(self, hbm_bytes: float, engine_tp: int = 1) -> int:
+    def graph_max_batch(self, hbm_bytes: float, engine_tp: int = 1, hw: HardwareCard | None = None) -> int:
         """Largest decode batch one scheduler replays as a graph, on a GPU of `hbm_bytes` in an
-        engine whose TP size (attention TP x attention DP, SGLang's tp_size) is `engine_tp`."""
-        return _graph_max_batch(self.overheads.cuda_graph_max_batch, hbm_bytes, engine_tp)
+        engine whose TP size (attention TP x attention DP, SGLang's tp_size) is `engine_tp`; with a
+        capture rule (vLLM) it follows the running-request cap and token budget, and the GPU `hw`."""
+        rule = self.overheads.cuda_graph_capture
+        if rule is not None:
+            return rule.largest(self.max_running_requests(hbm_bytes), self.chunk_tokens(hbm_bytes), hw)
+        return _tier_int(self.overheads.cuda_graph_max_batch, hbm_bytes, engine_tp)
 
-    def graph_padded_batch(self, batch: int, hbm_bytes: float, group: int = 1, engine_tp: int = 1) -> int:
+    def graph_padded_batch(self, batch: int, hbm_bytes: float, group: int = 1, engine_tp: int = 1,
+                           hw: HardwareCard | None = None) -> int:
         """The per-GPU batch a captured decode step really computes. Engines capture and pad the
         batch of one scheduler, i.e. of an attention-TP group of `group` GPUs, which serves group x
         `batch` requests: that batch is padded up to the next captured size, then shared over the
@@ -271,15 +304,32 @@ class EngineCard:
         captured."""
         o = self.overheads
         requests = batch * group
-        if (not o.decode_cuda_graph or requests > self.graph_max_batch(hbm_bytes, engine_tp)
+        if (not o.decode_cuda_graph or requests > self.graph_max_batch(hbm_bytes, engine_tp, hw)
                 or not o.cuda_graph_batch_sizes):
             return batch
         size = _next_captured(o.cuda_graph_batch_sizes, requests)
+        rule = o.cuda_graph_capture
+        if rule is not None and rule.captures_max_requests:
+            cap = self.max_running_requests(hbm_bytes)
+            if 0 < cap and requests <= cap and (not size or cap < size):
+                size = cap
         return -(-size // group) if size else batch
+
+    def attention_backend(self, hw: HardwareCard, mla: bool) -> AttentionBackendChoice | None:
+        """The attention backend the engine picks on this GPU for this kind of attention (None: the
+        card lists none that matches)."""
+        return next((choice for choice in self.attention_backends if choice.applies(hw, mla)), None)
+
+    def page_size(self, hw: HardwareCard | None = None, mla: bool = False) -> int:
+        """KV block size: the one the GPU's attention backend forces, else the scheduler's."""
+        choice = self.attention_backend(hw, mla) if hw is not None else None
+        if choice is not None and choice.page_size:
+            return choice.page_size
+        return self.scheduler.page_size
 
     def max_running_requests(self, hbm_bytes: float) -> int:
         """Cap on running requests per engine instance (0 = none but the KV cache)."""
-        return int(tier_value(self.scheduler.max_running_requests, hbm_bytes))
+        return _tier_int(self.scheduler.max_running_requests, hbm_bytes, 1)
 
 
 def _kept_per_tuple(compute: Callable[..., int]) -> Callable[..., int]:
@@ -302,7 +352,8 @@ def _kept_per_tuple(compute: Callable[..., int]) -> Callable[..., int]:
 
 
 @_kept_per_tuple
-def _graph_max_batch(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int) -> int:
+def _tier_int(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int) -> int:
+    """tier_value as a whole number, kept per (tiers, GPU memory, TP size)."""
     return int(tier_value(tiers, hbm_bytes, tp))
 
 
@@ -399,8 +450,23 @@ class StepOverhead:
     detail: str
 
 
+@dataclass(frozen=True)
+class StepPieces:
+    """What a step's graph coverage depends on beyond its requests: the GPU (`hw`: its kernel time
+    for the work outside the graph, its capture ceiling), the scheduler's tokens in the step, and
+    the kernels of the operations that break a piecewise graph (Overheads.graph_break_operations)."""
+
+    hw: HardwareCard | None = None
+    tokens: int = 0
+    break_kernels: int = 0
+
+
+NO_PIECES = StepPieces()
+
+
 def step_overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
-                  hbm_bytes: float, engine_tp: int = 1, launches: Sequence[LaunchRun] = ()) -> StepOverhead:
+                  hbm_bytes: float, engine_tp: int = 1, launches: Sequence[LaunchRun] = (),
+                  pieces: StepPieces = NO_PIECES) -> StepOverhead:
     """Exposed overhead of one step of `gpu_seconds` GPU time in which one scheduler runs
     `requests` requests and each GPU launches `kernels` kernels, in an engine of TP size
     `engine_tp` (see graph_max_batch; the module docstring gives the composition). `launches`: the
@@ -408,31 +474,59 @@ def step_overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: 
     launches then overlap the GPU as the launch queue allows (launch_queue_seconds)."""
     o = engine.overheads
     seconds, cpu, exposed_cpu, eager, graph = _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes,
-                                                        engine_tp, launches)
+                                                        engine_tp, launches, pieces)
     hidden_by = "overlap scheduler" if o.overlap_scheduler else (
         "asynchronous launches, in launch order" if launches and eager else "asynchronous launches")
-    detail = (f"{engine.name} {engine.version}: fixed {o.step_fixed * 1e3:.2f} ms + CPU {cpu * 1e3:.2f} ms "
-              f"({requests} requests, {eager} eager launches{'; CUDA graph' if graph else ''}), "
+    fixed = _fixed_seconds(engine, pieces.hw)
+    outside = (f" ({o.step_kernels_outside_graph} kernels outside the graph)"
+               if o.step_kernels_outside_graph and pieces.hw is not None else "")
+    coverage = "; CUDA graph" if graph else ("; CUDA graph pieces" if eager and eager < kernels else "")
+    detail = (f"{engine.name} {engine.version}: fixed {fixed * 1e3:.2f} ms{outside} + CPU {cpu * 1e3:.2f} ms "
+              f"({requests} requests, {eager} eager launches{coverage}), "
               f"{(cpu - exposed_cpu) * 1e3:.2f} ms of it hidden by {hidden_by}")
     return StepOverhead(seconds, cpu, eager, graph, detail)
 
 
 def step_overhead_seconds(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
-                          hbm_bytes: float, engine_tp: int = 1, launches: Sequence[LaunchRun] = ()) -> float:
+                          hbm_bytes: float, engine_tp: int = 1, launches: Sequence[LaunchRun] = (),
+                          pieces: StepPieces = NO_PIECES) -> float:
     """step_overhead(...).seconds without formatting its detail (sweeps need the time only)."""
-    return _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes, engine_tp, launches)[0]
+    return _overhead(engine, stage, gpu_seconds, requests, kernels, hbm_bytes, engine_tp, launches, pieces)[0]
+
+
+def _fixed_seconds(engine: EngineCard, hw: HardwareCard | None) -> float:
+    """Per-step time no overlap hides: step_fixed, plus the kernels outside the graph at the GPU's
+    per-kernel time."""
+    o = engine.overheads
+    if hw is None or not o.step_kernels_outside_graph:
+        return o.step_fixed
+    return o.step_fixed + o.step_kernels_outside_graph * hw.derates.kernel_launch_overhead
+
+
+def _eager_kernels(engine: EngineCard, stage: str, requests: int, kernels: int, hbm_bytes: float,
+                   engine_tp: int, pieces: StepPieces) -> tuple[int, bool]:
+    """(kernels launched one by one, whole step a CUDA graph?) of one step."""
+    o = engine.overheads
+    if stage == "decode":
+        graph = o.decode_cuda_graph and requests <= engine.graph_max_batch(hbm_bytes, engine_tp, pieces.hw)
+    else:
+        graph = o.prefill_cuda_graph
+    if graph:
+        return 0, True
+    if stage != "decode" and o.prefill_graph_pieces and (pieces.hw is None or pieces.hw.vendor in o.prefill_graph_vendors):
+        limit = (engine.graph_max_batch(hbm_bytes, engine_tp, pieces.hw)
+                 if o.prefill_graph_max_tokens == "decode-graph-limit" else engine.chunk_tokens(hbm_bytes))
+        if 0 < pieces.tokens <= limit:
+            return min(kernels, pieces.break_kernels), False
+    return kernels, False
 
 
 def _overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int, kernels: int,
-              hbm_bytes: float, engine_tp: int, launches: Sequence[LaunchRun] = ()
+              hbm_bytes: float, engine_tp: int, launches: Sequence[LaunchRun] = (), pieces: StepPieces = NO_PIECES
               ) -> tuple[float, float, float, int, bool]:
     """(exposed seconds, CPU seconds, exposed CPU seconds, eager kernels, CUDA graph?) of one step."""
     o = engine.overheads
-    if stage == "decode":
-        graph = o.decode_cuda_graph and requests <= engine.graph_max_batch(hbm_bytes, engine_tp)
-    else:
-        graph = o.prefill_cuda_graph
-    eager = 0 if graph else kernels
+    eager, graph = _eager_kernels(engine, stage, requests, kernels, hbm_bytes, engine_tp, pieces)
     cpu = o.step_cpu + o.request_cpu * requests + o.launch_cpu * eager
     if o.overlap_scheduler:
         exposed_cpu = max(0.0, cpu - gpu_seconds)
@@ -443,7 +537,7 @@ def _overhead(engine: EngineCard, stage: str, gpu_seconds: float, requests: int,
         if launches and eager:
             launch = launch_queue_seconds(launches, o.launch_cpu)
         exposed_cpu = o.step_cpu + o.request_cpu * requests + max(0.0, launch - gpu_seconds)
-    return o.step_fixed + exposed_cpu, cpu, exposed_cpu, eager, graph
+    return _fixed_seconds(engine, pieces.hw) + exposed_cpu, cpu, exposed_cpu, eager, graph
 
 
 def validate_engine(card: EngineCard, source: str) -> EngineCard:
@@ -473,20 +567,13 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
                                                                        card.scheduler.chunked_prefill_tokens],
                           f"no tier covers GPUs below {chunk_floor:g} bytes of HBM: give a tier with min_gpu_bytes: 0 "
                           "(value 0 = no chunking)")
-    from infersim.cards.categories import is_operation_name
+    from infersim.cards.engine_platform import check_operation_names, validate_platform_fields
 
-    for i, name in enumerate(card.fused_operations):
-        if not is_operation_name(name):
-            import difflib
-
-            from infersim.cards.categories import OPERATION_NAMES
-
-            close = difflib.get_close_matches(name, sorted(OPERATION_NAMES), n=3)
-            raise ConfigError(source, f"fused_operations[{i}]", name,
-                              "no step plan holds an operation of this name"
-                              + (f" (did you mean {', '.join(close)}?)" if close else
-                                 " (operation names: see infersim/cards/categories.py OPERATION_NAMES)"))
-    if card.overheads.decode_cuda_graph and not card.overheads.cuda_graph_max_batch:
+    check_operation_names(card.fused_operations, "fused_operations", source)
+    if card.overheads.decode_cuda_graph and not card.overheads.cuda_graph_max_batch \
+            and card.overheads.cuda_graph_capture is None:
         raise ConfigError(source, "overheads.cuda_graph_max_batch", MISSING,
-                          "decode_cuda_graph is on: say up to which batch decode is captured")
+                          "decode_cuda_graph is on: say up to which batch decode is captured (cuda_graph_max_batch, "
+                          "or cuda_graph_capture)")
+    validate_platform_fields(card, source)
     return card

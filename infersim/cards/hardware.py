@@ -125,7 +125,7 @@ class HardwareCard:
 
     name: str = spec(doc="short name, as used in run configs")
     vendor: str = spec(doc="GPU maker: nvidia or amd (decides the collective library, NCCL or RCCL, and the engines' "
-                           "software stack)")
+                           "software stack: engine cards list the vendors they run on, EngineCard.vendors)")
     aliases: tuple[str, ...] = spec(
         default_factory=tuple, doc="other names the card answers to (e.g. h100 for h100-sxm), matched ignoring case "
                                    "and punctuation")

@@ -9,6 +9,7 @@ the repository root in a checkout and under `infersim/_bundled/` in an installed
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from infersim.base.errors import InferSimError
@@ -140,6 +141,105 @@ def forgiving_name(name: str, kind: str) -> tuple[str, str] | None:
     return (matches[0], how) if matches else None
 
 
+@dataclass(frozen=True)
+class EngineEntry:
+    """A bundled engine card as version selection sees it."""
+
+    stem: str  # the file name without .yaml
+    name: str
+    aliases: tuple[str, ...]
+    version: str
+    vendors: tuple[str, ...]
+
+    @property
+    def selector(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+_ENGINES: list[list[EngineEntry]] = []  # one list, read once per process (the bundled cards do not change)
+
+
+def bundled_engines() -> list[EngineEntry]:
+    """Every bundled engine card's name, aliases, version and vendors (read only when a name is no
+    file: an exact file name never loads the other cards)."""
+    if not _ENGINES:
+        from infersim.cards.schema import load_yaml  # here: exact names need no YAML
+
+        entries = []
+        directory = bundled_dir("engines")
+        for stem in bundled_names("engines"):
+            try:
+                data = load_yaml(directory / f"{stem}.yaml")
+            except InferSimError:
+                continue  # a broken card says so when it is loaded by its own name
+            if not isinstance(data, dict):
+                continue
+            aliases = data.get("aliases") if isinstance(data.get("aliases"), list) else []
+            vendors = data.get("vendors") if isinstance(data.get("vendors"), list) else ["nvidia"]
+            entries.append(EngineEntry(stem, str(data.get("name", stem)), tuple(str(a) for a in aliases),
+                                       str(data.get("version", "")), tuple(str(v) for v in vendors)))
+        _ENGINES.append(entries)
+    return _ENGINES[0]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A dotted version as numbers for ordering ("0.15.1" -> (0, 15, 1); non-digits end a part)."""
+    key = []
+    for part in version.split("."):
+        digits = len(part) - len(part.lstrip("0123456789"))
+        key.append(int(part[:digits]) if digits else 0)
+    return tuple(key)
+
+
+def _version_parts(version: str) -> list[str]:
+    """A requested version's dotted parts, less a leading v and a trailing wildcard (0.5.x -> 0, 5)."""
+    parts = version.strip().lower().removeprefix("v").split(".")
+    while parts and parts[-1] in ("x", "*", ""):
+        parts.pop()
+    return parts
+
+
+def engine_family(name: str) -> list[EngineEntry]:
+    """The bundled engine cards a name (or alias) stands for, oldest version first."""
+    folded = fold(name)
+    found = [e for e in bundled_engines() if fold(e.name) == folded or folded in (fold(a) for a in e.aliases)]
+    return sorted(found, key=lambda e: version_key(e.version))
+
+
+def engines_for_vendor(vendor: str) -> list[str]:
+    """name@version of the bundled engine cards that run on this GPU vendor."""
+    return [e.selector for e in sorted(bundled_engines(), key=lambda e: (e.name, version_key(e.version)))
+            if vendor in e.vendors]
+
+
+def select_engine(name: str) -> tuple[str, str] | None:
+    """(bundled engine card stem, note) for `NAME` (the newest bundled card of that engine) or
+    `NAME@VERSION` (the card of exactly that version, else the newest whose version starts with it:
+    vllm@0.15 -> 0.15.1, sglang@0.5.x -> the newest 0.5); None when NAME is no bundled engine.
+    An unknown version is an error listing the bundled ones."""
+    family_name, at, wanted = name.partition("@")
+    family = engine_family(family_name)
+    if not family:
+        return None
+    exact_name = family_name == family[-1].name
+    if not at:
+        newest = family[-1]
+        return newest.stem, ("" if exact_name else
+                             f"engine '{name}' -> {newest.stem} (the newest bundled {newest.name} card, "
+                             f"{newest.name} {newest.version})")
+    exact = [e for e in family if e.version == wanted.strip()]
+    parts = _version_parts(wanted)
+    starting = [e for e in family if parts and e.version.lower().split(".")[: len(parts)] == parts]
+    chosen = exact[-1] if exact else (starting[-1] if starting else None)
+    if chosen is None:
+        known = ", ".join(f"{e.version} ({e.selector})" for e in family)
+        raise InferSimError(f"engine '{name}': no bundled {family[-1].name} card of version '{wanted}'; bundled "
+                            f"{family[-1].name} versions: {known}; '{family[-1].name}' alone means the newest")
+    note = "" if chosen.version == wanted.strip() and exact_name else (
+        f"engine '{name}' -> {chosen.stem} ({chosen.name} {chosen.version})")
+    return chosen.stem, note
+
+
 def resolve_name(name_or_path: str, kind: str, relative_to: Path | None = None) -> tuple[Path, str]:
     """(existing file, note) for a bundled name or a path; the note says what a forgiving match
     resolved the name to (empty for a path or an exact bundled name). Raises when nothing matches."""
@@ -159,6 +259,10 @@ def resolve_name(name_or_path: str, kind: str, relative_to: Path | None = None) 
     for candidate in candidates[:given]:  # a path the user gave that names a directory
         if candidate.is_dir():
             raise InferSimError(f"{name_or_path}: is a directory, not a {_singular(kind)} file")
+    if kind == "engines" and "/" not in name_or_path:
+        chosen = select_engine(name_or_path)
+        if chosen is not None:
+            return bundled / f"{chosen[0]}.yaml", chosen[1]
     found = forgiving_name(name_or_path, kind) if kind != "configs" else None
     if found is not None:
         card, how = found

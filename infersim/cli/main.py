@@ -90,8 +90,9 @@ def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True, batch: 
                                                                      "HF config.json path")
     group.add_argument("--hardware", "--gpu", dest="hardware", default=None, metavar="NAME",
                        help="hardware card: bundled name (h100, h200, b200, ...) or path")
-    group.add_argument("--engine", default=None, metavar="NAME", help="engine card: sglang (default), vllm, trtllm, "
-                                                                      "huggingface, or a path")
+    group.add_argument("--engine", default=None, metavar="NAME[@VERSION]",
+                       help="engine card: vllm, sglang, trtllm, huggingface (the newest bundled card of that engine), "
+                            "NAME@VERSION for another (vllm@0.15, sglang@0.5.x), or a path (default: sglang@0.5)")
     group.add_argument("--num-gpus", type=count, default=None, metavar="G",
                        help="GPUs in total (default: what --tp x --dp-attention x --pp give)")
     group.add_argument("--num-nodes", type=count, default=None, metavar="N",

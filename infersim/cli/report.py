@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 
-from infersim.run.config import weights_origin
+from infersim.run.config import RunConfig, weights_origin
 from infersim.engine.stage import OperationResult, StageResult, combined_source
 from infersim.shapes.kernels import Bound
 from infersim.modules.step import lm_head_gathered_dp
@@ -154,7 +154,7 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
         "weights_format": weights_origin(cfg),
         "workload": _workload_json(result),
         "engine": {"name": cfg.engine.name, "framework": cfg.engine.framework, "version": cfg.engine.version,
-                   "source": cfg.engine_source},
+                   "source": cfg.engine_source, "attention_backend": _attention_backend(cfg)},
         "mfu_tables": cfg.tables.describe(),
         "notes": list(cfg.notes),
         "prefill": _stage(result.prefill, stage_moe_balance(result, result.prefill)),
@@ -320,6 +320,17 @@ _MIXER_NAMES = {"full_attention": "full attention", "sliding_attention": "slidin
                 "linear_attention": "Gated DeltaNet", "mamba": "Mamba-2"}
 
 
+def _attention_backend(cfg: RunConfig) -> str | None:
+    """The attention backend the engine card picks for this GPU and model (None: the card names none)."""
+    choice = cfg.engine.attention_backend(cfg.hardware, cfg.model.is_mla)
+    return choice.backend if choice is not None else None
+
+
+def _attention_text(cfg: RunConfig) -> str:
+    backend = _attention_backend(cfg)
+    return f"; attention {backend}" if backend else ""
+
+
 def _layer_mix(model: Any) -> str:
     attention = "MLA" if model.is_mla else (
         "MHA" if model.num_key_value_heads == model.num_attention_heads else
@@ -395,7 +406,7 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
         f"  deployment: {layout}",
         *([f"  weights:    {weights_text(cfg)}"] if cfg.model.quantization is not None else []),
         f"  workload:   ISL {wl.isl} tokens, OSL {wl.osl} tokens; decode context averages {wl.decode_context:g} tokens",
-        f"  engine:     {cfg.engine.name} {cfg.engine.version} ({cfg.engine.description})",
+        f"  engine:     {cfg.engine.name} {cfg.engine.version} ({cfg.engine.description}){_attention_text(cfg)}",
         f"  kernel times: {cfg.tables.describe()}",
         *(f"  note:       {note}" for note in cfg.notes),
         "",

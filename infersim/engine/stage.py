@@ -16,12 +16,14 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 from dataclasses import dataclass, replace
 
-from infersim.cards.engine import EngineCard, LaunchRun, step_overhead, step_overhead_seconds
+from infersim.cards.engine import EngineCard, LaunchRun, StepPieces, step_overhead, step_overhead_seconds
+from infersim.cards.engine_platform import FusionPass
 from infersim.cards.hardware import HardwareCard
+from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import Bound, Cost, KernelTables, Source
 from infersim.cards import categories as cat
 from infersim.shapes.plan import LayerGroup, Operation, StagePlan
@@ -221,6 +223,44 @@ def kernels_launched(plan: StagePlan) -> int:
     return per_layer * plan.micro_batches + sum(operation_kernels(op) for op in plan.per_step)
 
 
+def _passes_on(engine: EngineCard | None, hw: HardwareCard) -> tuple[FusionPass, ...]:
+    """The engine's fusion passes that run on this GPU."""
+    if engine is None or not engine.fusion_passes:
+        return ()
+    return tuple(p for p in engine.fusion_passes if p.matches(hw))
+
+
+def group_fusions(passes: tuple[FusionPass, ...], priced: list[_Priced]) -> dict[str, str]:
+    """Operations the passes fold away in one layer group, each with the pass that folds it: a pass
+    tied to the all-reduce applies only where the group has all-reduces and each runs over a TP size
+    the pass supports and moves no more than its limit there (the fused kernel replaces the
+    all-reduce before the operations)."""
+    folded: dict[str, str] = {}
+    for fusion in passes:
+        if fusion.all_reduce_limits:
+            reduces = [op.shape for op, _, _ in priced
+                       if isinstance(op.shape, CollectiveShape) and op.shape.kind == "all_reduce"]
+            if not reduces or any(s.bytes_per_rank > fusion.max_all_reduce_bytes(s.ranks) for s in reduces):
+                continue
+        for name in fusion.operations:
+            folded.setdefault(name, fusion.name)
+    return folded
+
+
+def _group_launch_facts(engine: EngineCard | None, stage: str, passes: tuple[FusionPass, ...],
+                        fused_always: tuple[str, ...], priced: list[_Priced]) -> tuple[Collection[str], dict[str, str], int]:
+    """(operations folded away in one layer group, those the passes fold -> the pass that folds them,
+    kernels of one layer that break a piecewise prefill graph). Only the card's fused_operations
+    where the engine has no passes on this GPU and the step has no graph pieces."""
+    pieces = engine is not None and stage != "decode" and engine.overheads.prefill_graph_pieces
+    if engine is None or not (passes or pieces):
+        return fused_always, {}, 0
+    folded = group_fusions(passes, priced) if passes else {}
+    names = engine.overheads.graph_break_operations if pieces else ()
+    breaks = sum(operation_kernels(op) for op, _, _ in priced if op.name in names) if names else 0
+    return ({*fused_always, *folded} if folded else fused_always), folded, breaks
+
+
 def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,
           results: list[OperationResult] | None) -> tuple[float, float, float, dict[Bound, float]]:
     """Time one step: (step seconds, seconds two-batch overlap saved, compute slowdown by SMs held
@@ -231,7 +271,9 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     serial = 0.0
     schedule: list[list[tuple[bool, float]]] = []
     by_bound: dict[Bound, float] = {}
-    fused = engine.fused_operations if engine is not None else ()
+    fused_always: tuple[str, ...] = engine.fused_operations if engine is not None else ()
+    passes = _passes_on(engine, hw)
+    break_kernels = 0  # kernels of one micro-batch's pass over every layer that break a piecewise graph
     memo, by_piece = _memos(hw, tables)
     comm = cat.COMMUNICATION
     offloading = bool(plan.offload_bytes_per_layer)
@@ -248,6 +290,8 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
         group_start = serial
         priced, group_kernels = _priced_group(group, hw, tables, memo, by_piece)
         layer_kernels += layers * group_kernels
+        fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, priced)
+        break_kernels += layers * breaks
         for op, cost, seconds in priced:
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else seconds
@@ -262,8 +306,10 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
             if results is not None:
                 if is_fused:
+                    by_pass = folded.get(op.name, "")
                     cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD,
-                                f"fused into a neighbouring kernel by {engine.name}")  # type: ignore[union-attr]
+                                f"fused into a neighbouring kernel by {engine.name}"  # type: ignore[union-attr]
+                                + (f" {engine.version} ({by_pass})" if by_pass else ""))  # type: ignore[union-attr]
                 results.append(OperationResult(
                     op.name, op.module, layers, time_s, per_layer, cost.flops * op.count * mb * layers,
                     cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name))
@@ -307,8 +353,9 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
                                            cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
     if engine is not None:
         launches = [LaunchRun(tuple(before)), *runs, LaunchRun(tuple(after))] if queue else []
+        pieces = StepPieces(hw, plan.tokens_per_gpu * plan.attention_tp, break_kernels * mb)
         args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, layer_kernels * mb + step_kernels,
-                hw.peak.hbm_bytes, plan.engine_tp, launches)
+                hw.peak.hbm_bytes, plan.engine_tp, launches, pieces)
         if results is None:
             overhead = step_overhead_seconds(*args)
         else:

@@ -49,7 +49,7 @@ class Speculative:
     max_lookahead: int = spec(8, doc="largest k that lookahead: auto tries (at most 64)", gt=0, le=64)
 
 
-DEFAULT_ENGINE = "sglang"  # the engine the published calibration cases and the bundled examples were measured with
+DEFAULT_ENGINE = "sglang@0.5"  # the engine the published calibration cases and the bundled examples were measured with
 
 @dataclass(frozen=True, kw_only=True)
 class RunSpec:
@@ -161,6 +161,34 @@ def load_engine_card(ref: str | dict[str, Any], base: Path | None = None,
     return _load_card(EngineCard, validate_engine, ref, "engines", base, overrides)
 
 
+def check_engine_platform(engine: EngineCard, engine_source: str, hardware: HardwareCard) -> None:
+    """Refuse a run of an engine on a GPU vendor its card does not list (EngineCard.vendors)."""
+    if hardware.vendor in engine.vendors:
+        return
+    from infersim.cards.registry import engines_for_vendor
+
+    others = engines_for_vendor(hardware.vendor)
+    raise ConfigError(engine_source, "vendors", list(engine.vendors),
+                      f"engine {engine.name} {engine.version} does not run on {hardware.vendor} GPUs, and hardware card "
+                      f"{hardware.name} is one; engine cards for {hardware.vendor} GPUs: "
+                      f"{', '.join(others) if others else 'none bundled'}")
+
+
+def _default_engine_for(engine: EngineCard, hardware: HardwareCard, engine_source: str, base: Path | None,
+                        overrides: list[tuple[list[str], Any, str]]) -> tuple[EngineCard, str, str]:
+    """The newest bundled card of the default engine that runs on the hardware's vendor, when the
+    run names no engine and the default card does not run there (and the note saying so)."""
+    from infersim.cards.registry import engines_for_vendor
+
+    same = [s for s in engines_for_vendor(hardware.vendor) if s.split("@")[0] == engine.name]
+    if not same:
+        return engine, engine_source, ""  # check_engine_platform says which engines run there
+    chosen = same[-1]
+    card, source = load_engine_card(chosen, base, overrides)
+    return card, source, (f"engine: no engine named, and the default {DEFAULT_ENGINE} does not run on "
+                          f"{hardware.vendor} GPUs: {chosen} (the newest bundled {engine.name} card that does)")
+
+
 _ENGINE_CACHE: dict[str, EngineCard] = {}
 
 
@@ -249,6 +277,11 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     model, model_source = load_model_card(spec_.model, base, card_overrides["model"])
     hardware, hardware_source = load_hardware_card(spec_.hardware, base, card_overrides["hardware"])
     engine, engine_source = load_engine_card(spec_.engine, base, card_overrides["engine"])
+    if "engine" not in raw and hardware.vendor not in engine.vendors:
+        engine, engine_source, note = _default_engine_for(engine, hardware, engine_source, base,
+                                                          card_overrides["engine"])
+        notes += [note] if note else []
+    check_engine_platform(engine, engine_source, hardware)
     model_switched = raw.get("model") != file_model and source != "command line"
     dep_spec, layout_notes, unnamed = fit_layout(spec_.deployment, model, hardware,
                                         frozenset(_leaf_paths(raw.get("deployment"))), frozenset(command_line),
@@ -312,6 +345,8 @@ def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, de
                  workload: Workload) -> RunConfig:
     """The same run with another (validated) model, hardware, layout or workload; the speculative
     drafter is checked and placed again for it (the draft card is not reloaded)."""
+    if hardware is not config.hardware:
+        check_engine_platform(config.engine, f"engine card {config.engine.name} {config.engine.version}", hardware)
     draft, draft_dep, draft_source = None, None, ""
     if config.speculative is not None:
         loaded = (config.draft_model, config.draft_model_source) if config.draft_model is not None else None

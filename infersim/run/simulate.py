@@ -117,7 +117,7 @@ def _decode_plan(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: 
                  engine: EngineCard, offload: WeightOffload | None = None) -> tuple[StagePlan, int]:
     """The decode step of `batch` requests per GPU and the batch its CUDA graph computes: padded up
     to the engine's next captured size (attention reads the real requests' caches only)."""
-    padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes, dep.attention.tp, dep.gpus_per_stage)
+    padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes, dep.attention.tp, dep.gpus_per_stage, hw)
     if dep.overlap == "two-batch" and padded % 2:
         padded += 1  # two equal micro-batches
     plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch)

@@ -117,7 +117,7 @@ class StepCoster:
             per_gpu = -(-rank_requests // tp)
             if not shape.prefill_chunks:  # a pure decode step replays a graph at the padded batch
                 padded = cfg.engine.graph_padded_batch(per_gpu, cfg.hardware.peak.hbm_bytes, tp,
-                                                       cfg.deployment.gpus_per_stage)
+                                                       cfg.deployment.gpus_per_stage, cfg.hardware)
                 padding = padded - per_gpu
             seqs.append(SequenceBatch(per_gpu, 1, max(1, shape.decode_context)))
         expert_tokens = 0.0

@@ -172,7 +172,7 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     capacity = int(memory.kv_capacity_bytes / per_token) * dp if per_token > 0 else 1 << 40
     return SchedulerSettings(
         token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,
-        admission=sched.kv_admission, page_size=sched.page_size, chunked=chunked,
+        admission=sched.kv_admission, page_size=engine.page_size(hw, config.model.is_mla), chunked=chunked,
         prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
         reservation=sched.future_reservation if sched.kv_admission == "on-demand" else None, origin=origin,
         max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp)
