@@ -306,14 +306,14 @@ def test_indexed_tables_are_cached_on_disk_between_processes(tmp_path: Path, mon
     shutil.copytree(IMPORTED / "h800", copy)
     monkeypatch.setattr(lookup, "_LOADED", {})
     first = load_tables(copy)
-    [cached] = list((tmp_path / "cache").glob("tables-*.pickle"))
+    [cached] = list((tmp_path / "cache").glob("tables-*.entry"))
     monkeypatch.setattr(lookup, "_LOADED", {})  # a new process: only the disk cache is left
     second = load_tables(copy)
     assert second is not first and second.describe() == first.describe()
     shape = fp8_gemm(100)
     assert second.lookup(shape, H20_FP8) == first.lookup(shape, H20_FP8)
     # a damaged cache file is read past, an edited table gets a new entry
-    cached.write_bytes(b"not a pickle")
+    cached.write_bytes(b"not an entry")
     monkeypatch.setattr(lookup, "_LOADED", {})
     assert load_tables(copy).lookup(shape, H20_FP8) == first.lookup(shape, H20_FP8)
     table = next(copy.glob("gemm*.csv"))
@@ -321,7 +321,7 @@ def test_indexed_tables_are_cached_on_disk_between_processes(tmp_path: Path, mon
     os.utime(table, ns=(1, 1))
     monkeypatch.setattr(lookup, "_LOADED", {})
     load_tables(copy)
-    assert len(list((tmp_path / "cache").glob("tables-*.pickle"))) == 2
+    assert len(list((tmp_path / "cache").glob("tables-*.entry"))) == 2
     # turned off: nothing written
     monkeypatch.setenv("INFERSIM_CACHE", "off")
     monkeypatch.setenv("INFERSIM_CACHE_DIR", str(tmp_path / "off"))
