@@ -84,8 +84,7 @@ def snapshot(tmp_path: Path, cache: Path) -> dict[str, tuple[bool, bytes]]:
 
 
 def entries(cache: Path, kind: str | None = None) -> list[Path]:
-    return sorted(p for p in cache.iterdir() if diskcache.ENTRY_NAME.fullmatch(p.name)
-                  and (kind is None or p.name.startswith(kind + "-")))
+    return sorted(p for p in cache.iterdir() if diskcache.kind_of(p.name) in ((kind,) if kind else ("yaml", "tables")))
 
 
 def assert_sound(cache: Path) -> None:

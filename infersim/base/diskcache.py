@@ -22,7 +22,7 @@ check is a miss: it is deleted and computed again. The checksum finds damage, no
 others' files out is the directory's owner and mode.
 
 The directory is bounded: after each write, when InferSim's files take more than the cap
-(INFERSIM_CACHE_MAX_MB, default 256 MB; entries are a few KB of YAML, up to ~25 MB of indexed kernel
+(INFERSIM_CACHE_MAX_MB, default 256 MB; entries are a few KB of YAML, up to ~20 MB of indexed kernel
 tables), the least recently used are deleted, oldest first, until they take at most three quarters
 of it. Reading an entry marks it used (at most once a day). Pruning and `infersim cache clear`
 delete only files whose names InferSim writes (ENTRY_NAME, TEMPORARY_NAME, and EARLIER_NAME: the
@@ -39,18 +39,19 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-#: the entries this version reads and writes: <kind>-<64-bit checksum of what they stand for>.entry
-ENTRY_NAME = re.compile(r"(yaml|tables)-[0-9a-f]{16}\.entry")
+# The names InferSim writes, matched whole (compiled at the first write, prune or clear: a run that
+# only reads compiles none). The entries this version reads and writes: <kind>-<64-bit checksum of
+# what they stand for>.entry
+ENTRY_NAME = r"(yaml|tables)-[0-9a-f]{16}\.entry"
 #: a writer's file before it is renamed into place
-TEMPORARY_NAME = re.compile(r"\.tmp-[0-9a-f]{32}")
+TEMPORARY_NAME = r"\.tmp-[0-9a-f]{32}"
 #: entries of earlier versions (parsed YAML and pickled tables, compiled dataclass code, and their
 #: writers' files): never read, deleted by pruning and `cache clear`
-EARLIER_NAME = re.compile(r"(?:yaml-[0-9a-f]{8}\.marshal|tables-[0-9a-f]{16}\.pickle"
-                          r"|dataclass-code-[a-z]+-[0-9a-f]+-infersim(?:\.\w+)*-[0-9a-f]{8}\.marshal)"
-                          r"(?:\.[0-9]+\.partial)?|tables-[0-9a-f]{16}\.[0-9]+\.partial")
+EARLIER_NAME = (r"(?:yaml-[0-9a-f]{8}\.marshal|tables-[0-9a-f]{16}\.pickle"
+                r"|dataclass-code-[a-z]+-[0-9a-f]+-infersim(?:\.[a-z0-9_]+)*-[0-9a-f]{8}\.marshal)"
+                r"(?:\.[0-9]+\.partial)?|tables-[0-9a-f]{16}\.[0-9]+\.partial")
 
 FORMAT = b"infersim-cache-1"
 DEFAULT_MAX_MB = 256.0
@@ -224,7 +225,7 @@ def write_entry(name: str, kind: str, payload: bytes) -> None:
     """Store `payload` as entry `name` of `kind`: written to a new file of a random name, then
     renamed into place (a reader sees the old entry or the new one). Failures are ignored: only a
     later process is slower."""
-    if not ENTRY_NAME.fullmatch(name) or not name.startswith(kind + "-"):
+    if kind_of(name) != kind:
         raise ValueError(f"not a cache entry name of kind {kind}: {name!r}")
     directory = _directory()
     if directory is None:
@@ -261,7 +262,7 @@ def _create_temporary(directory: int) -> tuple[int, str] | None:
 def discard(name: str) -> None:
     """Delete entry `name` (found damaged or foreign; a link itself, never what it points to)."""
     directory = _directory()
-    if directory is not None and ENTRY_NAME.fullmatch(name):
+    if directory is not None and kind_of(name) in ("yaml", "tables"):
         _remove(directory, name)
 
 
@@ -312,18 +313,17 @@ def checksum_name(kind: str, text: str) -> str:
 def kind_of(name: str) -> str | None:
     """What a file of the cache directory is by its name ("yaml", "tables", "unfinished write",
     "earlier version"), or None: not InferSim's."""
-    entry = ENTRY_NAME.fullmatch(name)
+    entry = re.fullmatch(ENTRY_NAME, name)
     if entry:
         return entry.group(1)
-    if TEMPORARY_NAME.fullmatch(name):
+    if re.fullmatch(TEMPORARY_NAME, name):
         return "unfinished write"
-    if EARLIER_NAME.fullmatch(name):
+    if re.fullmatch(EARLIER_NAME, name):
         return "earlier version"
     return None
 
 
-@dataclass(frozen=True)
-class OwnFile:
+class OwnFile(NamedTuple):  # a NamedTuple: ~5x cheaper to define than a dataclass, in every process
     """One of InferSim's files in the cache directory."""
 
     name: str
@@ -375,8 +375,7 @@ def prune(cap: float | None = None) -> list[str]:
     return removed
 
 
-@dataclass(frozen=True)
-class CacheState:
+class CacheState(NamedTuple):
     """What `infersim cache info` shows."""
 
     directory: str | None  # None: turned off (INFERSIM_CACHE=off)

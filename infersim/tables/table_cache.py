@@ -15,12 +15,13 @@ each grid is decoded when first asked for (`KeptGrids`; decoding all of the H20'
 the rows only for the full hardware check (`KeptRows`).
 
 The key: this entry format, the package's version, a stamp of the code that shapes indexing
-(`code_stamp`: a checksum of the source of every module in infersim/tables/, infersim/shapes/ and
-infersim/base/, the folders of the table format and indexing, the kernel shapes whose bytes the
-hardware check compares, and the units they count in: a folder's new module counts without a list
-to keep up to date), the table directory as named and as resolved (a table's name in messages is the
-directory as named), the interpolation, and each table file's name, size and modification time. An
-edited table, a new build or a change to that code is a new entry.
+(`code_stamp`: a checksum of the name, size and modification time of every module in
+infersim/tables/, infersim/shapes/ and infersim/base/, the folders of the table format and indexing,
+the kernel shapes whose bytes the hardware check compares, and the units they count in: a folder's
+new module counts without a list to keep up to date), the table directory as named and as resolved
+(a table's name in messages is the directory as named), the interpolation, and each table file's
+name, size and modification time. An edited table, a new build or a change to that code is a new
+entry.
 
 Checks: the entry's header and checksum (diskcache) before anything is decoded; the index's structure
 and types before the table set is built (the provenance through the same validation as a
@@ -83,22 +84,24 @@ class TableParts(NamedTuple):
 
 
 def code_stamp() -> str | None:
-    """A checksum of the source of every module in CODE_FOLDERS (~0.3 ms: zlib's checksums over
-    their ~300 KB), or None where it cannot be read."""
+    """A checksum of the name, size and modification time of every module in CODE_FOLDERS (the test
+    Python itself applies to know a module's bytecode stale; ~0.1 ms, where reading their ~300 KB
+    would cost several times that in every process), or None where they cannot be listed."""
     import zlib
 
     package = Path(__file__).resolve().parent.parent
-    crc, adler = 0, 1
+    found = []
     try:
         for folder in CODE_FOLDERS:
             with os.scandir(package / folder) as it:
-                names = sorted(entry.name for entry in it if entry.name.endswith(".py"))
-            for name in names:
-                data = f"{folder}/{name}\n".encode() + (package / folder / name).read_bytes()
-                crc, adler = zlib.crc32(data, crc), zlib.adler32(data, adler)
+                for entry in it:
+                    if entry.name.endswith(".py"):
+                        st = entry.stat()
+                        found.append((folder, entry.name, st.st_size, st.st_mtime_ns))
     except OSError:
         return None
-    return f"{crc:08x}{adler:08x}"
+    data = repr(sorted(found)).encode()
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
 def cache_entry(directory: Path, interpolation: Interpolation,
@@ -190,6 +193,18 @@ def _number(value: Any, what: str, finite: bool = True) -> float:
     return value
 
 
+_NUMBER_TYPES = frozenset({int, float})
+_KEY_ITEM_TYPES = frozenset({str, int, float, bool})
+
+
+def _numbers(value: Any, what: str, finite: bool = True, length: int | None = None) -> tuple[float, ...]:
+    """A list of numbers (finite, or at least not NaN), checked at C speed (thousands per table set)."""
+    items = _list(value, what, length)
+    _check(set(map(type, items)) <= _NUMBER_TYPES, what)
+    _check(all(map(math.isfinite, items)) if finite else not any(map(math.isnan, items)), what)
+    return tuple(items)
+
+
 def _whole(value: Any, what: str) -> int:
     _check(isinstance(value, int) and not isinstance(value, bool) and value >= 0, what)
     return value
@@ -221,7 +236,7 @@ def _series(value: Any, what: str, key_types: tuple[type, type]) -> Series:
 def _grid_key(value: Any) -> GridKey:
     items = _list(value, "grid key")
     _check(bool(items) and items[0] in _GRID_FAMILIES, "grid key family")
-    _check(all(isinstance(x, (str, int, float)) for x in items), "grid key item")
+    _check(set(map(type, items)) <= _KEY_ITEM_TYPES, "grid key item")
     if items[0] == "gemm":
         _check(len(items) == 4 and all(isinstance(x, int) and not isinstance(x, bool) for x in items[2:]),
                "gemm grid key")
@@ -238,8 +253,8 @@ def _hbm_fastest(value: Any) -> dict[str, tuple[tuple[float, ...], tuple[float, 
     fastest = {}
     for item in _list(value, "fastest rows"):
         dtype, moved, rates = _list(item, "fastest rows", 3)
-        moved = tuple(_number(x, "bytes moved") for x in _list(moved, "bytes moved"))
-        rates = tuple(_number(x, "rate", finite=False) for x in _list(rates, "rates", len(moved)))
+        moved = _numbers(moved, "bytes moved")
+        rates = _numbers(rates, "rates", finite=False, length=len(moved))
         fastest[_text(dtype, "dtype")] = (_ascending(moved, "bytes moved"), rates)
     return fastest
 
@@ -247,15 +262,17 @@ def _hbm_fastest(value: Any) -> dict[str, tuple[tuple[float, ...], tuple[float, 
 def _node(value: Any, depth: int) -> GridNode:
     """A grid level (`depth` axes from here to the leaves), checked: ascending coordinates, one value
     and one child per coordinate, sub-levels down to (time or log efficiency, efficiency) leaves."""
-    coords, values, children = (_list(x, "grid level") for x in _list(value, "grid level", 3))
-    _check(len(coords) == len(values) == len(children) > 0, "grid level sizes")
+    coords, values, children = _list(value, "grid level", 3)
+    children = _list(children, "grid level")
+    _check(isinstance(coords, list) and isinstance(values, list) and len(coords) == len(values) == len(children) > 0,
+           "grid level sizes")
     if depth > 1:
         kids: tuple[GridNode | tuple[float, float], ...] = tuple(_node(child, depth - 1) for child in children)
     else:
         kids = tuple((_number(a, "grid leaf"), _number(b, "grid leaf"))
                      for a, b in (_list(child, "grid leaf", 2) for child in children))
-    return GridNode(_ascending(tuple(_number(c, "grid coordinate") for c in coords), "grid coordinates", strictly=True),
-                    tuple(_number(v, "axis value") for v in values), kids)
+    return GridNode(_ascending(_numbers(coords, "grid coordinates"), "grid coordinates", strictly=True),
+                    _numbers(values, "axis values"), kids)
 
 
 def decode_grid(key: GridKey, blob: bytes, interpolation_name: str, make_grid: Callable[..., Any]) -> Any:
