@@ -207,7 +207,7 @@ def test_flipped_bytes_are_a_miss_rebuilt(tmp_path: Path, cache: Path, expected:
     assert_sound(cache)
 
 
-@pytest.mark.parametrize("unsafe", ["o+w", "g+w", "symlink"])
+@pytest.mark.parametrize("unsafe", ["o+w", "g+w", "symlink", "another owner"])
 def test_a_directory_others_can_write_is_refused_with_one_warning(tmp_path: Path, cache: Path, expected: str,
                                                                   unsafe: str) -> None:
     for entry in entries(cache):
@@ -216,13 +216,19 @@ def test_a_directory_others_can_write_is_refused_with_one_warning(tmp_path: Path
     if unsafe == "symlink":
         used = tmp_path / "link-to-cache"
         used.symlink_to(cache)
+    elif unsafe == "another owner":  # (test_cache_directory.py simulates it for any user)
+        if os.geteuid() != 0:
+            pytest.skip("only root can give a directory to another user")
+        os.chown(cache, os.getuid() + 1, -1)
     else:
         cache.chmod(0o700 | (0o002 if unsafe == "o+w" else 0o020))
+    before = snapshot(tmp_path, cache)
     done = run(tmp_path, used)
     assert done.returncode == 0 and done.stdout == expected
     assert done.stderr.count(WARNING) == 1 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert ("symbolic link" if unsafe == "symlink" else "others can write to it") in done.stderr
-    assert list(cache.iterdir()) == []  # nothing read or written there
+    why = {"symlink": "it is a symbolic link", "another owner": f"it belongs to another user (uid {os.getuid() + 1})"}
+    assert why.get(unsafe, "others can write to it") in done.stderr
+    assert list(cache.iterdir()) == [] and snapshot(tmp_path, cache) == before  # nothing read or written
 
 
 def test_cache_info_and_clear(tmp_path: Path, cache: Path) -> None:

@@ -37,7 +37,10 @@ def test_a_damaged_entry_or_data_json_cannot_hold_is_parsed(tmp_path, cache) -> 
     entry.write_bytes(b"\x00garbage")
     assert schema.load_yaml(card) == {"a": 1}
     assert diskcache._unwrap(entry.read_bytes(), "yaml")  # deleted and written again
-    for name, text in (("dated", "when: 2024-01-02\n"), ("numbered", "1: one\n2: two\n"), ("nan", "x: .nan\n")):
+    bomb = "a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8]\n" + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n"
+                                                         for i in range(1, 10))  # 8 x 9^9 numbers written out
+    for name, text in (("dated", "when: 2024-01-02\n"), ("numbered", "1: one\n2: two\n"), ("nan", "x: .nan\n"),
+                       ("bomb", bomb), ("recursive", "a: &a [1, *a]\n")):
         other = tmp_path / f"{name}.yaml"
         other.write_text(text)
         assert schema.load_yaml(other) is not None  # parsed, never kept: JSON would not give it back as parsed

@@ -197,8 +197,27 @@ def _parsed_yaml(path: Path, text: str) -> Any:
     return None  # another text (edited, or another path of the same checksum): parsed, then rewritten
 
 
+def _written_out_within(data: Any, limit: int) -> bool:
+    """Whether `data` has at most `limit` values counted as JSON writes them out: a YAML alias repeats
+    what it names, so a few lines of nested aliases (an alias bomb) would write out billions, and a
+    recursive one forever. Walked without recursion."""
+    stack, count = [data], 0
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            return False
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
 def _keep_parsed_yaml(path: Path, text: str, data: Any) -> None:
-    if len(text) > _PARSED_YAML_MAX_TEXT or diskcache.cache_dir() is None:
+    # each value takes at least a character of the text unless an alias repeats it
+    if len(text) > _PARSED_YAML_MAX_TEXT or diskcache.cache_dir() is None or not _written_out_within(data, 2 * len(text) + 16):
         return
     import json
 
