@@ -486,9 +486,8 @@ def test_a_yaml_alias_bomb_is_never_expanded_into_a_message(tmp_path, capsys):
     levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]  # 8 x 9^9 numbers
     path = tmp_path / "bomb.yaml"
     path.write_text("\n".join(levels) + "\n")
-    start = time.perf_counter()
     code, _, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", f"hardware={path}")
-    assert code == 2 and time.perf_counter() - start < 5 and len(err) < 1000
+    assert code == 2 and len(err) < 1000  # expanded, the message would be 8 x 9^9 numbers long
     one_line_error(err, "field 'a0'", "unknown key")
 
 

@@ -544,19 +544,21 @@ def test_the_disk_cache_is_pruned_oldest_first_under_its_cap(tmp_path, monkeypat
 
     monkeypatch.setenv("INFERSIM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("INFERSIM_CACHE_MAX_MB", "1")
-    for i in range(8):
-        path = tmp_path / f"old-{i}.marshal"
+    old = [f"yaml-{i:016x}.entry" for i in range(8)]
+    for i, name in enumerate(old):
+        path = tmp_path / name
         path.write_bytes(b"x" * 200_000)
         os.utime(path, (1000.0 + i, 1000.0 + i))
-    stale = tmp_path / "x.marshal.123.partial"
+    stale = tmp_path / f".tmp-{'0' * 32}"  # a writer that died
     stale.write_bytes(b"x")
     os.utime(stale, (1000.0, 1000.0))
-    diskcache.write_marshal("new.marshal", {"kept": True})
+    new = "yaml-ffffffffffffffff.entry"
+    diskcache.write_json(new, "yaml", {"kept": True})
     left = {p.name for p in tmp_path.iterdir()}
     total = sum(p.stat().st_size for p in tmp_path.iterdir())
-    assert total <= 0.75e6 and "new.marshal" in left and not stale.exists()
-    kept = sorted(left - {"new.marshal"})
-    assert kept == [f"old-{i}.marshal" for i in range(8 - len(kept), 8)] and len(kept) == 3  # the oldest went first
-    assert diskcache.read_marshal("new.marshal") == {"kept": True}
+    assert total <= 0.75e6 and new in left and not stale.exists()
+    kept = sorted(left - {new})
+    assert kept == old[8 - len(kept):] and len(kept) == 3  # the oldest went first
+    assert diskcache.read_json(new, "yaml") == {"kept": True}
     monkeypatch.setenv("INFERSIM_CACHE", "off")
     assert diskcache.cache_dir() is None and diskcache.prune() == []

@@ -70,17 +70,6 @@ def test_pieces_of_keeps_the_last_answer_as_a_fresh_lookup_gives_it():
     assert step.pieces_of(model, dep) is not pieces
 
 
-def test_kept_grids_remember_a_key_no_table_holds():
-    from infersim.tables.table_cache import KeptGrids
-
-    grids = KeptGrids.of({("gemm", "bf16", 1, 2): "a grid"})
-    for _ in range(2):  # the second time from what the first one kept
-        assert grids.get(("gemm", "bf16", 3, 4)) is None
-        assert grids.get(("gemm", "bf16", 3, 4), "none") == "none"
-        assert grids.get(("gemm", "bf16", 1, 2)) == grids[("gemm", "bf16", 1, 2)] == "a grid"
-        assert ("gemm", "bf16", 3, 4) not in grids and len(grids) == 1
-
-
 def test_a_section_swept_on_its_own_fields_is_the_one_set_field_by_field():
     from infersim.sweep import load_base, parse_grid
     from infersim.sweep.variants import Deriver, set_path

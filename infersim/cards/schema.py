@@ -8,7 +8,6 @@ and the value. Field constraints are declared next to the field with `spec(...)`
 from __future__ import annotations
 
 import dataclasses
-import marshal
 import math
 import os
 import re
@@ -164,39 +163,71 @@ def load_yaml(path: Path, what: str = "file") -> Any:
     return data
 
 
-# Parsed YAML files are kept on disk between processes (infersim.base.diskcache): one file per YAML
-# file's path, holding its whole text and the parsed data, used only while the text is the same
-# (so an edit is seen at once, whatever the file's mtime says, and rewrites that one entry). Stored
-# with marshal: fast to read, and it refuses anything but plain data (a file holding e.g. a
-# timestamp is simply parsed every time). A plain run then reads its config and three cards without
-# importing PyYAML, reading only their own entries.
+# Parsed YAML files are kept on disk between processes (infersim.base.diskcache): one entry per YAML
+# file's path, holding the path, its whole text and the parsed data as JSON, used only while the text
+# is the same (so an edit is seen at once, whatever the file's mtime says, and rewrites that one
+# entry). Kept only where JSON gives back exactly what PyYAML parsed (a file holding e.g. a date, or
+# a mapping with a number for a key, is parsed every time), and read back only when its structure
+# holds: anything else is a damaged entry, deleted. A plain run then reads its config and three cards
+# without importing PyYAML, reading only their own entries. What the data then says is checked by
+# `build`, as for a file parsed afresh.
 _PARSED_YAML_MAX_TEXT = 16_384  # characters: cards and configs are a few KB; bigger files are parsed
 
 
-def _parsed_yaml_file(path: Path) -> str:
-    import zlib  # a checksum for a file name (hashlib costs ~3 ms to import)
-
-    return f"yaml-{zlib.crc32(os.path.abspath(path).encode()):08x}.marshal"
+def _parsed_yaml_entry(path: Path) -> tuple[str, str]:
+    """(entry name, absolute path) of a YAML file's parsed data."""
+    where = os.path.abspath(path)
+    return diskcache.checksum_name("yaml", where), where
 
 
 def _parsed_yaml(path: Path, text: str) -> Any:
     """The data kept for `path` while its text is `text` (a fresh copy: callers may change it), or None."""
     if len(text) > _PARSED_YAML_MAX_TEXT:
         return None
-    kept = diskcache.read_marshal(_parsed_yaml_file(path))
-    if isinstance(kept, tuple) and len(kept) == 2 and kept[0] == text:
-        return kept[1]
-    return None  # none, another text (edited, or another path of the same checksum), or damaged
+    name, where = _parsed_yaml_entry(path)
+    kept = diskcache.read_json(name, "yaml")
+    if kept is None:
+        return None
+    if not (isinstance(kept, dict) and set(kept) == {"path", "text", "data"} and isinstance(kept["path"], str)
+            and isinstance(kept["text"], str)):
+        diskcache.discard(name)  # not what _keep_parsed_yaml writes
+        return None
+    if kept["path"] == where and kept["text"] == text:
+        return kept["data"]
+    return None  # another text (edited, or another path of the same checksum): parsed, then rewritten
+
+
+def _written_out_within(data: Any, limit: int) -> bool:
+    """Whether `data` has at most `limit` values counted as JSON writes them out: a YAML alias repeats
+    what it names, so a few lines of nested aliases (an alias bomb) would write out billions, and a
+    recursive one forever. Walked without recursion."""
+    stack, count = [data], 0
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            return False
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def _keep_parsed_yaml(path: Path, text: str, data: Any) -> None:
-    if len(text) > _PARSED_YAML_MAX_TEXT or diskcache.cache_dir() is None:
+    # each value takes at least a character of the text unless an alias repeats it
+    if len(text) > _PARSED_YAML_MAX_TEXT or diskcache.cache_dir() is None or not _written_out_within(data, 2 * len(text) + 16):
         return
+    import json
+
     try:
-        marshal.dumps(data)
-    except ValueError:  # not plain data (a timestamp, a binary): not kept
+        exact = json.loads(json.dumps(data)) == data
+    except (TypeError, ValueError, RecursionError):  # not JSON's types (a date, a binary)
         return
-    diskcache.write_marshal(_parsed_yaml_file(path), (text, data))
+    if exact:  # not where a key is a number (JSON's keys are text) or a value is NaN
+        name, where = _parsed_yaml_entry(path)
+        diskcache.write_json(name, "yaml", {"path": where, "text": text, "data": data})
 
 
 def build(cls: type[T], data: Any, source: str, prefix: str = "") -> T:

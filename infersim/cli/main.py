@@ -40,6 +40,7 @@ SUBCOMMANDS = {
     "roofline": "infersim.plot.cli",
     "validate": "infersim.validate.cli",
     "serve": "infersim.serve.cli",
+    "cache": "infersim.cli.cache",
 }
 SUBCOMMAND_MODULES = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 

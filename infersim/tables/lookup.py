@@ -20,11 +20,10 @@ to the caller's: a table's efficiency carries over to another peak of the same G
 from __future__ import annotations
 
 import bisect
-import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -36,7 +35,7 @@ from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRo
 from infersim.tables.grid_keys import GridKey, describe_key, row_grid_key, shape_grid_key, work_limits
 from infersim.tables.interpolation import DEFAULT_INTERPOLATION, Interpolation, KernelGrid, build_grid
 from infersim.tables.series import collective_hit, collective_series, elementwise_hit, elementwise_series
-from infersim.tables.table_cache import KeptGrids, KeptRows, cache_file, keep, read_kept
+from infersim.tables.table_cache import INTERPOLATIONS_BY_NAME, TableParts, cache_entry, keep, read_kept
 
 #: share of the K x N product a GEMM table must measure to interpolate between (K, N) (see _gemm_planes)
 PLANE_COVERAGE = 0.9
@@ -172,7 +171,7 @@ class MfuTables:
 
     def _may_beat_hbm(self, hw: Any) -> bool:
         """Whether any row might fail check_hardware, from each dtype's fastest rows (the rows
-        themselves are unpickled only for the full check, which names the failing row)."""
+        themselves are decoded only for the full check, which names the failing row)."""
         for dtype, (moved, fastest) in self._hbm_fastest.items():
             peak = self.provenance.peak_flops.get(dtype)
             card_peak = hw.peak.flops.get(dtype)
@@ -292,13 +291,26 @@ class MfuTables:
             return TableHit(seconds, table, "edge", efficiency, f"{where}; " + edge_notes[0])
         return TableHit(seconds, table, "interpolated", efficiency, where)
 
-    def kept(self) -> MfuTables:
-        """The copy kept on disk (infersim.tables.table_cache): each grid, and the rows check_hardware
-        checks, pickled on their own, to be unpickled when first needed."""
-        kept = copy.copy(self)
-        kept.grids = KeptGrids.of(self.grids)
-        kept._hbm_rows = KeptRows.of(self._hbm_rows)
-        return kept
+    def parts(self) -> TableParts:
+        """What the table set is made of, as kept on disk (infersim.tables.table_cache)."""
+        return TableParts(self.provenance, self.grids, self.collectives, self.elementwise, self._hbm_rows,
+                          self._hbm_fastest)
+
+    @classmethod
+    def from_parts(cls, directory: Path, interpolation: Interpolation, parts: TableParts) -> MfuTables:
+        """The table set of `directory` rebuilt from its parts (as read back from the on-disk cache)."""
+        tables = cls.__new__(cls)
+        tables.directory = Path(directory)
+        tables.provenance = parts.provenance
+        tables.interpolation = interpolation
+        tables.grids = parts.grids
+        tables._gemm_planes = _gemm_planes(tables.grids)
+        tables.collectives = parts.collectives
+        tables.elementwise = parts.elementwise
+        tables._hbm_rows = parts.hbm_rows
+        tables._hbm_fastest = parts.hbm_fastest
+        tables._checked = set()
+        return tables
 
     def describe(self) -> str:
         prov = self.provenance
@@ -365,7 +377,7 @@ def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
     return fastest_rows
 
 
-def _gemm_planes(grids: dict[GridKey, Grid]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+def _gemm_planes(grids: Mapping[GridKey, Grid]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
     """dtype -> (K values, N values) for the GEMM dtypes measured on a K x N product grid (at least
     two of each, and at least PLANE_COVERAGE of all K x N pairs measured, e.g. aiconfigurator's 483
     of 22 x 22): only those interpolate between (K, N). Per-model tables (the original InferSim's
@@ -432,15 +444,22 @@ def load_tables(directory: Path, interpolation: Interpolation = DEFAULT_INTERPOL
     key = (str(directory.resolve()), str(interpolation), stamp)
     if stamp and key in _LOADED:
         return _LOADED[key]
-    cache = cache_file(directory, interpolation.name, stamp) if stamp else None
-    tables = read_kept(*cache) if cache else None
-    if not isinstance(tables, MfuTables):
+    cache = cache_entry(directory, interpolation, stamp) if stamp else None
+    kept = read_kept(*cache, interpolation, Grid, partial(_indexed_parts, directory, interpolation.name)) if cache else None
+    if kept is not None:
+        tables = MfuTables.from_parts(directory, interpolation, kept)
+    else:
         tables = _load_tables(directory, interpolation)
         if cache:
-            keep(*cache, tables)
+            keep(*cache, tables.parts())
     if stamp:
         _LOADED[key] = tables
     return tables
+
+
+def _indexed_parts(directory: Path, interpolation_name: str) -> TableParts:
+    """The parts of a table directory indexed afresh (a kept table set's part found damaged)."""
+    return _load_tables(directory, INTERPOLATIONS_BY_NAME[interpolation_name]).parts()
 
 
 def _load_tables(directory: Path, interpolation: Interpolation) -> MfuTables:
