@@ -227,10 +227,19 @@ def test_gemm_between_measured_k_and_n(package: aic.AicSource, tmp_path: Path) -
     assert loaded.lookup(GemmShape(m=16, k=6144, n=4096, dtype="fp8", weight_dtype="fp8"), H100_FP8) is None
 
 
-def test_compact_keeps_the_thinned_grid(package: aic.AicSource, tmp_path: Path) -> None:
-    records = [gemm("bfloat16", m, 4096, 4096, 0.01) for m in (1, 3, 16, 17)]
-    kept = aic_convert.convert_gemm(records, "fixture", compact=True)["bf16"]
-    assert [r.m for r in kept.rows] == [1, 16]
+def test_compact_import_is_thinned_and_compressed(package: aic.AicSource, tmp_path: Path) -> None:
+    """--compact (the bundled form): every table gzip-compressed, listed under its .csv.gz name, and
+    thinned (infersim.mfu.thinning, tested there): each (K, N) of the fixture's bf16 GEMMs has three m
+    (1, 16, 128), the first and the last two a row always keeps, so all stay and read as imported."""
+    written = aic.import_aiconfigurator(tmp_path / "out", "test command", devices=["h100-sxm"], source=package,
+                                        compact=True)
+    plain = read_table_dir(imported(package, tmp_path / "plain"))
+    tables = read_table_dir(written[0])
+    assert sorted(p.name for p in written[0].iterdir() if p.name != "provenance.yaml") == sorted(
+        f"{name}.gz" for name in plain.tables)
+    assert tables.tables["gemm_bf16.csv.gz"] == plain.tables["gemm_bf16.csv"]
+    notes = " ".join(tables.provenance.tables["gemm_bf16.csv.gz"].notes)
+    assert "thinned: 12 of 12 grid points kept" in notes and "within 3%" in notes
 
 
 def test_versions_fill_backward(tmp_path: Path) -> None:
