@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,7 +38,16 @@ from infersim.mfu.aiconfigurator_convert import (
     convert_mla,
     convert_moe,
 )
-from infersim.mfu.format import FORMAT_VERSION, DeviceInfo, Provenance, Row, TableDirectory, TableInfo
+from infersim.mfu.format import (
+    FORMAT_VERSION,
+    MAX_EFFICIENCY,
+    DeviceInfo,
+    Provenance,
+    Row,
+    TableDirectory,
+    TableInfo,
+    efficiency_of,
+)
 from infersim.mfu.table_files import write_table_dir
 from infersim.mfu.select import version_key
 from infersim.mfu.thinning import DEFAULT_TOLERANCE, thin_rows
@@ -207,13 +216,31 @@ class ImportPlan:
     version: str
 
 
+def _card_of(device: str) -> Any:
+    from infersim.config import load_hardware_card
+
+    return load_hardware_card(device)[0]
+
+
 def _peaks_of(device: str) -> dict[str, float]:
     """Dense bf16/fp8 (and fp4, where the card has it) peaks of our hardware card for the device
     (efficiency is relative to them)."""
-    from infersim.config import load_hardware_card
-
-    card, _ = load_hardware_card(device)
+    card = _card_of(device)
     return {d: card.peak_flops(d) for d in ("bf16", "fp8", "fp4") if d in card.peak.flops}
+
+
+def _hbm_share(row: Row, card: Any) -> float:
+    """The bytes a row's shape must read beyond L2, per second of its time, over the card's HBM peak:
+    above 1 the loader refuses the row (MfuTables.check_hardware)."""
+    from infersim.kernels import minimum_bytes
+
+    beyond_l2 = minimum_bytes(row.shape()) - card.peak.l2_bytes
+    return beyond_l2 / (row.latency_us * 1e-6 * card.peak.hbm_bandwidth)
+
+
+#: a table with a row this far above the HBM peak disagrees with the bytes its shapes read (not a
+#: boost clock or noise, a few percent): it is left out whole
+HBM_IMPLAUSIBLE = 1.1
 
 
 def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False, tolerance: float = DEFAULT_TOLERANCE
@@ -352,19 +379,41 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False, tole
 def _drop_tables_without_peak(tables: dict[str, tuple[Row, ...]], infos: dict[str, TableInfo],
                               peaks: dict[str, float], device: str, notes: list[str]) -> None:
     """Tables of a format the hardware card has no peak for are left out (their efficiency would have
-    no reference), with a note."""
+    no reference), with a note; so are rows the loader refuses: faster than MAX_EFFICIENCY x the peak
+    of their dtype (TensorRT-LLM's MLA decode with an fp8 cache computes in fp8 while its rows name
+    bf16, mla_dtype, and at large batch and context outruns the bf16 peak: B200 1.30 x at batch 512,
+    kv 32,768), or beyond the card's HBM peak by a few percent (H100 SGLang decode rows at 1.05 x); a
+    table with a row beyond HBM_IMPLAUSIBLE x the peak is left out whole (TensorRT-LLM 1.0's A100 decode
+    attention: up to 1.68 x, 4.3 GB of KV cache in 1.24 ms)."""
     for name in sorted(tables):
         dtypes = {getattr(row, "dtype", None) for row in tables[name]} - {None}
-        if infos[name].family != "collective" and not dtypes <= set(peaks):
+        if infos[name].family == "collective":
+            continue
+        if not dtypes <= set(peaks):
             notes.append(f"{name} not written: hardware card {device} has no peak FLOP/s for "
                          f"{', '.join(sorted(dtypes - set(peaks)))}")
             del tables[name], infos[name]
+            continue
+        card = _card_of(device)
+        worst = max((_hbm_share(r, card) for r in tables[name]), default=0.0)
+        if worst > HBM_IMPLAUSIBLE:
+            notes.append(f"{name} not written: a row reads the bytes its shape needs beyond L2 at {worst:.2f} x the "
+                         f"{device} card's HBM peak, so the table's columns do not describe what was timed")
+            del tables[name], infos[name]
+            continue
+        kept = tuple(r for r in tables[name] if efficiency_of(r, peaks[r.dtype]) <= MAX_EFFICIENCY)  # type: ignore[union-attr]
+        physical = tuple(r for r in kept if _hbm_share(r, card) <= 1.0)
+        dropped = {f"faster than {MAX_EFFICIENCY:g} x the {device} card's peak for their dtype (the kernel computes "
+                   f"in a narrower format than the row names, e.g. fp8-cache MLA decode)": len(tables[name]) - len(kept),
+                   f"reading the bytes their shape needs beyond L2 up to {HBM_IMPLAUSIBLE - 1:.0%} faster than the "
+                   f"{device} card's HBM peak (boost or noise; the loader refuses them)": len(kept) - len(physical)}
+        infos[name] = replace(infos[name], notes=infos[name].notes + tuple(
+            f"{count} rows not written: {why}" for why, count in dropped.items() if count))
+        tables[name] = physical
 
 
 def _thin(tables: dict[str, tuple[Row, ...]], infos: dict[str, TableInfo], tolerance: float) -> None:
     """Thin every table in place (collectives are kept whole) and say so in its notes."""
-    from dataclasses import replace
-
     for name, rows in tables.items():
         if infos[name].family == "collective":
             continue
@@ -378,8 +427,6 @@ def _thin(tables: dict[str, tuple[Row, ...]], infos: dict[str, TableInfo], toler
 
 def compressed(table_dir: TableDirectory) -> TableDirectory:
     """The same tables under gzip-compressed file names (<name>.csv.gz)."""
-    from dataclasses import replace
-
     def gz(name: str) -> str:
         return name if name.endswith(".gz") else f"{name}.gz"
 
@@ -415,8 +462,6 @@ def import_aiconfigurator(out_root: Path, command: str, devices: Sequence[str] |
                           compact: bool = False, source: AicSource | None = None,
                           tolerance: float = DEFAULT_TOLERANCE) -> list[Path]:
     """Convert and write one directory per device and engine version; returns the directories written."""
-    from dataclasses import replace
-
     source = source or installed_source()
     written: list[Path] = []
     for plan in plans_for(source, devices, frameworks, version):
