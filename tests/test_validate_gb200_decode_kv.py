@@ -81,3 +81,20 @@ def test_standard_precision_decode_prediction():
     assert result.decode.tokens_per_gpu == 652
     assert result.decode.tgs == pytest.approx(7914, rel=0.01)
     assert abs(result.decode.tgs - 9087) / 9087 < 0.15
+
+
+def test_points_naming_their_tables_keep_them_under_auto():
+    """The SGLang GB200 points ran DeepEP + DeepGEMM, which TensorRT-LLM's aiconfigurator collection
+    times and SGLang 0.5.14's does not: they name the TensorRT-LLM tables, and `validate` (auto: each
+    run's own tables) keeps them; --mfu-tables none still means the roofline."""
+    from pathlib import Path as _Path
+
+    from infersim.validate.evaluate import _Evaluator
+    from infersim.validate.mapping import load_mapping
+
+    entry = load_mapping(_Path(POINTS_FILE))["sgl-gb200-decode-p2-std"]
+    config, _ = _Evaluator(str(POINTS_FILE), "auto").config(entry)
+    software = config.tables.provenance.software
+    assert (software["framework"], software["framework_version"], software["system"]) == ("trtllm", "1.3.0rc20", "gb200")
+    roofline, _ = _Evaluator(str(POINTS_FILE), "none").config(entry)
+    assert not hasattr(roofline.tables, "provenance")
