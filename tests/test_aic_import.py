@@ -227,10 +227,19 @@ def test_gemm_between_measured_k_and_n(package: aic.AicSource, tmp_path: Path) -
     assert loaded.lookup(GemmShape(m=16, k=6144, n=4096, dtype="fp8", weight_dtype="fp8"), H100_FP8) is None
 
 
-def test_compact_keeps_the_thinned_grid(package: aic.AicSource, tmp_path: Path) -> None:
-    records = [gemm("bfloat16", m, 4096, 4096, 0.01) for m in (1, 3, 16, 17)]
-    kept = aic_convert.convert_gemm(records, "fixture", compact=True)["bf16"]
-    assert [r.m for r in kept.rows] == [1, 16]
+def test_compact_import_is_thinned_and_compressed(package: aic.AicSource, tmp_path: Path) -> None:
+    """--compact (the bundled form): every table gzip-compressed, listed under its .csv.gz name, and
+    thinned (infersim.tabletools.thinning, tested there): each (K, N) of the fixture's bf16 GEMMs has three m
+    (1, 16, 128), the first and the last two a row always keeps, so all stay and read as imported."""
+    written = aic.import_aiconfigurator(tmp_path / "out", "test command", devices=["h100-sxm"], source=package,
+                                        compact=True)
+    plain = read_table_dir(imported(package, tmp_path / "plain"))
+    tables = read_table_dir(written[0])
+    assert sorted(p.name for p in written[0].iterdir() if p.name != "provenance.yaml") == sorted(
+        f"{name}.gz" for name in plain.tables)
+    assert tables.tables["gemm_bf16.csv.gz"] == plain.tables["gemm_bf16.csv"]
+    notes = " ".join(tables.provenance.tables["gemm_bf16.csv.gz"].notes)
+    assert "thinned: 12 of 12 grid points kept" in notes and "within 3%" in notes
 
 
 def test_versions_fill_backward(tmp_path: Path) -> None:
@@ -531,3 +540,32 @@ def test_nvfp4_needs_the_cards_fp4_peak(b200_package: aic.AicSource, tmp_path: P
     # MXFP4 experts with bf16 activations need only the bf16 peak: Hopper gets them
     assert "grouped_gemm_w4a16_mxfp4_power_law_1.01.csv" in table_dir.tables
     assert "gemm_fp4.csv not written: hardware card h100-sxm has no peak FLOP/s for fp4" in notes
+
+
+def _decode_row(latency_us: float, kv_len: int = 16384) -> "AttentionRow":
+    from infersim.tables.format import AttentionRow
+
+    return AttentionRow(kind="mha", stage="decode", dtype="bf16", kv_dtype="bf16", num_heads=8, num_kv_heads=8,
+                        qk_head_dim=128, v_head_dim=128, causal=True, batch=64, q_len=1, kv_len=kv_len,
+                        latency_us=latency_us)
+
+
+def test_rows_the_loader_would_refuse_are_not_written() -> None:
+    """H100: a decode of 64 sequences x 16,384 tokens x 8 KV heads x 128 x 2 (K, V) x 2 bytes reads
+    4,294,967,296 bytes of cache (+ 262,144 of queries and outputs); beyond the 52,428,800 bytes of L2
+    that is 4,242,800,640 bytes, 1,266.5 us at the 3.35 TB/s HBM peak. A row at 1,240 us (1.021 x the
+    peak: a boost, noise) is dropped from its table; a table with a row at 1,000 us (1.27 x) is dropped
+    whole: its columns do not describe what was timed."""
+    from infersim.tables.format import TableInfo
+
+    info = TableInfo(family="attention", library="fixture")
+    peaks = {"bf16": H100_BF16}
+    tables = {"near.csv": (_decode_row(1240.0), _decode_row(1300.0), _decode_row(30.0, kv_len=128)),
+              "far.csv": (_decode_row(1000.0), _decode_row(1400.0))}
+    infos = {"near.csv": info, "far.csv": info}
+    notes: list[str] = []
+    aic._drop_tables_without_peak(tables, infos, peaks, "h100-sxm", notes)
+    assert [r.latency_us for r in tables["near.csv"]] == [1300.0, 30.0]
+    assert "1 rows not written: reading the bytes their shape needs beyond L2" in " ".join(infos["near.csv"].notes)
+    assert "far.csv" not in tables and "far.csv not written: a row reads the bytes its shape needs beyond L2 " \
+                                        "at 1.27 x the h100-sxm card's HBM peak" in " ".join(notes)

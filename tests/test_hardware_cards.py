@@ -13,8 +13,9 @@ from infersim.cards.schema import build, load_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
 CARD_PATHS = sorted(HARDWARE_DIR.glob("*.yaml"))
-EXPECTED = {"h20", "h800", "h100-sxm", "h200", "a100-sxm-80g", "b200", "gb200", "rtx-a6000",
-            "mi300x", "mi325x", "mi355x", "l4", "a10g", "rtx-4090", "rtx-5090", "h100-pcie", "h100-nvl"}
+EXPECTED = {"h20", "h800", "h100-sxm", "h200", "a100-sxm-80g", "a100-sxm-40g", "b200", "gb200", "b300", "gb300",
+            "l40s", "rtx-a6000", "rtx-pro-6000", "mi300x", "mi325x", "mi355x", "l4", "a10g", "rtx-4090", "rtx-5090",
+            "h100-pcie", "h100-nvl"}
 
 # `key: value` where the value is a plain number (int, float, or "989e12"-style text).
 _NUMERIC_LINE = re.compile(r"^\s*[\w.-]+\s*:\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*(#.*)?$")
@@ -129,6 +130,38 @@ def test_hand_checked_values_of_amd_and_pcie_cards(cards):
     assert all(card.nvlink_gpus == 1 for card in (l4, a10g, r4090, r5090, pcie))
     assert (nvl.nvlink_gpus, nvl.peak.nvlink_bandwidth) == (2, 300e9)
     assert pcie.peak.pcie_bandwidth == r5090.peak.pcie_bandwidth == 2 * l4.peak.pcie_bandwidth == 64e9
+
+
+def test_hand_checked_values_of_the_aiconfigurator_gpus(cards):
+    a40, a80 = cards["a100-sxm-40g"], cards["a100-sxm-80g"]
+    # A100 40GB: the 80GB part's GA100 (tensor rates, SMs, L2, NVLink), HBM2 at 1,555 GB/s, 40,960 MiB
+    assert a40.peak.flops == a80.peak.flops and a40.peak.sm_count == a80.peak.sm_count == 108
+    assert a40.peak.hbm_bandwidth == pytest.approx(1.555e12) and a40.peak.hbm_bytes == 40960 * 2**20
+    assert a40.peak.nvlink_bandwidth == a80.peak.nvlink_bandwidth
+
+    # L40S: datasheet dense 362.05 / 733 TFLOPS, 864 GB/s GDDR6, PCIe Gen4 only: no NVLink
+    l40s = cards["l40s"]
+    assert (l40s.peak.flops["bf16"], l40s.peak.flops["fp8"]) == pytest.approx((362.05e12, 733e12))
+    assert l40s.peak.hbm_bandwidth == pytest.approx(864e9) and l40s.peak.hbm_bytes == 46068 * 2**20
+    assert l40s.peak.nvlink_bandwidth == 0 and l40s.peak.pcie_bandwidth == pytest.approx(32e9)
+    assert l40s.compute_capability == 8.9 and l40s.peak.sm_count == 18176 // 128
+
+    # RTX PRO 6000 Blackwell Server: 4,000 sparse FP4 TOPS -> 2e15 dense; GDDR7 512 bit x 28 Gb/s; PCIe Gen5 only
+    pro = cards["rtx-pro-6000"]
+    assert pro.peak.flops["fp4"] == pytest.approx(4000e12 / 2)
+    assert pro.peak.flops["bf16"] == pytest.approx(pro.peak.flops["fp4"] / 4)
+    assert pro.peak.hbm_bandwidth == pytest.approx(512 * 28e9 / 8) and pro.peak.hbm_bytes == 97887 * 2**20
+    assert pro.peak.nvlink_bandwidth == 0 and pro.peak.pcie_bandwidth == pytest.approx(64e9)
+    assert pro.peak.sm_count == 24064 // 128
+
+    # Blackwell Ultra: B300 (HGX) and GB300 (NVL72): FP4 14 / 15 PFLOPS dense, INT8 cut to 153.5 / 165 TOPS
+    b300, gb300 = cards["b300"], cards["gb300"]
+    assert (b300.peak.flops["fp4"], gb300.peak.flops["fp4"]) == pytest.approx((14e15, 15e15))
+    assert (b300.peak.flops["int8"], gb300.peak.flops["int8"]) == pytest.approx((153.5e12, 165e12))
+    assert b300.peak.hbm_bytes == 275040 * 2**20 and gb300.peak.hbm_bytes == 284208 * 2**20
+    assert (b300.peak.gpus_per_node, gb300.peak.gpus_per_node) == (8, 72)
+    assert b300.peak.network_bandwidth == gb300.peak.network_bandwidth == pytest.approx(800e9 / 8)
+    assert b300.compute_capability == gb300.compute_capability == 10.3
 
 
 def test_collective_latency_is_nccl_tree(cards):

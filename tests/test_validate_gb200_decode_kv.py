@@ -11,6 +11,7 @@ rows run above the bf16 dense peak."""
 from __future__ import annotations
 
 import csv
+import gzip
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from infersim.run.simulate import simulate
 from infersim.validate import POINTS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
-MLA_DECODE = ROOT / "mfu_tables/aiconfigurator/gb200/trtllm-1.3.0rc20/attention_decode_mla.csv"
+MLA_DECODE = ROOT / "mfu_tables/aiconfigurator/gb200/trtllm-1.3.0rc20/attention_decode_mla.csv.gz"
 GB200_BF16_PEAK = 2.5e15  # hardware/gb200.yaml peak.flops.bf16
 
 
@@ -39,7 +40,7 @@ def test_fp8_kv_mla_decode_rows_compute_in_fp8():
     kv=16384 do 2 x (576 + 512) x kv x 128 x b FLOPs in 1,625.8 us: 1.15 x the bf16 dense peak, so the
     kernel's math is fp8; the bf16-KV row at the same shape takes 3,136.9 us (0.60 of the bf16 peak).
     A run with bf16 attention therefore did not keep an fp8 cache."""
-    rows = {(r["dtype"], r["kv_dtype"]): float(r["latency_us"]) for r in csv.DictReader(MLA_DECODE.open())
+    rows = {(r["dtype"], r["kv_dtype"]): float(r["latency_us"]) for r in csv.DictReader(gzip.open(MLA_DECODE, "rt"))
             if r["num_heads"] == "128" and r["batch"] == "1024" and r["kv_len"] == "16384"}
     flops = 2 * (576 + 512) * 16384 * 128 * 1024
     assert flops / (rows["bf16", "fp8"] * 1e-6) / GB200_BF16_PEAK == pytest.approx(1.150, abs=0.005)
@@ -80,3 +81,20 @@ def test_standard_precision_decode_prediction():
     assert result.decode.tokens_per_gpu == 652
     assert result.decode.tgs == pytest.approx(7914, rel=0.01)
     assert abs(result.decode.tgs - 9087) / 9087 < 0.15
+
+
+def test_points_naming_their_tables_keep_them_under_auto():
+    """The SGLang GB200 points ran DeepEP + DeepGEMM, which TensorRT-LLM's aiconfigurator collection
+    times and SGLang 0.5.14's does not: they name the TensorRT-LLM tables, and `validate` (auto: each
+    run's own tables) keeps them; --mfu-tables none still means the roofline."""
+    from pathlib import Path as _Path
+
+    from infersim.validate.evaluate import _Evaluator
+    from infersim.validate.mapping import load_mapping
+
+    entry = load_mapping(_Path(POINTS_FILE))["sgl-gb200-decode-p2-std"]
+    config, _ = _Evaluator(str(POINTS_FILE), "auto").config(entry)
+    software = config.tables.provenance.software
+    assert (software["framework"], software["framework_version"], software["system"]) == ("trtllm", "1.3.0rc20", "gb200")
+    roofline, _ = _Evaluator(str(POINTS_FILE), "none").config(entry)
+    assert not hasattr(roofline.tables, "provenance")

@@ -58,6 +58,23 @@ def with_work(shape: KernelShape, axis: str, value: float) -> KernelShape | None
     return dataclasses.replace(shape, **{name: cast[name](value) for name in fields})
 
 
+def hbm_floor(shape: KernelShape, edge: KernelShape, hit: TableHit, roofline: Roofline) -> TableHit:
+    """An extended row's time, at least the table's time at its last point plus the bytes the query
+    moves beyond it at the card's achievable HBM rate. The last interval's slope is the kernel's cost
+    per unit of work between two measured points; where those points are short enough to be latency-
+    rather than bandwidth-bound (a decode attention row of a large batch measured up to a few hundred
+    cached tokens), that slope is shallower than streaming the extra KV cache allows."""
+    extra = shape.bytes - edge.bytes
+    if extra <= 0:
+        return hit
+    floor = hit.edge_seconds + extra / roofline(shape)[2]
+    if hit.seconds >= floor:
+        return hit
+    return dataclasses.replace(hit, seconds=floor, note=hit.note + (
+        f"; at least the table's time at its last point plus the {extra / 1e6:,.3g} MB more it reads, at the "
+        "card's achievable HBM rate"))
+
+
 #: (FLOPs the tensor cores execute, achievable FLOP/s, achievable bytes/s) of a shape on the
 #: hardware card's roofline (infersim.costing.timing supplies it)
 Roofline = Callable[[KernelShape], tuple[float, float, float]]
@@ -72,10 +89,13 @@ def regime(shape: KernelShape, roofline: Roofline) -> Literal["compute", "memory
 def beyond_range(shape: KernelShape, hit: TableHit, roofline: Roofline, peak_flops: float) -> TableHit:
     """Apply the beyond-range rule to an extrapolated hit of `shape` (see the section comment): the
     hit as it is, unless an MoE grouped GEMM crosses from its row's memory-bound last point into the
-    compute regime in a grid of several rows; then the roofline anchored at the table, marked edge."""
+    compute regime in a grid of several rows; then the roofline anchored at the table, marked edge.
+    Either way the extension cannot read its extra bytes faster than HBM (hbm_floor)."""
+    edge = with_work(shape, hit.edge_axis, hit.edge_value) if hit.edge_axis and hit.edge_seconds > 0 else None
+    if edge is not None:
+        hit = hbm_floor(shape, edge, hit, roofline)
     if not isinstance(shape, GroupedGemmShape) or not hit.best_efficiency > 0:
         return hit
-    edge = with_work(shape, hit.edge_axis, hit.edge_value) if hit.edge_axis and hit.edge_seconds > 0 else None
     if edge is None or not edge.flops > 0:
         return hit
     if regime(edge, roofline) != "memory" or regime(shape, roofline) != "compute":

@@ -3,7 +3,7 @@
 A table directory is something people download and share, so nothing in it is trusted: the table
 list of a `provenance.yaml` found there names files to replace only when the provenance is one
 InferSim writes (its header line, its format version, a schema that loads) and only for names that
-are plain CSV file names inside the directory (no separator, no `..`, no absolute path), and only
+are plain CSV (or .csv.gz) file names inside the directory (no separator, no `..`, no absolute path), and only
 files that are regular files, never a symlink. Everything else in the directory is left alone.
 
 Rules for an output directory `--out DIR`:
@@ -31,8 +31,9 @@ from infersim.tables.format import FORMAT_VERSION, PROVENANCE_FILE, PROVENANCE_H
 
 
 def is_plain_table_name(name: str) -> bool:
-    """A name InferSim may have written as a table: a CSV file name, nothing that leaves the directory."""
-    return (isinstance(name, str) and name.endswith(".csv") and name not in (".", "..")
+    """A name InferSim may have written as a table: a CSV (or gzip-compressed CSV) file name, nothing
+    that leaves the directory."""
+    return (isinstance(name, str) and name.endswith((".csv", ".csv.gz")) and name not in (".", "..")
             and "/" not in name and "\\" not in name and "\0" not in name and not name.startswith(".")
             and not os.path.isabs(name) and len(name) <= 255)
 
@@ -120,7 +121,7 @@ def refuse_foreign_tables(directory: Path, new_tables: frozenset[str] | set[str]
     directory fail to load (every CSV there must be a listed table), and it is not InferSim's to
     delete, even with --force."""
     owned = owned_tables(directory) or set()
-    foreign = sorted(p.name for p in directory.glob("*.csv") if p.name not in owned
+    foreign = sorted(p.name for p in [*directory.glob("*.csv"), *directory.glob("*.csv.gz")] if p.name not in owned
                      and not (p.name in new_tables and p.is_file() and not p.is_symlink()))
     if foreign:
         raise InferSimError(f"{directory}: holds {foreign[0]!r}, a CSV InferSim did not write (a table directory holds "

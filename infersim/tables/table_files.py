@@ -128,6 +128,32 @@ def provenance_yaml_text(provenance: Provenance) -> str:
     return header + yaml.safe_dump(plain(data), sort_keys=False, width=110, allow_unicode=True)
 
 
+#: table file names: plain CSV, or gzip-compressed CSV (the bundled tables, to keep the package small)
+TABLE_SUFFIXES = (".csv", ".csv.gz")
+
+
+def is_table_file(path: Path) -> bool:
+    return path.name.endswith(TABLE_SUFFIXES)
+
+
+def table_files_in(directory: Path) -> list[Path]:
+    """The table files of a directory (CSV and gzip-compressed CSV), sorted by name."""
+    return sorted(p for p in directory.iterdir() if p.is_file() and is_table_file(p))
+
+
+def _write_table_text(path: Path, text: str) -> None:
+    """A new table file (never over a file already there): gzip-compressed when its name ends in .gz
+    (no timestamp inside, so that the same rows always make the same bytes), else plain UTF-8."""
+    if path.name.endswith(".gz"):
+        import gzip
+
+        with path.open("xb") as f:
+            f.write(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
+    else:
+        with path.open("x", encoding="utf-8") as f:
+            f.write(text)
+
+
 def write_table_files(directory: Path, table_dir: TableDirectory) -> None:
     """Write provenance.yaml and every CSV into `directory`, a new empty one (the safe way to write
     a table directory, replacing only what InferSim wrote, is infersim.tables.output.write_table_dir);
@@ -142,8 +168,7 @@ def write_table_files(directory: Path, table_dir: TableDirectory) -> None:
         if wrong:
             raise InferSimError(f"{directory / name}: a {family} table got a {type(wrong[0]).__name__}")
         text = table_csv_text(family, rows, lambda d: prov.peak_for(d, str(directory / PROVENANCE_FILE)))
-        with (directory / name).open("x", encoding="utf-8") as f:  # "x": never over a file already there
-            f.write(text)
+        _write_table_text(directory / name, text)
     with (directory / PROVENANCE_FILE).open("x", encoding="utf-8") as f:
         f.write(provenance_yaml_text(prov))
 
@@ -266,8 +291,18 @@ def read_table_csv(path: Path, family: str, peak_for: Callable[[str], float],
         raise ConfigError(str(path), "", MISSING, f"not a text CSV file (invalid UTF-8 at byte {exc.start})") from None
     except csv.Error as exc:
         raise ConfigError(str(path), "", MISSING, f"not a readable CSV file ({exc})") from None
-    except OSError as exc:
-        raise ConfigError(str(path), "", MISSING, f"cannot read table file: {exc.strerror or exc}") from None
+    except (OSError, EOFError) as exc:  # gzip: BadGzipFile is an OSError, a cut-off file an EOFError
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(str(path), "", MISSING, f"cannot read table file: {reason}") from None
+
+
+def _open_table_text(path: Path) -> Any:
+    """A table file opened for reading as text: gunzipped when its name ends in .gz."""
+    if path.name.endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, "rt", newline="", encoding="utf-8")
+    return path.open(newline="", encoding="utf-8")
 
 
 def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], lines: list[int] | None) -> tuple[Row, ...]:
@@ -280,7 +315,7 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
     parse_efficiency = _cell_parser(float)  # a column of the file, not a field of the row
     import csv
 
-    with path.open(newline="", encoding="utf-8") as handle:
+    with _open_table_text(path) as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
         if header is None:
@@ -347,7 +382,7 @@ def read_table_dir(directory: Path) -> TableDirectory:
         raise InferSimError(f"kernel table directory not found: {directory}")
     prov = read_provenance(directory)
     prov_path = str(directory / PROVENANCE_FILE)
-    unlisted = sorted(p.name for p in directory.glob("*.csv") if p.name not in prov.tables)
+    unlisted = sorted(p.name for p in table_files_in(directory) if p.name not in prov.tables)
     if unlisted:
         raise ConfigError(prov_path, "tables", unlisted[0],
                           "this CSV is in the directory but not listed in the provenance; list it or remove it")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,9 +38,19 @@ from infersim.tabletools.aiconfigurator_convert import (
     convert_mla,
     convert_moe,
 )
-from infersim.tables.format import FORMAT_VERSION, DeviceInfo, Provenance, Row, TableDirectory, TableInfo
+from infersim.tables.format import (
+    FORMAT_VERSION,
+    MAX_EFFICIENCY,
+    DeviceInfo,
+    Provenance,
+    Row,
+    TableDirectory,
+    TableInfo,
+    efficiency_of,
+)
 from infersim.tables.output import check_output_dir, write_table_dir
 from infersim.tables.select import version_key
+from infersim.tabletools.thinning import DEFAULT_TOLERANCE, thin_rows
 
 PACKAGE = "aiconfigurator-core"
 PROJECT = "NVIDIA aiconfigurator (aiconfigurator-core), Apache-2.0"
@@ -58,7 +68,17 @@ SYSTEMS: dict[str, str] = {
     "h200": "h200_sxm",
     "b200": "b200_sxm",
     "gb200": "gb200",
-    "a100-sxm-80g": "a100_sxm",
+    "b300": "b300_sxm",
+    "gb300": "gb300",
+    "a100-sxm-80g": "a100_sxm",  # its tables are from an "NVIDIA A100-SXM4-80GB" (the rows' device column)
+    "l40s": "l40s",
+    "rtx-pro-6000": "rtx_pro_6000_server",
+}
+#: why a system's tables serve only the card they are mapped to, where a sibling card exists
+MAPPING_NOTES: dict[str, str] = {
+    "a100-sxm-80g": "measured on an NVIDIA A100-SXM4-80GB (the rows' device column; systems/a100_sxm.yaml "
+                    "mem_capacity 80 GiB): mapped to hardware card a100-sxm-80g only; a100-sxm-40g (HBM2 at 1,555 "
+                    "GB/s, not 2,039) gets no tables, since its memory-bound kernels would be timed 1.3x too fast",
 }
 FRAMEWORKS: tuple[str, ...] = ("trtllm", "sglang", "vllm")
 LIBRARY = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
@@ -196,18 +216,38 @@ class ImportPlan:
     version: str
 
 
+def _card_of(device: str) -> Any:
+    from infersim.run.config import load_hardware_card
+
+    return load_hardware_card(device)[0]
+
+
 def _peaks_of(device: str) -> dict[str, float]:
     """Dense bf16/fp8 (and fp4, where the card has it) peaks of our hardware card for the device
     (efficiency is relative to them)."""
-    from infersim.run.config import load_hardware_card
-
-    card, _ = load_hardware_card(device)
+    card = _card_of(device)
     return {d: card.peak_flops(d) for d in ("bf16", "fp8", "fp4") if d in card.peak.flops}
 
 
-def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
+def _hbm_share(row: Row, card: Any) -> float:
+    """The bytes a row's shape must read beyond L2, per second of its time, over the card's HBM peak:
+    above 1 the loader refuses the row (MfuTables.check_hardware)."""
+    from infersim.shapes.kernels import minimum_bytes
+
+    beyond_l2 = minimum_bytes(row.shape()) - card.peak.l2_bytes
+    return beyond_l2 / (row.latency_us * 1e-6 * card.peak.hbm_bandwidth)
+
+
+#: a table with a row this far above the HBM peak disagrees with the bytes its shapes read (not a
+#: boost clock or noise, a few percent): it is left out whole
+HBM_IMPLAUSIBLE = 1.1
+
+
+def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False, tolerance: float = DEFAULT_TOLERANCE
                 ) -> tuple[TableDirectory, list[str]] | None:
-    """The table directory for one device and engine version, or None if the package has no data for it."""
+    """The table directory for one device and engine version, or None if the package has no data for it.
+    `compact`: thinned where interpolating the kept points reproduces each left-out one within
+    `tolerance` (infersim.tabletools.thinning)."""
     data = source.data_dir
     tables: dict[str, tuple[Row, ...]] = {}
     infos: dict[str, TableInfo] = {}
@@ -244,7 +284,7 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
     found = load("gemm", "gemm_perf")
     if found:
         records, path, status, served = found
-        for dtype, conv in sorted(convert_gemm(records, str(path), compact).items()):
+        for dtype, conv in sorted(convert_gemm(records, str(path)).items()):
             what = "fp4 (NVFP4)" if dtype == "fp4" else dtype
             add(f"gemm_{dtype}.csv", "gemm", conv.rows, f"dense GEMM, {what} inputs and weights, bf16 output",
                 path, status, conv.notes, served=served)
@@ -258,7 +298,7 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
     found = load("attention", "generation_attention_perf")
     if found:
         records, path, status, served = found
-        conv = convert_generation_attention(records, str(path), compact)
+        conv = convert_generation_attention(records, str(path))
         add("attention_decode.csv", "attention", conv.rows,
             "decode attention (MHA/GQA, full and sliding-window), one query token",
             path, status, conv.notes, served=served)
@@ -269,12 +309,12 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
         found = load("mla", stem)
         if found:
             records, path, status, served = found
-            conv = convert_mla(records, str(path), stage, compact)
+            conv = convert_mla(records, str(path), stage)
             add(name, "attention", conv.rows, what, path, status, conv.notes, served=served)
     found = load("moe", "moe_perf")
     if found:
         records, path, status, served = found
-        for (label, routing), conv in sorted(convert_moe(records, str(path), compact).items()):
+        for (label, routing), conv in sorted(convert_moe(records, str(path)).items()):
             add(f"grouped_gemm_{label}_{routing}.csv", "grouped_gemm", conv.rows,
                 f"routed experts of one MoE layer on one GPU, {MOE_TABLE_FORMATS.get(label, label)}, "
                 f"routing {routing}", path, status,
@@ -300,14 +340,11 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
         add("collective_nccl.csv", "collective", conv.rows, "NCCL collectives, one node", nccl_path,
             collection_status(nccl_dirs[-1], "nccl_perf"), conv.notes, served=f"nccl {nccl_dirs[-1].name}")
     peaks = _peaks_of(plan.device)
-    for name in sorted(tables):
-        dtypes = {getattr(row, "dtype", None) for row in tables[name]} - {None}
-        if infos[name].family != "collective" and not dtypes <= set(peaks):
-            notes.append(f"{name} not written: hardware card {plan.device} has no peak FLOP/s for "
-                         f"{', '.join(sorted(dtypes - set(peaks)))}")
-            del tables[name], infos[name]
+    _drop_tables_without_peak(tables, infos, peaks, plan.device, notes)
     if not tables:
         return None
+    if compact:
+        _thin(tables, infos, tolerance)
     alphas = sorted({info.moe_routing for info in infos.values() if info.family == "grouped_gemm"})
     elementwise, elementwise_source = elementwise_rule(source.systems_dir, plan.system)
     prov = Provenance(
@@ -330,12 +367,71 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False
                                   "1.2 others); grouped-GEMM times already contain the expert-load imbalance"
                                   if alphas else "no MoE tables"),
                "measurement dates, clocks and driver are not in the package: unknown")
+        + ((MAPPING_NOTES[plan.device],) if plan.device in MAPPING_NOTES else ())
         + NOT_IMPORTED + tuple(notes),
         elementwise_memory_efficiency=elementwise,
         elementwise_source=elementwise_source,
         tables=infos,
     )
     return TableDirectory(provenance=prov, tables=tables), notes
+
+
+def _drop_tables_without_peak(tables: dict[str, tuple[Row, ...]], infos: dict[str, TableInfo],
+                              peaks: dict[str, float], device: str, notes: list[str]) -> None:
+    """Tables of a format the hardware card has no peak for are left out (their efficiency would have
+    no reference), with a note; so are rows the loader refuses: faster than MAX_EFFICIENCY x the peak
+    of their dtype (TensorRT-LLM's MLA decode with an fp8 cache computes in fp8 while its rows name
+    bf16, mla_dtype, and at large batch and context outruns the bf16 peak: B200 1.30 x at batch 512,
+    kv 32,768), or beyond the card's HBM peak by a few percent (H100 SGLang decode rows at 1.05 x); a
+    table with a row beyond HBM_IMPLAUSIBLE x the peak is left out whole (TensorRT-LLM 1.0's A100 decode
+    attention: up to 1.68 x, 4.3 GB of KV cache in 1.24 ms)."""
+    for name in sorted(tables):
+        dtypes = {getattr(row, "dtype", None) for row in tables[name]} - {None}
+        if infos[name].family == "collective":
+            continue
+        if not dtypes <= set(peaks):
+            notes.append(f"{name} not written: hardware card {device} has no peak FLOP/s for "
+                         f"{', '.join(sorted(dtypes - set(peaks)))}")
+            del tables[name], infos[name]
+            continue
+        card = _card_of(device)
+        worst = max((_hbm_share(r, card) for r in tables[name]), default=0.0)
+        if worst > HBM_IMPLAUSIBLE:
+            notes.append(f"{name} not written: a row reads the bytes its shape needs beyond L2 at {worst:.2f} x the "
+                         f"{device} card's HBM peak, so the table's columns do not describe what was timed")
+            del tables[name], infos[name]
+            continue
+        kept = tuple(r for r in tables[name] if efficiency_of(r, peaks[r.dtype]) <= MAX_EFFICIENCY)  # type: ignore[union-attr]
+        physical = tuple(r for r in kept if _hbm_share(r, card) <= 1.0)
+        dropped = {f"faster than {MAX_EFFICIENCY:g} x the {device} card's peak for their dtype (the kernel computes "
+                   f"in a narrower format than the row names, e.g. fp8-cache MLA decode)": len(tables[name]) - len(kept),
+                   f"reading the bytes their shape needs beyond L2 up to {HBM_IMPLAUSIBLE - 1:.0%} faster than the "
+                   f"{device} card's HBM peak (boost or noise; the loader refuses them)": len(kept) - len(physical)}
+        infos[name] = replace(infos[name], notes=infos[name].notes + tuple(
+            f"{count} rows not written: {why}" for why, count in dropped.items() if count))
+        tables[name] = physical
+
+
+def _thin(tables: dict[str, tuple[Row, ...]], infos: dict[str, TableInfo], tolerance: float) -> None:
+    """Thin every table in place (collectives are kept whole) and say so in its notes."""
+    for name, rows in tables.items():
+        if infos[name].family == "collective":
+            continue
+        thinned = thin_rows(rows, tolerance)
+        tables[name] = thinned.rows
+        infos[name] = replace(infos[name], notes=infos[name].notes + (
+            f"thinned: {thinned.kept_points} of {thinned.total_points} grid points kept along each row's innermost "
+            f"axis; every point left out is reproduced within {tolerance:.0%} by interpolating the kept ones "
+            f"(largest {thinned.worst_error:.1%}); the first point of each row and its last two are kept",))
+
+
+def compressed(table_dir: TableDirectory) -> TableDirectory:
+    """The same tables under gzip-compressed file names (<name>.csv.gz)."""
+    def gz(name: str) -> str:
+        return name if name.endswith(".gz") else f"{name}.gz"
+
+    prov = replace(table_dir.provenance, tables={gz(n): i for n, i in table_dir.provenance.tables.items()})
+    return TableDirectory(provenance=prov, tables={gz(n): rows for n, rows in table_dir.tables.items()})
 
 
 def plans_for(source: AicSource, devices: Sequence[str] | None, frameworks: Sequence[str] | None,
@@ -363,23 +459,25 @@ def plans_for(source: AicSource, devices: Sequence[str] | None, frameworks: Sequ
 
 def import_aiconfigurator(out_root: Path, command: str, devices: Sequence[str] | None = None,
                           frameworks: Sequence[str] | None = None, version: str | None = None,
-                          compact: bool = False, source: AicSource | None = None, force: bool = False) -> list[Path]:
+                          compact: bool = False, source: AicSource | None = None,
+                          tolerance: float = DEFAULT_TOLERANCE, force: bool = False) -> list[Path]:
     """Convert and write one directory per device and engine version; returns the directories written.
     A directory already holding anything is refused unless `force` (infersim.tables.output)."""
-    from dataclasses import replace
-
     source = source or installed_source()
     written: list[Path] = []
     plans = plans_for(source, devices, frameworks, version)
     for plan in plans:  # every output checked before any is written
         check_output_dir(Path(out_root) / plan.device / f"{plan.framework}-{plan.version}", force)
     for plan in plans:
-        result = convert_one(source, plan, compact)
+        result = convert_one(source, plan, compact, tolerance)
         if result is None:
             continue
         table_dir, _ = result
         prov = replace(table_dir.provenance, command=command)
         directory = Path(out_root) / plan.device / f"{plan.framework}-{plan.version}"
+        if compact:  # bundled: gzip-compressed CSV (mfu_tables/FORMAT.md), a fifth of the bytes
+            table_dir = compressed(TableDirectory(provenance=prov, tables=table_dir.tables))
+            prov = table_dir.provenance
         write_table_dir(directory, TableDirectory(provenance=prov, tables=table_dir.tables), force)
         written.append(directory)
     if not written:

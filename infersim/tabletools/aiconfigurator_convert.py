@@ -71,22 +71,6 @@ MOE_ALPHA_DEEPSEEK_FAMILY = 1.01
 MOE_ALPHA_OTHERS = 1.2
 DEEPSEEK_FAMILY_HIDDEN = 7168
 
-#: compact (bundled) grids: GEMM m and MoE token counts kept; attention is kept whole (it is small)
-COMPACT_GEMM_M: frozenset[int] = frozenset({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
-                                            32768})
-COMPACT_MOE_TOKENS: frozenset[int] = frozenset(2 ** i for i in range(0, 18))
-#: (aiconfigurator's kv lengths are 2^1 .. 2^17: every other one, and both ends)
-COMPACT_DECODE_KV: frozenset[int] = frozenset([2] + [2 ** i for i in range(2, 18, 2)] + [2 ** 17])
-
-
-def compact_decode_kv(window: int) -> frozenset[int]:
-    """kv lengths a compact decode grid keeps: COMPACT_DECODE_KV, and for a sliding window also the
-    window and twice it, where the work stops growing and where measured times have settled (the
-    lookup holds the time flat above the window; without these points the knee would be interpolated
-    across, from 64 to 256 for GPT-OSS's 128-token window)."""
-    return COMPACT_DECODE_KV | {window, 2 * window} if window else COMPACT_DECODE_KV
-
-
 def moe_alpha(hidden: int) -> float:
     """The power-law exponent aiconfigurator routes an MoE of this hidden size with."""
     return MOE_ALPHA_DEEPSEEK_FAMILY if hidden == DEEPSEEK_FAMILY_HIDDEN else MOE_ALPHA_OTHERS
@@ -122,7 +106,7 @@ def _count_note(skipped: dict[str, int]) -> list[str]:
     return [f"{n} rows skipped: {why}" for why, n in sorted(skipped.items()) if n]
 
 
-def convert_gemm(records: Iterable[dict[str, Any]], where: str, compact: bool = False) -> dict[str, Converted]:
+def convert_gemm(records: Iterable[dict[str, Any]], where: str) -> dict[str, Converted]:
     """GEMM rows by our dtype."""
     out: dict[str, Converted] = {}
     skipped: dict[str, dict[str, int]] = {}
@@ -132,10 +116,7 @@ def convert_gemm(records: Iterable[dict[str, Any]], where: str, compact: bool = 
             why = f"gemm_dtype {record.get('gemm_dtype')} (not a format the simulator's GEMM tables key on)"
             skipped.setdefault("*", {})[why] = skipped.get("*", {}).get(why, 0) + 1
             continue
-        m = _int(record, "m", where)
-        if compact and m not in COMPACT_GEMM_M:
-            continue
-        row = GemmRow(dtype=dtype, m=m, k=_int(record, "k", where), n=_int(record, "n", where),
+        row = GemmRow(dtype=dtype, m=_int(record, "m", where), k=_int(record, "k", where), n=_int(record, "n", where),
                       latency_us=_latency_us(record, where))
         if row.latency_us > 0:
             out.setdefault(dtype, Converted()).rows.append(row)
@@ -143,9 +124,6 @@ def convert_gemm(records: Iterable[dict[str, Any]], where: str, compact: bool = 
         converted.notes += _count_note(skipped.get("*", {}))
     if "fp4" in out:
         out["fp4"].notes.append(f"gemm_dtype nvfp4: {NVFP4_NOTE}")
-    for converted in out.values():
-        if compact:
-            converted.notes.append(f"compact grid: m in {sorted(COMPACT_GEMM_M)} only")
     return out
 
 
@@ -218,7 +196,7 @@ def convert_context_attention(records: Iterable[dict[str, Any]], where: str) -> 
     return out
 
 
-def convert_generation_attention(records: Iterable[dict[str, Any]], where: str, compact: bool = False) -> Converted:
+def convert_generation_attention(records: Iterable[dict[str, Any]], where: str) -> Converted:
     out = Converted()
     skipped = {k: 0 for k in _MHA_SKIPS}
     for record in records:
@@ -227,8 +205,6 @@ def convert_generation_attention(records: Iterable[dict[str, Any]], where: str, 
             continue
         q_len = _int(record, "isl", where)
         kv_len = q_len + _int(record, "step", where)
-        if compact and kv_len not in compact_decode_kv(fields["window"]):
-            continue
         out.rows.append(AttentionRow(stage="decode", batch=_int(record, "batch_size", where), q_len=q_len,
                                      kv_len=kv_len, **fields))
     out.notes += _count_note(skipped)
@@ -236,13 +212,10 @@ def convert_generation_attention(records: Iterable[dict[str, Any]], where: str, 
     windows = sorted({row.window for row in out.rows if isinstance(row, AttentionRow) and row.window})
     if windows:
         out.notes.append(WINDOW_NOTE + f" (windows {', '.join(map(str, windows))})")
-    if compact:
-        out.notes.append(f"compact grid: kv_len in {sorted(COMPACT_DECODE_KV)} only"
-                         + (", and for windowed rows also the window and twice it" if windows else ""))
     return out
 
 
-def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = False) -> dict[tuple[str, str], Converted]:
+def convert_moe(records: Iterable[dict[str, Any]], where: str) -> dict[tuple[str, str], Converted]:
     """Grouped-GEMM rows by (label, routing), each measurement split into up and down, both stages.
 
     label is the dtype, or fp8_block for block-scaled fp8 MoEs that have no per-tensor fp8 measurement
@@ -288,8 +261,6 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
         if tokens % ep:
             skipped["num_tokens not a multiple of moe_ep_size"] += 1
             continue
-        if compact and tokens not in COMPACT_MOE_TOKENS:
-            continue
         gated = "nongated" not in str(record.get("kernel_source", ""))
         total = _latency_us(record, where)
         up_share = (2.0 if gated else 1.0) / (3.0 if gated else 2.0)
@@ -327,8 +298,6 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str, compact: bool = F
             f"moe_perf rows time the whole routed-expert computation; split up/down by FLOPs "
             f"(gated 2/3 : 1/3); tokens_per_gpu = num_tokens / moe_ep_size; routing {routing} (timed on the most "
             f"loaded rank): do not add an expert-load imbalance factor on top")
-        if compact:
-            converted.notes.append("compact grid: num_tokens powers of two only")
     return out
 
 
@@ -339,7 +308,7 @@ MLA_NOPE_DIM = 128
 MLA_V_DIM = 128
 
 
-def convert_mla(records: Iterable[dict[str, Any]], where: str, stage: str, compact: bool = False) -> Converted:
+def convert_mla(records: Iterable[dict[str, Any]], where: str, stage: str) -> Converted:
     """context_mla_perf (stage prefill) or generation_mla_perf (decode), DeepSeek-V3 geometry. Heads per
     GPU = num_heads / tp_size. Prefill: MLA without absorption, stored as MHA with num_kv_heads =
     num_heads, qk = nope + rope = 192, v = 128, batch-1 rows. Decode: absorbed MLA (kind mla), qk =
@@ -370,8 +339,6 @@ def convert_mla(records: Iterable[dict[str, Any]], where: str, stage: str, compa
                                          latency_us=_latency_us(record, where)))
         else:
             kv_len = isl + _int(record, "step", where)
-            if compact and kv_len not in COMPACT_DECODE_KV:
-                continue
             out.rows.append(AttentionRow(kind="mla", stage="decode", dtype=dtype, kv_dtype=kv_dtype, num_heads=heads,
                                          num_kv_heads=1, qk_head_dim=MLA_KV_LORA_RANK + MLA_ROPE_DIM,
                                          v_head_dim=MLA_KV_LORA_RANK, causal=True, batch=batch, q_len=isl,

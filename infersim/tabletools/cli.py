@@ -142,12 +142,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="output root (default: the bundled mfu_tables/aiconfigurator/)")
     aic.add_argument("--devices", type=_csv_list, default=(),
                      help="hardware card names (default: all with an aiconfigurator system: "
-                          "h100-sxm, h200, b200, gb200, a100-sxm-80g)")
+                          "h100-sxm, h200, b200, gb200, b300, gb300, a100-sxm-80g, l40s, rtx-pro-6000)")
     aic.add_argument("--frameworks", type=_csv_list, default=(), help="trtllm, sglang, vllm (default: all)")
     aic.add_argument("--version", default=None,
                      help="engine version (default: each engine's current version in aiconfigurator)")
     aic.add_argument("--compact", action="store_true",
-                     help="thinned grids (GEMM m and MoE tokens at powers of two), as bundled")
+                     help="thinned grids, as bundled: a point is left out only where interpolating the points kept "
+                          "reproduces it within --tolerance")
+    aic.add_argument("--tolerance", type=float, default=None,
+                     help="with --compact: the largest relative error of a point left out (default 0.03)")
     aic.add_argument("--force", action="store_true",
                      help="write into a directory that already holds something: replaces only the tables InferSim "
                           "wrote there (as its provenance lists them), never any other file")
@@ -283,8 +286,13 @@ def import_aic_command(args: argparse.Namespace) -> int:
     from infersim.tabletools.aiconfigurator import import_aiconfigurator
 
     out = args.out or bundled_dir("mfu_tables") / "aiconfigurator"
+    from infersim.tabletools.thinning import DEFAULT_TOLERANCE
+
+    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    if not 0 < tolerance < 1:
+        raise InferSimError(f"--tolerance {tolerance}: must be between 0 and 1 (a relative error)")
     written = import_aiconfigurator(out, _command_of(args), args.devices or None, args.frameworks or None,
-                                    args.version, args.compact, force=args.force)
+                                    args.version, args.compact, tolerance=tolerance, force=args.force)
     for directory in written:
         print(f"wrote {directory}")
     return 0

@@ -257,8 +257,10 @@ class _Evaluator:
             notes.append(f"dropped {', '.join(dropped)} (not a run-config field in this build)")
         hardware = run.get("hardware")
         if self.mfu_tables in (None, "auto", "none"):
-            # auto: the run's own default (bundled tables of its device and engine); none: roofline
-            tables = self.mfu_tables or "auto"
+            # auto: the tables the point's run names, else the run's own default (bundled tables of
+            # its device and engine); none: roofline
+            named = run.get("mfu_tables") if self.mfu_tables != "none" else None
+            tables = named if isinstance(named, str) else self.mfu_tables or "auto"
         else:
             tables = (table_dir_for(self.mfu_tables, hardware) if isinstance(hardware, str) else None) or "none"
         try:
