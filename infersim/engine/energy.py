@@ -69,6 +69,14 @@ def seconds_by_kind(stage: StageResult) -> dict[str, float]:
     return out
 
 
+def kinds_of_bounds(by_bound: dict[Bound, float]) -> dict[str, float]:
+    """Seconds by bound (infersim.engine.stage.stage_time_by_bound) as seconds by kind of draw."""
+    out = dict.fromkeys(KINDS, 0.0)
+    for bound, seconds in by_bound.items():
+        out[KIND_OF_BOUND[bound]] += seconds
+    return out
+
+
 def stage_energy(stage: StageResult, power: Power) -> StepEnergy:
     """One step of a stage on one GPU (a chunked prompt's steps together)."""
     return step_energy(seconds_by_kind(stage), stage.step_time_s, power)
