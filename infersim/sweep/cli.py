@@ -324,18 +324,40 @@ def sweep_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_objective(spec: SweepSpec, energy: bool) -> None:
+    """Before a search runs: the base card has what the frontier's y axis needs (a price, or power
+    facts for --objective energy), unless the hardware is swept (each row says for itself)."""
+    hw = spec.base.config.hardware
+    if any(a.path == "hardware" for a in spec.axes):
+        return
+    if energy and hw.power is None:
+        raise InferSimError(f"--objective energy: {unavailable_reason(hw.name)}")
+    if not energy and spec.price_per_gpu_hour is None and not hw.usd_per_gpu_hour:
+        raise InferSimError(f"hardware card {hw.name} has no usd_per_gpu_hour: pass --price-per-gpu-hour")
+
+
+def _empty_frontier(result: SweepResult, targets: Targets, energy: bool) -> InferSimError:
+    """Why a frontier is empty: no price, no power facts, nothing simulated, or nothing feasible."""
+    if energy and any(r.ok for r in result.rows):
+        return InferSimError("empty Pareto frontier: no simulated hardware card has power facts (docs/energy.md), "
+                             "so no point has an energy")
+    if not energy and any(r.ok and not r.price for r in result.rows):
+        return InferSimError("empty Pareto frontier: the hardware has no price (pass --price-per-gpu-hour)")
+    if not result.simulated:
+        nothing = _nothing_simulated(result)
+        return type(nothing)(f"empty Pareto frontier: {nothing}")
+    # valid input whose answer is "nothing can run": exit status 1
+    return NotPossible(f"empty Pareto frontier: no simulated configuration fits in memory and meets the targets "
+                       f"({targets.describe()})")
+
+
 def pareto_command(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     check_plot_path(args.plot, need_matplotlib=False)  # matplotlib is asked for after the frontier is printed
     targets = _targets(args)
     spec = _spec(args, args.gpus, targets)
-    hw = spec.base.config.hardware
     energy = args.objective == "energy"
-    hardware_swept = any(a.path == "hardware" for a in spec.axes)
-    if energy and hw.power is None and not hardware_swept:
-        raise InferSimError(f"--objective energy: {unavailable_reason(hw.name)}")
-    if not energy and spec.price_per_gpu_hour is None and not hw.usd_per_gpu_hour and not hardware_swept:
-        raise InferSimError(f"hardware card {hw.name} has no usd_per_gpu_hour: pass --price-per-gpu-hour")
+    _check_objective(spec, energy)
     result = _run(args, spec)
     fronts = frontiers(spec, result.rows, targets, energy_point if energy else point_of)
     v_axes = variant_axes(spec)
@@ -355,18 +377,7 @@ def pareto_command(args: argparse.Namespace) -> int:
     if result.interrupted:
         return _interrupted(result, args.out)
     if not any(fronts.values()):
-        unpriced = any(r.ok and not r.price for r in result.rows)
-        if energy and any(r.ok for r in result.rows):
-            raise InferSimError("empty Pareto frontier: no simulated hardware card has power facts "
-                                "(docs/energy.md), so no point has an energy")
-        if unpriced and not energy:
-            raise InferSimError("empty Pareto frontier: the hardware has no price (pass --price-per-gpu-hour)")
-        if not result.simulated:
-            nothing = _nothing_simulated(result)
-            raise type(nothing)(f"empty Pareto frontier: {nothing}")
-        # valid input whose answer is "nothing can run": exit status 1
-        raise NotPossible(f"empty Pareto frontier: no simulated configuration fits in memory and meets the targets "
-                          f"({targets.describe()})")
+        raise _empty_frontier(result, targets, energy)
     curves = []
     for variant, front in fronts.items():
         label = ", ".join(f"{spec.axes[i].label}={v}" for i, v in zip(v_axes, variant))
