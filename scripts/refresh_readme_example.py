@@ -313,6 +313,59 @@ def keeping_line_elisions(shown: tuple[str, ...], printed: list[str]) -> list[st
     return lines
 
 
+def _pieces(shown: tuple[str, ...]) -> tuple[list[list[str]], list[str], list[str]]:
+    """The runs of shown lines between elisions, the elision lines as written, the trailing blanks."""
+    lines = [line.rstrip() for line in shown]
+    trailing: list[str] = []
+    while lines and not lines[-1]:
+        trailing.append(lines.pop())
+    pieces: list[list[str]] = [[]]
+    elisions: list[str] = []
+    for line in lines:
+        if line.strip() == ELISION:
+            pieces.append([])
+            elisions.append(line)
+        else:
+            pieces[-1].append(line)
+    return pieces, elisions, trailing
+
+
+def _closest(line: str, printed: list[str], start: int) -> int | None:
+    """The printed line at or after `start` most like `line` (at least 60% alike), first on ties."""
+    best, best_ratio = None, 0.6
+    for k in range(start, len(printed)):
+        ratio = difflib.SequenceMatcher(None, line, printed[k], autojunk=False).ratio()
+        if ratio > best_ratio:
+            best, best_ratio = k, ratio
+            if ratio == 1.0:
+                break
+    return best
+
+
+def recut_elided(shown: tuple[str, ...], printed: list[str]) -> list[str]:
+    """An elided output cut again from what is printed now: each run of shown lines between `...`
+    becomes the printed lines from the first to the last it still resembles (the head starts at the
+    first printed line, the tail ends at the last), so the cut keeps its shape and takes new numbers.
+    The caller checks the result still matches; a cut that cannot be recovered is left to a person."""
+    pieces, elisions, trailing = _pieces(shown)
+    cut: list[str] = []
+    position = 0
+    for index, piece in enumerate(pieces):
+        if index:
+            cut.append(elisions[index - 1])
+        if not piece:
+            continue
+        found = [k for k in (_closest(line, printed, position) for line in piece) if k is not None]
+        found = [k for i, k in enumerate(found) if all(k > j for j in found[:i])]
+        if not found:
+            return list(shown)
+        first = 0 if index == 0 else found[0]
+        last = len(printed) - 1 if index == len(pieces) - 1 else found[-1]
+        cut.extend(printed[first:last + 1])
+        position = last + 1
+    return cut + trailing
+
+
 def refreshed_block(block: Block, runner: Runner) -> tuple[list[str], list[str]]:
     """The block's body with every output as printed now, and the problems this cannot fix."""
     body: list[str] = []
@@ -322,8 +375,9 @@ def refreshed_block(block: Block, runner: Runner) -> tuple[list[str], list[str]]
         if outcome.status != 0 and not outcome.status_shown:
             problems.append(f"{block.where}: {difference(outcome)}")
         if any(line.strip() == ELISION for line in outcome.command.shown):
-            body.extend(outcome.command.shown)
-            if not matches(outcome.command.shown, list(outcome.printed)):
+            recut = recut_elided(outcome.command.shown, list(outcome.printed))
+            body.extend(recut)
+            if not matches(recut, list(outcome.printed)):
                 problems.append(f"{block.where}: an elided output no longer matches; cut it again by hand:\n"
                                 + difference(outcome))
         else:

@@ -138,7 +138,8 @@ def test_bundled_b200_and_gb200_disagree_on_the_deepseek_moe_slice() -> None:
                     if "experts=256 topk=8 hidden=7168 intermediate=2048 ep=4" in s.description]
     assert len(deepseek_ep4) == 4  # prefill and decode, up and down: aiconfigurator times one kernel for all
     for flagged in deepseek_ep4:
-        assert 0.50 <= flagged.ratios.median <= 0.60 and flagged.ratios.rows == 13
+        # 13 token counts measured; the thinned tables share the rows interpolation could not reproduce
+        assert 0.50 <= flagged.ratios.median <= 0.60 and 8 <= flagged.ratios.rows <= 13
         assert flagged.deviation < 0.65
     # the same layout at EP 2 agrees with the file: the comparison singles out the sweep, not the layout
     assert not any("hidden=7168 intermediate=2048 ep=2" in s.description for s in fp4.flagged)

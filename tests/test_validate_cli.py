@@ -180,10 +180,10 @@ def test_bad_points_file_gives_one_line(reference, tmp_path, capsys):
 
 def test_the_shipped_reference_by_default(capsys):
     """Every point of the shipped public measurements is either compared or listed with a reason."""
-    reference = public_reference("validation.yaml")
     assert main(["validate", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    ids = {p["id"]: p for p in yaml.safe_load(reference.read_text())["data_points"]}
+    ids = {p["id"]: p for name in ("validation.yaml", "energy.yaml")
+           for p in yaml.safe_load(public_reference(name).read_text())["data_points"]}
     covered = {p["id"].split("/")[0] for p in data["points"]} | {n["id"].split("/")[0] for n in data["not_expressed"]}
     assert covered == set(ids)
     assert all(n["reason"] for n in data["not_expressed"])
@@ -193,7 +193,9 @@ def test_the_shipped_reference_by_default(capsys):
     excluded = {e["id"] for e in data["excluded"]}
     assert excluded == {"trt10-llama4-maverick-h100-tp8-1000-1000"}
     assert all(e["reason"] for e in data["excluded"])
-    assert data["summary"]["overall"]["n"] == len(data["points"]) - len(excluded) >= 59
+    energy = [p for p in data["points"] if p["kind"] == "energy"]  # energy has its own overall
+    assert data["summary"]["energy"]["n"] == len(energy) == 14
+    assert data["summary"]["overall"]["n"] == len(data["points"]) - len(energy) - len(excluded) >= 59
 
 
 def test_a_point_whose_run_does_not_fit_in_memory_says_so(tmp_path, capsys):

@@ -19,7 +19,7 @@ from infersim.validate.mapping import KINDS, fit_run_to_spec, load_mapping
 
 def test_bundled_mapping_loads_with_a_why_for_every_entry():
     mapping = load_mapping(POINTS_FILE)
-    assert len(mapping) == 75
+    assert len(mapping) == 75 + 14  # validation.yaml, energy.yaml
     assert {e.kind for e in mapping.values()} == set(KINDS)
     for entry in mapping.values():
         assert len(entry.why) > 10, entry.id
@@ -27,7 +27,7 @@ def test_bundled_mapping_loads_with_a_why_for_every_entry():
 
 
 def test_every_mapped_id_is_a_reference_point_and_every_point_is_mapped():
-    reference = load_reference(public_reference("validation.yaml"))
+    reference = {**load_reference(public_reference("validation.yaml")), **load_reference(public_reference("energy.yaml"))}
     mapping = load_mapping(POINTS_FILE)
     assert set(mapping) - set(reference) == set()
     assert set(reference) - set(mapping) == set()

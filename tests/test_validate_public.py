@@ -18,7 +18,8 @@ SHIPPED = ("validation.yaml", "published.yaml")
 
 
 def test_the_shipped_files_are_in_the_package_with_their_sources() -> None:
-    assert PUBLIC_DIR == PUBLIC_REFERENCE and DEFAULT_REFERENCES == (PUBLIC_DIR / "validation.yaml",)
+    assert PUBLIC_DIR == PUBLIC_REFERENCE and DEFAULT_REFERENCES == (PUBLIC_DIR / "validation.yaml",
+                                                                         PUBLIC_DIR / "energy.yaml")
     for name in SHIPPED:
         assert public_file(name).is_file()
     validation = yaml.safe_load(public_file("validation.yaml").read_text())
@@ -28,7 +29,9 @@ def test_the_shipped_files_are_in_the_package_with_their_sources() -> None:
     assert {case["id"] for case in yaml.safe_load(public_file("published.yaml").read_text())["cases"]} == {
         path.stem for path in (REPO_ROOT / "benchmarks" / "published").glob("*.yaml")}
     readme = (PUBLIC_DIR / "README.md").read_text()
-    assert all(f"`{name}`" in readme for name in SHIPPED)
+    assert all(f"`{name}`" in readme for name in (*SHIPPED, "energy.yaml"))
+    energy = yaml.safe_load(public_file("energy.yaml").read_text())  # the energy measurements, their sources
+    assert all(point["source"] in energy["sources"] for point in energy["data_points"])
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -48,7 +51,8 @@ def test_validate_runs_from_another_directory(tmp_path) -> None:
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["reference"] == "infersim/validate/public/validation.yaml (shipped)"
+    assert data["reference"] == ("infersim/validate/public/validation.yaml (shipped), "
+                                 "infersim/validate/public/energy.yaml (shipped)")
     assert {p["id"] for p in data["points"]} >= {"deepgemm-dense-m64-n7168-k16384/tflops", "sgl-h20-decode-base"}
 
 

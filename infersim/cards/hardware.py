@@ -16,6 +16,7 @@ from itertools import pairwise
 from dataclasses import dataclass
 from typing import Literal
 
+from infersim.cards.power import Power, validate_power
 from infersim.cards.schema import spec
 from infersim.base.errors import ConfigError, MISSING
 
@@ -139,6 +140,10 @@ class HardwareCard:
         None, doc="CUDA compute capability (8.0 A100, 9.0 Hopper, 10.0 Blackwell): NCCL's protocol bandwidth caps "
                   "across nodes are tabled by it (null = unknown: cross-node NCCL collectives are refused; always "
                   "null on AMD)", gt=0)
+    # Optional: a card without published power facts gets no energy figures (reports say so), never a guess.
+    power: Power | None = spec(
+        None, doc="what the GPU draws, W, by what bounds its work (docs/energy.md); null = unknown: energy is "
+                  "reported as not available")
 
     @property
     def nvlink_gpus(self) -> int:
@@ -209,6 +214,7 @@ def _check_links(card: HardwareCard, source: str) -> None:
 def validate_hardware(card: HardwareCard, source: str) -> HardwareCard:
     _check_vendor(card, source)
     _check_links(card, source)
+    validate_power(card.power, source)
     if "bf16" not in card.peak.flops:
         raise ConfigError(source, "peak.flops.bf16", MISSING, "every card needs a bf16 rate")
     missing = [p for p in REQUIRED_PROTOCOLS if p not in card.derates.collective_latency]

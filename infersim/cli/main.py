@@ -119,6 +119,13 @@ def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True, batch: 
                        help="GEMM inputs and stored weights (default bf16)")
     group.add_argument("--kv-cache-dtype", default=None, choices=("bf16", "fp16", "fp8"),
                        help="KV-cache storage format (default bf16)")
+    energy = parser.add_argument_group("energy cost (run config section `energy`; docs/energy.md)")
+    energy.add_argument("--usd-per-kwh", type=number_arg(ge=0), default=None, metavar="USD",
+                        help="electricity price, US dollars per kWh (default 0.0804: US EIA, average price to "
+                             "industrial customers, 2023)")
+    energy.add_argument("--pue", type=number_arg(ge=1), default=None, metavar="X",
+                        help="power usage effectiveness multiplying the GPUs' energy in its cost (default 1.0: the "
+                             "GPU boards only)")
 
 
 def _batch(text: str | None) -> int | str | None:
@@ -151,7 +158,10 @@ def load_config_from_args(args: argparse.Namespace, extra_overrides: Sequence[st
     """The run config a command's --config, direct flags (infersim.run.flags) and --set name."""
     from infersim.run.config import load_run_config
 
-    return load_run_config(getattr(args, "config", None), [*getattr(args, "overrides", ()), *extra_overrides],
+    energy = [f"energy.{key}={value!r}" for key, value in (("usd_per_kwh", getattr(args, "usd_per_kwh", None)),
+                                                           ("pue", getattr(args, "pue", None))) if value is not None]
+    return load_run_config(getattr(args, "config", None),
+                           [*getattr(args, "overrides", ()), *energy, *extra_overrides],
                            getattr(args, "mfu_tables", None), flags_from_args(args))
 
 

@@ -15,6 +15,7 @@ from infersim.run.simulate import SimulationResult
 from infersim.base.texttable import simple_table
 from infersim.costing.timing import IMBALANCE_FROM_TABLE
 from infersim.base.units import GB, MS, US
+from infersim.cli.energy import energy_json, energy_text
 
 
 def _operation(op: OperationResult) -> dict[str, Any]:
@@ -161,6 +162,7 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
         "decode": _stage(result.decode, stage_moe_balance(result, result.decode)),
         "memory": _memory_json(result),
         "server": server_figures(result),
+        "energy": energy_json(result),
         "speculative": _speculative(result.speculative) if result.speculative else None,
         "warnings": list(result.warnings),
         # false: the stage numbers above are what the model computes, not a speed that can happen
@@ -419,7 +421,8 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
         lines += [*_unfit_text(result, show_unfit), ""]
         stages = [UNFIT_MARK + line if line.startswith(("PREFILL", "DECODE")) else line for line in stages]
     if result.fits or show_unfit:
-        lines += stages
+        energy = energy_text(result)
+        lines += stages + ([UNFIT_MARK + energy[0], *energy[1:]] if not result.fits else energy) + [""]
     lines += [
         "MEMORY (per GPU; GB = 1e9 bytes)",
         f"  weights {mem.weights_bytes / GB:,.2f} GB of {mem.hbm_bytes / GB:,.2f} GB HBM "

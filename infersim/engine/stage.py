@@ -380,8 +380,16 @@ def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
                engine: EngineCard | None = None) -> tuple[float, Bound]:
     """run_stage(...).step_time_s and .bound without the per-operation results and their detail
     strings, which a sweep row does not show (tests/test_engine_fast.py holds the two equal)."""
-    step, _, _, by_bound = _walk(plan, hw, tables, engine, None)
+    step, by_bound = stage_time_by_bound(plan, hw, tables, engine)
     return step, max(by_bound, key=by_bound.__getitem__)
+
+
+def stage_time_by_bound(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
+                        engine: EngineCard | None = None) -> tuple[float, dict[Bound, float]]:
+    """(step seconds, the operations' seconds per bound): what a step's energy needs
+    (infersim.engine.energy), without the per-operation results."""
+    step, _, _, by_bound = _walk(plan, hw, tables, engine, None)
+    return step, by_bound
 
 
 def sequential_steps(steps: list[tuple[StageResult, int]], tokens_per_gpu: int) -> StageResult:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model
+from infersim.cards.power import Electricity
 from infersim.cards.registry import resolve
 from infersim.cards.schema import build, load_yaml, spec
 from infersim.cards.deployment import (
@@ -68,6 +69,8 @@ class RunSpec:
     kernel_libraries: KernelLibraries = spec(
         default_factory=KernelLibraries, doc="the library the engine runs per kernel family, where it differs from "
                                              "what the kernel tables measured: such tables are not used (roofline)")
+    energy: Electricity = spec(default_factory=Electricity,
+                               doc="what energy costs: electricity price and PUE (docs/energy.md)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +99,7 @@ class RunConfig:
     # what the command line's names resolved to and what of the config file was adapted to the
     # model it chose (infersim.run.flags): one line each, shown with the report
     notes: tuple[str, ...] = ()
+    electricity: Electricity = Electricity()  # what energy costs (run config section `energy`)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +342,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
                      source=source, model_source=model_source, hardware_source=hardware_source,
                      tables_source=tables_source, speculative=spec_.speculative, draft_model=draft,
                      draft_deployment=draft_dep, draft_model_source=draft_source,
-                     named_deployment=named, notes=tuple(notes))
+                     named_deployment=named, notes=tuple(notes), electricity=spec_.energy)
 
 
 def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, deployment: Deployment,

@@ -10,7 +10,7 @@ from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment, Workload
-from infersim.engine.stage import StageResult, run_stage, sequential_steps, stage_time
+from infersim.engine.stage import StageResult, run_stage, sequential_steps, stage_time, stage_time_by_bound
 from infersim.shapes.kernels import Bound, NoTables, Source
 from infersim.run.memory import MemoryResult, memory_budget
 from infersim.cards import categories as cat
@@ -141,6 +141,14 @@ def decode_time(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
     per-operation results: what a sweep row needs, at a fraction of the cost."""
     step, bound = stage_time(_decode_plan(model, hw, dep, workload, batch, engine, offload)[0], hw, tables, engine)
     return step, batch / step, bound  # one token per request per step, the real (unpadded) batch
+
+
+def decode_time_by_bound(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int,
+                         tables: object, engine: EngineCard) -> tuple[float, float, dict[Bound, float]]:
+    """(TPOT, decode tokens per GPU per second, the step's seconds per bound) of run_decode's step,
+    without its per-operation results (a sweep row's time and energy)."""
+    step, by_bound = stage_time_by_bound(_decode_plan(model, hw, dep, workload, batch, engine)[0], hw, tables, engine)
+    return step, batch / step, by_bound
 
 
 def simulate(config: RunConfig) -> SimulationResult:

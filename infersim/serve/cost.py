@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 from infersim.run.config import RunConfig
+from infersim.engine.energy import stage_energy
 from infersim.engine.stage import run_stage
 from infersim.modules.step import build_step_plan
 from infersim.shapes.plan import SequenceBatch
@@ -66,7 +67,7 @@ class StepCoster:
         self._log_width = math.log(width) if width > 1 else 0.0
         self.dp = config.deployment.attention.dp
         self.tp = config.deployment.attention.tp
-        self._memo: dict[tuple[int, int, int, int, int], float] = {}
+        self._memo: dict[tuple[int, int, int, int, int], tuple[float, float]] = {}
         self._grid: dict[int, int] = {}
         self.priced = 0  # stage-engine evaluations (memo misses)
         self.sms = config.hardware.derates.deepep_normal_sms
@@ -89,6 +90,13 @@ class StepCoster:
         """Seconds of one step. decode_context_sum: sum of the decode requests' contexts (the KV
         length each attends to, its new token included); prefill_context_weighted: sum over chunks of
         q_i x (p_i + q_i)."""
+        return self.cost_energy(decode_requests, decode_context_sum, prefill_chunks, prefill_tokens,
+                                prefill_context_weighted)[0]
+
+    def cost_energy(self, decode_requests: int, decode_context_sum: float, prefill_chunks: int, prefill_tokens: int,
+                    prefill_context_weighted: float) -> tuple[float, float]:
+        """(seconds, joules on one GPU) of one step (arguments as `cost`); joules 0 when the hardware
+        card has no power facts (infersim.engine.energy)."""
         b = self.bucket
         n = b(decode_requests)
         ctx = b(decode_context_sum / decode_requests) if decode_requests else 0
@@ -96,13 +104,17 @@ class StepCoster:
         t = b(prefill_tokens) if c else 0
         kv = b(prefill_context_weighted / prefill_tokens) if c else 0
         key = (n, ctx, c, t, kv)
-        seconds = self._memo.get(key)
-        if seconds is None:
-            seconds = self._memo[key] = self.price(StepShape(n, ctx, c, t, kv))
-        return seconds
+        priced = self._memo.get(key)
+        if priced is None:
+            priced = self._memo[key] = self.price_energy(StepShape(n, ctx, c, t, kv))
+        return priced
 
     def price(self, shape: StepShape) -> float:
-        """Run the stage engine on one (already bucketed) step."""
+        """Run the stage engine on one (already bucketed) step: its seconds."""
+        return self.price_energy(shape)[0]
+
+    def price_energy(self, shape: StepShape) -> tuple[float, float]:
+        """Run the stage engine on one (already bucketed) step: (seconds, joules on one GPU)."""
         dp, tp = self.dp, self.tp
         seqs = []
         padding = 0
@@ -126,4 +138,6 @@ class StepCoster:
         plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms, expert_tokens_per_gpu=expert_tokens,
                                graph_padding=padding)
         self.priced += 1
-        return run_stage(plan, cfg.hardware, cfg.tables, cfg.engine).step_time_s
+        stage = run_stage(plan, cfg.hardware, cfg.tables, cfg.engine)
+        power = cfg.hardware.power
+        return stage.step_time_s, stage_energy(stage, power).joules if power is not None else 0.0

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from infersim.serve.options import Slo
+from infersim.serve.energy import serving_energy
 from infersim.serve.simulate import ServeResult
 from infersim.base.stats import percentile
 
@@ -151,6 +152,7 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
     out["steps"] = sum(p["steps"] for p in pools)
     out["tokens_emitted"] = sum(p["tokens_emitted"] for p in pools)
     out["iterations"] = sum(p["iterations"] for p in pools)
+    out["energy"] = serving_energy(result, duration)
     if result.notes:
         out["notes"] = list(result.notes)
     if include_requests:

@@ -6,6 +6,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from infersim.serve.energy import energy_text
 from infersim.serve.metrics import percentile_key
 
 
@@ -51,6 +52,9 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
     little = s["little"]
     lines.append(f"  Little's law: mean requests in the system {little['mean_in_flight']:,.2f} = throughput x mean "
                  f"latency {little['throughput_x_latency']:,.2f}")
+    energy = energy_text(s)
+    if energy:
+        lines += [""] + energy
     if s.get("notes"):
         lines += ["", "NOTES"] + [f"  - {note}" for note in s["notes"]]
     return "\n".join(lines)

@@ -212,6 +212,7 @@ class InstanceStats:
     steps: int = 0  # engine steps simulated
     iterations: int = 0  # loop iterations (a skipped-over decode stretch counts once)
     busy_s: float = 0.0
+    busy_joules: float = 0.0  # energy of one of the instance's GPUs over its steps (0 without power facts)
     inflight_integral: float = 0.0  # integral of requests in the instance (waiting + running) over time
     kv_integral: float = 0.0  # integral of KV tokens in use over busy time
     kv_peak: float = 0.0
@@ -446,11 +447,11 @@ class Instance:
         if chunks:
             tokens = sum(q for _r, q in chunks)
             weighted = sum(q * (r.prompt_done + q) for r, q in chunks)
-            dt = self.coster.cost(n, self.ctx_base + n * self.k, len(chunks), tokens, weighted)
+            dt, joules = self.coster.cost_energy(n, self.ctx_base + n * self.k, len(chunks), tokens, weighted)
             m = 1
         else:
             m = self._stretch_length(n, until)
-            dt = self.coster.cost(n, self.ctx_base + n * (self.k + (m - 1) / 2), 0, 0, 0.0)
+            dt, joules = self.coster.cost_energy(n, self.ctx_base + n * (self.k + (m - 1) / 2), 0, 0, 0.0)
             if until < math.inf:
                 m = min(m, max(1, math.ceil((until - self.now) / dt)))
             if not self.waiting and self.pending:
@@ -461,6 +462,7 @@ class Instance:
         stats.kv_peak = max(stats.kv_peak, kv + (n * (m - 1) / 2 if s.admission == "on-demand" else 0.0))
         stats.inflight_integral += count_in * span
         stats.busy_s += span
+        stats.busy_joules += joules * m
         stats.steps += m
         self.now += span
         if n:

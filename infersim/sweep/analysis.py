@@ -201,6 +201,11 @@ def point_of(row: Row) -> tuple[float, float]:
     return (row.user_tps, row.cost_per_mtok)
 
 
+def energy_point(row: Row) -> tuple[float, float]:
+    """(speed per request, J per output token): the frontier of `pareto --objective energy`."""
+    return (row.user_tps, row.joules_per_token)
+
+
 def frontiers(spec: SweepSpec, rows: Sequence[Row], targets: Targets,
               key: Callable[[Row], tuple[float, float]] = point_of) -> dict[tuple[Any, ...], list[Row]]:
     """The Pareto frontier of the feasible rows of each variant, fastest per request first."""

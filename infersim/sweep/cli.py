@@ -11,7 +11,8 @@ from typing import Any
 from infersim.cli.main import number_arg
 from infersim.cards.schema import check_number
 from infersim.base.errors import ConfigError, InferSimError, NotPossible, shorten
-from infersim.sweep.analysis import Targets, best_per_variant, feasible, frontiers, variant_axes
+from infersim.run.energy import unavailable_reason
+from infersim.sweep.analysis import Targets, best_per_variant, energy_point, feasible, frontiers, point_of, variant_axes
 from infersim.sweep.evaluate import Row, Search, SweepSpec
 from infersim.sweep.grid import expand_values, parse_grid
 from infersim.sweep.output import (
@@ -130,6 +131,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pareto.add_argument("--plot", default=None, metavar="PNG", help="draw the frontier (needs the plot extra)")
     pareto.add_argument("--all", action="store_true",
                         help="--out: write every feasible point with an on_frontier column, not only the frontier")
+    pareto.add_argument("--objective", choices=("cost", "energy"), default="cost",
+                        help="what the frontier minimises against per-request speed: cost (USD per million output "
+                             "tokens, default) or energy (the decode step's J per output token; docs/energy.md)")
     pareto.set_defaults(handler=pareto_command)
 
 
@@ -320,16 +324,42 @@ def sweep_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_objective(spec: SweepSpec, energy: bool) -> None:
+    """Before a search runs: the base card has what the frontier's y axis needs (a price, or power
+    facts for --objective energy), unless the hardware is swept (each row says for itself)."""
+    hw = spec.base.config.hardware
+    if any(a.path == "hardware" for a in spec.axes):
+        return
+    if energy and hw.power is None:
+        raise InferSimError(f"--objective energy: {unavailable_reason(hw.name)}")
+    if not energy and spec.price_per_gpu_hour is None and not hw.usd_per_gpu_hour:
+        raise InferSimError(f"hardware card {hw.name} has no usd_per_gpu_hour: pass --price-per-gpu-hour")
+
+
+def _empty_frontier(result: SweepResult, targets: Targets, energy: bool) -> InferSimError:
+    """Why a frontier is empty: no price, no power facts, nothing simulated, or nothing feasible."""
+    if energy and any(r.ok for r in result.rows):
+        return InferSimError("empty Pareto frontier: no simulated hardware card has power facts (docs/energy.md), "
+                             "so no point has an energy")
+    if not energy and any(r.ok and not r.price for r in result.rows):
+        return InferSimError("empty Pareto frontier: the hardware has no price (pass --price-per-gpu-hour)")
+    if not result.simulated:
+        nothing = _nothing_simulated(result)
+        return type(nothing)(f"empty Pareto frontier: {nothing}")
+    # valid input whose answer is "nothing can run": exit status 1
+    return NotPossible(f"empty Pareto frontier: no simulated configuration fits in memory and meets the targets "
+                       f"({targets.describe()})")
+
+
 def pareto_command(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     check_plot_path(args.plot, need_matplotlib=False)  # matplotlib is asked for after the frontier is printed
     targets = _targets(args)
     spec = _spec(args, args.gpus, targets)
-    hw = spec.base.config.hardware
-    if spec.price_per_gpu_hour is None and not hw.usd_per_gpu_hour and not any(a.path == "hardware" for a in spec.axes):
-        raise InferSimError(f"hardware card {hw.name} has no usd_per_gpu_hour: pass --price-per-gpu-hour")
+    energy = args.objective == "energy"
+    _check_objective(spec, energy)
     result = _run(args, spec)
-    fronts = frontiers(spec, result.rows, targets)
+    fronts = frontiers(spec, result.rows, targets, energy_point if energy else point_of)
     v_axes = variant_axes(spec)
     if any(fronts.values()) or result.interrupted:  # else stderr is the one message saying why
         print(_summary(result), file=sys.stderr)
@@ -347,15 +377,7 @@ def pareto_command(args: argparse.Namespace) -> int:
     if result.interrupted:
         return _interrupted(result, args.out)
     if not any(fronts.values()):
-        unpriced = any(r.ok and not r.price for r in result.rows)
-        if unpriced:
-            raise InferSimError("empty Pareto frontier: the hardware has no price (pass --price-per-gpu-hour)")
-        if not result.simulated:
-            nothing = _nothing_simulated(result)
-            raise type(nothing)(f"empty Pareto frontier: {nothing}")
-        # valid input whose answer is "nothing can run": exit status 1
-        raise NotPossible(f"empty Pareto frontier: no simulated configuration fits in memory and meets the targets "
-                          f"({targets.describe()})")
+        raise _empty_frontier(result, targets, energy)
     curves = []
     for variant, front in fronts.items():
         label = ", ".join(f"{spec.axes[i].label}={v}" for i, v in zip(v_axes, variant))
@@ -364,9 +386,9 @@ def pareto_command(args: argparse.Namespace) -> int:
         curves.append((label, points, front))
         if label:
             print(f"\n{label}")
-        print(f"Pareto frontier: {len(front)} of {len(points):,} feasible points "
-              f"(x = tokens/s per user, y = USD per million output tokens)")
-        print(frontier_table(spec, front, spec.prefill))
+        y = "J per output token of the decode step" if energy else "USD per million output tokens"
+        print(f"Pareto frontier: {len(front)} of {len(points):,} feasible points (x = tokens/s per user, y = {y})")
+        print(frontier_table(spec, front, spec.prefill, args.objective))
     if result.rejected:
         print(f"\nskipped {result.rejected:,} layouts the validator rejects: {_problems(result)}")
     if args.emit_launch:
@@ -377,10 +399,12 @@ def pareto_command(args: argparse.Namespace) -> int:
         model = "model variants" if "model" in paths else cfg.model.name
         hardware = "each card's price" if "hardware" in paths and spec.price_per_gpu_hour is None else \
             f"${spec.price_per_gpu_hour or cfg.hardware.usd_per_gpu_hour:.2f}/GPU-hour"
+        if energy:
+            hardware = "energy of the decode step"
         on = "" if "hardware" in paths else f" on {cfg.hardware.name}"
         title = (f"{model}{on}: ISL {cfg.workload.isl}, OSL {cfg.workload.osl}, {hardware}"
                  + (f"; {targets.describe()}" if targets.any else ""))
-        plot_frontier(args.plot, curves, title)
+        plot_frontier(args.plot, curves, title, args.objective)
         print(f"\nwrote {args.plot}")
     if args.out:
         print(f"wrote {len(records):,} rows to {args.out}")

@@ -28,11 +28,14 @@ from typing import Any, NamedTuple
 import dataclasses
 
 from infersim.run.config import RunConfig, with_variant
+from infersim.cards.hardware import HardwareCard
+from infersim.cards.power import Electricity
+from infersim.engine.energy import kinds_of_bounds, seconds_by_kind, step_energy
 from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
-from infersim.run.simulate import decode_time, prefill_step_tokens, run_prefill, simulate
+from infersim.run.simulate import decode_time_by_bound, prefill_step_tokens, run_prefill, simulate
 from infersim.run.speculative import drafter_memory
 from infersim.sweep.grid import GridAxis, grid_point, grid_size
 from infersim.sweep.variants import Base, Deriver, problem_text, with_layout
@@ -73,6 +76,12 @@ class Row(NamedTuple):
     weights_bytes: float
     price: float  # USD per GPU-hour used for cost (0 = unknown)
     status: str = ""  # "" when simulated; otherwise why the configuration was rejected
+    # the decode step's energy per output token over all GPUs, J, and mean draw per GPU, W (NaN: the
+    # hardware card has no power facts; infersim.engine.energy), and that energy's price per
+    # million output tokens at the run's electricity price and PUE
+    joules_per_token: float = NAN
+    watts_per_gpu: float = NAN
+    energy_usd_per_mtok: float = NAN
 
     @property
     def ok(self) -> bool:
@@ -89,6 +98,22 @@ class Row(NamedTuple):
         if not self.price or not self.tgs or math.isnan(self.tgs):
             return NAN
         return self.price * self.num_gpus / (3600.0 * self.tgs * self.num_gpus) * 1e6
+
+    @property
+    def cost_with_energy_per_mtok(self) -> float:
+        """USD per million output tokens: the GPU-hours and the decode step's energy."""
+        return self.cost_per_mtok + self.energy_usd_per_mtok
+
+
+def _energy(hw: HardwareCard, kinds: dict[str, float], step_s: float, tokens_per_gpu: float,
+            electricity: Electricity) -> tuple[float, float, float]:
+    """(J per output token, W per GPU, energy USD per million output tokens) of a decode step of
+    `step_s` yielding `tokens_per_gpu` tokens per GPU; NaNs without power facts."""
+    if hw.power is None or not tokens_per_gpu > 0:
+        return NAN, NAN, NAN
+    step = step_energy(kinds, step_s, hw.power)
+    per_token = step.joules / tokens_per_gpu
+    return per_token, step.watts, electricity.usd(per_token) * 1e6
 
 
 def _rejected(point: int, problem: str, price: float = 0.0) -> Row:
@@ -239,11 +264,15 @@ class Evaluator:
             full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)))
             decode, prefill = full.decode, full.prefill
             tpot, tgs, bound = decode.tpot_s, decode.tgs, decode.bound
+            kinds = seconds_by_kind(decode)
+            step = decode.step_time_s
             if dep.weight_offload != "none":
                 mem = full.memory
         else:
-            tpot, tgs, bound = decode_time(model, hw, dep, work, batch, self.tables, self.engine)
+            step, tgs, by_bound = decode_time_by_bound(model, hw, dep, work, batch, self.tables, self.engine)
+            tpot, bound, kinds = step, max(by_bound, key=by_bound.__getitem__), kinds_of_bounds(by_bound)
             prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
+        energy = _energy(hw, kinds, step, tgs * step, run.electricity)
         if prefill is not None and self.spec.prefill:
             ttft, ptgs = prefill.step_time_s, prefill.tgs
         else:
@@ -252,7 +281,7 @@ class Evaluator:
         return Row(point, dep.num_gpus, dep.num_nodes, dep.pp, dep.attention.tp, dep.attention.dp, dep.ffn.tp,
                    dep.ffn.ep, dep.ffn.dp, batch, tpot, tgs, ttft, ptgs,
                    BOUND_NAMES[bound], fits, mem.max_batch_per_gpu, mem.kv_capacity_bytes,
-                   mem.weights_bytes, price)
+                   mem.weights_bytes, price, "", *energy)
 
     def _price(self, hw) -> float:
         p = self.spec.price_per_gpu_hour

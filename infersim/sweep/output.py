@@ -76,6 +76,9 @@ def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None) -> dic
         "total_tokens_per_s": _num(row.tgs * row.num_gpus) if row.ok else None,
         "ttft_ms": _num(row.ttft_s * 1e3), "prefill_tgs": _num(row.prefill_tgs),
         "cost_per_mtok_usd": _num(row.cost_per_mtok), "price_per_gpu_hour": row.price or None,
+        "joules_per_token": _num(row.joules_per_token), "watts_per_gpu": _num(row.watts_per_gpu),
+        "energy_cost_per_mtok_usd": _num(row.energy_usd_per_mtok),
+        "cost_with_energy_per_mtok_usd": _num(row.cost_with_energy_per_mtok),
         "bound": row.bound or None, "fits": row.fits if row.ok else None,
         "max_batch_per_gpu": row.max_batch if row.ok else None,
         "kv_capacity_gb": _num(row.kv_capacity_bytes / GB), "weights_gb": _num(row.weights_bytes / GB),
@@ -123,6 +126,9 @@ def rows_table(spec: SweepSpec, rows: Sequence[Row], targets: Targets, show_pref
         headers.append("TTFT ms")
     if show_cost:
         headers.append("$/Mtok")
+    show_energy = has_energy(rows)
+    if show_energy:
+        headers.append("J/tok")
     headers += ["bound", "fits"]
     if targets.any:
         headers.append("meets")
@@ -140,12 +146,19 @@ def rows_table(spec: SweepSpec, rows: Sequence[Row], targets: Targets, show_pref
             line.append(_fmt(row.ttft_s * 1e3, 1))
         if show_cost:
             line.append(_fmt(row.cost_per_mtok, 3))
+        if show_energy:
+            line.append(_fmt(row.joules_per_token, 3))
         line += [row.bound, "yes" if row.fits else f"no (max {row.max_batch})"]
         if targets.any:
             reason = why_not(row, targets)
             line.append("yes" if not reason else "no: " + reason)
         body.append(line)
     return tabulate(body, headers=headers, disable_numparse=True)
+
+
+def has_energy(rows: Sequence[Row]) -> bool:
+    """Whether any simulated row has energy figures (its hardware card has power facts)."""
+    return any(r.ok and not math.isnan(r.joules_per_token) for r in rows)
 
 
 def choice_axes(spec: SweepSpec) -> list[int]:
@@ -162,6 +175,9 @@ def best_table(spec: SweepSpec, bests: Sequence[Best], axes: Sequence[int], show
         headers.append("TTFT ms")
     if show_cost:
         headers.append("$/Mtok")
+    show_energy = has_energy([b.row for b in bests if b.row is not None])
+    if show_energy:
+        headers.append("J/tok")
     headers += ["binding constraint", "feasible"]
     body = []
     for best in bests:
@@ -169,7 +185,7 @@ def best_table(spec: SweepSpec, bests: Sequence[Best], axes: Sequence[int], show
         row = best.row
         if row is None:
             line += ["-", "none meets the targets"] + ["-"] * (len(extra) + 3) + (["-"] if show_prefill else []) + \
-                    (["-"] if show_cost else []) + [best.binding, f"0/{best.candidates}"]
+                    (["-"] if show_cost else []) + (["-"] if show_energy else []) + [best.binding, f"0/{best.candidates}"]
         else:
             values = spec.values(row.point)
             line += [row.num_gpus, layout_text(row)] + [_value_text(values[i]) for i in extra] + [
@@ -178,20 +194,30 @@ def best_table(spec: SweepSpec, bests: Sequence[Best], axes: Sequence[int], show
                 line.append(_fmt(row.ttft_s * 1e3, 1))
             if show_cost:
                 line.append(_fmt(row.cost_per_mtok, 3))
+            if show_energy:
+                line.append(_fmt(row.joules_per_token, 3))
             line += [best.binding, f"{best.feasible}/{best.candidates}"]
         body.append(line)
     return tabulate(body, headers=headers, disable_numparse=True)
 
 
-def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool) -> str:
+def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool, objective: str = "cost") -> str:
+    """The frontier's rows; `objective` energy puts J per output token beside speed (the frontier's
+    axis), cost puts $/Mtok there; the other follows when the rows have it."""
     extra = choice_axes(spec)
-    headers = ["tok/s/user", "$/Mtok", "TPOT ms", "GPUs", "nodes", "layout"] + [spec.axes[i].label for i in extra] + [
+    energy = has_energy(frontier)
+    first = ["$/Mtok"] + (["J/tok"] if energy else []) if objective == "cost" else ["J/tok", "W/GPU", "$/Mtok"]
+    headers = ["tok/s/user", *first, "TPOT ms", "GPUs", "nodes", "layout"] + [spec.axes[i].label for i in extra] + [
         "batch", "TGS", "bound"]
     if show_prefill:
-        headers.insert(3, "TTFT ms")
+        headers.insert(len(first) + 2, "TTFT ms")
     body = []
     for row in frontier:
-        line = [_fmt(row.user_tps, 1), _fmt(row.cost_per_mtok, 3), _fmt(row.tpot_s * 1e3)]
+        if objective == "cost":
+            values = [_fmt(row.cost_per_mtok, 3)] + ([_fmt(row.joules_per_token, 3)] if energy else [])
+        else:
+            values = [_fmt(row.joules_per_token, 3), _fmt(row.watts_per_gpu, 0), _fmt(row.cost_per_mtok, 3)]
+        line = [_fmt(row.user_tps, 1), *values, _fmt(row.tpot_s * 1e3)]
         if show_prefill:
             line.append(_fmt(row.ttft_s * 1e3, 1))
         values = spec.values(row.point)
@@ -236,9 +262,12 @@ def write_output(path: str, records: list[dict[str, Any]], meta: dict[str, Any])
 # Plot
 
 
-def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence[Row]]], title: str) -> None:
-    """Frontier PNG: each curve is (label, all feasible rows, frontier rows)."""
+def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence[Row]]], title: str,
+                  objective: str = "cost") -> None:
+    """Frontier PNG: each curve is (label, all feasible rows, frontier rows); y is the cost per million
+    output tokens, or with `objective` energy the decode step's J per output token."""
     check_plot_path(path)
+    y_of = (lambda r: r.joules_per_token) if objective == "energy" else (lambda r: r.cost_per_mtok)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -251,23 +280,24 @@ def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence
     for k, (label, points, frontier) in enumerate(curves):
         color = colors[k % len(colors)]
         xs = [r.user_tps for r in points]
-        ys = [r.cost_per_mtok for r in points]
+        ys = [y_of(r) for r in points]
         ax.scatter(xs, ys, s=5, alpha=0.12, color=color, linewidths=0,
                    label="all feasible deployments" if len(curves) == 1 else None)
         ordered = sorted(frontier, key=lambda r: r.user_tps)
         fx = [r.user_tps for r in ordered]
-        fy = [r.cost_per_mtok for r in ordered]
+        fy = [y_of(r) for r in ordered]
         # between two frontier points the cheapest way to reach a speed is the faster point's cost
         ax.step(fx, fy, where="pre", color=color, linewidth=1.8, label=label or "Pareto frontier")
         ax.scatter(fx, fy, s=18, color=color, zorder=3)
         # label a few frontier points (GPUs, batch per GPU), spread along the curve
         marks = 5 if len(curves) == 1 else 3
         picks = sorted({round(i * (len(ordered) - 1) / max(marks - 1, 1)) for i in range(marks)}) if ordered else []
-        labels.extend((ordered[i].user_tps, ordered[i].cost_per_mtok, f"{ordered[i].num_gpus} GPU, batch {ordered[i].batch}",
+        labels.extend((ordered[i].user_tps, y_of(ordered[i]), f"{ordered[i].num_gpus} GPU, batch {ordered[i].batch}",
                        color) for i in picks)
         frontier_points += list(zip(fx, fy))
     ax.set_xlabel("output speed per request (tokens/s per user = 1 / TPOT)")
-    ax.set_ylabel("cost (USD per million output tokens)")
+    ax.set_ylabel("energy (J per output token, decode step)" if objective == "energy" else
+                  "cost (USD per million output tokens)")
     ax.set_yscale("log")
     ax.set_xscale("log")
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter

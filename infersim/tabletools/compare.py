@@ -191,43 +191,53 @@ def compare_tables(dir_a: Path, dir_b: Path, threshold: float = DEFAULT_THRESHOL
         raise InferSimError(f"threshold {threshold!r}: must be a finite factor > 1 (e.g. 1.25: flag slices "
                             "more than 25% above or below their file's median ratio)")
     table_a, table_b = _read(Path(dir_a), "DIR_A"), _read(Path(dir_b), "DIR_B")
-    names_a, names_b = set(table_a.tables), set(table_b.tables)
+    # a gzip-compressed file holds the same table as its plain namesake: pairs are made by the CSV name
+    by_stem_a, by_stem_b = _by_csv_name(table_a), _by_csv_name(table_b)
+    names_a, names_b = set(by_stem_a), set(by_stem_b)
     files = []
     all_ratios: list[float] = []
     for name in sorted(names_a & names_b):
-        family_a = table_a.provenance.tables[name].family
-        family_b = table_b.provenance.tables[name].family
+        file_a, file_b = by_stem_a[name], by_stem_b[name]
+        family_a = table_a.provenance.tables[file_a].family
+        family_b = table_b.provenance.tables[file_b].family
         if family_a != family_b:
             raise InferSimError(f"{name}: a {family_a} table in DIR_A {dir_a} but a {family_b} table in "
                                 f"DIR_B {dir_b}; files of one name must hold the same kernel family")
-        matched = matched_ratios(table_a.tables[name], table_b.tables[name])
+        matched = matched_ratios(table_a.tables[file_a], table_b.tables[file_b])
         all_ratios += [ratio for _row, ratio in matched]
-        files.append(_compare_file(name, family_a, table_a.tables[name], table_b.tables[name], matched, threshold,
-                                   _routing_note(table_a, name, table_b, name)))
+        files.append(_compare_file(name, family_a, table_a.tables[file_a], table_b.tables[file_b], matched,
+                                   threshold, _routing_note(table_a, file_a, table_b, file_b)))
     # a file name is only organisation (every row names its key columns): files without a namesake are
     # paired with the other directory's files of the same family wherever rows of identical shape match
     # (a measured grouped_gemm_bf16.csv against an imported grouped_gemm_bf16_power_law_1.2.csv)
     paired_a: set[str] = set()
     paired_b: set[str] = set()
     for name_a in sorted(names_a - names_b):
-        family = table_a.provenance.tables[name_a].family
+        file_a = by_stem_a[name_a]
+        family = table_a.provenance.tables[file_a].family
         for name_b in sorted(names_b - names_a):
-            if table_b.provenance.tables[name_b].family != family:
+            file_b = by_stem_b[name_b]
+            if table_b.provenance.tables[file_b].family != family:
                 continue
-            matched = matched_ratios(table_a.tables[name_a], table_b.tables[name_b])
+            matched = matched_ratios(table_a.tables[file_a], table_b.tables[file_b])
             if not matched:
                 continue
             paired_a.add(name_a)
             paired_b.add(name_b)
             all_ratios += [ratio for _row, ratio in matched]
-            files.append(_compare_file(f"{name_a} ~ {name_b}", family, table_a.tables[name_a],
-                                       table_b.tables[name_b], matched, threshold,
-                                       _routing_note(table_a, name_a, table_b, name_b)))
+            files.append(_compare_file(f"{name_a} ~ {name_b}", family, table_a.tables[file_a],
+                                       table_b.tables[file_b], matched, threshold,
+                                       _routing_note(table_a, file_a, table_b, file_b)))
     return TableComparison(
         dir_a=str(dir_a), dir_b=str(dir_b), device_a=table_a.provenance.device.name,
         device_b=table_b.provenance.device.name, threshold=threshold, files=tuple(files),
         only_in_a=tuple(sorted(names_a - names_b - paired_a)), only_in_b=tuple(sorted(names_b - names_a - paired_b)),
         ratios=summarise(all_ratios) if all_ratios else None)
+
+
+def _by_csv_name(table: TableDirectory) -> dict[str, str]:
+    """Each file of the directory by its CSV name (gemm_bf16.csv for gemm_bf16.csv.gz)."""
+    return {name.removesuffix(".gz"): name for name in table.tables}
 
 
 def _routing_note(table_a: TableDirectory, name_a: str, table_b: TableDirectory, name_b: str) -> str:

@@ -19,9 +19,9 @@ POINTS_FILE = Path(__file__).resolve().parent / "points.yaml"
 #: the public measurements shipped with the package (public/README.md says what and from where)
 PUBLIC_DIR = Path(__file__).resolve().parent / "public"
 #: the reference files `infersim validate` compares with by default
-DEFAULT_REFERENCES = (PUBLIC_DIR / "validation.yaml",)
+DEFAULT_REFERENCES = (PUBLIC_DIR / "validation.yaml", PUBLIC_DIR / "energy.yaml")
 
 
 def public_file(name: str) -> Path:
-    """A file of the shipped public measurements: validation.yaml, published.yaml."""
+    """A file of the shipped public measurements: validation.yaml, energy.yaml, published.yaml."""
     return PUBLIC_DIR / name

@@ -22,9 +22,11 @@ from infersim.base.errors import MISSING, ConfigError, InferSimError
 from infersim.shapes.comm_shapes import TokenExchangeShape
 from infersim.shapes.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables
 from infersim.cards import categories as cat
-from infersim.validate.mapping import KERNEL_KINDS, STAGE_FROM, STAGE_KINDS, Conversion, PointMapping, fit_run_to_spec
+from infersim.validate.mapping import (ENERGY_FROM, ENERGY_KINDS, KERNEL_KINDS, STAGE_FROM, STAGE_KINDS, Conversion,
+                                       PointMapping, fit_run_to_spec)
 
 WITHIN = 0.15  # the share of points within this |error| is reported
+ENERGY_FAMILY = "energy"
 NEEDS_SERVE = "needs the request-level simulator (issue 14): infersim.serve.api is not part of this build"
 
 SHAPES = {"kernel_gemm": GemmShape, "kernel_grouped_gemm": GroupedGemmShape, "deepep": TokenExchangeShape}
@@ -91,14 +93,17 @@ class Validation:
         return [c for c in self.comparisons if not c.accepted_outlier]
 
     def stats(self) -> dict[str, Any]:
-        """Overall, by source and by kind family (kernel / stage / serving), accepted outliers left out."""
+        """Overall (times and throughputs: kernel / stage / serving), energy overall, by source and by
+        kind family, accepted outliers left out. Energy is a quantity of its own: it is kept out of
+        the overall time statistics and has its own overall."""
         by_source: dict[str, list[float]] = {}
         by_kind: dict[str, list[float]] = {}
         for c in self.counted:
             by_source.setdefault(c.source, []).append(c.error)
             by_kind.setdefault(c.family, []).append(c.error)
         return {
-            "overall": summarize(c.error for c in self.counted),
+            "overall": summarize(c.error for c in self.counted if c.family != ENERGY_FAMILY),
+            "energy": summarize(c.error for c in self.counted if c.family == ENERGY_FAMILY),
             "by_source": {k: summarize(v) for k, v in by_source.items()},
             "by_kind": {k: summarize(v) for k, v in by_kind.items()},
         }
@@ -311,11 +316,32 @@ class _Evaluator:
         module = (str(out.get("dominant_module", "-")), "")
         return float(out[conv.source]) * conv.multiply, module, "; ".join(notes)
 
+    def energy(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+        from infersim.run.energy import EnergyUnavailable, run_energy
+        from infersim.run.simulate import simulate
+
+        config, notes = self.config(entry)
+        try:
+            result = simulate(config)
+        except InferSimError as exc:
+            raise _Refused("; ".join([f"refused: {exc}", *notes])) from None
+        energy = run_energy(result)
+        if isinstance(energy, EnergyUnavailable):
+            raise _Refused(energy.reason)
+        step = energy.decode
+        kind = max(step.seconds_by_kind, key=step.seconds_by_kind.__getitem__)
+        share = step.seconds_by_kind[kind] / sum(step.seconds_by_kind.values())
+        notes += [f"does not fit: {limit}" for limit in result.unfit]
+        return (float(getattr(energy, ENERGY_FROM[conv.source])) * conv.multiply,
+                (f"decode {kind}-bound", f"{100 * share:.0f}%"), "; ".join(notes))
+
     def value(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str], str]:
         if entry.kind in KERNEL_KINDS:
             return self.kernel(entry, key, conv)
         if entry.kind in STAGE_KINDS:
             return self.stage(entry, conv)
+        if entry.kind in ENERGY_KINDS:
+            return self.energy(entry, conv)
         return self.serving(entry, conv)
 
 
@@ -331,6 +357,8 @@ _UNIT_TEXT = (("tok/s", re.compile(r"\btok(?:en)?s?\s*/\s*s\b", re.I)),
               ("req/s", re.compile(r"\breq(?:uest)?s?\s*/\s*s\b", re.I)),
               ("TFLOPS", re.compile(r"\bTFLOP/?S\b", re.I)),
               ("GB/s", re.compile(r"\bGB\s*/\s*s\b|\bGBps\b")),
+              ("J/tok", re.compile(r"\bJ\s*/\s*tok(?:en)?s?\b")),
+              ("W", re.compile(r"(?<![/\w])W\b")),
               ("ms", re.compile(r"\bms\b")),
               ("us", re.compile(r"\bus\b|[µμ]s\b")),
               ("s", re.compile(r"(?<![/\w])s\b|\bseconds?\b")))
@@ -349,6 +377,8 @@ def predicted_unit(source: str) -> str | None:
         return _KERNEL_UNITS[source]
     if source in _STAGE_UNITS:
         return _STAGE_UNITS[source]
+    if source in ENERGY_FROM:
+        return "W" if source.endswith("watts_per_gpu") else "J/tok"
     if source.endswith("_ms"):
         return "ms"
     if source.startswith("request_") and ("throughput" in source or "goodput" in source):
@@ -389,7 +419,7 @@ def check_units(reference: dict[str, ReferencePoint], mapping: dict[str, PointMa
             if not named:
                 raise ConfigError(reference_path, f"{pid}.unit", point.unit or MISSING,
                                   f"names no unit its prediction '{conv.source}' ({expected}) can be compared in "
-                                  "(known: tok/s, req/s, TFLOPS, GB/s, ms, us, s)")
+                                  "(known: tok/s, req/s, TFLOPS, GB/s, J/token, W, ms, us, s)")
             if expected not in named:
                 raise ConfigError(reference_path, f"{pid}.unit", point.unit,
                                   f"the point is measured in {', '.join(sorted(named))}, but its mapping's "

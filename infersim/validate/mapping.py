@@ -21,17 +21,23 @@ from infersim.base.errors import MISSING, ConfigError
 KERNEL_KINDS = ("kernel_gemm", "kernel_grouped_gemm", "deepep")
 STAGE_KINDS = ("stage_prefill", "stage_decode")
 SERVING_KINDS = ("serving",)
-KINDS = KERNEL_KINDS + STAGE_KINDS + SERVING_KINDS
+# a run's energy (infersim.run.energy): its own family, kept out of the overall time statistics
+ENERGY_KINDS = ("energy",)
+KINDS = KERNEL_KINDS + STAGE_KINDS + SERVING_KINDS + ENERGY_KINDS
 
 # Family of each kind, for the statistics "by kind".
 FAMILY = {"kernel_gemm": "kernel", "kernel_grouped_gemm": "kernel", "deepep": "kernel",
-          "stage_prefill": "stage", "stage_decode": "stage", "serving": "serving"}
+          "stage_prefill": "stage", "stage_decode": "stage", "serving": "serving", "energy": "energy"}
 
 # What a kernel result can be turned into (see Conversion).
 KERNEL_FROM = ("time_us", "tflops", "gbps")
 # What a stage result can be turned into: (stage, quantity).
 STAGE_FROM = {"prefill.tgs": ("prefill", "tgs"), "prefill.ttft_ms": ("prefill", "ttft_ms"),
               "decode.tgs": ("decode", "tgs"), "decode.tpot_ms": ("decode", "tpot_ms")}
+# What a run's energy can be turned into: the attributes of infersim.run.energy.RunEnergy.
+ENERGY_FROM = {"energy.joules_per_output_token": "joules_per_output_token",
+               "energy.decode_joules_per_token": "joules_per_decode_token",
+               "energy.watts_per_gpu": "watts_per_gpu"}
 
 _ENTRY_KEYS = {"id", "kind", "hardware", "kernel", "run", "set", "serving", "metric", "metrics", "not_expressed",
                "why", "accepted_outlier"}
@@ -104,6 +110,8 @@ def _conversion(data: Any, kind: str, source: str, where: str) -> Conversion:
         raise ConfigError(source, f"{where}.from", frm, f"a kernel point's number is one of {', '.join(KERNEL_FROM)}")
     if kind in STAGE_KINDS and frm not in STAGE_FROM:
         raise ConfigError(source, f"{where}.from", frm, f"a stage point's number is one of {', '.join(STAGE_FROM)}")
+    if kind in ENERGY_KINDS and frm not in ENERGY_FROM:
+        raise ConfigError(source, f"{where}.from", frm, f"an energy point's number is one of {', '.join(ENERGY_FROM)}")
     if kind in STAGE_KINDS and STAGE_FROM[frm][0] != kind.split("_")[1]:
         raise ConfigError(source, f"{where}.from", frm, f"a {kind} point compares the {kind.split('_')[1]} stage")
     multiply = data.get("multiply", 1.0)

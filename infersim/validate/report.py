@@ -40,6 +40,7 @@ def to_json_data(result: Validation) -> dict[str, Any]:
         "points": [_point_data(c) for c in result.comparisons],
         "summary": {
             "overall": _stats_data(stats["overall"]),
+            "energy": _stats_data(stats["energy"]),
             "by_source": {k: _stats_data(v) for k, v in stats["by_source"].items()},
             "by_kind": {k: _stats_data(v) for k, v in stats["by_kind"].items()},
         },
@@ -75,6 +76,8 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
         lines.append("no point compared")
     stats = result.stats()
     rows = [_stats_row("overall", stats["overall"])]
+    if stats["energy"] is not None:  # energy is its own quantity: kept out of the overall of times
+        rows.append(_stats_row("overall energy", stats["energy"]))
     rows += [_stats_row(f"source {k}", v) for k, v in sorted(stats["by_source"].items())]
     rows += [_stats_row(f"kind {k}", v) for k, v in sorted(stats["by_kind"].items())]
     overall = stats["overall"]
@@ -85,6 +88,11 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
                       f"{100 * overall.within_share:.0f}%; {len(result.not_expressed)} points not expressed"
                       + (f"; {len(excluded)} accepted outlier{'s' if len(excluded) > 1 else ''} excluded" if excluded
                          else "")]
+    energy = stats["energy"]
+    if energy is not None:
+        lines.append(f"energy: {energy.n} numbers compared (J per output token, W per GPU), median |error| "
+                     f"{100 * energy.median_abs_error:.1f}%, mean |error| {100 * energy.mean_abs_error:.1f}%, "
+                     f"within {round(100 * WITHIN)}%: {100 * energy.within_share:.0f}%; not in the overall above")
     lines += ["", "SUMMARY (error = (predicted - measured) / measured)",
               tabulate(rows, headers=["group", "n", "median |err|", "mean |err|", "signed mean",
                                       f"within {round(100 * WITHIN)}%"], disable_numparse=True)]

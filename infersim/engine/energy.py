@@ -1,0 +1,82 @@
+"""A step's energy on one GPU: each operation's time at the draw of what bounds it (docs/energy.md).
+
+The model. Each operation of a step runs at the hardware card's draw for its bound (`Power`):
+compute-bound at `compute_bound`, memory-bound at `memory_bound`, communication at
+`communication_bound`; time bound by launch overhead, the serving engine's exposed host work and
+weights waiting on the host link is the GPU waiting, at `idle`. Written as idle power for the whole
+step plus each operation's draw above idle,
+
+    E = P_idle x T_step + sum over operations of t_op x (P_bound(op) - P_idle),
+
+which is sum(t_op x P_bound(op)) when operations run one after another (T_step = sum t_op). Under
+two-batch overlap one micro-batch's communication runs beside the other's compute: both add their
+draw above idle during the overlap, and the step is shorter than the operations' sum by the
+overlap saved. The GPU's power management holds the mean at the board power: E <= P_board x T_step
+(`capped` says when it binds). Every GPU of a deployment runs the same step (the stage engine
+prices one GPU; a rank that finishes early waits at idle draw, which the busiest rank's step time
+already counts), so a step's energy over all GPUs is this times the GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infersim.cards.power import Power
+from infersim.engine.stage import StageResult
+from infersim.shapes.kernels import Bound
+
+#: the kind of draw each bound runs at; launch overhead, host work and the host link are waiting
+KIND_OF_BOUND = {Bound.COMPUTE: "compute", Bound.MEMORY: "memory", Bound.COMM: "communication",
+                 Bound.OVERHEAD: "idle", Bound.HOST_LINK: "idle"}
+KINDS = ("compute", "memory", "communication", "idle")
+
+
+def draw(power: Power, kind: str) -> float:
+    """Watts one GPU draws while doing `kind` of work."""
+    return {"compute": power.compute_bound, "memory": power.memory_bound,
+            "communication": power.communication_bound, "idle": power.idle}[kind]
+
+
+@dataclass(frozen=True)
+class StepEnergy:
+    """One step on one GPU: joules, the step's seconds, seconds per kind of work, and whether the
+    board power limit bounded the mean draw."""
+
+    joules: float
+    seconds: float
+    seconds_by_kind: dict[str, float]
+    capped: bool = False
+
+    @property
+    def watts(self) -> float:
+        """Mean draw of the GPU over the step."""
+        return self.joules / self.seconds if self.seconds > 0 else 0.0
+
+
+def step_energy(seconds_by_kind: dict[str, float], step_s: float, power: Power) -> StepEnergy:
+    """The energy of a step of `step_s` seconds whose operations spent `seconds_by_kind` (their sum
+    may exceed the step under overlap; a step longer than the sum waits at idle draw)."""
+    joules = power.idle * step_s + sum(t * (draw(power, kind) - power.idle) for kind, t in seconds_by_kind.items())
+    limit = power.board * step_s
+    return StepEnergy(min(joules, limit), step_s, dict(seconds_by_kind), joules > limit * (1 + 1e-12))
+
+
+def seconds_by_kind(stage: StageResult) -> dict[str, float]:
+    """Seconds of a stage's operations by kind of draw (all layers and micro-batches)."""
+    out = dict.fromkeys(KINDS, 0.0)
+    for op in stage.operations:
+        out[KIND_OF_BOUND[op.bound]] += op.time_s
+    return out
+
+
+def kinds_of_bounds(by_bound: dict[Bound, float]) -> dict[str, float]:
+    """Seconds by bound (infersim.engine.stage.stage_time_by_bound) as seconds by kind of draw."""
+    out = dict.fromkeys(KINDS, 0.0)
+    for bound, seconds in by_bound.items():
+        out[KIND_OF_BOUND[bound]] += seconds
+    return out
+
+
+def stage_energy(stage: StageResult, power: Power) -> StepEnergy:
+    """One step of a stage on one GPU (a chunked prompt's steps together)."""
+    return step_energy(seconds_by_kind(stage), stage.step_time_s, power)
