@@ -205,7 +205,8 @@ def compare_tables(dir_a: Path, dir_b: Path, threshold: float = DEFAULT_THRESHOL
                                 f"DIR_B {dir_b}; files of one name must hold the same kernel family")
         matched = matched_ratios(table_a.tables[file_a], table_b.tables[file_b])
         all_ratios += [ratio for _row, ratio in matched]
-        files.append(_compare_file(name, family_a, table_a.tables[file_a], table_b.tables[file_b], matched,
+        shown = file_a if file_a == file_b else name
+        files.append(_compare_file(shown, family_a, table_a.tables[file_a], table_b.tables[file_b], matched,
                                    threshold, _routing_note(table_a, file_a, table_b, file_b)))
     # a file name is only organisation (every row names its key columns): files without a namesake are
     # paired with the other directory's files of the same family wherever rows of identical shape match
