@@ -10,7 +10,7 @@ from typing import Any
 
 from infersim.cli.main import number_arg
 from infersim.cards.schema import check_number
-from infersim.base.errors import ConfigError, InferSimError, NotPossible, shorten
+from infersim.base.errors import ConfigError, InferSimError, NotPossible, echo, shorten
 from infersim.sweep.analysis import Targets, best_per_variant, feasible, frontiers, variant_axes
 from infersim.sweep.evaluate import Row, Search, SweepSpec
 from infersim.sweep.grid import expand_values, parse_grid
@@ -25,7 +25,8 @@ from infersim.sweep.output import (
     rows_table,
     write_output,
 )
-from infersim.sweep.runner import SweepResult, dask_executor, run_sweep
+from infersim.sweep.cluster import dask_executor
+from infersim.sweep.runner import SweepResult, run_sweep
 from infersim.sweep.variants import load_base
 
 GRID_HELP = """\
@@ -182,13 +183,16 @@ def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
         return run_sweep(spec, workers=args.workers, progress=args.progress)
     if kind == "serial":
         return run_sweep(spec, workers=1, progress=args.progress)
-    if kind.startswith(("dask://", "tcp://")):
+    if "://" in kind:  # dask:// and tcp:// only: parse_address refuses every other scheme
         executor, client = dask_executor(kind)
         try:
             return run_sweep(spec, executor=executor, workers=args.workers, progress=args.progress)
+        except OSError as exc:  # the scheduler went away mid-sweep (distributed's CommClosedError is an OSError)
+            raise InferSimError(f"--executor {kind}: the Dask cluster failed during the sweep "
+                                f"({type(exc).__name__}: {exc})") from None
         finally:
             client.close()
-    raise InferSimError(f"--executor {kind}: expected processes, serial or dask://HOST:PORT")
+    raise InferSimError(f"--executor {echo(kind)}: expected processes, serial or dask://HOST:PORT")
 
 
 def _summary(result: SweepResult) -> str:

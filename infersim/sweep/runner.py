@@ -296,24 +296,3 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:,.0f} min"
     return f"{seconds / 3600:,.1f} h"
-
-
-def dask_executor(address: str) -> tuple[cf.Executor, Any]:
-    """An Executor sending chunks to the Dask scheduler at `address` (dask://HOST:PORT or
-    tcp://HOST:PORT); returns (executor, client) — close the client when done."""
-    try:
-        from dask.distributed import Client
-    except ImportError:
-        raise InferSimError("--executor dask://...: Dask is not installed; pip install 'dask[distributed]' "
-                            "(or, in the infersim clone: pip install '.[dask]')") from None
-    target = address
-    if target.startswith("dask://"):
-        target = "tcp://" + target[len("dask://"):]
-    if not target.split("://", 1)[-1]:
-        raise InferSimError(f"--executor {address}: expected dask://HOST:PORT")
-    try:
-        client = Client(target, timeout=10)
-    except (OSError, TimeoutError) as exc:
-        raise InferSimError(f"--executor {address}: cannot reach a Dask scheduler there ({exc})") from None
-    return client.get_executor(), client
-

@@ -1,0 +1,158 @@
+"""Hostile input, round 4 (second part): a Dask executor aimed at the wrong thing, unbounded sweeps,
+malformed measured validation files, impossible trace shapes, models guessed from HF configs, advice
+computed from the need, dropped bench data and messages that name what the user wrote."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from test_hostile_cli import one_line_error, run
+
+# -- a Dask executor aimed at the wrong thing
+
+
+@contextmanager
+def local_server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A TCP server on 127.0.0.1 that hands each connection to `answer`; yields its dask:// address."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            held.append(conn)
+            try:
+                answer(conn)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"dask://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(2)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def silent(conn: socket.socket) -> None:
+    """Accepts and says nothing (a server that waits for its client to speak first)."""
+
+
+def http(conn: socket.socket) -> None:
+    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+
+def junk(conn: socket.socket) -> None:
+    conn.sendall(b"\x10\x00\x00\x00\x00\x00\x00\x00" + b"\xff" * 16)  # a plausible length, then no Dask frames
+
+
+def hangs_up(conn: socket.socket) -> None:
+    conn.close()
+
+
+@pytest.fixture
+def short_timeout(monkeypatch):
+    from infersim.sweep import cluster
+
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 0.5)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (silent, "connected, but no Dask handshake within 0.5 s: not a Dask scheduler"),
+    (http, "the server's first bytes b'HTTP/1.1' are not a Dask message: not a Dask scheduler"),
+    (junk, "the server's first message is not a Dask handshake: not a Dask scheduler"),
+    (hangs_up, "the connection failed before a Dask handshake"),
+])
+@pytest.mark.parametrize("command", [
+    ["sweep", "--config", "qwen3-30b.yaml", "--grid", "deployment.ffn.ep=1,2"],
+    ["pareto", "--config", "qwen3-30b.yaml", "--gpus", "4", "--max-pp", "1"],
+    ["serve", "--config", "serve-llama-8b-h100.yaml", "--rate-sweep", "1,2", "--num-requests", "10"],
+])
+def test_an_executor_that_is_not_a_dask_scheduler_is_one_line(capsys, short_timeout, answer, message, command) -> None:
+    pytest.importorskip("distributed")
+    with local_server(answer) as address:
+        code, _out, err = run(capsys, *command, "--executor", address)
+    assert code == 2
+    one_line_error(err, f"--executor {address}", message)
+
+
+@pytest.mark.parametrize("address", ["file:///etc/passwd", "http://127.0.0.1:80", "dask://", "dask://host",
+                                     "dask://host:0", "dask://host:99999", "tcp://:8786", "dask://a b:1"])
+def test_only_dask_and_tcp_addresses_are_taken(capsys, address) -> None:
+    code, _out, err = run(capsys, "sweep", "--config", "qwen3-30b.yaml", "--grid", "deployment.ffn.ep=1,2",
+                          "--executor", address)
+    assert code == 2
+    one_line_error(err, "--executor", "expected dask://HOST:PORT" if "99999" not in address and ":0" not in address
+                   else "is not between 1 and 65535")
+
+
+def test_a_closed_port_is_one_line(capsys) -> None:
+    with socket.socket() as probe:  # a port nobody listens on: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        code, _out, err = run(capsys, "sweep", "--config", "qwen3-30b.yaml", "--grid", "deployment.ffn.ep=1,2",
+                              "--executor", f"dask://127.0.0.1:{port}")
+    assert code == 2
+    one_line_error(err, f"--executor dask://127.0.0.1:{port}: cannot connect")
+
+
+def test_a_real_scheduler_passes_the_probe() -> None:
+    distributed = pytest.importorskip("distributed")
+    from infersim.sweep.cluster import probe_scheduler
+
+    with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None,
+                                  protocol="tcp", host="127.0.0.1") as cluster:
+        probe_scheduler(cluster.scheduler_address, timeout_s=5)
+        with pytest.raises(Exception, match="could not register with it"):
+            from infersim.sweep.cluster import dask_executor
+
+            worker = next(iter(cluster.workers.values())).address
+            dask_executor(worker)
+
+
+def test_serve_flags_nothing_reads_are_refused(capsys) -> None:
+    base = ["serve", "--config", "serve-llama-8b-h100.yaml"]
+    code, _out, err = run(capsys, *base, "--rate-sweep", "1:3:1", "--rate", "5")
+    assert code == 2
+    one_line_error(err, "--rate 5 with --rate-sweep: the search chooses the rates; drop --rate")
+    code, _out, err = run(capsys, *base, "--max-rate-under-slo", "--slo", "ttft=1s", "--rate", "5")
+    assert code == 2
+    one_line_error(err, "--rate 5 with --max-rate-under-slo")
+    code, _out, err = run(capsys, *base, "--rate", "1", "--workers", "4")
+    assert code == 2
+    one_line_error(err, "--workers 4: runs the points of --rate-sweep or --max-rate-under-slo")
+    code, _out, err = run(capsys, *base, "--rate", "1", "--trace-time-scale", "0.5")
+    assert code == 2
+    one_line_error(err, "--trace-time-scale 0.5 scales a --trace's arrival times; there is no --trace")
+
+
+def test_a_rate_search_with_a_concurrency_caps_each_rate(capsys) -> None:
+    code, out, err = run(capsys, "serve", "--config", "serve-llama-8b-h100.yaml", "--rate-sweep", "2,4",
+                         "--concurrency", "1", "--num-requests", "20", "--workers", "1", "--format", "json")
+    assert code == 0, err
+    import json
+
+    rows = json.loads(out)["rate_sweep"]
+    uncapped_code, uncapped, _ = run(capsys, "serve", "--config", "serve-llama-8b-h100.yaml", "--rate-sweep", "2,4",
+                                     "--num-requests", "20", "--workers", "1", "--format", "json")
+    free = json.loads(uncapped)["rate_sweep"]
+    # one request in flight at a time: the 20 requests run one after another, each ~3.4 s (500 tokens
+    # at ~6.7 ms), so the run lasts longer than arrivals at 4 req/s with every request admitted
+    assert [r["rate"] for r in rows] == [2.0, 4.0]
+    assert rows[1]["duration"] > 20 * 3 > free[1]["duration"]
