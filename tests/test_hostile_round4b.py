@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-
 from test_hostile_cli import one_line_error, run
 
 # -- a Dask executor aimed at the wrong thing
@@ -149,7 +148,7 @@ def test_a_rate_search_with_a_concurrency_caps_each_rate(capsys) -> None:
     import json
 
     rows = json.loads(out)["rate_sweep"]
-    uncapped_code, uncapped, _ = run(capsys, "serve", "--config", "serve-llama-8b-h100.yaml", "--rate-sweep", "2,4",
+    _code, uncapped, _ = run(capsys, "serve", "--config", "serve-llama-8b-h100.yaml", "--rate-sweep", "2,4",
                                      "--num-requests", "20", "--workers", "1", "--format", "json")
     free = json.loads(uncapped)["rate_sweep"]
     # one request in flight at a time: the 20 requests run one after another, each ~3.4 s (500 tokens
