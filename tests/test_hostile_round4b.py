@@ -155,3 +155,37 @@ def test_a_rate_search_with_a_concurrency_caps_each_rate(capsys) -> None:
     # at ~6.7 ms), so the run lasts longer than arrivals at 4 req/s with every request admitted
     assert [r["rate"] for r in rows] == [2.0, 4.0]
     assert rows[1]["duration"] > 20 * 3 > free[1]["duration"]
+
+
+# -- messages name what the user wrote
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "llama-3.1-8b", "--num-gpus", "2", "--tp", "4"], "--tp 4: more than the 2 GPUs of a pipeline stage (--num-gpus 2)"),
+    (["--model", "llama-3.1-8b", "--num-gpus", "8", "--tp", "3"], "--tp 3: does not divide the 8 GPUs of a pipeline stage"),
+    (["--model", "qwen3-30b-a3b", "--num-gpus", "256", "--ep", "256"], "--ep 256: more than the 128 routed experts of qwen3-30b-a3b"),
+    (["--model", "qwen3-30b-a3b", "--num-gpus", "8", "--ep", "3"], "--ep 3: does not divide the 8 GPUs of a pipeline stage"),
+    (["--model", "qwen3-30b-a3b", "--num-gpus", "8", "--tp", "2", "--dp-attention", "2"],
+     "--tp 2 x --dp-attention 2 = 4: fewer than the 8 GPUs of a pipeline stage"),
+    (["--model", "llama-3.1-8b", "--num-gpus", "6", "--pp", "4"], "--pp 4: 4 pipeline stages do not divide --num-gpus 6"),
+    (["--model", "llama-3.1-8b", "--pp", "3"], "--pp 3: llama-3.1-8b's 32 layers do not divide into 3 pipeline stages"),
+])
+def test_layout_flags_are_named_in_their_messages(capsys, flags, message) -> None:
+    code, _out, err = run(capsys, *flags, "--hardware", "h100")
+    assert code == 2
+    line = one_line_error(err, message)
+    assert "attention.dp" not in line and "lm_head" not in line
+
+
+def test_a_config_layout_names_the_field_it_gets_wrong(capsys) -> None:
+    """The same classes from a config file: an EP above the experts is blamed on EP, not the LM head;
+    a TP whose DP follows from it is blamed on TP, not on 'dp 0'."""
+    code, _out, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "deployment.num_gpus=256",
+                          "--set", "deployment.num_nodes=32", "--set", "deployment.attention.dp=0",
+                          "--set", "deployment.attention.tp=1", "--set", "deployment.ffn.ep=256")
+    assert code == 2
+    one_line_error(err, "field 'deployment.ffn.ep' (value: 256): larger than the model's 128 experts")
+    code, _out, err = run(capsys, "--config", "qwen3-30b.yaml", "--set", "deployment.attention.tp=8",
+                          "--set", "deployment.attention.dp=0")
+    assert code == 2
+    one_line_error(err, "field 'deployment.attention.tp' (value: 8): is more than the 4 GPUs of a pipeline stage")
