@@ -189,3 +189,53 @@ def test_a_config_layout_names_the_field_it_gets_wrong(capsys) -> None:
                           "--set", "deployment.attention.dp=0")
     assert code == 2
     one_line_error(err, "field 'deployment.attention.tp' (value: 8): is more than the 4 GPUs of a pipeline stage")
+
+
+# -- advice computed from the need
+
+
+def _unfit_line(out: str) -> str:
+    lines = out.splitlines()
+    return lines[lines.index(next(line for line in lines if line.startswith("DOES NOT FIT"))) + 1]
+
+
+def test_a_reserve_larger_than_the_hbm_reports_no_negative_memory_and_no_gpu_count(capsys) -> None:
+    """A 1e14-wide FFN: activations of a 2,000-token prefill step of 1.2e9 GB. The message said 'only
+    -1,199,999,915.51 GB ... are left' and 'about 2 x h100-sxm'."""
+    code, out, _err = run(capsys, "--model", "llama-3.1-8b", "--hardware", "h100",
+                          "--set", "model.intermediate_size=100000000000000")
+    assert code == 1
+    line = _unfit_line(out)
+    assert "the runtime's reserve alone is 1,200,000,001.03 GB, more than the 85.52 GB of HBM" in line
+    assert "fewer prompt tokens per prefill step" in line
+    assert " -" not in line.replace(" - weights", "") and "x h100-sxm" not in line
+
+
+def test_weights_no_cluster_holds_get_no_gpu_count(capsys) -> None:
+    """A 1e13-token vocabulary: 1.6e8 GB of embeddings and LM head. Two GPUs were offered."""
+    code, out, _err = run(capsys, "--model", "llama-3.1-8b", "--hardware", "h100",
+                          "--set", "model.vocab_size=10000000000000")
+    assert code == 1
+    line = _unfit_line(out)
+    assert "weights need 163,840,013.96 GB per GPU" in line
+    assert "no fix offered: about 4.19e+06 x h100-sxm would hold them, more than 1,000,000 GPUs" in line
+    assert "fp8" not in line  # half of 1.6e8 GB does not fit either
+
+
+@pytest.mark.parametrize("layers, advice", [
+    (3200, "fix: more GPUs, about 32 x h100-sxm (e.g. --num-gpus 32 --tp 8 --pp 4)"),  # 1,398 GB x 1.25 / 72.23 GB
+    # 141.69 GB x 1.25 / 72.23 GB = 2.45 -> 4 (layouts in powers of two); half of it, 70.8 GB, fits in fp8
+    (320, "fix: more GPUs, about 4 x h100-sxm (e.g. --num-gpus 4 --tp 4), or fp8 weights (--precision fp8)"),
+])
+def test_more_gpus_follow_the_need(capsys, layers, advice) -> None:
+    code, out, _err = run(capsys, "--model", "llama-3.1-8b", "--hardware", "h100",
+                          "--set", f"model.num_hidden_layers={layers}")
+    assert code == 1
+    assert _unfit_line(out).endswith(advice)
+
+
+def test_a_gemm_wider_than_every_table_is_extrapolated_not_a_recursion(capsys) -> None:
+    """hidden_size 1e7 against aiconfigurator's GEMM planes: a (K, N) corner the plane lacks ended in
+    RecursionError."""
+    code, out, _err = run(capsys, "--model", "llama-3.1-8b", "--hardware", "h100", "--set", "model.hidden_size=10000000")
+    assert code == 1 and "DOES NOT FIT" in out
