@@ -8,8 +8,12 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_hostile_cli import one_line_error, run
 
 # -- a Dask executor aimed at the wrong thing
@@ -239,3 +243,65 @@ def test_a_gemm_wider_than_every_table_is_extrapolated_not_a_recursion(capsys) -
     RecursionError."""
     code, out, _err = run(capsys, "--model", "llama-3.1-8b", "--hardware", "h100", "--set", "model.hidden_size=10000000")
     assert code == 1 and "DOES NOT FIT" in out
+
+
+# -- validate --measured: malformed points and the number rule
+
+MEASURED_FIXTURE = Path(__file__).parent / "data" / "gpu_validation_fixture.yaml"
+
+
+def _measured_file(tmp_path: Path, edit: Callable[[dict], None]) -> Path:
+    data = yaml.safe_load(MEASURED_FIXTURE.read_text())
+    edit(data)
+    path = tmp_path / "measured.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("edit, field, problem", [
+    (lambda d: d["points"][0].update(metric=["ttft_ms"]), "points[0] (fx-llama-2-7b-2l-eager-ttft-b1-p1024).metric",
+     "expected one of ttft_ms, decode_step_ms"),
+    (lambda d: d["points"][1].update(new_tokens=[8, 40, 72]), ".new_tokens", "expected a list of two token counts"),
+    (lambda d: d["points"][1].update(new_tokens=8), ".new_tokens", "expected a list of two token counts"),
+    (lambda d: d["points"][1].update(new_tokens=[40, 8]), ".new_tokens", "N2 must be larger than N1"),
+    (lambda d: d["points"][1].update(new_tokens=[8, "x"]), ".new_tokens[1]", "expected a whole number"),
+    (lambda d: d["points"][0].update(provenance="gpu box"), ".provenance", "expected a mapping"),
+    (lambda d: d["points"][0].update(provenance=[1, 2]), ".provenance", "expected a mapping"),
+    (lambda d: d.update(provenance="gpu box"), "field 'provenance'", "expected a mapping"),
+    (lambda d: d["points"][0].update(value=1e-300), ".value", "magnitude must be 0 or between 1e-40 and 1e+40"),
+    (lambda d: d["points"][0].update(value=1e300), ".value", "magnitude must be 0 or between 1e-40 and 1e+40"),
+    (lambda d: d["points"][0].update(value=[4.0]), ".value", "expected a number"),
+    (lambda d: d["points"][0].update(batch=1.5), ".batch", "expected a whole number"),
+    (lambda d: d["points"][0].update(hardware=["h100"]), ".hardware", "expected a name"),
+    (lambda d: d["points"][0].update(id=7), ".id", "expected a name"),
+    (lambda d: d["points"][0]["model"].update(full_layers="all"), ".model.full_layers", "expected a whole number"),
+])
+def test_a_malformed_measured_point_is_one_line(tmp_path, capsys, edit, field, problem) -> None:
+    path = _measured_file(tmp_path, edit)
+    code, out, err = run(capsys, "validate", "--measured", str(path))
+    assert code == 2 and out == ""
+    one_line_error(err, str(path), field, problem)
+
+
+measured_values = st.recursive(st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=True)
+                               | st.text(max_size=4),
+                               lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                            max_size=3), max_leaves=8)
+
+
+@given(point=st.integers(0, 2), key=st.sampled_from(["id", "metric", "value", "unit", "batch", "prompt_tokens",
+                                                     "new_tokens", "kv_capacity", "hardware", "engine", "mode",
+                                                     "provenance", "model", "samples_ms"]), value=measured_values)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_measured_points_are_read_or_refused_in_one_message(tmp_path, point, key, value) -> None:
+    from infersim.base.errors import ConfigError
+    from infersim.validate.measured import load_measured
+
+    path = _measured_file(tmp_path, lambda d: d["points"][point].update({key: value}))
+    try:
+        measured = load_measured([path])
+    except ConfigError as exc:
+        assert str(exc).startswith(str(path)) and "\n" not in str(exc)
+    else:
+        for ref in measured.reference.values():
+            assert 1e-40 <= ref.value <= 1e40
