@@ -305,3 +305,82 @@ def test_measured_points_are_read_or_refused_in_one_message(tmp_path, point, key
     else:
         for ref in measured.reference.values():
             assert 1e-40 <= ref.value <= 1e40
+
+
+# -- bench files: a bad per-request length is refused with its index, not the whole list dropped
+
+BENCH = {"backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "request_rate": 8.0, "burstiness": 1.0,
+         "max_concurrency": None, "num_prompts": 500, "completed": 500, "total_input_tokens": 500_000,
+         "total_output_tokens": 100_000, "mean_ttft_ms": 41.8, "median_ttft_ms": 37.9, "p99_ttft_ms": 92.4,
+         "mean_tpot_ms": 11.6, "median_tpot_ms": 11.6, "p99_tpot_ms": 14.1, "request_throughput": 7.77,
+         "output_throughput": 1553.5}
+
+
+def _bench_file(tmp_path: Path, **changes) -> Path:
+    import json
+
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({**BENCH, **changes}))
+    return path
+
+
+@pytest.mark.parametrize("key, values, index, problem", [
+    ("input_lens", [1000] * 250 + ["x"] + [1000] * 249, 250, "expected a whole number"),
+    ("output_lens", [200] * 499 + [-3], 499, "must be at least 0"),
+    ("input_lens", [1000.5] + [1000] * 499, 0, "expected a whole number"),
+    ("output_lens", [200] * 10 + [None] + [200] * 489, 10, "expected a whole number"),
+])
+def test_a_bad_length_entry_is_refused_with_its_index(tmp_path, capsys, key, values, index, problem) -> None:
+    path = _bench_file(tmp_path, **{"input_lens": [1000] * 500, "output_lens": [200] * 500, key: values})
+    code, _out, err = run(capsys, "compare", "--bench-result", str(path), "--hardware", "h100")
+    assert code == 2
+    one_line_error(err, str(path), f"field '{key}[{index}]'", problem)
+
+
+def test_lengths_that_are_not_a_list_are_refused(tmp_path, capsys) -> None:
+    path = _bench_file(tmp_path, input_lens={"a": 1}, output_lens=[200] * 500)
+    code, _out, err = run(capsys, "compare", "--bench-result", str(path), "--hardware", "h100")
+    assert code == 2
+    one_line_error(err, "field 'input_lens'", "expected a list of per-request token counts")
+
+
+def test_failed_requests_output_zero_is_not_a_length(tmp_path, capsys) -> None:
+    """vLLM saves output length 0 for a failed request: the range is over the served ones."""
+    path = _bench_file(tmp_path, input_lens=[900, 1100] * 250, output_lens=[0] * 3 + [150, 250] * 248 + [200])
+    code, out, err = run(capsys, "compare", "--bench-result", str(path), "--hardware", "h100", "--format", "json")
+    assert code == 0, err
+    assert "request lengths: input drawn uniformly over the file's range 900..1,100, output drawn uniformly over " \
+           "the file's range 150..250 tokens" in out
+
+
+def test_one_list_of_lengths_is_used_and_the_other_side_said(tmp_path, capsys) -> None:
+    path = _bench_file(tmp_path, input_lens=[900, 1100] * 250)
+    code, out, err = run(capsys, "compare", "--bench-result", str(path), "--hardware", "h100")
+    assert code == 0, err
+    assert ("request lengths: input drawn uniformly over the file's range 900..1,100, output the file's mean 200.0 "
+            "(it lists no per-request output lengths) tokens") in out
+
+
+def test_a_backend_that_is_not_text_is_refused(tmp_path, capsys) -> None:
+    path = _bench_file(tmp_path, backend=["vllm"])
+    code, _out, err = run(capsys, "compare", "--bench-result", str(path), "--hardware", "h100")
+    assert code == 2
+    one_line_error(err, "field 'backend'", "expected a name")
+
+
+@given(key=st.sampled_from(sorted(BENCH) + ["input_lens", "output_lens", "endpoint_type"]), value=measured_values)
+@settings(max_examples=300, deadline=None)
+def test_bench_results_are_read_or_refused_in_one_message(key, value) -> None:
+    from infersim.base.errors import InferSimError
+    from infersim.serve.bench_result import parse_serving_result, serve_options
+
+    try:
+        result = parse_serving_result({**BENCH, key: value}, "b.json", 1)
+    except InferSimError as exc:
+        assert str(exc).startswith("b.json: line 1") and "\n" not in str(exc)
+        return
+    options, notes = serve_options(result)
+    assert result.completed >= 1 and all(isinstance(n, str) for n in notes)
+    for name in ("isl", "osl"):
+        spec = options[name]
+        assert (spec["min"] >= 1 and spec["max"] <= 1e15) if isinstance(spec, dict) else spec >= 1
