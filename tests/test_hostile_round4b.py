@@ -384,3 +384,86 @@ def test_bench_results_are_read_or_refused_in_one_message(key, value) -> None:
     for name in ("isl", "osl"):
         spec = options[name]
         assert (spec["min"] >= 1 and spec["max"] <= 1e15) if isinstance(spec, dict) else spec >= 1
+
+
+# -- mfu from-trace: impossible durations and shapes
+
+TRACE = Path(__file__).parent / "data" / "traces" / "llama-2-7b-2l-eager-h100-synthesised-p1x128-d2.json.gz"
+TRACE_RUN = Path(__file__).parent / "data" / "traces" / "llama-2-7b-2l-p1x128-d2.run.yaml"
+
+
+def _edited_trace(tmp_path: Path, edit: Callable[[dict], None], name: str = "edited.json.gz") -> Path:
+    import gzip
+    import json
+
+    with gzip.open(TRACE, "rt") as f:
+        data = json.load(f)
+    for event in data["traceEvents"] if isinstance(data, dict) else data:
+        edit(event)
+    path = tmp_path / name
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
+    return path
+
+
+def _from_trace(capsys, trace: Path, out: Path) -> tuple[int, str, str]:
+    return run(capsys, "mfu", "from-trace", str(trace), "--config", str(TRACE_RUN), "--out", str(out))
+
+
+def _kernel_duration(value: Callable[[float, int], float]) -> Callable[[dict], None]:
+    count = [0]
+
+    def edit(event: dict) -> None:
+        if event.get("cat") == "kernel":
+            event["dur"] = value(event["dur"], count[0])
+            count[0] += 1
+    return edit
+
+
+def test_negative_durations_in_from_trace_are_dropped_and_counted(tmp_path, capsys) -> None:
+    """Every other kernel negative: learned from the rest, the drop said (it was ZeroDivisionError)."""
+    trace = _edited_trace(tmp_path, _kernel_duration(lambda dur, i: -dur if i % 2 else dur))
+    code, out, err = _from_trace(capsys, trace, tmp_path / "tables")
+    assert code == 0, err
+    assert "note: 255 GPU events dropped: negative duration" in out
+
+
+def test_a_trace_of_only_negative_durations_says_so(tmp_path, capsys) -> None:
+    trace = _edited_trace(tmp_path, _kernel_duration(lambda dur, i: -abs(dur) - 1))
+    code, _out, err = _from_trace(capsys, trace, tmp_path / "tables")
+    assert code == 1
+    one_line_error(err, str(trace), "no GPU kernel left to learn kernel times from: 511 GPU events dropped: "
+                   "negative duration")
+    assert not (tmp_path / "tables").exists() or not any((tmp_path / "tables").iterdir())
+
+
+def test_kernels_of_zero_duration_learn_no_row(tmp_path, capsys) -> None:
+    trace = _edited_trace(tmp_path, _kernel_duration(lambda dur, i: 0))
+    code, _out, err = _from_trace(capsys, trace, tmp_path / "tables")
+    assert code == 1
+    one_line_error(err, "table rows dropped: the traced kernels of their shape took 0 µs")
+
+
+def _input_dims(value: Callable[[int], int]) -> Callable[[dict], None]:
+    def scale(dims):
+        return [scale(d) for d in dims] if isinstance(dims, list) else value(dims) if isinstance(dims, int) else dims
+
+    def edit(event: dict) -> None:
+        args = event.get("args")
+        if isinstance(args, dict) and isinstance(args.get("Input Dims"), list):
+            args["Input Dims"] = scale(args["Input Dims"])
+    return edit
+
+
+@pytest.mark.parametrize("value, field, problem", [
+    (lambda d: 0, "prefill aten::scaled_dot_product_attention batch (its recorded Input Dims)' (value: 0)",
+     "must be at least 1"),
+    (lambda d: d * 10**12, "prefill aten::scaled_dot_product_attention batch x length (its recorded Input Dims)",
+     "too large: at most 1e+15 for a count"),
+])
+def test_impossible_traced_shapes_name_the_trace_not_a_set_override(tmp_path, capsys, value, field, problem) -> None:
+    trace = _edited_trace(tmp_path, _input_dims(value))
+    code, _out, err = _from_trace(capsys, trace, tmp_path / "tables")
+    assert code == 2
+    line = one_line_error(err, str(trace), field, problem)
+    assert "--set" not in line and "workload.isl" not in line
