@@ -467,3 +467,148 @@ def test_impossible_traced_shapes_name_the_trace_not_a_set_override(tmp_path, ca
     assert code == 2
     line = one_line_error(err, str(trace), field, problem)
     assert "--set" not in line and "workload.isl" not in line
+
+
+# -- models guessed from HF config content
+
+HF_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+            "hidden_act": "silu", "tie_word_embeddings": False}
+
+
+def _hf(tmp_path: Path, name: str = "config.json", drop: tuple[str, ...] = (), **changes) -> Path:
+    import json
+
+    data = {k: v for k, v in {**HF_LLAMA, **changes}.items() if k not in drop}
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _weights_gb(capsys, config: Path) -> float:
+    import json
+
+    code, out, err = run(capsys, "--model", str(config), "--hardware", "h200", "--format", "json")
+    assert code == 0, err
+    return json.loads(out)["memory"]["weights_gb"]
+
+
+@pytest.mark.parametrize("changes, drop, field, problem", [
+    ({"architectures": ["TotallyNewForCausalLM"]}, ("model_type",), "field 'architectures' (value: "
+     "'TotallyNewForCausalLM')", "not a model class InferSim models"),
+    ({"architectures": ["TotallyNewForCausalLM"]}, (), "field 'architectures'", "not a model class InferSim models"),
+    ({"model_type": "totally_new"}, ("architectures",), "field 'model_type' (value: 'totally_new')",
+     "not a model family InferSim models"),
+    ({}, ("architectures", "model_type"), "field 'model_type'", "the config names no architecture"),
+    ({"architectures": ["MixtralForCausalLM"]}, (), "field 'architectures'", "names another family than model_type"),
+    ({"architectures": "LlamaForCausalLM"}, (), "field 'architectures'", "expected a list of model class names"),
+    ({"infersim_family": "llama-ish"}, (), "field 'infersim_family' (value: 'llama-ish')", "not a family InferSim"),
+])
+def test_an_unknown_architecture_is_refused_with_the_known_families(tmp_path, capsys, changes, drop, field,
+                                                                     problem) -> None:
+    config = _hf(tmp_path, drop=drop, **changes)
+    for argv in (["--model", str(config), "--hardware", "h100"], ["cards", "import-hf", str(config), "--out", "-"]):
+        code, _out, err = run(capsys, *argv)
+        assert code == 2
+        line = one_line_error(err, str(config), field, problem)
+        if "not a" in problem and "infersim_family" not in field or "names no" in problem:
+            assert "llama, llama4, mistral" in line and '"infersim_family": "<family>"' in line
+
+
+def test_the_nearest_family_is_simulated_only_when_asked_and_said(tmp_path, capsys) -> None:
+    import json
+
+    asked = _hf(tmp_path, "new.json", architectures=["TotallyNewForCausalLM"], infersim_family="llama")
+    code, out, err = run(capsys, "--model", str(asked), "--hardware", "h200", "--format", "json")
+    assert code == 0, err
+    note = "model new: simulated as the llama family at its config's request (infersim_family): its own " \
+           "architecture is not one InferSim models"
+    data = json.loads(out)
+    assert note in data["notes"]
+    code, out, err = run(capsys, "--model", str(asked), "--hardware", "h200")
+    assert note in out
+    # the same numbers as the Llama config it was asked to be
+    assert data["memory"]["weights_gb"] == _weights_gb(capsys, _hf(tmp_path, "llama.json"))
+    code, out, err = run(capsys, "cards", "import-hf", str(asked), "--out", "-")
+    assert code == 0 and "imported_as: llama" in out and "simulated as the llama family" in err
+
+
+def test_an_moe_family_with_no_experts_is_refused(tmp_path, capsys) -> None:
+    """Mixtral with num_local_experts 0 became a dense model without a word."""
+    config = _hf(tmp_path, architectures=["MixtralForCausalLM"], model_type="mixtral", num_local_experts=0,
+                 num_experts_per_tok=2)
+    code, _out, err = run(capsys, "--model", str(config), "--hardware", "h100")
+    assert code == 2
+    one_line_error(err, str(config), "field 'num_local_experts' (value: 0)", "the mixtral family's FFN layers are "
+                   "routed experts")
+    dense = _hf(tmp_path, "dense.json", num_local_experts=8, num_experts_per_tok=2)
+    code, _out, err = run(capsys, "--model", str(dense), "--hardware", "h100")
+    assert code == 2
+    one_line_error(err, "field 'num_local_experts' (value: 8)", "the llama family has no routed experts")
+
+
+def test_a_plain_relu2_mlp_has_two_matrices(tmp_path, capsys) -> None:
+    """Nemotron's non-gated MLP with relu2: up and down, 2 x 4096 x 16384 per layer, not 3 (it was
+    taken as a gated MLP: ~30-40% too many weights)."""
+    base = dict(architectures=["NemotronForCausalLM"], model_type="nemotron", hidden_act="relu2",
+                intermediate_size=16384, vocab_size=256000)
+    plain = _weights_gb(capsys, _hf(tmp_path, "nemotron.json", **base))
+    gated = _weights_gb(capsys, _hf(tmp_path, "llama.json", **{**base, "architectures": ["LlamaForCausalLM"],
+                                                                 "model_type": "llama", "hidden_act": "silu"}))
+    layer_mlp = 4096 * 16384 * 32 * 2 / 1e9  # one matrix of every layer, bf16, GB
+    assert gated - plain == pytest.approx(layer_mlp, rel=1e-6)
+
+
+@pytest.mark.parametrize("changes, field, problem", [
+    ({"hidden_act": "relu2"}, "field 'hidden_act' (value: 'relu2')", "a gated MLP with activation relu2 is not"),
+    ({"mlp_hidden_act": "relu2"}, "field 'mlp_hidden_act' (value: 'relu2')", "a gated MLP with activation relu2"),
+    ({"hidden_act": "squared_softplus"}, "field 'hidden_act'", "not an activation InferSim prices"),
+    ({"hidden_act": ["silu"]}, "field 'hidden_act'", "not an activation InferSim prices"),
+    ({"router_act": "sigmoid"}, "field 'router_act'", "not an activation InferSim prices"),
+    ({"router_act": "silu"}, "field 'router_act'", "the activation of a part InferSim does not model"),
+])
+def test_every_activation_field_is_read(tmp_path, capsys, changes, field, problem) -> None:
+    config = _hf(tmp_path, **changes)
+    code, _out, err = run(capsys, "--model", str(config), "--hardware", "h100")
+    assert code == 2
+    one_line_error(err, str(config), field, problem)
+
+
+def test_the_mlps_own_activation_wins(tmp_path) -> None:
+    from infersim.cards.hf_import import card_fields_from_hf
+
+    fields = card_fields_from_hf({**HF_LLAMA, "architectures": ["NemotronForCausalLM"], "model_type": "nemotron",
+                                  "hidden_act": "silu", "mlp_hidden_act": "relu2", "mamba_hidden_act": "silu"},
+                                 "c.json", "c")
+    assert fields["ffn_activation"] == "relu2"
+    gemma = card_fields_from_hf({**HF_LLAMA, "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+                                 "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh"},
+                                "g.json", "g")
+    assert gemma["ffn_activation"] == "geglu"
+
+
+hf_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True), st.text(max_size=12),
+                      st.sampled_from(["silu", "relu2", "gelu", "LlamaForCausalLM", "mixtral", "llama", "qwen3_moe"]),
+                      st.lists(st.sampled_from(["LlamaForCausalLM", "X", 3]), max_size=2))
+
+
+@given(edits=st.dictionaries(st.sampled_from(["architectures", "model_type", "hidden_act", "mlp_hidden_act",
+                                              "hidden_activation", "activation_function", "infersim_family",
+                                              "num_local_experts", "num_experts", "num_experts_per_tok",
+                                              "intermediate_size", "hidden_size", "num_attention_heads",
+                                              "n_routed_experts", "text_config", "layer_types", "sliding_window"]),
+                             hf_values, max_size=4))
+@settings(max_examples=300, deadline=None)
+def test_hf_configs_are_read_or_refused_in_one_message(edits) -> None:
+    from infersim.base.errors import ConfigError
+    from infersim.cards.hf_import import card_fields_from_hf
+    from infersim.cards.model import ModelCard, validate_model
+    from infersim.cards.schema import build
+
+    try:
+        card = validate_model(build(ModelCard, card_fields_from_hf({**HF_LLAMA, **edits}, "c.json", "c"), "c.json"),
+                              "c.json")
+    except ConfigError as exc:
+        assert str(exc).startswith("c.json") and "\n" not in str(exc)
+        return
+    assert card.ffn_matrices == (3 if card.ffn_activation in ("swiglu", "geglu") else 2)

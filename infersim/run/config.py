@@ -249,6 +249,9 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     model, model_source = load_model_card(spec_.model, base, card_overrides["model"])
     hardware, hardware_source = load_hardware_card(spec_.hardware, base, card_overrides["hardware"])
     engine, engine_source = load_engine_card(spec_.engine, base, card_overrides["engine"])
+    if model.imported_as:
+        notes.append(f"model {model.name}: simulated as the {model.imported_as} family at its config's request "
+                     "(infersim_family): its own architecture is not one InferSim models")
     model_switched = raw.get("model") != file_model and source != "command line"
     dep_spec, layout_notes, unnamed = fit_layout(spec_.deployment, model, hardware,
                                         frozenset(_leaf_paths(raw.get("deployment"))), frozenset(command_line),
