@@ -612,3 +612,90 @@ def test_hf_configs_are_read_or_refused_in_one_message(edits) -> None:
         assert str(exc).startswith("c.json") and "\n" not in str(exc)
         return
     assert card.ffn_matrices == (3 if card.ffn_activation in ("swiglu", "geglu") else 2)
+
+
+# -- unbounded sweeps
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sweep", "--grid", "workload.decode_batch_per_gpu=1..100000:1", "--grid", "model.num_key_value_heads=1..100000:1"],
+     "sweep of 10,000,000,000 configurations: 10,000,000,000 grid points (100,000 workload.decode_batch_per_gpu x "
+     "100,000 model.num_key_value_heads); one sweep simulates at most 500,000"),
+    (["pareto", "--gpus", "1..1024", "--batch", "1..1024:1"],
+     "sweep of 2,382,100 configurations: 1 grid point x up to 2,382,100 layouts and batches per point"),
+    (["pareto", "--gpus", "1..64", "--grid", "workload.isl=1..100000:1"],
+     "sweep of 792,000,000 configurations: 100,000 grid points x up to 7,920 layouts and batches per point"),
+    (["pareto", "--gpus", "1..100000:1"], "--gpus: 100,000 GPU counts; a layout search takes at most 4,096"),
+])
+def test_a_sweep_beyond_the_bound_is_refused_before_it_runs(capsys, argv, message) -> None:
+    code, out, err = run(capsys, argv[0], "--config", "qwen3-30b.yaml", *argv[1:])
+    assert code == 2 and out == ""
+    one_line_error(err, message)
+
+
+def test_the_search_bound_counts_every_layout_and_batch() -> None:
+    """qwen3-30b-a3b (MoE), --gpus 8 --batch 1..64 (7 batches, plus the largest that fits), max PP/TP 8:
+    units (8, 1), (8, 2), (8, 4), (8, 8); a stage of s GPUs tries attention TP t and FFN TP f from the
+    divisors of s, and every EP dividing s / f: s = 8: 4 x (4 + 3 + 2 + 1) = 40 layouts; s = 4: 3 x
+    (3 + 2 + 1) = 18; s = 2: 2 x 3 = 6; s = 1: 1."""
+    from infersim.sweep.evaluate import Search
+
+    search = Search((8,), (1, 2, 4, 8, 16, 32, 64))
+    assert search.configurations_per_point(moe=True) == (40 + 18 + 6 + 1) * 8
+    assert search.configurations_per_point(moe=False) == (16 + 9 + 4 + 1) * 8
+
+
+def test_finished_chunks_are_let_go_while_a_sweep_runs(monkeypatch) -> None:
+    """Each chunk's future is dropped once its rows are recorded (a Dask future keeps its result on
+    the cluster while the client references it): by the time a chunk is recorded, no future of an
+    earlier recorded chunk is alive."""
+    import concurrent.futures as cf
+    import gc
+    import weakref
+
+    from infersim.sweep import runner
+    from infersim.sweep.evaluate import SweepSpec
+    from infersim.sweep.grid import parse_grid
+    from infersim.sweep.variants import load_base
+
+    seen: list[weakref.ref] = []
+    alive_at_record: list[int] = []
+
+    completed = cf.as_completed
+
+    def tracking(futures):
+        for future in completed(futures):
+            seen.append(weakref.ref(future))
+            del future
+            yield seen[-1]()
+            gc.collect()
+            alive_at_record.append(sum(1 for ref in seen[:-1] if ref() is not None))
+
+    monkeypatch.setattr(runner.cf, "as_completed", tracking)
+    spec = SweepSpec(load_base("qwen3-30b.yaml", [], None, None), tuple(parse_grid(["deployment.ffn.ep=1,2,4"])))
+    with cf.ThreadPoolExecutor(2) as pool:
+        result = runner.run_sweep(spec, executor=pool, chunk_units=1)
+    assert len(result.rows) == 3 and len(alive_at_record) == 3
+    assert alive_at_record == [0, 0, 0]
+
+
+def test_sweep_output_is_written_row_by_row(tmp_path) -> None:
+    """CSV and JSON are written from an iterator (a sweep's rows are not held twice as records)."""
+    import csv
+    import json
+
+    from infersim.sweep.output import write_output
+
+    def records():
+        for i in range(3):
+            yield {"a": i, "b": None if i == 1 else i / 2}
+
+    assert write_output(str(tmp_path / "r.csv"), records(), {"x": 1}) == 3
+    assert list(csv.DictReader((tmp_path / "r.csv").open())) == [{"a": "0", "b": "0.0"}, {"a": "1", "b": ""},
+                                                                  {"a": "2", "b": "1.0"}]
+    assert write_output(str(tmp_path / "r.json"), records(), {"x": [1, 2]}) == 3
+    assert json.loads((tmp_path / "r.json").read_text()) == {"x": [1, 2], "rows": [{"a": 0, "b": 0.0},
+                                                                                    {"a": 1, "b": None},
+                                                                                    {"a": 2, "b": 1.0}]}
+    assert write_output(str(tmp_path / "e.json"), iter(()), {"x": 1}) == 0
+    assert json.loads((tmp_path / "e.json").read_text()) == {"x": 1, "rows": []}
