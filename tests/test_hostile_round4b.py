@@ -494,8 +494,8 @@ def _weights_gb(capsys, config: Path) -> float:
 
 
 @pytest.mark.parametrize("changes, drop, field, problem", [
-    ({"architectures": ["TotallyNewForCausalLM"]}, ("model_type",), "field 'architectures' (value: "
-     "'TotallyNewForCausalLM')", "not a model class InferSim models"),
+    ({"architectures": ["TotallyNewForCausalLM"]}, ("model_type",),
+     "field 'architectures' (value: 'TotallyNewForCausalLM')", "not a model class InferSim models"),
     ({"architectures": ["TotallyNewForCausalLM"]}, (), "field 'architectures'", "not a model class InferSim models"),
     ({"model_type": "totally_new"}, ("architectures",), "field 'model_type' (value: 'totally_new')",
      "not a model family InferSim models"),
@@ -550,8 +550,8 @@ def test_an_moe_family_with_no_experts_is_refused(tmp_path, capsys) -> None:
 def test_a_plain_relu2_mlp_has_two_matrices(tmp_path, capsys) -> None:
     """Nemotron's non-gated MLP with relu2: up and down, 2 x 4096 x 16384 per layer, not 3 (it was
     taken as a gated MLP: ~30-40% too many weights)."""
-    base = dict(architectures=["NemotronForCausalLM"], model_type="nemotron", hidden_act="relu2",
-                intermediate_size=16384, vocab_size=256000)
+    base = {"architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "hidden_act": "relu2",
+            "intermediate_size": 16384, "vocab_size": 256000}
     plain = _weights_gb(capsys, _hf(tmp_path, "nemotron.json", **base))
     gated = _weights_gb(capsys, _hf(tmp_path, "llama.json", **{**base, "architectures": ["LlamaForCausalLM"],
                                                                  "model_type": "llama", "hidden_act": "silu"}))
@@ -619,8 +619,8 @@ def test_hf_configs_are_read_or_refused_in_one_message(edits) -> None:
 
 @pytest.mark.parametrize("argv, message", [
     (["sweep", "--grid", "workload.decode_batch_per_gpu=1..100000:1", "--grid", "model.num_key_value_heads=1..100000:1"],
-     "sweep of 10,000,000,000 configurations: 10,000,000,000 grid points (100,000 workload.decode_batch_per_gpu x "
-     "100,000 model.num_key_value_heads); one sweep simulates at most 500,000"),
+     ("sweep of 10,000,000,000 configurations: 10,000,000,000 grid points (100,000 workload.decode_batch_per_gpu x "
+      "100,000 model.num_key_value_heads); one sweep simulates at most 500,000")),
     (["pareto", "--gpus", "1..1024", "--batch", "1..1024:1"],
      "sweep of 2,382,100 configurations: 1 grid point x up to 2,382,100 layouts and batches per point"),
     (["pareto", "--gpus", "1..64", "--grid", "workload.isl=1..100000:1"],
@@ -699,3 +699,81 @@ def test_sweep_output_is_written_row_by_row(tmp_path) -> None:
                                                                                     {"a": 2, "b": 1.0}]}
     assert write_output(str(tmp_path / "e.json"), iter(()), {"x": 1}) == 0
     assert json.loads((tmp_path / "e.json").read_text()) == {"x": 1, "rows": []}
+
+
+# -- property tests through the command line: layout flags and trace events
+
+
+@given(gpus=st.sampled_from([None, 1, 2, 3, 4, 8, 16]), tp=st.sampled_from([None, 1, 2, 3, 4, 8, 16]),
+       ep=st.sampled_from([None, 1, 2, 4, 8, 128, 256]), pp=st.sampled_from([None, 1, 2, 3, 4]),
+       dp=st.sampled_from([None, 1, 2, 4]), model=st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b"]))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_layout_flags_run_or_name_a_flag(capsys, gpus, tp, ep, pp, dp, model) -> None:
+    flags = [f for name, value in (("--num-gpus", gpus), ("--tp", tp), ("--ep", ep), ("--pp", pp),
+                                   ("--dp-attention", dp)) if value is not None for f in (name, str(value))]
+    code, _out, err = run(capsys, "--model", model, "--hardware", "h100", *flags, "--format", "json")
+    assert code in (0, 1, 2), err
+    if code == 2:
+        line = one_line_error(err)
+        assert "--" in line or "field 'deployment" in line, line
+        assert "(value: {'dp': 0" not in line  # a derived DP is never blamed
+
+
+trace_values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
+                         st.text(max_size=6), st.lists(st.integers(-2, 4), max_size=3),
+                         st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@given(edits=st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["dur", "ts", "name", "args", "cat", "ph", "pid",
+                                                                    "tid"]), trace_values), min_size=1, max_size=4))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_trace_events_are_measured_or_refused_in_one_message(tmp_path_factory, capsys, edits) -> None:
+    import json
+    import re
+
+    from tracegen.synthetic import TraceBuilder, dense_step, write_trace
+
+    b = TraceBuilder()
+    start = b.cpu_us
+    b.eager(dense_step(2))
+    b.annotation("step[EXTEND bs=1 toks=512]", start, b.cpu_us + 1)
+    events = b.drain()
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    for index, key, value in edits:
+        kernels[index % len(kernels)][key] = value
+    path = tmp_path_factory.mktemp("trace") / "t.json"
+    try:
+        write_trace(path, events)
+    except ValueError:  # NaN is JSON's Infinity / NaN: written by hand instead
+        path.write_text(json.dumps({"traceEvents": events}))
+    code, out, err = run(capsys, "compare", "--trace", str(path), "--config", "qwen3-30b.yaml")
+    assert code in (0, 1, 2), err
+    if code:
+        one_line_error(err)
+    for number in re.findall(r"\d[\d,]*\.\d+ ms", out):  # every measured time a plausible one
+        assert float(number.split()[0].replace(",", "")) < 3.6e6
+
+
+def test_a_kernel_before_its_launch_or_with_a_boolean_time_is_dropped_and_counted(tmp_path, capsys) -> None:
+    """A kernel at ts 0 (or false, which reads as 0) among Unix-time events made a step of 1.7e12 ms."""
+    from tracegen.synthetic import TraceBuilder, dense_step, write_trace
+
+    def trace(name: str, edit: Callable[[list[dict]], None]) -> Path:
+        b = TraceBuilder()
+        start = b.cpu_us
+        b.eager(dense_step(2))
+        b.annotation("step[EXTEND bs=1 toks=512]", start, b.cpu_us + 1)
+        events = b.drain()
+        edit([e for e in events if e.get("cat") == "kernel"])
+        return write_trace(tmp_path / name, events)
+
+    for name, edit, note in (
+            ("zero.json", lambda k: k[0].update(ts=0), "1 GPU event dropped: start more than a second before the "
+                                                        "CPU launched them"),
+            ("false.json", lambda k: k[0].update(ts=False), "1 GPU event dropped: timestamp or duration not a number"),
+            ("true.json", lambda k: k[1].update(dur=True), "1 GPU event dropped: timestamp or duration not a number")):
+        code, out, err = run(capsys, "compare", "--trace", str(trace(name, edit)), "--config", "qwen3-30b.yaml")
+        assert code in (0, 1), err
+        assert note in out
+        step = next(line for line in out.splitlines() if line.startswith("GPU activities:"))
+        assert step.startswith("GPU activities: 29 (")  # 30 kernels, one dropped
