@@ -165,13 +165,18 @@ def test_a_rate_search_with_a_concurrency_caps_each_rate(capsys) -> None:
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--model", "llama-3.1-8b", "--num-gpus", "2", "--tp", "4"], "--tp 4: more than the 2 GPUs of a pipeline stage (--num-gpus 2)"),
-    (["--model", "llama-3.1-8b", "--num-gpus", "8", "--tp", "3"], "--tp 3: does not divide the 8 GPUs of a pipeline stage"),
-    (["--model", "qwen3-30b-a3b", "--num-gpus", "256", "--ep", "256"], "--ep 256: more than the 128 routed experts of qwen3-30b-a3b"),
-    (["--model", "qwen3-30b-a3b", "--num-gpus", "8", "--ep", "3"], "--ep 3: does not divide the 8 GPUs of a pipeline stage"),
+    (["--model", "llama-3.1-8b", "--num-gpus", "2", "--tp", "4"],
+     "--tp 4: more than the 2 GPUs of a pipeline stage (--num-gpus 2)"),
+    (["--model", "llama-3.1-8b", "--num-gpus", "8", "--tp", "3"],
+     "--tp 3: does not divide the 8 GPUs of a pipeline stage"),
+    (["--model", "qwen3-30b-a3b", "--num-gpus", "256", "--ep", "256"],
+     "--ep 256: more than the 128 routed experts of qwen3-30b-a3b"),
+    (["--model", "qwen3-30b-a3b", "--num-gpus", "8", "--ep", "3"],
+     "--ep 3: does not divide the 8 GPUs of a pipeline stage"),
     (["--model", "qwen3-30b-a3b", "--num-gpus", "8", "--tp", "2", "--dp-attention", "2"],
      "--tp 2 x --dp-attention 2 = 4: fewer than the 8 GPUs of a pipeline stage"),
-    (["--model", "llama-3.1-8b", "--num-gpus", "6", "--pp", "4"], "--pp 4: 4 pipeline stages do not divide --num-gpus 6"),
+    (["--model", "llama-3.1-8b", "--num-gpus", "6", "--pp", "4"],
+     "--pp 4: 4 pipeline stages do not divide --num-gpus 6"),
     (["--model", "llama-3.1-8b", "--pp", "3"], "--pp 3: llama-3.1-8b's 32 layers do not divide into 3 pipeline stages"),
 ])
 def test_layout_flags_are_named_in_their_messages(capsys, flags, message) -> None:
@@ -241,7 +246,8 @@ def test_more_gpus_follow_the_need(capsys, layers, advice) -> None:
 def test_a_gemm_wider_than_every_table_is_extrapolated_not_a_recursion(capsys) -> None:
     """hidden_size 1e7 against aiconfigurator's GEMM planes: a (K, N) corner the plane lacks ended in
     RecursionError."""
-    code, out, _err = run(capsys, "--model", "llama-3.1-8b", "--hardware", "h100", "--set", "model.hidden_size=10000000")
+    code, out, _err = run(capsys, "--model", "llama-3.1-8b", "--hardware", "h100",
+                          "--set", "model.hidden_size=10000000")
     assert code == 1 and "DOES NOT FIT" in out
 
 
@@ -618,7 +624,8 @@ def test_hf_configs_are_read_or_refused_in_one_message(edits) -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["sweep", "--grid", "workload.decode_batch_per_gpu=1..100000:1", "--grid", "model.num_key_value_heads=1..100000:1"],
+    (["sweep", "--grid", "workload.decode_batch_per_gpu=1..100000:1",
+      "--grid", "model.num_key_value_heads=1..100000:1"],
      ("sweep of 10,000,000,000 configurations: 10,000,000,000 grid points (100,000 workload.decode_batch_per_gpu x "
       "100,000 model.num_key_value_heads); one sweep simulates at most 500,000")),
     (["pareto", "--gpus", "1..1024", "--batch", "1..1024:1"],
