@@ -178,6 +178,11 @@ def test_a_rate_search_with_a_concurrency_caps_each_rate(capsys) -> None:
     (["--model", "llama-3.1-8b", "--num-gpus", "6", "--pp", "4"],
      "--pp 4: 4 pipeline stages do not divide --num-gpus 6"),
     (["--model", "llama-3.1-8b", "--pp", "3"], "--pp 3: llama-3.1-8b's 32 layers do not divide into 3 pipeline stages"),
+    (["--model", "llama-3.1-8b", "--num-nodes", "3", "--num-gpus", "8"], "--num-nodes 3: does not divide --num-gpus 8"),
+    (["--model", "llama-3.1-8b", "--num-gpus", "12"],
+     "--num-gpus 12: more than one h100-sxm node's 8 GPUs, and not whole nodes of 8"),
+    (["--model", "llama-3.1-8b", "--num-gpus", "16", "--num-nodes", "1"],
+     "--num-nodes 1: 16 GPUs per node (--num-gpus 16), but a h100-sxm node holds 8"),
 ])
 def test_layout_flags_are_named_in_their_messages(capsys, flags, message) -> None:
     code, _out, err = run(capsys, *flags, "--hardware", "h100")

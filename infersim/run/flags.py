@@ -192,4 +192,25 @@ def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: fro
         notes.append(f"deployment.num_nodes {nodes}: {dep.num_gpus} GPUs fill {nodes} {hw.name} nodes of "
                      f"{hw.peak.gpus_per_node}")
         dep = replace(dep, num_nodes=nodes)
+    if flags is not None:
+        _check_node_flags(flags, dep, hw, "num_nodes" in written)
     return dep, notes, frozenset(unnamed)
+
+
+def _check_node_flags(flags: RunFlags, dep: Deployment, hw: HardwareCard, nodes_written: bool) -> None:
+    """--num-gpus and --num-nodes against the machine, said with the flags (complete_layout would name
+    deployment.num_nodes, which the user may not have written)."""
+    if flags.num_gpus is None and flags.num_nodes is None:
+        return
+    gpus_text = f"--num-gpus {dep.num_gpus}" if flags.num_gpus is not None else f"{dep.num_gpus} GPUs"
+    per_node = hw.peak.gpus_per_node
+    if flags.num_nodes is not None and dep.num_gpus % flags.num_nodes:
+        raise InferSimError(f"--num-nodes {flags.num_nodes}: does not divide {gpus_text}")
+    if dep.num_gpus // dep.num_nodes <= per_node or (dep.num_gpus % dep.num_nodes):
+        return
+    if flags.num_nodes is not None:
+        raise InferSimError(f"--num-nodes {flags.num_nodes}: {dep.num_gpus // dep.num_nodes} GPUs per node "
+                            f"({gpus_text}), but a {hw.name} node holds {per_node}")
+    if flags.num_gpus is not None and not nodes_written:
+        raise InferSimError(f"--num-gpus {dep.num_gpus}: more than one {hw.name} node's {per_node} GPUs, and not "
+                            f"whole nodes of {per_node}")
