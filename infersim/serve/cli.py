@@ -178,6 +178,11 @@ def _serve(args: argparse.Namespace) -> int:
         if args.rate_sweep is not None or args.max_rate_under_slo:
             return _search(args, config, options, executor, launch)
         summary = simulate_serving(config, {**options, "requests": want_records})
+    except OSError as exc:  # the Dask scheduler went away mid-search (CommClosedError is an OSError)
+        if client is None:
+            raise
+        raise InferSimError(f"--executor {args.executor}: the Dask cluster failed during the search "
+                            f"({type(exc).__name__}: {exc})") from None
     finally:
         if client is not None:
             client.close()
