@@ -357,9 +357,12 @@ def test_importer_marks_the_architectures_with_qk_norm():
 
     base = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
             "vocab_size": 128, "intermediate_size": 128}
+    experts = {"num_experts": 4, "num_experts_per_tok": 2}  # an MoE family's config names its experts
     for model_type, expected in (("qwen3", True), ("qwen3_moe", True), ("olmo2", True), ("llama", False)):
-        fields = card_fields_from_hf({**base, "model_type": model_type}, "t.json", "t")
+        fields = card_fields_from_hf({**base, "model_type": model_type, **(experts if "moe" in model_type else {})},
+                                     "t.json", "t")
         assert fields.get("qk_norm", False) is expected, model_type
-    assert card_fields_from_hf({**base, "model_type": "llama4_text", "use_qk_norm": True}, "t.json", "t")["qk_norm"]
+    assert card_fields_from_hf({**base, **experts, "model_type": "llama4_text", "use_qk_norm": True}, "t.json",
+                               "t")["qk_norm"]
     assert "qk_norm" not in card_fields_from_hf({**base, "model_type": "qwen3", "use_qk_norm": False}, "t.json", "t")
     assert load_model_card("qwen3-30b-a3b")[0].qk_norm and not load_model_card("llama-3.1-8b")[0].qk_norm

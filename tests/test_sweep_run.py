@@ -80,7 +80,7 @@ def test_layout_rejections_use_the_loader_messages(base):
     rows = run_sweep(spec, workers=1).rows
     status = {tuple(spec.values(r.point)): r.status for r in rows}
     assert status[(4, 1)] == ""
-    assert status[(3, 1)] == "deployment.ffn: tp x ep x dp must equal the 4 GPUs per pipeline stage (num_gpus / pp)"
+    assert status[(3, 1)] == "deployment.ffn: tp x ep = 3 does not divide the 4 GPUs of a pipeline stage (num_gpus 4 / pp 1)"
     for values, problem in status.items():
         if problem:  # the loader rejects the same variant with the same problem
             with pytest.raises(ConfigError) as info:

@@ -16,7 +16,7 @@ from conftest import REPO_ROOT
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 
 #: a sweep of many minutes on two workers (each grid point is a whole decode simulation)
-LONG_SWEEP = ["sweep", "--config", "qwen3-30b.yaml", "--grid", "workload.isl=1..99999:1", "--grid", "workload.osl=1..20:1",
+LONG_SWEEP = ["sweep", "--config", "qwen3-30b.yaml", "--grid", "workload.isl=1..99999:1", "--grid", "workload.osl=1..4:1",
               "--workers", "2",
               "--no-progress", "--rows", "1"]
 

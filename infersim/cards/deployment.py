@@ -272,59 +272,14 @@ def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCa
     return dep
 
 
-def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source: str) -> Deployment:
-    """Fill derived DP sizes and check that the layout fits the model and the machine."""
-    def fail(field: str, value: Any, problem: str) -> ConfigError:
-        return ConfigError(source, field, value, problem)
+def _fits_text(group: int, gpus: int) -> str:
+    return "is more than" if group > gpus else "does not divide"
 
-    try:
-        per_node = shard(dep.num_gpus, dep.num_nodes, "deployment.num_gpus", "deployment.num_nodes")
-    except LayoutError as exc:
-        raise fail("deployment.num_nodes", dep.num_nodes, str(exc)) from None
-    try:
-        per_stage = shard(dep.num_gpus, dep.pp, "deployment.num_gpus", "deployment.pp")
-        shard(model.num_hidden_layers, dep.pp, f"{model.name}'s num_hidden_layers", "deployment.pp")
-    except LayoutError as exc:
-        raise fail("deployment.pp", dep.pp, str(exc)) from None
-    if per_node > hw.peak.gpus_per_node:
-        raise fail("deployment.num_nodes", dep.num_nodes,
-                   f"{per_node} GPUs per node, but a {hw.name} node holds {hw.peak.gpus_per_node}")
-    # the links a layout talks over must exist (a zero bandwidth would divide by zero); inside a node,
-    # GPUs without NVLink talk over PCIe, whose card facts are asked for where a collective is priced
-    # (infersim.modules.comm.intra_node_link): a layout of data-parallel ranks alone needs none
-    if dep.num_nodes > 1 and not hw.peak.network_bandwidth > 0:
-        raise fail("deployment.num_nodes", dep.num_nodes, f"{dep.num_nodes} nodes talk over the network, but hardware "
-                   f"card {hw.name} has no NIC (peak.network_bandwidth is 0)")
-    attn, ffn = dep.attention, dep.ffn
-    attn_dp = _attention_dp(dep)
-    if attn.tp * attn_dp != per_stage:
-        raise fail("deployment.attention", {"tp": attn.tp, "dp": attn.dp},
-                   f"tp x dp must equal the {per_stage} GPUs per pipeline stage (num_gpus / pp)")
-    ffn_dp = ffn.dp or per_stage // (ffn.tp * ffn.ep)
-    if ffn.tp * ffn.ep * ffn_dp != per_stage:
-        raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep, "dp": ffn.dp},
-                   f"tp x ep x dp must equal the {per_stage} GPUs per pipeline stage (num_gpus / pp)")
-    try:
-        shard(model.num_attention_heads, attn.tp, "num_attention_heads", "attention.tp")
-        if not model.is_mla:  # MLA's one latent KV head is replicated, GQA's KV heads are split
-            heads_per_rank(model.num_key_value_heads, attn.tp)
-        kinds = set(model.layer_kinds)
-        if "linear_attention" in kinds:
-            shard(model.linear_num_value_heads, attn.tp, "linear_num_value_heads", "attention.tp")
-            heads_per_rank(model.linear_num_key_heads, attn.tp, "linear_num_key_heads")
-        if "mamba" in kinds:
-            shard(model.mamba_heads, attn.tp, "Mamba-2 heads", "attention.tp")
-            heads_per_rank(model.mamba_n_groups, attn.tp, "mamba_n_groups")
-    except LayoutError as exc:
-        raise fail("deployment.attention.tp", attn.tp, str(exc)) from None
-    if dep.lm_head == "gathered" and attn_dp > 1 and not model.tie_word_embeddings:
-        try:
-            shard(model.vocab_size, attn.tp * attn_dp, "vocab_size", "attention.tp x attention.dp")
-        except LayoutError as exc:
-            raise fail("deployment.lm_head", dep.lm_head,
-                       f"a gathered LM head splits the vocab over every attention-DP rank: {exc} (lm_head: per-rank "
-                       "computes each rank's own logits)") from None
-    balance = dep.moe
+
+def _check_experts(dep: Deployment, model: ModelCard, fail: Any) -> None:
+    """Expert parallelism, redundant experts and the MoE path against the model (checked before the LM
+    head, whose divisibility an impossible EP would otherwise be blamed on)."""
+    balance, ffn = dep.moe, dep.ffn
     if model.is_moe:
         redundant = balance.redundant_experts
         slots = model.num_experts + redundant
@@ -364,6 +319,68 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
     elif balance.redundant_experts:
         raise fail("deployment.moe.redundant_experts", balance.redundant_experts,
                    f"redundant experts need an MoE model ({model.name} is dense)")
+
+
+def _check_machine(dep: Deployment, model: ModelCard, hw: HardwareCard, fail: Any) -> int:
+    """Nodes and pipeline stages against the GPUs, the layers and the machine; the GPUs of a stage."""
+    try:
+        per_node = shard(dep.num_gpus, dep.num_nodes, "deployment.num_gpus", "deployment.num_nodes")
+    except LayoutError as exc:
+        raise fail("deployment.num_nodes", dep.num_nodes, str(exc)) from None
+    try:
+        per_stage = shard(dep.num_gpus, dep.pp, "deployment.num_gpus", "deployment.pp")
+        shard(model.num_hidden_layers, dep.pp, f"{model.name}'s num_hidden_layers", "deployment.pp")
+    except LayoutError as exc:
+        raise fail("deployment.pp", dep.pp, str(exc)) from None
+    if per_node > hw.peak.gpus_per_node:
+        raise fail("deployment.num_nodes", dep.num_nodes,
+                   f"{per_node} GPUs per node, but a {hw.name} node holds {hw.peak.gpus_per_node}")
+    # the links a layout talks over must exist (a zero bandwidth would divide by zero); inside a node,
+    # GPUs without NVLink talk over PCIe, whose card facts are asked for where a collective is priced
+    # (infersim.modules.comm.intra_node_link): a layout of data-parallel ranks alone needs none
+    if dep.num_nodes > 1 and not hw.peak.network_bandwidth > 0:
+        raise fail("deployment.num_nodes", dep.num_nodes, f"{dep.num_nodes} nodes talk over the network, but hardware "
+                   f"card {hw.name} has no NIC (peak.network_bandwidth is 0)")
+    return per_stage
+
+
+def _check_groups(dep: Deployment, per_stage: int, fail: Any) -> tuple[int, int]:
+    """Attention TP x DP and FFN TP x EP x DP against the GPUs of a stage; the (derived) DP sizes."""
+    attn, ffn = dep.attention, dep.ffn
+    attn_dp = _attention_dp(dep)
+    stage_text = f"the {per_stage} GPUs of a pipeline stage (num_gpus {dep.num_gpus} / pp {dep.pp})"
+    if attn.tp * attn_dp != per_stage:
+        if not attn.dp:  # dp follows from tp: say what tp cannot do, not 'dp 0'
+            raise fail("deployment.attention.tp", attn.tp, f"{_fits_text(attn.tp, per_stage)} {stage_text}")
+        raise fail("deployment.attention", {"tp": attn.tp, "dp": attn.dp}, f"tp x dp must equal {stage_text}")
+    ffn_dp = ffn.dp or per_stage // (ffn.tp * ffn.ep)
+    if ffn.tp * ffn.ep * ffn_dp != per_stage:
+        if not ffn.dp:
+            raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep},
+                       f"tp x ep = {ffn.tp * ffn.ep} {_fits_text(ffn.tp * ffn.ep, per_stage)} {stage_text}")
+        raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep, "dp": ffn.dp}, f"tp x ep x dp must equal {stage_text}")
+    return attn_dp, ffn_dp
+
+
+def _check_heads(model: ModelCard, tp: int, fail: Any) -> None:
+    try:
+        shard(model.num_attention_heads, tp, "num_attention_heads", "attention.tp")
+        if not model.is_mla:  # MLA's one latent KV head is replicated, GQA's KV heads are split
+            heads_per_rank(model.num_key_value_heads, tp)
+        kinds = set(model.layer_kinds)
+        if "linear_attention" in kinds:
+            shard(model.linear_num_value_heads, tp, "linear_num_value_heads", "attention.tp")
+            heads_per_rank(model.linear_num_key_heads, tp, "linear_num_key_heads")
+        if "mamba" in kinds:
+            shard(model.mamba_heads, tp, "Mamba-2 heads", "attention.tp")
+            heads_per_rank(model.mamba_n_groups, tp, "mamba_n_groups")
+    except LayoutError as exc:
+        raise fail("deployment.attention.tp", tp, str(exc)) from None
+
+
+def _check_ffn_groups(dep: Deployment, model: ModelCard, fail: Any) -> None:
+    """The dense FFN's TP and the expert group against the attention TP group."""
+    attn, ffn = dep.attention, dep.ffn
     if model.num_dense_layers:
         dense_tp = dense_ffn_tp(dep)
         try:
@@ -383,6 +400,9 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
         raise fail("deployment.ffn", {"tp": ffn.tp, "ep": ffn.ep},
                    f"tp x ep smaller than attention.tp ({attn.tp}): gathered tokens (moe_comm all-gather) need an "
                    "expert group spanning at least the attention TP group")
+
+
+def _check_formats(dep: Deployment, model: ModelCard, hw: HardwareCard, fail: Any) -> None:
     if dep.precision.gemm not in hw.peak.flops:
         raise fail("deployment.precision.gemm", dep.precision.gemm,
                    f"{hw.name} has no {dep.precision.gemm} tensor-core rate (it has: {', '.join(sorted(hw.peak.flops))})")
@@ -393,4 +413,25 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
     if model.is_sparse_attention and "fp8" not in hw.peak.flops:
         raise fail("model.index_topk", model.index_topk,
                    f"DSA's indexer runs in fp8, but {hw.name} has no fp8 tensor-core rate")
+
+
+def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source: str) -> Deployment:
+    """Fill derived DP sizes and check that the layout fits the model and the machine."""
+    def fail(field: str, value: Any, problem: str) -> ConfigError:
+        return ConfigError(source, field, value, problem)
+
+    per_stage = _check_machine(dep, model, hw, fail)
+    attn_dp, ffn_dp = _check_groups(dep, per_stage, fail)
+    attn, ffn = dep.attention, dep.ffn
+    _check_heads(model, attn.tp, fail)
+    _check_experts(dep, model, fail)
+    if dep.lm_head == "gathered" and attn_dp > 1 and not model.tie_word_embeddings:
+        try:
+            shard(model.vocab_size, attn.tp * attn_dp, "vocab_size", "attention.tp x attention.dp")
+        except LayoutError as exc:
+            raise fail("deployment.lm_head", dep.lm_head,
+                       f"a gathered LM head splits the vocab over every attention-DP rank: {exc} (lm_head: per-rank "
+                       "computes each rank's own logits)") from None
+    _check_ffn_groups(dep, model, fail)
+    _check_formats(dep, model, hw, fail)
     return replace(dep, attention=replace(attn, dp=attn_dp), ffn=replace(ffn, dp=ffn_dp))

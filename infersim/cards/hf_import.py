@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from infersim.cards.hf_families import Family, card_activation, family_of
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.quantization import quantization_from_hf
 from infersim.cards.schema import check_number
@@ -86,9 +87,6 @@ _MAMBA_FIELDS = ("mamba_d_state", "mamba_head_dim", "mamba_num_heads", "mamba_n_
 
 _ALWAYS_BIASED = {"bloom", "gpt2", "gpt_neox", "falcon"}
 
-_PLAIN_MLP_FAMILIES = {"opt": "relu", "bloom": "gelu", "gpt2": "gelu", "gpt_neox": "gelu", "falcon": "gelu"}
-
-
 _COUNT_FIELDS = frozenset(k for k, hint in get_type_hints(ModelCard).items() if hint is int)
 # the card's own upper bounds, checked before the layer patterns below are built layer by layer
 _COUNT_LIMITS = {f.name: f.metadata["le"] for f in dataclasses.fields(ModelCard) if f.metadata.get("le") is not None}
@@ -121,8 +119,42 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     text = config.get("text_config")
     if isinstance(text, dict):  # multimodal wrappers keep the language model under text_config
         config = {**{k: v for k, v in config.items() if k != "text_config"}, **text}
-    model_type = str(config.get("model_type", ""))
+    family, family_note = family_of(config, source)
+    model_type = str(config.get("model_type") or "")
     fields: dict[str, Any] = {"name": name, "source": f"HuggingFace config {source} (model_type {model_type or '?'})"}
+    if family_note:
+        fields["source"] += f"; {family_note}"
+        fields["imported_as"] = family.name
+        model_type = family.name  # the family's rules, not the unknown architecture's
+    config = _count_fields(config, fields, source)
+
+    prefix = model_type.split("_")[0] if model_type else ""
+    # transformers' PretrainedConfig ties the LM head to the embedding unless a config says otherwise
+    fields.setdefault("tie_word_embeddings", True)
+    if prefix in _ALWAYS_BIASED and "attention_bias" not in fields:
+        fields["attention_bias"] = fields["mlp_bias"] = True  # BLOOM's modeling code has biases but no config key
+    activation = card_activation(config, family, source)
+    if activation != "swiglu":
+        fields["ffn_activation"] = activation
+    if not family.gated_mlp:
+        fields.setdefault("intermediate_size", 4 * fields["hidden_size"])
+    _check_experts(config, fields, family, source)
+    _moe_fields(config, fields, model_type)
+    if not fields.get("kv_lora_rank"):
+        for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            fields.pop(key, None)
+    elif fields.get("q_lora_rank") is None:
+        fields.pop("q_lora_rank", None)
+    _layer_fields(config, fields, source, model_type)
+    quantization = quantization_from_hf(config, source, fields)
+    if quantization is not None:
+        fields["quantization"] = quantization
+    return fields
+
+
+def _count_fields(config: dict[str, Any], fields: dict[str, Any], source: str) -> dict[str, Any]:
+    """The card fields the aliases give, every count through the number rule before any arithmetic on
+    it (head_dim, layer patterns), and the head defaults; the config with its pattern counts checked."""
     for card_key, hf_keys in _ALIASES.items():
         for hf_key in hf_keys:
             if config.get(hf_key) is not None:
@@ -131,7 +163,6 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     for required in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if required not in fields:
             raise ConfigError(source, _ALIASES[required][0], MISSING, "required by InferSim but not in the config")
-    # every count through the number rule before any arithmetic on it (head_dim, layer patterns)
     for key in [k for k in fields if k in _COUNT_FIELDS]:
         fields[key] = check_number(fields[key], source, _hf_key(config, key), whole=True, le=_COUNT_LIMITS.get(key),
                                    **({"gt": 0} if key in _POSITIVE_FIELDS else {"ge": 0}))
@@ -142,18 +173,11 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     if fields.get("kv_lora_rank") and "head_dim" not in fields:
         fields["head_dim"] = fields.get("qk_nope_head_dim", 0) + fields.get("qk_rope_head_dim", 0)
     fields.setdefault("head_dim", fields["hidden_size"] // fields["num_attention_heads"])
+    return config
 
-    family = model_type.split("_")[0] if model_type else ""
-    # transformers' PretrainedConfig ties the LM head to the embedding unless a config says otherwise
-    fields.setdefault("tie_word_embeddings", True)
-    if family in _ALWAYS_BIASED and "attention_bias" not in fields:
-        fields["attention_bias"] = fields["mlp_bias"] = True  # BLOOM's modeling code has biases but no config key
-    activation = _PLAIN_MLP_FAMILIES.get(model_type) or _PLAIN_MLP_FAMILIES.get(family)
-    if activation:
-        fields["ffn_activation"] = activation
-        fields.setdefault("intermediate_size", 4 * fields["hidden_size"])
-    if "num_experts" in fields and not fields.get("num_experts"):
-        fields.pop("num_experts")
+
+def _moe_fields(config: dict[str, Any], fields: dict[str, Any], model_type: str) -> None:
+    """The expert fields of an MoE model, the family rules for its widths; none for a dense one."""
     if fields.get("num_experts"):
         # Mixtral/GPT-OSS-style configs give the expert width as intermediate_size
         fields.setdefault("moe_intermediate_size", fields.get("intermediate_size", 0))
@@ -176,16 +200,23 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
         for key in ("num_experts_per_tok", "num_shared_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
                     "n_group", "topk_group", "moe_layer_interval"):
             fields.pop(key, None)
-    if not fields.get("kv_lora_rank"):
-        for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            fields.pop(key, None)
-    elif fields.get("q_lora_rank") is None:
-        fields.pop("q_lora_rank", None)
-    _layer_fields(config, fields, source, model_type)
-    quantization = quantization_from_hf(config, source, fields)
-    if quantization is not None:
-        fields["quantization"] = quantization
-    return fields
+
+
+def _check_experts(config: dict[str, Any], fields: dict[str, Any], family: Family, source: str) -> None:
+    """Routed experts where the family's modeling file has them, and only there: a count of 0 in an
+    MoE family's config is not that model (it was imported as a dense one), and an expert count in a
+    dense family's config is a key its modeling file never reads."""
+    experts = fields.get("num_experts")
+    key = _hf_key(config, "num_experts")
+    if family.moe and not experts:
+        raise ConfigError(source, key, experts if experts is not None else MISSING,
+                          f"the {family.name} family's FFN layers are routed experts: a count of at least 1 is needed "
+                          "(a dense model of another family is not this one)")
+    if not family.moe and experts:
+        raise ConfigError(source, key, experts, f"the {family.name} family has no routed experts (its modeling file "
+                          "reads no expert count): which MoE architecture this is is unknown")
+    if not experts:
+        fields.pop("num_experts", None)
 
 
 def _shortest_pattern(kinds: list[str]) -> list[str]:

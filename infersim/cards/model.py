@@ -31,6 +31,9 @@ class ModelCard:
 
     name: str = spec(doc="short name, as used in run configs")
     source: str = spec("", doc="where the numbers come from (HF repo, paper)")
+    imported_as: str = spec(
+        "", doc="the family an HF config of an architecture InferSim does not model was imported as, at its "
+                "config's request (infersim_family); every report says so. Empty: the config's own family")
     aliases: tuple[str, ...] = spec(
         default_factory=tuple, doc="other names the card answers to (HF repo ids whose config has these same "
                                    "fields), matched ignoring case and punctuation")
@@ -41,8 +44,8 @@ class ModelCard:
     head_dim: int = spec(doc="per-head dimension of Q/K/V (MHA/GQA)", gt=0)
     vocab_size: int = spec(doc="vocabulary size (embedding and LM-head rows)", gt=0)
     intermediate_size: int = spec(0, doc="dense FFN width (dense layers and dense models)", ge=0)
-    ffn_activation: Literal["swiglu", "gelu", "relu"] = spec(
-        "swiglu", doc="swiglu: gated MLP with 3 matrices; gelu/relu: plain MLP with 2")
+    ffn_activation: Literal["swiglu", "geglu", "gelu", "relu", "relu2"] = spec(
+        "swiglu", doc="swiglu/geglu: gated MLP with 3 matrices; gelu/relu/relu2: plain MLP with 2")
     tie_word_embeddings: bool = spec(False, doc="LM head shares the embedding matrix")
     attention_bias: bool = spec(False, doc="QKV/O projections have biases (parameter count only)")
     mlp_bias: bool = spec(False, doc="MLP projections have biases (parameter count only)")
@@ -123,7 +126,7 @@ class ModelCard:
 
     @property
     def gated_ffn(self) -> bool:
-        return self.ffn_activation == "swiglu"
+        return self.ffn_activation in ("swiglu", "geglu")
 
     @property
     def num_dense_layers(self) -> int:

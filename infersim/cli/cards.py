@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -28,6 +29,8 @@ def _import_hf(args: argparse.Namespace) -> int:
         fields = card_from_hf_file(path, args.name if args.name and len(args.configs) == 1 else None)
         name = fields["name"]
         validate_model(build(ModelCard, fields, str(path)), str(path))  # refuse to write an invalid card
+        if fields.get("imported_as"):
+            print(f"infersim: note: {path}: {fields['source'].split('; ', 1)[-1]}", file=sys.stderr)
         text = card_yaml(fields)
         if args.out == "-":
             print(text)

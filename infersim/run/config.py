@@ -286,6 +286,9 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
                                                           card_overrides["engine"])
         notes += [note] if note else []
     check_engine_platform(engine, engine_source, hardware)
+    if model.imported_as:
+        notes.append(f"model {model.name}: simulated as the {model.imported_as} family at its config's request "
+                     "(infersim_family): its own architecture is not one InferSim models")
     model_switched = raw.get("model") != file_model and source != "command line"
     dep_spec, layout_notes, unnamed = fit_layout(spec_.deployment, model, hardware,
                                         frozenset(_leaf_paths(raw.get("deployment"))), frozenset(command_line),

@@ -101,6 +101,37 @@ def _stage_gpus(dep: Deployment) -> int:
     return dep.num_gpus // dep.pp if dep.pp and dep.num_gpus % dep.pp == 0 else 0
 
 
+def _check_layout_flags(flags: RunFlags, gpus: int, pp: int, tp: int, dp: int, model: ModelCard,
+                        redundant_experts: int = 0) -> None:
+    """A layout the flags give that cannot hold, said with the flags (and config fields) that give
+    it, before the deployment's own check names internal fields (attention.dp 0 is 'derived')."""
+    gpus_text = f"--num-gpus {gpus}" if flags.num_gpus is not None else f"{gpus} GPUs"
+    pp_text = f"--pp {pp}" if flags.pp is not None else f"pp {pp}"
+    if gpus % pp:
+        raise InferSimError(f"{pp_text}: {pp} pipeline stages do not divide {gpus_text}")
+    if flags.pp is not None and model.num_hidden_layers % pp:
+        raise InferSimError(f"--pp {pp}: {model.name}'s {model.num_hidden_layers} layers do not divide into {pp} "
+                            "pipeline stages")
+    stage = gpus // pp
+    stage_text = f"the {stage} GPUs of a pipeline stage ({gpus_text}" + (f" / {pp_text})" if pp > 1 else ")")
+    group = tp * (dp or 1)
+    group_text = f"--tp {tp}" if flags.tp is not None else f"attention tp {tp}"
+    if flags.dp_attention is not None:
+        group_text += f" x --dp-attention {dp} = {group}"
+    if group > stage or stage % group or (dp and group != stage):
+        how = "more than" if group > stage else ("fewer than" if dp and group < stage else "does not divide")
+        raise InferSimError(f"{group_text}: {how} {stage_text}")
+    ep = flags.ep
+    if ep is None or not model.is_moe:
+        return
+    if ep > model.num_experts + redundant_experts:
+        extra = f" + {redundant_experts} redundant" if redundant_experts else ""
+        raise InferSimError(f"--ep {ep}: more than the {model.num_experts}{extra} routed experts of {model.name} (each "
+                            "EP rank holds whole experts; deployment.moe.redundant_experts adds slots)")
+    if ep > stage or stage % ep:
+        raise InferSimError(f"--ep {ep}: {'more than' if ep > stage else 'does not divide'} {stage_text}")
+
+
 def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: frozenset[str],
                command_line: frozenset[str], flags: RunFlags | None, model_switched: bool,
                ) -> tuple[Deployment, list[str], frozenset[str]]:
@@ -126,6 +157,7 @@ def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: fro
             if (dp or gpus % need) and gpus != need:
                 notes.append(f"deployment.num_gpus {gpus} -> {need} (what the layout flags give; --num-gpus sets it)")
                 gpus = need
+        _check_layout_flags(flags, gpus, pp, tp, dp, model, dep.moe.redundant_experts)
         attn = AttentionLayout(tp=tp, dp=dp)
         stage = gpus // pp if gpus % pp == 0 else 0
         if model.is_moe:
@@ -160,4 +192,25 @@ def fit_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, written: fro
         notes.append(f"deployment.num_nodes {nodes}: {dep.num_gpus} GPUs fill {nodes} {hw.name} nodes of "
                      f"{hw.peak.gpus_per_node}")
         dep = replace(dep, num_nodes=nodes)
+    if flags is not None:
+        _check_node_flags(flags, dep, hw, "num_nodes" in written)
     return dep, notes, frozenset(unnamed)
+
+
+def _check_node_flags(flags: RunFlags, dep: Deployment, hw: HardwareCard, nodes_written: bool) -> None:
+    """--num-gpus and --num-nodes against the machine, said with the flags (complete_layout would name
+    deployment.num_nodes, which the user may not have written)."""
+    if flags.num_gpus is None and flags.num_nodes is None:
+        return
+    gpus_text = f"--num-gpus {dep.num_gpus}" if flags.num_gpus is not None else f"{dep.num_gpus} GPUs"
+    per_node = hw.peak.gpus_per_node
+    if flags.num_nodes is not None and dep.num_gpus % flags.num_nodes:
+        raise InferSimError(f"--num-nodes {flags.num_nodes}: does not divide {gpus_text}")
+    if dep.num_gpus // dep.num_nodes <= per_node or (dep.num_gpus % dep.num_nodes):
+        return
+    if flags.num_nodes is not None:
+        raise InferSimError(f"--num-nodes {flags.num_nodes}: {dep.num_gpus // dep.num_nodes} GPUs per node "
+                            f"({gpus_text}), but a {hw.name} node holds {per_node}")
+    if flags.num_gpus is not None and not nodes_written:
+        raise InferSimError(f"--num-gpus {dep.num_gpus}: more than one {hw.name} node's {per_node} GPUs, and not "
+                            f"whole nodes of {per_node}")

@@ -186,9 +186,7 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
                    f"the workload needs: short by {(offload.shortfall_bytes - offload.pool_bytes_per_gpu) / GB:,.2f} GB")
         return out
     if memory.kv_capacity_bytes <= 0:
-        out.append(f"weights need {memory.weights_bytes / GB:,.2f} GB per GPU, but only {left / GB:,.2f} GB of the "
-                   f"{memory.hbm_bytes / GB:,.2f} GB HBM are left after the runtime's {memory.reserved_bytes / GB:,.2f} GB: "
-                   f"over by {(memory.weights_bytes - left) / GB:,.2f} GB; fix: {_more_gpus_hint(config, memory)}")
+        out.append(_weights_problem(config, memory))
         return out
     capacity = memory.kv_capacity_bytes
     per_request = (memory.request_context * memory.kv_bytes_per_token_per_gpu
@@ -197,7 +195,7 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
         out.append(f"one request of {memory.request_context:,} tokens needs {per_request / GB:,.2f} GB of KV cache per GPU, "
                    f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB; "
                    f"fix: shorter requests (--isl/--osl), an fp8 KV cache (--kv-cache-dtype fp8), or "
-                   f"{_more_gpus_hint(config, memory)}")
+                   f"{_more_gpus_hint(config, memory, left, per_request).removeprefix('fix: ')}")
     elif batch > memory.max_batch_per_gpu:  # also 'max' under two-batch overlap when only 1 request fits
         need = batch * per_request
         fit = memory.max_batch_per_gpu
@@ -221,14 +219,45 @@ def _gpus_for(gpus: int, need: float, have: float) -> int:
     return 1 << (exact - 1).bit_length()
 
 
-def _more_gpus_hint(config: RunConfig, memory: MemoryResult) -> str:
-    """How to make the weights fit: the GPUs that would hold them (about), or a narrower format."""
-    dep = config.deployment
+#: GPUs past which no "more GPUs" fix is offered: the largest clusters hold about 10^5 GPUs, and a
+#: model that needs more than ten times that is not one a layout change makes fit
+MOST_GPUS_ADVISED = 1_000_000
+
+
+def _weights_problem(config: RunConfig, memory: MemoryResult) -> str:
+    """The weights against the HBM the runtime leaves, with a fix computed from the need (or none)."""
     left = memory.hbm_bytes - memory.reserved_bytes
-    gpus = _gpus_for(dep.num_gpus, memory.weights_bytes * 1.25, left)  # 1.25: room for some KV cache
-    formats = "" if dep.precision.weight_dtype in ("fp8", "int8", "int4", "fp4") else ", or fp8 weights (--precision fp8)"
-    return (f"more GPUs, about {gpus} x {config.hardware.name} (e.g. --num-gpus {gpus} --tp {min(gpus, 8)}"
-            f"{f' --pp {gpus // 8}' if gpus > 8 else ''}){formats}")
+    need = f"weights need {memory.weights_bytes / GB:,.2f} GB per GPU"
+    if left <= 0:  # the reserve alone fills the HBM: no free memory to report, and more weight room fixes nothing
+        text = (f"{need}, but the runtime's reserve alone is {memory.reserved_bytes / GB:,.2f} GB, more than the "
+                f"{memory.hbm_bytes / GB:,.2f} GB of HBM")
+        if memory.activation_bytes > memory.hbm_bytes / 2:
+            text += (f" ({memory.activation_bytes / GB:,.2f} GB of it the activations of a prefill step of "
+                     f"{memory.prefill_step_tokens:,} tokens); fix: fewer prompt tokens per prefill step "
+                     "(workload.prefill_tokens_per_gpu)")
+        return text
+    return (f"{need}, but only {left / GB:,.2f} GB of the {memory.hbm_bytes / GB:,.2f} GB HBM are left after the "
+            f"runtime's {memory.reserved_bytes / GB:,.2f} GB: over by {(memory.weights_bytes - left) / GB:,.2f} GB; "
+            + _more_gpus_hint(config, memory, left))
+
+
+def _more_gpus_hint(config: RunConfig, memory: MemoryResult, left: float, kv_bytes: float = 0.0) -> str:
+    """How to make the weights (and `kv_bytes` of KV cache per GPU) fit: the GPUs that would hold them
+    (about) and a layout of them, or a narrower format where that alone is enough; no fix where none
+    is in reach."""
+    dep, model = config.deployment, config.model
+    room = memory.weights_bytes * 1.25 + kv_bytes  # 1.25: room for some KV cache
+    gpus = _gpus_for(dep.num_gpus, room, left)
+    narrow = dep.precision.weight_dtype in ("fp8", "int8", "int4", "fp4")
+    fp8 = "" if narrow or memory.weights_bytes / 2 + kv_bytes > left else ", or fp8 weights (--precision fp8)"
+    if gpus > MOST_GPUS_ADVISED:
+        return (f"no fix offered: about {gpus:,.3g} x {config.hardware.name} would hold them, more than "
+                f"{MOST_GPUS_ADVISED:,} GPUs")
+    tp = min(gpus, config.hardware.peak.gpus_per_node)
+    pp = gpus // tp
+    layout = f"--num-gpus {gpus} --tp {tp}" + (f" --pp {pp}" if pp > 1 else "")
+    example = f" (e.g. {layout})" if model.num_hidden_layers % pp == 0 else ""
+    return f"fix: more GPUs, about {gpus:,} x {config.hardware.name}{example}{fp8}"
 
 
 def _table_device_mismatch(config: RunConfig) -> str:

@@ -96,11 +96,27 @@ def _rate(value: Any, where: str) -> float:
     return float(check_number(value, where, "request_rate", gt=0))
 
 
-def _lengths(values: Any) -> tuple[int, int] | None:
-    if not isinstance(values, list) or not values:
+def _lengths(data: dict[str, Any], key: str, where: str) -> tuple[int, int] | None:
+    """(shortest, longest) of a per-request length list; None when the file has none. Every entry
+    passes the number rule (one that does not is refused with its index, not the whole list dropped);
+    a 0 is a failed request's (vLLM saves output length 0 for it) and is not a length."""
+    values = data.get(key)
+    if values is None:
         return None
-    whole = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1]
-    return (int(min(whole)), int(max(whole))) if len(whole) == len(values) else None
+    if not isinstance(values, list):
+        raise ConfigError(where, key, values, "expected a list of per-request token counts")
+    lengths = [int(check_number(v, where, f"{key}[{i}]", whole=True, ge=0)) for i, v in enumerate(values)]
+    served = [n for n in lengths if n > 0]
+    return (min(served), max(served)) if served else None
+
+
+def _text(data: dict[str, Any], key: str, where: str) -> str:
+    value = data.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ConfigError(where, key, value, "expected a name (text)")
+    return value
 
 
 def parse_serving_result(data: dict[str, Any], source: str, line: int) -> ServingResult:
@@ -128,14 +144,14 @@ def parse_serving_result(data: dict[str, Any], source: str, line: int) -> Servin
                 break
     num_prompts = data.get("num_prompts")
     return ServingResult(
-        tool=tool, line=line, backend=str(data.get("backend") or data.get("endpoint_type") or ""),
-        model_id=str(data.get("model_id") or ""), request_rate=_rate(data.get("request_rate"), where),
+        tool=tool, line=line, backend=_text(data, "backend", where) or _text(data, "endpoint_type", where),
+        model_id=_text(data, "model_id", where), request_rate=_rate(data.get("request_rate"), where),
         max_concurrency=int(check_number(cap, where, "max_concurrency", whole=True, gt=0)) if cap is not None else None,
         burstiness=float(check_number(data.get("burstiness", 1.0), where, "burstiness", gt=0)),
         num_prompts=int(check_number(num_prompts, where, "num_prompts", whole=True, gt=0)) if num_prompts else completed,
         completed=completed, mean_input_len=number("total_input_tokens", whole=True) / completed,
         mean_output_len=number("total_output_tokens", whole=True) / completed,
-        input_range=_lengths(data.get("input_lens")), output_range=_lengths(data.get("output_lens")),
+        input_range=_lengths(data, "input_lens", where), output_range=_lengths(data, "output_lens", where),
         measured=measured)
 
 
@@ -164,13 +180,20 @@ def serve_options(result: ServingResult) -> tuple[dict[str, Any], list[str]]:
             options[name] = {"dist": "uniform", "min": span[0], "max": span[1]}
         else:
             options[name] = max(1, round(mean))
-    if result.input_range is None or result.output_range is None:
-        notes.append(f"the file holds no per-request lengths: every request has the mean lengths, "
-                     f"{result.mean_input_len:,.1f} input and {result.mean_output_len:,.1f} output tokens")
-    else:
-        notes.append(f"request lengths drawn uniformly over the file's range: input {result.input_range[0]:,}.."
-                     f"{result.input_range[1]:,}, output {result.output_range[0]:,}..{result.output_range[1]:,} tokens")
+    notes.append(_lengths_note(result))
     return options, notes
+
+
+def _lengths_note(result: ServingResult) -> str:
+    spans = (("input", result.input_range, result.mean_input_len), ("output", result.output_range,
+                                                                   result.mean_output_len))
+    if result.input_range is None and result.output_range is None:
+        return (f"the file holds no per-request lengths: every request has the mean lengths, "
+                f"{result.mean_input_len:,.1f} input and {result.mean_output_len:,.1f} output tokens")
+    return "request lengths: " + ", ".join(
+        f"{what} drawn uniformly over the file's range {span[0]:,}..{span[1]:,}" if span is not None else
+        f"{what} the file's mean {mean:,.1f} (it lists no per-request {what} lengths)" for what, span, mean in spans
+    ) + " tokens"
 
 
 def engine_of_backend(backend: str) -> str | None:

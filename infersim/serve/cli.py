@@ -56,15 +56,16 @@ def _length(text: str | None, name: str) -> Any:
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     # a rate with a concurrency is a Poisson load capped at that many in flight (vllm bench serve's
-    # and sglang.bench_serving's --request-rate with --max-concurrency)
-    capped = args.rate is not None and args.concurrency is not None
+    # and sglang.bench_serving's --request-rate with --max-concurrency); a rate search's rates likewise
+    sweeping = args.rate_sweep is not None or args.max_rate_under_slo
+    capped = (args.rate is not None or sweeping) and args.concurrency is not None
     modes = [m for m, on in (("offline", args.offline), ("concurrency", args.concurrency is not None and not capped),
                              ("trace", args.trace is not None), ("poisson", args.rate is not None)) if on]
-    sweeping = args.rate_sweep is not None or args.max_rate_under_slo
     if len(modes) > 1:
         raise InferSimError("choose one load: --rate, --concurrency, --offline or --trace (got " + ", ".join(modes) + ")")
     if sweeping and modes and modes != ["poisson"]:
         raise InferSimError("--rate-sweep and --max-rate-under-slo vary a Poisson rate; drop " + modes[0])
+    _check_search_flags(args, sweeping)
     if not modes and not sweeping:
         raise InferSimError("give a load: --rate R (--request-rate), --concurrency N (--max-concurrency), --offline or "
                             "--trace FILE")
@@ -86,6 +87,23 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.disaggregate:
         options["disaggregate"] = args.disaggregate
     return options
+
+
+def _check_search_flags(args: argparse.Namespace, sweeping: bool) -> None:
+    """Flags that only a rate search or a trace reads are refused where nothing would read them,
+    rather than ignored without a word."""
+    search = "--rate-sweep" if args.rate_sweep is not None else "--max-rate-under-slo"
+    if sweeping and args.rate is not None:
+        raise InferSimError(f"--rate {args.rate:g} with {search}: the search chooses the rates; drop --rate (or the "
+                            "search, to simulate one rate); --concurrency N caps every searched rate at N in flight")
+    if not sweeping:
+        for flag, value in (("--executor", args.executor), ("--workers", args.workers)):
+            if value is not None:
+                raise InferSimError(f"{flag} {value}: runs the points of --rate-sweep or --max-rate-under-slo; a "
+                                    "single serving run uses neither")
+    if args.trace is None and args.trace_time_scale is not None:
+        raise InferSimError(f"--trace-time-scale {args.trace_time_scale:g} scales a --trace's arrival times; "
+                            "there is no --trace")
 
 
 def write_requests(path: str, records: list[dict[str, Any]]) -> None:
@@ -153,13 +171,18 @@ def _serve(args: argparse.Namespace) -> int:
     want_records = bool(args.requests_out) or args.include_requests
     executor, client = None, None
     if args.executor:
-        from infersim.sweep.runner import dask_executor
+        from infersim.sweep.cluster import dask_executor
 
         executor, client = dask_executor(args.executor)
     try:
         if args.rate_sweep is not None or args.max_rate_under_slo:
             return _search(args, config, options, executor, launch)
         summary = simulate_serving(config, {**options, "requests": want_records})
+    except OSError as exc:  # the Dask scheduler went away mid-search (CommClosedError is an OSError)
+        if client is None:
+            raise
+        raise InferSimError(f"--executor {args.executor}: the Dask cluster failed during the search "
+                            f"({type(exc).__name__}: {exc})") from None
     finally:
         if client is not None:
             client.close()

@@ -29,7 +29,8 @@ from infersim.sweep.analysis import (
 )
 from infersim.sweep.evaluate import Row, Search, SweepSpec
 from infersim.sweep.grid import GridAxis, expand_range, expand_values, parse_grid
-from infersim.sweep.runner import SweepResult, dask_executor, run_sweep
+from infersim.sweep.cluster import dask_executor
+from infersim.sweep.runner import SweepResult, run_sweep
 from infersim.sweep.variants import Base, from_config, load_base
 
 __all__ = [

@@ -10,7 +10,7 @@ from typing import Any
 
 from infersim.cli.main import number_arg
 from infersim.cards.schema import check_number
-from infersim.base.errors import ConfigError, InferSimError, NotPossible, shorten
+from infersim.base.errors import ConfigError, InferSimError, NotPossible, echo, shorten
 from infersim.run.energy import unavailable_reason
 from infersim.sweep.analysis import Targets, best_per_variant, energy_point, feasible, frontiers, point_of, variant_axes
 from infersim.sweep.evaluate import Row, Search, SweepSpec
@@ -26,7 +26,8 @@ from infersim.sweep.output import (
     rows_table,
     write_output,
 )
-from infersim.sweep.runner import SweepResult, dask_executor, run_sweep
+from infersim.sweep.cluster import dask_executor
+from infersim.sweep.runner import SweepResult, run_sweep
 from infersim.sweep.variants import load_base
 
 GRID_HELP = """\
@@ -186,13 +187,16 @@ def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
         return run_sweep(spec, workers=args.workers, progress=args.progress)
     if kind == "serial":
         return run_sweep(spec, workers=1, progress=args.progress)
-    if kind.startswith(("dask://", "tcp://")):
+    if "://" in kind:  # dask:// and tcp:// only: parse_address refuses every other scheme
         executor, client = dask_executor(kind)
         try:
             return run_sweep(spec, executor=executor, workers=args.workers, progress=args.progress)
+        except OSError as exc:  # the scheduler went away mid-sweep (distributed's CommClosedError is an OSError)
+            raise InferSimError(f"--executor {kind}: the Dask cluster failed during the sweep "
+                                f"({type(exc).__name__}: {exc})") from None
         finally:
             client.close()
-    raise InferSimError(f"--executor {kind}: expected processes, serial or dask://HOST:PORT")
+    raise InferSimError(f"--executor {echo(kind)}: expected processes, serial or dask://HOST:PORT")
 
 
 def _summary(result: SweepResult) -> str:
@@ -286,13 +290,13 @@ def sweep_command(args: argparse.Namespace) -> int:
     result = _run(args, spec)
     rows = result.rows
     show_cost = any(r.ok and r.price > 0 for r in rows)
-    records = [row_record(spec, r, targets) for r in rows]
     v_axes = variant_axes(spec)
     bests = best_per_variant(spec, rows, targets)
     meta = _meta(args, spec, result, targets)
     meta["best"] = [best_record(spec, b, v_axes, targets) for b in bests]
-    if args.out and (records or result.interrupted):
-        write_output(args.out, records, meta)
+    written = 0
+    if args.out and (rows or result.interrupted):
+        written = write_output(args.out, (row_record(spec, r, targets) for r in rows), meta)
     if result.interrupted:
         print(_summary(result), file=sys.stderr)
         return _interrupted(result, args.out)
@@ -316,7 +320,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     if args.emit_launch:
         _print_launches(spec, [b.row for b in bests if b.row is not None])
     if args.out:
-        print(f"\nwrote {len(records):,} rows to {args.out}")
+        print(f"\nwrote {written:,} rows to {args.out}")
     if failed:
         print(f"infersim: no configuration meets the targets ({targets.describe()}); {_summary(result)}",
               file=sys.stderr)
@@ -363,17 +367,14 @@ def pareto_command(args: argparse.Namespace) -> int:
     v_axes = variant_axes(spec)
     if any(fronts.values()) or result.interrupted:  # else stderr is the one message saying why
         print(_summary(result), file=sys.stderr)
-    records: list[dict[str, Any]] = []
     on_front = {id(r) for front in fronts.values() for r in front}
     source_rows = [r for r in result.rows if feasible(r, targets)] if args.all else \
         [r for front in fronts.values() for r in front]
-    for r in source_rows:
-        rec = row_record(spec, r, targets)
-        rec["on_frontier"] = id(r) in on_front
-        records.append(rec)
     meta = _meta(args, spec, result, targets)
-    if args.out and (records or result.interrupted):
-        write_output(args.out, records, meta)
+    written = 0
+    if args.out and (source_rows or result.interrupted):
+        written = write_output(args.out, ({**row_record(spec, r, targets), "on_frontier": id(r) in on_front}
+                                          for r in source_rows), meta)
     if result.interrupted:
         return _interrupted(result, args.out)
     if not any(fronts.values()):
@@ -407,5 +408,5 @@ def pareto_command(args: argparse.Namespace) -> int:
         plot_frontier(args.plot, curves, title, args.objective)
         print(f"\nwrote {args.plot}")
     if args.out:
-        print(f"wrote {len(records):,} rows to {args.out}")
+        print(f"wrote {written:,} rows to {args.out}")
     return 0

@@ -19,6 +19,7 @@ does not need.
 
 from __future__ import annotations
 
+import functools
 import math
 import pickle
 import threading
@@ -143,10 +144,24 @@ class Search:
         if self.max_pp < 1 or self.max_tp < 1:
             raise InferSimError("--max-pp and --max-tp must be at least 1")
 
-    @property
+    @functools.cached_property
     def units(self) -> tuple[tuple[int, int], ...]:
-        """(GPU count, PP degree) pairs; each is one unit of work per grid point."""
+        """(GPU count, PP degree) pairs; each is one unit of work per grid point (computed once: every
+        unit of a search reads it)."""
         return tuple((n, pp) for n in sorted(set(self.gpus)) for pp in divisors(n) if pp <= self.max_pp)
+
+    def configurations_per_point(self, moe: bool) -> int:
+        """At most how many configurations one grid point runs: every searched layout (attention TP,
+        FFN TP and, for MoE models, every EP dividing what is left) of every (GPU count, PP) unit,
+        times every batch and the largest that fits."""
+        batches = len(set(self.batches)) + (1 if self.include_max_batch else 0)
+        total = 0
+        for num_gpus, pp in self.units:
+            stage = num_gpus // pp
+            tps = [d for d in divisors(stage) if d <= self.max_tp]
+            ffn = sum(len(divisors(stage // t)) for t in tps) if moe else len(tps)
+            total += len(tps) * ffn * batches
+        return total
 
 
 @dataclass(frozen=True)
@@ -180,6 +195,39 @@ class SweepSpec:
         if swept and self.base.config.speculative is None:
             raise InferSimError(f"--grid {swept[0]}: the base config has no speculative section to vary; add one "
                                 "(method, draft_model, acceptance_rate) to the config or with --set")
+
+
+#: the most configurations one sweep simulates: every row is kept in memory (~1.1 KB each, measured:
+#: 100,000 rows of a batch grid raised the peak resident set by 110 MB) for the best-per-variant
+#: choice, the frontiers and the printed tables, so this bounds a sweep's memory to about 0.6 GB
+MAX_SWEEP_CONFIGURATIONS = 500_000
+#: the most GPU counts a layout search takes (each is searched over its divisors, per grid point)
+MAX_SEARCH_GPU_COUNTS = 4096
+
+
+def check_sweep_size(spec: SweepSpec) -> None:
+    """Refuse, before anything runs, a sweep that could simulate more than MAX_SWEEP_CONFIGURATIONS
+    configurations: the product of the grid axes times what the layout search runs per point."""
+    points = spec.points
+    search = spec.search
+    if search is not None and len(set(search.gpus)) > MAX_SEARCH_GPU_COUNTS:
+        raise InferSimError(f"--gpus: {len(set(search.gpus)):,} GPU counts; a layout search takes at most "
+                            f"{MAX_SEARCH_GPU_COUNTS:,}")
+    if points > MAX_SWEEP_CONFIGURATIONS:  # before the search's count: the grid alone is too large
+        per_point = 1
+    else:
+        moe = spec.base.config.model.is_moe or any(a.parts[0] == "model" for a in spec.axes)
+        per_point = 1 if search is None else search.configurations_per_point(moe)
+    total = points * per_point
+    if total <= MAX_SWEEP_CONFIGURATIONS:
+        return
+    axes = f"{points:,} grid point{'s' if points != 1 else ''}" + (
+        f" ({' x '.join(f'{len(a.values):,} {a.path}' for a in spec.axes)})" if len(spec.axes) > 1 else "")
+    search_text = f" x up to {per_point:,} layouts and batches per point (--gpus, --batch, --max-pp, --max-tp)" \
+        if search is not None and per_point > 1 else ""
+    raise InferSimError(f"sweep of {total:,} configurations: {axes}{search_text}; one sweep simulates at "
+                        f"most {MAX_SWEEP_CONFIGURATIONS:,} (every row is kept in memory, about 1 KB each): narrow "
+                        "the grid or split it over several runs")
 
 
 @dataclass

@@ -6,7 +6,7 @@ import csv
 import importlib.util
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -231,31 +231,53 @@ def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool,
 # Files
 
 
-def write_output(path: str, records: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    """Write records by the file's extension: .csv (one row per record), .json (meta + records),
-    .parquet (records; needs pyarrow)."""
+def write_output(path: str, records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> int:
+    """Write records by the file's extension: .csv (one row per record; the columns are the first
+    record's) and .json (meta, then the records under "rows") one at a time as they are made, so a
+    sweep's rows are not held twice; .parquet (needs pyarrow) all at once. Returns the records written."""
     check_output_path(path)
     suffix = Path(path).suffix.lower()
     if suffix == ".json":
-        data = dict(meta)
-        data["rows"] = records
-        Path(path).write_text(json.dumps(data, indent=1, default=str, allow_nan=False) + "\n")
-    elif suffix == ".csv":
-        columns: list[str] = []
-        for rec in records:
-            for key in rec:
-                if key not in columns:
-                    columns.append(key)
-        with open(path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns)
-            writer.writeheader()
-            for rec in records:
-                writer.writerow({k: ("" if v is None else v) for k, v in rec.items()})
-    else:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        return _write_json(path, records, meta)
+    if suffix == ".csv":
+        return _write_csv(path, records)
+    return _write_parquet(path, records)
 
-        pq.write_table(pa.Table.from_pylist(records), path)
+
+def _write_json(path: str, records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> int:
+    count = 0
+    with open(path, "w") as handle:
+        head = json.dumps({**meta, "rows": []}, indent=1, default=str, allow_nan=False)
+        handle.write(head[:head.rindex("[") + 1])
+        for rec in records:
+            handle.write(("," if count else "") + "\n  " + json.dumps(rec, default=str, allow_nan=False))
+            count += 1
+        handle.write(("\n " if count else "") + "]\n}\n")
+    return count
+
+
+def _write_csv(path: str, records: Iterable[dict[str, Any]]) -> int:
+    count = 0
+    with open(path, "w", newline="") as handle:
+        writer = None
+        for rec in records:
+            if writer is None:
+                writer = csv.DictWriter(handle, fieldnames=list(rec))
+                writer.writeheader()
+            writer.writerow({k: ("" if v is None else v) for k, v in rec.items()})
+            count += 1
+    return count
+
+
+def _write_parquet(path: str, records: Iterable[dict[str, Any]]) -> int:
+    """Parquet takes its column types from every row at once (a column null in the first rows is
+    typed by later ones), so these rows are gathered first."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = list(records)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return len(rows)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,14 +20,14 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from infersim.base.workers import stop_pool, worker_pool
 from infersim.base.errors import InferSimError
-from infersim.sweep.evaluate import ChunkResult, Evaluator, Row, SweepSpec, evaluate_chunk
+from infersim.sweep.evaluate import ChunkResult, Evaluator, Row, SweepSpec, check_sweep_size, evaluate_chunk
 
 #: below this many estimated simulations a sweep runs in process (starting workers costs more)
 SERIAL_BELOW = 3000
@@ -146,7 +146,7 @@ def _isatty(stream: IO[str]) -> bool:
 
 
 #: a sweep estimated above this many simulations gets a size estimate on stderr before it runs
-LARGE_SWEEP = 1_000_000
+LARGE_SWEEP = 100_000
 
 
 class Terminated(KeyboardInterrupt):
@@ -205,6 +205,7 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
     (default: the CPUs available), or the sweep runs in this process when workers == 1 or it is
     small (under SERIAL_BELOW simulations). progress: draw a progress bar on stderr (default: when
     stderr is a terminal). Ctrl-C returns the finished part with `interrupted` set."""
+    check_sweep_size(spec)
     total = spec.units
     start = time.perf_counter()
     sims = estimated_simulations(spec)
@@ -246,24 +247,7 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
                 for begin, stop in ranges:
                     record(begin, evaluator.run(begin, stop))
         else:
-            payload = _payload(spec)
-            own = executor is None
-            pool = executor or worker_pool(n_workers)
-            futures: dict[cf.Future, int] = {}
-            try:
-                futures = {pool.submit(evaluate_chunk, payload, begin, stop): begin for begin, stop in ranges}
-                for future in cf.as_completed(futures):
-                    record(futures[future], future.result())
-            except KeyboardInterrupt:
-                _stop(pool, own, futures)
-                for future, begin in futures.items():  # keep chunks that finished meanwhile
-                    if begin not in results and future.done() and not future.cancelled() \
-                            and future.exception() is None:
-                        record(begin, future.result())
-                raise
-            finally:
-                if own:
-                    pool.shutdown(cancel_futures=True)
+            _run_on_pool(spec, executor, n_workers, ranges, record)
     except KeyboardInterrupt as exc:
         interrupted = True
         interrupted_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
@@ -278,6 +262,31 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
     return SweepResult(spec, merged.rows, total, merged.units, merged.rejected, merged.unfit, merged.problems,
                        interrupted, time.perf_counter() - start, 0 if executor is not None else n_workers,
                        interrupted_by)
+
+
+def _run_on_pool(spec: SweepSpec, executor: cf.Executor | None, n_workers: int, ranges: list[tuple[int, int]],
+                 record: Callable[[int, ChunkResult], None]) -> None:
+    """The chunks on a caller's executor, or on `n_workers` local worker processes; each recorded as it
+    finishes (Ctrl-C keeps those that finished meanwhile, then re-raises)."""
+    payload = _payload(spec)
+    own = executor is None
+    pool = executor or worker_pool(n_workers)
+    futures: dict[cf.Future, int] = {}
+    try:
+        futures = {pool.submit(evaluate_chunk, payload, begin, stop): begin for begin, stop in ranges}
+        for future in cf.as_completed(futures):
+            chunk = future.result()
+            # dropped once recorded: a Dask future keeps its result alive on the cluster while referenced
+            record(futures.pop(future), chunk)
+    except KeyboardInterrupt:
+        _stop(pool, own, futures)
+        for future, begin in list(futures.items()):  # keep chunks that finished meanwhile
+            if future.done() and not future.cancelled() and future.exception() is None:
+                record(begin, future.result())
+        raise
+    finally:
+        if own:
+            pool.shutdown(cancel_futures=True)
 
 
 def _stop(pool: cf.Executor, own: bool, futures: dict[cf.Future, int]) -> None:
@@ -296,24 +305,3 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:,.0f} min"
     return f"{seconds / 3600:,.1f} h"
-
-
-def dask_executor(address: str) -> tuple[cf.Executor, Any]:
-    """An Executor sending chunks to the Dask scheduler at `address` (dask://HOST:PORT or
-    tcp://HOST:PORT); returns (executor, client) — close the client when done."""
-    try:
-        from dask.distributed import Client
-    except ImportError:
-        raise InferSimError("--executor dask://...: Dask is not installed; pip install 'dask[distributed]' "
-                            "(or, in the infersim clone: pip install '.[dask]')") from None
-    target = address
-    if target.startswith("dask://"):
-        target = "tcp://" + target[len("dask://"):]
-    if not target.split("://", 1)[-1]:
-        raise InferSimError(f"--executor {address}: expected dask://HOST:PORT")
-    try:
-        client = Client(target, timeout=10)
-    except (OSError, TimeoutError) as exc:
-        raise InferSimError(f"--executor {address}: cannot reach a Dask scheduler there ({exc})") from None
-    return client.get_executor(), client
-

@@ -279,6 +279,9 @@ class MfuTables:
         for k in set(k_pair):
             for n in set(n_pair):
                 corner = GemmShape(m=shape.m, k=k, n=n, dtype=shape.dtype, weight_dtype=shape.weight_dtype)
+                found = shape_grid_key(corner)
+                if found is None or found[0] not in self.grids:
+                    return None  # a (K, N) the plane lacks: a corner is measured or there is no answer (no recursion)
                 hit = self.lookup(corner, peak_flops)
                 if hit is None:
                     return None

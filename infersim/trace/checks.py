@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -27,6 +28,12 @@ NOT_FINITE = "timestamp or duration not a finite number"
 NEGATIVE = "negative duration"
 TOO_LONG = "duration longer than an hour"
 DUPLICATE = "exact repeats of another kernel (same GPU, stream, name, start and duration)"
+NOT_A_NUMBER = "timestamp or duration not a number (true or false)"
+BEFORE_LAUNCH = "start more than a second before the CPU launched them"
+#: how long before its launch (one CPU event of its correlation id) a kernel may seem to start: the
+#: profiler puts GPU times on the CPU clock, so a kernel cannot start before it is launched; a
+#: second is far beyond any clock offset and catches timestamps of another epoch (0 among Unix times)
+LAUNCH_SKEW_US = 1e6
 
 
 @dataclass
@@ -100,6 +107,26 @@ def repeats_and_overlaps(k: KernelColumns) -> tuple[list[int], int]:
             previous = row
     repeats.sort()
     return repeats, overlaps
+
+
+def before_launch(kernel_corr: array, kernel_start: array, launch_corr: array, launch_start: array) -> list[int]:
+    """Rows of kernels that start more than LAUNCH_SKEW_US before their launch. Only correlation ids
+    of one launch are checked (ids several launches share are matched to a launch later, by time).
+    The launches are looked up by bisection in their ids (sorted, as Kineto numbers them, or sorted
+    here into typed arrays): no dict per launch in a trace of millions."""
+    if any(launch_corr[i] > launch_corr[i + 1] for i in range(len(launch_corr) - 1)):
+        order = array("l", sorted(range(len(launch_corr)), key=launch_corr.__getitem__))
+        ids = array("q", (launch_corr[i] for i in order))
+        starts = array("d", (launch_start[i] for i in order))
+    else:
+        ids, starts = launch_corr, launch_start
+    out = []
+    for row, (corr, start) in enumerate(zip(kernel_corr, kernel_start)):
+        lo = bisect_left(ids, corr)
+        if lo < len(ids) and ids[lo] == corr and (lo + 1 == len(ids) or ids[lo + 1] != corr) \
+                and start < starts[lo] - LAUNCH_SKEW_US:
+            out.append(row)
+    return out
 
 
 def without_rows(columns: list[array], rows: list[int]) -> list[array]:

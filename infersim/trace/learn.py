@@ -173,6 +173,14 @@ def learn(run: TracedRun, config: RunConfig) -> LearnedTables:
         for c in calls:
             if _call_key(c) not in used:
                 out.unused[f"{stage} {c.op} {_dims_text(c.dims)} ({c.module})"] += c.time_us / steps
+    _drop_untimed(out)
+    _learn_notes(out, run, keyed, missing)
+    return out
+
+
+def _learn_notes(out: LearnedTables, run: TracedRun, keyed: set[tuple[str, str]],
+                 missing: dict[tuple[str, str], int]) -> None:
+    """What the learned elementwise rows cover and what traced time no row uses."""
     if out.elementwise:
         out.notes.append(f"elementwise: {len(out.elementwise)} rows of {len(keyed)} eager kernel kinds (op, dtype) from "
                          "the traced ATen operators and their recorded inputs")
@@ -189,7 +197,19 @@ def learn(run: TracedRun, config: RunConfig) -> LearnedTables:
         out.notes.append(f"traced calls no simulator operation asks for ({total:.1f} µs per step): "
                          + "; ".join(f"{name}: {us:.1f} µs" for name, us in sorted(out.unused.items(),
                                                                                   key=lambda x: -x[1])[:6]))
-    return out
+
+
+def _drop_untimed(out: LearnedTables) -> None:
+    """Rows whose traced kernels took no time (0 µs: events the trace recorded without a duration)
+    are dropped and said: a table row of 0 µs is an infinite efficiency no run could use."""
+    dropped = 0
+    for table in (out.gemm, out.attention, out.grouped):
+        for key in [key for key, us in table.items() if not us > 0]:
+            del table[key]
+            dropped += 1
+    if dropped:
+        out.notes.append(f"{dropped} table row{'s' if dropped != 1 else ''} dropped: the traced kernels of "
+                         f"{'their' if dropped != 1 else 'its'} shape took 0 µs (no duration in the trace)")
 
 
 def _dims_text(d: Any) -> str:

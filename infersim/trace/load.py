@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from infersim.trace.checks import DUPLICATE, NOT_FINITE, EventChecks, KernelColumns, repeats_and_overlaps, without_rows
+from infersim.trace.checks import (BEFORE_LAUNCH, DUPLICATE, NOT_A_NUMBER, NOT_FINITE, EventChecks, KernelColumns,
+                                   before_launch, repeats_and_overlaps, without_rows)
 from infersim.trace.operators import MODULE_FRAME_PREFIX, op_class, shapes_text
 from infersim.trace.reader import FLOW, ChromeTraceReader
 
@@ -221,6 +222,9 @@ class _Collector:
         except (KeyError, TypeError, ValueError):
             self._drop(kind, NOT_FINITE)
             return
+        if type(event["ts"]) is bool or type(event.get("dur")) is bool:  # float() takes them as 0 and 1
+            self._drop(kind, NOT_A_NUMBER)
+            return
         if not math.isfinite(start):
             self._drop(kind, NOT_FINITE)
             return
@@ -341,8 +345,12 @@ class _Collector:
     def _checked_kernels(self) -> tuple[list[array], int]:
         """The kernel columns without exact repeats (counted), and how many kernels overlap on a stream."""
         columns = [self.k_name, self.k_kind, self.k_start, self.k_dur, self.k_lane, self.k_stream, self.k_corr]
-        repeats, overlaps = repeats_and_overlaps(KernelColumns(self.k_lane, self.k_stream, self.k_start, self.k_dur,
-                                                               self.k_name))
+        early = before_launch(self.k_corr, self.k_start, self.l_corr, self.l_start)
+        if early:
+            self.checks.dropped[BEFORE_LAUNCH] += len(early)
+            columns = without_rows(columns, early)
+        k_name, _kind, k_start, k_dur, k_lane, k_stream, _corr = columns
+        repeats, overlaps = repeats_and_overlaps(KernelColumns(k_lane, k_stream, k_start, k_dur, k_name))
         if repeats:
             self.checks.dropped[DUPLICATE] += len(repeats)
         return without_rows(columns, repeats), overlaps

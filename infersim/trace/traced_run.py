@@ -154,6 +154,9 @@ def read_traced_run(path: str, rank: str | None = None, step_regions: tuple[str,
                             "name the file or --rank")
     raw = load_trace(files[0].path)
     present = lane_ids(raw)
+    dropped = [note for note in raw.notes if "GPU event" in note and "dropped" in note]
+    if not present and dropped:  # kernels there were, but none a time can be learned from
+        raise NotPossible(f"{path}: no GPU kernel left to learn kernel times from: {'; '.join(dropped)}")
     if not present:
         raise NotPossible(f"{path}: no GPU kernels in this trace: nothing to learn kernel times from (a CPU-only "
                           "recording's operator times are the CPU doing the kernels' work, not a GPU launch loop: "
@@ -208,22 +211,38 @@ class TracedWorkload:
         return ", ".join(parts)
 
 
+def _traced_count(value: Any, run: TracedRun, call: Any, what: str) -> int:
+    """A batch or length read from a traced operator's recorded shapes, through the number rule,
+    naming the trace and the operator (not the --set override the workload becomes)."""
+    from infersim.cards.schema import check_number
+
+    return int(check_number(value, str(run.path), f"{call.stage} {call.op} {what} (its recorded Input Dims)",
+                            whole=True, ge=1))
+
+
 def traced_workload(run: TracedRun) -> TracedWorkload:
-    prefill = [c.dims for c in run.calls if c.stage == "prefill" and isinstance(c.dims, AttentionDims)]
-    decode = [c.dims for c in run.calls if c.stage == "decode" and isinstance(c.dims, AttentionDims)]
-    if not prefill:  # no attention shapes: the GEMM inputs' [batch, seq, hidden]
-        prefill_gemm = [c.dims for c in run.calls if c.stage == "prefill" and isinstance(c.dims, GemmDims)
-                        and c.dims.seq]
-        batch_prompt = (prefill_gemm[0].batch or 1, prefill_gemm[0].seq or 1) if prefill_gemm else None
-    else:
-        batch_prompt = (prefill[0].batch, prefill[0].q_len)
+    prefill = [c for c in run.calls if c.stage == "prefill" and isinstance(c.dims, AttentionDims)]
+    decode = [c for c in run.calls if c.stage == "decode" and isinstance(c.dims, AttentionDims)]
+    batch_prompt = None
+    if prefill:
+        first = prefill[0]
+        batch_prompt = (_traced_count(first.dims.batch, run, first, "batch"),
+                        _traced_count(first.dims.q_len, run, first, "query length"))
+    else:  # no attention shapes: the GEMM inputs' [batch, seq, hidden]
+        gemm = next((c for c in run.calls if c.stage == "prefill" and isinstance(c.dims, GemmDims) and c.dims.seq),
+                    None)
+        if gemm is not None:
+            batch_prompt = (_traced_count(gemm.dims.batch or 1, run, gemm, "batch"),
+                            _traced_count(gemm.dims.seq, run, gemm, "sequence length"))
     if decode:
-        decode_batch = max(d.batch for d in decode)
-        kv = fmean(d.kv_len for d in decode)
+        decode_batch = max(_traced_count(c.dims.batch, run, c, "batch") for c in decode)
+        kv = fmean(_traced_count(c.dims.kv_len, run, c, "key length") for c in decode)
     else:
-        decode_gemm = [c.dims for c in run.calls if c.stage == "decode" and isinstance(c.dims, GemmDims)]
-        decode_batch = max((d.batch or d.m for d in decode_gemm), default=0)
+        decode_gemm = [c for c in run.calls if c.stage == "decode" and isinstance(c.dims, GemmDims)]
+        decode_batch = max((_traced_count(c.dims.batch or c.dims.m, run, c, "rows") for c in decode_gemm), default=0)
         kv = 0.0
+    if batch_prompt is not None:  # the prefill step's tokens: a count too
+        _traced_count(batch_prompt[0] * batch_prompt[1], run, first if prefill else gemm, "batch x length")
     if batch_prompt is None and not decode_batch:
         raise NotPossible(f"{run.path}: no prefill or decode step with recorded GEMM or attention shapes: "
                           "nothing to learn (profile with record_shapes=True, without CUDA graphs)")
