@@ -74,8 +74,10 @@ def test_another_gpus_tables_are_transferred(capsys: pytest.CaptureFixture[str])
 def test_the_text_report_shows_the_grade_per_module_and_stage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*LLAMA_70B, "--hardware", "h100", "--engine", "vllm"]) == 0
     out = capsys.readouterr().out
-    assert out.count("  grade: transferred (tables of another engine or GPU, transferred); by share of the step: "
-                     "transferred ") == 2
+    assert out.count("  grade: transferred, tables of another engine or GPU (trtllm 1.3.0rc20 tables of h100-sxm: "
+                     "trtllm kernels, not vllm's): ") == 2
+    assert out.count("| roofline, efficiencies assumed (elementwise at 0.80 of HBM bandwidth (the tables' rule); "
+                     "vllm card overheads") == 2
     header = next(line for line in out.splitlines() if line.strip().startswith("module"))
     assert header.split()[-1] == "grade"
     ffn = next(line for line in out.splitlines() if line.strip().startswith("dense_ffn"))

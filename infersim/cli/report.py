@@ -321,7 +321,7 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None, server: s
         head += "\n" + server
     confidence = stage_confidence(stage, result.config) if result is not None else None
     if confidence is not None:
-        head += f"\n  grade: {confidence.describe()}"
+        head += f"\n  grade: {confidence.describe()} of the step"
     lines = [head, f"  bound by {stage.bound.value}; times from {' + '.join(sources)}"
              + (f"; two-batch overlap saves {stage.overlap_saved_s / MS:,.2f} ms"
                 + (f" (compute slowed x{stage.sm_slowdown:.3f} by SMs held by communication)" if stage.sm_slowdown > 1 else "")

@@ -35,6 +35,8 @@ MEASURED = "measured"
 TRANSFERRED = "transferred"
 ROOFLINE = "roofline"
 GRADES = (MEASURED, TRANSFERRED, ROOFLINE)
+GRADE_SHORT = {MEASURED: "tables of this GPU and engine", TRANSFERRED: "tables of another engine or GPU",
+               ROOFLINE: "efficiencies assumed"}
 GRADE_TEXT = {MEASURED: "measured tables of this GPU and engine",
               TRANSFERRED: "tables of another engine or GPU, transferred",
               ROOFLINE: "roofline only, efficiencies assumed"}
@@ -59,15 +61,15 @@ class StageConfidence:
     assumed: tuple[str, ...]  # the efficiencies and constants the roofline-graded time rests on
 
     def describe(self) -> str:
-        """One line: the headline grade first, each grade's share of the step and what it rests on."""
+        """One line: each grade with what stands behind it and its share of the step, the headline first."""
         parts = []
         for grade in sorted(self.shares, key=lambda g: (g != self.grade, -self.shares[g])):
             share = self.shares[grade]
             if share <= 0 and grade != self.grade:
                 continue
             why = self.tables if grade != ROOFLINE else "; ".join(self.assumed)
-            parts.append(f"{grade} {100 * share:.0f}%" + (f" ({why})" if why else ""))
-        return f"{self.grade} ({GRADE_TEXT[self.grade]}); by share of the step: " + ", ".join(parts)
+            parts.append(f"{grade}, {GRADE_SHORT[grade]}" + (f" ({why})" if why else "") + f": {100 * share:.0f}%")
+        return " | ".join(parts)
 
 
 def _bundled_device(directory: Path) -> str | None:
@@ -130,7 +132,7 @@ def table_origin(config: RunConfig) -> TableOrigin | None:
     if device != hw:
         why.append(f"measured on {on}, not {hw}")
     if framework != runs:
-        why.append(f"{kernels} kernels, not {engine.name}'s")
+        why.append(f"{framework} kernels, not {engine.name}'s")
     return TableOrigin(TRANSFERRED, f"{kernels} tables of {on}: {'; '.join(why)}")
 
 
