@@ -31,6 +31,10 @@ where the rewritten output still has a line it matches.
 
 The field tables of the run config and the three kinds of card in docs/inputs.md are generated
 from their schemas: each follows its bold title and a blank line and ends at the next blank line.
+
+Figures quoted in prose ("96 compared numbers", "+74.6%") are listed in scripts/quoted_figures.yaml,
+each with the checked command whose output holds it: this script rewrites a drifted number in
+place, and the docs tests fail while a quote and its command disagree.
 """
 
 from __future__ import annotations
@@ -44,11 +48,13 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 
 PAGES: tuple[Path, ...] = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 FIELD_TABLE_PAGE = REPO / "docs" / "inputs.md"
@@ -406,11 +412,45 @@ def refresh(check: bool = False) -> int:
             new = tabled
         if new != text and not check:
             page.write_text(new)
+    changed += refresh_figures(runner, check)
+    problems += figure_problems(runner)
     for where in changed:
         print(f"{'differs' if check else 'rewrote'}: {where}")
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems or (check and changed) else 0
+
+
+# --- figures quoted in prose (scripts/quoted_figures.yaml) ---------------------------------------
+
+def checked_commands() -> set[str]:
+    return {command.text for block in all_blocks() if block.checked for command in block.commands()}
+
+
+def output_of(runner: Runner) -> Callable[[str], str]:
+    return lambda command: "\n".join(normalised(runner.run(command)[0]))
+
+
+def figure_problems(runner: Runner) -> list[str]:
+    """Quotes of figures whose page or numbers no longer agree with their command's output."""
+    import quoted_figures
+
+    return quoted_figures.problems(output_of(runner), checked_commands())
+
+
+def refresh_figures(runner: Runner, check: bool) -> list[str]:
+    """Rewrite the numbers of drifted quotes (unless `check`); the pages that changed."""
+    import quoted_figures
+
+    changed = []
+    for page in sorted({quote.page for quote in quoted_figures.load()}):
+        text = (REPO / page).read_text()
+        new = quoted_figures.rewritten(page, text, output_of(runner))
+        if new != text:
+            changed.append(f"{page}: quoted figures")
+            if not check:
+                (REPO / page).write_text(new)
+    return changed
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ def test_text_report_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "qwen3-30b-a3b on h20" in out
-    assert "PREFILL  TTFT" in out and "DECODE   TPOT" in out
+    assert "PREFILL  step" in out and "DECODE   TPOT" in out
+    # the step holds 4 prompts per GPU: one prompt alone is the TTFT a benchmark approaches at low load
+    assert "single-request TTFT" in out and "prefills 4 prompts per attention group together" in out
     assert "moe_experts" in out and "attn_core" in out
     assert "largest decode batch that fits" in out
 

@@ -139,3 +139,33 @@ def test_links_between_the_pages_resolve() -> None:
             elif anchor and where.suffix == ".md" and anchor not in _anchors(where):
                 broken.append(f"{page.name}: {target} (no such heading)")
     assert broken == []
+
+
+def test_quoted_figures_are_what_their_commands_print(runner: docs.Runner) -> None:
+    """Figures the prose quotes (scripts/quoted_figures.yaml) come from checked commands and agree
+    with what those print now."""
+    problems = docs.figure_problems(runner)
+    assert problems == [], f"{REFRESH}\n" + "\n".join(problems)
+
+
+def test_a_drifted_quote_is_caught_and_rewritten() -> None:
+    import quoted_figures
+
+    quotes = [q for q in quoted_figures.load() if q.quote.startswith("against public measurements")]
+    (quote,) = quotes
+    output = {quote.command: "overall: 96 numbers compared, median |error| 3.5%"}
+    page = "It is held\nagainst public measurements (97 compared numbers) that ship with it."
+
+    def read(name: str) -> str:
+        return page if name == quote.page else (quoted_figures.REPO / name).read_text()
+
+    def output_of(command: str) -> str:
+        return output.get(command, "")
+
+    found = [p for p in quoted_figures.problems(output_of, {quote.command}, read) if p.startswith(quote.where)]
+    assert found == [f"{quote.where}: the page says 97, the command prints 96"]
+    fixed = quoted_figures.rewritten(quote.page, page, output_of)
+    assert "against public measurements (96 compared numbers)" in fixed and "It is held\nagainst" in fixed
+    # a quote whose command no checked block runs is refused
+    assert any("is run by no checked console block" in p
+               for p in quoted_figures.problems(output_of, set(), read) if p.startswith(quote.where))

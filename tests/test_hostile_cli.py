@@ -127,7 +127,7 @@ def test_model_that_does_not_fit_prints_no_throughput(capsys):
     one_line_error(err, "does not fit", "weights need")
     code, out, _ = run(capsys, *args, "--show-unfit")
     assert code == 1
-    assert "[DOES NOT FIT: not achievable] PREFILL  TTFT" in out and "[DOES NOT FIT: not achievable] DECODE" in out
+    assert "[DOES NOT FIT: not achievable] PREFILL  step" in out and "[DOES NOT FIT: not achievable] DECODE" in out
     code, out, _ = run(capsys, *args, "--format", "json")
     data = json.loads(out)
     assert code == 1 and data["fits"] is False and "weights need" in data["unfit_reasons"][0]

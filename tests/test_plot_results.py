@@ -171,7 +171,7 @@ def test_validate_accepted_outliers_are_drawn_and_listed_but_not_counted() -> No
     assert [c["excluded"] for c in cases] == [False, False, True]
     figure, drawn = draw_validate(data)
     assert drawn["outliers"] == ["m", "b"]  # both drawn and numbered
-    title = figure._suptitle.get_text()
+    title = figure._suptitle.get_text().replace("\n", " ")  # wrapped between words to the figure's width
     # two counted: median of 10% and 20%, mean 15%, 1 of 2 within 15%
     assert "2 cases, median |error| 15.0%, mean 15.0%, 1/2 within ±15% (1 accepted outlier drawn, not counted)" in title
     assert " 1  m  +78%  (excluded)" in [t.get_text() for t in figure.texts][0]

@@ -67,7 +67,8 @@ def test_json_report(reference, no_serve, capsys):
                             "sgl-h20-decode-base"]
     tflops = points["deepgemm-dense-m4096-n7168-k16384/tflops"]
     assert set(tflops) == {"id", "source", "kind", "measured", "predicted", "error_pct", "unit", "dominant_module",
-                           "dominant_detail", "note", "accepted_outlier"}
+                           "dominant_detail", "grade", "note", "accepted_outlier"}
+    assert tflops["grade"] == "roofline"  # kernel points are priced on the roofline unless --mfu-tables names tables
     assert tflops["accepted_outlier"] is None
     assert (tflops["dominant_module"], tflops["dominant_detail"]) == ("gemm", "compute")
     assert tflops["kind"] == "kernel_gemm" and tflops["unit"] == "TFLOPS" and tflops["measured"] == 1358
@@ -79,6 +80,9 @@ def test_json_report(reference, no_serve, capsys):
     summary = data["summary"]
     assert summary["overall"]["n"] == 3
     assert set(summary["by_source"]) == {"DEEPGEMM", "ANT"} and set(summary["by_kind"]) == {"kernel", "stage"}
+    # every counted number sits in one grade group
+    assert sum(g["n"] for g in summary["by_grade"].values()) == 3
+    assert summary["by_grade"][decode["grade"]]["n"] == 1 + (decode["grade"] == "roofline") * 2
     assert set(summary["overall"]) == {"n", "median_abs_error_pct", "mean_abs_error_pct", "signed_mean_error_pct",
                                        "within_15pct_share_pct"}
     reasons = {n["id"]: n["reason"] for n in data["not_expressed"]}

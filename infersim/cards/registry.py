@@ -3,16 +3,22 @@
 A name resolves in this order: an existing path (relative to the working directory or absolute);
 a card of that name in ./models, ./hardware or ./engines of the working directory (where `infersim
 cards import-hf` writes); then the bundled directory of that kind, with or without the `.yaml`
-ending; then forgivingly (`forgiving_name`: case, punctuation, aliases, HF repository ids). Bundled data sits at
+ending; then forgivingly (`match_bundled`, infersim.cards.names: case, punctuation, aliases, HF ids, unique prefixes). Bundled data sits at
 the repository root in a checkout and under `infersim/_bundled/` in an installed wheel.
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infersim.base.errors import InferSimError
+from infersim.cards.names import (NameMatch, Spelling, card_spellings, fold, match_name, near_miss, repo_part,
+                                   suggestions)
+
+__all__ = ["fold"]  # re-exported: callers compare names as the matching does
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 KINDS = ("models", "hardware", "engines", "mfu_tables", "configs")
@@ -61,84 +67,71 @@ def resolve_table_dir(name_or_path: str, relative_to: Path | None = None) -> Pat
     return next((c for c in candidates if c.exists()), None)
 
 
-def fold(name: str) -> str:
-    """A name as forgiving matching compares it: lower case, letters, digits and dots only
-    ("TensorRT-LLM" and "tensorrt_llm" fold alike; "llama-3.1-8b" keeps its dots)."""
-    return "".join(ch for ch in name.lower() if ch.isalnum() or ch == ".")
-
-
 # Card kinds whose bundled cards may list `aliases` (other names they answer to).
 _ALIAS_KINDS = ("models", "hardware", "engines")
-_ALIASES: dict[str, dict[str, str]] = {}
+_SPELLINGS: dict[str, list[Spelling]] = {}
 
 
-def bundled_aliases(kind: str) -> dict[str, str]:
-    """Folded alias -> bundled card name, from the `aliases` lists of the bundled cards of `kind`
-    (read only when a name misses: an exact name never loads the other cards)."""
-    if kind not in _ALIASES:
+def bundled_spellings(kind: str) -> list[Spelling]:
+    """The other names the bundled cards of `kind` answer to (aliases; a model's checkpoint ids),
+    read only when a name misses: an exact name never loads the other cards."""
+    if kind not in _SPELLINGS:
         from infersim.cards.schema import load_yaml  # here: exact names need no YAML
 
-        table: dict[str, str] = {}
+        found: list[Spelling] = []
         directory = bundled_dir(kind)
         for name in bundled_names(kind):
             try:
                 data = load_yaml(directory / f"{name}.yaml")
             except InferSimError:
                 continue  # a broken card says so when it is loaded by its own name
-            aliases = data.get("aliases") if isinstance(data, dict) else None
-            for alias in aliases if isinstance(aliases, list) else ():
-                table.setdefault(fold(str(alias)), name)
-        _ALIASES[kind] = table
-    return _ALIASES[kind]
+            found += card_spellings(name, data, kind)
+        _SPELLINGS[kind] = found
+    return _SPELLINGS[kind]
 
 
 def _singular(kind: str) -> str:
     return kind[:-1] if kind.endswith("s") else kind
 
 
-def _model_candidates(name: str, names: list[str]) -> list[str]:
-    """Bundled model cards an HF-style id may mean: the repository part of `org/Repo`, less a
-    `Meta-` prefix, is a card's name, or starts with it followed by a variant suffix
-    (`Llama-3.1-70B-Instruct` -> llama-3.1-70b, `Qwen3-30B-A3B-Instruct-2507` -> qwen3-30b-a3b:
-    fine-tuned and instruct variants share the base model's config), longest match first."""
-    repo = name.rsplit("/", 1)[-1].lower()
-    tries = [repo] + ([repo[len("meta-"):]] if repo.startswith("meta-") else [])
-    for attempt in tries:
-        exact = [n for n in names if fold(n) == fold(attempt)]
-        if exact:
-            return exact
-    for attempt in tries:
-        prefixed = sorted((n for n in names if attempt.startswith(n.lower() + "-")), key=len, reverse=True)
-        if prefixed:
-            return prefixed[:1]
-    return []
+def match_bundled(name: str, kind: str) -> NameMatch | None:
+    """The bundled card a name that is no file and no bundled name as written means (the rules of
+    infersim.cards.names: case and punctuation, aliases and checkpoint ids, a model's release and
+    format words, a unique prefix in whole words); None when nothing matches; an error when the
+    name is ambiguous or states a weight format that cannot be priced."""
+    if kind not in _ALIAS_KINDS:
+        return None
+    return match_name(name, kind, bundled_names(kind), bundled_spellings(kind))
 
 
 def forgiving_name(name: str, kind: str) -> tuple[str, str] | None:
     """(bundled card name, how it was matched) for a name that is no file and no bundled name as
-    written: the same name ignoring case and punctuation (vLLM -> vllm), a card's alias (h100 ->
-    h100-sxm, TensorRT-LLM -> trtllm), or for models an HF repository id (Qwen/Qwen3-8B -> qwen3-8b).
-    None when nothing matches; an ambiguous name is an error listing the candidates."""
+    written (see match_bundled); None when nothing matches."""
+    found = match_bundled(name, kind)
+    return (found.card, found.how) if found is not None else None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a card name or path resolved to."""
+
+    path: Path
+    note: str = ""  # how a forgiving match read the name (empty for a path or an exact bundled name)
+    quantization: dict[str, Any] | None = None  # a model checkpoint's format the name states
+
+
+def not_found(name_or_path: str, kind: str) -> InferSimError:
+    """The message for a name nothing matches: the closest bundled names, and what else to do."""
     names = bundled_names(kind)
-    folded = fold(name)
-    matches = [n for n in names if fold(n) == folded]
-    how = "same name ignoring case and punctuation"
-    if not matches and kind in _ALIAS_KINDS:
-        aliases = bundled_aliases(kind)
-        hit = aliases.get(folded) or (aliases.get(fold(name.rsplit("/", 1)[-1])) if kind == "models" else None)
-        if hit:
-            matches, how = [hit], f"an alias of bundled card {hit}"
-    if not matches and kind == "models" and name.strip():
-        matches = _model_candidates(name, names)
-        how = "the bundled card made from that model's HF config"
-    if not matches and kind == "hardware" and folded:
-        stem = "-".join(name.lower().replace("_", " ").split())
-        matches = [n for n in names if n.lower().startswith(stem + "-")]
-        how = "the bundled card of that GPU"
-    if len(matches) > 1:
-        raise InferSimError(f"{_singular(kind)} '{name}' is ambiguous: it may mean {', '.join(matches)}; "
-                            "give one of these names")
-    return (matches[0], how) if matches else None
+    close = suggestions(name_or_path, names, bundled_spellings(kind)) if kind in _ALIAS_KINDS else \
+        difflib.get_close_matches(name_or_path, names, n=3)
+    miss = near_miss(name_or_path, names, bundled_spellings(kind)) if kind == "models" else ""
+    hint = f": {miss}" if miss else f"; did you mean {' or '.join(close)}?" if close else ""
+    known = ", ".join(names) or "none"
+    model_hint = (" A model not bundled: pass the path of its HF config.json, or `infersim cards import-hf` it."
+                  if kind == "models" else "")
+    return InferSimError(f"{_singular(kind)} '{name_or_path}' not found{hint} (no such file, and no bundled {kind} "
+                         f"entry of that name; bundled: {known}).{model_hint}")
 
 
 @dataclass(frozen=True)
@@ -240,9 +233,9 @@ def select_engine(name: str) -> tuple[str, str] | None:
     return chosen.stem, note
 
 
-def resolve_name(name_or_path: str, kind: str, relative_to: Path | None = None) -> tuple[Path, str]:
-    """(existing file, note) for a bundled name or a path; the note says what a forgiving match
-    resolved the name to (empty for a path or an exact bundled name). Raises when nothing matches."""
+def resolve_card(name_or_path: str, kind: str, relative_to: Path | None = None) -> Resolved:
+    """The file a bundled name, a forgiving spelling of one, or a path names; raises when nothing
+    matches, suggesting the closest names."""
     candidates = [Path(name_or_path).expanduser()]
     if relative_to is not None and not Path(name_or_path).is_absolute():
         candidates.append(relative_to / name_or_path)
@@ -255,25 +248,42 @@ def resolve_name(name_or_path: str, kind: str, relative_to: Path | None = None) 
     candidates += [bundled / name_or_path, bundled / f"{name_or_path}.yaml"]
     for candidate in candidates:
         if candidate.is_file():
-            return candidate, ""
+            return Resolved(candidate)
     for candidate in candidates[:given]:  # a path the user gave that names a directory
         if candidate.is_dir():
             raise InferSimError(f"{name_or_path}: is a directory, not a {_singular(kind)} file")
     if kind == "engines" and "/" not in name_or_path:
         chosen = select_engine(name_or_path)
         if chosen is not None:
-            return bundled / f"{chosen[0]}.yaml", chosen[1]
-    found = forgiving_name(name_or_path, kind) if kind != "configs" else None
-    if found is not None:
-        card, how = found
-        return bundled / f"{card}.yaml", f"{_singular(kind)} '{name_or_path}' -> {card} ({how})"
-    known = ", ".join(bundled_names(kind)) or "none"
-    hint = (" (a model not bundled: pass the path of its HF config.json, or `infersim cards import-hf` it)"
-            if kind == "models" else "")
-    raise InferSimError(
-        f"{_singular(kind)} '{name_or_path}' not found: no such file, and no bundled "
-        f"{kind} entry of that name (bundled: {known}){hint}"
-    )
+            return Resolved(bundled / f"{chosen[0]}.yaml", chosen[1])
+    found = match_bundled(name_or_path, kind)
+    if found is None:
+        raise not_found(name_or_path, kind)
+    note = f"{_singular(kind)} '{name_or_path}' -> {found.card} ({found.how})"
+    if found.format_note:
+        note += f"; {found.format_note}"
+    return Resolved(bundled / f"{found.card}.yaml", note, found.quantization)
+
+
+def served_model_name(model_id: str) -> tuple[str, str]:
+    """(model name to resolve, note) for the model a server was started with, as a benchmark file
+    records it: a local directory holding a config.json is read from that file; any other path
+    (`vllm serve /models/Llama-3.3-70B-Instruct`) names its model by its last part."""
+    path = Path(model_id).expanduser()
+    if (path / "config.json").is_file():
+        return str(path / "config.json"), f"model: the file's model_id {model_id}: its config.json"
+    looks_like_path = model_id.startswith(("/", "./", "../", "~")) or model_id.count("/") > 1
+    if looks_like_path and repo_part(model_id):
+        return repo_part(model_id), (f"model: the file's model_id {model_id} is a path on the server; its last part "
+                                     f"{repo_part(model_id)} names the model")
+    return model_id, f"model: the file's model_id {model_id}"
+
+
+def resolve_name(name_or_path: str, kind: str, relative_to: Path | None = None) -> tuple[Path, str]:
+    """(existing file, note) for a bundled name or a path; the note says what a forgiving match
+    resolved the name to (empty for a path or an exact bundled name). Raises when nothing matches."""
+    resolved = resolve_card(name_or_path, kind, relative_to)
+    return resolved.path, resolved.note
 
 
 def resolve(name_or_path: str, kind: str, relative_to: Path | None = None) -> Path:

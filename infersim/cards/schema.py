@@ -239,7 +239,11 @@ def build(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
     if unknown:
         name = _join(prefix, unknown[0])
         known = ", ".join(sorted(fields))
-        raise ConfigError(source, name, data[unknown[0]], f"unknown key (known keys: {known})")
+        import difflib  # here: only a bad key needs it
+
+        close = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(source, name, data[unknown[0]], f"unknown key{hint} (known keys: {known})")
     kwargs: dict[str, Any] = {}
     for name, fld in fields.items():
         path = _join(prefix, name)
@@ -313,7 +317,11 @@ def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
     if origin is Literal:
         allowed = get_args(hint)
         if value not in allowed:
-            raise ConfigError(source, path, value, f"must be one of {', '.join(map(str, allowed))}")
+            import difflib  # here: only a bad value needs it
+
+            close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+            suggestion = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(source, path, value, f"must be one of {', '.join(map(str, allowed))}{suggestion}")
         return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)):

@@ -223,6 +223,14 @@ def _launch_plan(result: Any) -> Any:
     return plan_for_run(result)
 
 
+def canonical_choice(action: argparse.Action, value: Any) -> Any:
+    """A choice given in another case (--precision FP8) as the parser spells it."""
+    if action.choices is None or not isinstance(value, str) or value in action.choices:
+        return value
+    same = [c for c in action.choices if isinstance(c, str) and c.lower() == value.lower()]
+    return same[0] if len(same) == 1 else value
+
+
 def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser with the run command and the subcommand modules `only` (default: all)."""
     import argparse
@@ -232,6 +240,19 @@ def build_parser(only: Sequence[str] | None = None) -> tuple[argparse.ArgumentPa
 
         def error(self, message: str) -> NoReturn:
             self.exit(2, f"{self.prog}: error: {shorten(message, MAX_MESSAGE_CHARS)} (see {self.prog} --help)\n")
+
+        def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+            return canonical_choice(action, super()._get_value(action, arg_string))
+
+        def _check_value(self, action: argparse.Action, value: Any) -> None:
+            if action.choices is not None and value not in action.choices:
+                import difflib
+
+                close = difflib.get_close_matches(str(value), [str(c) for c in action.choices], n=1, cutoff=0.5)
+                if close:
+                    raise argparse.ArgumentError(action, f"invalid choice: {value!r}; did you mean {close[0]!r}? "
+                                                         f"(choose from {', '.join(map(str, action.choices))})")
+            super()._check_value(action, value)
 
     parser = OneLineParser(
         prog="infersim",

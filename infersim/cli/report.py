@@ -8,6 +8,7 @@ from typing import Any
 
 
 from infersim.run.config import RunConfig, weights_origin
+from infersim.run.confidence import confidence_json, operation_grade, stage_confidence, table_origin
 from infersim.engine.stage import OperationResult, StageResult, combined_source
 from infersim.shapes.kernels import Bound
 from infersim.modules.step import lm_head_gathered_dp
@@ -18,7 +19,7 @@ from infersim.base.units import GB, MS, US
 from infersim.cli.energy import energy_json, energy_text
 
 
-def _operation(op: OperationResult) -> dict[str, Any]:
+def _operation(op: OperationResult, grade: str) -> dict[str, Any]:
     return {
         "name": op.name,
         "module": op.module,
@@ -30,6 +31,7 @@ def _operation(op: OperationResult) -> dict[str, Any]:
         "bytes": op.bytes,
         "bound": op.bound.value,
         "source": op.source.value,
+        "grade": grade,
         "detail": op.detail,
     }
 
@@ -62,10 +64,15 @@ def _balance_json(balance: Any) -> dict[str, Any] | None:
             "placement_factor": balance.placement_factor, "derivation": balance.derivation()}
 
 
-def _stage(stage: StageResult, balance: Any = None) -> dict[str, Any]:
+def _stage(result: SimulationResult, stage: StageResult, balance: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    confidence = stage_confidence(stage, result.config)
+    origin = table_origin(result.config)
     if stage.stage == "prefill":
-        out["ttft_ms"] = stage.step_time_s / MS
+        out["step_time_ms"] = stage.step_time_s / MS
+        out["ttft_ms"] = stage.step_time_s / MS  # the prefill step (all its prompts together); see single_request_ttft_ms
+        out["single_request_ttft_ms"] = result.single_request_ttft_s / MS
+        out["prompts_per_step"] = result.prompts_per_prefill_step
         out["tokens_per_gpu"] = stage.tokens_per_gpu
         out["chunks"] = stage.chunks
     else:
@@ -84,7 +91,8 @@ def _stage(stage: StageResult, balance: Any = None) -> dict[str, Any]:
         "source": stage.source.value,
         "module_totals_us": {k: v / US for k, v in stage.module_times().items()},
         "moe_load_balance": _balance_json(balance),
-        "modules": [_operation(op) for op in stage.operations],
+        "confidence": confidence_json(confidence),
+        "modules": [_operation(op, operation_grade(op, origin)) for op in stage.operations],
     })
     return out
 
@@ -158,8 +166,8 @@ def to_json_data(result: SimulationResult) -> dict[str, Any]:
                    "source": cfg.engine_source, "attention_backend": _attention_backend(cfg)},
         "mfu_tables": cfg.tables.describe(),
         "notes": list(cfg.notes),
-        "prefill": _stage(result.prefill, stage_moe_balance(result, result.prefill)),
-        "decode": _stage(result.decode, stage_moe_balance(result, result.decode)),
+        "prefill": _stage(result, result.prefill, stage_moe_balance(result, result.prefill)),
+        "decode": _stage(result, result.decode, stage_moe_balance(result, result.decode)),
         "memory": _memory_json(result),
         "server": server_figures(result),
         "energy": energy_json(result),
@@ -211,8 +219,8 @@ def _speculative_text(spec: Any) -> list[str]:
     return lines
 
 
-def _module_rows(stage: StageResult) -> list[list[Any]]:
-    """One row per module category: per-layer and per-step time, share, bound and source."""
+def _module_rows(stage: StageResult, grades: dict[str, str]) -> list[list[Any]]:
+    """One row per module category: per-layer and per-step time, share, bound, source and grade."""
     by_module: dict[str, list[OperationResult]] = {}
     for op in stage.operations:
         by_module.setdefault(op.module, []).append(op)
@@ -232,6 +240,7 @@ def _module_rows(stage: StageResult) -> list[list[Any]]:
             f"{100 * seconds / total:.1f}%" if total else "-",
             max(bounds, key=bounds.__getitem__).value,
             combined_source(o.source for o in ops).value,
+            grades.get(module, ""),
         ])
     return rows
 
@@ -280,13 +289,25 @@ def _server_text(result: SimulationResult, stage: StageResult) -> str:
             "them (its max_num_seqs / max_running_requests)")
 
 
-def _stage_text(stage: StageResult, detail: bool, balance: Any = None, server: str = "") -> list[str]:
+def _single_request_text(result: SimulationResult) -> str:
+    """The line under PREFILL that keeps its step apart from a benchmark's TTFT."""
+    isl = result.config.workload.isl
+    line = (f"  single-request TTFT {result.single_request_ttft_s / MS:,.2f} ms: one {isl:,}-token prompt alone on an "
+            "idle server")
+    if result.single_prompt is None:
+        return line + ", the step above (a benchmark's TTFT adds queueing and the steps it shares: infersim serve)"
+    return (line + f"; the step above prefills {result.prompts_per_prefill_step:g} prompts per attention group "
+            "together, the TTFT of prompts that arrive at once")
+
+
+def _stage_text(stage: StageResult, detail: bool, balance: Any = None, server: str = "",
+                result: SimulationResult | None = None) -> list[str]:
     if stage.stage == "prefill" and stage.chunks > 1:
-        head = (f"PREFILL  TTFT {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
-                f"   (a {stage.tokens_per_gpu}-token prompt per GPU in {stage.chunks} chunks, each attending to "
-                f"the prefix already cached)")
+        head = (f"PREFILL  prefill {stage.step_time_s / MS:,.2f} ms in {stage.chunks} steps   throughput "
+                f"{stage.tgs:,.0f} tokens/GPU/s   (a {stage.tokens_per_gpu}-token prompt per GPU in {stage.chunks} "
+                f"chunks, each attending to the prefix already cached)")
     elif stage.stage == "prefill":
-        head = (f"PREFILL  TTFT {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
+        head = (f"PREFILL  step {stage.step_time_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
                 f"   ({stage.tokens_per_gpu} prompt tokens per GPU per step)")
     else:
         head = (f"DECODE   TPOT {stage.tpot_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
@@ -296,8 +317,13 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None, server: s
         if stage.tokens_per_step != 1.0:
             head += f"\n  one step takes {stage.step_time_s / MS:,.2f} ms and yields {stage.tokens_per_step:.3f} tokens per request"
     sources = sorted({op.source.value for op in stage.operations if op.time_s > 0})
+    if stage.stage == "prefill" and result is not None:
+        head += "\n" + _single_request_text(result)
     if server:
         head += "\n" + server
+    confidence = stage_confidence(stage, result.config) if result is not None else None
+    if confidence is not None:
+        head += f"\n  grade: {confidence.describe()} of the step"
     lines = [head, f"  bound by {stage.bound.value}; times from {' + '.join(sources)}"
              + (f"; two-batch overlap saves {stage.overlap_saved_s / MS:,.2f} ms"
                 + (f" (compute slowed x{stage.sm_slowdown:.3f} by SMs held by communication)" if stage.sm_slowdown > 1 else "")
@@ -309,7 +335,9 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None, server: s
                          "busiest rank under that routing carries what this factor gives")
         if detail:
             lines.append(f"    factor = {balance.derivation()}")
-    table = simple_table(_module_rows(stage), ["module", "per layer (us)", "step (ms)", "share", "bound", "source"])
+    grades = confidence.modules if confidence is not None else {}
+    table = simple_table(_module_rows(stage, grades), ["module", "per layer (us)", "step (ms)", "share", "bound", "source",
+                                                       "grade"])
     lines += ["  " + line for line in table.splitlines()]
     if detail:
         table = simple_table(_operation_rows(stage), ["group", "operation", "module", "layers", "per layer (us)",
@@ -414,9 +442,9 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
         "",
     ]
     stages = [*_stage_text(result.prefill, detail, stage_moe_balance(result, result.prefill),
-                           _server_text(result, result.prefill)), "",
+                           _server_text(result, result.prefill), result), "",
               *_stage_text(result.decode, detail, stage_moe_balance(result, result.decode),
-                           _server_text(result, result.decode)), ""]
+                           _server_text(result, result.decode), result), ""]
     if not result.fits:
         lines += [*_unfit_text(result, show_unfit), ""]
         stages = [UNFIT_MARK + line if line.startswith(("PREFILL", "DECODE")) else line for line in stages]

@@ -90,6 +90,11 @@ _NUMERIC_KEY = re.compile(r"(_ms|_us|_gb|_gbps|_s|tgs|flops|bytes|throughput|thr
 _MAX_WALK = 1_000_000  # values looked at: a result is at most a few hundred thousand
 
 
+def _named_batch(key: str, item: Any) -> bool:
+    """A swept decode batch of 'max' (the largest that fits), as sweeps write it beside the number."""
+    return key.endswith("decode_batch_per_gpu") and item == "max"
+
+
 def check_numbers(data: Any, name: str) -> None:
     """Walk a result (breadth-first, at most _MAX_WALK values) and refuse a numeric field holding
     anything but a finite number or null: one message naming the field's path and value."""
@@ -104,7 +109,7 @@ def check_numbers(data: Any, name: str) -> None:
                 where = f"{path}.{key}" if path else key
                 if isinstance(item, (dict, list)):
                     queue.append((where, item))
-                elif _NUMERIC_KEY.search(key) and item is not None and (
+                elif _NUMERIC_KEY.search(key) and item is not None and not _named_batch(key, item) and (
                         isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item)):
                     raise ConfigError(name, where, item, "expected a finite number (as the commands write it)")
         elif isinstance(value, list):

@@ -65,9 +65,11 @@ def module_segments(stage: Mapping[str, Any]) -> list[ModuleSegment]:
 
 
 def stage_step_time_s(stage_name: str, stage: Mapping[str, Any]) -> float:
-    """TTFT for prefill, the whole decode step (draft + verification under speculation) for decode."""
-    key = "ttft_ms" if stage_name == "prefill" else "step_time_ms"
+    """The prefill step for prefill, the whole decode step (draft + verification under speculation) for decode."""
+    key = "step_time_ms"
     value = number(stage.get(key))
+    if value is None and stage_name == "prefill":
+        value = number(stage.get("ttft_ms"))  # a result saved before the prefill step had its own key
     if value is None and stage_name == "decode":
         value = number(stage.get("tpot_ms"))
     if value is None:
@@ -81,7 +83,10 @@ def breakdown_title(data: Mapping[str, Any]) -> str:
     workload = data.get("workload") or {}
     if workload.get("isl") is not None:
         head += f", ISL {workload['isl']} / OSL {workload.get('osl', '?')}"
-    return (f"{head}\nTTFT {prefill['ttft_ms']:,.1f} ms ({prefill['tgs']:,.0f} tokens/GPU/s prefill)   "
+    step = prefill.get("step_time_ms", prefill.get("ttft_ms"))
+    single = prefill.get("single_request_ttft_ms")
+    ttft = f", one request's TTFT {single:,.1f} ms" if single is not None else ""
+    return (f"{head}\nprefill step {step:,.1f} ms ({prefill['tgs']:,.0f} tokens/GPU/s{ttft})   "
             f"TPOT {decode['tpot_ms']:,.2f} ms ({decode['tgs']:,.0f} tokens/GPU/s decode)")
 
 

@@ -112,17 +112,23 @@ def plain_number(value: float) -> str:
 #: where a point's label may go, in points from the point: (dx, dy, horizontal alignment), tried in order
 LABEL_OFFSETS = ((6, 5, "left"), (6, -13, "left"), (-6, 5, "right"), (-6, -13, "right"), (0, 9, "center"),
                  (0, -18, "center"), (12, 16, "left"), (12, -24, "left"), (-12, 16, "right"), (-12, -24, "right"),
-                 (0, 24, "center"), (0, -32, "center"))
+                 (0, 24, "center"), (0, -32, "center"), (24, 30, "left"), (24, -40, "left"), (-24, 30, "right"),
+                 (-24, -40, "right"), (0, 44, "center"), (0, -52, "center"))
+#: the first offsets of LABEL_OFFSETS, close enough to read as their point's label
+NEAR_OFFSETS = 12
 
 
 def place_point_labels(ax: Any, labels: Sequence[tuple[float, float, str]], fontsize: float = 7.5,
                        avoid: Sequence[Any] = (), marker_radius_px: float = 5.0,
-                       avoid_points: Sequence[tuple[float, float]] = (), inside: bool = False) -> list[Any]:
+                       avoid_points: Sequence[tuple[float, float]] = (), inside: bool = False,
+                       required: int = 0, avoid_lines: Sequence[Any] = ()) -> list[Any]:
     """Annotate points so that labels do not cover each other, the points, or the `avoid` artists.
 
     Greedy: each label (in the given order, most important first) takes the first offset around its
     point whose box overlaps no label placed before it (and with `inside`, lies within the axes,
-    so no label is cut off); when every offset collides, the first that fits inside is used.
+    so no label is cut off), preferring one that crosses none of `avoid_lines` (Line2D). A label
+    with no such place is left out (None in the returned list, which follows `labels`), except the
+    first `required` ones, which take the first place inside.
     """
     figure = ax.figure
     renderer = figure.canvas.get_renderer()
@@ -134,29 +140,77 @@ def place_point_labels(ax: Any, labels: Sequence[tuple[float, float, str]], font
         taken.append(Bbox.from_extents(px - marker_radius_px, py - marker_radius_px,
                                        px + marker_radius_px, py + marker_radius_px))
     frame = ax.get_window_extent(renderer)
+    segments = _line_segments(avoid_lines)
 
-    def within(box: Any) -> bool:
-        return not inside or (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1)
+    def free(box: Any) -> bool:
+        inside_ok = not inside or (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and
+                                   box.y1 <= frame.y1)
+        return inside_ok and not any(box.overlaps(other) for other in taken)
 
-    placed = []
-    for x, y, text in labels:
-        chosen = None
-        fallback = None
-        for dx, dy, align in LABEL_OFFSETS:
-            note = ax.annotate(text, xy=(x, y), xytext=(dx, dy), textcoords="offset points", ha=align,
-                               fontsize=fontsize)
-            box = note.get_window_extent(renderer).expanded(1.04, 1.1)
-            if within(box) and not any(box.overlaps(other) for other in taken):
-                chosen = (note, box)
-                break
-            if fallback is None and within(box):
-                fallback = (dx, dy, align)
-            note.remove()
-        if chosen is None:
-            dx, dy, align = fallback or LABEL_OFFSETS[0]
-            note = ax.annotate(text, xy=(x, y), xytext=(dx, dy), textcoords="offset points", ha=align,
-                               fontsize=fontsize)
-            chosen = (note, note.get_window_extent(renderer))
-        taken.append(chosen[1])
-        placed.append(chosen[0])
+    placed: list[Any] = []
+    for index, (x, y, text) in enumerate(labels):
+        found = _first_place(ax, x, y, text, fontsize, renderer, free, segments)
+        if found is None and index < required:
+            found = _first_place(ax, x, y, text, fontsize, renderer, lambda box: True, [])
+        if found is None:
+            placed.append(None)
+            continue
+        taken.append(found[1])
+        placed.append(found[0])
     return placed
+
+
+def _first_place(ax: Any, x: float, y: float, text: str, fontsize: float, renderer: Any, free: Any,
+                 segments: Sequence[tuple[float, float, float, float]]) -> tuple[Any, Any] | None:
+    """(annotation, its box) at the first offset that is free and crosses no segment, else the first
+    free one; None when no offset is free."""
+    free_places = []
+    for index, (dx, dy, align) in enumerate(LABEL_OFFSETS):
+        note = ax.annotate(text, xy=(x, y), xytext=(dx, dy), textcoords="offset points", ha=align, fontsize=fontsize)
+        box = note.get_window_extent(renderer).expanded(1.04, 1.1)
+        note.remove()
+        if free(box):
+            clear = not any(_crosses(box, seg) for seg in segments)
+            # near the point and off every line first, then near across a line, then further off
+            rank = (index >= NEAR_OFFSETS, not clear, index)
+            free_places.append((rank, dx, dy, align, box))
+    if not free_places:
+        return None
+    _rank, dx, dy, align, box = min(free_places, key=lambda place: place[0])
+    return ax.annotate(text, xy=(x, y), xytext=(dx, dy), textcoords="offset points", ha=align, fontsize=fontsize), box
+
+
+def _line_segments(lines: Sequence[Any]) -> list[tuple[float, float, float, float]]:
+    """The display-space segments of lines (Line2D), to keep labels off them."""
+    import numpy as np
+    from matplotlib.cbook import STEP_LOOKUP_MAP
+
+    out = []
+    for line in lines:
+        x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+        step = STEP_LOOKUP_MAP.get(line.get_drawstyle())
+        if step is not None and line.get_drawstyle() != "default" and len(x) > 1:
+            x, y = step(x, y)  # the corners a step line is drawn through
+        xy = line.get_transform().transform(np.column_stack([x, y]))
+        out += [(x0, y0, x1, y1) for (x0, y0), (x1, y1) in zip(xy[:-1], xy[1:])]
+    return out
+
+
+def _crosses(box: Any, seg: tuple[float, float, float, float]) -> bool:
+    """Whether a segment passes through a box (clipped to it: Liang-Barsky)."""
+    x0, y0, x1, y1 = seg
+    dx, dy = x1 - x0, y1 - y0
+    low, high = 0.0, 1.0
+    for p, q in ((-dx, x0 - box.x0), (dx, box.x1 - x0), (-dy, y0 - box.y0), (dy, box.y1 - y0)):
+        if p == 0:
+            if q < 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            low = max(low, t)
+        else:
+            high = min(high, t)
+        if low > high:
+            return False
+    return True

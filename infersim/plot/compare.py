@@ -334,9 +334,10 @@ def draw_validate(data: Mapping[str, Any]) -> Drawing:
         drawn_panels[unit] = idx
         # a number beside each point outside the band (the list below names it), placed clear of the
         # other numbers and points and inside the panel
-        place_point_labels(ax, [(cases[i]["measured"], cases[i]["predicted"], str(tag[i])) for i in idx if i in tag],
-                           fontsize=6.5, avoid_points=[(cases[i]["measured"], cases[i]["predicted"]) for i in idx],
-                           marker_radius_px=3.5, inside=True)
+        tagged = [(cases[i]["measured"], cases[i]["predicted"], str(tag[i])) for i in idx if i in tag]
+        place_point_labels(ax, tagged, fontsize=6.5, avoid_points=[(cases[i]["measured"], cases[i]["predicted"])
+                                                                   for i in idx],
+                           marker_radius_px=3.5, inside=True, required=len(tagged))
     handles = [Patch(facecolor="#cccccc", alpha=0.6, label=f"within ±{100 * TOLERANCE:.0f}%"),
                plt.Line2D([], [], color="black", linewidth=0.8, label="predicted = measured")]
     handles += [plt.Line2D([], [], linestyle="none", marker="o", markersize=5, markerfacecolor=colour[s],
@@ -362,7 +363,12 @@ def draw_validate(data: Mapping[str, Any]) -> Drawing:
              + (f"; numbered: outside ±{100 * TOLERANCE:.0f}%, listed below" if outliers else ""))
     if skipped:
         title += f"\n({skipped} cases without positive measured and predicted values not drawn)"
-    figure.suptitle(title, fontsize=9, y=1 - 0.25 / height, va="top")
+    import textwrap
+
+    per_line = int(figure.get_figwidth() * 72 / (0.6 * 9))  # a generous average glyph width at 9 points
+    title = "\n".join(textwrap.fill(part, per_line, break_long_words=False, break_on_hyphens=False)
+                      for part in title.split("\n"))
+    figure.suptitle(title, fontsize=9, y=1 - 0.12 / height, va="top")
     return Drawing(figure, {"kind": "validate", "cases": cases, "skipped": skipped, "sources": drawn_sources,
                             "panels": drawn_panels, "outliers": [cases[i]["id"] for i in sorted(outliers, key=tag.get)],
                             "tolerance": TOLERANCE})

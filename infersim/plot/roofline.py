@@ -155,36 +155,53 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
     all_y = [p["achieved_flops_per_s"] for p in points] + [bandwidth * memory_eff * x_low]
     ax.set_xlim(x_low, x_high)
     ax.set_ylim(min(all_y) / 3, top * 2.5)
-    # memory roof labels run along their slope: its angle on screen depends on the limits set above
+    _axes_text(ax, stages, roofs, points, data)
+    footnote = _footnote(figure, left_out)
+    figure.tight_layout(rect=(0, footnote, 1, 1))
+    roof_notes = _roof_label_column(ax, roof_labels)
+    figure.tight_layout(rect=(0, footnote, 1, 1))  # again: room for the roof labels right of the axes
+    _spread_vertically(ax, roof_notes, sorted(merge_heights(roof_labels)), figure.canvas.get_renderer())
+    fixed_labels += _memory_roof_labels(ax, bandwidth, memory_eff, x_low)
+    lines = [line for line in ax.lines if len(line.get_xdata()) > 1]
+    place_point_labels(ax, [(p["intensity"], p["achieved_flops_per_s"], f"{p['module']} ({p['stage']})")
+                            for p in points], avoid=fixed_labels + roof_notes + list(ax.get_legend() and
+                                                                                      [ax.get_legend()] or []),
+                       avoid_points=[(ridge["intensity"], ridge["flops_per_s"]),
+                                     (ridge["derated_intensity"], ridge["derated_flops_per_s"])],
+                       required=len(points), avoid_lines=lines)
+    drawn = {"kind": "roofline", "points": points, "ceilings": roofs, "hbm_bandwidth": bandwidth,
+             "memory_efficiency": memory_eff, "ridge": ridge, "left_out": left_out,
+             "roof_labels": [n.get_text() for n in roof_notes]}
+    return Drawing(figure, drawn)
+
+
+def _memory_roof_labels(ax: Any, bandwidth: float, memory_eff: float, x_low: float) -> list[Any]:
+    """The memory roofs' names along their slopes (the angle on screen follows the final layout)."""
     slope_x = x_low * 1.6
     (x0, y0), (x1, y1) = ax.transData.transform([(slope_x, bandwidth * slope_x),
                                                   (slope_x * 2, bandwidth * slope_x * 2)])
     angle = math.degrees(math.atan2(y1 - y0, x1 - x0))
-    fixed_labels.append(ax.annotate(f"HBM {si_format(bandwidth, 'B/s')}", xy=(slope_x, bandwidth * slope_x),
-                                    xytext=(0, 4), textcoords="offset points", fontsize=7.5, color="#222222",
-                                    rotation=angle, rotation_mode="anchor"))
-    fixed_labels.append(ax.annotate(f"HBM x {memory_eff:g}", xy=(slope_x, bandwidth * memory_eff * slope_x),
-                                    xytext=(0, -10), textcoords="offset points", fontsize=7.5, color="#222222",
-                                    rotation=angle, rotation_mode="anchor"))
-    fixed_labels += _place_roof_labels(ax, roof_labels, x_high, [(p["intensity"], p["achieved_flops_per_s"])
-                                                                for p in points])
-    place_point_labels(ax, [(p["intensity"], p["achieved_flops_per_s"], f"{p['module']} ({p['stage']})")
-                            for p in points], avoid=fixed_labels,
-                       avoid_points=[(ridge["intensity"], ridge["flops_per_s"]),
-                                     (ridge["derated_intensity"], ridge["derated_flops_per_s"])])
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
-    ax.set_ylabel("FLOP/s (achieved by the module; ceilings of the card)")
-    from matplotlib.ticker import EngFormatter
+    return [ax.annotate(f"HBM {si_format(bandwidth, 'B/s')}", xy=(slope_x, bandwidth * slope_x), xytext=(0, 4),
+                        textcoords="offset points", fontsize=7.5, color="#222222", rotation=angle,
+                        rotation_mode="anchor"),
+            ax.annotate(f"HBM x {memory_eff:g}", xy=(slope_x, bandwidth * memory_eff * slope_x), xytext=(0, -10),
+                        textcoords="offset points", fontsize=7.5, color="#222222", rotation=angle,
+                        rotation_mode="anchor")]
 
-    ax.yaxis.set_major_formatter(EngFormatter(unit="FLOP/s", places=0))
-    from matplotlib.ticker import FuncFormatter
+
+def _axes_text(ax: Any, stages: Sequence[str], roofs: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]],
+               data: Mapping[str, Any]) -> None:
+    """Axis names, tick formats, grid, legend and title."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import EngFormatter, FuncFormatter
 
     from infersim.plot.common import plain_number
 
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
+    ax.set_ylabel("FLOP/s (achieved by the module; ceilings of the card)")
+    ax.yaxis.set_major_formatter(EngFormatter(unit="FLOP/s", places=0))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: plain_number(v)))  # 100 FLOP/B, not 10^2
     ax.grid(True, which="major", alpha=0.3)
-    from matplotlib.lines import Line2D
-
     handles = [Line2D([], [], color="#444444", linestyle="-", label="datasheet peak"),
                Line2D([], [], color="#444444", linestyle="--", label="derated (what the roofline fallback uses)")]
     handles += [Line2D([], [], color="#ff7f0e", linestyle=":",
@@ -197,15 +214,39 @@ def draw_roofline(data: Mapping[str, Any], stages: Sequence[str] = ("prefill", "
     handles += [Line2D([], [], linestyle="", marker="s", color=BOUND_COLOURS[b], label=f"{b}-bound")
                 for b in bounds if b in BOUND_COLOURS]
     ax.legend(handles=handles, loc="lower right", fontsize=7.5, framealpha=0.9)
-    title = f"Roofline: {data.get('model', '?')} on {data.get('hardware', '?')} (GEMM {gemm})"
-    ax.set_title(title, fontsize=10)
-    notes = "; ".join(f"{s}: {', '.join(v)}" for s, v in left_out.items() if v)
-    if notes:
-        figure.text(0.01, 0.01, "not drawn - " + notes, fontsize=7, color="#555555", wrap=True)
-    figure.tight_layout(rect=(0, 0.05 if notes else 0, 1, 1))
-    drawn = {"kind": "roofline", "points": points, "ceilings": roofs, "hbm_bandwidth": bandwidth,
-             "memory_efficiency": memory_eff, "ridge": ridge, "left_out": left_out}
-    return Drawing(figure, drawn)
+    gemm = str((data.get("deployment") or {}).get("precision", {}).get("gemm", "bf16"))
+    ax.set_title(f"Roofline: {data.get('model', '?')} on {data.get('hardware', '?')} (GEMM {gemm})", fontsize=10)
+
+
+def _footnote(figure: Any, left_out: Mapping[str, Sequence[str]], fontsize: float = 7) -> float:
+    """What is not drawn, under the axes, in lines that break between its entries (never inside a
+    module's name or its reason); returns the share of the figure's height it takes."""
+    entries = [f"{stage}: {item}" if i == 0 else item for stage, items in left_out.items()
+               for i, item in enumerate(items)]
+    if not entries:
+        return 0.0
+    width_pt = figure.get_figwidth() * 72 * 0.96
+    per_line = max(20, int(width_pt / (0.6 * fontsize)))  # a generous average glyph width
+    lines, line = [], "not drawn -"
+    for entry in entries:
+        piece = f" {entry};"
+        if len(line) + len(piece) > per_line:
+            lines.append(line)
+            line = " " + entry + ";"
+        else:
+            line += piece
+    lines.append(line.rstrip(";"))
+    figure.text(0.01, 0.01, "\n".join(lines), fontsize=fontsize, color="#555555", va="bottom")
+    return (len(lines) * fontsize * 1.35 + 6) / (figure.get_figheight() * 72)
+
+
+def merge_heights(labels: Sequence[tuple[str, float, bool, str]]) -> list[float]:
+    """The distinct FLOP/s of the roof labels (roofs of equal FLOP/s share one label)."""
+    heights: list[float] = []
+    for _text, y, _derated, _colour in labels:
+        if not any(abs(h - y) <= 1e-6 * max(h, y) for h in heights):
+            heights.append(y)
+    return heights
 
 
 def _bound_of(stage: Mapping[str, Any], module: str) -> str:
@@ -218,35 +259,45 @@ def _bound_of(stage: Mapping[str, Any], module: str) -> str:
     return max(by_bound, key=by_bound.__getitem__) if by_bound else "overhead"
 
 
-def _place_roof_labels(ax: Any, labels: Sequence[tuple[str, float, bool, str]], x_right: float,
-                       points: Sequence[tuple[float, float]]) -> list[Any]:
-    """Name each compute roof on its line: at the right edge (datasheet above the line, derated below)
-    unless that covers another roof's label or a point; then further left, or on the other side."""
-    from matplotlib.transforms import Bbox
-
+def _roof_label_column(ax: Any, labels: Sequence[tuple[str, float, bool, str]], fontsize: float = 7.5) -> list[Any]:
+    """Name each compute roof in a column right of the axes, at its height: never on a line. Roofs
+    of the same FLOP/s share one label; labels closer than a line of text are spread apart, each
+    joined to its roof's end by a thin leader."""
+    merged: dict[float, list[tuple[str, str]]] = {}
+    for text, y, _derated, colour in labels:
+        key = next((k for k in merged if abs(k - y) <= 1e-6 * max(k, y)), y)
+        merged.setdefault(key, []).append((text, colour))
+    rows = sorted(merged.items())
     renderer = ax.figure.canvas.get_renderer()
-    taken = []
-    for x, y in points:
-        px, py = ax.transData.transform((x, y))
-        taken.append(Bbox.from_extents(px - 5, py - 5, px + 5, py + 5))
-    placed = []
-    for text, y, derated, colour in labels:
-        offsets = (-10, 3) if derated else (3, -10)
-        note = None
-        for shift in (1, 6, 36, 216):
-            for dy in offsets:
-                note = ax.annotate(text, xy=(x_right / shift, y), xytext=(-4, dy), textcoords="offset points",
-                                   ha="right", fontsize=7.5, color=colour)
-                box = note.get_window_extent(renderer)
-                if not any(box.overlaps(other) for other in taken):
-                    break
-                note.remove()
-                note = None
-            if note is not None:
-                break
-        if note is None:  # nowhere free: the preferred place
-            note = ax.annotate(text, xy=(x_right, y), xytext=(-4, offsets[0]), textcoords="offset points",
-                               ha="right", fontsize=7.5, color=colour)
-        taken.append(note.get_window_extent(renderer))
-        placed.append(note)
-    return placed
+    notes = []
+    for y, parts in rows:
+        text = "; ".join(t.rsplit(": ", 1)[0] for t, _ in parts) + ": " + parts[0][0].rsplit(": ", 1)[1]
+        notes.append(ax.annotate(text, xy=(1.0, y), xycoords=("axes fraction", "data"), xytext=(8, 0),
+                                 textcoords="offset points", ha="left", va="center", fontsize=fontsize,
+                                 color=parts[0][1], annotation_clip=False,
+                                 arrowprops={"arrowstyle": "-", "color": parts[0][1], "linewidth": 0.5,
+                                             "shrinkA": 0, "shrinkB": 0}))
+    _spread_vertically(ax, notes, [y for y, _ in rows], renderer)
+    return notes
+
+
+def _spread_vertically(ax: Any, notes: Sequence[Any], heights: Sequence[float], renderer: Any) -> None:
+    """Move labels (sorted by height) apart so that no two overlap: upwards from the lowest, then
+    down from the axes' top if the highest went past it. Offsets in points."""
+    if not notes:
+        return
+    ax.figure.canvas.draw()  # positions after layout
+    scale = ax.figure.dpi / 72.0
+    from matplotlib.text import Text
+
+    gap = max(Text.get_window_extent(n, renderer).height for n in notes) / scale + 1.5  # the words, not the leader
+    wanted = [ax.transData.transform((1.0, y))[1] / scale for y in heights]  # points, bottom up
+    placed: list[float] = []
+    for target in wanted:
+        placed.append(max(target, placed[-1] + gap) if placed else target)
+    top = ax.get_window_extent(renderer).y1 / scale + gap
+    for i in range(len(placed) - 1, -1, -1):
+        limit = top if i == len(placed) - 1 else placed[i + 1] - gap
+        placed[i] = min(placed[i], limit)
+    for note, target, at in zip(notes, wanted, placed):
+        note.xyann = (8, at - target)

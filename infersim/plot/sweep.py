@@ -59,6 +59,9 @@ def axis_label(column: str) -> str:
     return METRIC_LABELS.get(column) or FIELD_LABELS.get(column) or column
 
 
+#: the swept field whose value 'max' stands for a number (the largest batch that fits), which each row records
+BATCH_FIELD = "workload.decode_batch_per_gpu"
+
 #: a figure with more lines than this is unreadable; --where picks a slice instead
 MAX_LINES = 12
 
@@ -157,13 +160,18 @@ def sweep_lines(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None 
     unfit: dict[tuple[Any, ...], dict[Any, list[float]]] = {}
     x_values: dict[Any, Any] = {}
     unfit_rows = 0
+    resolved: set[float] = set()  # x positions a 'max' batch resolved to
     for r in rows:
         y = number(r.get(metric))
         if y is None:
             continue
         group = tuple(r.get(c) for c in splitting)
         xk = _key(r.get(x))
-        x_values.setdefault(xk, r.get(x))
+        if xk == "max" and x == BATCH_FIELD and number(r.get("batch_per_gpu")) is not None:
+            # 'max' is the largest batch that fits: the number it resolved to, marked as such
+            xk = float(r["batch_per_gpu"])
+            resolved.add(xk)
+        x_values.setdefault(xk, xk if xk in resolved else r.get(x))
         groups.setdefault(group, {})
         if fits(r):
             groups[group].setdefault(xk, []).append(y)
@@ -194,6 +202,7 @@ def sweep_lines(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None 
                       "unfit_y": [pick(unfit[group][k]) for k in alone]})
     return {"kind": "sweep", "metric": metric, "x_field": x, "series_field": series, "splitting": splitting,
             "numeric_x": numeric_x, "categories": None if numeric_x else [str(v) for v in x_values.values()],
+            "max_x": sorted(resolved),
             "best_of": "lowest" if lower_is_better(metric) else "highest",
             "reduced": any(n > 1 for line in lines for n in line["reduced_from"]), "lines": lines,
             "unfit_rows": unfit_rows, "rows": len(rows)}
@@ -215,6 +224,13 @@ def draw_sweep(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None =
         if line["unfit_x"]:
             ax.plot(positions(line["unfit_x"]), line["unfit_y"], linestyle="none", marker="o", markersize=7,
                     color=drawn_line.get_color(), markerfacecolor="none", markeredgewidth=1.2, alpha=0.7)
+    if drawn["max_x"]:
+        for line in drawn["lines"]:
+            at = [(x, y) for x, y in zip(line["x"], line["y"]) if x in drawn["max_x"]]
+            ax.plot([x for x, _ in at], [y for _, y in at], linestyle="none", marker="D", markersize=7,
+                    markerfacecolor="none", markeredgecolor="black", markeredgewidth=1.0, zorder=4)
+        ax.plot([], [], linestyle="none", marker="D", markersize=7, markerfacecolor="none", markeredgecolor="black",
+                label="max: the largest batch that fits, at its value")
     if drawn["unfit_rows"]:
         # a legend entry for the hollow markers, in neutral grey (each marker keeps its line's colour)
         ax.plot([], [], linestyle="none", marker="o", markersize=7, color="0.4", markerfacecolor="none",
@@ -237,7 +253,7 @@ def draw_sweep(data: Mapping[str, Any], metric: str = "tpot_ms", x: str | None =
     ax.set_xlabel(axis_label(x_field))
     ax.set_ylabel(axis_label(metric_name))
     ax.grid(True, which="both", alpha=0.3)
-    if len(drawn["lines"]) > 1 or drawn["splitting"] or drawn["unfit_rows"]:
+    if len(drawn["lines"]) > 1 or drawn["splitting"] or drawn["unfit_rows"] or drawn["max_x"]:
         ax.legend(fontsize=8, title=", ".join(c.rsplit(".", 1)[-1] for c in drawn["splitting"]) or None,
                   title_fontsize=8)
     title = f"{axis_label(metric_name)} vs {x_field}"

@@ -16,7 +16,7 @@ from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model
 from infersim.cards.power import Electricity
-from infersim.cards.registry import resolve
+from infersim.cards.registry import resolve, resolve_card
 from infersim.cards.schema import build, load_yaml, spec
 from infersim.cards.deployment import (
     Deployment,
@@ -134,7 +134,8 @@ def _load_card(cls: type, validator: Any, ref: str | dict[str, Any], kind: str, 
     if isinstance(ref, dict):
         data, source = copy.deepcopy(ref), "inline card"
     else:
-        path = resolve(ref, kind, base)
+        resolved = resolve_card(ref, kind, base)
+        path = resolved.path
         source = str(path)
         if path.suffix == ".json":
             from infersim.cards.hf_import import card_from_hf_file  # here: a plain run names bundled YAML cards
@@ -144,10 +145,25 @@ def _load_card(cls: type, validator: Any, ref: str | dict[str, Any], kind: str, 
             data = load_yaml(path)
         if not isinstance(data, dict):
             raise ConfigError(source, "", MISSING, f"expected a mapping of {cls.__name__} fields")
+        if resolved.quantization is not None:
+            data = _with_named_format(data, resolved.quantization, ref)
     for dotted, value, text in overrides:
         _set_dotted(data, dotted, value, text)
     where = source + (" with --set overrides" if overrides else "")
     return validator(build(cls, data, where), where), source
+
+
+def _with_named_format(data: dict[str, Any], stated: dict[str, Any], ref: str) -> dict[str, Any]:
+    """A model card's data with the checkpoint format its name states (Qwen/Qwen3-8B-AWQ: int4
+    weights), unless the card's own checkpoint already stores its weights so; an HF id becomes the
+    card's checkpoint (what --emit-launch loads)."""
+    own = data.get("quantization")
+    if isinstance(own, dict) and own.get("weights") == stated["weights"]:
+        return data
+    out = {**data, "quantization": stated}
+    if ref.count("/") == 1 and not Path(ref).exists():
+        out["checkpoint"] = ref
+    return out
 
 
 def load_model_card(ref: str | dict[str, Any], base: Path | None = None,

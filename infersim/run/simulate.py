@@ -16,7 +16,7 @@ from infersim.run.memory import MemoryResult, memory_budget
 from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.shapes.plan import SequenceBatch, StagePlan
-from infersim.run.speculative import SpeculativeResult, drafter_memory, run_speculative
+from infersim.run.speculative import SpeculativeResult, drafter_memory, run_speculative, with_draft_prefill
 from infersim.base.units import GB
 from infersim.costing.weight_offload import WeightOffload
 
@@ -37,10 +37,26 @@ class SimulationResult:
     # why this deployment cannot run as asked (which memory limit binds and by how much); empty
     # when it fits. The stage numbers are still computed, but are not a speed that can happen.
     unfit: tuple[str, ...] = ()
+    # the prefill of one prompt alone, where the prefill step holds several (workload.prefill_tokens_per_gpu);
+    # None when the step is one prompt: then `prefill` is it
+    single_prompt: StageResult | None = None
 
     @property
     def fits(self) -> bool:
         return not self.unfit
+
+    @property
+    def single_request_ttft_s(self) -> float:
+        """Time to first token of one request on an idle server: its prompt's prefill alone (what a
+        benchmark's TTFT tends to at low load, before queueing and batching with other prompts)."""
+        return (self.single_prompt or self.prefill).step_time_s
+
+    @property
+    def prompts_per_prefill_step(self) -> float:
+        """Prompts the prefill step holds on one attention-TP group (1 unless the workload packs several)."""
+        if self.single_prompt is None:
+            return 1.0
+        return self.config.workload.prefill_tokens_per_gpu * self.config.deployment.attention.tp / self.config.workload.isl
 
 
 def decode_batch(config: RunConfig, memory: MemoryResult) -> int:
@@ -159,12 +175,28 @@ def simulate(config: RunConfig) -> SimulationResult:
     batch = decode_batch(config, memory)
     offload = memory.weight_offload
     prefill = run_prefill(model, hw, dep, workload, config.tables, config.engine, offload)
+    single = _single_prompt_prefill(config, offload)
     if config.speculative is not None:  # never with offload (config refuses the pair)
         prefill, decode, speculative = run_speculative(config, prefill, batch)
     else:
         decode = run_decode(model, hw, dep, workload, batch, config.tables, config.engine, offload)
     return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)),
-                            speculative, tuple(fit_problems(config, memory, batch)))
+                            speculative, tuple(fit_problems(config, memory, batch)), single)
+
+
+def _single_prompt_prefill(config: RunConfig, offload: WeightOffload | None) -> StageResult | None:
+    """The prefill of one prompt alone, where the workload's prefill step packs several
+    (prefill_tokens_per_gpu); None when the step is one prompt already."""
+    workload, dep, hw, engine = config.workload, config.deployment, config.hardware, config.engine
+    if not workload.prefill_tokens_per_gpu:
+        return None
+    one = replace(workload, prefill_tokens_per_gpu=0)
+    if prefill_step_tokens(one, engine, hw, dep) == workload.prefill_tokens_per_gpu:
+        return None
+    single = run_prefill(config.model, hw, dep, one, config.tables, engine, offload)
+    if config.speculative is not None:
+        single = with_draft_prefill(replace(config, workload=one), single)[0]
+    return single
 
 
 def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[str]:

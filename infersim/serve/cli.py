@@ -164,6 +164,11 @@ def _serve(args: argparse.Namespace) -> int:
     from infersim.serve.api import simulate_serving
 
     options = options_from_args(args)
+    if (args.rate_sweep is not None or args.max_rate_under_slo) and (args.include_requests or args.requests_out):
+        given = "--include-requests" if args.include_requests else f"--requests-out {args.requests_out}"
+        raise InferSimError(f"{given}: per-request records are those of one run, and --rate-sweep and "
+                            "--max-rate-under-slo run many; run `infersim serve --rate R` at the rate whose requests "
+                            "you want")
     flags = replace(flags_from_args(args), isl=_request_length(args.isl, "isl"), osl=_request_length(args.osl, "osl"))
     config = load_run_config(args.config, args.overrides, args.mfu_tables, flags)
     print_notes(config)
@@ -177,7 +182,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         if args.rate_sweep is not None or args.max_rate_under_slo:
             return _search(args, config, options, executor, launch)
-        summary = simulate_serving(config, {**options, "requests": want_records})
+        count = options.get("num_requests")
+        with progress_note("the serving run" + (f" of {count:,} requests" if count else "")):
+            summary = simulate_serving(config, {**options, "requests": want_records})
     except OSError as exc:  # the Dask scheduler went away mid-search (CommClosedError is an OSError)
         if client is None:
             raise
@@ -222,37 +229,126 @@ def _launch_text(launch: Any) -> str:
 
 
 def _search(args: argparse.Namespace, config: Any, options: dict[str, Any], executor: Any, launch: Any) -> int:
-    from infersim.serve import report
-    from infersim.serve.api import simulate_serving
-    from infersim.serve.search import RateRunner, max_rate_under_slo, parse_rate_range, rate_sweep
+    """--rate-sweep and --max-rate-under-slo; Ctrl-C or SIGTERM prints what finished, marked partial."""
+    from infersim.serve.search import RateRunner
+    from infersim.sweep.runner import sigterm_interrupts
 
     out: dict[str, Any] = {}
-    text = []
-    with RateRunner(config, options, executor, args.workers, None) as runner:
+    text: list[str] = []
+    stopped = ""
+    with sigterm_interrupts(), RateRunner(config, options, executor, args.workers, None) as runner:
         if args.rate_sweep is not None:
-            rows = rate_sweep(runner, parse_rate_range(args.rate_sweep))
-            out["rate_sweep"] = rows
-            text.append(report.sweep_text(rows))
-        if args.max_rate_under_slo:
-            slo = options.get("slo")
-            if not slo:
-                raise InferSimError("--max-rate-under-slo needs --slo ttft=...,tpot=...")
-            offline = simulate_serving(config, {**options, "mode": "offline", "rate": None})
-            found = max_rate_under_slo(runner, offline, slo.get("ttft_s"), slo.get("tpot_s"), args.slo_percentile)
-            out["max_rate_under_slo"] = found
-            text.append(report.slo_search_text(found))
+            stopped = _rate_sweep(args.rate_sweep, runner, out, text)
+        if args.max_rate_under_slo and not stopped:
+            stopped = _slo_search(args, config, options, runner, out, text)
     if "slo" in options:
         out["slo"] = {"ttft_ms": options["slo"].get("ttft_s", 0) * 1e3 or None,
                       "tpot_ms": options["slo"].get("tpot_s", 0) * 1e3 or None}
     searched = " and ".join(w for w, on in ((f"Poisson rates {args.rate_sweep}", args.rate_sweep is not None),
                                              ("the highest rate under the SLO", args.max_rate_under_slo)) if on)
+    if stopped:
+        out["interrupted"] = stopped
     if args.format == "json":
         print(json.dumps({"run": run_block(config, {**options, "mode": searched}), **out, **_launch_json(launch)},
                          indent=2))
     else:
         print(f"InferSim serve: {serve_title(config, {**options, 'mode': searched})}\n" + "\n\n".join(text)
               + _launch_text(launch))
+    if stopped:
+        import sys
+
+        print(f"infersim: interrupted{' by SIGTERM' if stopped == 'SIGTERM' else ''}: the runs that finished are "
+              "printed above, marked partial", file=sys.stderr)
+        return 143 if stopped == "SIGTERM" else 130
     return 0
+
+
+def _rate_sweep(text_range: str, runner: Any, out: dict[str, Any], text: list[str]) -> str:
+    """The rate sweep into `out` and `text`; returns how it was interrupted ("" when it finished)."""
+    from infersim.serve import report
+    from infersim.serve.search import RunInterrupted, parse_rate_range, rate_sweep
+
+    rates = parse_rate_range(text_range)
+    try:
+        rows = rate_sweep(runner, rates)
+    except RunInterrupted as exc:
+        rows = [{"rate": rate, **row} for rate, row in exc.finished]
+        out["rate_sweep"] = rows
+        text.append(f"PARTIAL: interrupted after {len(rows)} of {len(rates)} rates\n"
+                    + (report.sweep_text(rows) if rows else "no rate finished"))
+        return exc.by
+    out["rate_sweep"] = rows
+    text.append(report.sweep_text(rows))
+    return ""
+
+
+def _slo_search(args: argparse.Namespace, config: Any, options: dict[str, Any], runner: Any, out: dict[str, Any],
+                text: list[str]) -> str:
+    """The highest rate under the SLO into `out` and `text`; returns how it was interrupted ("" when it finished)."""
+    from infersim.serve import report
+    from infersim.serve.api import simulate_serving
+    from infersim.serve.search import max_rate_under_slo
+
+    slo = options.get("slo")
+    if not slo:
+        raise InferSimError("--max-rate-under-slo needs --slo ttft=...,tpot=...")
+    with progress_note("the offline run that bounds the search"):
+        offline = simulate_serving(config, {**options, "mode": "offline", "rate": None})
+    found = max_rate_under_slo(runner, offline, slo.get("ttft_s"), slo.get("tpot_s"), args.slo_percentile)
+    out["max_rate_under_slo"] = found
+    if not found.get("interrupted"):
+        text.append(report.slo_search_text(found))
+        return ""
+    best, below = found["max_rate"], found.get("below")
+    known = (f"at least {best:.3f} req/s meets it" if best is not None else "no probed rate met it yet") + \
+        (f"; {below:.3f} req/s misses it" if below is not None else "")
+    text.append(f"PARTIAL: the search for the highest rate under the SLO was interrupted after "
+                f"{len(found['probes'])} probes: {known}\n  probes: "
+                + (", ".join(f"{p['rate']:.3g}{'+' if p['met'] else 'x'}" for p in found["probes"]) or "none")
+                + "   (+ met, x missed)")
+    return str(found["interrupted"])
+
+
+class progress_note:  # noqa: N801 - used as a context manager, named for what it says
+    """Lines on stderr while one long serving run computes (after a few seconds, then every few
+    more): how long it has run. A run's statistics need every request, so nothing partial exists
+    to print when it is stopped; that is said instead of a bare 'interrupted'."""
+
+    def __init__(self, what: str, first_s: float = 3.0, every_s: float = 10.0) -> None:
+        import threading
+
+        self.what, self.first_s, self.every_s = what, first_s, every_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+        self.start = 0.0
+
+    def _beat(self) -> None:
+        import sys
+        import time
+
+        wait = self.first_s
+        while not self.done.wait(wait):
+            print(f"infersim: serve progress: {self.what}: still running after {time.perf_counter() - self.start:,.0f} s "
+                  "(Ctrl-C stops it)", file=sys.stderr, flush=True)
+            wait = self.every_s
+
+    def __enter__(self) -> progress_note:
+        import time
+
+        self.start = time.perf_counter()
+        self.thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            import sys
+            import time
+
+            print(f"infersim: serve: {self.what} stopped after {time.perf_counter() - self.start:,.0f} s: a serving "
+                  "run's statistics need every request, so there is no partial result to print (--num-requests "
+                  "runs a shorter one)", file=sys.stderr)
 
 
 def _number(**rule: Any) -> Any:

@@ -25,6 +25,15 @@ from infersim.serve.api import simulate_serving
 from infersim.serve.metrics import percentile_key
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while rates were running: the runs that finished, by rate."""
+
+    def __init__(self, finished: list[tuple[float | None, dict[str, Any]]], by: str) -> None:
+        super().__init__(by)
+        self.finished = finished
+        self.by = by  # "SIGINT" or "SIGTERM"
+
+
 def _serve_task(payload: bytes, rate: float | None) -> dict[str, Any]:
     config, options = pickle.loads(payload)
     if rate is not None:
@@ -80,6 +89,14 @@ class RateRunner:
                     results[futures[future]] = future.result()
                     done += 1
                     bar.update(done, done, force=True)
+        except KeyboardInterrupt as exc:
+            from infersim.sweep.runner import Terminated
+
+            if self.pool is not None:  # its runs in flight are of no use now: end them at once
+                stop_pool(self.pool)
+                self.pool = None
+            finished = [(rate, r) for rate, r in zip(rates, results) if r is not None]
+            raise RunInterrupted(finished, "SIGTERM" if isinstance(exc, Terminated) else "SIGINT") from None
         finally:
             bar.close()
         return [r for r in results if r is not None]
@@ -146,16 +163,38 @@ def max_rate_under_slo(runner: RateRunner, offline_summary: dict[str, Any], ttft
     lo, hi = capacity / 100, capacity
     history: list[dict[str, Any]] = []
 
-    def probe(rates: list[float]) -> list[tuple[float, bool, dict[str, Any]]]:
-        rows = runner.run(rates, "rates")
-        out = []
-        for rate, row in zip(rates, rows):
-            met = slo_met(row, ttft_s, tpot_s, percentile)
-            history.append({"rate": rate, "met": met, f"{key}_ttft_ms": row[f"{key}_ttft_ms"],
-                            f"{key}_tpot_ms": row[f"{key}_tpot_ms"]})
-            out.append((rate, met, row))
-        return out
+    def record(rate: float, row: dict[str, Any]) -> bool:
+        met = slo_met(row, ttft_s, tpot_s, percentile)
+        history.append({"rate": rate, "met": met, f"{key}_ttft_ms": row[f"{key}_ttft_ms"],
+                        f"{key}_tpot_ms": row[f"{key}_tpot_ms"]})
+        return met
 
+    def probe(rates: list[float]) -> list[tuple[float, bool, dict[str, Any]]]:
+        try:
+            rows = runner.run(rates, "rates")
+        except RunInterrupted as exc:
+            for rate, row in exc.finished:
+                record(float(rate or 0.0), row)  # the rates of this round that finished count too
+            raise
+        return [(rate, record(rate, row), row) for rate, row in zip(rates, rows)]
+
+    try:
+        return _search_rate(probe, runner, lo, hi, key, ttft_s, tpot_s, capacity, percentile, history, tolerance,
+                            probes, max_rounds, note)
+    except RunInterrupted as exc:
+        met = [h for h in history if h["met"]]
+        failed = [h["rate"] for h in history if not h["met"]]
+        best_rate = max((h["rate"] for h in met), default=None)
+        return {"max_rate": best_rate, "summary": None, "capacity_rate": capacity, "percentile": percentile,
+                "probes": sorted(history, key=lambda h: h["rate"]), "interrupted": exc.by,
+                "below": min((r for r in failed if best_rate is None or r > best_rate), default=None)}
+
+
+def _search_rate(probe: Callable[[list[float]], list[tuple[float, bool, dict[str, Any]]]], runner: RateRunner,
+                 lo: float, hi: float, key: str, ttft_s: float | None, tpot_s: float | None, capacity: float,
+                 percentile: float, history: list[dict[str, Any]], tolerance: float, probes: int | None,
+                 max_rounds: int, note: Callable[[str], None] | None) -> dict[str, Any]:
+    """The bracketing search of max_rate_under_slo (see the module docstring)."""
     (_r, met_lo, best), (_r2, met_hi, top) = probe([lo, hi])
     if not met_lo:
         limits = []

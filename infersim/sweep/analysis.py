@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infersim.base.errors import InferSimError
-from infersim.sweep.evaluate import Row, SweepSpec
+from infersim.sweep.evaluate import UNFIT, Row, SweepSpec
 
 
 @dataclass(frozen=True)
@@ -37,16 +37,17 @@ class Targets:
     tpot_ms: float | None = None
     ttft_ms: float | None = None
     tgs: float | None = None
+    user_tps: float | None = None  # per-request output speed, tokens/s per user (at least): a TPOT bound
 
     def __post_init__(self) -> None:
         for name, value in (("--target-tpot-ms", self.tpot_ms), ("--target-ttft-ms", self.ttft_ms),
-                            ("--target-tgs", self.tgs)):
+                            ("--target-tgs", self.tgs), ("--target-user-tps", self.user_tps)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise InferSimError(f"{name} must be a positive number (got {value})")
 
     @property
     def any(self) -> bool:
-        return any(v is not None for v in (self.tpot_ms, self.ttft_ms, self.tgs))
+        return any(v is not None for v in (self.tpot_ms, self.ttft_ms, self.tgs, self.user_tps))
 
     @property
     def needs_prefill(self) -> bool:
@@ -55,7 +56,8 @@ class Targets:
     def failures(self, row: Row) -> list[str]:
         """Which targets a simulated row misses ("TPOT", "TTFT", "TGS")."""
         out = []
-        if self.tpot_ms is not None and not row.tpot_s * 1e3 <= self.tpot_ms:
+        if (self.tpot_ms is not None and not row.tpot_s * 1e3 <= self.tpot_ms) or \
+                (self.user_tps is not None and not row.user_tps >= self.user_tps):
             out.append("TPOT")
         if self.ttft_ms is not None and not row.ttft_s * 1e3 <= self.ttft_ms:  # NaN TTFT fails
             out.append("TTFT")
@@ -71,6 +73,8 @@ class Targets:
             parts.append(f"TTFT <= {self.ttft_ms:g} ms")
         if self.tgs is not None:
             parts.append(f"TGS >= {self.tgs:g} tokens/GPU/s")
+        if self.user_tps is not None:
+            parts.append(f">= {self.user_tps:g} tok/s/user")
         return ", ".join(parts) or "none"
 
 
@@ -215,3 +219,85 @@ def frontiers(spec: SweepSpec, rows: Sequence[Row], targets: Targets,
         pts = [key(r) for r in ok]
         out[variant] = [ok[i] for i in pareto_indices(pts, [r.num_gpus for r in ok])]
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The answer of a Pareto search: the cheapest point, per variant and overall
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The cheapest feasible point of one variant, or why it has none."""
+
+    variant: tuple[Any, ...]
+    row: Row | None
+    reason: str = ""  # why no point is feasible ("" when row is given)
+
+
+def _cheapest_key(row: Row) -> tuple[float, float, int]:
+    # cheapest per million output tokens; then faster per request; then fewer GPUs
+    return (row.cost_per_mtok, -row.user_tps, row.num_gpus)
+
+
+def all_variants(spec: SweepSpec) -> list[tuple[Any, ...]]:
+    """Every variant the grid names, in grid order (a variant none of whose layouts fits has no row)."""
+    import itertools
+
+    return list(itertools.product(*(spec.axes[i].values for i in variant_axes(spec))))
+
+
+def _short_problem(status: str) -> str:
+    """A validator's message without its field path and its parenthesised detail."""
+    head, sep, rest = status.partition(": ")
+    text = rest if sep and " " not in head else status
+    return text.split(" (", 1)[0]
+
+
+def no_point_reason(group: Sequence[Row], targets: Targets, searched: dict[str, int] | None = None,
+                    interrupted: bool = False) -> str:
+    """Why a variant has no feasible point, with the counts (most frequent first): its rows, and
+    `searched` (why its searched layouts gave no row)."""
+    counts: dict[str, int] = {}
+    for reason, n in (searched or {}).items():
+        key = "layouts where no batch fits in memory" if reason == UNFIT else \
+            f"layouts rejected: {_short_problem(reason)}"
+        counts[key] = counts.get(key, 0) + n
+    if not group and not counts:
+        return "not simulated before the interrupt" if interrupted else "no searched layout and batch fits in memory"
+    for row in group:
+        if not row.ok:
+            reason = f"rejected: {_short_problem(row.status)}"
+        elif not row.fits:
+            reason = "do not fit in memory"
+        else:
+            reason = f"miss {targets.describe()}"
+        counts[reason] = counts.get(reason, 0) + 1
+    ordered = sorted(counts.items(), key=lambda kv: -kv[1])
+    return "; ".join(f"{n:,} {reason}" for reason, n in ordered[:3])
+
+
+def cheapest_per_variant(spec: SweepSpec, rows: Sequence[Row], targets: Targets,
+                         by_point: dict[int, dict[str, int]] | None = None, interrupted: bool = False) -> list[Choice]:
+    """Each variant's cheapest feasible point (per million output tokens), or why it has none
+    (`by_point`: why each grid point's searched layouts gave no row, SweepResult.by_point)."""
+    groups = _group(spec, rows)
+    idx = variant_axes(spec)
+    searched: dict[tuple[Any, ...], dict[str, int]] = {}
+    for point, reasons in (by_point or {}).items():
+        mine = searched.setdefault(tuple(spec.values(point)[i] for i in idx), {})
+        for reason, n in reasons.items():
+            mine[reason] = mine.get(reason, 0) + n
+    out = []
+    for variant in all_variants(spec):
+        group = groups.get(variant, [])
+        ok = [r for r in group if feasible(r, targets) and not math.isnan(r.cost_per_mtok)]
+        if ok:
+            out.append(Choice(variant, min(ok, key=_cheapest_key)))
+        else:
+            out.append(Choice(variant, None, no_point_reason(group, targets, searched.get(variant), interrupted)))
+    return out
+
+
+def cheapest_overall(choices: Sequence[Choice]) -> Choice | None:
+    found = [c for c in choices if c.row is not None]
+    return min(found, key=lambda c: _cheapest_key(c.row)) if found else None  # type: ignore[arg-type]

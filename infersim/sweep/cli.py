@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -12,11 +13,25 @@ from infersim.cli.main import number_arg
 from infersim.cards.schema import check_number
 from infersim.base.errors import ConfigError, InferSimError, NotPossible, echo, shorten
 from infersim.run.energy import unavailable_reason
-from infersim.sweep.analysis import Targets, best_per_variant, energy_point, feasible, frontiers, point_of, variant_axes
+from infersim.run.flags import RunFlags
+from infersim.sweep.analysis import (
+    Targets,
+    best_per_variant,
+    cheapest_overall,
+    cheapest_per_variant,
+    energy_point,
+    feasible,
+    frontiers,
+    point_of,
+    variant_axes,
+)
 from infersim.sweep.evaluate import Row, Search, SweepSpec
 from infersim.sweep.grid import expand_values, parse_grid
 from infersim.sweep.output import (
+    answer_line,
     best_record,
+    choices_text,
+    deployment_words,
     best_table,
     check_output_path,
     check_plot_path,
@@ -71,6 +86,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="TTFT target (at most); simulates prefill too")
     p.add_argument("--target-tgs", type=number_arg(ge=0), default=None, metavar="TGS",
                    help="decode throughput target, tokens per GPU per second (at least)")
+    p.add_argument("--target-user-tps", type=number_arg(gt=0), default=None, metavar="TPS",
+                   help="per-request output speed target, tokens/s per user (at least; TPOT <= 1000/TPS ms)")
     p.add_argument("--prefill", action="store_true", help="also simulate prefill (TTFT column)")
     p.add_argument("--price-per-gpu-hour", type=number_arg(gt=0), default=None, metavar="USD",
                    help="GPU price for cost per million tokens (default: the hardware card's usd_per_gpu_hour)")
@@ -158,7 +175,7 @@ def int_list(text: str, option: str, le: float | None = None) -> tuple[int, ...]
 
 
 def _targets(args: argparse.Namespace) -> Targets:
-    return Targets(args.target_tpot_ms, args.target_ttft_ms, args.target_tgs)
+    return Targets(args.target_tpot_ms, args.target_ttft_ms, args.target_tgs, args.target_user_tps)
 
 
 def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> SweepSpec:
@@ -169,16 +186,43 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
     elif args.batch is not None:
         raise InferSimError("--batch is for the layout search (--gpus); in a sweep vary "
                             "workload.decode_batch_per_gpu with --grid")
-    axes = parse_grid(args.grid, searched=search is not None)
+    from infersim.cli.main import flags_from_args, print_notes
+
+    flags, grid = card_lists_as_grid(flags_from_args(args), list(args.grid))
+    axes = parse_grid(grid, searched=search is not None)
+    if args.config is None:
+        flags = base_cards_from_grid(flags, axes)
     if args.price_per_gpu_hour is not None and not args.price_per_gpu_hour > 0:
         raise InferSimError(f"--price-per-gpu-hour must be positive (got {args.price_per_gpu_hour})")
-    from infersim.cli.main import print_notes
-    from infersim.cli.main import flags_from_args
 
-    base = load_base(args.config, args.overrides, args.mfu_tables, flags_from_args(args))
+    base = load_base(args.config, args.overrides, args.mfu_tables, flags)
     print_notes(base.config)
     return SweepSpec(base, tuple(axes), search, prefill=args.prefill or targets.needs_prefill,
                      price_per_gpu_hour=args.price_per_gpu_hour)
+
+
+def card_lists_as_grid(flags: RunFlags, grid: list[str]) -> tuple[RunFlags, list[str]]:
+    """`--hardware h100,h200` (or `--model a,b`) is `--grid hardware=h100,h200`: the list becomes an
+    axis, and its first name the base run's card."""
+    for name in ("model", "hardware"):
+        value = getattr(flags, name)
+        if value is None or "," not in value:
+            continue
+        if any(text.split("=", 1)[0].strip() == name for text in grid):
+            raise InferSimError(f"--{name} {shorten(value)} and --grid {name}=...: give the {name} list once")
+        grid.append(f"{name}={value}")
+        flags = dataclasses.replace(flags, **{name: value.split(",")[0].strip()})
+    return flags, grid
+
+
+def base_cards_from_grid(flags: RunFlags, axes: Sequence[Any]) -> RunFlags:
+    """Without --config, a model or hardware the grid varies needs no --model/--hardware: the base
+    run takes the axis's first card (every variant replaces it)."""
+    for name in ("model", "hardware"):
+        axis = next((a for a in axes if a.path == name), None)
+        if getattr(flags, name) is None and axis is not None and isinstance(axis.values[0], str):
+            flags = dataclasses.replace(flags, **{name: axis.values[0]})
+    return flags
 
 
 def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
@@ -282,7 +326,8 @@ def _print_launches(spec: SweepSpec, rows: Sequence[Row]) -> None:
 def sweep_command(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     targets = _targets(args)
-    if not args.grid and args.gpus is None:
+    card_lists = any("," in (getattr(args, name) or "") for name in ("model", "hardware"))
+    if not args.grid and args.gpus is None and not card_lists:
         raise InferSimError("nothing to sweep: give at least one --grid FIELD=VALUES (or --gpus to search layouts)")
     if args.rows != "all" and (not args.rows.isdigit()):
         raise InferSimError(f"--rows {args.rows}: expected a number or 'all'")
@@ -364,23 +409,56 @@ def pareto_command(args: argparse.Namespace) -> int:
     _check_objective(spec, energy)
     result = _run(args, spec)
     fronts = frontiers(spec, result.rows, targets, energy_point if energy else point_of)
-    v_axes = variant_axes(spec)
     if any(fronts.values()) or result.interrupted:  # else stderr is the one message saying why
         print(_summary(result), file=sys.stderr)
+    records = _pareto_records(args, spec, result, fronts, targets)
+    if args.out and (records or result.interrupted):
+        write_output(args.out, records, _meta(args, spec, result, targets))
+    if not any(fronts.values()):
+        if result.interrupted:
+            return _interrupted(result, args.out)
+        raise _empty_frontier(result, targets, energy)
+    if result.interrupted:
+        print(f"PARTIAL RESULT: interrupted after {result.finished_units:,} of {result.total_units:,} units; the "
+              "frontiers and the answer below are those of the configurations that finished\n")
+    curves = _print_frontiers(spec, result, fronts, targets, args.objective)
+    best = None
+    if energy:  # the frontier is the answer: the cheapest point per variant is the cost objective's
+        print("\n(--objective energy: the frontier above is the answer; without it pareto lists the cheapest "
+              "point per variant)")
+    else:
+        choices = cheapest_per_variant(spec, result.rows, targets, result.by_point, result.interrupted)
+        best = cheapest_overall(choices)
+        print("\n" + "\n".join(choices_text(spec, choices, targets)))
+    if args.emit_launch:
+        _print_launches(spec, [r for front in fronts.values() for r in front])
+    if args.plot:
+        _pareto_plot(args.plot, spec, curves, targets, best, args.objective)
+    if args.out:
+        print(f"\nwrote {len(records):,} rows to {args.out}")
+    if best is not None:  # last: the line the search was run for
+        print("\n" + answer_line(spec, best, targets))
+    return _interrupted(result, args.out) if result.interrupted else 0
+
+
+def _pareto_records(args: argparse.Namespace, spec: SweepSpec, result: SweepResult,
+                    fronts: dict[tuple[Any, ...], list[Row]], targets: Targets) -> list[dict[str, Any]]:
+    """The rows --out writes: the frontiers' (or with --all every feasible row), marked on_frontier."""
     on_front = {id(r) for front in fronts.values() for r in front}
     source_rows = [r for r in result.rows if feasible(r, targets)] if args.all else \
         [r for front in fronts.values() for r in front]
-    meta = _meta(args, spec, result, targets)
-    written = 0
-    if args.out and (source_rows or result.interrupted):
-        written = write_output(args.out, ({**row_record(spec, r, targets), "on_frontier": id(r) in on_front}
-                                          for r in source_rows), meta)
-    if result.interrupted:
-        return _interrupted(result, args.out)
-    if not any(fronts.values()):
-        raise _empty_frontier(result, targets, energy)
+    return [{**row_record(spec, r, targets), "on_frontier": id(r) in on_front} for r in source_rows]
+
+
+def _print_frontiers(spec: SweepSpec, result: SweepResult, fronts: dict[tuple[Any, ...], list[Row]],
+                     targets: Targets, objective: str) -> list[tuple[str, list[Row], list[Row]]]:
+    """Each variant's frontier table; returns the curves to draw (label, feasible rows, frontier)."""
+    energy = objective == "energy"
+    v_axes = variant_axes(spec)
     curves = []
     for variant, front in fronts.items():
+        if not front:
+            continue  # listed with its reason under CHEAPEST POINT PER ...
         label = ", ".join(f"{spec.axes[i].label}={v}" for i, v in zip(v_axes, variant))
         points = [r for r in result.rows if feasible(r, targets) and
                   tuple(spec.values(r.point)[i] for i in v_axes) == variant]
@@ -389,24 +467,27 @@ def pareto_command(args: argparse.Namespace) -> int:
             print(f"\n{label}")
         y = "J per output token of the decode step" if energy else "USD per million output tokens"
         print(f"Pareto frontier: {len(front)} of {len(points):,} feasible points (x = tokens/s per user, y = {y})")
-        print(frontier_table(spec, front, spec.prefill, args.objective))
+        print(frontier_table(spec, front, spec.prefill, objective))
     if result.rejected:
         print(f"\nskipped {result.rejected:,} layouts the validator rejects: {_problems(result)}")
-    if args.emit_launch:
-        _print_launches(spec, [r for front in fronts.values() for r in front])
-    if args.plot:
-        cfg = spec.base.config
-        paths = {a.path for a in spec.axes}
-        model = "model variants" if "model" in paths else cfg.model.name
-        hardware = "each card's price" if "hardware" in paths and spec.price_per_gpu_hour is None else \
-            f"${spec.price_per_gpu_hour or cfg.hardware.usd_per_gpu_hour:.2f}/GPU-hour"
-        if energy:
-            hardware = "energy of the decode step"
-        on = "" if "hardware" in paths else f" on {cfg.hardware.name}"
-        title = (f"{model}{on}: ISL {cfg.workload.isl}, OSL {cfg.workload.osl}, {hardware}"
-                 + (f"; {targets.describe()}" if targets.any else ""))
-        plot_frontier(args.plot, curves, title, args.objective)
-        print(f"\nwrote {args.plot}")
-    if args.out:
-        print(f"wrote {written:,} rows to {args.out}")
-    return 0
+    return curves
+
+
+def _pareto_plot(path: str, spec: SweepSpec, curves: list[tuple[str, list[Row], list[Row]]], targets: Targets,
+                 best: Any, objective: str) -> None:
+    cfg = spec.base.config
+    paths = {a.path for a in spec.axes}
+    model = "model variants" if "model" in paths else cfg.model.name
+    hardware = "each card's price" if "hardware" in paths and spec.price_per_gpu_hour is None else \
+        f"${spec.price_per_gpu_hour or cfg.hardware.usd_per_gpu_hour:.2f}/GPU-hour"
+    if objective == "energy":
+        hardware = "energy of the decode step"
+    on = "" if "hardware" in paths else f" on {cfg.hardware.name}"
+    title = (f"{model}{on}: ISL {cfg.workload.isl}, OSL {cfg.workload.osl}, {hardware}"
+             + (f"; {targets.describe()}" if targets.any else ""))
+    chosen = None
+    if best is not None:
+        goal = f"cheapest meeting {targets.describe()}" if targets.any else "cheapest"
+        chosen = (best.row, f"{goal}: {deployment_words(spec, best)}, ${best.row.cost_per_mtok:.3f}/M tokens")
+    plot_frontier(path, curves, title, chosen, objective)
+    print(f"\nwrote {path}")

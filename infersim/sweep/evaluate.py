@@ -197,6 +197,10 @@ class SweepSpec:
                                 "(method, draft_model, acceptance_rate) to the config or with --set")
 
 
+#: the reason ChunkResult.by_point gives a searched layout none of whose batches fits in memory
+UNFIT = "no batch fits in memory"
+
+
 #: the most configurations one sweep simulates: every row is kept in memory (~1.1 KB each, measured:
 #: 100,000 rows of a batch grid raised the peak resident set by 110 MB) for the best-per-variant
 #: choice, the frontiers and the printed tables, so this bounds a sweep's memory to about 0.6 GB
@@ -237,11 +241,21 @@ class ChunkResult:
     rejected: int = 0  # configurations the validator rejected
     unfit: int = 0  # searched batches skipped because their KV cache does not fit
     problems: dict[str, int] = field(default_factory=dict)  # rejection reason -> count
+    # grid point -> why searched layouts of it gave no row (rejection reason, or UNFIT) -> count
+    by_point: dict[int, dict[str, int]] = field(default_factory=dict)
 
-    def reject(self, problem: str) -> None:
+    def reject(self, problem: str, point: int | None = None) -> None:
         self.rejected += 1
         if problem in self.problems or len(self.problems) < 64:
             self.problems[problem] = self.problems.get(problem, 0) + 1
+        if point is not None:
+            self.note(point, problem)
+
+    def note(self, point: int, reason: str, count: int = 1) -> None:
+        """Count why a searched layout of a grid point gave no row (at most 16 reasons per point)."""
+        mine = self.by_point.setdefault(point, {})
+        if reason in mine or len(mine) < 16:
+            mine[reason] = mine.get(reason, 0) + count
 
     def merge(self, other: ChunkResult) -> None:
         self.rows.extend(other.rows)
@@ -251,6 +265,9 @@ class ChunkResult:
         for k, v in other.problems.items():
             if k in self.problems or len(self.problems) < 64:
                 self.problems[k] = self.problems.get(k, 0) + v
+        for point, reasons in other.by_point.items():
+            for reason, count in reasons.items():
+                self.note(point, reason, count)
 
 
 class Evaluator:
@@ -393,11 +410,11 @@ class Evaluator:
             return
         if model.num_hidden_layers % pp:  # no layout of this unit can work: one rejection, not one per layout
             out.reject(f"deployment.pp: num_hidden_layers ({model.num_hidden_layers}) is not divisible by "
-                       f"deployment.pp ({pp})")
+                       f"deployment.pp ({pp})", point)
             return
         per_node = hw.peak.gpus_per_node
         if num_gpus > per_node and num_gpus % per_node:
-            out.reject(f"deployment.num_gpus: {num_gpus} GPUs do not fill whole {hw.name} nodes of {per_node}")
+            out.reject(f"deployment.num_gpus: {num_gpus} GPUs do not fill whole {hw.name} nodes of {per_node}", point)
             return
         nodes = 1 if num_gpus <= per_node else num_gpus // per_node
         per_stage = num_gpus // pp
@@ -414,13 +431,15 @@ class Evaluator:
                             with_layout(base_dep, num_gpus, nodes, pp, attn_tp, ffn_tp, ep), model, hw)
                         mem = self._memory_for(model, hw, dep, work, run)
                     except InferSimError as exc:
-                        out.reject(problem_text(exc))
+                        out.reject(problem_text(exc), point)
                         continue
                     fit = mem.max_batch_per_gpu if mem.kv_capacity_bytes > 0 else 0
                     if dep.weight_offload != "none":
                         fit = largest  # each row's own simulation offloads what its batch needs and says if it fits
                     batches = [b for b in search.batches if b <= fit]
                     out.unfit += len(search.batches) - len(batches)
+                    if not batches:
+                        out.note(point, UNFIT)
                     if two_batch:  # two micro-batches need an even batch
                         batches = [b for b in batches if b % 2 == 0]
                         fit -= fit % 2

@@ -13,7 +13,7 @@ from typing import Any
 from tabulate import tabulate
 
 from infersim.base.errors import InferSimError
-from infersim.sweep.analysis import Best, Targets, why_not
+from infersim.sweep.analysis import Best, Choice, Targets, variant_axes, why_not
 from infersim.sweep.evaluate import Row, SweepSpec
 from infersim.sweep.grid import SEARCHED_FIELDS
 from infersim.base.units import GB
@@ -201,6 +201,48 @@ def best_table(spec: SweepSpec, bests: Sequence[Best], axes: Sequence[int], show
     return tabulate(body, headers=headers, disable_numparse=True)
 
 
+def deployment_words(spec: SweepSpec, choice: Choice) -> str:
+    """A chosen point in words: GPU x count, nodes, layout, batch (and the other variant values)."""
+    row = choice.row
+    assert row is not None
+    names = {spec.axes[i].path: v for i, v in zip(variant_axes(spec), choice.variant)}
+    hardware = names.pop("hardware", spec.base.config.hardware.name)
+    rest = ", ".join(f"{path.split('.')[-1] if '.' in path else path}={_value_text(v)}" for path, v in names.items())
+    nodes = f" on {row.num_nodes} nodes" if row.num_nodes > 1 else ""
+    return (f"{hardware} x {row.num_gpus}{nodes}, {layout_text(row)}, batch {row.batch}"
+            + (f" ({rest})" if rest else ""))
+
+
+def answer_line(spec: SweepSpec, best: Choice, targets: Targets) -> str:
+    """The search's answer in one line: the cheapest point meeting the targets, and its cost."""
+    row = best.row
+    assert row is not None
+    goal = (f"cheapest meeting {targets.describe()}" if targets.any else
+            "cheapest of all (no speed target; --target-user-tps or --target-tpot-ms sets one)")
+    return (f"answer: {goal}: {deployment_words(spec, best)}: ${row.cost_per_mtok:.3f}/M output tokens "
+            f"({row.user_tps:,.1f} tok/s/user, TPOT {row.tpot_s * 1e3:,.2f} ms, {row.tgs:,.0f} tokens/GPU/s)")
+
+
+def choices_text(spec: SweepSpec, choices: Sequence[Choice], targets: Targets) -> list[str]:
+    """The cheapest point of each variant, cheapest first; then the variants with none, and why."""
+    axes = variant_axes(spec)
+    what = ", ".join(spec.axes[i].label for i in axes) or "run"
+    found = sorted((c for c in choices if c.row is not None), key=lambda c: c.row.cost_per_mtok)  # type: ignore[union-attr]
+    body = [[_value_text(v) for v in c.variant] + [c.row.num_gpus, c.row.num_nodes, layout_text(c.row), c.row.batch,
+                                                   _fmt(c.row.user_tps, 1), _fmt(c.row.cost_per_mtok, 3),
+                                                   _fmt(c.row.tpot_s * 1e3)]
+            for c in found if c.row is not None]
+    headers = [spec.axes[i].label for i in axes] + ["GPUs", "nodes", "layout", "batch", "tok/s/user", "$/Mtok",
+                                                    "TPOT ms"]
+    goal = f"meeting {targets.describe()}" if targets.any else "no target"
+    lines = [f"CHEAPEST POINT PER {what.upper()} ({goal}; USD per million output tokens)"]
+    if body:
+        lines.append(tabulate(body, headers=headers, disable_numparse=True))
+    lines += [f"no feasible point: {', '.join(_value_text(v) for v in c.variant) or 'the run'}: {c.reason}"
+              for c in choices if c.row is None]
+    return lines
+
+
 def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool, objective: str = "cost") -> str:
     """The frontier's rows; `objective` energy puts J per output token beside speed (the frontier's
     axis), cost puts $/Mtok there; the other follows when the rows have it."""
@@ -285,26 +327,33 @@ def _write_parquet(path: str, records: Iterable[dict[str, Any]]) -> int:
 
 
 def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence[Row]]], title: str,
-                  objective: str = "cost") -> None:
+                  chosen: tuple[Row, str] | None = None, objective: str = "cost") -> None:
     """Frontier PNG: each curve is (label, all feasible rows, frontier rows); y is the cost per million
-    output tokens, or with `objective` energy the decode step's J per output token."""
+    output tokens, or with `objective` energy the decode step's J per output token; `chosen` (a row and
+    its words) is marked with a star and labelled first, so its label always finds a free place."""
     check_plot_path(path)
-    y_of = (lambda r: r.joules_per_token) if objective == "energy" else (lambda r: r.cost_per_mtok)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig = frontier_figure(curves, title, chosen, plt, objective)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def frontier_figure(curves: Sequence[tuple[str, Sequence[Row], Sequence[Row]]], title: str,
+                    chosen: tuple[Row, str] | None, plt: Any, objective: str = "cost") -> Any:
+    """The frontier picture (see plot_frontier) as a matplotlib figure."""
+    y_of = (lambda r: r.joules_per_token) if objective == "energy" else (lambda r: r.cost_per_mtok)
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     labels: list[tuple[float, float, str, str]] = []
     frontier_points: list[tuple[float, float]] = []
     for k, (label, points, frontier) in enumerate(curves):
         color = colors[k % len(colors)]
-        xs = [r.user_tps for r in points]
-        ys = [y_of(r) for r in points]
-        ax.scatter(xs, ys, s=5, alpha=0.12, color=color, linewidths=0,
-                   label="all feasible deployments" if len(curves) == 1 else None)
+        ax.scatter([r.user_tps for r in points], [y_of(r) for r in points], s=5, alpha=0.12, color=color,
+                   linewidths=0, label="all feasible deployments" if len(curves) == 1 else None)
         ordered = sorted(frontier, key=lambda r: r.user_tps)
         fx = [r.user_tps for r in ordered]
         fy = [y_of(r) for r in ordered]
@@ -314,9 +363,15 @@ def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence
         # label a few frontier points (GPUs, batch per GPU), spread along the curve
         marks = 5 if len(curves) == 1 else 3
         picks = sorted({round(i * (len(ordered) - 1) / max(marks - 1, 1)) for i in range(marks)}) if ordered else []
-        labels.extend((ordered[i].user_tps, y_of(ordered[i]), f"{ordered[i].num_gpus} GPU, batch {ordered[i].batch}",
-                       color) for i in picks)
+        labels.extend((ordered[i].user_tps, y_of(ordered[i]),
+                       f"{ordered[i].num_gpus} GPU, batch {ordered[i].batch}", color) for i in picks
+                      if chosen is None or ordered[i] is not chosen[0])
         frontier_points += list(zip(fx, fy))
+    if chosen is not None:
+        row, words = chosen
+        ax.scatter([row.user_tps], [y_of(row)], s=160, marker="*", color="gold", edgecolors="black",
+                   linewidths=0.8, zorder=4, label="the answer (star)")
+        labels.insert(0, (row.user_tps, y_of(row), _wrapped(words, 48), "black"))
     ax.set_xlabel("output speed per request (tokens/s per user = 1 / TPOT)")
     ax.set_ylabel("energy (J per output token, decode step)" if objective == "energy" else
                   "cost (USD per million output tokens)")
@@ -332,13 +387,23 @@ def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence
         axis.set_minor_formatter(NullFormatter())
     ax.grid(True, which="major", alpha=0.35)
     ax.grid(True, which="minor", alpha=0.12)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10, wrap=False)
     legend = ax.legend(fontsize=8)
     fig.tight_layout()
-    # point labels clear of each other, of the frontier points and of the legend, inside the axes
+    # point labels clear of each other, of the frontier points and of the legend, inside the axes;
+    # one with no free place is left out (the table holds every point)
     placed = place_point_labels(ax, [(x, y, text) for x, y, text, _ in labels], fontsize=7, avoid=[legend],
-                                avoid_points=frontier_points, marker_radius_px=3.5, inside=True)
+                                avoid_points=frontier_points, marker_radius_px=3.5, inside=True,
+                                required=1 if chosen is not None else 0, avoid_lines=ax.lines)
     for note, (_x, _y, _text, color) in zip(placed, labels):
-        note.set_color(color)
-    fig.savefig(path)
-    plt.close(fig)
+        if note is not None:
+            note.set_color(color)
+    if chosen is not None and placed and placed[0] is not None:  # the answer's words stand out from the lines
+        placed[0].set_bbox({"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "0.6", "alpha": 0.9})
+    return fig
+
+
+def _wrapped(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))

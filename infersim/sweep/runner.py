@@ -48,6 +48,8 @@ class SweepResult:
     elapsed_s: float = 0.0
     workers: int = 1  # worker processes used (1 = in process; 0 = a caller's executor)
     interrupted_by: str = ""  # "SIGINT" (Ctrl-C) or "SIGTERM" when interrupted
+    # grid point -> why its searched layouts gave no row (rejections, batches that do not fit) -> count
+    by_point: dict[int, dict[str, int]] = field(default_factory=dict)
 
     @property
     def simulated(self) -> int:
@@ -157,6 +159,20 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While inside: SIGTERM stops the main thread like Ctrl-C (as Terminated), so a search keeps
+    what finished; outside the main thread (signals never reach it) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: Any = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
 def size_estimate(spec: SweepSpec, workers: int, sample_units: int = 32) -> tuple[int, float]:
     """(estimated simulations, estimated seconds) of a sweep, from timing its first units here."""
     sims = estimated_simulations(spec)
@@ -261,7 +277,7 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
         merged.merge(results[begin])
     return SweepResult(spec, merged.rows, total, merged.units, merged.rejected, merged.unfit, merged.problems,
                        interrupted, time.perf_counter() - start, 0 if executor is not None else n_workers,
-                       interrupted_by)
+                       interrupted_by, merged.by_point)
 
 
 def _run_on_pool(spec: SweepSpec, executor: cf.Executor | None, n_workers: int, ranges: list[tuple[int, int]],

@@ -204,8 +204,11 @@ def _compare_serving(args: argparse.Namespace, objects: list[tuple[int, Any]], r
             if not result.model_id:
                 raise InferSimError(f"{args.bench_result}: line {line}: the file does not name its model "
                                     f"({result.tool} saves none): give --model or --config")
-            flags = replace(flags, model=result.model_id)
-            notes.append(f"model: the file's model_id {result.model_id}")
+            from infersim.cards.registry import served_model_name
+
+            model, note = served_model_name(result.model_id)
+            flags = replace(flags, model=model)
+            notes.append(note)
         if args.config is None and flags.hardware is None:
             raise InferSimError("--bench-result: a benchmark file does not say which GPUs served it: give --hardware "
                                 "(and --tp, --num-gpus as the server ran), or --config")

@@ -22,6 +22,7 @@ from infersim.base.errors import MISSING, ConfigError, InferSimError
 from infersim.shapes.comm_shapes import TokenExchangeShape
 from infersim.shapes.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables
 from infersim.cards import categories as cat
+from infersim.run.confidence import ROOFLINE, kernel_grade, run_grade, stage_confidence, table_origin
 from infersim.validate.mapping import (ENERGY_FROM, ENERGY_KINDS, KERNEL_KINDS, STAGE_FROM, STAGE_KINDS, Conversion,
                                        PointMapping, fit_run_to_spec)
 
@@ -55,6 +56,7 @@ class Comparison:
     dominant_detail: str = ""  # stages: that module's share of the step; kernels: its bound
     note: str = ""
     accepted_outlier: str = ""  # listed but out of the statistics, with the reason (points.yaml)
+    grade: str = ""  # how the prediction was priced (infersim.run.confidence: measured, transferred, roofline)
 
     @property
     def error(self) -> float:
@@ -93,19 +95,23 @@ class Validation:
         return [c for c in self.comparisons if not c.accepted_outlier]
 
     def stats(self) -> dict[str, Any]:
-        """Overall (times and throughputs: kernel / stage / serving), energy overall, by source and by
-        kind family, accepted outliers left out. Energy is a quantity of its own: it is kept out of
-        the overall time statistics and has its own overall."""
+        """Overall (times and throughputs: kernel / stage / serving), energy overall, by source, by kind
+        family and by the grade of the prediction (measured, transferred, roofline), accepted outliers
+        left out. Energy is a quantity of its own: it is kept out of the overall time statistics and has
+        its own overall."""
         by_source: dict[str, list[float]] = {}
         by_kind: dict[str, list[float]] = {}
+        by_grade: dict[str, list[float]] = {}
         for c in self.counted:
             by_source.setdefault(c.source, []).append(c.error)
             by_kind.setdefault(c.family, []).append(c.error)
+            by_grade.setdefault(c.grade or "-", []).append(c.error)
         return {
             "overall": summarize(c.error for c in self.counted if c.family != ENERGY_FAMILY),
             "energy": summarize(c.error for c in self.counted if c.family == ENERGY_FAMILY),
             "by_source": {k: summarize(v) for k, v in by_source.items()},
             "by_kind": {k: summarize(v) for k, v in by_kind.items()},
+            "by_grade": {k: summarize(v) for k, v in by_grade.items()},
         }
 
 
@@ -241,7 +247,7 @@ class _Evaluator:
                 self._tables[hardware] = load_tables(Path(directory))
         return self._tables[hardware]
 
-    def kernel(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+    def kernel(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
         from infersim.run.config import load_hardware_card
         from infersim.costing.timing import kernel_cost
 
@@ -249,9 +255,11 @@ class _Evaluator:
         fields = {**entry.kernel, **conv.kernel}
         where = f"{self.points_file}: {entry.id}" + (f"/{key}" if key else "")
         shape = build(SHAPES[entry.kind], fields, where, "kernel")
-        cost = kernel_cost(shape, hw, self.tables(hw.name))
+        tables = self.tables(hw.name)
+        cost = kernel_cost(shape, hw, tables)
         note = f"{cost.source.value}" + (f": {cost.detail}" if cost.detail else "")
-        return _kernel_value(conv, shape, cost.seconds), (_kernel_module(entry.kind, shape), cost.bound.value), note
+        grade = kernel_grade(cost.source, tables, hw)
+        return _kernel_value(conv, shape, cost.seconds), (_kernel_module(entry.kind, shape), cost.bound.value, grade), note
 
     def config(self, entry: PointMapping) -> tuple[Any, list[str]]:
         from infersim.run.config import config_from_mapping
@@ -276,7 +284,7 @@ class _Evaluator:
             notes.append(f"no kernel tables for {hardware} under {self.mfu_tables}: roofline")
         return config, notes
 
-    def stage(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+    def stage(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
         from infersim.run.simulate import simulate
 
         config, notes = self.config(entry)
@@ -296,9 +304,10 @@ class _Evaluator:
         module = max(times, key=times.__getitem__)
         share = times[module] / sum(times.values())
         notes += [f"does not fit: {limit}" for limit in result.unfit]  # priced anyway: say so beside it
-        return value * conv.multiply, (module, f"{100 * share:.0f}%"), "; ".join(notes)
+        grade = stage_confidence(stage, config).grade
+        return value * conv.multiply, (module, f"{100 * share:.0f}%", grade), "; ".join(notes)
 
-    def serving(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+    def serving(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
         config, notes = self.config(entry)
         try:
             from infersim.serve.api import simulate_serving  # the request-level simulator (issue 14)
@@ -313,10 +322,10 @@ class _Evaluator:
         if conv.source not in out:
             raise InferSimError(f"{self.points_file}: {entry.id}: metric.from '{conv.source}' is not a key of the "
                                 f"serving result (keys: {', '.join(sorted(out))})")
-        module = (str(out.get("dominant_module", "-")), "")
+        module = (str(out.get("dominant_module", "-")), "", _serving_grade(config))
         return float(out[conv.source]) * conv.multiply, module, "; ".join(notes)
 
-    def energy(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+    def energy(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
         from infersim.run.energy import EnergyUnavailable, run_energy
         from infersim.run.simulate import simulate
 
@@ -333,9 +342,10 @@ class _Evaluator:
         share = step.seconds_by_kind[kind] / sum(step.seconds_by_kind.values())
         notes += [f"does not fit: {limit}" for limit in result.unfit]
         return (float(getattr(energy, ENERGY_FROM[conv.source])) * conv.multiply,
-                (f"decode {kind}-bound", f"{100 * share:.0f}%"), "; ".join(notes))
+                (f"decode {kind}-bound", f"{100 * share:.0f}%", stage_confidence(result.decode, config).grade),
+                "; ".join(notes))
 
-    def value(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str], str]:
+    def value(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
         if entry.kind in KERNEL_KINDS:
             return self.kernel(entry, key, conv)
         if entry.kind in STAGE_KINDS:
@@ -343,6 +353,19 @@ class _Evaluator:
         if entry.kind in ENERGY_KINDS:
             return self.energy(entry, conv)
         return self.serving(entry, conv)
+
+
+def _serving_grade(config: Any) -> str:
+    """The grade of a serving run: that of its prefill and decode steps together, by their shares
+    (the serving simulator prices its steps with the same kernels)."""
+    from infersim.run.simulate import simulate
+
+    try:
+        result = simulate(config)
+    except InferSimError:
+        origin = table_origin(config)
+        return origin.grade if origin is not None else ROOFLINE
+    return run_grade(stage_confidence(result.prefill, config), stage_confidence(result.decode, config))
 
 
 def _unit(point: ReferencePoint, key: str, conv: Conversion) -> str:
@@ -483,5 +506,5 @@ def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMappi
             measured = point.value[key] if isinstance(point.value, dict) else point.value
             out.comparisons.append(Comparison(cid, pid, point.source, entry.kind, entry.family, float(measured),
                                               predicted, _unit(point, key, conv), module[0], module[1], note,
-                                              entry.accepted_outlier))
+                                              entry.accepted_outlier, module[2]))
     return out

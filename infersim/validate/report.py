@@ -6,6 +6,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from infersim.run.confidence import GRADES
 from infersim.validate.evaluate import WITHIN, Comparison, Stats, Validation
 
 
@@ -27,7 +28,8 @@ def _stats_data(stats: Stats | None) -> dict[str, Any] | None:
 
 def _point_data(c: Comparison) -> dict[str, Any]:
     return {"id": c.id, "source": c.source, "kind": c.kind, "measured": c.measured, "predicted": c.predicted,
-            "error_pct": 100 * c.error, "unit": c.unit, "dominant_module": c.dominant_module, "dominant_detail": c.dominant_detail, "note": c.note,
+            "error_pct": 100 * c.error, "unit": c.unit, "dominant_module": c.dominant_module,
+            "dominant_detail": c.dominant_detail, "grade": c.grade or None, "note": c.note,
             "accepted_outlier": c.accepted_outlier or None}
 
 
@@ -43,6 +45,7 @@ def to_json_data(result: Validation) -> dict[str, Any]:
             "energy": _stats_data(stats["energy"]),
             "by_source": {k: _stats_data(v) for k, v in stats["by_source"].items()},
             "by_kind": {k: _stats_data(v) for k, v in stats["by_kind"].items()},
+            "by_grade": {k: _stats_data(v) for k, v in stats["by_grade"].items()},
         },
         "not_expressed": [{"id": n.id, "source": n.source, "kind": n.kind, "reason": n.reason}
                           for n in result.not_expressed],
@@ -67,11 +70,11 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
         pass
     elif result.comparisons:
         rows = [[c.id + (" [excluded]" if c.accepted_outlier else ""), c.kind, _number(c.measured),
-                 _number(c.predicted), f"{100 * c.error:+.1f}%", c.unit,
+                 _number(c.predicted), f"{100 * c.error:+.1f}%", c.unit, c.grade or "-",
                  c.dominant_module + (f" ({c.dominant_detail})" if c.dominant_detail else "")]
                 for c in result.comparisons]
-        lines.append(tabulate(rows, headers=["point", "kind", "measured", "predicted", "error", "unit", "dominant module"],
-                              disable_numparse=True))
+        lines.append(tabulate(rows, headers=["point", "kind", "measured", "predicted", "error", "unit", "grade",
+                                             "dominant module"], disable_numparse=True))
     else:
         lines.append("no point compared")
     stats = result.stats()
@@ -80,6 +83,8 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
         rows.append(_stats_row("overall energy", stats["energy"]))
     rows += [_stats_row(f"source {k}", v) for k, v in sorted(stats["by_source"].items())]
     rows += [_stats_row(f"kind {k}", v) for k, v in sorted(stats["by_kind"].items())]
+    order = {g: i for i, g in enumerate(GRADES)}
+    rows += [_stats_row(f"grade {k}", v) for k, v in sorted(stats["by_grade"].items(), key=lambda kv: order.get(kv[0], 9))]
     overall = stats["overall"]
     excluded = [c for c in result.comparisons if c.accepted_outlier]
     if overall is not None:
@@ -97,8 +102,10 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
               tabulate(rows, headers=["group", "n", "median |err|", "mean |err|", "signed mean",
                                       f"within {round(100 * WITHIN)}%"], disable_numparse=True)]
     if summary_only:
-        lines += ["", "each point, its notes and the points not expressed: infersim validate (without --summary); "
-                      "sources: the `sources:` block of the reference file"]
+        lines += ["", "grade: how each prediction was priced (measured tables of its GPU and engine; tables of another "
+                      "engine or GPU, transferred; roofline with the card's efficiencies), by the share of its time",
+                  "each point, its notes and the points not expressed: infersim validate (without --summary); "
+                  "sources: the `sources:` block of the reference file"]
         return "\n".join(line for line in lines if line is not None)
     notes = [c for c in result.comparisons if c.note and c.kind not in ("kernel_gemm", "kernel_grouped_gemm", "deepep")]
     if notes:
