@@ -179,7 +179,41 @@ def draft_deployment(dep: Deployment) -> Deployment:
 ENGINE_DERIVED_DEPLOYMENT_FIELDS = ("moe_comm", "lm_head", "shared_experts", "model_code")
 
 
-def dense_ffn_tp(dep: Deployment) -> int:
+@dataclass(frozen=True, slots=True)
+class MixerDeployment:
+    """The part of a deployment a layer's mixer (attention, linear attention) is built from: what
+    its builders (infersim.modules.attention, .linear_attention) may read. They are given this
+    record, not the deployment, so that a plan piece kept on its builder's inputs
+    (infersim.costing.memo) covers every field the builder reads: reading another one fails."""
+
+    attention: AttentionLayout
+    precision: Precision
+    model_code: ModelCode
+
+    @classmethod
+    def of(cls, dep: Deployment) -> MixerDeployment:
+        return cls(dep.attention, dep.precision, dep.model_code)
+
+
+@dataclass(frozen=True, slots=True)
+class FfnDeployment:
+    """The part of a deployment a layer's FFN (dense or MoE, with the collective after attention)
+    is built from: what infersim.modules.ffn's builders may read (see MixerDeployment)."""
+
+    attention: AttentionLayout
+    ffn: FfnLayout
+    precision: Precision
+    model_code: ModelCode
+    moe_comm: str
+    moe: MoeBalanceSpec
+    shared_experts: str
+
+    @classmethod
+    def of(cls, dep: Deployment) -> FfnDeployment:
+        return cls(dep.attention, dep.ffn, dep.precision, dep.model_code, dep.moe_comm, dep.moe, dep.shared_experts)
+
+
+def dense_ffn_tp(dep: Deployment | FfnDeployment) -> int:
     """The TP degree of dense FFN layers (a dense model's FFN, an MoE model's dense layers): ffn.tp,
     or the attention TP group where the FFN layout is narrower than it. Engines that run attention
     TP with the routed experts on EP inside the same GPUs (SGLang --tp 8 --ep 8, vLLM

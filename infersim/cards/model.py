@@ -11,7 +11,7 @@ from functools import cached_property
 from typing import Literal
 
 from infersim.cards.quantization import Quantization
-from infersim.cards.schema import spec
+from infersim.cards.schema import hash_kept, spec
 from infersim.base.errors import ConfigError
 
 # Layer mixers (the token-mixing half of a layer), named as HF `layer_types` names them.
@@ -24,6 +24,7 @@ LAYER_TYPES: tuple[str, ...] = (FULL_ATTENTION, SLIDING_ATTENTION, LINEAR_ATTENT
 StateDtype = Literal["fp32", "bf16", "fp16"]
 
 
+@hash_kept  # a key of every plan piece a PricingMemo keeps (see hash_kept)
 @dataclass(frozen=True, kw_only=True)
 class ModelCard:
     """A model's architecture: the shapes every kernel and memory figure is derived from (models/*.yaml)."""

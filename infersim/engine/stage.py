@@ -16,16 +16,15 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from infersim.cards.engine import EngineCard, LaunchRun, step_overhead, step_overhead_seconds
 from infersim.cards.hardware import HardwareCard
 from infersim.shapes.kernels import Bound, Cost, KernelTables, Source
 from infersim.cards import categories as cat
 from infersim.shapes.plan import LayerGroup, Operation, StagePlan
-from infersim.costing.timing import kernel_cost
+from infersim.costing.memo import Priced, PricingMemo, operation_kernels, priced_operation
 from infersim.base.units import GB, MS
 from infersim.costing.weight_offload import host_link_bytes_per_s, offload_cost
 
@@ -98,89 +97,14 @@ def combined_source(sources: Iterable[Source]) -> Source:
     return Source.MIXED if unique else Source.CARD
 
 
-# Kernel costs are pure functions of (shape, hardware card, tables): sweeps price the same shapes
-# over and over (every operation a swept field does not touch), so they are memoised per (card,
-# tables) pair. The pair is held by the memo, so its ids cannot be reused while it is in use.
-# Beside the shapes, the costs of each memoised plan piece (LayerGroup.pieces, a plan's per-step
-# operations) are kept by the piece's identity, with the kernels the piece launches: a sweep's
-# steps share pieces as the same objects, and looking a piece up once skips hashing each of its
-# shapes (half of a step's timing). Each entry holds its piece, so that id cannot be reused while
-# the entry exists.
-# A priced operation: the operation, its cost and the seconds of its `count` kernels (what the walk adds)
-_Priced = tuple[Operation, Cost, float]
-_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[_Priced, ...], int]]
-_COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost], _PieceCosts]] = {}
-_COST_MEMO_PAIRS = 8
-_COST_MEMO_SHAPES = 200_000
-_COST_MEMO_PIECES = 2048  # pieces of a few dozen operations each, so a few MB per pair
-
-
-def _memos(hw: HardwareCard, tables: KernelTables) -> tuple[dict[Any, Cost], _PieceCosts]:
-    """The (shape -> cost, piece id -> (piece, its priced operations, kernels)) memos of a (card,
-    tables) pair."""
-    key = (id(hw), id(tables))
-    entry = _COST_MEMO.get(key)
-    if entry is None:
-        if len(_COST_MEMO) >= _COST_MEMO_PAIRS:
-            _COST_MEMO.clear()
-        entry = _COST_MEMO[key] = (hw, tables, {}, {})
-    return entry[2], entry[3]
-
-
-def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
-    return _memos(hw, tables)[0]
-
-
-def _price_piece(piece: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
-                 by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[_Priced, ...], int]:
-    """(the piece, its operations priced (_priced_operation), in order, the kernels it launches),
-    kept in `by_piece` (see above). Callers look the piece up there first, `by_piece.get(id(piece))
-    or _price_piece(...)`: a step finds most of its pieces priced. The operations are kept as the
-    walk reads them: pairing operations with their costs anew at every step cost a sweep more than
-    the walk's arithmetic."""
-    if len(by_piece) >= _COST_MEMO_PIECES:
-        by_piece.clear()
-    entry = by_piece[id(piece)] = (piece, tuple(_priced_operation(op, hw, tables, memo) for op in piece),
-                                   sum(operation_kernels(op) for op in piece))
-    return entry
-
-
-def _priced_group(group: LayerGroup, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
-                  by_piece: _PieceCosts) -> tuple[list[_Priced], int]:
-    """The group's operations priced (_priced_operation), in order, and the kernels one of its
-    layers launches. A group built from pieces is priced piece by piece (see above); its operations
-    whole otherwise."""
-    if not group.pieces:
-        return ([_priced_operation(op, hw, tables, memo) for op in group.operations],
-                sum(operation_kernels(op) for op in group.operations))
-    timed: list[_Priced] = []
-    kernels = 0
-    for piece in group.pieces:
-        _, priced, piece_kernels = by_piece.get(id(piece)) or _price_piece(piece, hw, tables, memo, by_piece)
-        timed += priced
-        kernels += piece_kernels
-    return timed, kernels
-
-
-def _priced_operation(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost]) -> _Priced:
-    cost = _timed(op, hw, tables, memo)
-    return op, cost, cost.seconds * op.count
-
-
-def _timed(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost] | None = None) -> Cost:
-    if memo is None:
-        memo = _cost_memo(hw, tables)
-    shape = op.shape
-    try:
-        cost = memo.get(shape)  # a miss raises nothing (a raised KeyError costs more)
-    except TypeError:  # an unhashable shape
-        return kernel_cost(shape, hw, tables)
-    if cost is not None:
-        return cost
-    if len(memo) >= _COST_MEMO_SHAPES:
-        memo.clear()
-    cost = memo[shape] = kernel_cost(shape, hw, tables)
-    return cost
+def _priced(operations: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables,
+            memo: PricingMemo | None) -> tuple[Sequence[Priced], int]:
+    """`operations` priced, in order, and the kernels they launch: through `memo` when there is
+    one (each piece and kernel shape priced once per hardware and tables), plainly otherwise."""
+    if memo is not None:
+        return memo.priced(operations, hw, tables)
+    return ([priced_operation(op, hw, tables) for op in operations],
+            sum(operation_kernels(op) for op in operations))
 
 
 def two_batch_schedule(layers: list[list[tuple[bool, float]]]) -> float:
@@ -209,131 +133,177 @@ def _phases(timed: list[tuple[bool, float]]) -> list[tuple[bool, float]]:
     return phases
 
 
-def operation_kernels(op: Operation) -> int:
-    """Kernels one operation launches: its count, times the kernels its shape is made of (an
-    elementwise shape of several kernels, a linear-attention phase's kernels)."""
-    return op.count * getattr(op.shape, "kernels", 1)
-
-
 def kernels_launched(plan: StagePlan) -> int:
     """Kernels one step launches (every operation of every layer and micro-batch, per-step ones)."""
     per_layer = sum(g.layers * sum(operation_kernels(op) for op in g.operations) for g in plan.groups)
     return per_layer * plan.micro_batches + sum(operation_kernels(op) for op in plan.per_step)
 
 
+def _add(by_bound: dict[Bound, float], bound: Bound, seconds: float) -> None:
+    by_bound[bound] = by_bound.get(bound, 0.0) + seconds
+
+
+@dataclass
+class _Layers:
+    """What walking a plan's layer groups adds up (see _walk_layers)."""
+
+    serial: float = 0.0  # seconds of every layer's kernels run back to back
+    schedule: list[list[tuple[bool, float]]] = field(default_factory=list)  # two-batch overlap: each layer's phases
+    runs: list[LaunchRun] = field(default_factory=list)  # host launch queue: each group's kernels
+    kernels: int = 0  # kernels of one micro-batch's pass over every layer
+    layer_s: list[float] = field(default_factory=list)  # with offload: one layer's kernel time per group
+
+
+def _walk_group(group: LayerGroup, priced: Sequence[Priced], plan: StagePlan, walked: _Layers, slowdown: float,
+                fused: Collection[str], queue: bool, by_bound: dict[Bound, float],
+                results: list[OperationResult] | None, engine_name: str) -> None:
+    """Add one layer group's priced operations to `walked` and `by_bound` (and to `results`)."""
+    mb = plan.micro_batches
+    layers = group.layers
+    comm = cat.COMMUNICATION
+    timed: list[tuple[bool, float]] = []
+    launched: list[tuple[int, float]] = []
+    group_start = walked.serial
+    for op, cost, seconds in priced:
+        is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
+        per_micro_batch = 0.0 if is_fused else seconds
+        per_layer = per_micro_batch * mb
+        if mb == 2:  # only two-batch overlap schedules phases
+            is_comm = op.module in comm
+            timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
+        time_s = per_layer * layers
+        if queue:
+            launched.append((operation_kernels(op), per_layer))
+        walked.serial += time_s
+        by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
+        if results is not None:
+            if is_fused:
+                cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD, f"fused into a neighbouring kernel by {engine_name}")
+            results.append(OperationResult(
+                op.name, op.module, layers, time_s, per_layer, cost.flops * op.count * mb * layers,
+                cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name))
+    if mb == 2:
+        walked.schedule += [_phases(timed)] * layers
+    if queue:
+        walked.runs.append(LaunchRun(tuple(launched), layers))
+    if plan.offload_bytes_per_layer:
+        walked.layer_s.append((walked.serial - group_start) / layers)
+
+
+def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None, queue: bool,
+                 slowdown: float, by_bound: dict[Bound, float], results: list[OperationResult] | None,
+                 memo: PricingMemo | None) -> _Layers:
+    """Price and add up every layer group of the plan."""
+    walked = _Layers()
+    fused = engine.fused_operations if engine is not None else ()
+    name = engine.name if engine is not None else ""
+    for group in plan.groups:
+        priced, group_kernels = _priced(group.operations, hw, tables, memo)
+        walked.kernels += group.layers * group_kernels
+        _walk_group(group, priced, plan, walked, slowdown, fused, queue, by_bound, results, name)
+    return walked
+
+
+def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: float, by_bound: dict[Bound, float],
+                     results: list[OperationResult] | None) -> float:
+    """Seconds of the offloaded weights' transfer that compute does not hide. Under two-batch
+    overlap the schedule packs the layers tighter than their serial sum; each layer takes its
+    share of the scheduled time. Both micro-batches use one fetch of a layer."""
+    serial = walked.serial
+    scale = step / serial if serial > 0 else 1.0
+    rate = host_link_bytes_per_s(hw)
+    cost = offload_cost([(seconds * scale, moved, group.layers) for seconds, moved, group
+                         in zip(walked.layer_s, plan.offload_bytes_per_layer, plan.groups)], rate)
+    _add(by_bound, Bound.HOST_LINK, cost.exposed_s)
+    if results is not None:
+        detail = (f"{cost.bytes / GB:,.2f} GB from host memory at {rate / GB:,.1f} GB/s (pcie_bandwidth x "
+                  f"pcie_efficiency), one layer ahead of compute: link busy {cost.transfer_s / MS:,.3f} ms, "
+                  f"{cost.exposed_s / MS:,.3f} ms of it not hidden")
+        results.append(OperationResult("weight_offload", cat.WEIGHT_OFFLOAD, cost.layers, cost.exposed_s,
+                                       cost.exposed_s / max(cost.layers, 1), 0.0, cost.bytes, Bound.HOST_LINK,
+                                       Source.ROOFLINE, detail, "offloaded layers"))
+    return cost.exposed_s
+
+
+def _walk_per_step(plan: StagePlan, hw: HardwareCard, tables: KernelTables, queue: bool, by_bound: dict[Bound, float],
+                   results: list[OperationResult] | None, memo: PricingMemo | None
+                   ) -> tuple[list[float], list[tuple[int, float]], list[tuple[int, float]], int]:
+    """(each per-step operation's seconds, in order; the kernels launched before the layers and
+    after them, for the launch queue; the kernels of the per-step operations). Those before the
+    final norm and LM head run before the layers (embedding, rotary tables, the mask), the rest
+    after them."""
+    before: list[tuple[int, float]] = []
+    after: list[tuple[int, float]] = []
+    times: list[float] = []
+    priced, kernels = _priced(plan.per_step, hw, tables, memo)
+    for op, cost, seconds in priced:
+        if queue:
+            (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
+        times.append(seconds)
+        by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + seconds
+        if results is not None:
+            results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
+                                           cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
+    return times, before, after, kernels
+
+
+def _overhead(plan: StagePlan, hw: HardwareCard, engine: EngineCard, step: float, kernels: int,
+              launches: list[LaunchRun], results: list[OperationResult] | None) -> float:
+    """The serving engine's software overhead of the step (see infersim.cards.engine.step_overhead)."""
+    args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, kernels, hw.peak.hbm_bytes,
+            plan.engine_tp, launches)
+    if results is None:
+        return step_overhead_seconds(*args)
+    detailed = step_overhead(*args)
+    results.append(OperationResult("scheduler", cat.OVERHEAD, 1, detailed.seconds, detailed.seconds, 0.0, 0.0,
+                                   Bound.OVERHEAD, Source.CARD, detailed.detail, "per step"))
+    return detailed.seconds
+
+
 def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,
-          results: list[OperationResult] | None) -> tuple[float, float, float, dict[Bound, float]]:
+          results: list[OperationResult] | None,
+          memo: PricingMemo | None) -> tuple[float, float, float, dict[Bound, float]]:
     """Time one step: (step seconds, seconds two-batch overlap saved, compute slowdown by SMs held
     for communication, seconds per bound). Appends each operation's result to `results` unless it
     is None (sweeps need the time only: the results and their detail text cost more than the timing)."""
     mb = plan.micro_batches
     slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
-    serial = 0.0
-    schedule: list[list[tuple[bool, float]]] = []
     by_bound: dict[Bound, float] = {}
-    fused = engine.fused_operations if engine is not None else ()
-    memo, by_piece = _memos(hw, tables)
-    comm = cat.COMMUNICATION
-    offloading = bool(plan.offload_bytes_per_layer)
-    layer_s: list[float] = []  # with offload: one layer's kernel time per group (all micro-batches)
     # the kernels in launch order, for an engine that launches them from the host with nothing to hide
     # that behind (no overlap scheduler): its launches overlap the GPU as the launch queue allows
-    queue = engine is not None and not engine.overheads.overlap_scheduler and mb == 1 and not offloading
-    runs: list[LaunchRun] = []
-    layer_kernels = 0  # kernels of one micro-batch's pass over every layer
-    for group in plan.groups:
-        timed: list[tuple[bool, float]] = []
-        launched: list[tuple[int, float]] = []
-        layers = group.layers
-        group_start = serial
-        priced, group_kernels = _priced_group(group, hw, tables, memo, by_piece)
-        layer_kernels += layers * group_kernels
-        for op, cost, seconds in priced:
-            is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
-            per_micro_batch = 0.0 if is_fused else seconds
-            per_layer = per_micro_batch * mb
-            if mb == 2:  # only two-batch overlap schedules phases
-                is_comm = op.module in comm
-                timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
-            time_s = per_layer * layers
-            if queue:
-                launched.append((operation_kernels(op), per_layer))
-            serial += time_s
-            by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
-            if results is not None:
-                if is_fused:
-                    cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD,
-                                f"fused into a neighbouring kernel by {engine.name}")  # type: ignore[union-attr]
-                results.append(OperationResult(
-                    op.name, op.module, layers, time_s, per_layer, cost.flops * op.count * mb * layers,
-                    cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name))
-        if mb == 2:  # only two-batch overlap schedules phases
-            schedule += [_phases(timed)] * layers
-        if queue:
-            runs.append(LaunchRun(tuple(launched), layers))
-        if offloading:
-            layer_s.append((serial - group_start) / layers)
-    step = two_batch_schedule(schedule) if mb == 2 else serial
-    saved = serial - step
-    if offloading:
-        # under two-batch overlap the schedule packs the layers tighter than their serial sum; each
-        # layer takes its share of the scheduled time. Both micro-batches use one fetch of a layer.
-        scale = step / serial if serial > 0 else 1.0
-        rate = host_link_bytes_per_s(hw)
-        cost = offload_cost([(seconds * scale, moved, group.layers) for seconds, moved, group
-                             in zip(layer_s, plan.offload_bytes_per_layer, plan.groups)], rate)
-        step += cost.exposed_s
-        by_bound[Bound.HOST_LINK] = by_bound.get(Bound.HOST_LINK, 0.0) + cost.exposed_s
-        if results is not None:
-            detail = (f"{cost.bytes / GB:,.2f} GB from host memory at {rate / GB:,.1f} GB/s (pcie_bandwidth x "
-                      f"pcie_efficiency), one layer ahead of compute: link busy {cost.transfer_s / MS:,.3f} ms, "
-                      f"{cost.exposed_s / MS:,.3f} ms of it not hidden")
-            results.append(OperationResult("weight_offload", cat.WEIGHT_OFFLOAD, cost.layers, cost.exposed_s,
-                                           cost.exposed_s / max(cost.layers, 1), 0.0, cost.bytes, Bound.HOST_LINK,
-                                           Source.ROOFLINE, detail, "offloaded layers"))
-    # per-step operations before the final norm and LM head run before the layers (embedding, rotary
-    # tables, the mask), the rest after them
-    before: list[tuple[int, float]] = []
-    after: list[tuple[int, float]] = []
-    per_step = plan.per_step
-    _, step_priced, step_kernels = by_piece.get(id(per_step)) or _price_piece(per_step, hw, tables, memo, by_piece)
-    for op, cost, seconds in step_priced:
-        if queue:
-            (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
+    queue = (engine is not None and not engine.overheads.overlap_scheduler and mb == 1
+             and not plan.offload_bytes_per_layer)
+    walked = _walk_layers(plan, hw, tables, engine, queue, slowdown, by_bound, results, memo)
+    step = two_batch_schedule(walked.schedule) if mb == 2 else walked.serial
+    saved = walked.serial - step
+    if plan.offload_bytes_per_layer:
+        step += _offload_exposed(plan, hw, walked, step, by_bound, results)
+    times, before, after, step_kernels = _walk_per_step(plan, hw, tables, queue, by_bound, results, memo)
+    for seconds in times:
         step += seconds
-        by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + seconds
-        if results is not None:
-            results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
-                                           cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
     if engine is not None:
-        launches = [LaunchRun(tuple(before)), *runs, LaunchRun(tuple(after))] if queue else []
-        args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, layer_kernels * mb + step_kernels,
-                hw.peak.hbm_bytes, plan.engine_tp, launches)
-        if results is None:
-            overhead = step_overhead_seconds(*args)
-        else:
-            detailed = step_overhead(*args)
-            overhead = detailed.seconds
-            results.append(OperationResult("scheduler", cat.OVERHEAD, 1, overhead, overhead, 0.0, 0.0,
-                                           Bound.OVERHEAD, Source.CARD, detailed.detail, "per step"))
-        by_bound[Bound.OVERHEAD] = by_bound.get(Bound.OVERHEAD, 0.0) + overhead
+        launches = [LaunchRun(tuple(before)), *walked.runs, LaunchRun(tuple(after))] if queue else []
+        overhead = _overhead(plan, hw, engine, step, walked.kernels * mb + step_kernels, launches, results)
+        _add(by_bound, Bound.OVERHEAD, overhead)
         step += overhead
     return step, saved, slowdown, by_bound
 
 
-def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None) -> StageResult:
-    """Time one step. Without an engine card the step has no software overhead (kernel time only)."""
+def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None,
+              memo: PricingMemo | None = None) -> StageResult:
+    """Time one step. Without an engine card the step has no software overhead (kernel time only).
+    `memo`: the caller's PricingMemo, when it prices many steps (a sweep, a serving run)."""
     results: list[OperationResult] = []
-    step, saved, slowdown, _ = _walk(plan, hw, tables, engine, results)
+    step, saved, slowdown, _ = _walk(plan, hw, tables, engine, results, memo)
     return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, plan.micro_batches, saved, slowdown,
                        tuple(results))
 
 
-def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
-               engine: EngineCard | None = None) -> tuple[float, Bound]:
+def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None,
+               memo: PricingMemo | None = None) -> tuple[float, Bound]:
     """run_stage(...).step_time_s and .bound without the per-operation results and their detail
     strings, which a sweep row does not show (tests/test_engine_fast.py holds the two equal)."""
-    step, _, _, by_bound = _walk(plan, hw, tables, engine, None)
+    step, _, _, by_bound = _walk(plan, hw, tables, engine, None, memo)
     return step, max(by_bound, key=by_bound.__getitem__)
 
 

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import dataclasses
 
 from infersim.run.config import with_variant
+from infersim.costing.memo import PricingMemo
 from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
@@ -199,6 +200,8 @@ class Evaluator:
         # such sweeps take the full simulate() path for every point
         self.speculative = spec.base.config.speculative is not None
         self.engine = spec.base.config.engine
+        # the plan pieces and kernel costs every point of the sweep shares, for this evaluator's life
+        self.memo = PricingMemo()
 
     # -- pieces ----------------------------------------------------------------------------
 
@@ -229,20 +232,21 @@ class Evaluator:
     def _prefill_for(self, model, hw, dep, work) -> StageResult:
         key = (model, hw, dep, work.isl, work.prefill_tokens_per_gpu)
         if key != self._prefill_key:
-            self._prefill = run_prefill(model, hw, dep, work, self.tables, self.engine)
+            self._prefill = run_prefill(model, hw, dep, work, self.tables, self.engine, memo=self.memo)
             self._prefill_key = key
         return self._prefill
 
     def _row(self, point, model, hw, dep, work, batch, mem, price, run) -> Row:
         if self.speculative or dep.weight_offload != "none":
             # weight offload: the fast path does not stream weights, and the offload is sized for this batch
-            full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)))
+            full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)),
+                            self.memo)
             decode, prefill = full.decode, full.prefill
             tpot, tgs, bound = decode.tpot_s, decode.tgs, decode.bound
             if dep.weight_offload != "none":
                 mem = full.memory
         else:
-            tpot, tgs, bound = decode_time(model, hw, dep, work, batch, self.tables, self.engine)
+            tpot, tgs, bound = decode_time(model, hw, dep, work, batch, self.tables, self.engine, memo=self.memo)
             prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
         if prefill is not None and self.spec.prefill:
             ttft, ptgs = prefill.step_time_s, prefill.tgs
