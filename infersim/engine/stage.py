@@ -16,8 +16,9 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from infersim.cards.engine import EngineCard, LaunchRun, step_overhead, step_overhead_seconds
 from infersim.cards.hardware import HardwareCard
@@ -97,12 +98,10 @@ def combined_source(sources: Iterable[Source]) -> Source:
     return Source.MIXED if unique else Source.CARD
 
 
-def _priced(operations: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables,
-            memo: PricingMemo | None) -> tuple[Sequence[Priced], int]:
-    """`operations` priced, in order, and the kernels they launch: through `memo` when there is
-    one (each piece and kernel shape priced once per hardware and tables), plainly otherwise."""
-    if memo is not None:
-        return memo.priced(operations, hw, tables)
+def _plain_priced(operations: tuple[Operation, ...], hw: HardwareCard,
+                  tables: KernelTables) -> tuple[Sequence[Priced], int]:
+    """`operations` priced one by one, in order, and the kernels they launch (without a memo; with
+    one, PricingMemo.priced gives the same, each piece and kernel shape priced once)."""
     return ([priced_operation(op, hw, tables) for op in operations],
             sum(operation_kernels(op) for op in operations))
 
@@ -139,69 +138,69 @@ def kernels_launched(plan: StagePlan) -> int:
     return per_layer * plan.micro_batches + sum(operation_kernels(op) for op in plan.per_step)
 
 
-def _add(by_bound: dict[Bound, float], bound: Bound, seconds: float) -> None:
-    by_bound[bound] = by_bound.get(bound, 0.0) + seconds
-
-
-@dataclass
-class _Layers:
+class _Layers(NamedTuple):
     """What walking a plan's layer groups adds up (see _walk_layers)."""
 
-    serial: float = 0.0  # seconds of every layer's kernels run back to back
-    schedule: list[list[tuple[bool, float]]] = field(default_factory=list)  # two-batch overlap: each layer's phases
-    runs: list[LaunchRun] = field(default_factory=list)  # host launch queue: each group's kernels
-    kernels: int = 0  # kernels of one micro-batch's pass over every layer
-    layer_s: list[float] = field(default_factory=list)  # with offload: one layer's kernel time per group
-
-
-def _walk_group(group: LayerGroup, priced: Sequence[Priced], plan: StagePlan, walked: _Layers, slowdown: float,
-                fused: Collection[str], queue: bool, by_bound: dict[Bound, float],
-                results: list[OperationResult] | None, engine_name: str) -> None:
-    """Add one layer group's priced operations to `walked` and `by_bound` (and to `results`)."""
-    mb = plan.micro_batches
-    layers = group.layers
-    comm = cat.COMMUNICATION
-    timed: list[tuple[bool, float]] = []
-    launched: list[tuple[int, float]] = []
-    group_start = walked.serial
-    for op, cost, seconds in priced:
-        is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
-        per_micro_batch = 0.0 if is_fused else seconds
-        per_layer = per_micro_batch * mb
-        if mb == 2:  # only two-batch overlap schedules phases
-            is_comm = op.module in comm
-            timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
-        time_s = per_layer * layers
-        if queue:
-            launched.append((operation_kernels(op), per_layer))
-        walked.serial += time_s
-        by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
-        if results is not None:
-            if is_fused:
-                cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD, f"fused into a neighbouring kernel by {engine_name}")
-            results.append(OperationResult(
-                op.name, op.module, layers, time_s, per_layer, cost.flops * op.count * mb * layers,
-                cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name))
-    if mb == 2:
-        walked.schedule += [_phases(timed)] * layers
-    if queue:
-        walked.runs.append(LaunchRun(tuple(launched), layers))
-    if plan.offload_bytes_per_layer:
-        walked.layer_s.append((walked.serial - group_start) / layers)
+    serial: float  # seconds of every layer's kernels run back to back
+    schedule: list[list[tuple[bool, float]]]  # two-batch overlap: each layer's phases
+    runs: list[LaunchRun]  # host launch queue: each group's kernels
+    kernels: int  # kernels of one micro-batch's pass over every layer
+    layer_s: list[float]  # with offload: one layer's kernel time per group
 
 
 def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None, queue: bool,
                  slowdown: float, by_bound: dict[Bound, float], results: list[OperationResult] | None,
                  memo: PricingMemo | None) -> _Layers:
-    """Price and add up every layer group of the plan."""
-    walked = _Layers()
+    """Price every layer group of the plan and add up its operations (their results to `results`)."""
+    mb = plan.micro_batches
     fused = engine.fused_operations if engine is not None else ()
-    name = engine.name if engine is not None else ""
+    comm = cat.COMMUNICATION
+    serial = 0.0
+    schedule: list[list[tuple[bool, float]]] = []
+    runs: list[LaunchRun] = []
+    layer_kernels = 0
+    layer_s: list[float] = []
     for group in plan.groups:
-        priced, group_kernels = _priced(group.operations, hw, tables, memo)
-        walked.kernels += group.layers * group_kernels
-        _walk_group(group, priced, plan, walked, slowdown, fused, queue, by_bound, results, name)
-    return walked
+        layers = group.layers
+        ops = group.operations
+        priced, group_kernels = memo.priced(ops, hw, tables) if memo is not None else _plain_priced(ops, hw, tables)
+        layer_kernels += layers * group_kernels
+        timed: list[tuple[bool, float]] = []
+        launched: list[tuple[int, float]] = []
+        group_start = serial
+        for op, cost, seconds in priced:
+            is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
+            per_micro_batch = 0.0 if is_fused else seconds
+            per_layer = per_micro_batch * mb
+            if mb == 2:  # only two-batch overlap schedules phases
+                is_comm = op.module in comm
+                timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
+            time_s = per_layer * layers
+            if queue:
+                launched.append((operation_kernels(op), per_layer))
+            serial += time_s
+            by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
+            if results is not None:
+                results.append(_group_result(group, op, cost, is_fused, time_s, per_layer, mb, engine))
+        if mb == 2:
+            schedule += [_phases(timed)] * layers
+        if queue:
+            runs.append(LaunchRun(tuple(launched), layers))
+        if plan.offload_bytes_per_layer:
+            layer_s.append((serial - group_start) / layers)
+    return _Layers(serial, schedule, runs, layer_kernels, layer_s)
+
+
+def _group_result(group: LayerGroup, op: Operation, cost: Cost, is_fused: bool, time_s: float, per_layer: float,
+                  mb: int, engine: EngineCard | None) -> OperationResult:
+    """The result of one operation of a layer group (an operation the engine fuses into a
+    neighbouring kernel takes no time and moves no bytes of its own)."""
+    if is_fused:
+        cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD,
+                    f"fused into a neighbouring kernel by {engine.name if engine is not None else ''}")
+    layers = group.layers
+    return OperationResult(op.name, op.module, layers, time_s, per_layer, cost.flops * op.count * mb * layers,
+                           cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name)
 
 
 def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: float, by_bound: dict[Bound, float],
@@ -214,7 +213,7 @@ def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: f
     rate = host_link_bytes_per_s(hw)
     cost = offload_cost([(seconds * scale, moved, group.layers) for seconds, moved, group
                          in zip(walked.layer_s, plan.offload_bytes_per_layer, plan.groups)], rate)
-    _add(by_bound, Bound.HOST_LINK, cost.exposed_s)
+    by_bound[Bound.HOST_LINK] = by_bound.get(Bound.HOST_LINK, 0.0) + cost.exposed_s
     if results is not None:
         detail = (f"{cost.bytes / GB:,.2f} GB from host memory at {rate / GB:,.1f} GB/s (pcie_bandwidth x "
                   f"pcie_efficiency), one layer ahead of compute: link busy {cost.transfer_s / MS:,.3f} ms, "
@@ -225,26 +224,26 @@ def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: f
     return cost.exposed_s
 
 
-def _walk_per_step(plan: StagePlan, hw: HardwareCard, tables: KernelTables, queue: bool, by_bound: dict[Bound, float],
-                   results: list[OperationResult] | None, memo: PricingMemo | None
-                   ) -> tuple[list[float], list[tuple[int, float]], list[tuple[int, float]], int]:
-    """(each per-step operation's seconds, in order; the kernels launched before the layers and
-    after them, for the launch queue; the kernels of the per-step operations). Those before the
-    final norm and LM head run before the layers (embedding, rotary tables, the mask), the rest
-    after them."""
+def _walk_per_step(plan: StagePlan, hw: HardwareCard, tables: KernelTables, queue: bool, step: float,
+                   by_bound: dict[Bound, float], results: list[OperationResult] | None, memo: PricingMemo | None
+                   ) -> tuple[float, list[tuple[int, float]], list[tuple[int, float]], int]:
+    """(`step` with the per-step operations added, one by one; the kernels launched before the
+    layers and after them, for the launch queue; the kernels of the per-step operations). Those
+    before the final norm and LM head run before the layers (embedding, rotary tables, the mask),
+    the rest after them."""
     before: list[tuple[int, float]] = []
     after: list[tuple[int, float]] = []
-    times: list[float] = []
-    priced, kernels = _priced(plan.per_step, hw, tables, memo)
+    ops = plan.per_step
+    priced, kernels = memo.priced(ops, hw, tables) if memo is not None else _plain_priced(ops, hw, tables)
     for op, cost, seconds in priced:
         if queue:
             (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
-        times.append(seconds)
+        step += seconds
         by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + seconds
         if results is not None:
             results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
                                            cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
-    return times, before, after, kernels
+    return step, before, after, kernels
 
 
 def _overhead(plan: StagePlan, hw: HardwareCard, engine: EngineCard, step: float, kernels: int,
@@ -278,13 +277,11 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     saved = walked.serial - step
     if plan.offload_bytes_per_layer:
         step += _offload_exposed(plan, hw, walked, step, by_bound, results)
-    times, before, after, step_kernels = _walk_per_step(plan, hw, tables, queue, by_bound, results, memo)
-    for seconds in times:
-        step += seconds
+    step, before, after, step_kernels = _walk_per_step(plan, hw, tables, queue, step, by_bound, results, memo)
     if engine is not None:
         launches = [LaunchRun(tuple(before)), *walked.runs, LaunchRun(tuple(after))] if queue else []
         overhead = _overhead(plan, hw, engine, step, walked.kernels * mb + step_kernels, launches, results)
-        _add(by_bound, Bound.OVERHEAD, overhead)
+        by_bound[Bound.OVERHEAD] = by_bound.get(Bound.OVERHEAD, 0.0) + overhead
         step += overhead
     return step, saved, slowdown, by_bound
 

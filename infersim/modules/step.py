@@ -78,11 +78,12 @@ def layer_composition(model: ModelCard) -> tuple[tuple[str, bool, int], ...]:
 # than being served a piece built for other values. Without a memo every piece is built afresh.
 
 
-def _piece(memo: PricingMemo | None, build: Callable[..., list[Operation]], *inputs: Hashable) -> tuple[Operation, ...]:
-    """build(*inputs) as a tuple, kept in `memo` when there is one."""
-    if memo is None:
-        return tuple(build(*inputs))
-    return memo.piece(build, *inputs)
+PieceMaker = Callable[..., tuple[Operation, ...]]  # (builder, *its inputs) -> the piece
+
+
+def _built(build: Callable[..., list[Operation]], *inputs: Hashable) -> tuple[Operation, ...]:
+    """build(*inputs) as a tuple, kept nowhere (no memo)."""
+    return tuple(build(*inputs))
 
 
 def mixer_pieces(model: ModelCard, mixer: MixerDeployment, ctx: StageContext, kind: str,
@@ -91,18 +92,20 @@ def mixer_pieces(model: ModelCard, mixer: MixerDeployment, ctx: StageContext, ki
     and after it (attention_before_core, attention_after_core), which see the stage and the
     tokens but not the sequences, so that every context length a sweep tries shares them; and the
     core (attention_core) with the sequences. A linear-attention mixer is one piece."""
+    piece: PieceMaker = _built if memo is None else memo.piece
     if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
-        return (_piece(memo, linear_mixer_operations, model, mixer, ctx, kind),)
+        return (piece(linear_mixer_operations, model, mixer, ctx, kind),)
     tokens = ctx.tokens_per_gpu * mixer.attention.tp
-    return (_piece(memo, attention_before_core, model, mixer, ctx.stage, tokens),
-            _piece(memo, attention_core, model, mixer, ctx, kind),
-            _piece(memo, attention_after_core, model, mixer, ctx.stage, tokens))
+    return (piece(attention_before_core, model, mixer, ctx.stage, tokens),
+            piece(attention_core, model, mixer, ctx, kind),
+            piece(attention_after_core, model, mixer, ctx.stage, tokens))
 
 
 def ffn_piece(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: bool,
               memo: PricingMemo | None) -> tuple[Operation, ...]:
     """The attention-output collective and the FFN (dense or MoE) of a layer, as one piece."""
-    return _piece(memo, _ffn_operations, model, dep, ctx, moe)
+    piece: PieceMaker = _built if memo is None else memo.piece
+    return piece(_ffn_operations, model, dep, ctx, moe)
 
 
 def _ffn_operations(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: bool) -> list[Operation]:
@@ -111,13 +114,19 @@ def _ffn_operations(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: 
         moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx))
 
 
+def _builder_records(dep: Deployment) -> tuple[MixerDeployment, FfnDeployment]:
+    """The parts of `dep` the mixer and the FFN builders are given."""
+    return MixerDeployment.of(dep), FfnDeployment.of(dep)
+
+
 def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext,
                  memo: PricingMemo | None = None) -> tuple[LayerGroup, ...]:
     """One LayerGroup per distinct (mixer, FFN) layer kind, of pieces (kept in `memo` when given);
     layers of a kind share it whatever their order (order only matters for two-batch overlap,
     which pipelines layer by layer)."""
     groups = []
-    mixer, ffn, ffn_ctx = MixerDeployment.of(dep), FfnDeployment.of(dep), FfnContext.of(ctx)
+    mixer, ffn = _builder_records(dep) if memo is None else memo.derived(_builder_records, dep)
+    ffn_ctx = FfnContext.of(ctx)
     mixers: dict[str, tuple[tuple[Operation, ...], ...]] = {}
     for kind, moe, layers in layer_composition(model):
         if kind not in mixers:
@@ -143,7 +152,8 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     code = elementwise_code(dep.model_code, ctx.stage)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
             logit_rows, gathered_dp, code)
-    return _piece(memo, _step_operations, model, *args)
+    piece: PieceMaker = _built if memo is None else memo.piece
+    return piece(_step_operations, model, *args)
 
 
 def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:

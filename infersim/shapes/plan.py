@@ -90,8 +90,12 @@ class StageContext:
     @property
     def sequence_length(self) -> float:
         """Token-weighted mean new tokens per sequence of the batch (tokens of one sequence route alike)."""
-        tokens = sum(s.count * s.q_len for s in self.sequences_per_gpu)
-        return sum(s.count * s.q_len * s.q_len for s in self.sequences_per_gpu) / tokens if tokens else 1.0
+        tokens = weighted = 0
+        for s in self.sequences_per_gpu:
+            new = s.count * s.q_len
+            tokens += new
+            weighted += new * s.q_len
+        return weighted / tokens if tokens else 1.0
 
 
 @dataclass(frozen=True, slots=True)
