@@ -131,6 +131,22 @@ def test_a_field_only_one_builder_reads_keeps_configurations_apart():
     assert times["sharded"][0] != times["replicated"][0]
 
 
+def test_short_lived_deployments_get_their_own_pieces():
+    """Deployment objects made and dropped one after another (their memory, and so their
+    identities, reused by the next) each get the pieces of their own values through one memo."""
+    cfg = _config(VARIANTS.index(("deepseek-v3.2.yaml", ["deployment.moe_comm=all-gather",
+                                                          "deployment.shared_experts=sharded"])))
+    memo = PricingMemo()
+    times = set()
+    for i in range(24):
+        dep = dataclasses.replace(cfg.deployment, shared_experts=("sharded", "replicated")[i % 2])
+        plan = build_stage_plan("decode", cfg.model, dep, cfg.workload, 64, 0, memo=memo)
+        assert plan == build_stage_plan("decode", cfg.model, dep, cfg.workload, 64, 0)
+        times.add(run_stage(plan, cfg.hardware, cfg.tables, cfg.engine, memo).step_time_s)
+        del dep, plan
+    assert len(times) == 2
+
+
 def test_a_builder_reading_a_field_its_inputs_lack_fails(monkeypatch):
     """A builder is given the part of the deployment it is built from (and kept on it): one that
     started reading another field would fail, with or without a memo, rather than be served a
@@ -145,3 +161,37 @@ def test_a_builder_reading_a_field_its_inputs_lack_fails(monkeypatch):
     for memo in (PricingMemo(), None):
         with pytest.raises(AttributeError, match="overlap"):
             build_stage_plan("decode", cfg.model, cfg.deployment, cfg.workload, 8, 0, memo=memo)
+
+
+# module-level containers the cost model may keep, and why they are not a run's state
+KEPT_AT_MODULE_LEVEL = {
+    ("infersim/tables/lookup.py", "_LOADED"): "kernel tables read from disk, kept per directory by its files' "
+                                              "sizes and mtimes: inputs, not plans or costs",
+}
+
+
+def test_the_cost_model_keeps_no_state_of_its_own():
+    """No module of the cost model (shapes, modules, costing, tables, engine) starts an empty
+    container at module level or assigns a global: what a run prices is kept by its PricingMemo."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for folder in ("shapes", "modules", "costing", "tables", "engine"):
+        for path in sorted((root / "infersim" / folder).rglob("*.py")):
+            where = path.relative_to(root).as_posix()
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in tree.body:
+                value = getattr(node, "value", None)
+                target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+                empty_literal = isinstance(value, (ast.Dict, ast.List, ast.Set)) and not (
+                    value.keys if isinstance(value, ast.Dict) else value.elts)
+                empty_call = (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and not value.args
+                              and value.func.id in ("dict", "list", "set", "defaultdict", "OrderedDict", "deque"))
+                name = target.id if isinstance(target, ast.Name) else ast.unparse(target) if target else ""
+                if (empty_literal or empty_call) and (where, name) not in KEPT_AT_MODULE_LEVEL:
+                    found.append(f"{where}:{node.lineno} {name}")
+            found += [f"{where}:{node.lineno} global {', '.join(node.names)}" for node in ast.walk(tree)
+                      if isinstance(node, ast.Global)]
+    assert not found

@@ -9,11 +9,14 @@ to `build_stage_plan` / `build_step_plan` (infersim.modules.step) and to `run_st
 plainly. Nothing is kept at module level: the memo lives and dies with its owner.
 
 What is kept, and on what key:
-- plan pieces (`piece`): the operations a builder returns, keyed on the builder and every
-  argument it is given, by hash and equality (the builders take frozen records: the model card,
-  the part of the deployment a layer's mixer or FFN is built from, the stage context). A builder
-  that starts reading a field its arguments do not carry fails (AttributeError) instead of being
-  served a plan built for other values, so a key cannot fall behind its builder.
+- plan pieces (`scope(...).piece`): the operations a builder returns, keyed on the builder and
+  every argument it is given, by hash and equality: the leading ones (the model card, and the
+  record of the deployment a layer's mixer or FFN is built from) select a scope, looked up by value
+  once per deployment (the scopes asked for lately by their objects' identities), the others (the
+  stage context or its FFN part, counts) key the piece within it. The builders take frozen records
+  of exactly what they read, so a builder that starts reading a field its arguments do not carry
+  fails (AttributeError) instead of being served a plan built for other values: a key cannot fall
+  behind its builder.
 - layers (`layer`): a layer's pieces joined into its operation tuple; the memo remembers which
   pieces the last RECENT_LAYERS joined tuples are made of (by the tuple's identity, the tuple
   held), so that pricing a layer right after its plan is built prices each of its pieces once.
@@ -21,11 +24,13 @@ What is kept, and on what key:
   reused either): the cost of each kernel shape (by hash and equality), and each piece's operations
   with their costs and the kernels it launches (by the piece's identity, the piece held).
 
-Bounds: MAX_PIECES pieces, RECENT_LAYERS layers, MAX_PAIRS (card, tables) pairs and, per pair,
-MAX_SHAPES shape costs and MAX_PIECES priced pieces. A table that reaches its bound drops its
-older half (insertion order) and goes on: a dropped entry is rebuilt when asked for again, which
-costs time, never a different number (a layer priced after its entry is dropped is priced shape by
-shape). A sweep of one hardware card and table set keeps some tens of MB at the bounds.
+Bounds: MAX_PIECES pieces over all scopes (and as many scopes), RECENT_SCOPES scopes found by
+identity (and records made of as many deployments), RECENT_LAYERS layers, MAX_PAIRS (card, tables)
+pairs and, per pair, MAX_SHAPES shape costs and MAX_PIECES priced pieces. A table that reaches its
+bound drops its older half (insertion order; at the pieces' bound, each scope its older half) and
+goes on: a dropped entry is rebuilt when asked for again, which costs time, never a different
+number (a layer priced after its entry is dropped is priced shape by shape). A sweep of one
+hardware card and table set keeps some tens of MB at the bounds.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from infersim.shapes.kernels import AnyShape, Cost, KernelTables
 from infersim.shapes.plan import Operation
 
 MAX_PIECES = 4096
+RECENT_SCOPES = 64
 RECENT_LAYERS = 16  # a plan (at most a few layer kinds) is priced right after it is built
 MAX_PAIRS = 8
 MAX_SHAPES = 100_000
@@ -105,41 +111,110 @@ class _PairCosts:
         return entry
 
 
+class PieceScope:
+    """The pieces of the builders given the same leading arguments (a model card, and the record a
+    builder is given of the deployment), each kept on (builder, its other arguments)."""
+
+    __slots__ = ("leading", "pieces", "_memo")
+
+    def __init__(self, leading: tuple[Hashable, ...], memo: PricingMemo) -> None:
+        self.leading = leading
+        self.pieces: dict[tuple[Hashable, ...], Piece] = {}
+        self._memo = memo
+
+    def piece(self, build: Callable[..., list[Operation]], *rest: Hashable) -> Piece:
+        """build(*leading, *rest) as a tuple, kept under (build, *rest) in this scope: with the
+        scope's leading arguments, every argument the builder is given is part of the key. The
+        arguments must be hashable (frozen records, numbers, strings). A builder that raises is
+        not kept (it raises again)."""
+        key = (build, *rest)
+        piece = self.pieces.get(key)
+        if piece is None:
+            piece = self.pieces[key] = tuple(build(*self.leading, *rest))
+            self._memo.count_piece()
+        return piece
+
+
+class FreshPieces:
+    """Pieces built afresh every time, for a caller without a memo (PieceScope's interface)."""
+
+    __slots__ = ("leading",)
+
+    def __init__(self, leading: tuple[Hashable, ...]) -> None:
+        self.leading = leading
+
+    def piece(self, build: Callable[..., list[Operation]], *rest: Hashable) -> Piece:
+        return tuple(build(*self.leading, *rest))
+
+
+def pieces_for(memo: PricingMemo | None, *leading: Hashable) -> PieceScope | FreshPieces:
+    """Where the pieces of builders given `leading` first come from: `memo`'s scope of them, or
+    fresh builds without a memo."""
+    return FreshPieces(leading) if memo is None else memo.scope(*leading)
+
+
 class PricingMemo:
     """Plan pieces, layers and kernel costs kept for one owner (see the module's docstring)."""
 
-    __slots__ = ("_pieces", "_layers", "_pairs", "_last_pair", "_derived")
+    __slots__ = ("_scopes", "_recent_scopes", "_count", "_layers", "_pairs", "_last_pair", "_derived")
 
     def __init__(self) -> None:
-        self._pieces: dict[tuple[Hashable, ...], Piece] = {}
+        self._scopes: dict[tuple[Hashable, ...], PieceScope] = {}  # by the leading arguments' values
+        # by the leading arguments' identities: (those arguments, held; their scope)
+        self._recent_scopes: dict[tuple[int, ...], tuple[tuple[Hashable, ...], PieceScope]] = {}
+        self._count = 0  # pieces kept over all scopes
         self._layers: dict[int, tuple[Piece, tuple[Piece, ...]]] = {}  # id(joined) -> (joined, held; its pieces)
         self._pairs: dict[tuple[int, int], _PairCosts] = {}
         self._last_pair: _PairCosts | None = None
-        self._derived: dict[Callable[[Any], Any], tuple[object, Any]] = {}  # make -> (its last source, held; value)
+        # (make, id(source)) -> (source, held: its identity stays its own; make(source))
+        self._derived: dict[tuple[Callable[[Any], Any], int], tuple[object, Any]] = {}
 
     def derived(self, make: Callable[[Any], T], source: object) -> T:
-        """make(source), kept while `source` is the last object `make` was given (by identity; the
-        source is held): a sweep's consecutive plans mostly come from one deployment object, and
-        the records made of it then keep their worked-out hashes from plan to plan."""
-        last = self._derived.get(make)
-        if last is not None and last[0] is source:
-            return last[1]
+        """make(source), kept for the last RECENT_SCOPES objects `make` was given (by identity; each
+        entry holds its source): a sweep's plans come from a few deployment objects at a time, and
+        the records made of each are then the same objects from plan to plan."""
+        key = (make, id(source))
+        kept = self._derived.get(key)
+        if kept is not None:
+            return kept[1]
         value = make(source)
-        self._derived[make] = (source, value)
+        if len(self._derived) >= RECENT_SCOPES:
+            _drop_older_half(self._derived)
+        self._derived[key] = (source, value)
         return value
 
-    def piece(self, build: Callable[..., list[Operation]], *inputs: Hashable) -> Piece:
-        """build(*inputs) as a tuple, kept under (build, *inputs): every input the builder is
-        given is part of the key. Inputs must be hashable (frozen records, numbers, strings).
-        A builder that raises is not kept (it raises again)."""
-        key = (build, *inputs)
-        piece = self._pieces.get(key)
-        if piece is None:
-            piece = tuple(build(*inputs))
-            if len(self._pieces) >= MAX_PIECES:
-                _drop_older_half(self._pieces)
-            self._pieces[key] = piece
-        return piece
+    def scope(self, *leading: Hashable) -> PieceScope:
+        """The scope of the pieces whose builders are given `leading` first: one per value of the
+        leading arguments (equal cards and records share it, however many objects carry them).
+        The scopes asked for lately are found by the identities of those objects, without hashing
+        them: a sweep's consecutive plans mostly come from the same ones."""
+        ids = tuple(map(id, leading))
+        recent = self._recent_scopes.get(ids)
+        if recent is not None:
+            return recent[1]
+        scope = self._scopes.get(leading)
+        if scope is None:
+            if len(self._scopes) >= MAX_PIECES:  # scopes of builders that raised hold no piece
+                _drop_older_half(self._scopes)
+                self._recent_scopes.clear()
+                self._count = sum(len(kept.pieces) for kept in self._scopes.values())
+            scope = self._scopes[leading] = PieceScope(leading, self)
+        if len(self._recent_scopes) >= RECENT_SCOPES:
+            _drop_older_half(self._recent_scopes)
+        self._recent_scopes[ids] = (leading, scope)  # these objects are held: their identities stay theirs
+        return scope
+
+    def count_piece(self) -> None:
+        """One more piece kept; at MAX_PIECES every scope drops its older half (and the scopes left
+        empty go)."""
+        self._count += 1
+        if self._count < MAX_PIECES:
+            return
+        for scope in self._scopes.values():
+            _drop_older_half(scope.pieces)
+        self._scopes = {leading: scope for leading, scope in self._scopes.items() if scope.pieces}
+        self._recent_scopes.clear()
+        self._count = sum(len(scope.pieces) for scope in self._scopes.values())
 
     def layer(self, parts: tuple[Piece, ...]) -> Piece:
         """The operations of a layer made of `parts` (pieces this memo built), joined in order;
@@ -182,8 +257,9 @@ class PricingMemo:
         return priced, kernels
 
     def sizes(self) -> dict[str, int]:
-        """Entries kept in each table: pieces, layers, (card, tables) pairs, and over all pairs the
-        shape costs and the priced pieces."""
+        """Entries kept in each table: pieces (over all scopes), scopes, layers, (card, tables)
+        pairs, and over all pairs the shape costs and the priced pieces."""
         pairs = self._pairs.values()
-        return {"pieces": len(self._pieces), "layers": len(self._layers), "pairs": len(self._pairs),
-                "shapes": sum(len(p.shapes) for p in pairs), "priced": sum(len(p.pieces) for p in pairs)}
+        return {"pieces": self._count, "scopes": len(self._scopes), "layers": len(self._layers),
+                "pairs": len(self._pairs), "shapes": sum(len(p.shapes) for p in pairs),
+                "priced": sum(len(p.pieces) for p in pairs)}

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
 from itertools import chain
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
 from infersim.cards.deployment import Deployment, FfnDeployment, MixerDeployment, Workload
-from infersim.costing.memo import PricingMemo
+from infersim.costing.memo import PricingMemo, pieces_for
 from infersim.base.errors import InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import GemmShape, MemoryBoundShape
@@ -78,34 +77,24 @@ def layer_composition(model: ModelCard) -> tuple[tuple[str, bool, int], ...]:
 # than being served a piece built for other values. Without a memo every piece is built afresh.
 
 
-PieceMaker = Callable[..., tuple[Operation, ...]]  # (builder, *its inputs) -> the piece
-
-
-def _built(build: Callable[..., list[Operation]], *inputs: Hashable) -> tuple[Operation, ...]:
-    """build(*inputs) as a tuple, kept nowhere (no memo)."""
-    return tuple(build(*inputs))
-
-
 def mixer_pieces(model: ModelCard, mixer: MixerDeployment, ctx: StageContext, kind: str,
                  memo: PricingMemo | None) -> tuple[tuple[Operation, ...], ...]:
     """The mixer of a layer as pieces. Attention comes in three: the operations before the core
     and after it (attention_before_core, attention_after_core), which see the stage and the
     tokens but not the sequences, so that every context length a sweep tries shares them; and the
     core (attention_core) with the sequences. A linear-attention mixer is one piece."""
-    piece: PieceMaker = _built if memo is None else memo.piece
+    pieces = pieces_for(memo, model, mixer)
     if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
-        return (piece(linear_mixer_operations, model, mixer, ctx, kind),)
+        return (pieces.piece(linear_mixer_operations, ctx, kind),)
     tokens = ctx.tokens_per_gpu * mixer.attention.tp
-    return (piece(attention_before_core, model, mixer, ctx.stage, tokens),
-            piece(attention_core, model, mixer, ctx, kind),
-            piece(attention_after_core, model, mixer, ctx.stage, tokens))
+    return (pieces.piece(attention_before_core, ctx.stage, tokens), pieces.piece(attention_core, ctx, kind),
+            pieces.piece(attention_after_core, ctx.stage, tokens))
 
 
 def ffn_piece(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: bool,
               memo: PricingMemo | None) -> tuple[Operation, ...]:
     """The attention-output collective and the FFN (dense or MoE) of a layer, as one piece."""
-    piece: PieceMaker = _built if memo is None else memo.piece
-    return piece(_ffn_operations, model, dep, ctx, moe)
+    return pieces_for(memo, model, dep).piece(_ffn_operations, ctx, moe)
 
 
 def _ffn_operations(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: bool) -> list[Operation]:
@@ -152,8 +141,7 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     code = elementwise_code(dep.model_code, ctx.stage)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
             logit_rows, gathered_dp, code)
-    piece: PieceMaker = _built if memo is None else memo.piece
-    return piece(_step_operations, model, *args)
+    return pieces_for(memo, model).piece(_step_operations, *args)
 
 
 def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:
