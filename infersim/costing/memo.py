@@ -166,21 +166,22 @@ class PricingMemo:
         self._layers: dict[int, tuple[Piece, tuple[Piece, ...]]] = {}  # id(joined) -> (joined, held; its pieces)
         self._pairs: dict[tuple[int, int], _PairCosts] = {}
         self._last_pair: _PairCosts | None = None
-        # (make, id(source)) -> (source, held: its identity stays its own; make(source))
-        self._derived: dict[tuple[Callable[[Any], Any], int], tuple[object, Any]] = {}
+        # (make, *identities of the sources) -> (the sources, held: their identities stay theirs; what was made)
+        self._derived: dict[tuple[Any, ...], tuple[tuple[object, ...], Any]] = {}
 
-    def derived(self, make: Callable[[Any], T], source: object) -> T:
-        """make(source), kept for the last RECENT_SCOPES objects `make` was given (by identity; each
-        entry holds its source): a sweep's plans come from a few deployment objects at a time, and
-        the records made of each are then the same objects from plan to plan."""
-        key = (make, id(source))
+    def derived(self, make: Callable[..., T], *sources: object) -> T:
+        """make(self, *sources), kept for the last RECENT_SCOPES source objects `make` was given (by
+        identity; each entry holds its sources): a sweep's plans come from a few model cards and
+        deployment objects at a time, and what is made of them (the records their builders are
+        given, the scopes of their pieces) is then made once, not once per plan."""
+        key = (make, *map(id, sources))
         kept = self._derived.get(key)
         if kept is not None:
             return kept[1]
-        value = make(source)
+        value = make(self, *sources)
         if len(self._derived) >= RECENT_SCOPES:
             _drop_older_half(self._derived)
-        self._derived[key] = (source, value)
+        self._derived[key] = (sources, value)
         return value
 
     def scope(self, *leading: Hashable) -> PieceScope:
@@ -196,8 +197,7 @@ class PricingMemo:
         if scope is None:
             if len(self._scopes) >= MAX_PIECES:  # scopes of builders that raised hold no piece
                 _drop_older_half(self._scopes)
-                self._recent_scopes.clear()
-                self._count = sum(len(kept.pieces) for kept in self._scopes.values())
+                self._forget_dropped_scopes()
             scope = self._scopes[leading] = PieceScope(leading, self)
         if len(self._recent_scopes) >= RECENT_SCOPES:
             _drop_older_half(self._recent_scopes)
@@ -213,7 +213,13 @@ class PricingMemo:
         for scope in self._scopes.values():
             _drop_older_half(scope.pieces)
         self._scopes = {leading: scope for leading, scope in self._scopes.items() if scope.pieces}
+        self._forget_dropped_scopes()
+
+    def _forget_dropped_scopes(self) -> None:
+        """After scopes were dropped: no other table may hand them out any more, and the count is
+        the pieces of the scopes left."""
         self._recent_scopes.clear()
+        self._derived.clear()
         self._count = sum(len(scope.pieces) for scope in self._scopes.values())
 
     def layer(self, parts: tuple[Piece, ...]) -> Piece:

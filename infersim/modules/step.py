@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from itertools import chain
+from typing import NamedTuple
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
 from infersim.cards.deployment import Deployment, FfnDeployment, MixerDeployment, Workload
-from infersim.costing.memo import PricingMemo, pieces_for
+from infersim.costing.memo import FreshPieces, PieceScope, PricingMemo, pieces_for
 from infersim.base.errors import InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import GemmShape, MemoryBoundShape
@@ -77,24 +78,41 @@ def layer_composition(model: ModelCard) -> tuple[tuple[str, bool, int], ...]:
 # than being served a piece built for other values. Without a memo every piece is built afresh.
 
 
-def mixer_pieces(model: ModelCard, mixer: MixerDeployment, ctx: StageContext, kind: str,
-                 memo: PricingMemo | None) -> tuple[tuple[Operation, ...], ...]:
+class _PlanInputs(NamedTuple):
+    """What a plan's layers and per-step operations are built from beside the stage context: the
+    records of the deployment the builders are given, and where each builder's pieces come from
+    (a PricingMemo's scopes of their leading arguments, or fresh builds)."""
+
+    mixer: MixerDeployment
+    ffn: FfnDeployment
+    mixer_pieces: PieceScope | FreshPieces  # builders given (model, mixer) first
+    ffn_pieces: PieceScope | FreshPieces  # builders given (model, ffn) first
+    step_pieces: PieceScope | FreshPieces  # builders given (model,) first
+
+
+def _inputs_of(memo: PricingMemo | None, model: ModelCard, dep: Deployment) -> _PlanInputs:
+    """The plan inputs of (model, dep), their pieces kept in `memo` when given."""
+    mixer, ffn = MixerDeployment.of(dep), FfnDeployment.of(dep)
+    return _PlanInputs(mixer, ffn, pieces_for(memo, model, mixer), pieces_for(memo, model, ffn),
+                       pieces_for(memo, model))
+
+
+def _plan_inputs(model: ModelCard, dep: Deployment, memo: PricingMemo | None) -> _PlanInputs:
+    """The plan inputs of (model, dep): made once per recent pair of objects when there is a memo."""
+    return _inputs_of(None, model, dep) if memo is None else memo.derived(_inputs_of, model, dep)
+
+
+def mixer_pieces(inputs: _PlanInputs, ctx: StageContext, kind: str) -> tuple[tuple[Operation, ...], ...]:
     """The mixer of a layer as pieces. Attention comes in three: the operations before the core
     and after it (attention_before_core, attention_after_core), which see the stage and the
     tokens but not the sequences, so that every context length a sweep tries shares them; and the
     core (attention_core) with the sequences. A linear-attention mixer is one piece."""
-    pieces = pieces_for(memo, model, mixer)
+    pieces = inputs.mixer_pieces
     if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
         return (pieces.piece(linear_mixer_operations, ctx, kind),)
-    tokens = ctx.tokens_per_gpu * mixer.attention.tp
+    tokens = ctx.tokens_per_gpu * inputs.mixer.attention.tp
     return (pieces.piece(attention_before_core, ctx.stage, tokens), pieces.piece(attention_core, ctx, kind),
             pieces.piece(attention_after_core, ctx.stage, tokens))
-
-
-def ffn_piece(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: bool,
-              memo: PricingMemo | None) -> tuple[Operation, ...]:
-    """The attention-output collective and the FFN (dense or MoE) of a layer, as one piece."""
-    return pieces_for(memo, model, dep).piece(_ffn_operations, ctx, moe)
 
 
 def _ffn_operations(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: bool) -> list[Operation]:
@@ -103,24 +121,20 @@ def _ffn_operations(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: 
         moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx))
 
 
-def _builder_records(dep: Deployment) -> tuple[MixerDeployment, FfnDeployment]:
-    """The parts of `dep` the mixer and the FFN builders are given."""
-    return MixerDeployment.of(dep), FfnDeployment.of(dep)
-
-
 def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext,
                  memo: PricingMemo | None = None) -> tuple[LayerGroup, ...]:
     """One LayerGroup per distinct (mixer, FFN) layer kind, of pieces (kept in `memo` when given);
     layers of a kind share it whatever their order (order only matters for two-batch overlap,
     which pipelines layer by layer)."""
     groups = []
-    mixer, ffn = _builder_records(dep) if memo is None else memo.derived(_builder_records, dep)
+    inputs = _plan_inputs(model, dep, memo)
     ffn_ctx = FfnContext.of(ctx)
     mixers: dict[str, tuple[tuple[Operation, ...], ...]] = {}
     for kind, moe, layers in layer_composition(model):
         if kind not in mixers:
-            mixers[kind] = mixer_pieces(model, mixer, ctx, kind, memo)
-        parts = (*mixers[kind], ffn_piece(model, ffn, ffn_ctx, moe, memo))
+            mixers[kind] = mixer_pieces(inputs, ctx, kind)
+        # the attention-output collective and the FFN (dense or MoE) of a layer, as one piece
+        parts = (*mixers[kind], inputs.ffn_pieces.piece(_ffn_operations, ffn_ctx, moe))
         name = "MoE layers" if moe else "dense layers"
         if model.is_hybrid:
             name += f" ({MIXER_LABELS[kind]})"
@@ -141,7 +155,7 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     code = elementwise_code(dep.model_code, ctx.stage)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
             logit_rows, gathered_dp, code)
-    return pieces_for(memo, model).piece(_step_operations, *args)
+    return _plan_inputs(model, dep, memo).step_pieces.piece(_step_operations, *args)
 
 
 def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:
