@@ -30,6 +30,9 @@ def test_grid_rows_kept_answer_as_a_fresh_grid():
     again = [kept.evaluate(q, 1e9) for q in reversed(queries)][::-1]  # now from the kept rows
     fresh = [_grid().evaluate(q, 1e9) for q in queries]  # a new grid: nothing kept yet
     assert first == again == fresh
+    # what a grid keeps of its evaluations is not pickled with it (a cached table holds none)
+    assert len(pickle.dumps(kept)) == len(pickle.dumps(_grid()))
+    assert [pickle.loads(pickle.dumps(kept)).evaluate(q, 1e9) for q in queries] == fresh
     assert any(v.clamps for v in fresh) and any(not v.clamps and not v.exact for v in fresh)
 
 
@@ -49,25 +52,6 @@ def test_kept_hash_is_the_generated_one_and_is_not_pickled():
     assert "_kept_hash" not in dataclasses.replace(pair, size=3).__dict__
     dep = Deployment(num_gpus=8)
     assert hash(dep) == hash(Deployment(num_gpus=8)) and {dep: 1}[Deployment(num_gpus=8)] == 1
-
-
-def test_pieces_of_keeps_the_last_answer_as_a_fresh_lookup_gives_it():
-    from infersim.run.config import load_run_config
-    from infersim.modules import step
-
-    cfg = load_run_config("qwen3-30b.yaml")
-    model, dep = cfg.model, cfg.deployment
-    step.forget_pieces()
-    pieces = step.pieces_of(model, dep)
-    assert step.pieces_of(model, dep) is pieces  # the last answer, kept
-    # another deployment object of the same precision and model code: the same pieces, as a fresh lookup finds them
-    other_layout = dataclasses.replace(dep, overlap="two-batch")
-    assert step.pieces_of(model, other_layout) is pieces
-    other_formats = dataclasses.replace(dep, precision=dataclasses.replace(dep.precision, kv_cache="fp8"))
-    assert step.pieces_of(model, other_formats) is not pieces
-    assert step.pieces_of(model, dep) is pieces is step._PIECES[(id(model), dep.precision, dep.model_code)][1]
-    step.forget_pieces()  # a fresh memo: no answer kept from before
-    assert step.pieces_of(model, dep) is not pieces
 
 
 def test_a_section_swept_on_its_own_fields_is_the_one_set_field_by_field():

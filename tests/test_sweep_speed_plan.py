@@ -1,11 +1,11 @@
-"""Memoised plan pieces (infersim.modules.step._PIECES) give exactly the plan a fresh build gives,
-and the engine's pricing of pieces by identity gives exactly the per-operation pricing.
+"""Plans built through one PricingMemo (infersim.costing.memo) are exactly the plans built without
+one, and priced through it they give exactly the plain pricing.
 
-The pieces are keyed on a subset of the deployment and stage context (what their builders read),
-so a wrong key shows up as a plan built for one layout or batch being served to another. Each
-case first builds every plan with the memo shared between them (the sweep's situation: pieces
-reused across batches, EP sizes, MoE paths and pipeline splits), then rebuilds each one from an
-empty memo and compares the two operation by operation."""
+The pieces are kept on their builders' inputs (the model card, the part of the deployment and of
+the stage context each builder reads), so a key that missed something would show up as a plan
+built for one layout or batch being served to another. Each case first builds every plan through
+one memo (the sweep's situation: pieces reused across batches, EP sizes, MoE paths and pipeline
+splits), then builds each one without a memo and compares the two operation by operation."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ import pytest
 from infersim.cards.model import ModelCard
 from infersim.run.config import load_run_config
 from infersim.base.errors import InferSimError
-from infersim.modules import step
+from infersim.costing import memo as memo_module
+from infersim.costing.memo import PricingMemo
 from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.engine.stage import run_stage, stage_time
-from infersim.shapes.plan import LayerGroup, SequenceBatch, StagePlan
+from infersim.shapes.plan import SequenceBatch, StagePlan
 from infersim.run.simulate import _decode_plan
 
 CASES = [
@@ -46,77 +47,83 @@ CASES = [
 ]
 
 
-def _builders(config: str, variants: list[list[str]]) -> list[Callable[[], StagePlan]]:
+Builder = Callable[[PricingMemo | None], StagePlan]
+
+
+def _builders(config: str, variants: list[list[str]]) -> list[tuple[Builder, object]]:
     """Decode plans over batches (several padded to one CUDA-graph size) and prefill plans
-    (whole prompts, a chunk on a prefix, a mixed step), for every variant that validates."""
-    out: list[Callable[[], StagePlan]] = []
+    (whole prompts, a chunk on a prefix, a mixed step), for every variant that validates; each
+    builder takes the memo to build through (or None), and comes with its run config."""
+    out: list[tuple[Builder, object]] = []
     models: dict[ModelCard, ModelCard] = {}
     for sets in variants:
         try:
             cfg = load_run_config(config, sets)
         except InferSimError:
             continue
-        # one card object per model, as in a sweep (the memo keys cards by identity)
-        model = models.setdefault(cfg.model, cfg.model)
+        model = models.setdefault(cfg.model, cfg.model)  # one card object per model, as in a sweep
         cfg = dataclasses.replace(cfg, model=model)
         hw, dep, work = cfg.hardware, cfg.deployment, cfg.workload
         sms = hw.derates.deepep_normal_sms
         for batch in (1, 2, 3, 16, 17, 20, 24, 64, 100):
             if dep.overlap == "two-batch" and batch % 2:
                 continue
-            out.append(partial(lambda b, c: _decode_plan(c.model, c.hardware, c.deployment, c.workload, b,
-                                                         c.engine)[0], batch, cfg))
+            out.append((partial(lambda b, c, memo: _decode_plan(c.model, c.hardware, c.deployment, c.workload, b,
+                                                                c.engine, memo=memo)[0], batch, cfg), cfg))
         for tokens in (2048, 4096):
-            out.append(partial(build_stage_plan, "prefill", model, dep, work, tokens, sms))
+            out.append((lambda memo, t=tokens, d=dep, w=work: build_stage_plan("prefill", model, d, w, t, sms,
+                                                                               memo=memo), cfg))
         # the same tokens per GPU in sequences of different lengths (routing statistics differ)
         for seqs in ((1, 1024, 1024), (2, 512, 512), (4, 256, 4096), (1, 1024, 3072)):
-            out.append(partial(build_step_plan, model, dep, (SequenceBatch(*seqs),), sms))
-        out.append(partial(build_step_plan, model, dep, (SequenceBatch(1, 512, 512), SequenceBatch(6, 1, 2000)), sms))
+            out.append((lambda memo, q=seqs, d=dep: build_step_plan(model, d, (SequenceBatch(*q),), sms, memo=memo),
+                        cfg))
+        out.append((lambda memo, d=dep: build_step_plan(model, d, (SequenceBatch(1, 512, 512), SequenceBatch(6, 1, 2000)),
+                                                        sms, memo=memo), cfg))
     return out
 
 
-def _pieces_kept() -> int:
-    return sum(len(pieces) for _card, pieces in step._PIECES.values())
-
-
 @pytest.mark.parametrize("config,variants", CASES)
-def test_memoised_plans_equal_fresh_plans(config, variants):
+def test_memoised_plans_equal_fresh_plans(config, variants, monkeypatch):
     builders = _builders(config, variants)
     assert len(builders) > 10
-    step.forget_pieces()
-    shared = [build() for build in builders]
-    pieces_shared = _pieces_kept()
-    pieces_alone = 0
-    for build, plan in zip(builders, shared):
-        step.forget_pieces()
-        assert build() == plan
-        pieces_alone += _pieces_kept()
-    assert pieces_shared < pieces_alone  # some plans were served memoised pieces (else this tests nothing)
+    asked = []
+    piece = memo_module.PieceScope.piece
+    monkeypatch.setattr(memo_module.PieceScope, "piece", lambda scope, *args: asked.append(1) or piece(scope, *args))
+    memo = PricingMemo()
+    shared = [build(memo) for build, _cfg in builders]
+    assert memo.sizes()["pieces"] < len(asked)  # plans were served kept pieces (else this tests nothing)
+    for (build, _cfg), plan in zip(builders, shared):
+        assert build(None) == plan
 
 
-def test_memo_is_bounded():
-    step.forget_pieces()
-    cfg = load_run_config("qwen3-30b.yaml")
-    for batch in range(1, 2 * step._PIECES_LIMIT):
-        _decode_plan(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, batch, cfg.engine)
-        assert all(len(pieces) <= step._PIECES_LIMIT for _card, pieces in step._PIECES.values())
-    # one (card, precision, model code) triple after another: the triples are bounded too
-    for kv_cache in ("bf16", "fp8") * step._FORMATS_KEPT:
-        cfg = load_run_config("qwen3-30b.yaml", [f"deployment.precision.kv_cache={kv_cache}"])
-        _decode_plan(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, 1, cfg.engine)
-        assert len(step._PIECES) <= step._FORMATS_KEPT
+def test_memo_is_bounded_and_answers_alike_past_its_bounds(monkeypatch):
+    """Past a bound a table drops its older half and goes on: the sizes stay within the bounds and
+    every plan and price is still the one built without a memo."""
+    for name, bound in (("MAX_PIECES", 16), ("RECENT_LAYERS", 4), ("MAX_SHAPES", 64), ("MAX_PAIRS", 2)):
+        monkeypatch.setattr(memo_module, name, bound)
+    memo = PricingMemo()
+    configs = [load_run_config("qwen3-30b.yaml", [f"deployment.precision.kv_cache={kv}"]) for kv in ("bf16", "fp8")]
+    for batch in range(1, 120, 7):
+        for cfg in configs + [dataclasses.replace(configs[0], hardware=dataclasses.replace(configs[0].hardware))]:
+            plan, _ = _decode_plan(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, batch, cfg.engine, memo=memo)
+            plain, _ = _decode_plan(cfg.model, cfg.hardware, cfg.deployment, cfg.workload, batch, cfg.engine)
+            assert plan == plain
+            assert run_stage(plan, cfg.hardware, cfg.tables, cfg.engine, memo) == \
+                run_stage(plain, cfg.hardware, cfg.tables, cfg.engine)
+            sizes = memo.sizes()
+            assert sizes["pieces"] <= 16 and sizes["layers"] <= 4 and sizes["pairs"] <= 2
+            assert sizes["shapes"] <= 2 * 64 and sizes["priced"] <= 2 * 16
 
 
 @pytest.mark.parametrize("config,variants", CASES)
-def test_pieces_priced_by_identity_time_like_plain_operations(config, variants):
-    """The engine prices a group's memoised pieces by identity (engine._COST_MEMO); the same plan
-    without pieces, priced operation by operation, gives the same step time, bound and results."""
-    cfg = load_run_config(config, variants[0])
+def test_memoised_pricing_times_like_plain_pricing(config, variants):
+    """A plan built and priced through a memo gives the step time, bound and results of the same
+    plan built and priced plainly; the second round finds every piece priced already."""
     builders = _builders(config, variants)
-    for build in builders + builders:  # the second round finds every piece priced already
-        plan = build()
-        assert all(sum(g.pieces, ()) == g.operations for g in plan.groups)
-        plain = dataclasses.replace(plan, groups=tuple(LayerGroup(g.name, g.layers, g.operations) for g in plan.groups))
-        hw = cfg.hardware
-        assert stage_time(plan, hw, cfg.tables, cfg.engine) == stage_time(plain, hw, cfg.tables, cfg.engine)
-        assert run_stage(plan, hw, cfg.tables, cfg.engine) == run_stage(plain, hw, cfg.tables, cfg.engine)
+    memo = PricingMemo()
+    for build, cfg in builders + builders:
+        plan, plain = build(memo), build(None)
+        hw, tables, engine = cfg.hardware, cfg.tables, cfg.engine
+        assert stage_time(plan, hw, tables, engine, memo) == stage_time(plain, hw, tables, engine)
+        assert run_stage(plan, hw, tables, engine, memo) == run_stage(plain, hw, tables, engine)
+        assert run_stage(plain, hw, tables, engine, memo) == run_stage(plain, hw, tables, engine)

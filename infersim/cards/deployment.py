@@ -179,7 +179,61 @@ def draft_deployment(dep: Deployment) -> Deployment:
 ENGINE_DERIVED_DEPLOYMENT_FIELDS = ("moe_comm", "lm_head", "shared_experts", "model_code")
 
 
-def dense_ffn_tp(dep: Deployment) -> int:
+@dataclass(frozen=True)
+class AttentionSplit:
+    """The split of attention a layer's operations are built from: its TP degree (the number of
+    attention-DP replicas shapes no kernel of a GPU)."""
+
+    tp: int
+
+
+@dataclass(frozen=True)
+class FfnSplit:
+    """The split of the FFN / experts a layer's operations are built from: TP and EP degrees (the
+    number of FFN replicas shapes no kernel of a GPU)."""
+
+    tp: int
+    ep: int
+
+
+@hash_kept  # a key of several pieces of every plan (see hash_kept)
+@dataclass(frozen=True)
+class MixerDeployment:
+    """The part of a deployment a layer's mixer (attention, linear attention) is built from: what
+    its builders (infersim.modules.attention, .linear_attention) may read. They are given this
+    record, not the deployment, so that a plan piece kept on its builder's inputs
+    (infersim.costing.memo) covers every field the builder reads: reading another one fails."""
+
+    attention: AttentionSplit
+    precision: Precision
+    model_code: ModelCode
+
+    @classmethod
+    def of(cls, dep: Deployment) -> MixerDeployment:
+        return cls(AttentionSplit(dep.attention.tp), dep.precision, dep.model_code)
+
+
+@hash_kept
+@dataclass(frozen=True)
+class FfnDeployment:
+    """The part of a deployment a layer's FFN (dense or MoE, with the collective after attention)
+    is built from: what infersim.modules.ffn's builders may read (see MixerDeployment)."""
+
+    attention: AttentionSplit
+    ffn: FfnSplit
+    precision: Precision
+    model_code: ModelCode
+    moe_comm: str
+    moe: MoeBalanceSpec
+    shared_experts: str
+
+    @classmethod
+    def of(cls, dep: Deployment) -> FfnDeployment:
+        return cls(AttentionSplit(dep.attention.tp), FfnSplit(dep.ffn.tp, dep.ffn.ep), dep.precision, dep.model_code,
+                   dep.moe_comm, dep.moe, dep.shared_experts)
+
+
+def dense_ffn_tp(dep: Deployment | FfnDeployment) -> int:
     """The TP degree of dense FFN layers (a dense model's FFN, an MoE model's dense layers): ffn.tp,
     or the attention TP group where the FFN layout is narrower than it. Engines that run attention
     TP with the routed experts on EP inside the same GPUs (SGLang --tp 8 --ep 8, vLLM

@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Literal, get_args
 
 from infersim.cards.quantization import Quantization, WeightFormat
-from infersim.cards.schema import spec
+from infersim.cards.schema import hash_kept, spec
 from infersim.base.errors import ConfigError
 
 # Layer mixers (the token-mixing half of a layer), named as HF `layer_types` names them.
@@ -25,6 +25,7 @@ LAYER_TYPES: tuple[str, ...] = (FULL_ATTENTION, SLIDING_ATTENTION, LINEAR_ATTENT
 StateDtype = Literal["fp32", "bf16", "fp16"]
 
 
+@hash_kept  # a key of every plan piece a PricingMemo keeps (see hash_kept)
 @dataclass(frozen=True, kw_only=True)
 class ModelCard:
     """A model's architecture: the shapes every kernel and memory figure is derived from (models/*.yaml)."""

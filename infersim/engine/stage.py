@@ -16,9 +16,9 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
-from typing import Any
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from infersim.cards.engine import EngineCard, LaunchRun, StepPieces, step_overhead, step_overhead_seconds
 from infersim.cards.engine_platform import FusionPass
@@ -27,7 +27,7 @@ from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import Bound, Cost, KernelTables, Source
 from infersim.cards import categories as cat
 from infersim.shapes.plan import LayerGroup, Operation, StagePlan
-from infersim.costing.timing import kernel_cost
+from infersim.costing.memo import Priced, PricingMemo, operation_kernels, priced_operation
 from infersim.base.units import GB, MS
 from infersim.costing.weight_offload import host_link_bytes_per_s, offload_cost
 
@@ -100,89 +100,12 @@ def combined_source(sources: Iterable[Source]) -> Source:
     return Source.MIXED if unique else Source.CARD
 
 
-# Kernel costs are pure functions of (shape, hardware card, tables): sweeps price the same shapes
-# over and over (every operation a swept field does not touch), so they are memoised per (card,
-# tables) pair. The pair is held by the memo, so its ids cannot be reused while it is in use.
-# Beside the shapes, the costs of each memoised plan piece (LayerGroup.pieces, a plan's per-step
-# operations) are kept by the piece's identity, with the kernels the piece launches: a sweep's
-# steps share pieces as the same objects, and looking a piece up once skips hashing each of its
-# shapes (half of a step's timing). Each entry holds its piece, so that id cannot be reused while
-# the entry exists.
-# A priced operation: the operation, its cost and the seconds of its `count` kernels (what the walk adds)
-_Priced = tuple[Operation, Cost, float]
-_PieceCosts = dict[int, tuple[tuple[Operation, ...], tuple[_Priced, ...], int]]
-_COST_MEMO: dict[tuple[int, int], tuple[HardwareCard, KernelTables, dict[Any, Cost], _PieceCosts]] = {}
-_COST_MEMO_PAIRS = 8
-_COST_MEMO_SHAPES = 200_000
-_COST_MEMO_PIECES = 2048  # pieces of a few dozen operations each, so a few MB per pair
-
-
-def _memos(hw: HardwareCard, tables: KernelTables) -> tuple[dict[Any, Cost], _PieceCosts]:
-    """The (shape -> cost, piece id -> (piece, its priced operations, kernels)) memos of a (card,
-    tables) pair."""
-    key = (id(hw), id(tables))
-    entry = _COST_MEMO.get(key)
-    if entry is None:
-        if len(_COST_MEMO) >= _COST_MEMO_PAIRS:
-            _COST_MEMO.clear()
-        entry = _COST_MEMO[key] = (hw, tables, {}, {})
-    return entry[2], entry[3]
-
-
-def _cost_memo(hw: HardwareCard, tables: KernelTables) -> dict[Any, Cost]:
-    return _memos(hw, tables)[0]
-
-
-def _price_piece(piece: tuple[Operation, ...], hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
-                 by_piece: _PieceCosts) -> tuple[tuple[Operation, ...], tuple[_Priced, ...], int]:
-    """(the piece, its operations priced (_priced_operation), in order, the kernels it launches),
-    kept in `by_piece` (see above). Callers look the piece up there first, `by_piece.get(id(piece))
-    or _price_piece(...)`: a step finds most of its pieces priced. The operations are kept as the
-    walk reads them: pairing operations with their costs anew at every step cost a sweep more than
-    the walk's arithmetic."""
-    if len(by_piece) >= _COST_MEMO_PIECES:
-        by_piece.clear()
-    entry = by_piece[id(piece)] = (piece, tuple(_priced_operation(op, hw, tables, memo) for op in piece),
-                                   sum(operation_kernels(op) for op in piece))
-    return entry
-
-
-def _priced_group(group: LayerGroup, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost],
-                  by_piece: _PieceCosts) -> tuple[list[_Priced], int]:
-    """The group's operations priced (_priced_operation), in order, and the kernels one of its
-    layers launches. A group built from pieces is priced piece by piece (see above); its operations
-    whole otherwise."""
-    if not group.pieces:
-        return ([_priced_operation(op, hw, tables, memo) for op in group.operations],
-                sum(operation_kernels(op) for op in group.operations))
-    timed: list[_Priced] = []
-    kernels = 0
-    for piece in group.pieces:
-        _, priced, piece_kernels = by_piece.get(id(piece)) or _price_piece(piece, hw, tables, memo, by_piece)
-        timed += priced
-        kernels += piece_kernels
-    return timed, kernels
-
-
-def _priced_operation(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost]) -> _Priced:
-    cost = _timed(op, hw, tables, memo)
-    return op, cost, cost.seconds * op.count
-
-
-def _timed(op: Operation, hw: HardwareCard, tables: KernelTables, memo: dict[Any, Cost] | None = None) -> Cost:
-    if memo is None:
-        memo = _cost_memo(hw, tables)
-    shape = op.shape
-    try:
-        cost = memo.get(shape)  # a miss raises nothing (a raised KeyError costs more)
-    except TypeError:  # an unhashable shape
-        return kernel_cost(shape, hw, tables)
-    if cost is not None:
-        return cost
-    if len(memo) >= _COST_MEMO_SHAPES:
-        memo.clear()
-    cost = memo[shape] = kernel_cost(shape, hw, tables)
-    return cost
+def _plain_priced(operations: tuple[Operation, ...], hw: HardwareCard,
+                  tables: KernelTables) -> tuple[Sequence[Priced], int]:
+    """`operations` priced one by one, in order, and the kernels they launch (without a memo; with
+    one, PricingMemo.priced gives the same, each piece and kernel shape priced once)."""
+    return ([priced_operation(op, hw, tables) for op in operations],
+            sum(operation_kernels(op) for op in operations))
 
 
 def two_batch_schedule(layers: list[list[tuple[bool, float]]]) -> float:
@@ -211,12 +134,6 @@ def _phases(timed: list[tuple[bool, float]]) -> list[tuple[bool, float]]:
     return phases
 
 
-def operation_kernels(op: Operation) -> int:
-    """Kernels one operation launches: its count, times the kernels its shape is made of (an
-    elementwise shape of several kernels, a linear-attention phase's kernels)."""
-    return op.count * getattr(op.shape, "kernels", 1)
-
-
 def kernels_launched(plan: StagePlan) -> int:
     """Kernels one step launches (every operation of every layer and micro-batch, per-step ones)."""
     per_layer = sum(g.layers * sum(operation_kernels(op) for op in g.operations) for g in plan.groups)
@@ -230,7 +147,7 @@ def _passes_on(engine: EngineCard | None, hw: HardwareCard) -> tuple[FusionPass,
     return tuple(p for p in engine.fusion_passes if p.matches(hw))
 
 
-def group_fusions(passes: tuple[FusionPass, ...], priced: list[_Priced]) -> dict[str, str]:
+def group_fusions(passes: tuple[FusionPass, ...], priced: Sequence[Priced]) -> dict[str, str]:
     """Operations the passes fold away in one layer group, each with the pass that folds it: a pass
     tied to the all-reduce applies only where the group has all-reduces and each runs over a TP size
     the pass supports and moves no more than its limit there (the fused kernel replaces the
@@ -248,7 +165,8 @@ def group_fusions(passes: tuple[FusionPass, ...], priced: list[_Priced]) -> dict
 
 
 def _group_launch_facts(engine: EngineCard | None, stage: str, passes: tuple[FusionPass, ...],
-                        fused_always: tuple[str, ...], priced: list[_Priced]) -> tuple[Collection[str], dict[str, str], int]:
+                        fused_always: tuple[str, ...],
+                        priced: Sequence[Priced]) -> tuple[Collection[str], dict[str, str], int]:
     """(operations folded away in one layer group, those the passes fold -> the pass that folds them,
     kernels of one layer that break a piecewise prefill graph). Only the card's fused_operations
     where the engine has no passes on this GPU and the step has no graph pieces."""
@@ -261,37 +179,41 @@ def _group_launch_facts(engine: EngineCard | None, stage: str, passes: tuple[Fus
     return ({*fused_always, *folded} if folded else fused_always), folded, breaks
 
 
-def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,
-          results: list[OperationResult] | None) -> tuple[float, float, float, dict[Bound, float]]:
-    """Time one step: (step seconds, seconds two-batch overlap saved, compute slowdown by SMs held
-    for communication, seconds per bound). Appends each operation's result to `results` unless it
-    is None (sweeps need the time only: the results and their detail text cost more than the timing)."""
+class _Layers(NamedTuple):
+    """What walking a plan's layer groups adds up (see _walk_layers)."""
+
+    serial: float  # seconds of every layer's kernels run back to back
+    schedule: list[list[tuple[bool, float]]]  # two-batch overlap: each layer's phases
+    runs: list[LaunchRun]  # host launch queue: each group's kernels
+    kernels: int  # kernels of one micro-batch's pass over every layer
+    layer_s: list[float]  # with offload: one layer's kernel time per group
+    break_kernels: int  # kernels of one micro-batch's pass over every layer that break a piecewise graph
+
+
+def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None, queue: bool,
+                 slowdown: float, by_bound: dict[Bound, float], results: list[OperationResult] | None,
+                 memo: PricingMemo | None) -> _Layers:
+    """Price every layer group of the plan and add up its operations (their results to `results`)."""
     mb = plan.micro_batches
-    slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
-    serial = 0.0
-    schedule: list[list[tuple[bool, float]]] = []
-    by_bound: dict[Bound, float] = {}
     fused_always: tuple[str, ...] = engine.fused_operations if engine is not None else ()
     passes = _passes_on(engine, hw)
-    break_kernels = 0  # kernels of one micro-batch's pass over every layer that break a piecewise graph
-    memo, by_piece = _memos(hw, tables)
+    break_kernels = 0
     comm = cat.COMMUNICATION
-    offloading = bool(plan.offload_bytes_per_layer)
-    layer_s: list[float] = []  # with offload: one layer's kernel time per group (all micro-batches)
-    # the kernels in launch order, for an engine that launches them from the host with nothing to hide
-    # that behind (no overlap scheduler): its launches overlap the GPU as the launch queue allows
-    queue = engine is not None and not engine.overheads.overlap_scheduler and mb == 1 and not offloading
+    serial = 0.0
+    schedule: list[list[tuple[bool, float]]] = []
     runs: list[LaunchRun] = []
-    layer_kernels = 0  # kernels of one micro-batch's pass over every layer
+    layer_kernels = 0
+    layer_s: list[float] = []
     for group in plan.groups:
-        timed: list[tuple[bool, float]] = []
-        launched: list[tuple[int, float]] = []
         layers = group.layers
-        group_start = serial
-        priced, group_kernels = _priced_group(group, hw, tables, memo, by_piece)
+        ops = group.operations
+        priced, group_kernels = memo.priced(ops, hw, tables) if memo is not None else _plain_priced(ops, hw, tables)
         layer_kernels += layers * group_kernels
         fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, priced)
         break_kernels += layers * breaks
+        timed: list[tuple[bool, float]] = []
+        launched: list[tuple[int, float]] = []
+        group_start = serial
         for op, cost, seconds in priced:
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else seconds
@@ -305,45 +227,63 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
             serial += time_s
             by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
             if results is not None:
-                if is_fused:
-                    by_pass = folded.get(op.name, "")
-                    cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD,
-                                f"fused into a neighbouring kernel by {engine.name}"  # type: ignore[union-attr]
-                                + (f" {engine.version} ({by_pass})" if by_pass else ""))  # type: ignore[union-attr]
-                results.append(OperationResult(
-                    op.name, op.module, layers, time_s, per_layer, cost.flops * op.count * mb * layers,
-                    cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name))
-        if mb == 2:  # only two-batch overlap schedules phases
+                fused_by = folded.get(op.name, "") if is_fused else ""
+                results.append(_group_result(group, op, cost, is_fused, time_s, per_layer, mb, engine, fused_by))
+        if mb == 2:
             schedule += [_phases(timed)] * layers
         if queue:
             runs.append(LaunchRun(tuple(launched), layers))
-        if offloading:
+        if plan.offload_bytes_per_layer:
             layer_s.append((serial - group_start) / layers)
-    step = two_batch_schedule(schedule) if mb == 2 else serial
-    saved = serial - step
-    if offloading:
-        # under two-batch overlap the schedule packs the layers tighter than their serial sum; each
-        # layer takes its share of the scheduled time. Both micro-batches use one fetch of a layer.
-        scale = step / serial if serial > 0 else 1.0
-        rate = host_link_bytes_per_s(hw)
-        cost = offload_cost([(seconds * scale, moved, group.layers) for seconds, moved, group
-                             in zip(layer_s, plan.offload_bytes_per_layer, plan.groups)], rate)
-        step += cost.exposed_s
-        by_bound[Bound.HOST_LINK] = by_bound.get(Bound.HOST_LINK, 0.0) + cost.exposed_s
-        if results is not None:
-            detail = (f"{cost.bytes / GB:,.2f} GB from host memory at {rate / GB:,.1f} GB/s (pcie_bandwidth x "
-                      f"pcie_efficiency), one layer ahead of compute: link busy {cost.transfer_s / MS:,.3f} ms, "
-                      f"{cost.exposed_s / MS:,.3f} ms of it not hidden")
-            results.append(OperationResult("weight_offload", cat.WEIGHT_OFFLOAD, cost.layers, cost.exposed_s,
-                                           cost.exposed_s / max(cost.layers, 1), 0.0, cost.bytes, Bound.HOST_LINK,
-                                           Source.ROOFLINE, detail, "offloaded layers"))
-    # per-step operations before the final norm and LM head run before the layers (embedding, rotary
-    # tables, the mask), the rest after them
+    return _Layers(serial, schedule, runs, layer_kernels, layer_s, break_kernels)
+
+
+def _group_result(group: LayerGroup, op: Operation, cost: Cost, is_fused: bool, time_s: float, per_layer: float,
+                  mb: int, engine: EngineCard | None, fused_by: str = "") -> OperationResult:
+    """The result of one operation of a layer group (an operation the engine fuses into a
+    neighbouring kernel takes no time and moves no bytes of its own; `fused_by`: the fusion pass)."""
+    if is_fused:
+        by = f"{engine.name} {engine.version} ({fused_by})" if engine is not None and fused_by else \
+            (engine.name if engine is not None else "")
+        cost = Cost(cost.flops, 0.0, 0.0, cost.bound, Source.CARD, f"fused into a neighbouring kernel by {by}")
+    layers = group.layers
+    return OperationResult(op.name, op.module, layers, time_s, per_layer, cost.flops * op.count * mb * layers,
+                           cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name)
+
+
+def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: float, by_bound: dict[Bound, float],
+                     results: list[OperationResult] | None) -> float:
+    """Seconds of the offloaded weights' transfer that compute does not hide. Under two-batch
+    overlap the schedule packs the layers tighter than their serial sum; each layer takes its
+    share of the scheduled time. Both micro-batches use one fetch of a layer."""
+    serial = walked.serial
+    scale = step / serial if serial > 0 else 1.0
+    rate = host_link_bytes_per_s(hw)
+    cost = offload_cost([(seconds * scale, moved, group.layers) for seconds, moved, group
+                         in zip(walked.layer_s, plan.offload_bytes_per_layer, plan.groups)], rate)
+    by_bound[Bound.HOST_LINK] = by_bound.get(Bound.HOST_LINK, 0.0) + cost.exposed_s
+    if results is not None:
+        detail = (f"{cost.bytes / GB:,.2f} GB from host memory at {rate / GB:,.1f} GB/s (pcie_bandwidth x "
+                  f"pcie_efficiency), one layer ahead of compute: link busy {cost.transfer_s / MS:,.3f} ms, "
+                  f"{cost.exposed_s / MS:,.3f} ms of it not hidden")
+        results.append(OperationResult("weight_offload", cat.WEIGHT_OFFLOAD, cost.layers, cost.exposed_s,
+                                       cost.exposed_s / max(cost.layers, 1), 0.0, cost.bytes, Bound.HOST_LINK,
+                                       Source.ROOFLINE, detail, "offloaded layers"))
+    return cost.exposed_s
+
+
+def _walk_per_step(plan: StagePlan, hw: HardwareCard, tables: KernelTables, queue: bool, step: float,
+                   by_bound: dict[Bound, float], results: list[OperationResult] | None, memo: PricingMemo | None
+                   ) -> tuple[float, list[tuple[int, float]], list[tuple[int, float]], int]:
+    """(`step` with the per-step operations added, one by one; the kernels launched before the
+    layers and after them, for the launch queue; the kernels of the per-step operations). Those
+    before the final norm and LM head run before the layers (embedding, rotary tables, the mask),
+    the rest after them."""
     before: list[tuple[int, float]] = []
     after: list[tuple[int, float]] = []
-    per_step = plan.per_step
-    _, step_priced, step_kernels = by_piece.get(id(per_step)) or _price_piece(per_step, hw, tables, memo, by_piece)
-    for op, cost, seconds in step_priced:
+    ops = plan.per_step
+    priced, kernels = memo.priced(ops, hw, tables) if memo is not None else _plain_priced(ops, hw, tables)
+    for op, cost, seconds in priced:
         if queue:
             (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
         step += seconds
@@ -351,44 +291,74 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
         if results is not None:
             results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
                                            cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
+    return step, before, after, kernels
+
+
+def _overhead(plan: StagePlan, hw: HardwareCard, engine: EngineCard, step: float, kernels: int,
+              launches: list[LaunchRun], break_kernels: int, results: list[OperationResult] | None) -> float:
+    """The serving engine's software overhead of the step (see infersim.cards.engine.step_overhead)."""
+    pieces = StepPieces(hw, plan.tokens_per_gpu * plan.attention_tp, break_kernels)
+    args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, kernels, hw.peak.hbm_bytes,
+            plan.engine_tp, launches, pieces)
+    if results is None:
+        return step_overhead_seconds(*args)
+    detailed = step_overhead(*args)
+    results.append(OperationResult("scheduler", cat.OVERHEAD, 1, detailed.seconds, detailed.seconds, 0.0, 0.0,
+                                   Bound.OVERHEAD, Source.CARD, detailed.detail, "per step"))
+    return detailed.seconds
+
+
+def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,
+          results: list[OperationResult] | None,
+          memo: PricingMemo | None) -> tuple[float, float, float, dict[Bound, float]]:
+    """Time one step: (step seconds, seconds two-batch overlap saved, compute slowdown by SMs held
+    for communication, seconds per bound). Appends each operation's result to `results` unless it
+    is None (sweeps need the time only: the results and their detail text cost more than the timing)."""
+    mb = plan.micro_batches
+    slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
+    by_bound: dict[Bound, float] = {}
+    # the kernels in launch order, for an engine that launches them from the host with nothing to hide
+    # that behind (no overlap scheduler): its launches overlap the GPU as the launch queue allows
+    queue = (engine is not None and not engine.overheads.overlap_scheduler and mb == 1
+             and not plan.offload_bytes_per_layer)
+    walked = _walk_layers(plan, hw, tables, engine, queue, slowdown, by_bound, results, memo)
+    step = two_batch_schedule(walked.schedule) if mb == 2 else walked.serial
+    saved = walked.serial - step
+    if plan.offload_bytes_per_layer:
+        step += _offload_exposed(plan, hw, walked, step, by_bound, results)
+    step, before, after, step_kernels = _walk_per_step(plan, hw, tables, queue, step, by_bound, results, memo)
     if engine is not None:
-        launches = [LaunchRun(tuple(before)), *runs, LaunchRun(tuple(after))] if queue else []
-        pieces = StepPieces(hw, plan.tokens_per_gpu * plan.attention_tp, break_kernels * mb)
-        args = (engine, plan.stage, step, plan.requests_per_gpu * plan.attention_tp, layer_kernels * mb + step_kernels,
-                hw.peak.hbm_bytes, plan.engine_tp, launches, pieces)
-        if results is None:
-            overhead = step_overhead_seconds(*args)
-        else:
-            detailed = step_overhead(*args)
-            overhead = detailed.seconds
-            results.append(OperationResult("scheduler", cat.OVERHEAD, 1, overhead, overhead, 0.0, 0.0,
-                                           Bound.OVERHEAD, Source.CARD, detailed.detail, "per step"))
+        launches = [LaunchRun(tuple(before)), *walked.runs, LaunchRun(tuple(after))] if queue else []
+        overhead = _overhead(plan, hw, engine, step, walked.kernels * mb + step_kernels, launches,
+                             walked.break_kernels * mb, results)
         by_bound[Bound.OVERHEAD] = by_bound.get(Bound.OVERHEAD, 0.0) + overhead
         step += overhead
     return step, saved, slowdown, by_bound
 
 
-def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None) -> StageResult:
-    """Time one step. Without an engine card the step has no software overhead (kernel time only)."""
+def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None,
+              memo: PricingMemo | None = None) -> StageResult:
+    """Time one step. Without an engine card the step has no software overhead (kernel time only).
+    `memo`: the caller's PricingMemo, when it prices many steps (a sweep, a serving run)."""
     results: list[OperationResult] = []
-    step, saved, slowdown, _ = _walk(plan, hw, tables, engine, results)
+    step, saved, slowdown, _ = _walk(plan, hw, tables, engine, results, memo)
     return StageResult(plan.stage, step, plan.tokens_per_gpu, plan.num_layers, plan.micro_batches, saved, slowdown,
                        tuple(results))
 
 
-def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
-               engine: EngineCard | None = None) -> tuple[float, Bound]:
+def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None,
+               memo: PricingMemo | None = None) -> tuple[float, Bound]:
     """run_stage(...).step_time_s and .bound without the per-operation results and their detail
     strings, which a sweep row does not show (tests/test_engine_fast.py holds the two equal)."""
-    step, by_bound = stage_time_by_bound(plan, hw, tables, engine)
+    step, by_bound = stage_time_by_bound(plan, hw, tables, engine, memo)
     return step, max(by_bound, key=by_bound.__getitem__)
 
 
-def stage_time_by_bound(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
-                        engine: EngineCard | None = None) -> tuple[float, dict[Bound, float]]:
+def stage_time_by_bound(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None,
+                        memo: PricingMemo | None = None) -> tuple[float, dict[Bound, float]]:
     """(step seconds, the operations' seconds per bound): what a step's energy needs
     (infersim.engine.energy), without the per-operation results."""
-    step, _, _, by_bound = _walk(plan, hw, tables, engine, None)
+    step, _, _, by_bound = _walk(plan, hw, tables, engine, None, memo)
     return step, by_bound
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment, Workload
+from infersim.costing.memo import PricingMemo
 from infersim.engine.stage import StageResult, run_stage
 from infersim.base.errors import InferSimError, NotPossible
 from infersim.costing.host_transfer import (
@@ -403,11 +404,13 @@ def simulate_generation(config: RunConfig, gen: GenerateSpec) -> GenerationResul
     check_fits(memory, config, gen)
     prefill = _pass("prefill", plan, run_stage(plan, hw, tables, config.engine), config, gen, stream, gen.prompt_len)
     steps = []
+    memo = PricingMemo()  # the decode steps share all but their attention core
     for j in range(1, gen.gen_len):
         kv_len = gen.prompt_len + j  # the prompt, the first token from prefill, and the j - 1 decoded since
         # the core's decode step attends ISL + OSL/2 positions: ISL = kv_len - 1, OSL = 2 gives exactly kv_len
-        step_plan = build_stage_plan("decode", model, dep, Workload(isl=kv_len - 1, osl=2), per_gpu, sms)
-        steps.append(_pass("decode", step_plan, run_stage(step_plan, hw, tables, config.engine), config, gen, stream, kv_len))
+        step_plan = build_stage_plan("decode", model, dep, Workload(isl=kv_len - 1, osl=2), per_gpu, sms, memo=memo)
+        steps.append(_pass("decode", step_plan, run_stage(step_plan, hw, tables, config.engine, memo), config, gen,
+                           stream, kv_len))
     return GenerationResult(config, gen, memory, prefill, tuple(steps), stream.pcie, stream.nvme,
                             f"{config.deployment.precision.weight_dtype} -> {config.deployment.precision.gemm}"
                             if stream.dequant_bpw else "", tuple(_notes(config, gen, stream, len(steps))))

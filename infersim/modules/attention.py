@@ -27,7 +27,7 @@ head) and zero-centred norms change no cost we model and are ignored.
 from __future__ import annotations
 
 from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
-from infersim.cards.deployment import Deployment
+from infersim.cards.deployment import MixerDeployment
 from infersim.cards.engine import elementwise_code
 from infersim.shapes.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs, elementwise_shape
 from infersim.cards import categories as cat
@@ -41,7 +41,7 @@ INDEX_KEY_DTYPE = "fp8"  # DSA indexer keys are cached in fp8 ...
 INDEX_KEY_SCALE_BYTES = 4.0  # ... with one fp32 scale per key (DeepSeek-V3.2 inference code)
 
 
-def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: int, window: int = 0) -> list[Operation]:
+def _core_shapes(model: ModelCard, dep: MixerDeployment, ctx: StageContext, heads: int, window: int = 0) -> list[Operation]:
     tp = dep.attention.tp
     prec = dep.precision
     ops = []
@@ -77,7 +77,7 @@ def _core_shapes(model: ModelCard, dep: Deployment, ctx: StageContext, heads: in
     return ops
 
 
-def _indexer_projections(model: ModelCard, dep: Deployment, tokens: int) -> list[Operation]:
+def _indexer_projections(model: ModelCard, dep: MixerDeployment, tokens: int) -> list[Operation]:
     """DSA lightning indexer, the part every token runs: projections, key LayerNorm, rotary, fp8 key store."""
     gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
     nh, d = model.index_n_heads, model.index_head_dim
@@ -92,7 +92,7 @@ def _indexer_projections(model: ModelCard, dep: Deployment, tokens: int) -> list
     ]
 
 
-def _indexer_scoring(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
+def _indexer_scoring(model: ModelCard, dep: MixerDeployment, ctx: StageContext) -> list[Operation]:
     """DSA lightning indexer, the part each sequence runs: logits over its cache, top-k selection."""
     tp = dep.attention.tp
     nh, d = model.index_n_heads, model.index_head_dim
@@ -109,7 +109,7 @@ def _indexer_scoring(model: ModelCard, dep: Deployment, ctx: StageContext) -> li
     return ops
 
 
-def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
+def attention_operations(model: ModelCard, dep: MixerDeployment, ctx: StageContext,
                          kind: str = FULL_ATTENTION) -> list[Operation]:
     """Norm, projections, rotary + KV store and core attention of one layer (no communication).
     kind: full_attention or sliding_attention (the last model.sliding_window tokens only)."""
@@ -125,7 +125,7 @@ def attention_operations(model: ModelCard, dep: Deployment, ctx: StageContext,
 # its scoring, MLA's up- and absorbing projections, whose token counts follow the sequences).
 
 
-def attention_before_core(model: ModelCard, dep: Deployment, stage: Stage, tokens: int) -> list[Operation]:
+def attention_before_core(model: ModelCard, dep: MixerDeployment, stage: Stage, tokens: int) -> list[Operation]:
     """The operations before the core that every one of the attention-TP group's `tokens` runs:
     input norm, QKV (or MLA latent) projections, q/k norms, rotary (and, fused, the KV store)."""
     tp = dep.attention.tp
@@ -183,7 +183,7 @@ def attention_before_core(model: ModelCard, dep: Deployment, stage: Stage, token
     return ops
 
 
-def attention_core(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str = FULL_ATTENTION) -> list[Operation]:
+def attention_core(model: ModelCard, dep: MixerDeployment, ctx: StageContext, kind: str = FULL_ATTENTION) -> list[Operation]:
     """The operations that read the sequences: the eager KV-cache update, DSA's scoring, MLA's
     up-projection of the cached latents and its absorbing projections, and the core attention.
     kind: full_attention or sliding_attention (the last model.sliding_window tokens only)."""
@@ -229,7 +229,7 @@ def attention_core(model: ModelCard, dep: Deployment, ctx: StageContext, kind: s
     return ops + _core_shapes(model, dep, ctx, heads, window)
 
 
-def attention_after_core(model: ModelCard, dep: Deployment, stage: Stage, tokens: int) -> list[Operation]:
+def attention_after_core(model: ModelCard, dep: MixerDeployment, stage: Stage, tokens: int) -> list[Operation]:
     """The operations after the core that every token runs: the output gate, the output projection."""
     tp = dep.attention.tp
     h = model.hidden_size
@@ -252,7 +252,7 @@ def attention_after_core(model: ModelCard, dep: Deployment, stage: Stage, tokens
     return ops
 
 
-def _kv_cache_operations(dep: Deployment, ctx: StageContext, kv_width: int, heads: int, kv_heads: int, d: int,
+def _kv_cache_operations(dep: MixerDeployment, ctx: StageContext, kv_width: int, heads: int, kv_heads: int, d: int,
                          code: str) -> list[Operation]:
     """Writing a layer's new K and V, as HF's cache classes do it (ModelCode.kv_cache): the whole
     concatenated cache (DynamicCache) or the new tokens (StaticCache); under torch.compile the static
@@ -270,7 +270,7 @@ def _kv_cache_operations(dep: Deployment, ctx: StageContext, kv_width: int, head
     return eager.kv_cache_update(kind, new, cached, dtype_bytes(dep.precision.kv_cache))
 
 
-def _mla_hf_before_core(model: ModelCard, dep: Deployment, heads: int, tokens: int, code: str) -> list[Operation]:
+def _mla_hf_before_core(model: ModelCard, dep: MixerDeployment, heads: int, tokens: int, code: str) -> list[Operation]:
     """MLA as HF transformers' DeepseekV3Attention runs it, up to the cache (the input norm aside):
     q_a_proj -> q_a_layernorm -> q_b_proj, kv_a_proj_with_mqa -> kv_a_layernorm, rotary on the rope parts."""
     gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
@@ -289,7 +289,7 @@ def _mla_hf_before_core(model: ModelCard, dep: Deployment, heads: int, tokens: i
     return ops
 
 
-def _mla_hf_core(model: ModelCard, dep: Deployment, ctx: StageContext, heads: int, tokens: int, code: str,
+def _mla_hf_core(model: ModelCard, dep: MixerDeployment, ctx: StageContext, heads: int, tokens: int, code: str,
                  window: int) -> list[Operation]:
     """HF's MLA from the cache on: the latents (not K and V) cached by concatenation, then every step
     kv_b_proj expands the whole cached latent into per-head keys and values (decompressed,

@@ -14,7 +14,7 @@ rank (its tokens, its distinct activated experts), not the mean one.
 from __future__ import annotations
 
 from infersim.cards.model import ModelCard
-from infersim.cards.deployment import Deployment, dense_ffn_tp
+from infersim.cards.deployment import Deployment, FfnDeployment, dense_ffn_tp
 from infersim.shapes.comm_shapes import CollectiveShape, TokenExchangeShape
 from infersim.shapes.kernels import GemmShape, GroupedGemmShape, MemoryBoundShape
 from infersim.cards.engine import elementwise_code
@@ -22,7 +22,7 @@ from infersim.cards import categories as cat
 from infersim.modules import eager
 from infersim.modules.eager import rms_norm
 from infersim.modules.load_balance import MoeBalance, moe_balance
-from infersim.shapes.plan import Operation, StageContext
+from infersim.shapes.plan import FfnContext, Operation, StageContext
 from infersim.base.sharding import shard
 from infersim.base.units import ACT_BYTES
 
@@ -31,14 +31,18 @@ FP8_GROUP_SCALE_BYTES = 4.0 / 128
 # bytes of scale per NVFP4 value: one e4m3 scale per block of 16 values (1 / 16)
 NVFP4_SCALE_BYTES = 1.0 / 16
 
+# The FFN builders are given the part of the deployment and of the stage context they are built
+# from (FfnDeployment, FfnContext: a plan piece is kept on them); the helpers that memory
+# accounting and the report share with them take the whole deployment and context as well.
+AnyFfnDeployment = Deployment | FfnDeployment
+AnyFfnContext = StageContext | FfnContext
 
-
-def _ranks_per_node(ranks: int, ctx: StageContext) -> int:
+def _ranks_per_node(ranks: int, ctx: AnyFfnContext) -> int:
     """Groups are packed onto as few nodes as possible (TP/EP groups fill a node first)."""
     return min(ranks, ctx.gpus_per_node)
 
 
-def _collective(name: str, module: str, kind: str, size: float, ranks: int, ctx: StageContext,
+def _collective(name: str, module: str, kind: str, size: float, ranks: int, ctx: AnyFfnContext,
                 implementation: str = "nccl") -> Operation:
     return Operation(name, module, CollectiveShape(kind, size, ranks, _ranks_per_node(ranks, ctx), implementation))
 
@@ -50,7 +54,7 @@ def expected_active_experts(local_experts: int, num_experts: int, topk: int, tok
     return local_experts * (1.0 - miss)
 
 
-def _mlp(prefix: str, module: str, tokens: int, hidden: int, width: int, gated: bool, dep: Deployment,
+def _mlp(prefix: str, module: str, tokens: int, hidden: int, width: int, gated: bool, dep: FfnDeployment,
          code: str = eager.FUSED) -> list[Operation]:
     gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
     up = width * (2 if gated else 1)
@@ -63,7 +67,7 @@ def _mlp(prefix: str, module: str, tokens: int, hidden: int, width: int, gated: 
         Operation(f"{prefix}_down_proj", module, GemmShape(tokens, width, hidden, **gemm))]
 
 
-def attention_output_collective(model: ModelCard, dep: Deployment, ctx: StageContext, moe_layer: bool) -> list[Operation]:
+def attention_output_collective(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe_layer: bool) -> list[Operation]:
     """Communication right after attention's O projection."""
     tp = dep.attention.tp
     if tp == 1:
@@ -75,7 +79,7 @@ def attention_output_collective(model: ModelCard, dep: Deployment, ctx: StageCon
     return [_collective("attn_all_reduce", cat.ALL_REDUCE, "all_reduce", size, tp, ctx)]
 
 
-def dense_ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
+def dense_ffn_operations(model: ModelCard, dep: FfnDeployment, ctx: FfnContext) -> list[Operation]:
     ffn_tp, attn_tp = dense_ffn_tp(dep), dep.attention.tp
     h = model.hidden_size
     tokens = ctx.tokens_per_gpu * ffn_tp
@@ -93,28 +97,22 @@ def dense_ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -
     return ops
 
 
-def sequence_length(ctx: StageContext) -> float:
-    """Token-weighted mean tokens per sequence of the batch (tokens of one sequence route alike)."""
-    tokens = sum(s.count * s.q_len for s in ctx.sequences_per_gpu)
-    return sum(s.count * s.q_len * s.q_len for s in ctx.sequences_per_gpu) / tokens if tokens else 1.0
-
-
-def routing_domain(dep: Deployment, ctx: StageContext) -> float:
+def routing_domain(dep: AnyFfnDeployment, ctx: AnyFfnContext) -> float:
     """Tokens routed over the EP group of one GPU in one (micro-)batch."""
     if dep.moe_comm == "all-gather":
         return ctx.expert_tokens * dep.ffn.tp * dep.ffn.ep
     return ctx.expert_tokens * dep.ffn.ep
 
 
-def stage_moe_balance(model: ModelCard, dep: Deployment, ctx: StageContext) -> MoeBalance:
+def stage_moe_balance(model: ModelCard, dep: AnyFfnDeployment, ctx: AnyFfnContext) -> MoeBalance:
     """The expert-load balance of one MoE layer of this stage (deployment.moe)."""
     spec = dep.moe
     return moe_balance(spec.load_balance, model.num_experts, model.num_experts_per_tok, dep.ffn.ep,
-                       routing_domain(dep, ctx) / dep.ffn.ep, sequence_length(ctx), spec.redundant_experts,
+                       routing_domain(dep, ctx) / dep.ffn.ep, ctx.sequence_length, spec.redundant_experts,
                        spec.routing_skew, spec.dataset_skew)
 
 
-def shared_expert_shards(dep: Deployment) -> int:
+def shared_expert_shards(dep: AnyFfnDeployment) -> int:
     """GPUs one shared expert is split over. All-to-all paths leave every rank its own tokens, so
     each holds the whole shared expert. Under all-gather it is split either over the whole FFN
     group (sharded, SGLang) or over the attention-TP group only (replicated over attention-DP
@@ -124,7 +122,7 @@ def shared_expert_shards(dep: Deployment) -> int:
     return dep.ffn.tp * dep.ffn.ep if dep.shared_experts == "sharded" else dep.attention.tp
 
 
-def shared_expert_split(dep: Deployment, gathered_tokens: float, own_tokens: float) -> tuple[int, float]:
+def shared_expert_split(dep: AnyFfnDeployment, gathered_tokens: float, own_tokens: float) -> tuple[int, float]:
     """(shared_expert_shards, tokens each GPU runs the shared expert on): a sharded expert runs on
     every gathered token; a replicated one on its attention-TP group's tokens, which that group
     holds whole after attention's all-reduce; on all-to-all paths on the rank's own tokens."""
@@ -134,7 +132,7 @@ def shared_expert_split(dep: Deployment, gathered_tokens: float, own_tokens: flo
     return shards, gathered_tokens if dep.shared_experts == "sharded" else own_tokens * dep.attention.tp
 
 
-def moe_operations(model: ModelCard, dep: Deployment, ctx: StageContext) -> list[Operation]:
+def moe_operations(model: ModelCard, dep: FfnDeployment, ctx: FfnContext) -> list[Operation]:
     ffn, attn_tp = dep.ffn, dep.attention.tp
     h, E, k = model.hidden_size, model.num_experts, model.num_experts_per_tok
     prec = dep.precision

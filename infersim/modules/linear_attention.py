@@ -18,7 +18,7 @@ ordinary norms at this level.
 from __future__ import annotations
 
 from infersim.cards.model import LINEAR_ATTENTION, MAMBA, ModelCard
-from infersim.cards.deployment import Deployment
+from infersim.cards.deployment import MixerDeployment
 from infersim.shapes.kernels import GemmShape, LinearAttentionShape, MemoryBoundShape
 from infersim.cards import categories as cat
 from infersim.shapes.plan import Operation, StageContext
@@ -55,7 +55,7 @@ def _conv_kernel(model: ModelCard) -> int:
     return model.linear_conv_kernel_dim
 
 
-def linear_mixer_operations(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str) -> list[Operation]:
+def linear_mixer_operations(model: ModelCard, dep: MixerDeployment, ctx: StageContext, kind: str) -> list[Operation]:
     """Operations of one linear_attention (GDN) or mamba (Mamba-2) layer's mixer, no communication."""
     tp = dep.attention.tp
     tokens = ctx.tokens_per_gpu * tp

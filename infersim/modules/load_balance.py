@@ -162,7 +162,10 @@ class MoeBalance:
                 + " (see infersim/modules/load_balance.py)")
 
 
-@lru_cache(maxsize=None)
+# The lru_cache'd functions below are pure functions of a few plain numbers (keyed by every
+# argument, bounded), costly to evaluate (an integration, sampled placements) and asked the same
+# few questions by every plan of a run: they hold no card, plan or cost, so no run's state.
+@lru_cache(maxsize=1024)
 def expected_max_normal(n: int) -> float:
     """E[max of n independent standard normals] (0 for n = 1), by Simpson integration of
     x n phi(x) Phi(x)^(n-1)."""
@@ -180,7 +183,7 @@ def expected_max_normal(n: int) -> float:
     return total * h / 3.0
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def popularity(num_experts: int, topk: int, alpha: float) -> tuple[float, ...]:
     """Routing probability of each expert for one sequence (sum = topk, each <= 1), largest first:
     the power law x^-alpha on [1, POPULARITY_RANGE] at the quantiles (i - 1/2) / E."""
@@ -212,13 +215,13 @@ def _variance(values: tuple[float, ...]) -> float:
     return sum((v - mean) ** 2 for v in values) / len(values)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def popularity_variance(num_experts: int, topk: int, alpha: float | None) -> float:
     """Variance over experts of the routing probabilities (0 for alpha None: even popularity)."""
     return 0.0 if alpha is None else _variance(popularity(num_experts, topk, alpha))
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def eplb_placement(loads: tuple[float, ...], slots: int, ep: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """DeepSeek EPLB, global policy (deepseek-ai/EPLB): replicas per expert, and the experts on
     each GPU (one entry per slot). Each of the slots - E redundant slots goes to the expert with
@@ -290,7 +293,7 @@ def moe_balance(policy: Policy, num_experts: int, topk: int, ep: int, tokens_per
     return MoeBalance(policy=policy, token_factor=factor, active_experts=max_active, placement_factor=placement, **base)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def random_placement_floor(E: int, k: int, ep: int, dataset_skew: float | None) -> float:
     """Expected long-run share of the fullest GPU over the mean when E/ep experts of popularity
     `dataset_skew` sit on each GPU in blocks unrelated to their popularity: 1 for even popularity;
@@ -309,7 +312,7 @@ def random_placement_floor(E: int, k: int, ep: int, dataset_skew: float | None) 
     return max(1.0, total / PLACEMENT_SAMPLES / (k / ep))
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1024)
 def _eplb_fullest_gpu(E: int, k: int, slots: int, ep: int, dataset_skew: float | None) -> tuple[float, float, float]:
     """EPLB placed from the long-run popularity: (the fullest GPU's long-run share / the mean,
     sum and sum of squares of its slot weights w_j = 1 / replicas)."""

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from itertools import chain
-from typing import Any
+from typing import NamedTuple
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
-from infersim.cards.deployment import Deployment, Workload
+from infersim.cards.deployment import Deployment, FfnDeployment, MixerDeployment, Workload
+from infersim.costing.memo import FreshPieces, PieceScope, PricingMemo, pieces_for
 from infersim.base.errors import InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import GemmShape, MemoryBoundShape
 from infersim.cards import categories as cat
 from infersim.modules import eager
 from infersim.modules.attention import attention_after_core, attention_before_core, attention_core
-from infersim.modules.ffn import attention_output_collective, dense_ffn_operations, moe_operations, sequence_length
+from infersim.modules.ffn import attention_output_collective, dense_ffn_operations, moe_operations
 from infersim.modules.linear_attention import linear_mixer_operations
-from infersim.shapes.plan import LayerGroup, Operation, SequenceBatch, Stage, StageContext, StagePlan
+from infersim.shapes.plan import FfnContext, LayerGroup, Operation, SequenceBatch, Stage, StageContext, StagePlan
 from infersim.base.sharding import shard
 from infersim.base.units import ACT_BYTES
 
@@ -68,122 +68,85 @@ def layer_composition(model: ModelCard) -> tuple[tuple[str, bool, int], ...]:
     return model.layer_composition
 
 
-# A sweep builds the plan of every batch of every layout, and most of a plan repeats between
-# them: the FFN side of a decode step sees the CUDA-graph padded batch (shared by every real batch
-# padded to it), the attention side does not see the FFN layout or the MoE path (shared by every
-# EP size and moe_comm tried). So the two halves of a layer are memoised, each on exactly what its
-# builders read (tests/test_sweep_speed_plan.py holds memoised plans equal to fresh ones). Every
-# builder reads the model card, the deployment's precision and its model code, so the memo is
-# split on those first (the card by identity; each entry holds it, so its id cannot be reused
-# while the entry exists): the precision and the model code hash field by field, the costliest
-# part of a key, and a plan looks them up once (plan_from_context) instead of once per piece; the
-# last plan's card and deployment are kept with their pieces, since a sweep's next plan is mostly
-# of the same deployment object (only its batch or context changed) and is then not hashed at all.
-# Builders that raise are not memoised (they raise again).
-Pieces = dict[tuple, tuple[Operation, ...]]  # one card's pieces in one precision and model code
-_PIECES: dict[tuple, tuple[ModelCard, Pieces]] = {}
-_FORMATS_KEPT = 16  # (card, precision, model code) triples: a sweep varies them seldom
-_PIECES_LIMIT = 4096  # pieces per triple, of a few dozen operations each
-_last: tuple[ModelCard | None, Deployment | None, Pieces] = (None, None, {})  # the last answer, and what it was for
+# A plan is built from pieces (a layer's attention before its core, the core, attention after it,
+# the FFN; the per-step operations), each the tuple one builder returns. Given a PricingMemo (a
+# sweep's, a serving run's), each piece is kept on its builder and every argument the builder is
+# given: the model card, the part of the deployment it is built from (MixerDeployment,
+# FfnDeployment), the stage context or the part of it it reads (FfnContext), counts. So the FFN
+# of a decode step is shared by every real batch padded to one CUDA-graph size, a layer's attention
+# by every EP size and MoE path, and a builder that reads a field its arguments lack fails rather
+# than being served a piece built for other values. Without a memo every piece is built afresh.
 
 
-def pieces_of(model: ModelCard, dep: Deployment) -> Pieces:
-    """The memoised pieces of `model` in `dep`'s precision and model code (see above)."""
-    global _last
-    last_model, last_dep, pieces = _last
-    if last_model is model and last_dep is dep:
-        return pieces
-    key = (id(model), dep.precision, dep.model_code)
-    entry = _PIECES.get(key)
-    if entry is None:
-        if len(_PIECES) >= _FORMATS_KEPT:
-            _PIECES.clear()
-        entry = _PIECES[key] = (model, {})
-    _last = (model, dep, entry[1])
-    return entry[1]
+class _PlanInputs(NamedTuple):
+    """What a plan's layers and per-step operations are built from beside the stage context: the
+    records of the deployment the builders are given, and where each builder's pieces come from
+    (a PricingMemo's scopes of their leading arguments, or fresh builds)."""
+
+    mixer: MixerDeployment
+    ffn: FfnDeployment
+    mixer_pieces: PieceScope | FreshPieces  # builders given (model, mixer) first
+    ffn_pieces: PieceScope | FreshPieces  # builders given (model, ffn) first
+    step_pieces: PieceScope | FreshPieces  # builders given (model,) first
 
 
-def forget_pieces() -> None:
-    """Empty the memo of pieces (a test builds plans from nothing)."""
-    global _last
-    _PIECES.clear()
-    _last = (None, None, {})
+def _inputs_of(memo: PricingMemo | None, model: ModelCard, dep: Deployment) -> _PlanInputs:
+    """The plan inputs of (model, dep), their pieces kept in `memo` when given."""
+    mixer, ffn = MixerDeployment.of(dep), FfnDeployment.of(dep)
+    return _PlanInputs(mixer, ffn, pieces_for(memo, model, mixer), pieces_for(memo, model, ffn),
+                       pieces_for(memo, model))
 
 
-def _memoised(pieces: Pieces, key: tuple, build: Callable[..., list[Operation]], *args: Any) -> tuple[Operation, ...]:
-    """The piece under `key`, or build(*args) kept there (the builder and its arguments rather than a
-    closure over them: a plan looks up several pieces per step and seldom builds one)."""
-    piece = pieces.get(key)
-    if piece is None:
-        if len(pieces) >= _PIECES_LIMIT:
-            pieces.clear()
-        piece = pieces[key] = tuple(build(*args))
-    return piece
+def _plan_inputs(model: ModelCard, dep: Deployment, memo: PricingMemo | None) -> _PlanInputs:
+    """The plan inputs of (model, dep): made once per recent pair of objects when there is a memo."""
+    return _inputs_of(None, model, dep) if memo is None else memo.derived(_inputs_of, model, dep)
 
 
-def mixer_pieces(model: ModelCard, dep: Deployment, ctx: StageContext, kind: str,
-                 pieces: Pieces) -> tuple[tuple[Operation, ...], ...]:
-    """The mixer of a layer as pieces memoised in `pieces` (pieces_of(model, dep)). Attention comes
-    in three: the operations before the core and after it (attention_before_core,
-    attention_after_core), keyed on what they read beside the card, the precision and the model
-    code: attention TP, the stage and the tokens, so that every context length a sweep tries
-    shares them; and the core (attention_core), keyed on the sequences too and the kind (full or
-    sliding window). A linear-attention mixer is one piece keyed as the core. Neither sees the FFN
-    layout, the MoE path or the node size."""
-    tp = dep.attention.tp
-    key = (tp, ctx.stage, ctx.tokens_per_gpu)
+def mixer_pieces(inputs: _PlanInputs, ctx: StageContext, kind: str) -> tuple[tuple[Operation, ...], ...]:
+    """The mixer of a layer as pieces. Attention comes in three: the operations before the core
+    and after it (attention_before_core, attention_after_core), which see the stage and the
+    tokens but not the sequences, so that every context length a sweep tries shares them; and the
+    core (attention_core) with the sequences. A linear-attention mixer is one piece."""
+    pieces = inputs.mixer_pieces
     if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
-        return (_memoised(pieces, ("mixer", kind, *key, ctx.sequences_per_gpu), linear_mixer_operations,
-                          model, dep, ctx, kind),)
-    tokens = ctx.tokens_per_gpu * tp
-    return (_memoised(pieces, ("before core", *key), attention_before_core, model, dep, ctx.stage, tokens),
-            _memoised(pieces, ("core", kind, *key, ctx.sequences_per_gpu), attention_core, model, dep, ctx, kind),
-            _memoised(pieces, ("after core", *key), attention_after_core, model, dep, ctx.stage, tokens))
+        return (pieces.piece(linear_mixer_operations, ctx, kind),)
+    tokens = ctx.tokens_per_gpu * inputs.mixer.attention.tp
+    return (pieces.piece(attention_before_core, ctx.stage, tokens), pieces.piece(attention_core, ctx, kind),
+            pieces.piece(attention_after_core, ctx.stage, tokens))
 
 
-def ffn_piece(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool, pieces: Pieces) -> tuple[Operation, ...]:
-    """The attention-output collective and the FFN (dense or MoE) of a layer, memoised in `pieces`
-    (pieces_of(model, dep)). The key covers what attention_output_collective,
-    dense_ffn_operations and moe_operations read beside the card, the precision and the model
-    code: the FFN TP and attention TP, and the context's stage, tokens and GPUs per node; for an
-    MoE layer also the EP size, the MoE path and balance spec, the expert tokens and the sequences'
-    token-weighted mean length (the routing statistics). Not the GPU, node or pipeline counts, the
-    DP sizes, the overlap (the context carries its micro-batch) or the sequences' context lengths.
-    So one piece serves every real batch padded to the same CUDA-graph batch, and every pipeline
-    split of the same layout; a dense layer's every EP size and MoE path too."""
-    key = ("ffn", moe, dep.ffn.tp, dep.attention.tp, ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node)
-    if moe:
-        key += (dep.ffn.ep, dep.moe_comm, dep.moe, ctx.expert_tokens_per_gpu, sequence_length(ctx))
-    return _memoised(pieces, key, _ffn_operations, model, dep, ctx, moe)
-
-
-def _ffn_operations(model: ModelCard, dep: Deployment, ctx: StageContext, moe: bool) -> list[Operation]:
+def _ffn_operations(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: bool) -> list[Operation]:
     """The attention-output collective, then the dense FFN or the MoE layer."""
     return attention_output_collective(model, dep, ctx, moe_layer=moe) + (
         moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx))
 
 
-def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext, pieces: Pieces) -> tuple[LayerGroup, ...]:
-    """One LayerGroup per distinct (mixer, FFN) layer kind, of pieces memoised in `pieces`
-    (pieces_of(model, dep)); layers of a kind share it whatever their order (order only matters
-    for two-batch overlap, which pipelines layer by layer)."""
+def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext,
+                 memo: PricingMemo | None = None) -> tuple[LayerGroup, ...]:
+    """One LayerGroup per distinct (mixer, FFN) layer kind, of pieces (kept in `memo` when given);
+    layers of a kind share it whatever their order (order only matters for two-batch overlap,
+    which pipelines layer by layer)."""
     groups = []
+    inputs = _plan_inputs(model, dep, memo)
+    ffn_ctx = FfnContext.of(ctx)
     mixers: dict[str, tuple[tuple[Operation, ...], ...]] = {}
     for kind, moe, layers in layer_composition(model):
         if kind not in mixers:
-            mixers[kind] = mixer_pieces(model, dep, ctx, kind, pieces)
-        parts = (*mixers[kind], ffn_piece(model, dep, ctx, moe, pieces))
+            mixers[kind] = mixer_pieces(inputs, ctx, kind)
+        # the attention-output collective and the FFN (dense or MoE) of a layer, as one piece
+        parts = (*mixers[kind], inputs.ffn_pieces.piece(_ffn_operations, ffn_ctx, moe))
         name = "MoE layers" if moe else "dense layers"
         if model.is_hybrid:
             name += f" ({MIXER_LABELS[kind]})"
-        groups.append(LayerGroup(name, layers, tuple(chain.from_iterable(parts)), parts))
+        operations = tuple(chain.from_iterable(parts)) if memo is None else memo.layer(parts)
+        groups.append(LayerGroup(name, layers, operations))
     return tuple(groups)
 
 
 def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, micro_batches: int,
-                        pieces: Pieces) -> tuple[Operation, ...]:
+                        memo: PricingMemo | None = None) -> tuple[Operation, ...]:
     """Embedding, final norm + LM head (vocab split over attention TP) and pipeline sends, whole step
-    (memoised in `pieces`, pieces_of(model, dep))."""
+    (one piece, built by _step_operations from the numbers it reads; kept in `memo` when given)."""
     tp = dep.attention.tp
     # only the last position of each sequence needs logits in prefill
     logit_rows = ctx.tokens_per_gpu * micro_batches * tp if ctx.stage == "decode" else \
@@ -192,7 +155,7 @@ def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, mi
     code = elementwise_code(dep.model_code, ctx.stage)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
             logit_rows, gathered_dp, code)
-    return _memoised(pieces, ("step",) + args, _step_operations, model, *args)
+    return _plan_inputs(model, dep, memo).step_pieces.piece(_step_operations, *args)
 
 
 def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:
@@ -208,7 +171,7 @@ def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:
 def _step_operations(model: ModelCard, tp: int, pp: int, gpus_per_stage: int, gpus_per_node: int,
                      tokens_per_micro_batch: int, micro_batches: int, logit_rows: int,
                      gathered_dp: int = 1, code: str = eager.FUSED) -> list[Operation]:
-    """per_step_operations on exactly what it reads (its memo key)."""
+    """per_step_operations on exactly what it reads (so a memo keeps it on those)."""
     tokens = tokens_per_micro_batch * micro_batches * tp
     h = model.hidden_size
     ops = [Operation("embedding", cat.EMBEDDING, MemoryBoundShape("embedding gather", 2 * tokens * h * ACT_BYTES))]
@@ -240,31 +203,32 @@ def _step_operations(model: ModelCard, tp: int, pp: int, gpus_per_stage: int, gp
 
 
 def build_stage_plan(stage: Stage, model: ModelCard, dep: Deployment, workload: Workload,
-                     tokens_per_gpu: int, comm_sms: int, q_len: int = 1, real_batch: int = 0) -> StagePlan:
+                     tokens_per_gpu: int, comm_sms: int, q_len: int = 1, real_batch: int = 0,
+                     memo: PricingMemo | None = None) -> StagePlan:
     """tokens_per_gpu: prompt tokens per GPU (prefill) or requests per GPU (decode).
     q_len (decode only): tokens each request feeds in one step (k + 1 to verify k speculative tokens).
-    real_batch (decode only): requests behind a CUDA-graph batch padded to tokens_per_gpu."""
+    real_batch (decode only): requests behind a CUDA-graph batch padded to tokens_per_gpu.
+    memo: the caller's PricingMemo, when it builds many plans (a sweep, a serving run)."""
     if tokens_per_gpu <= 0:
         raise InferSimError(f"{stage}: needs at least one token per GPU (got {tokens_per_gpu})")
     micro_batches = 2 if dep.overlap == "two-batch" else 1
     ctx = stage_context(stage, model, dep, workload, tokens_per_gpu, micro_batches, q_len, real_batch)
     requests = tokens_per_gpu if stage == "decode" else sum(s.group_count(dep.attention.tp) for s in ctx.sequences_per_gpu) * micro_batches // dep.attention.tp
-    return plan_from_context(ctx, model, dep, micro_batches, comm_sms, tokens_per_gpu, requests)
+    return plan_from_context(ctx, model, dep, micro_batches, comm_sms, tokens_per_gpu, requests, memo)
 
 
 def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micro_batches: int, comm_sms: int,
-                      tokens_per_gpu: int, requests_per_gpu: int) -> StagePlan:
+                      tokens_per_gpu: int, requests_per_gpu: int, memo: PricingMemo | None = None) -> StagePlan:
     """The plan of one step whose per-micro-batch work is `ctx` (any mix of sequences)."""
     sms = comm_sms if (micro_batches == 2 and dep.moe_comm == "deepep-normal" and model.is_moe) else 0
-    pieces = pieces_of(model, dep)
-    return StagePlan(ctx.stage, layer_groups(model, dep, ctx, pieces),
-                     per_step_operations(model, dep, ctx, micro_batches, pieces), micro_batches, sms, tokens_per_gpu,
+    return StagePlan(ctx.stage, layer_groups(model, dep, ctx, memo),
+                     per_step_operations(model, dep, ctx, micro_batches, memo), micro_batches, sms, tokens_per_gpu,
                      requests_per_gpu, attention_tp=dep.attention.tp, engine_tp=dep.gpus_per_stage)
 
 
 def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[SequenceBatch, ...], comm_sms: int,
                     stage: Stage | None = None, expert_tokens_per_gpu: float = 0.0,
-                    graph_padding: int = 0) -> StagePlan:
+                    graph_padding: int = 0, memo: PricingMemo | None = None) -> StagePlan:
     """One step over explicit per-GPU sequences: prefill chunks (q_len new tokens on top of a prefix,
     kv_len = prefix + q_len) and decode requests (q_len 1, kv_len = context), each priced with its own
     context. GEMMs, norms and communication see the total token count. The stage label (which
@@ -275,7 +239,7 @@ def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[Sequence
     token count per GPU over the ranks, which sets the routed experts' work under all-to-all
     (one rank prefilling a prompt while the others decode adds one prompt of expert work, not one
     per rank). graph_padding: rows a CUDA-graph step adds to reach a captured batch size; they go
-    through every GEMM but attend to no cached context."""
+    through every GEMM but attend to no cached context. memo: as for build_stage_plan."""
     if not sequences or any(s.count <= 0 or s.q_len <= 0 or s.kv_len < s.q_len for s in sequences):
         raise InferSimError(f"a step needs sequences with count > 0 and kv_len >= q_len > 0 (got {sequences})")
     label: Stage = stage or ("prefill" if any(s.q_len > 1 for s in sequences) else "decode")
@@ -297,4 +261,4 @@ def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[Sequence
     total_tokens = sum(s.gpu_tokens(tp) for s in sequences) + graph_padding
     requests = max(1, sum(s.group_count(tp) for s in sequences) // tp)
     return plan_from_context(ctx, model, dep, micro_batches, comm_sms,
-                             total_tokens if label == "prefill" else requests, requests)
+                             total_tokens if label == "prefill" else requests, requests, memo)

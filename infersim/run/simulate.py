@@ -11,10 +11,11 @@ from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment, Workload
 from infersim.engine.stage import StageResult, run_stage, sequential_steps, stage_time, stage_time_by_bound
-from infersim.shapes.kernels import Bound, NoTables, Source
+from infersim.shapes.kernels import Bound, KernelTables, NoTables, Source
 from infersim.run.memory import MemoryResult, memory_budget
 from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
+from infersim.costing.memo import PricingMemo
 from infersim.shapes.plan import SequenceBatch, StagePlan
 from infersim.run.speculative import SpeculativeResult, drafter_memory, run_speculative, with_draft_prefill
 from infersim.base.units import GB
@@ -97,19 +98,19 @@ def with_offload(plan: StagePlan, offload: WeightOffload | None) -> StagePlan:
     return replace(plan, offload_bytes_per_layer=offload.bytes_per_layer)
 
 
-def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, tables: object,
-                engine: EngineCard, offload: WeightOffload | None = None) -> StageResult:
+def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, tables: KernelTables,
+                engine: EngineCard, offload: WeightOffload | None = None, memo: PricingMemo | None = None) -> StageResult:
     """TTFT stage: one step of `prefill_step_tokens` per GPU when a prompt fits in what the
     attention-TP group takes per step (several prompts per step when they fit together), else the
     prompt's chunks one after another, each attending to the prefix already in the KV cache and
     spread over the group's GPUs. With `offload` every step (every chunk) streams the offloaded
-    weights again."""
+    weights again. memo: the caller's PricingMemo, when it prices many runs (a sweep)."""
     sms = hw.derates.deepep_normal_sms
     tp = dep.attention.tp
     step = prefill_step_tokens(workload, engine, hw, dep)
     if workload.isl <= step * tp:
-        return run_stage(with_offload(build_stage_plan("prefill", model, dep, workload, step, sms), offload), hw,
-                         tables, engine)
+        return run_stage(with_offload(build_stage_plan("prefill", model, dep, workload, step, sms, memo=memo), offload),
+                         hw, tables, engine, memo)
     step *= tp  # the group's chunk
     count = -(-workload.isl // step)
     if count > MAX_PRICED_CHUNKS:
@@ -124,67 +125,77 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
     for index, weight in strata:
         new, prefix = prompt_chunk(workload.isl, step, index)
         plan = with_offload(build_step_plan(model, dep, (SequenceBatch(1, new, prefix + new, across_tp=tp > 1),), sms,
-                                            stage="prefill"), offload)
-        priced.append((run_stage(plan, hw, tables, engine), weight))
+                                            stage="prefill", memo=memo), offload)
+        priced.append((run_stage(plan, hw, tables, engine, memo), weight))
     return sequential_steps(priced, -(-workload.isl // tp))
 
 
 def _decode_plan(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int,
-                 engine: EngineCard, offload: WeightOffload | None = None) -> tuple[StagePlan, int]:
+                 engine: EngineCard, offload: WeightOffload | None = None,
+                 memo: PricingMemo | None = None) -> tuple[StagePlan, int]:
     """The decode step of `batch` requests per GPU and the batch its CUDA graph computes: padded up
     to the engine's next captured size (attention reads the real requests' caches only)."""
     padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes, dep.attention.tp, dep.gpus_per_stage, hw)
     if dep.overlap == "two-batch" and padded % 2:
         padded += 1  # two equal micro-batches
-    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch)
+    plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch,
+                            memo=memo)
     return with_offload(plan, offload), padded
 
 
-def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
-               engine: EngineCard, offload: WeightOffload | None = None) -> StageResult:
+def run_decode(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int,
+               tables: KernelTables, engine: EngineCard, offload: WeightOffload | None = None,
+               memo: PricingMemo | None = None) -> StageResult:
     """TPOT stage: one decode step of `batch` requests per GPU (see _decode_plan); throughput counts
     the real requests."""
-    plan, padded = _decode_plan(model, hw, dep, workload, batch, engine, offload)
-    result = run_stage(plan, hw, tables, engine)
+    plan, padded = _decode_plan(model, hw, dep, workload, batch, engine, offload, memo)
+    result = run_stage(plan, hw, tables, engine, memo)
     if padded == batch:
         return result
     return replace(result, tokens_per_gpu=batch, padded_batch=padded)
 
 
-def decode_time(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int, tables: object,
-                engine: EngineCard, offload: WeightOffload | None = None) -> tuple[float, float, Bound]:
+def decode_time(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int,
+                tables: KernelTables, engine: EngineCard, offload: WeightOffload | None = None,
+                memo: PricingMemo | None = None) -> tuple[float, float, Bound]:
     """(TPOT, decode tokens per GPU per second, dominant bound) of run_decode's step, without its
     per-operation results: what a sweep row needs, at a fraction of the cost."""
-    step, bound = stage_time(_decode_plan(model, hw, dep, workload, batch, engine, offload)[0], hw, tables, engine)
+    plan = _decode_plan(model, hw, dep, workload, batch, engine, offload, memo)[0]
+    step, bound = stage_time(plan, hw, tables, engine, memo)
     return step, batch / step, bound  # one token per request per step, the real (unpadded) batch
 
 
 def decode_time_by_bound(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int,
-                         tables: object, engine: EngineCard) -> tuple[float, float, dict[Bound, float]]:
+                         tables: KernelTables, engine: EngineCard,
+                         memo: PricingMemo | None = None) -> tuple[float, float, dict[Bound, float]]:
     """(TPOT, decode tokens per GPU per second, the step's seconds per bound) of run_decode's step,
     without its per-operation results (a sweep row's time and energy)."""
-    step, by_bound = stage_time_by_bound(_decode_plan(model, hw, dep, workload, batch, engine)[0], hw, tables, engine)
+    plan = _decode_plan(model, hw, dep, workload, batch, engine, None, memo)[0]
+    step, by_bound = stage_time_by_bound(plan, hw, tables, engine, memo)
     return step, batch / step, by_bound
 
 
-def simulate(config: RunConfig) -> SimulationResult:
+def simulate(config: RunConfig, memo: PricingMemo | None = None) -> SimulationResult:
+    """One configuration priced plainly, or through `memo` when a caller that runs many (a sweep)
+    passes its PricingMemo (the same numbers: tests/test_pricing_memo.py)."""
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
     speculative = None
     memory = memory_budget(model, hw, dep, workload, drafter_memory(config), config.engine,
                            prefill_step_tokens(workload, config.engine, hw, dep), offload=True)
     batch = decode_batch(config, memory)
     offload = memory.weight_offload
-    prefill = run_prefill(model, hw, dep, workload, config.tables, config.engine, offload)
-    single = _single_prompt_prefill(config, offload)
+    prefill = run_prefill(model, hw, dep, workload, config.tables, config.engine, offload, memo)
+    single = _single_prompt_prefill(config, offload, memo)
     if config.speculative is not None:  # never with offload (config refuses the pair)
-        prefill, decode, speculative = run_speculative(config, prefill, batch)
+        prefill, decode, speculative = run_speculative(config, prefill, batch, memo)
     else:
-        decode = run_decode(model, hw, dep, workload, batch, config.tables, config.engine, offload)
+        decode = run_decode(model, hw, dep, workload, batch, config.tables, config.engine, offload, memo)
     return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)),
                             speculative, tuple(fit_problems(config, memory, batch)), single)
 
 
-def _single_prompt_prefill(config: RunConfig, offload: WeightOffload | None) -> StageResult | None:
+def _single_prompt_prefill(config: RunConfig, offload: WeightOffload | None,
+                           memo: PricingMemo | None = None) -> StageResult | None:
     """The prefill of one prompt alone, where the workload's prefill step packs several
     (prefill_tokens_per_gpu); None when the step is one prompt already."""
     workload, dep, hw, engine = config.workload, config.deployment, config.hardware, config.engine
@@ -193,7 +204,7 @@ def _single_prompt_prefill(config: RunConfig, offload: WeightOffload | None) -> 
     one = replace(workload, prefill_tokens_per_gpu=0)
     if prefill_step_tokens(one, engine, hw, dep) == workload.prefill_tokens_per_gpu:
         return None
-    single = run_prefill(config.model, hw, dep, one, config.tables, engine, offload)
+    single = run_prefill(config.model, hw, dep, one, config.tables, engine, offload, memo)
     if config.speculative is not None:
         single = with_draft_prefill(replace(config, workload=one), single)[0]
     return single

@@ -42,6 +42,7 @@ from infersim.run.memory import (
 from infersim.cards import categories as cat
 from infersim.base.units import ACT_BYTES
 from infersim.modules.step import build_stage_plan
+from infersim.costing.memo import PricingMemo
 from infersim.shapes.plan import Operation, Stage, StagePlan
 
 
@@ -102,15 +103,17 @@ def _mtp_extra_operations(model: ModelCard, dep: Deployment, tokens_per_gpu: int
     )
 
 
-def drafter_plan(config: RunConfig, stage: Stage, tokens_per_gpu: int) -> StagePlan:
+def drafter_plan(config: RunConfig, stage: Stage, tokens_per_gpu: int, memo: PricingMemo | None = None) -> StagePlan:
     """One drafter step (decode: one token per request) or the drafter's prompt prefill."""
     spec = _spec(config)
     hw = config.hardware
     if spec.method == "draft":
         assert config.draft_model is not None and config.draft_deployment is not None
-        return build_stage_plan(stage, config.draft_model, config.draft_deployment, config.workload, tokens_per_gpu, 0)
+        return build_stage_plan(stage, config.draft_model, config.draft_deployment, config.workload, tokens_per_gpu, 0,
+                                memo=memo)
     model, dep = config.model, config.deployment
-    plan = build_stage_plan(stage, mtp_card(model), dep, config.workload, tokens_per_gpu, hw.derates.deepep_normal_sms)
+    plan = build_stage_plan(stage, mtp_card(model), dep, config.workload, tokens_per_gpu, hw.derates.deepep_normal_sms,
+                            memo=memo)
     return replace(plan, per_step=plan.per_step + _mtp_extra_operations(model, dep, plan.tokens_per_gpu))
 
 
@@ -166,10 +169,11 @@ def _spec(config: RunConfig) -> Speculative:
     return config.speculative
 
 
-def with_draft_prefill(config: RunConfig, prefill: StageResult) -> tuple[StageResult, float]:
+def with_draft_prefill(config: RunConfig, prefill: StageResult,
+                       memo: PricingMemo | None = None) -> tuple[StageResult, float]:
     """The prefill stage plus the drafter's prefill of the same prompts (one scheduler overhead)."""
-    plan = drafter_plan(config, "prefill", config.workload.prefill_tokens)
-    seconds, ops = _without_overhead(run_stage(plan, config.hardware, config.tables))
+    plan = drafter_plan(config, "prefill", config.workload.prefill_tokens, memo)
+    seconds, ops = _without_overhead(run_stage(plan, config.hardware, config.tables, memo=memo))
     combined = replace(prefill, step_time_s=prefill.step_time_s + seconds,
                        operations=prefill.operations + _as_draft(ops, 1, _drafter_label(config)))
     return combined, seconds
@@ -184,20 +188,22 @@ def speculative_engine(engine: EngineCard) -> EngineCard:
     return replace(engine, overheads=replace(o, overlap_scheduler=False))
 
 
-def speculative_decode(config: RunConfig, batch: int, baseline: StageResult) -> tuple[StageResult, SpeculativeResult]:
+def speculative_decode(config: RunConfig, batch: int, baseline: StageResult,
+                       memo: PricingMemo | None = None) -> tuple[StageResult, SpeculativeResult]:
     """The decode stage under speculative decoding (draft steps + verification), and its numbers.
     `baseline` is the same batch decoding one token per step."""
     spec = _spec(config)
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
     engine = speculative_engine(config.engine)
-    draft_step, draft_ops = _without_overhead(run_stage(drafter_plan(config, "decode", batch), hw, config.tables))
+    draft_step, draft_ops = _without_overhead(run_stage(drafter_plan(config, "decode", batch, memo), hw, config.tables,
+                                                        memo=memo))
     auto = spec.lookahead == "auto"
     candidates = range(1, spec.max_lookahead + 1) if auto else (int(spec.lookahead),)
     best: tuple[float, int, StageResult] | None = None
     search = []
     for k in candidates:
         verify = run_stage(build_stage_plan("decode", model, dep, workload, batch, hw.derates.deepep_normal_sms,
-                                            q_len=k + 1), hw, config.tables, engine)
+                                            q_len=k + 1, memo=memo), hw, config.tables, engine, memo)
         expected = expected_tokens_per_step(spec.acceptance_rate, k)
         step = verify.step_time_s + k * draft_step
         search.append(LookaheadPoint(k, expected, step, step / expected))
@@ -218,11 +224,12 @@ def speculative_decode(config: RunConfig, batch: int, baseline: StageResult) -> 
     return decode, result
 
 
-def run_speculative(config: RunConfig, prefill: StageResult, batch: int) -> tuple[StageResult, StageResult, SpeculativeResult]:
+def run_speculative(config: RunConfig, prefill: StageResult, batch: int,
+                    memo: PricingMemo | None = None) -> tuple[StageResult, StageResult, SpeculativeResult]:
     """(prefill with the drafter's prefill, speculative decode stage, speculative numbers)."""
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
-    baseline = run_stage(build_stage_plan("decode", model, dep, workload, batch, hw.derates.deepep_normal_sms),
-                         hw, config.tables, config.engine)
-    decode, result = speculative_decode(config, batch, baseline)
-    prefill, draft_prefill = with_draft_prefill(config, prefill)
+    baseline = run_stage(build_stage_plan("decode", model, dep, workload, batch, hw.derates.deepep_normal_sms,
+                                          memo=memo), hw, config.tables, config.engine, memo)
+    decode, result = speculative_decode(config, batch, baseline, memo)
+    prefill, draft_prefill = with_draft_prefill(config, prefill, memo)
     return prefill, decode, replace(result, prefill_draft_time_s=draft_prefill)

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 from infersim.run.config import RunConfig
+from infersim.costing.memo import PricingMemo
 from infersim.engine.energy import stage_energy
 from infersim.engine.stage import run_stage
 from infersim.modules.step import build_step_plan
@@ -71,6 +72,7 @@ class StepCoster:
         self._grid: dict[int, int] = {}
         self.priced = 0  # stage-engine evaluations (memo misses)
         self.sms = config.hardware.derates.deepep_normal_sms
+        self.pricing = PricingMemo()  # plan pieces and kernel costs the priced steps share
 
     def bucket(self, value: float) -> int:
         """`value` (rounded to a whole number first) on the geometric grid (counts below EXACT_BELOW
@@ -136,8 +138,8 @@ class StepCoster:
         if shape.prefill_chunks and dp > 1:  # unequal ranks: the experts see the mean, not the busiest
             expert_tokens = (shape.prefill_tokens + shape.decode_requests) / (dp * tp)
         plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms, expert_tokens_per_gpu=expert_tokens,
-                               graph_padding=padding)
+                               graph_padding=padding, memo=self.pricing)
         self.priced += 1
-        stage = run_stage(plan, cfg.hardware, cfg.tables, cfg.engine)
+        stage = run_stage(plan, cfg.hardware, cfg.tables, cfg.engine, self.pricing)
         power = cfg.hardware.power
         return stage.step_time_s, stage_energy(stage, power).joules if power is not None else 0.0

@@ -9,7 +9,7 @@ operations for every configuration, and slotted ones are cheaper to build and to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from infersim.shapes.kernels import AnyShape
@@ -34,10 +34,6 @@ class LayerGroup:
     name: str
     layers: int
     operations: tuple[Operation, ...]
-    # `operations` as the memoised tuples the plan builder joined (attention half, FFN half), the
-    # same objects in every step that shares them: the engine prices such a tuple once per
-    # hardware and tables. Empty: not built from pieces. Not part of equality (same operations).
-    pieces: tuple[tuple[Operation, ...], ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +85,40 @@ class StageContext:
     @property
     def expert_tokens(self) -> float:
         """Tokens per GPU whose expert work the EP group shares (see expert_tokens_per_gpu)."""
+        return self.expert_tokens_per_gpu or float(self.tokens_per_gpu)
+
+    @property
+    def sequence_length(self) -> float:
+        """Token-weighted mean new tokens per sequence of the batch (tokens of one sequence route alike)."""
+        tokens = weighted = 0
+        for s in self.sequences_per_gpu:
+            new = s.count * s.q_len
+            tokens += new
+            weighted += new * s.q_len
+        return weighted / tokens if tokens else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FfnContext:
+    """The part of a StageContext a layer's FFN is built from (infersim.modules.ffn's builders read
+    this record, so that a plan piece kept on their inputs covers all they read; see
+    infersim.cards.deployment.FfnDeployment): the sequences only as their mean length, so one
+    FFN piece serves every batch of the same tokens (a decode step's real requests behind one
+    CUDA-graph batch)."""
+
+    stage: Stage
+    tokens_per_gpu: int
+    gpus_per_node: int
+    expert_tokens_per_gpu: float
+    sequence_length: float
+
+    @classmethod
+    def of(cls, ctx: StageContext) -> FfnContext:
+        return cls(ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node, ctx.expert_tokens_per_gpu, ctx.sequence_length)
+
+    @property
+    def expert_tokens(self) -> float:
+        """Tokens per GPU whose expert work the EP group shares (see StageContext.expert_tokens_per_gpu)."""
         return self.expert_tokens_per_gpu or float(self.tokens_per_gpu)
 
 

@@ -31,6 +31,7 @@ import dataclasses
 from infersim.run.config import RunConfig, with_variant
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.power import Electricity
+from infersim.costing.memo import PricingMemo
 from infersim.engine.energy import kinds_of_bounds, seconds_by_kind, step_energy
 from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
@@ -289,6 +290,8 @@ class Evaluator:
         # such sweeps take the full simulate() path for every point
         self.speculative = spec.base.config.speculative is not None
         self.engine = spec.base.config.engine
+        # the plan pieces and kernel costs every point of the sweep shares, for this evaluator's life
+        self.memo = PricingMemo()
 
     # -- pieces ----------------------------------------------------------------------------
 
@@ -319,14 +322,15 @@ class Evaluator:
     def _prefill_for(self, model, hw, dep, work) -> StageResult:
         key = (model, hw, dep, work.isl, work.prefill_tokens_per_gpu)
         if key != self._prefill_key:
-            self._prefill = run_prefill(model, hw, dep, work, self.tables, self.engine)
+            self._prefill = run_prefill(model, hw, dep, work, self.tables, self.engine, memo=self.memo)
             self._prefill_key = key
         return self._prefill
 
     def _row(self, point, model, hw, dep, work, batch, mem, price, run) -> Row:
         if self.speculative or dep.weight_offload != "none":
             # weight offload: the fast path does not stream weights, and the offload is sized for this batch
-            full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)))
+            full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)),
+                            self.memo)
             decode, prefill = full.decode, full.prefill
             tpot, tgs, bound = decode.tpot_s, decode.tgs, decode.bound
             kinds = seconds_by_kind(decode)
@@ -334,7 +338,8 @@ class Evaluator:
             if dep.weight_offload != "none":
                 mem = full.memory
         else:
-            step, tgs, by_bound = decode_time_by_bound(model, hw, dep, work, batch, self.tables, self.engine)
+            step, tgs, by_bound = decode_time_by_bound(model, hw, dep, work, batch, self.tables, self.engine,
+                                                       memo=self.memo)
             tpot, bound, kinds = step, max(by_bound, key=by_bound.__getitem__), kinds_of_bounds(by_bound)
             prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
         energy = _energy(hw, kinds, step, tgs * step, run.electricity)

@@ -139,31 +139,35 @@ class KernelGrid:
             seconds = query_flops / (self.flops_per_second * eff)
         return GridValue(seconds, eff, exact, clamps)
 
+    def __getstate__(self) -> dict[str, object]:
+        """The grid's fields without the evaluations kept on it (see _grid_constants)."""
+        state = dict(self.__dict__)
+        state.pop(_KEPT, None)
+        return state
 
-# What a grid's evaluations share, kept per grid (by identity; each entry holds its grid, so the id
-# cannot be reused while the entry exists): the work limits in coordinates, and the values of its
+
+# What a grid's evaluations share, kept on the grid itself (in its __dict__, beside its fields, from
+# its first evaluation; never pickled): the work limits in coordinates, and the values of its
 # sub-grids (rows) at the inner axes' query values. A sweep asks a grid for many points that share
 # their inner coordinates (every batch size at one context length): each interpolation along the
 # outer axis reads up to four rows at them (the bracketing two and, for the convex envelope, their
-# neighbours), so a row evaluated once answers every later query between the same rows.
+# neighbours), so a row evaluated once answers every later query between the same rows. The rows
+# are keyed by the identity of a node of the grid, which the grid holds.
 _RowValues = dict[tuple[int, tuple[float, ...]], tuple[Leaf, bool, tuple[Clamp, ...]]]
-_GRID_CONSTANTS: dict[int, tuple["KernelGrid", tuple[float, ...], _RowValues]] = {}
-_GRIDS_KEPT = 64
-_ROWS_KEPT = 20_000  # row values per grid (three small tuples each)
+_KEPT = "_evaluations_kept"
+_ROWS_KEPT = 20_000  # row values per grid (three small tuples each); at the bound they are dropped
 
 
 def _grid_constants(grid: KernelGrid) -> tuple[tuple[float, ...], _RowValues]:
     """(per axis, the coordinate its work stops growing at (inf: never); the grid's row values)."""
-    entry = _GRID_CONSTANTS.get(id(grid))
-    if entry is None:
-        if len(_GRID_CONSTANTS) >= _GRIDS_KEPT:
-            _GRID_CONSTANTS.clear()
+    kept = grid.__dict__.get(_KEPT)
+    if kept is None:
         limits = tuple(math.inf if limit is None else grid.interpolation.coordinate(a, limit)
                        for a, limit in zip(grid.axes, grid.work_limits or (None,) * len(grid.axes)))
-        entry = _GRID_CONSTANTS[id(grid)] = (grid, limits, {})
-    if len(entry[2]) >= _ROWS_KEPT:
-        entry[2].clear()
-    return entry[1], entry[2]
+        kept = grid.__dict__[_KEPT] = (limits, {})  # a frozen dataclass: its fields are not in __dict__
+    if len(kept[1]) >= _ROWS_KEPT:
+        kept[1].clear()
+    return kept
 
 
 def build_grid(axes: Sequence[str], points: Iterable[tuple[Sequence[float], float, float]],

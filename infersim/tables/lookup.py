@@ -208,7 +208,7 @@ class MfuTables:
 
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc).
-        Not cached here: the stage engine keeps every kernel's cost per (hardware card, tables)."""
+        Not cached here: a caller that prices many steps keeps each kernel's cost in its PricingMemo."""
         if isinstance(shape, CollectiveShape):
             return collective_hit(self.collectives, shape)
         if isinstance(shape, MemoryBoundShape):
