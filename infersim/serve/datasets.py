@@ -243,13 +243,18 @@ class SessionGate:
     def __init__(self) -> None:
         self.busy: set[int] = set()
         self.held: dict[int, deque[Request]] = {}
+        self.released: set[int] = set()  # requests let through by `done`, sent again by the caller
 
     def clear(self) -> None:
         self.busy.clear()
         self.held.clear()
+        self.released.clear()
 
     def offer(self, req: Request) -> bool:
         if req.session < 0:
+            return True
+        if req.id in self.released:
+            self.released.discard(req.id)
             return True
         if req.session in self.busy:
             self.held.setdefault(req.session, deque()).append(req)
@@ -263,6 +268,7 @@ class SessionGate:
             nxt = queue.popleft()
             if not queue:
                 del self.held[req.session]
+            self.released.add(nxt.id)
             return [nxt]
         self.busy.discard(req.session)
         return []

@@ -99,6 +99,8 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
         out["failed"] = whole.rejected + whole.dropped
         out["rejected"] = whole.rejected
         out["left_waiting"] = whole.dropped
+    if opts.workload is not None:
+        out["workload"] = opts.workload.describe()
     if opts.mode == "poisson":
         out["request_rate"] = opts.rate
     if opts.mode == "concurrency" or opts.concurrency:

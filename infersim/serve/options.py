@@ -74,6 +74,8 @@ class ServeOptions:
     max_waiting: int = DEFAULT_MAX_WAITING  # open loop: queue bound per instance (0: none)
     max_model_len: int | None = None  # longer requests (prompt + output) are rejected on arrival
     host_kv_bytes: float = 0.0  # host (CPU) tier of the prefix cache per instance, bytes
+    host_kv_tokens: int = 0  # ... or its capacity in tokens (a measured pool)
+    kv_capacity_tokens: int | None = None  # overrides the KV pool per instance (a measured pool), tokens
 
 
 def _instances(value: Any, name: str) -> int:
@@ -130,7 +132,7 @@ def _seconds(value: Any, name: str) -> float:
 KNOWN_OPTIONS = {"mode", "num_requests", "rate", "concurrency", "isl", "osl", "seed", "replicas", "router",
                  "burstiness", "trace", "trace_time_scale", "prefix_hit_rate", "prefix_cache", "slo", "disaggregate",
                  "bucket_width", "max_running_requests", "max_num_tokens", "lengths_trace", "percentiles",
-                 "workload", "max_waiting", "max_model_len", "host_kv_bytes"}
+                 "workload", "max_waiting", "max_model_len", "host_kv_bytes", "host_kv_tokens", "kv_capacity_tokens"}
 
 
 def _load(options: dict[str, Any], mode: str) -> tuple[float | None, int | None]:
@@ -204,7 +206,8 @@ def _checked_misc(options: dict[str, Any]) -> dict[str, Any]:
     return {"percentiles": tuple(float(q) for q in percentiles), "prefix_hit_rate": _number(hit, "prefix_hit_rate", ge=0),
             "router": router, "bucket_width": float(width), "seed": seed, "prefix_cache": prefix_cache,
             "max_waiting": int(_number(waiting, "max_waiting", whole=True, ge=0)),
-            "host_kv_bytes": _number(options.get("host_kv_bytes", 0.0), "host_kv_bytes", ge=0)}
+            "host_kv_bytes": _number(options.get("host_kv_bytes", 0.0), "host_kv_bytes", ge=0),
+            "host_kv_tokens": int(_number(options.get("host_kv_tokens", 0), "host_kv_tokens", whole=True, ge=0))}
 
 
 def _optional_int(options: dict[str, Any], name: str) -> int | None:
@@ -243,4 +246,5 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
         slo=_slo(options.get("slo")), disaggregate=disagg,
         max_running_requests=_optional_int(options, "max_running_requests"),
         lengths_trace=options.get("lengths_trace"), max_num_tokens=_optional_int(options, "max_num_tokens"),
-        workload=workload, max_model_len=_optional_int(options, "max_model_len"), **_checked_misc(options))
+        workload=workload, max_model_len=_optional_int(options, "max_model_len"),
+        kv_capacity_tokens=_optional_int(options, "kv_capacity_tokens"), **_checked_misc(options))

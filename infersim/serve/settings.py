@@ -151,24 +151,29 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp)
 
 
-def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: float) -> SchedulerSettings:
-    """`settings` with a host (CPU) tier of `host_bytes` of host memory per instance (see module docstring)."""
+def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: float = 0.0,
+                   host_tokens: int = 0) -> SchedulerSettings:
+    """`settings` with a host (CPU) tier of `host_bytes` of host memory per instance, or of
+    `host_tokens` tokens (see module docstring)."""
     from infersim.memory import kv_bytes_per_token
 
-    if host_bytes <= 0:
+    if host_bytes <= 0 and host_tokens <= 0:
         return settings
+    if host_bytes > 0 and host_tokens > 0:
+        raise InferSimError("give the host KV tier as host_kv_bytes or as host_kv_tokens, not both")
     engine = config.engine
     tier = engine.scheduler.host_kv_tier
     if not tier:
-        raise InferSimError(f"host_kv_bytes: engine {engine.name} {engine.version} has no host (CPU) tier of its "
+        raise InferSimError(f"host KV tier: engine {engine.name} {engine.version} has no host (CPU) tier of its "
                             "prefix cache (its card's scheduler.host_kv_tier is not set)")
     if not settings.prefix_cache:
-        raise InferSimError("host_kv_bytes: a host tier holds what the prefix cache evicts; the prefix cache is off")
+        raise InferSimError("host KV tier: it holds what the prefix cache evicts; the prefix cache is off")
     dep, hw = config.deployment, config.hardware
     per_gpu = kv_bytes_per_token(config.model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
     if per_gpu <= 0:
-        raise InferSimError(f"host_kv_bytes: {config.model.name} keeps no per-token KV cache to offload")
-    tokens = int(host_bytes / (per_gpu * dep.gpus_per_stage * dep.pp))
+        raise InferSimError(f"host KV tier: {config.model.name} keeps no per-token KV cache to offload")
+    tokens = host_tokens or int(host_bytes / (per_gpu * dep.gpus_per_stage * dep.pp))
+    size = f"{host_bytes / 1e9:,.3g} GB" if host_bytes else f"{tokens:,} tokens"
     seconds = per_gpu / (hw.peak.pcie_bandwidth * hw.derates.pcie_efficiency)
     return replace(settings, host_kv_tokens=tokens, host_load_s_per_token=seconds,
-                   origin=settings.origin + f"; host KV tier {host_bytes / 1e9:,.3g} GB ({tier})")
+                   origin=settings.origin + f"; host KV tier {size} ({tier})")

@@ -123,8 +123,11 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     if opts.max_num_tokens:
         settings = replace(settings, token_budget=opts.max_num_tokens,
                            origin=settings.origin + f"; token budget {opts.max_num_tokens} given")
-    if opts.host_kv_bytes:
-        settings = with_host_tier(settings, config, opts.host_kv_bytes)
+    if opts.kv_capacity_tokens:
+        settings = replace(settings, kv_capacity_tokens=opts.kv_capacity_tokens,
+                           origin=settings.origin + f"; KV pool {opts.kv_capacity_tokens:,} tokens given")
+    if opts.host_kv_bytes or opts.host_kv_tokens:
+        settings = with_host_tier(settings, config, opts.host_kv_bytes, opts.host_kv_tokens)
     coster = StepCoster(config, opts.bucket_width)
     instances = [Instance(settings, coster, i, prefill_only) for i in range(min(count, max(1, requests)))]
     for inst in instances:

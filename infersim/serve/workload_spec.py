@@ -103,6 +103,17 @@ class WorkloadSpec:
     def total_requests(self) -> int:
         return sum(s.count for s in self.stages)
 
+    def describe(self) -> str:
+        d = self.data
+        what = {"random": "random lengths" + (f" after a shared {d.prefix_tokens:,}-token prefix" if d.prefix_tokens else ""),
+                "prefix_repetition": f"{d.num_prefixes} repeated prefixes",
+                "shared_prefix": f"{d.num_groups} x {d.prompts_per_group} shared-prefix prompts"
+                                 + (", multi-turn" if d.multi_turn else ""),
+                "sessions": f"chat sessions, {d.num_groups} system prompt(s)"}[d.type]
+        stages = ", then ".join(s.describe() for s in self.stages)
+        ramp = f", ramp {self.ramp.strategy} {self.ramp.start_rps:g} to {self.ramp.end_rps:g}/s" if self.ramp else ""
+        return f"{what}; {self.timer} timer: {stages}{ramp}"
+
 
 def _keys(spec: Any, where: str, allowed: set[str], required: tuple[str, ...] = ()) -> Mapping[str, Any]:
     if not isinstance(spec, Mapping):
