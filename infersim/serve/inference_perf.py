@@ -16,8 +16,9 @@ generator). Read here, with its defaults and semantics from its source:
                             output_distribution, enable_multi_turn_chat
   data.type random | synthetic -> data random with input_distribution / output_distribution
 A Distribution is {type (default normal), min (default 10), max (default 1024), mean (default 512),
-std_dev (default 200) or variance}: normal and lognormal (of the lengths' own mean and std) draws
-are rounded and clipped to [min, max] as inference-perf's sample_from_distribution does; uniform is
+std_dev (default 200) or variance, skew}: normal, skew_normal (mean + std_dev x a standard
+skew-normal draw of shape skew), lognormal (of the lengths' own mean and std) and poisson draws are
+rounded and clipped to [min, max] as inference-perf's sample_from_distribution does; uniform is
 drawn on the whole numbers min..max (inference-perf rounds a real draw on [min, max + 1], so its
 two end values are half and one and a half times as likely); fixed is int(mean).
 Everything else in the file is named in the run's notes as not read, with why: the client's worker
@@ -89,7 +90,13 @@ def _distribution(spec: Any, where: str) -> Any:
         return {"dist": "uniform", "min": d["min"], "max": d["max"]}
     if kind in ("normal", "lognormal"):
         return {"dist": kind, "mean": d["mean"], "std": d["std_dev"], "min": d["min"], "max": d["max"]}
-    raise InferSimError(f"{where}.type: {echo(kind)} is not modelled (normal, lognormal, uniform and fixed are)")
+    if kind == "skew_normal":
+        return {"dist": kind, "mean": d["mean"], "std": d["std_dev"], "skew": d.get("skew", 0.0), "min": d["min"],
+                "max": d["max"]}
+    if kind == "poisson":
+        return {"dist": kind, "mean": d["mean"] if d["mean"] > 0 else 1.0, "min": d["min"], "max": d["max"]}
+    raise InferSimError(f"{where}.type: {echo(kind)} is not an inference-perf distribution (normal, skew_normal, "
+                        "lognormal, uniform, poisson, fixed)")
 
 
 def _stages(load: Mapping[str, Any], concurrent: bool) -> list[dict[str, Any]]:

@@ -26,6 +26,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from infersim.serve.workload import poisson_draw
+
 TIMERS = ("poisson", "vllm", "constant", "ip-poisson")
 RAMPS = ("linear", "exponential")
 
@@ -89,26 +91,12 @@ def constant_times(count: int, duration: float, rng: random.Random) -> Iterator[
         yield t
 
 
-def poisson_count(rng: random.Random, mean: float) -> int:
-    """A Poisson draw: Knuth's product of uniforms, over pieces of the mean of at most 30 (a sum of
-    independent Poisson draws is Poisson with the summed mean)."""
-    total = 0
-    while mean > 0:
-        piece = min(mean, 30.0)
-        mean -= piece
-        limit, product = math.exp(-piece), rng.random()
-        while product > limit:
-            total += 1
-            product *= rng.random()
-    return total
-
-
 def ip_poisson_times(count: int, rate: float, rng: random.Random) -> Iterator[float]:
     """inference-perf's PoissonLoadTimer (see module docstring), the first `count` send times."""
     second = 0.0
     sent = 0
     while sent < count:
-        in_second = poisson_count(rng, rate)
+        in_second = poisson_draw(rng, rate)
         if in_second:
             for t in constant_times(in_second, 1.0, rng):
                 yield second + t

@@ -147,7 +147,6 @@ class Instance:
         if settings.prefix_cache:
             self.cache = PrefixCache(settings.page_size,
                                      settings.host_kv_tokens // settings.page_size if settings.host_kv_tokens else 0)
-        self.kv_peak_since_fit = 0.0
         self.last_decode_end = 0.0  # end of the last step that gave decode requests a token
         self.new_joiners = 0  # requests that joined decode since that step (their last token: last_join_s)
         self.last_join_s = 0.0
@@ -199,8 +198,6 @@ class Instance:
         waiting = self.waiting
         if not waiting:
             return
-        if self.cache is not None and self.cache.gpu_blocks > self.cache.pinned_blocks:
-            self._fit_cache()
         pending_tokens = sum(r.prompt_total - r.prompt_done for r in self.prefilling)
         room = s.token_budget - (self.n_dec if s.mixed else 0)
         while waiting:
@@ -278,14 +275,16 @@ class Instance:
         else:
             r.prompt_done = cached
             self.prefilling.append(r)
+        self._fit_cache()
 
     def _fit_cache(self) -> None:
-        """Evict unpinned cached blocks beyond what the pool left free at its highest use since the
-        last eviction (pages taken since then had to come from somewhere)."""
-        assert self.cache is not None
-        used = max(self.kv_used(), self.kv_peak_since_fit)
-        self.cache.fit(self.s.kv_capacity_tokens - used)
-        self.kv_peak_since_fit = self.kv_used()
+        """Evict unpinned cached blocks that no longer fit beside what the pool uses."""
+        cache = self.cache
+        if cache is None or cache.gpu_blocks <= cache.pinned_blocks:
+            return
+        free = self.s.kv_capacity_tokens - self.kv_used()
+        if cache.evictable_tokens > free:
+            cache.fit(free)
 
     def _cache_prompt(self, r: RequestState) -> None:
         """r's prompt is prefilled: its blocks join the cache, pinned, and leave its own charge."""
@@ -430,8 +429,6 @@ class Instance:
         stats.kv_integral += kv * span
         if kv + growth > stats.kv_peak:
             stats.kv_peak = kv + growth
-        if kv + growth > self.kv_peak_since_fit:
-            self.kv_peak_since_fit = kv + growth
         stats.inflight_integral += count_in * span
         stats.busy_s += span
         stats.steps += m
@@ -460,6 +457,7 @@ class Instance:
         self.k += m * self.step_tokens
         if self.s.reservation:
             self.ratio = max(self._min_ratio, self.ratio - m * self._ratio_decay)
+        self._fit_cache()  # the stretch's tokens took their pages before any request left
         heap = self.heap
         while heap and heap[0][0] <= self.k:
             _fk, _seq, version, r = heapq.heappop(heap)

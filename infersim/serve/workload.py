@@ -81,6 +81,7 @@ class LengthDist:
     high: int = 0  # 0 = no upper bound (MAX_COUNT)
     values: tuple[int, ...] = ()  # empirical: the lengths drawn from, uniformly with replacement
     source: str = ""  # empirical: where the values came from
+    skew: float = 0.0  # skew_normal: the shape (mean + std x a standard skew-normal draw, as inference-perf)
 
     def raw(self, rng: random.Random) -> float:
         """One draw before rounding and clipping."""
@@ -90,6 +91,13 @@ class LengthDist:
             return float(rng.randint(self.low, self.high))
         if self.dist == "empirical":
             return float(self.values[int(rng.random() * len(self.values))])
+        if self.dist == "skew_normal":  # Azzalini's two-normal construction (inference-perf's)
+            delta = self.skew / math.sqrt(1 + self.skew ** 2)
+            u0, v = rng.gauss(0.0, 1.0), rng.gauss(0.0, 1.0)
+            u1 = delta * u0 + math.sqrt(1 - delta ** 2) * v
+            return self.mean + self.std * (u1 if u0 >= 0 else -u1)
+        if self.dist == "poisson":
+            return float(poisson_draw(rng, self.mean))
         if self.dist == "normal":
             return rng.gauss(self.mean, self.std)
         # lognormal with the given mean and std of the lengths (the stream of rng.lognormvariate,
@@ -159,7 +167,7 @@ class LengthTally:
                 f"{d.mean:,.6g} (std {d.std:,.6g}): " + "; ".join(parts))
 
 
-DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
+DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical", "skew_normal", "poisson")
 MAX_EMPIRICAL = 10_000_000  # lengths an empirical distribution may list
 
 
@@ -178,10 +186,11 @@ def length_dist(spec: Any, name: str) -> LengthDist:
     dist = spec.get("dist", "fixed")
     if dist == "empirical":
         return empirical_dist(spec, name)
-    unknown = sorted(map(str, set(spec) - {"dist", "mean", "std", "min", "max"}))
+    unknown = sorted(map(str, set(spec) - {"dist", "mean", "std", "min", "max"} - ({"skew"} if dist == "skew_normal"
+                                                                               else set())))
     if unknown:
         raise InferSimError(f"{name}: unknown key(s) {unknown}; expected dist, mean, std, min, max "
-                            "(or dist: empirical with file or values)")
+                            "(skew for skew_normal; or dist: empirical with file or values)")
     if dist not in DISTRIBUTIONS:
         raise InferSimError(f"{name}.dist: {echo(dist)} is not one of {', '.join(DISTRIBUTIONS)}")
 
@@ -202,12 +211,27 @@ def length_dist(spec: Any, name: str) -> LengthDist:
     mean = number("mean", None, le=MAX_COUNT)
     if mean < 1:
         raise InferSimError(f"{name}.mean: must be >= 1 token (got {mean:g})")
-    std = number("std", 0.0 if dist == "fixed" else None)
+    std = number("std", 0.0 if dist in ("fixed", "poisson") else None)
     if std < 0:
         raise InferSimError(f"{name}.std: must be >= 0 (got {std:g})")
     if dist == "fixed" and mean != int(mean):
         raise InferSimError(f"{name}.mean: a fixed length must be a whole number (got {mean:g})")
-    return LengthDist(dist, mean, std, int(low), int(high))
+    skew = number("skew", 0.0) if dist == "skew_normal" else 0.0
+    return LengthDist(dist, mean, std, int(low), int(high), skew=skew)
+
+
+def poisson_draw(rng: random.Random, mean: float) -> int:
+    """A Poisson draw: Knuth's product of uniforms over pieces of the mean of at most 30 (a sum of
+    independent Poisson draws is Poisson with the summed mean)."""
+    total = 0
+    while mean > 0:
+        piece = min(mean, 30.0)
+        mean -= piece
+        limit, product = math.exp(-piece), rng.random()
+        while product > limit:
+            total += 1
+            product *= rng.random()
+    return total
 
 
 def empirical_dist(spec: Mapping[str, Any], name: str) -> LengthDist:
