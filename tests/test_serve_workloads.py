@@ -138,6 +138,16 @@ def test_a_trace_prefix_id_is_one_segment_of_the_real_cache(tmp_path):
     assert [r["cached_tokens"] for r in tight["requests"]] == [0, 0, 32]
 
 
+def test_cache_aware_routing_keeps_conversations_where_their_history_is():
+    workload = shared_prefix_workload(multi_turn=True)
+    workload["load"] = {"timer": "constant", "stages": [{"rate": 4, "duration_s": 15}]}
+    rates = {router: simulate_serving(config(), {"workload": workload, "replicas": 4, "router": router})
+             ["prefix_cache_hit_rate"] for router in ("round-robin", "least-loaded", "cache-aware")}
+    # round-robin sends a user's rounds to two replicas in turn (6 users, 4 replicas), least-loaded
+    # wherever fewest requests are; cache-aware follows the history
+    assert rates["cache-aware"] > max(rates["round-robin"], rates["least-loaded"]) + 0.05
+
+
 # -- sessions -------------------------------------------------------------------------------------------
 
 

@@ -95,7 +95,11 @@ class Driver:
         return max([inst.now for inst in self.instances] + [start])
 
     def _push(self, req: Request) -> None:
+        """A send decided while an instance runs (a finish releases it): no instance may start a step
+        at or after it before it is delivered."""
         heapq.heappush(self.events, (req.arrival_s, next(self.order), req))
+        for inst in self.instances:
+            inst.limit = min(inst.limit, req.arrival_s)
 
     def _loop(self, source: Iterator[Request]) -> None:
         ahead = next(source, None)
@@ -117,7 +121,10 @@ class Driver:
                     ahead = next(source, None)
                 continue
             others = min((starts[j] for j in range(len(instances)) if j != first), default=math.inf)
-            instances[first].run(until=max(min(others, t_send), starts[first] + 1e-12), on_finish=self._finished)
+            runner = instances[first]
+            runner.limit = math.inf
+            runner.run(until=max(min(others, t_send), starts[first] + 1e-12), on_finish=self._finished)
+            runner.limit = math.inf
 
     def _send(self, req: Request) -> None:
         if not self.traffic.offer(req):

@@ -103,7 +103,7 @@ class Outcomes:
         s.ttft.add(ttft)
         s.e2e.add(e2e)
         queued = r.scheduled_s - arrival
-        s.queue.add(queued if queued > 0 else 0.0)
+        s.queue.add(queued if queued > 0.0 else 0.0)
         tpot = None
         if out > 1:
             tpot = (e2e - ttft) / (out - 1)
@@ -139,7 +139,7 @@ class Outcomes:
         s = self.stage(req.stage)
         s.dropped += 1
         s.arrived(req.arrival_s)
-        self.timeline.request(req.arrival_s, math.nan, math.nan)
+        self.timeline.arrival(req.arrival_s)
 
     def itl_sink(self, stage: int) -> Samples:
         return self.stage(stage).itl

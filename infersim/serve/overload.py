@@ -33,34 +33,41 @@ class Timeline:
 
     def __init__(self) -> None:
         self.width = _FIRST_WIDTH
-        self.series: dict[str, list[float]] = {name: [0.0] * TIMELINE_BINS
-                                               for name in ("arrivals", "admissions", "completions")}
+        self.arrivals = [0.0] * TIMELINE_BINS
+        self.admissions = [0.0] * TIMELINE_BINS
+        self.completions = [0.0] * TIMELINE_BINS
 
     def _coarsen(self) -> None:
-        for name, bins in self.series.items():
+        for name in ("arrivals", "admissions", "completions"):
+            bins = getattr(self, name)
             merged = [bins[i] + bins[i + 1] for i in range(0, TIMELINE_BINS, 2)]
-            self.series[name] = merged + [0.0] * (TIMELINE_BINS - len(merged))
+            setattr(self, name, merged + [0.0] * (TIMELINE_BINS - len(merged)))
         self.width *= 2
 
-    def _add(self, name: str, t: float) -> None:
-        if not t >= 0:  # nan: the event did not happen
-            return
+    def _index(self, t: float) -> int:
         index = int(t / self.width)
         while index >= TIMELINE_BINS:
             self._coarsen()
             index = int(t / self.width)
-        self.series[name][index] += 1
+        return max(index, 0)
 
     def request(self, arrival: float, admitted: float, finished: float) -> None:
-        self._add("arrivals", arrival)
-        self._add("admissions", admitted)
-        self._add("completions", finished)
+        """A request that arrived, was admitted and finished at these times."""
+        last = self._index(finished)  # the latest of the three: coarsen once for all
+        width = self.width
+        self.arrivals[int(arrival / width)] += 1
+        self.admissions[int(admitted / width)] += 1
+        self.completions[last] += 1
+
+    def arrival(self, arrival: float) -> None:
+        """A request that arrived and was never admitted."""
+        self.arrivals[self._index(arrival)] += 1
 
     def count(self, name: str, start: float, end: float) -> float:
-        """Events of `name` in (start, end]."""
+        """Events of `name` (arrivals, admissions, completions) in (start, end]."""
         if end <= start:
             return 0.0
-        bins, width = self.series[name], self.width
+        bins, width = getattr(self, name), self.width
         total = 0.0
         first, last = max(0, int(start / width)), min(TIMELINE_BINS - 1, int(end / width))
         for i in range(first, last + 1):
@@ -109,6 +116,7 @@ def warning_text(load: StageLoad, max_waiting: int) -> str:
     text = (f"overloaded: {what} offered {load.offered_rps:,.3g} req/s; {served}; over the second half of its "
             f"arrivals the queue grew by {load.backlog_growth:,.0f} of {load.arrived_second_half:,.0f} requests")
     if load.dropped:
-        text += (f"; {load.dropped:,} requests found the queue full (max_waiting {max_waiting:,} per instance) and were "
-                 "left waiting, never admitted")
+        return text + (f"; {load.dropped:,} requests found the queue full (max_waiting {max_waiting:,} per instance) "
+                       "and were left waiting, never admitted. The latencies are those of a queue held at that bound, "
+                       "not predictions of a steady state")
     return text + ". Latencies of an overloaded run grow with its length: they are not predictions of a steady state"

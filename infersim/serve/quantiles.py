@@ -28,35 +28,29 @@ _INV_LOG_GAMMA = 1.0 / math.log(_GAMMA)
 
 
 class Samples:
-    """Non-negative samples (seconds), optionally weighted by a whole number (tokens)."""
+    """Non-negative samples (seconds), optionally weighted by a whole number (tokens). Adding one is
+    an append while they are exact; count, sums and extremes are taken from the values then, and
+    kept as running sums once they are folded into the sketch."""
 
-    __slots__ = ("values", "weights", "buckets", "zero", "count", "weight", "total", "total_sq", "minimum",
-                 "maximum")
+    __slots__ = ("values", "weights", "buckets", "zero", "_count", "_weight", "_total", "_total_sq", "_minimum",
+                 "_maximum")
 
     def __init__(self) -> None:
         self.values: array | None = array("d")
         self.weights: array | None = None  # created at the first weight other than 1
         self.buckets: dict[int, int] | None = None  # the sketch, once past EXACT_LIMIT
         self.zero = 0
-        self.count = 0  # samples added
-        self.weight = 0  # their total weight
-        self.total = 0.0  # weighted sum
-        self.total_sq = 0.0  # weighted sum of squares
-        self.minimum = math.inf
-        self.maximum = -math.inf
+        self._count = 0  # of the samples folded into the sketch
+        self._weight = 0
+        self._total = 0.0
+        self._total_sq = 0.0
+        self._minimum = math.inf
+        self._maximum = -math.inf
 
     def add(self, value: float, weight: int = 1) -> None:
-        self.count += 1
-        self.weight += weight
-        self.total += value * weight
-        self.total_sq += value * value * weight
-        if value < self.minimum:
-            self.minimum = value
-        if value > self.maximum:
-            self.maximum = value
         values = self.values
         if values is None:
-            self._bucket(value, weight)
+            self._fold(value, weight)
             return
         values.append(value)
         if weight != 1 or self.weights is not None:
@@ -66,7 +60,15 @@ class Samples:
         if len(values) > EXACT_LIMIT:
             self._to_sketch()
 
-    def _bucket(self, value: float, weight: int) -> None:
+    def _fold(self, value: float, weight: int) -> None:
+        self._count += 1
+        self._weight += weight
+        self._total += value * weight
+        self._total_sq += value * value * weight
+        if value < self._minimum:
+            self._minimum = value
+        if value > self._maximum:
+            self._maximum = value
         if value <= ZERO_BELOW:
             self.zero += weight
             return
@@ -81,23 +83,55 @@ class Samples:
         self.buckets = {}
         assert values is not None
         for i, value in enumerate(values):
-            self._bucket(value, weights[i] if weights is not None else 1)
+            self._fold(value, weights[i] if weights is not None else 1)
+
+    def _pairs(self) -> list[tuple[float, int]]:
+        assert self.values is not None
+        if self.weights is None:
+            return [(v, 1) for v in self.values]
+        return list(zip(self.values, self.weights))
 
     @property
     def exact(self) -> bool:
         return self.values is not None
 
     @property
+    def count(self) -> int:
+        return len(self.values) if self.values is not None else self._count
+
+    @property
+    def weight(self) -> int:
+        if self.values is None:
+            return self._weight
+        return sum(self.weights) if self.weights is not None else len(self.values)
+
+    @property
+    def total(self) -> float:
+        if self.values is None:
+            return self._total
+        return sum(self.values) if self.weights is None else sum(v * w for v, w in self._pairs())
+
+    @property
     def mean(self) -> float:
-        return self.total / self.weight if self.weight else 0.0
+        weight = self.weight
+        return self.total / weight if weight else 0.0
 
     @property
     def std(self) -> float:
         """Population standard deviation (numpy's default)."""
-        if not self.weight:
+        weight = self.weight
+        if not weight:
             return 0.0
         mean = self.mean
-        return math.sqrt(max(0.0, self.total_sq / self.weight - mean * mean))
+        if self.values is None:
+            return math.sqrt(max(0.0, self._total_sq / weight - mean * mean))
+        return math.sqrt(sum(w * (v - mean) ** 2 for v, w in self._pairs()) / weight)
+
+    @property
+    def maximum(self) -> float:
+        if self.values is None:
+            return self._maximum
+        return max(self.values) if self.values else -math.inf
 
     def percentile(self, q: float) -> float:
         """The q-th percentile (0..100); 0.0 for no samples."""
@@ -106,48 +140,43 @@ class Samples:
         if self.values is not None:
             if self.weights is None:
                 return percentile(sorted(self.values), q)
-            return _weighted_nearest_rank(list(zip(self.values, self.weights)), q)
+            return _weighted_nearest_rank(self._pairs(), q)
         return self._sketch_percentile(q)
 
     def _sketch_percentile(self, q: float) -> float:
         buckets = self.buckets
         assert buckets is not None
-        unweighted = self.weight == self.count
+        unweighted = self._weight == self._count
         # the rank linear interpolation starts from for unweighted samples, the weight reached for weighted ones
-        target = q / 100 * (self.count - 1) if unweighted else q / 100 * self.weight
+        target = q / 100 * (self._count - 1) if unweighted else q / 100 * self._weight
         seen = self.zero
         if (seen > target) if unweighted else (seen >= target and seen > 0):
             return 0.0
         for index in sorted(buckets):
             seen += buckets[index]
             if (seen > target) if unweighted else seen >= target:
-                return min(self.maximum, max(self.minimum, 2 * _GAMMA ** index / (_GAMMA + 1)))
-        return self.maximum
+                return min(self._maximum, max(self._minimum, 2 * _GAMMA ** index / (_GAMMA + 1)))
+        return self._maximum
 
     def merge(self, other: Samples) -> None:
         """Add `other`'s samples to these."""
-        if other.values is not None and self.values is not None:
+        if other.values is not None:
             weights = other.weights
             for i, value in enumerate(other.values):
                 self.add(value, weights[i] if weights is not None else 1)
             return
         if self.values is not None:
             self._to_sketch()
-        if other.values is not None:
-            weights = other.weights
-            for i, value in enumerate(other.values):
-                self._bucket(value, weights[i] if weights is not None else 1)
-        else:
-            assert other.buckets is not None and self.buckets is not None
-            for index, weight in other.buckets.items():
-                self.buckets[index] = self.buckets.get(index, 0) + weight
-            self.zero += other.zero
-        self.count += other.count
-        self.weight += other.weight
-        self.total += other.total
-        self.total_sq += other.total_sq
-        self.minimum = min(self.minimum, other.minimum)
-        self.maximum = max(self.maximum, other.maximum)
+        assert other.buckets is not None and self.buckets is not None
+        for index, weight in other.buckets.items():
+            self.buckets[index] = self.buckets.get(index, 0) + weight
+        self.zero += other.zero
+        self._count += other._count
+        self._weight += other._weight
+        self._total += other._total
+        self._total_sq += other._total_sq
+        self._minimum = min(self._minimum, other._minimum)
+        self._maximum = max(self._maximum, other._maximum)
 
     def memory_entries(self) -> int:
         """Stored entries (values or buckets): what the samples hold in memory."""

@@ -153,6 +153,7 @@ class Instance:
         self.sink: Callable[[RequestState], None] | None = None  # where finished requests go
         self.drop_sink: Callable[[Request], None] | None = None  # where requests left waiting go
         self.max_waiting = 0  # queue bound (0: none)
+        self.limit = math.inf  # a caller's later deadline: no step starts at or after it (a send it must see first)
         self.low_water: float = math.inf  # offline: run ahead while this many wait
         self.stats = InstanceStats()
         self._seq = 0
@@ -372,10 +373,11 @@ class Instance:
                 self.now = max(self.now, self.pending[0].ready_s)
                 self.last_decode_end = self.now
                 continue
-            if self.now >= until:
+            horizon = min(until, self.limit)
+            if self.now >= horizon:
                 return
             self._admit()
-            self._step(until, on_finish)
+            self._step(horizon, on_finish)
             stats.iterations += 1
 
     def _form_step(self) -> tuple[list[tuple[RequestState, int]], int]:
