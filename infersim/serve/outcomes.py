@@ -15,7 +15,7 @@ import math
 from typing import TYPE_CHECKING
 
 from infersim.serve.overload import Timeline
-from infersim.serve.quantiles import Samples
+from infersim.serve.quantiles import EXACT_LIMIT, Samples
 
 if TYPE_CHECKING:
     from infersim.serve.scheduler import RequestState
@@ -31,7 +31,7 @@ class StageOutcomes:
         self.tpot = Samples()  # requests of two or more output tokens
         self.e2e = Samples()
         self.queue = Samples()
-        self.itl = Samples()  # per-step gaps, weighted by the tokens that saw them
+        self.itl = Samples(weighted=True)  # per-step gaps, weighted by the tokens that saw them
         self.completed = 0
         self.rejected = 0  # refused on arrival: longer than the server admits
         self.dropped = 0  # left waiting: arrived at a full queue (overload guard)
@@ -45,6 +45,8 @@ class StageOutcomes:
         self.gap_sum = 0.0  # seconds between first and last token, over requests of 2+ output tokens
         self.gap_count = 0  # their output tokens after the first
         self.good = 0  # completed requests meeting the run's SLO
+        # the four samples' value arrays, appended to directly while they are exact (None after)
+        self.fast: tuple | None = (self.ttft.values, self.e2e.values, self.queue.values, self.tpot.values)
 
     @property
     def requests(self) -> int:
@@ -56,6 +58,7 @@ class StageOutcomes:
         self.last_arrival = max(self.last_arrival, arrival)
 
     def merge(self, other: StageOutcomes) -> None:
+        self.fast = None
         for name in ("ttft", "tpot", "e2e", "queue", "itl"):
             getattr(self, name).merge(getattr(other, name))
         for name in ("completed", "rejected", "dropped", "input_tokens", "output_tokens", "cached_tokens",
@@ -92,40 +95,63 @@ class Outcomes:
         return sum(s.completed for s in self.stages.values())
 
     def add(self, r: RequestState) -> None:
-        """A completed request."""
+        """A completed request (on every request's path: kept lean)."""
         req = r.req
-        s = self.stage(req.stage)
+        s = self._last
+        if s is None or s.stage != req.stage:
+            s = self.stage(req.stage)
         arrival = req.arrival_s
+        finish = r.finish_s
         ttft = r.first_token_s - arrival
-        e2e = r.finish_s - arrival
+        e2e = finish - arrival
         out = req.output_tokens
         s.completed += 1
-        s.ttft.add(ttft)
-        s.e2e.add(e2e)
         queued = r.scheduled_s - arrival
-        s.queue.add(queued if queued > 0.0 else 0.0)
-        tpot = None
-        if out > 1:
-            tpot = (e2e - ttft) / (out - 1)
-            s.tpot.add(tpot)
+        if queued < 0.0:
+            queued = 0.0
+        tpot = (e2e - ttft) / (out - 1) if out > 1 else None
+        fast = s.fast
+        if fast is not None and len(fast[0]) < EXACT_LIMIT:  # the samples' own arrays, while exact
+            fast[0].append(ttft)
+            fast[1].append(e2e)
+            fast[2].append(queued)
+            if tpot is not None:
+                fast[3].append(tpot)
+        else:
+            self._add_folded(s, ttft, e2e, queued, tpot)
+        if tpot is not None:
             s.gap_sum += e2e - ttft
             s.gap_count += out - 1
-        if (self.slo_ttft_s is None or ttft <= self.slo_ttft_s) and (
-                self.slo_tpot_s is None or tpot is None or tpot <= self.slo_tpot_s):
+        if self.slo_ttft_s is None and self.slo_tpot_s is None or self._meets(ttft, tpot):
             s.good += 1
         s.input_tokens += req.input_tokens
         s.output_tokens += out
-        s.cached_tokens += r.cached
-        s.host_cached_tokens += r.host_cached
+        if r.cached:
+            s.cached_tokens += r.cached
+            s.host_cached_tokens += r.host_cached
         if arrival < s.first_arrival:
             s.first_arrival = arrival
         if arrival > s.last_arrival:
             s.last_arrival = arrival
-        if r.finish_s > s.last_finish:
-            s.last_finish = r.finish_s
-        self.timeline.request(arrival, r.scheduled_s, r.finish_s)
+        if finish > s.last_finish:
+            s.last_finish = finish
+        self.timeline.request(arrival, r.scheduled_s, finish)
         if self.records is not None:
             self.records.append(r)
+
+    @staticmethod
+    def _add_folded(s: StageOutcomes, ttft: float, e2e: float, queued: float, tpot: float | None) -> None:
+        s.fast = None
+        s.ttft.add(ttft)
+        s.e2e.add(e2e)
+        s.queue.add(queued)
+        if tpot is not None:
+            s.tpot.add(tpot)
+
+    def _meets(self, ttft: float, tpot: float | None) -> bool:
+        if self.slo_ttft_s is not None and ttft > self.slo_ttft_s:
+            return False
+        return self.slo_tpot_s is None or tpot is None or tpot <= self.slo_tpot_s
 
     def reject(self, req: Request) -> None:
         """A request the server refuses on arrival."""

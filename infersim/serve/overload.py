@@ -33,6 +33,7 @@ class Timeline:
 
     def __init__(self) -> None:
         self.width = _FIRST_WIDTH
+        self.inverse = 1.0 / _FIRST_WIDTH  # bins per second
         self.arrivals = [0.0] * TIMELINE_BINS
         self.admissions = [0.0] * TIMELINE_BINS
         self.completions = [0.0] * TIMELINE_BINS
@@ -43,20 +44,23 @@ class Timeline:
             merged = [bins[i] + bins[i + 1] for i in range(0, TIMELINE_BINS, 2)]
             setattr(self, name, merged + [0.0] * (TIMELINE_BINS - len(merged)))
         self.width *= 2
+        self.inverse = 1.0 / self.width
 
     def _index(self, t: float) -> int:
-        index = int(t / self.width)
+        index = int(t * self.inverse)
         while index >= TIMELINE_BINS:
             self._coarsen()
-            index = int(t / self.width)
+            index = int(t * self.inverse)
         return max(index, 0)
 
     def request(self, arrival: float, admitted: float, finished: float) -> None:
         """A request that arrived, was admitted and finished at these times."""
-        last = self._index(finished)  # the latest of the three: coarsen once for all
-        width = self.width
-        self.arrivals[int(arrival / width)] += 1
-        self.admissions[int(admitted / width)] += 1
+        last = int(finished * self.inverse)  # the latest of the three: coarsen once for all
+        if last >= TIMELINE_BINS:
+            last = self._index(finished)
+        inverse = self.inverse
+        self.arrivals[int(arrival * inverse)] += 1
+        self.admissions[int(admitted * inverse)] += 1
         self.completions[last] += 1
 
     def arrival(self, arrival: float) -> None:

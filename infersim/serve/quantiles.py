@@ -35,9 +35,9 @@ class Samples:
     __slots__ = ("values", "weights", "buckets", "zero", "_count", "_weight", "_total", "_total_sq", "_minimum",
                  "_maximum")
 
-    def __init__(self) -> None:
+    def __init__(self, weighted: bool = False) -> None:
         self.values: array | None = array("d")
-        self.weights: array | None = None  # created at the first weight other than 1
+        self.weights: array | None = array("q") if weighted else None  # else created at the first weight other than 1
         self.buckets: dict[int, int] | None = None  # the sketch, once past EXACT_LIMIT
         self.zero = 0
         self._count = 0  # of the samples folded into the sketch
@@ -125,7 +125,9 @@ class Samples:
         mean = self.mean
         if self.values is None:
             return math.sqrt(max(0.0, self._total_sq / weight - mean * mean))
-        return math.sqrt(sum(w * (v - mean) ** 2 for v, w in self._pairs()) / weight)
+        if self.weights is None:
+            return math.sqrt(sum((v - mean) ** 2 for v in self.values) / weight)
+        return math.sqrt(sum(w * (v - mean) ** 2 for v, w in zip(self.values, self.weights)) / weight)
 
     @property
     def maximum(self) -> float:

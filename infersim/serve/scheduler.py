@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from infersim.errors import NotPossible
 from infersim.serve.cost import StepCoster
 from infersim.serve.prefix_cache import Match, PrefixCache
-from infersim.serve.quantiles import Samples
+from infersim.serve.quantiles import EXACT_LIMIT, Samples
 from infersim.serve.settings import SchedulerSettings, round_up
 from infersim.serve.workload import Request
 
@@ -111,8 +111,15 @@ class InstanceStats:
     itl_sink: Samples | None = None  # inter-token gaps (seconds), weighted by the tokens that saw them
 
     def itl(self, gap: float, tokens: int) -> None:
-        if self.itl_sink is not None:
-            self.itl_sink.add(gap, tokens)
+        sink = self.itl_sink
+        if sink is None:
+            return
+        values, weights = sink.values, sink.weights
+        if values is not None and weights is not None and len(values) < EXACT_LIMIT:
+            values.append(gap)  # the samples' own arrays while they are exact (weighted from the start)
+            weights.append(tokens)
+        else:
+            sink.add(gap, tokens)
 
 
 class Instance:
@@ -181,16 +188,29 @@ class Instance:
 
     def _arrive(self) -> None:
         pending, now = self.pending, self.now
-        cap = self.max_waiting
+        if not pending or pending[0].ready_s > now:
+            return
+        if self.max_waiting:
+            self._arrive_bounded()
+            return
+        stats, waiting = self.stats, self.waiting
         while pending and pending[0].ready_s <= now:
             r = pending.popleft()
-            if cap and len(self.waiting) >= cap and r.scheduled_s < 0:
+            stats.inflight_integral += now - r.ready_s
+            waiting.append(r)
+
+    def _arrive_bounded(self) -> None:
+        """Arrivals into a queue of at most max_waiting requests; the others are left waiting."""
+        pending, now, waiting, cap = self.pending, self.now, self.waiting, self.max_waiting
+        while pending and pending[0].ready_s <= now:
+            r = pending.popleft()
+            if len(waiting) >= cap and r.scheduled_s < 0:
                 self.stats.dropped += 1
                 if self.drop_sink is not None:
                     self.drop_sink(r.req)
                 continue
             self.stats.inflight_integral += now - r.ready_s
-            self.waiting.append(r)
+            waiting.append(r)
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -210,7 +230,11 @@ class Instance:
             # share of the budget, so admission keeps one pending prompt per rank in reach
             if not prefilled and pending_tokens >= room and (s.chunked or len(self.prefilling) >= s.dp_ranks):
                 return
-            cached, found, pin_tokens = self._lookup(r) if not prefilled else (0, None, 0)
+            req = r.req
+            if prefilled or not (s.prefix_cache and (req.segments or req.prefix_id or self.prefix_hit_rate)):
+                cached, found, pin_tokens = 0, None, 0
+            else:
+                cached, found, pin_tokens = self._lookup(r)
             charge = self._charge(r, cached, pin_tokens)
             if charge is None:
                 return
@@ -276,7 +300,9 @@ class Instance:
         else:
             r.prompt_done = cached
             self.prefilling.append(r)
-        self._fit_cache()
+        cache = self.cache
+        if cache is not None and cache.gpu_blocks > cache.pinned_blocks:
+            self._fit_cache()
 
     def _fit_cache(self) -> None:
         """Evict unpinned cached blocks that no longer fit beside what the pool uses."""
@@ -459,7 +485,9 @@ class Instance:
         self.k += m * self.step_tokens
         if self.s.reservation:
             self.ratio = max(self._min_ratio, self.ratio - m * self._ratio_decay)
-        self._fit_cache()  # the stretch's tokens took their pages before any request left
+        cache = self.cache
+        if cache is not None and cache.gpu_blocks > cache.pinned_blocks:
+            self._fit_cache()  # the stretch's tokens took their pages before any request left
         heap = self.heap
         while heap and heap[0][0] <= self.k:
             _fk, _seq, version, r = heapq.heappop(heap)

@@ -158,7 +158,10 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
     if not isinstance(arrivals, Arrivals):
         arrivals = listed_arrivals(arrivals)
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
-    states = (RequestState(r) for r in _admissible(arrivals.requests(), opts.max_model_len, outcomes))
+    requests = arrivals.requests()
+    if opts.max_model_len is not None:
+        requests = _admissible(requests, opts.max_model_len, outcomes)
+    states = (RequestState(r) for r in requests)
     if opts.disaggregate is not None:
         if opts.mode == "poisson" and opts.concurrency:
             raise InferSimError("serve: a request rate with a concurrency cap is not modelled with PD disaggregation; "
@@ -184,10 +187,10 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
     return _with_loads(ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, list(arrivals.notes)))
 
 
-def _admissible(requests: Iterable[Request], max_model_len: int | None, outcomes: Outcomes) -> Iterator[Request]:
+def _admissible(requests: Iterable[Request], max_model_len: int, outcomes: Outcomes) -> Iterator[Request]:
     """The requests a server with this context limit takes; the others are rejected on arrival."""
     for req in requests:
-        if max_model_len is not None and req.input_tokens + req.output_tokens > max_model_len:
+        if req.input_tokens + req.output_tokens > max_model_len:
             outcomes.reject(req)
             continue
         yield req
