@@ -138,6 +138,43 @@ def test_a_trace_prefix_id_is_one_segment_of_the_real_cache(tmp_path):
     assert [r["cached_tokens"] for r in tight["requests"]] == [0, 0, 32]
 
 
+def test_the_host_tier_keeps_what_the_pool_evicts_and_its_copy_back_delays_the_prefill(tmp_path):
+    rows = [{"arrival_s": 10.0 * i, "input_tokens": 4000, "output_tokens": 10, "prefix_id": prefix,
+             "prefix_tokens": 3000} for i, prefix in enumerate("ABA")]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    options = {"mode": "trace", "trace": str(path), "requests": True, "kv_capacity_tokens": 4050}
+    gpu_only = simulate_serving(config(), options)
+    tiered = simulate_serving(config(), {**options, "host_kv_tokens": 8000})
+    # B evicts A's blocks to the host tier (4,000 tokens fit in 8,000): A comes back to find its
+    # prefix's first 2 blocks on the GPU and the other 185 on the host
+    assert [r["cached_tokens"] for r in tiered["requests"]] == [0, 0, 2992]
+    assert tiered["host_cache_hit_rate"] == pytest.approx(185 * 16 / 12000)
+    # FP8 KV of Llama-3.1-8B: 32 layers x 8 heads x 128 x 2 = 65,536 bytes a token over PCIe Gen5
+    # (64e9 x 0.8 bytes/s): 2,960 tokens take 3.79 ms to come back
+    copy = 2960 * 65536 / (64e9 * 0.8)
+    assert tiered["requests"][2]["ttft_ms"] / 1e3 > copy
+    assert tiered["requests"][2]["ttft_ms"] < gpu_only["requests"][2]["ttft_ms"]  # cheaper than recomputing
+    with pytest.raises(InferSimError, match="host"):
+        simulate_serving(config("sglang"), {**options, "host_kv_tokens": 8000, "prefix_cache": False})
+
+
+def test_requests_longer_than_max_model_len_are_rejected_and_counted():
+    summary = simulate_serving(config(), {"mode": "poisson", "rate": 5, "num_requests": 200, "seed": 1,
+                                          "isl": {"dist": "uniform", "min": 100, "max": 4000}, "osl": 100,
+                                          "max_model_len": 2100})
+    assert 0 < summary["rejected"] < 200 and summary["completed"] + summary["rejected"] == 200
+    assert summary["num_prompts"] == 200
+
+
+def test_an_empirical_length_file_is_drawn_from(tmp_path):
+    path = tmp_path / "lengths.txt"
+    path.write_text("# measured prompt lengths\n120, 480\n960\n")
+    summary = simulate_serving(config(), {"mode": "poisson", "rate": 2, "num_requests": 300, "osl": 20,
+                                          "isl": {"dist": "empirical", "file": str(path)}, "requests": True})
+    assert {r["input_tokens"] for r in summary["requests"]} == {120, 480, 960}
+
+
 def test_cache_aware_routing_keeps_conversations_where_their_history_is():
     workload = shared_prefix_workload(multi_turn=True)
     workload["load"] = {"timer": "constant", "stages": [{"rate": 4, "duration_s": 15}]}
