@@ -135,7 +135,7 @@ class Outcomes:
             s.last_arrival = arrival
         if finish > s.last_finish:
             s.last_finish = finish
-        self.timeline.request(arrival, r.scheduled_s, finish)
+        self.timeline.request(arrival, r.scheduled_s)
         if self.records is not None:
             self.records.append(r)
 
@@ -158,7 +158,7 @@ class Outcomes:
         s = self.stage(req.stage)
         s.rejected += 1
         s.arrived(req.arrival_s)
-        self.timeline.request(req.arrival_s, req.arrival_s, req.arrival_s)
+        self.timeline.request(req.arrival_s, req.arrival_s)
 
     def drop(self, req: Request) -> None:
         """A request that arrived at a full queue and was never admitted."""

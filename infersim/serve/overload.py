@@ -8,10 +8,10 @@ outpaced admissions by more than 5%, beyond Poisson noise), or when any request 
 instance's queue full (the run's `max_waiting` bound; such a request is counted as left waiting,
 never admitted). The second half is used so that the run's fill-up (the first requests' service
 time, before any completes) does not count as growth. An overloaded stage's saturated capacity is
-the completion rate over that same half: the engine was busy throughout it, so that is the rate it
-serves at. Closed-loop and offline loads are never overloaded (their clients wait for the server).
+the rate it admitted requests at over that same half: the engine was busy throughout it, and with
+its running batch bounded it admits as fast as it completes. Closed-loop and offline loads are never overloaded (their clients wait for the server).
 
-The timeline counts arrivals, admissions and completions in at most TIMELINE_BINS bins of one width
+The timeline counts arrivals and admissions in at most TIMELINE_BINS bins of one width
 that doubles (neighbouring bins merge) whenever a time falls past the last bin, so it takes fixed
 memory whatever the run's length; counts over a window are exact to one bin at each edge (bins
 straddling an edge count in proportion to their overlap).
@@ -29,20 +29,19 @@ _FIRST_WIDTH = 1e-3  # seconds
 
 
 class Timeline:
-    """Counts of arrivals, admissions and completions over time, in bounded memory."""
+    """Counts of arrivals and admissions over time, in bounded memory."""
 
     def __init__(self) -> None:
         self.width = _FIRST_WIDTH
         self.inverse = 1.0 / _FIRST_WIDTH  # bins per second
-        self.arrivals = [0.0] * TIMELINE_BINS
-        self.admissions = [0.0] * TIMELINE_BINS
-        self.completions = [0.0] * TIMELINE_BINS
+        self.arrivals = [0] * TIMELINE_BINS
+        self.admissions = [0] * TIMELINE_BINS
 
     def _coarsen(self) -> None:
-        for name in ("arrivals", "admissions", "completions"):
+        for name in ("arrivals", "admissions"):
             bins = getattr(self, name)
             merged = [bins[i] + bins[i + 1] for i in range(0, TIMELINE_BINS, 2)]
-            setattr(self, name, merged + [0.0] * (TIMELINE_BINS - len(merged)))
+            setattr(self, name, merged + [0] * (TIMELINE_BINS - len(merged)))
         self.width *= 2
         self.inverse = 1.0 / self.width
 
@@ -53,22 +52,20 @@ class Timeline:
             index = int(t * self.inverse)
         return max(index, 0)
 
-    def request(self, arrival: float, admitted: float, finished: float) -> None:
-        """A request that arrived, was admitted and finished at these times."""
-        last = int(finished * self.inverse)  # the latest of the three: coarsen once for all
+    def request(self, arrival: float, admitted: float) -> None:
+        """A request that arrived and was admitted at these times (on every request's path)."""
+        last = int(admitted * self.inverse)  # the later of the two: coarsen once for both
         if last >= TIMELINE_BINS:
-            last = self._index(finished)
-        inverse = self.inverse
-        self.arrivals[int(arrival * inverse)] += 1
-        self.admissions[int(admitted * inverse)] += 1
-        self.completions[last] += 1
+            last = self._index(admitted)
+        self.arrivals[int(arrival * self.inverse)] += 1
+        self.admissions[last] += 1
 
     def arrival(self, arrival: float) -> None:
         """A request that arrived and was never admitted."""
         self.arrivals[self._index(arrival)] += 1
 
     def count(self, name: str, start: float, end: float) -> float:
-        """Events of `name` (arrivals, admissions, completions) in (start, end]."""
+        """Events of `name` (arrivals, admissions) in (start, end]."""
         if end <= start:
             return 0.0
         bins, width = getattr(self, name), self.width
@@ -95,7 +92,7 @@ class StageLoad:
     backlog_growth: float  # arrivals - admissions over the second half
     dropped: int
     overloaded: bool
-    saturated_capacity_rps: float | None  # completion rate over the second half, when overloaded
+    saturated_capacity_rps: float | None  # admission rate over the second half, when overloaded
 
 
 def assess_stage(timeline: Timeline, stage: int, start: float, end: float, requests: int, dropped: int,
@@ -106,7 +103,7 @@ def assess_stage(timeline: Timeline, stage: int, start: float, end: float, reque
     admitted = timeline.count("admissions", mid, end)
     growth = arrived - admitted
     overloaded = dropped > 0 or (arrived > 0 and growth > max(GROWTH_SHARE * arrived, NOISE_SIGMAS * math.sqrt(arrived)))
-    capacity = timeline.count("completions", mid, end) / (end - mid) if overloaded and end > mid else None
+    capacity = admitted / (end - mid) if overloaded and end > mid else None
     if offered_rps is None:
         offered_rps = requests / (end - start) if end > start else math.inf
     return StageLoad(stage, start, end, offered_rps, arrived, admitted, growth, dropped, overloaded, capacity)
