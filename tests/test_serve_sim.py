@@ -18,7 +18,7 @@ from infersim.base.errors import InferSimError
 from infersim.modules.step import build_step_plan
 from infersim.shapes.plan import SequenceBatch
 from infersim.serve.api import simulate_serving
-from infersim.serve.scheduler import offline_limits
+from infersim.serve.settings import offline_limits
 from infersim.serve.options import parse_options
 from infersim.serve.simulate import simulate_serving_run
 from infersim.run.simulate import run_prefill
@@ -327,7 +327,7 @@ def test_the_kv_pool_charges_sliding_window_layers_of_a_mean_length_request():
     request holds all its tokens in all 48 layers: the pool is a quarter of what the 12 full
     layers alone would allow."""
     from infersim.run.memory import memory_budget
-    from infersim.serve.scheduler import settings_from_engine
+    from infersim.serve.settings import settings_from_engine
 
     cfg = config_from_mapping({"model": "llama-4-maverick", "hardware": "h200", "engine": "sglang",
                                "deployment": {"num_gpus": 8, "attention": {"tp": 8}, "ffn": {"tp": 8},
@@ -348,7 +348,8 @@ def test_attention_dp_ranks_take_whole_prompts_each_into_their_own_budget():
     (each rank's first prompt runs past its budget), not one for the whole instance."""
     from dataclasses import replace
 
-    from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings
+    from infersim.serve.scheduler import Instance, RequestState
+    from infersim.serve.settings import SchedulerSettings
     from infersim.serve.workload import Request
 
     settings = SchedulerSettings(
@@ -379,7 +380,8 @@ def test_admission_keeps_a_whole_prompt_in_reach_of_every_attention_dp_rank():
     from collections import deque
     from dataclasses import replace
 
-    from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings
+    from infersim.serve.scheduler import Instance, RequestState
+    from infersim.serve.settings import SchedulerSettings
     from infersim.serve.workload import Request
 
     settings = SchedulerSettings(

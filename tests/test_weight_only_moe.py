@@ -15,7 +15,7 @@ from infersim.tables.format import GroupedGemmRow
 from infersim.tables.table_files import read_table_csv, table_csv_text
 from infersim.modules.step import build_step_plan
 from infersim.shapes.plan import SequenceBatch
-from infersim.serve.scheduler import checkpoint_bytes_per_weight, offline_limits
+from infersim.serve.settings import checkpoint_bytes_per_weight, offline_limits
 
 H200_BF16 = 989.4e12  # hardware/h200.yaml peak.flops.bf16
 

@@ -145,6 +145,9 @@ class Scheduler:
     prefix_cache: bool = spec(doc="prefix (radix / block) cache on by default")
     future_reservation: FutureTokenReservation | None = spec(
         None, doc="on-demand admission: KV held back for running requests' future tokens (none = no reservation)")
+    host_kv_tier: str | None = spec(
+        None, doc="how a server enables a host-memory (CPU) tier of the prefix cache, which holds what the GPU "
+                  "cache evicts (none: the engine has no such tier); off unless a run gives it host memory")
 
 
 @dataclass(frozen=True, kw_only=True)

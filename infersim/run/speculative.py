@@ -41,9 +41,9 @@ from infersim.run.memory import (
 )
 from infersim.cards import categories as cat
 from infersim.base.units import ACT_BYTES
-from infersim.modules.step import build_stage_plan
+from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.costing.memo import PricingMemo
-from infersim.shapes.plan import Operation, Stage, StagePlan
+from infersim.shapes.plan import Operation, SequenceBatch, Stage, StagePlan
 
 
 def expected_tokens_per_step(acceptance_rate: float, lookahead: int) -> float:
@@ -115,6 +115,40 @@ def drafter_plan(config: RunConfig, stage: Stage, tokens_per_gpu: int, memo: Pri
     plan = build_stage_plan(stage, mtp_card(model), dep, config.workload, tokens_per_gpu, hw.derates.deepep_normal_sms,
                             memo=memo)
     return replace(plan, per_step=plan.per_step + _mtp_extra_operations(model, dep, plan.tokens_per_gpu))
+
+
+def drafter_step_plan(config: RunConfig, sequences: tuple[SequenceBatch, ...]) -> StagePlan:
+    """The drafter over explicit per-GPU sequences (the serving simulator's steps): one draft step of
+    decode requests (one token each), or the prompt chunks the drafter prefills beside the model."""
+    spec = _spec(config)
+    if spec.method == "draft":
+        assert config.draft_model is not None and config.draft_deployment is not None
+        return build_step_plan(config.draft_model, config.draft_deployment, sequences, 0)
+    model, dep = config.model, config.deployment
+    plan = build_step_plan(mtp_card(model), dep, sequences, config.hardware.derates.deepep_normal_sms)
+    return replace(plan, per_step=plan.per_step + _mtp_extra_operations(model, dep, plan.tokens_per_gpu))
+
+
+def drafter_step_time(config: RunConfig, sequences: tuple[SequenceBatch, ...]) -> float:
+    """Seconds of one drafter pass over `sequences`, without the scheduler overhead (paid once per
+    step, by the verification)."""
+    seconds, _ops = _without_overhead(run_stage(drafter_step_plan(config, sequences), config.hardware, config.tables))
+    return seconds
+
+
+def serving_lookahead(config: RunConfig) -> tuple[int, float, bool]:
+    """(lookahead k, expected tokens per step E(k), chosen by `auto`) for the serving simulator: the
+    configured k, or under `lookahead: auto` the k the stage engine finds best at one request per
+    GPU with the config's workload (engines run one fixed k)."""
+    spec = _spec(config)
+    if spec.lookahead != "auto":
+        k = int(spec.lookahead)
+        return k, expected_tokens_per_step(spec.acceptance_rate, k), False
+    model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
+    baseline = run_stage(build_stage_plan("decode", model, dep, workload, 1, hw.derates.deepep_normal_sms),
+                         hw, config.tables, config.engine)
+    _decode, result = speculative_decode(config, 1, baseline)
+    return result.lookahead, result.expected_tokens_per_step, True
 
 
 def drafter_memory(config: RunConfig) -> DraftMemory | None:

@@ -9,7 +9,9 @@
     summary["p99_ttft_ms"], summary["output_throughput_per_gpu"]
 
 Options (all optional but what the mode needs):
-  mode            offline | poisson | concurrency | trace (default poisson)
+  mode            offline | poisson | concurrency | trace (default poisson; workload when `workload` is given)
+  workload        a staged workload (infersim.serve.workload_spec): load stages, shared prefixes,
+                  multi-turn conversations, chat sessions; instead of a mode, rate, concurrency or trace
   num_requests    requests to simulate (default 1000; a trace replays all its rows unless given, and a
                   cut is announced under "notes"); at most 10,000,000
   rate            requests/s (poisson); burstiness: gamma shape of the gaps (1 = Poisson)
@@ -27,14 +29,23 @@ Options (all optional but what the mode needs):
   max_running_requests, max_num_tokens
                   override the running-request cap and the per-step token budget of every instance
                   (e.g. MLPerf's gpu_batch_size); default: engine card, or trtllm-bench's heuristic offline
+  max_waiting     open loop: requests an instance's queue holds before arrivals are left waiting
+                  (default 10,000; 0: no bound; infersim.serve.overload)
+  max_model_len   requests longer than this (prompt + output tokens) are rejected on arrival
+  host_kv_bytes, host_kv_tokens
+                  a host (CPU) tier of the prefix cache per instance, where the engine card has one
+  kv_capacity_tokens
+                  the KV pool per instance instead of the engine's (a measured pool)
   bucket_width    relative width of the step-cost grid (default 1.04; see infersim.serve.cost)
   requests        true: include per-request records under "requests"
 Returns the summary dict (infersim.serve.metrics.summarize): vllm-bench-serve names (mean_ttft_ms,
 median_ttft_ms, p99_ttft_ms, mean_tpot_ms, ..., mean_itl_ms, mean_e2el_ms, request_throughput,
 output_throughput, total_token_throughput) plus output_throughput_per_gpu over all GPUs of all
 replicas / pools, queueing, KV utilisation, preemptions, per-pool scheduler facts and a Little's
-law check, and "notes": what the run did that was not asked for (a trace cut to num_requests,
-lengths whose realised mean is not the distribution's). Bad options raise InferSimError with one
+law check, the prefix cache's hit rate, "load" and "warnings" (offered load against what was served;
+infersim.serve.overload), "stages" for a workload (per load stage), and "notes": what the run did
+that was not asked for (a trace cut to num_requests, lengths whose realised mean is not the
+distribution's, what a workload file says that is not read). Bad options raise InferSimError with one
 clear message; valid options that cannot run (a request larger than the KV cache) NotPossible.
 """
 

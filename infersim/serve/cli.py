@@ -6,6 +6,7 @@ import argparse
 import csv
 import json
 import re
+import sys
 from typing import Any
 
 import yaml
@@ -54,7 +55,67 @@ def _length(text: str | None, name: str) -> Any:
     return value
 
 
+def read_workload_file(path: str) -> dict[str, Any]:
+    """A workload file: an inference-perf profile, a trainval experiment's `workload:` stanza, or
+    InferSim's own workload form (optionally under a top-level `workload:` key)."""
+    from infersim.serve.inference_perf import is_inference_perf, workload_from_inference_perf
+    from infersim.serve.trainval import trainval_workload
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            loaded = yaml.safe_load(fh)
+    except OSError as exc:
+        raise InferSimError(f"--workload {path}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise InferSimError(f"--workload {path}: not YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(loaded, dict):
+        raise InferSimError(f"--workload {path}: expected a mapping")
+    if is_inference_perf(loaded):
+        return workload_from_inference_perf(loaded, f"inference-perf profile {path}")
+    body = loaded.get("workload", loaded) if set(loaded) <= {"workload"} else loaded
+    if isinstance(body, dict) and "num_unique_system_prompts" in body:
+        return trainval_workload(body)
+    return body
+
+
+def _workload_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The workload a --workload file or the benchmark dataset flags describe (None: neither)."""
+    from infersim.serve.bench_flags import uses_dataset_flags, workload_from_flags
+
+    flags = uses_dataset_flags(args) and args.dataset_name != "sharegpt"
+    if args.workload is None and not flags:
+        return None
+    if args.workload is not None and (flags or args.rate is not None or args.concurrency is not None
+                                      or args.offline or args.trace is not None):
+        raise InferSimError("--workload is its own load: drop --rate, --concurrency, --offline, --trace and the "
+                            "dataset flags")
+    if args.rate_sweep is not None or args.max_rate_under_slo:
+        raise InferSimError("--rate-sweep and --max-rate-under-slo vary a Poisson rate; a workload has its own stages")
+    form = read_workload_file(args.workload) if args.workload is not None else workload_from_flags(args)
+    options: dict[str, Any] = {"workload": form, "seed": args.seed, "replicas": args.replicas, "router": args.router}
+    return options
+
+
+def _extras(args: argparse.Namespace) -> dict[str, Any]:
+    given = {"max_waiting": args.max_waiting, "max_model_len": args.max_model_len, "host_kv_bytes": args.host_kv_bytes}
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    workload = _workload_options(args)
+    if workload is not None:
+        if args.slo:
+            workload["slo"] = parse_slo(args.slo)
+        return {**workload, **_extras(args)}
+    if args.dataset_name == "sharegpt":
+        if not args.dataset_path:
+            raise InferSimError("--dataset-name sharegpt: give its (input, output) token counts as a trace with "
+                                "--dataset-path (a conversation file's lengths need its tokenizer)")
+        args.lengths_from = args.dataset_path
+    return {**_legacy_options(args), **_extras(args)}
+
+
+def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
     # a rate with a concurrency is a Poisson load capped at that many in flight (vllm bench serve's
     # and sglang.bench_serving's --request-rate with --max-concurrency); a rate search's rates likewise
     sweeping = args.rate_sweep is not None or args.max_rate_under_slo
@@ -67,8 +128,8 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         raise InferSimError("--rate-sweep and --max-rate-under-slo vary a Poisson rate; drop " + modes[0])
     _check_search_flags(args, sweeping)
     if not modes and not sweeping:
-        raise InferSimError("give a load: --rate R (--request-rate), --concurrency N (--max-concurrency), --offline or "
-                            "--trace FILE")
+        raise InferSimError("give a load: --rate R (--request-rate), --concurrency N (--max-concurrency), --offline, "
+                            "--trace FILE or --workload FILE")
     options: dict[str, Any] = {"mode": modes[0] if modes else "poisson", "seed": args.seed, "replicas": args.replicas,
                                "router": args.router}
     if args.num_requests is not None:  # else: a trace replays every row, other loads 1000 requests
@@ -141,13 +202,17 @@ def run_block(config: Any, options: dict[str, Any]) -> dict[str, Any]:
 def serve_title(config: Any, options: dict[str, Any]) -> str:
     """Model, GPUs, engine and load of a serving run, for report and picture titles."""
     dep = config.deployment
-    mode = options.get("mode", "poisson")
+    mode = options.get("mode", "workload" if options.get("workload") is not None else "poisson")
     if mode == "poisson":
         load = f"Poisson {options.get('rate', 0):g} req/s" + (
             f", at most {options['concurrency']} in flight" if options.get("concurrency") else "")
     elif mode == "concurrency":
         clients = options.get("concurrency")
         load = f"{clients} concurrent client{'s' if clients != 1 else ''}"
+    elif mode == "workload" or options.get("workload") is not None:
+        from infersim.serve.workload_spec import parse_workload
+
+        load = parse_workload(options["workload"]).describe()
     else:
         load = {"offline": "offline (all requests at once)", "trace": "trace replay"}.get(mode, mode)
     return (f"{config.model.name} on {dep.num_gpus} x {config.hardware.name}, {config.engine.name} "
@@ -193,6 +258,8 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         if client is not None:
             client.close()
+    for warning in summary.get("warnings", ()):
+        print(f"infersim: warning: {warning}", file=sys.stderr)
     records = summary.pop("requests", None) if not args.include_requests else summary.get("requests")
     if args.requests_out and records:
         write_requests(args.requests_out, records)
@@ -375,6 +442,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--offline", action="store_true", help="all requests at t = 0 (trtllm-bench / MLPerf Offline)")
     load.add_argument("--trace", default=None, metavar="FILE",
                       help="replay a JSONL/CSV trace (arrival, input, output tokens; Azure column names accepted)")
+    load.add_argument("--workload", default=None, metavar="FILE",
+                      help="a workload file: an inference-perf profile (load stages, shared-prefix or random data), "
+                           "or InferSim's workload form (stages, shared prefixes, sessions; docs/serving.md)")
     p.add_argument("--trace-time-scale", type=_number(gt=0), default=None, help="multiply trace arrival times (0.5 = 2x rate)")
     p.add_argument("--num-requests", type=_number(whole=True, gt=0), default=None,
                    help="requests to simulate (default 1000; a trace replays all its rows unless given)")
@@ -386,7 +456,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--burstiness", type=_number(gt=0), default=None, help="gamma shape of Poisson gaps (1 = Poisson)")
     p.add_argument("--seed", type=_number(whole=True, ge=0), default=0, help="random seed (default 0)")
     p.add_argument("--replicas", type=_number(whole=True, gt=0), default=1, help="data-parallel copies of the deployment behind a router")
-    p.add_argument("--router", choices=("round-robin", "least-loaded"), default="round-robin")
+    p.add_argument("--router", choices=("round-robin", "least-loaded", "cache-aware"), default="round-robin",
+                   help="how requests reach replicas (cache-aware: where most of the prompt is cached, as SGLang's "
+                        "router; staged workloads only)")
+    p.add_argument("--max-waiting", type=_number(whole=True, ge=0), default=None,
+                   help="open loop: requests an instance's queue holds before further arrivals are left waiting "
+                        "(the overload guard; default 10000, 0: no bound)")
+    p.add_argument("--max-model-len", type=_number(whole=True, gt=1), default=None,
+                   help="longest request (prompt + output tokens) the server takes; longer ones are rejected")
+    p.add_argument("--host-kv-bytes", type=_number(gt=0), default=None,
+                   help="host (CPU) memory per instance for a host tier of the prefix cache, bytes (e.g. 100e9), "
+                        "where the engine card says how the engine enables one")
     p.add_argument("--prefix-hit-rate", type=_number(ge=0), default=None, help="share of every prompt found in the prefix cache")
     p.add_argument("--disaggregate", default=None, metavar="xPyD", help="PD disaggregation, e.g. 3P1D")
     p.add_argument("--slo", default=None, metavar="ttft=2s,tpot=50ms", help="latency limits for goodput and searches; each names its unit (s, ms or us)")
@@ -406,7 +486,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_emit_launch(p, "the simulated deployment (both sides and the router of a PD-disaggregated one)")
     from infersim.cli.main import add_option_aliases
     from infersim.cli.main import add_run_flags
+    from infersim.serve.bench_flags import add_flags
 
+    add_flags(p, _number)
     add_run_flags(p, lengths=False)
     # the names vllm bench serve and sglang.bench_serving give the same options
     add_option_aliases(p, {"--request-rate": "--rate", "--max-concurrency": "--concurrency",

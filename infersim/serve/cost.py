@@ -21,6 +21,13 @@ engine card's software overhead included) over per-GPU sequences:
     them, so the rank's decode work is given as ceil(count / tp) requests per GPU; its prefill
     chunks are the group's (SequenceBatch across_tp: each chunk's tokens spread over the group's
     GPUs, attention run once per chunk with each GPU's heads).
+  - with speculative decoding (the config's `speculative` section) a decode request feeds its token
+    and the k drafted ones: the model's step verifies q = k + 1 tokens per request (attending to
+    the context and to each other, as infersim.run.speculative prices it, with the engine as it runs
+    a speculative step), and the drafter adds k passes of one token per decode request plus one
+    pass over the step's prompt chunks (it prefills them too), without a second scheduler overhead.
+    Each step yields E(k) tokens per request in expectation (`tokens_per_step`), which the
+    scheduler's token clock advances by. `lookahead: auto` is resolved once, at one request per GPU.
 Memoisation and its error bound. Every length (T, kv, mean decode context) and every count above
 EXACT_BELOW is rounded to the nearest point of a geometric grid of ratio `width` (default 1.04),
 i.e. by at most a factor sqrt(width) = 1.0198. Step time is non-decreasing and at most linear in
@@ -73,6 +80,15 @@ class StepCoster:
         self.priced = 0  # stage-engine evaluations (memo misses)
         self.sms = config.hardware.derates.deepep_normal_sms
         self.pricing = PricingMemo()  # plan pieces and kernel costs the priced steps share
+        self.lookahead = 0  # speculative tokens verified per decode request and step
+        self.tokens_per_step: float = 1  # expected tokens a decode step gives each request
+        self.lookahead_auto = False
+        self.engine = config.engine
+        if config.speculative is not None:
+            from infersim.run.speculative import serving_lookahead, speculative_engine
+
+            self.lookahead, self.tokens_per_step, self.lookahead_auto = serving_lookahead(config)
+            self.engine = speculative_engine(config.engine)
 
     def bucket(self, value: float) -> int:
         """`value` (rounded to a whole number first) on the geometric grid (counts below EXACT_BELOW
@@ -120,26 +136,53 @@ class StepCoster:
         dp, tp = self.dp, self.tp
         seqs = []
         padding = 0
+        chunk = None
         if shape.prefill_chunks:
             rank_chunks = -(-shape.prefill_chunks // dp)
             rank_tokens = shape.prefill_tokens * rank_chunks / shape.prefill_chunks
             q = max(1, round(rank_tokens / rank_chunks))
-            seqs.append(SequenceBatch(rank_chunks, q, max(q, shape.prefill_context), across_tp=tp > 1))
+            chunk = SequenceBatch(rank_chunks, q, max(q, shape.prefill_context), across_tp=tp > 1)
+            seqs.append(chunk)
         cfg = self.config
+        verify = 1 + self.lookahead  # tokens each decode request feeds
+        rank_requests = -(-shape.decode_requests // dp)
         if shape.decode_requests:
-            rank_requests = -(-shape.decode_requests // dp)
             per_gpu = -(-rank_requests // tp)
             if not shape.prefill_chunks:  # a pure decode step replays a graph at the padded batch
                 padded = cfg.engine.graph_padded_batch(per_gpu, cfg.hardware.peak.hbm_bytes, tp,
                                                        cfg.deployment.gpus_per_stage, cfg.hardware)
-                padding = padded - per_gpu
-            seqs.append(SequenceBatch(per_gpu, 1, max(1, shape.decode_context)))
+                padding = (padded - per_gpu) * verify
+            seqs.append(SequenceBatch(per_gpu, verify, max(1, shape.decode_context) + verify - 1))
         expert_tokens = 0.0
         if shape.prefill_chunks and dp > 1:  # unequal ranks: the experts see the mean, not the busiest
-            expert_tokens = (shape.prefill_tokens + shape.decode_requests) / (dp * tp)
-        plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms, expert_tokens_per_gpu=expert_tokens,
-                               graph_padding=padding, memo=self.pricing)
+            expert_tokens = (shape.prefill_tokens + shape.decode_requests * verify) / (dp * tp)
+        plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms,
+                               stage="decode" if verify > 1 and not chunk else None,
+                               expert_tokens_per_gpu=expert_tokens, graph_padding=padding, memo=self.pricing)
         self.priced += 1
-        stage = run_stage(plan, cfg.hardware, cfg.tables, cfg.engine, self.pricing)
+        stage = run_stage(plan, cfg.hardware, cfg.tables, self.engine, self.pricing)
+        seconds = stage.step_time_s
         power = cfg.hardware.power
-        return stage.step_time_s, stage_energy(stage, power).joules if power is not None else 0.0
+        joules = stage_energy(stage, power).joules if power is not None else 0.0
+        if self.lookahead:
+            draft = self._draft_seconds(chunk, rank_requests, shape.decode_context)
+            # the drafter runs the same kinds of kernels on the same GPUs: its time draws the
+            # target step's mean power
+            joules += draft * joules / seconds if seconds > 0 else 0.0
+            seconds += draft
+        return seconds, joules
+
+    def _draft_seconds(self, chunk: SequenceBatch | None, rank_requests: int, context: int) -> float:
+        """The drafter's share of a speculative step: k one-token passes over the decode requests
+        and one pass over the prompt chunks."""
+        from infersim.run.speculative import drafter_step_time
+
+        cfg = self.config
+        seconds = 0.0
+        if rank_requests:
+            draft_tp = cfg.draft_deployment.attention.tp if cfg.draft_deployment is not None else self.tp
+            per_gpu = -(-rank_requests // draft_tp)
+            seconds += self.lookahead * drafter_step_time(cfg, (SequenceBatch(per_gpu, 1, max(1, context)),))
+        if chunk is not None:
+            seconds += drafter_step_time(cfg, (chunk,))
+        return seconds

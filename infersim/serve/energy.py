@@ -42,9 +42,10 @@ def serving_energy(result: ServeResult, duration: float) -> dict[str, Any]:
     total = sum(p["joules"] for p in pools)
     busy = sum(p["busy_joules"] for p in pools)
     gpus = sum(p["gpus"] for p in pools)
-    done = result.outcomes
+    done = result.outcomes.whole()
     price = result.pools[0].config.electricity
     out_tokens = done.output_tokens
+    completed = done.completed
     gpu_hours = duration * gpus / 3600
     prices = [p.config.hardware.usd_per_gpu_hour for p in result.pools]
     gpu_usd = sum(duration * p.gpus / 3600 * p.config.hardware.usd_per_gpu_hour for p in result.pools)
@@ -56,7 +57,7 @@ def serving_energy(result: ServeResult, duration: float) -> dict[str, Any]:
         "idle_joules": total - busy,
         "idle_share": (total - busy) / total if total else 0.0,
         "joules_per_output_token": total / out_tokens if out_tokens else None,
-        "joules_per_request": total / len(done) if len(done) else None,
+        "joules_per_request": total / completed if completed else None,
         "watts_per_gpu": total / (duration * gpus) if duration and gpus else 0.0,
         "gpu_hours": gpu_hours,
         "usd_per_kwh": price.usd_per_kwh,

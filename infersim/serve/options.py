@@ -12,6 +12,7 @@ from typing import Any
 
 from infersim.base.errors import InferSimError, echo
 from infersim.serve.cost import DEFAULT_WIDTH
+from infersim.serve.workload_spec import WorkloadSpec, parse_workload
 from infersim.serve.workload import (
     DEFAULT_REQUESTS,
     LengthDist,
@@ -21,8 +22,11 @@ from infersim.serve.workload import (
     request_count,
 )
 
-MODES = ("offline", "poisson", "concurrency", "trace")
-ROUTERS = ("round-robin", "least-loaded")
+MODES = ("offline", "poisson", "concurrency", "trace", "workload")
+ROUTERS = ("round-robin", "least-loaded", "cache-aware")
+#: requests an open-loop instance's queue holds before further arrivals are left waiting (the
+#: overload guard: a queue that reaches it grows without bound; see infersim.serve.overload)
+DEFAULT_MAX_WAITING = 10_000
 #: most engine instances one pool (replicas, prefill or decode) may have: every instance is stepped
 #: on its own and a least-loaded router visits each of them per request; a fleet larger than this
 #: has the per-GPU numbers of a slice of it (model a slice, with the rate scaled)
@@ -66,6 +70,12 @@ class ServeOptions:
     max_num_tokens: int | None = None  # overrides the per-step token budget per instance
     lengths_trace: str | None = None  # draw (input, output) lengths from this trace's rows
     percentiles: tuple[float, ...] = ()  # TTFT and TPOT percentiles the summary adds to p50/p90/p99
+    workload: WorkloadSpec | None = None  # staged workload (mode workload; infersim.serve.workload_spec)
+    max_waiting: int = DEFAULT_MAX_WAITING  # open loop: queue bound per instance (0: none)
+    max_model_len: int | None = None  # longer requests (prompt + output) are rejected on arrival
+    host_kv_bytes: float = 0.0  # host (CPU) tier of the prefix cache per instance, bytes
+    host_kv_tokens: int = 0  # ... or its capacity in tokens (a measured pool)
+    kv_capacity_tokens: int | None = None  # overrides the KV pool per instance (a measured pool), tokens
 
 
 def _instances(value: Any, name: str) -> int:
@@ -119,17 +129,14 @@ def _seconds(value: Any, name: str) -> float:
     return _number(value, name)
 
 
-def parse_options(options: dict[str, Any]) -> ServeOptions:
-    """The options dict of the Python API (see infersim.serve.api.simulate_serving)."""
-    known = {"mode", "num_requests", "rate", "concurrency", "isl", "osl", "seed", "replicas", "router", "burstiness",
-             "trace", "trace_time_scale", "prefix_hit_rate", "prefix_cache", "slo", "disaggregate", "bucket_width",
-             "max_running_requests", "max_num_tokens", "lengths_trace", "percentiles"}
-    unknown = set(options) - known
-    if unknown:
-        raise InferSimError(f"serve options: unknown key(s) {sorted(map(str, unknown))}; known: {', '.join(sorted(known))}")
-    mode = options.get("mode", "poisson")
-    if mode not in MODES:
-        raise InferSimError(f"serve mode {echo(mode)} is not one of {', '.join(MODES)}")
+KNOWN_OPTIONS = {"mode", "num_requests", "rate", "concurrency", "isl", "osl", "seed", "replicas", "router",
+                 "burstiness", "trace", "trace_time_scale", "prefix_hit_rate", "prefix_cache", "slo", "disaggregate",
+                 "bucket_width", "max_running_requests", "max_num_tokens", "lengths_trace", "percentiles",
+                 "workload", "max_waiting", "max_model_len", "host_kv_bytes", "host_kv_tokens", "kv_capacity_tokens"}
+
+
+def _load(options: dict[str, Any], mode: str) -> tuple[float | None, int | None]:
+    """The rate and concurrency the mode takes."""
     rate = options.get("rate")
     if mode == "poisson":
         if rate is None:
@@ -146,39 +153,43 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
         concurrency = _positive_int(concurrency, "concurrency")
     else:
         concurrency = None
-    percentiles = options.get("percentiles") or ()
-    if not isinstance(percentiles, (list, tuple)) or any(
-            isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 100 for q in percentiles):
-        raise InferSimError(f"percentiles: expected numbers in (0, 100) (got {percentiles!r})")
-    if mode == "trace" and not options.get("trace"):
-        raise InferSimError("serve mode trace needs a trace file")
-    slo = options.get("slo")
-    if slo is not None and not isinstance(slo, Slo):
-        if not isinstance(slo, dict) or set(slo) - {"ttft_s", "tpot_s", "ttft_ms", "tpot_ms"}:
-            raise InferSimError(f"slo: expected {{ttft_s|ttft_ms, tpot_s|tpot_ms}} (got {echo(slo)})")
-        ttft = slo.get("ttft_s", _number(slo["ttft_ms"], "slo ttft_ms") / 1e3 if "ttft_ms" in slo else None)
-        tpot = slo.get("tpot_s", _number(slo["tpot_ms"], "slo tpot_ms") / 1e3 if "tpot_ms" in slo else None)
-        slo = Slo(_seconds(ttft, "slo ttft") if ttft is not None else None,
-                  _seconds(tpot, "slo tpot") if tpot is not None else None)
-    disagg = options.get("disaggregate")
+    return rate, concurrency
+
+
+def _slo(slo: Any) -> Slo | None:
+    if slo is None or isinstance(slo, Slo):
+        return slo
+    if not isinstance(slo, dict) or set(slo) - {"ttft_s", "tpot_s", "ttft_ms", "tpot_ms"}:
+        raise InferSimError(f"slo: expected {{ttft_s|ttft_ms, tpot_s|tpot_ms}} (got {echo(slo)})")
+    ttft = slo.get("ttft_s", _number(slo["ttft_ms"], "slo ttft_ms") / 1e3 if "ttft_ms" in slo else None)
+    tpot = slo.get("tpot_s", _number(slo["tpot_ms"], "slo tpot_ms") / 1e3 if "tpot_ms" in slo else None)
+    return Slo(_seconds(ttft, "slo ttft") if ttft is not None else None,
+               _seconds(tpot, "slo tpot") if tpot is not None else None)
+
+
+def _disaggregation(disagg: Any) -> Disaggregation | None:
     if isinstance(disagg, dict):
         unknown_keys = set(disagg) - {"prefill", "decode", "prefill_deployment", "decode_deployment"}
         if unknown_keys:
             raise InferSimError(f"disaggregate: unknown key(s) {sorted(map(str, unknown_keys))}; expected prefill, "
                                 "decode, prefill_deployment, decode_deployment")
-        disagg = Disaggregation(_instances(disagg.get("prefill"), "disaggregate.prefill"),
-                                _instances(disagg.get("decode"), "disaggregate.decode"),
-                                disagg.get("prefill_deployment"), disagg.get("decode_deployment"))
-    elif disagg is not None and not isinstance(disagg, Disaggregation):
-        disagg = parse_disaggregation(disagg)
-    replicas = _instances(options.get("replicas", 1), "replicas")
-    if disagg is not None and replicas != 1:
-        raise InferSimError(f"replicas {replicas} with disaggregate: a PD run's instances are its prefill and decode "
-                            f"pools ({disagg.prefill_instances}P{disagg.decode_instances}D); give the counts there")
+        return Disaggregation(_instances(disagg.get("prefill"), "disaggregate.prefill"),
+                              _instances(disagg.get("decode"), "disaggregate.decode"),
+                              disagg.get("prefill_deployment"), disagg.get("decode_deployment"))
+    if disagg is not None and not isinstance(disagg, Disaggregation):
+        return parse_disaggregation(disagg)
+    return disagg
+
+
+def _checked_misc(options: dict[str, Any]) -> dict[str, Any]:
+    """The options that are one value each, checked."""
+    percentiles = options.get("percentiles") or ()
+    if not isinstance(percentiles, (list, tuple)) or any(
+            isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 100 for q in percentiles):
+        raise InferSimError(f"percentiles: expected numbers in (0, 100) (got {percentiles!r})")
     hit = options.get("prefix_hit_rate", 0.0)
     if isinstance(hit, bool) or not isinstance(hit, (int, float)) or not 0 <= hit < 1:
         raise InferSimError(f"prefix_hit_rate must be in [0, 1) (got {echo(hit)})")
-    hit = _number(hit, "prefix_hit_rate", ge=0)
     router = options.get("router", "round-robin")
     if router not in ROUTERS:
         raise InferSimError(f"router {echo(router)} is not one of {', '.join(ROUTERS)}")
@@ -191,19 +202,49 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
     prefix_cache = options.get("prefix_cache")
     if prefix_cache is not None and not isinstance(prefix_cache, bool):
         raise InferSimError(f"prefix_cache must be true or false (got {echo(prefix_cache)})")
-    num = options.get("num_requests", None if mode == "trace" else DEFAULT_REQUESTS)
+    waiting = options.get("max_waiting", DEFAULT_MAX_WAITING)
+    return {"percentiles": tuple(float(q) for q in percentiles), "prefix_hit_rate": _number(hit, "prefix_hit_rate", ge=0),
+            "router": router, "bucket_width": float(width), "seed": seed, "prefix_cache": prefix_cache,
+            "max_waiting": int(_number(waiting, "max_waiting", whole=True, ge=0)),
+            "host_kv_bytes": _number(options.get("host_kv_bytes", 0.0), "host_kv_bytes", ge=0),
+            "host_kv_tokens": int(_number(options.get("host_kv_tokens", 0), "host_kv_tokens", whole=True, ge=0))}
+
+
+def _optional_int(options: dict[str, Any], name: str) -> int | None:
+    return _positive_int(options[name], name) if options.get(name) is not None else None
+
+
+def parse_options(options: dict[str, Any]) -> ServeOptions:
+    """The options dict of the Python API (see infersim.serve.api.simulate_serving)."""
+    unknown = set(options) - KNOWN_OPTIONS
+    if unknown:
+        raise InferSimError(f"serve options: unknown key(s) {sorted(map(str, unknown))}; known: "
+                            f"{', '.join(sorted(KNOWN_OPTIONS))}")
+    workload = parse_workload(options["workload"]) if options.get("workload") is not None else None
+    mode = options.get("mode", "workload" if workload is not None else "poisson")
+    if mode not in MODES:
+        raise InferSimError(f"serve mode {echo(mode)} is not one of {', '.join(MODES)}")
+    if (mode == "workload") != (workload is not None):
+        raise InferSimError("serve: a workload (options.workload) is its own load; give it without mode, rate, "
+                            "concurrency or trace" if workload is not None else "serve mode workload needs a workload")
+    rate, concurrency = _load(options, mode)
+    if mode == "trace" and not options.get("trace"):
+        raise InferSimError("serve mode trace needs a trace file")
+    disagg = _disaggregation(options.get("disaggregate"))
+    replicas = _instances(options.get("replicas", 1), "replicas")
+    if disagg is not None and replicas != 1:
+        raise InferSimError(f"replicas {replicas} with disaggregate: a PD run's instances are its prefill and decode "
+                            f"pools ({disagg.prefill_instances}P{disagg.decode_instances}D); give the counts there")
+    num = options.get("num_requests", None if mode in ("trace", "workload") else DEFAULT_REQUESTS)
     return ServeOptions(
         mode=mode, num_requests=request_count(num) if num is not None else None, rate=rate,
         concurrency=concurrency,
         isl=length_dist(options["isl"], "isl") if options.get("isl") is not None else None,
         osl=length_dist(options["osl"], "osl") if options.get("osl") is not None else None,
-        seed=seed, replicas=replicas, router=router,
-        burstiness=check_burstiness(options.get("burstiness", 1.0)), trace=options.get("trace"),
-        trace_time_scale=_number(options.get("trace_time_scale", 1.0), "trace_time_scale"), prefix_hit_rate=hit,
-        prefix_cache=prefix_cache, slo=slo, disaggregate=disagg,
-        bucket_width=float(width),
-        max_running_requests=(_positive_int(options["max_running_requests"], "max_running_requests")
-                              if options.get("max_running_requests") is not None else None),
-        lengths_trace=options.get("lengths_trace"), percentiles=tuple(float(q) for q in percentiles),
-        max_num_tokens=(_positive_int(options["max_num_tokens"], "max_num_tokens")
-                        if options.get("max_num_tokens") is not None else None))
+        replicas=replicas, burstiness=check_burstiness(options.get("burstiness", 1.0)), trace=options.get("trace"),
+        trace_time_scale=_number(options.get("trace_time_scale", 1.0), "trace_time_scale"),
+        slo=_slo(options.get("slo")), disaggregate=disagg,
+        max_running_requests=_optional_int(options, "max_running_requests"),
+        lengths_trace=options.get("lengths_trace"), max_num_tokens=_optional_int(options, "max_num_tokens"),
+        workload=workload, max_model_len=_optional_int(options, "max_model_len"),
+        kv_capacity_tokens=_optional_int(options, "kv_capacity_tokens"), **_checked_misc(options))

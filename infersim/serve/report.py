@@ -22,8 +22,12 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
     capped = f", at most {s['max_concurrency']} in flight" if mode == "poisson" and s.get("max_concurrency") else ""
     load = {"poisson": f"Poisson {s.get('request_rate', 0):g} req/s{capped}", "concurrency": f"closed loop, "
             f"{s.get('max_concurrency')} clients", "offline": "offline (all requests at t = 0)",
-            "trace": "trace replay"}[mode]
-    lines.append(f"  load:        {s['completed']:,} requests, {load}; {s['total_input_tokens']:,} input and "
+            "trace": "trace replay", "workload": s.get("workload", "workload")}[mode]
+    done = f"{s['completed']:,} requests"
+    if s.get("failed"):
+        done = (f"{s['completed']:,} of {s['num_prompts']:,} requests completed ({s['rejected']:,} rejected as too "
+                f"long, {s['left_waiting']:,} left waiting)")
+    lines.append(f"  load:        {done}, {load}; {s['total_input_tokens']:,} input and "
                  f"{s['total_output_tokens']:,} output tokens")
     for pool in s["pools"]:
         lines.append(f"  {pool['role']:<12} {pool['instances']} x {pool['gpus_per_instance']} GPU(s), "
@@ -35,6 +39,13 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
                     if s.get("request_goodput") is not None else ""))
     lines.append(f"  output     {s['output_throughput']:,.1f} tok/s   ({s['output_throughput_per_gpu']:,.1f} per GPU)")
     lines.append(f"  total      {s['total_token_throughput']:,.1f} tok/s   ({s['total_token_throughput_per_gpu']:,.1f} per GPU)")
+    load_info = s.get("load") or {}
+    if load_info.get("overloaded"):
+        capacity = load_info.get("saturated_capacity_rps")
+        offered = load_info.get("offered_rps")
+        lines.append(f"  OVERLOADED: offered {offered:,.3f} req/s" if offered is not None else "  OVERLOADED")
+        lines[-1] += (f", saturated capacity {capacity:,.3f} req/s" if capacity is not None else "") + (
+            f"; {load_info['admitted']:,} requests admitted, {load_info['left_waiting']:,} left waiting")
     lines.append("")
     rows = []
     for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"),
@@ -49,15 +60,46 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
                    f"busy {p['busy_fraction']:.1%}" for p in s["pools"])
     lines.append(f"ENGINE  {kv}; preemptions {s['preemptions']:,}; {s['steps']:,} steps simulated in "
                  f"{s['iterations']:,} iterations")
+    if s.get("prefix_cache_hit_rate"):
+        lines.append(f"  prefix cache: {s['prefix_cache_hit_rate']:.1%} of prompt tokens found cached"
+                     + (f" ({s['host_cache_hit_rate']:.1%} from the host tier)" if s.get("host_cache_hit_rate") else "")
+                     + f"; {sum(p['prefix_cache_evicted_tokens'] for p in s['pools']):,} tokens evicted")
+    for pool in s["pools"]:
+        spec = pool.get("speculative")
+        if spec:
+            lines.append(f"  speculative decoding ({pool['role']}): {spec['lookahead']} tokens drafted a step"
+                         + (" (lookahead auto)" if spec["lookahead_auto"] else "")
+                         + f", {spec['expected_tokens_per_step']:.2f} expected per step")
     little = s["little"]
     lines.append(f"  Little's law: mean requests in the system {little['mean_in_flight']:,.2f} = throughput x mean "
                  f"latency {little['throughput_x_latency']:,.2f}")
+    if s.get("stages"):
+        lines += ["", stages_text(s["stages"])]
     energy = energy_text(s)
     if energy:
         lines += [""] + energy
+    if s.get("warnings"):
+        lines += ["", "WARNINGS"] + [f"  - {w}" for w in s["warnings"]]
     if s.get("notes"):
         lines += ["", "NOTES"] + [f"  - {note}" for note in s["notes"]]
     return "\n".join(lines)
+
+
+def stages_text(stages: list[dict[str, Any]]) -> str:
+    """Per-stage metrics, as inference-perf reports each stage."""
+    rows = []
+    for st in stages:
+        load = f"{st['rate']:g}/s" if st.get("rate") is not None else f"{st.get('concurrency')} clients"
+        if st.get("duration_s") is not None:
+            load += f" x {st['duration_s']:g} s"
+        rows.append([str(st["stage"]), load, f"{st['num_prompts']:,}", f"{st['completed']:,}",
+                     f"{st.get('rejected', 0) + st.get('left_waiting', 0):,}",
+                     _ms(st.get("mean_ttft_ms")), _ms(st.get("p90_ttft_ms")), _ms(st.get("p99_ttft_ms")),
+                     _ms(st.get("mean_itl_ms")), _ms(st.get("mean_e2el_ms")), _ms(st.get("p99_e2el_ms")),
+                     f"{st.get('prefix_cache_hit_rate', 0):.1%}", "yes" if st.get("overloaded") else "no"])
+    return "STAGES (ms)\n" + tabulate(
+        rows, headers=["stage", "load", "sent", "done", "failed", "TTFT", "p90 TTFT", "p99 TTFT", "ITL", "E2E",
+                       "p99 E2E", "cache hit", "overloaded"], tablefmt="simple", disable_numparse=True)
 
 
 def sweep_text(rows: list[dict[str, Any]]) -> str:

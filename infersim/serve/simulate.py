@@ -17,17 +17,22 @@ next request waits for its previous one, the two pools are co-simulated step by 
 (`_closed_loop_disaggregated`).
 
 Memory: requests enter the instances as the simulation reaches them (an instance is given its next
-arrival before each iteration, which is all its scheduling looks ahead to), finished requests leave
-their latencies in typed arrays (`Outcomes`, 32 bytes a request) and are dropped unless per-request
-records are asked for, and only instances that can ever hold a request are built (at most one per
-request). An open-loop PD run keeps each prefilled request until the decode pool runs.
+arrival before each iteration, which is all its scheduling looks ahead to; an offline instance runs
+ahead while more requests wait than one admission pass can take), finished requests leave their
+latencies in bounded samples (`Outcomes`, infersim.serve.outcomes) and are dropped unless
+per-request records are asked for, an open-loop instance's queue holds at most `max_waiting`
+requests (further arrivals are left waiting: the overload guard, infersim.serve.overload), and only
+instances that can ever hold a request are built (at most one per request). An open-loop PD run
+keeps each prefilled request until the decode pool runs.
+
+Workloads with stages, shared prefixes or sessions (`options.workload`) run on the co-simulating
+driver (infersim.serve.driver); colocated instances only.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import count
@@ -42,10 +47,16 @@ from infersim.cards.deployment import (
 )
 from infersim.base.errors import InferSimError
 from infersim.modules.comm import p2p_bandwidth
+from infersim.serve.outcomes import Outcomes
+from infersim.serve.overload import StageLoad, assess_stage
 from infersim.serve.cost import StepCoster
-from infersim.serve.scheduler import Instance, RequestState, SchedulerSettings, settings_from_engine
+from infersim.serve.scheduler import Instance, RequestState
+from infersim.serve.settings import SchedulerSettings, settings_from_engine, with_host_tier
 from infersim.serve.arrivals import Arrivals, build_requests, listed_arrivals
+from infersim.serve.driver import Driver, StageRun
 from infersim.serve.options import ServeOptions
+from infersim.serve.workload import Request
+from infersim.serve.workload_spec import WorkloadSpec
 
 
 @dataclass
@@ -65,49 +76,6 @@ class Pool:
         return self.config.deployment.num_gpus * self.count
 
 
-class Outcomes:
-    """What the summary needs of every finished request: its latencies in typed arrays (32 bytes a
-    request; TPOT nan for one-token outputs), token totals and the time window; and, when asked, the
-    requests' final states (records)."""
-
-    def __init__(self, keep_records: bool = False) -> None:
-        self.ttft = array("d")
-        self.tpot = array("d")
-        self.e2e = array("d")
-        self.queue = array("d")
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.first_arrival = math.inf
-        self.last_finish = 0.0
-        self.gap_sum = 0.0  # seconds between first and last token, over requests of 2+ output tokens
-        self.gap_count = 0  # their output tokens after the first
-        self.records: list[RequestState] | None = [] if keep_records else None
-
-    def __len__(self) -> int:
-        return len(self.ttft)
-
-    def add(self, r: RequestState) -> None:
-        arrival = r.req.arrival_s
-        ttft = r.first_token_s - arrival
-        e2e = r.finish_s - arrival
-        out = r.req.output_tokens
-        self.ttft.append(ttft)
-        self.e2e.append(e2e)
-        self.queue.append(max(0.0, r.scheduled_s - arrival))
-        if out > 1:
-            self.tpot.append((e2e - ttft) / (out - 1))
-            self.gap_sum += e2e - ttft
-            self.gap_count += out - 1
-        else:
-            self.tpot.append(math.nan)
-        self.input_tokens += r.req.input_tokens
-        self.output_tokens += out
-        self.first_arrival = min(self.first_arrival, arrival)
-        self.last_finish = max(self.last_finish, r.finish_s)
-        if self.records is not None:
-            self.records.append(r)
-
-
 @dataclass
 class ServeResult:
     options: ServeOptions
@@ -117,6 +85,8 @@ class ServeResult:
     mean_isl: float = 0.0
     mean_osl: float = 0.0
     notes: list[str] = field(default_factory=list)  # what the run did that was not asked (a trace cut, ...)
+    stages: list[StageRun] = field(default_factory=list)  # a staged workload's stages as they ran
+    loads: list[StageLoad] = field(default_factory=list)  # offered load against what was served, per stage
 
     @property
     def gpus(self) -> int:
@@ -154,6 +124,11 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     if opts.max_num_tokens:
         settings = replace(settings, token_budget=opts.max_num_tokens,
                            origin=settings.origin + f"; token budget {opts.max_num_tokens} given")
+    if opts.kv_capacity_tokens:
+        settings = replace(settings, kv_capacity_tokens=opts.kv_capacity_tokens,
+                           origin=settings.origin + f"; KV pool {opts.kv_capacity_tokens:,} tokens given")
+    if opts.host_kv_bytes or opts.host_kv_tokens:
+        settings = with_host_tier(settings, config, opts.host_kv_bytes, opts.host_kv_tokens)
     coster = StepCoster(config, opts.bucket_width)
     instances = [Instance(settings, coster, i, prefill_only) for i in range(min(count, max(1, requests)))]
     for inst in instances:
@@ -161,25 +136,44 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     return Pool(name, config, settings, instances, coster, count)
 
 
+def _open_loop_guards(instances: list[Instance], opts: ServeOptions, outcomes: Outcomes) -> None:
+    """Every instance's inter-token gaps go to the run's samples; an open-loop instance's queue is
+    bounded (the overload guard); an offline one is given its requests as it takes them."""
+    for inst in instances:
+        inst.stats.itl_sink = outcomes.itl_sink(0)
+        inst.drop_sink = outcomes.drop
+        if opts.mode in ("poisson", "trace") and not opts.concurrency:
+            inst.max_waiting = opts.max_waiting
+        if opts.mode == "offline":
+            s = inst.s
+            budget = s.token_budget + s.dp_ranks if s.token_budget < (1 << 30) else math.inf
+            inst.low_water = min(budget, s.max_running or math.inf, s.kv_capacity_tokens + 1) + 64
+
+
 def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bool = True) -> ServeResult:
-    if config.speculative is not None:
-        raise InferSimError("serve: speculative decoding is not modelled by the serving simulator yet; "
-                            "remove the config's speculative section")
+    slo = opts.slo
+    outcomes = Outcomes(keep_records, slo.ttft_s if slo else None, slo.tpot_s if slo else None)
+    if opts.workload is not None:
+        return _run_workload(config, opts, outcomes)
     arrivals = build_requests(config, opts)
     if not isinstance(arrivals, Arrivals):
         arrivals = listed_arrivals(arrivals)
-    outcomes = Outcomes(keep_records)
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
-    states = (RequestState(r) for r in arrivals.requests())
+    requests = arrivals.requests()
+    if opts.max_model_len is not None:
+        requests = _admissible(requests, opts.max_model_len, outcomes)
+    states = (RequestState(r) for r in requests)
     if opts.disaggregate is not None:
         if opts.mode == "poisson" and opts.concurrency:
             raise InferSimError("serve: a request rate with a concurrency cap is not modelled with PD disaggregation; "
                                 "give one of them")
-        return _run_disaggregated(config, opts, arrivals, states, outcomes)
+        result = _run_disaggregated(config, opts, arrivals, states, outcomes)
+        return _with_loads(result)
     pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, arrivals.count)
     instances = pool.instances
     for inst in instances:
         inst.sink = outcomes.add
+    _open_loop_guards(instances, opts, outcomes)
     if opts.mode == "concurrency" or opts.concurrency:
         _run_closed_loop(instances, states, opts.concurrency, keep_arrivals=opts.mode == "poisson")
     elif opts.router == "least-loaded" and len(instances) > 1:
@@ -191,7 +185,76 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
             inst.run()
     else:
         _feed(instances, ((i % len(instances), st) for i, st in enumerate(states)))
-    return ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, list(arrivals.notes))
+    return _with_loads(ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, list(arrivals.notes)))
+
+
+def _admissible(requests: Iterable[Request], max_model_len: int, outcomes: Outcomes) -> Iterator[Request]:
+    """The requests a server with this context limit takes; the others are rejected on arrival."""
+    for req in requests:
+        if req.input_tokens + req.output_tokens > max_model_len:
+            outcomes.reject(req)
+            continue
+        yield req
+
+
+def _with_loads(result: ServeResult) -> ServeResult:
+    """The overload test over an open-loop stream's arrivals (infersim.serve.overload)."""
+    opts = result.options
+    whole = result.outcomes.whole()
+    if opts.mode not in ("poisson", "trace") or opts.concurrency or not whole.requests:
+        return result
+    start = 0.0 if opts.mode == "poisson" else whole.first_arrival
+    result.loads = [assess_stage(result.outcomes.timeline, -1, start, whole.last_arrival, whole.requests,
+                                 whole.dropped, opts.rate if opts.mode == "poisson" else None)]
+    return result
+
+
+def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes) -> ServeResult:
+    """A staged workload (stages, shared prefixes, sessions) on the co-simulating driver."""
+    from infersim.serve.datasets import Traffic
+
+    spec = opts.workload
+    assert spec is not None
+    if opts.disaggregate is not None:
+        raise InferSimError("serve: a staged workload (options.workload) runs on colocated instances; PD "
+                            "disaggregation of it is not modelled")
+    mean_isl, mean_osl = workload_means(spec)
+    pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, spec.total_requests)
+    notes = list(spec.notes)
+    limit = spec.max_model_len or opts.max_model_len
+    if limit is None and (spec.data.multi_turn or spec.data.type == "sessions"):
+        limit = pool.settings.kv_capacity_tokens
+        notes.append(f"max_model_len not given: conversations grow, and a request longer than the KV pool "
+                     f"({limit:,} tokens) is rejected on arrival, as a server whose context fits its pool would")
+    traffic = Traffic(spec, opts.seed, limit, outcomes.reject)
+    for inst in pool.instances:
+        inst.sink = outcomes.add
+        inst.max_waiting = opts.max_waiting
+    driver = Driver(pool.instances, traffic, outcomes, opts.router, opts.max_waiting)
+    runs = driver.run(spec)
+    result = ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes + traffic.notes, runs)
+    for run in runs:
+        stage = outcomes.stages.get(run.index)
+        if stage is None or not stage.requests or run.spec.concurrency is not None:
+            continue
+        end = run.start_s + run.spec.duration_s if run.spec.duration_s is not None else stage.last_arrival
+        result.loads.append(assess_stage(outcomes.timeline, run.index, run.start_s, end, stage.requests,
+                                         stage.dropped, run.spec.rate if run.spec.duration_s is not None else None))
+    return result
+
+
+def workload_means(spec: WorkloadSpec) -> tuple[float, float]:
+    """Mean prompt and output lengths of a workload's first requests (what the KV pool is sized with)."""
+    data = spec.data
+    out = data.output.mean if data.output is not None else 1.0
+    if data.type == "random":
+        assert data.input is not None
+        return data.prefix_tokens + data.input.mean, out
+    if data.type == "prefix_repetition":
+        return float(data.prefix_len + data.suffix_len), out
+    system = data.system_prompt_len.mean if data.system_prompt_len is not None else 0.0
+    question = data.question_len.mean if data.question_len is not None else 0.0
+    return max(1.0, system + question), out
 
 
 def serving_pools(config: RunConfig, opts: ServeOptions) -> list[Pool]:
@@ -283,6 +346,8 @@ def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals
     decode = _pool("decode", dconf, d.decode_instances, opts, mean_isl, mean_osl, arrivals.count)
     for inst in decode.instances:
         inst.sink = outcomes.add
+        inst.stats.itl_sink = outcomes.itl_sink(0)
+    _open_loop_guards(prefill.instances, opts, outcomes)
     notes = list(arrivals.notes)
     if opts.mode == "concurrency":
         transfer_integral = _closed_loop_disaggregated(prefill, decode, states, opts.concurrency, outcomes)
@@ -328,6 +393,7 @@ def _decode_state(st: RequestState, arrive: float) -> RequestState:
     ds.first_token_s = arrive
     ds.preemptions = st.preemptions
     ds.cached = st.cached
+    ds.host_cached = st.host_cached
     ds.client = st.client
     return ds
 

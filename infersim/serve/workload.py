@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,39 +40,52 @@ from infersim.base.errors import ConfigError, InferSimError, echo
 #: latest arrival (seconds after the run's start) the serving clock resolves to a microsecond:
 #: float64 holds whole numbers exactly up to 2^53, so 2^53 us (285 years) of simulated time
 MAX_SPAN_S = 2.0 ** 53 * 1e-6
-#: most requests one serving run simulates: it keeps 32 bytes of latency samples per request for
-#: exact percentiles (0.3 GB at this bound) and simulates some 50,000 requests per CPU second
+#: most requests one serving run simulates: some 20,000-50,000 requests per CPU second, so about
+#: ten CPU minutes at this bound (its memory does not grow with them: infersim.serve.quantiles)
 MAX_REQUESTS = 10_000_000
 DEFAULT_REQUESTS = 1000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Request:
+    """One request. Never changed once made (a changed copy is made with dataclasses.replace); not
+    frozen, because a frozen dataclass pays a call per field to be built and a run builds one per
+    request (3.5x the time, a sixth of the plain case's)."""
+
     id: int
     arrival_s: float
     input_tokens: int
     output_tokens: int
     prefix_id: str = ""  # requests sharing a prefix id share their first prefix_tokens prompt tokens
     prefix_tokens: int = 0
+    # token identity of the prompt's leading parts, (key, length) each (infersim.serve.prefix_cache);
+    # the prompt's tokens past them are the request's own
+    segments: tuple[tuple[Hashable, int], ...] = ()
+    output_key: Hashable = None  # identity of its output tokens where a later prompt holds them
+    stage: int = 0  # load stage it belongs to
+    session: int = -1  # conversation (user) it belongs to, -1: none
 
 
 def request_count(value: Any, name: str = "num_requests") -> int:
     """A number of requests through the number rule, at most MAX_REQUESTS."""
     count = int(check_number(value, "serve", name, whole=True, gt=0))
     if count > MAX_REQUESTS:
-        raise InferSimError(f"{name} {count:,}: at most {MAX_REQUESTS:,} requests per run (the run keeps 32 bytes of "
-                            f"latency samples per request for exact percentiles and simulates some 50,000 requests per "
-                            f"CPU second); a longer stream has the same percentiles at steady state")
+        raise InferSimError(f"{name} {count:,}: at most {MAX_REQUESTS:,} requests per run (the run simulates some "
+                            f"20,000-50,000 requests per CPU second); a longer stream has the same percentiles at "
+                            f"steady state")
     return count
 
 
 @dataclass(frozen=True)
 class LengthDist:
-    dist: str  # fixed, uniform, normal, lognormal
+    dist: str  # fixed, uniform, normal, lognormal, empirical
     mean: float
     std: float = 0.0
     low: int = 1
     high: int = 0  # 0 = no upper bound (MAX_COUNT)
+    values: tuple[int, ...] = ()  # empirical: the lengths drawn from, uniformly with replacement
+    source: str = ""  # empirical: where the values came from
+    skew: float = 0.0  # skew_normal: the shape (mean + std x a standard skew-normal draw, as inference-perf)
 
     def raw(self, rng: random.Random) -> float:
         """One draw before rounding and clipping."""
@@ -80,6 +93,15 @@ class LengthDist:
             return self.mean
         if self.dist == "uniform":
             return float(rng.randint(self.low, self.high))
+        if self.dist == "empirical":
+            return float(self.values[int(rng.random() * len(self.values))])
+        if self.dist == "skew_normal":  # Azzalini's two-normal construction (inference-perf's)
+            delta = self.skew / math.sqrt(1 + self.skew ** 2)
+            u0, v = rng.gauss(0.0, 1.0), rng.gauss(0.0, 1.0)
+            u1 = delta * u0 + math.sqrt(1 - delta ** 2) * v
+            return self.mean + self.std * (u1 if u0 >= 0 else -u1)
+        if self.dist == "poisson":
+            return float(poisson_draw(rng, self.mean))
         if self.dist == "normal":
             return rng.gauss(self.mean, self.std)
         # lognormal with the given mean and std of the lengths (the stream of rng.lognormvariate,
@@ -100,6 +122,8 @@ class LengthDist:
             return f"{self.mean:,.0f}"
         if self.dist == "uniform":
             return f"uniform {self.low:,}..{self.high:,}"
+        if self.dist == "empirical":
+            return f"empirical ({len(self.values):,} lengths of {self.source}, mean {self.mean:,.6g})"
         return f"{self.dist} mean {self.mean:,.6g}, std {self.std:,.6g}"
 
 
@@ -147,7 +171,8 @@ class LengthTally:
                 f"{d.mean:,.6g} (std {d.std:,.6g}): " + "; ".join(parts))
 
 
-DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
+DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical", "skew_normal", "poisson")
+MAX_EMPIRICAL = 10_000_000  # lengths an empirical distribution may list
 
 
 def length_dist(spec: Any, name: str) -> LengthDist:
@@ -162,10 +187,14 @@ def length_dist(spec: Any, name: str) -> LengthDist:
             raise InferSimError(f"{name}: a length must be a whole number of tokens >= 1 (value: {echo(spec)}: "
                                 f"{exc.problem})") from None
         return LengthDist("fixed", float(tokens), 0.0, tokens, tokens)
-    unknown = sorted(map(str, set(spec) - {"dist", "mean", "std", "min", "max"}))
-    if unknown:
-        raise InferSimError(f"{name}: unknown key(s) {unknown}; expected dist, mean, std, min, max")
     dist = spec.get("dist", "fixed")
+    if dist == "empirical":
+        return empirical_dist(spec, name)
+    unknown = sorted(map(str, set(spec) - {"dist", "mean", "std", "min", "max"} - ({"skew"} if dist == "skew_normal"
+                                                                               else set())))
+    if unknown:
+        raise InferSimError(f"{name}: unknown key(s) {unknown}; expected dist, mean, std, min, max "
+                            "(skew for skew_normal; or dist: empirical with file or values)")
     if dist not in DISTRIBUTIONS:
         raise InferSimError(f"{name}.dist: {echo(dist)} is not one of {', '.join(DISTRIBUTIONS)}")
 
@@ -186,12 +215,68 @@ def length_dist(spec: Any, name: str) -> LengthDist:
     mean = number("mean", None, le=MAX_COUNT)
     if mean < 1:
         raise InferSimError(f"{name}.mean: must be >= 1 token (got {mean:g})")
-    std = number("std", 0.0 if dist == "fixed" else None)
+    std = number("std", 0.0 if dist in ("fixed", "poisson") else None)
     if std < 0:
         raise InferSimError(f"{name}.std: must be >= 0 (got {std:g})")
     if dist == "fixed" and mean != int(mean):
         raise InferSimError(f"{name}.mean: a fixed length must be a whole number (got {mean:g})")
-    return LengthDist(dist, mean, std, int(low), int(high))
+    skew = number("skew", 0.0) if dist == "skew_normal" else 0.0
+    return LengthDist(dist, mean, std, int(low), int(high), skew=skew)
+
+
+def poisson_draw(rng: random.Random, mean: float) -> int:
+    """A Poisson draw: Knuth's product of uniforms over pieces of the mean of at most 30 (a sum of
+    independent Poisson draws is Poisson with the summed mean)."""
+    total = 0
+    while mean > 0:
+        piece = min(mean, 30.0)
+        mean -= piece
+        limit, product = math.exp(-piece), rng.random()
+        while product > limit:
+            total += 1
+            product *= rng.random()
+    return total
+
+
+def empirical_dist(spec: Mapping[str, Any], name: str) -> LengthDist:
+    """{dist: empirical, file: PATH} (whole numbers separated by spaces, commas or new lines, or a
+    JSON list; lines starting with # are comments) or {dist: empirical, values: [...]}: lengths drawn
+    uniformly with replacement from the listed ones (a measured length distribution)."""
+    unknown = sorted(map(str, set(spec) - {"dist", "file", "values"}))
+    if unknown or ("file" in spec) == ("values" in spec):
+        raise InferSimError(f"{name}: dist empirical takes exactly one of 'file' or 'values'"
+                            + (f" (unknown key(s) {unknown})" if unknown else ""))
+    source = "the listed values"
+    raw: Any = spec.get("values")
+    if "file" in spec:
+        source = str(spec["file"])
+        raw = _read_lengths_file(source, name)
+    if not isinstance(raw, (list, tuple)) or not raw or len(raw) > MAX_EMPIRICAL:
+        raise InferSimError(f"{name}: dist empirical needs 1 to {MAX_EMPIRICAL:,} lengths (got {echo(raw)})")
+    values = []
+    for value in raw:
+        try:
+            values.append(int(check_number(value, name, "values", whole=True, gt=0, le=MAX_COUNT)))
+        except ConfigError as exc:
+            raise InferSimError(f"{name}: {source}: {echo(value)} is not a length in tokens ({exc.problem})") from None
+    return LengthDist("empirical", sum(values) / len(values), 0.0, min(values), max(values), tuple(values), source)
+
+
+def _read_lengths_file(path: str, name: str) -> list[Any]:
+    import json
+    import re
+
+    try:
+        text = open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InferSimError(f"{name}: cannot read lengths file {path} ({exc})") from None
+    if text.lstrip().startswith("["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InferSimError(f"{name}: {path} is not a JSON list ({exc.msg}, line {exc.lineno})") from None
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return [cell for cell in re.split(r"[\s,]+", " ".join(lines)) if cell]
 
 
 def check_rate(rate: Any, name: str = "rate") -> float:

@@ -1,0 +1,179 @@
+"""Scheduler settings of one serving-engine instance, from its engine card.
+
+`settings_from_engine` reads the engine card: a per-step token budget (the chunk budget; in mixed
+steps decode tokens count against it too), a running-request cap, mixed steps or separate prefill
+and decode passes, prefill-first or decode-first, KV admission (reserve-full: a request is admitted
+only when pages for its whole prompt + output are free, so nothing is ever evicted; on-demand:
+pages are taken as tokens arrive, and when a decode step would run out the most recently admitted
+running request is preempted and later recomputed), the page size and the prefix cache. In offline
+mode an engine card's `offline_limits` (trtllm's) reproduce its benchmark tool's own
+max_batch_size / max_num_tokens heuristic (`offline_limits`). The KV pool is what the engine's
+memory policy leaves after the weights (a speculative drafter's weights and cache included).
+
+A host (CPU) tier of the prefix cache (`with_host_tier`) exists only where the engine card says how
+the engine enables one (scheduler.host_kv_tier): its capacity is the host memory the run gives the
+instance, in tokens at the instance's KV bytes per token (every GPU keeps its own shard, so a token
+takes the per-GPU bytes on each of the instance's GPUs), and a token comes back over every GPU's
+host link in parallel at the hardware card's PCIe bandwidth x efficiency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from infersim.cards.engine import EngineCard, FutureTokenReservation, OfflineLimits
+from infersim.cards.model import ModelCard
+from infersim.run.config import RunConfig
+from infersim.cards.deployment import Deployment
+from infersim.base.errors import InferSimError, NotPossible
+from infersim.base.units import dtype_bytes
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """How one engine instance schedules (per instance, not per GPU)."""
+
+    token_budget: int  # tokens one step processes (prefill chunks, plus decode tokens in mixed steps)
+    max_running: int  # running-request cap (0 = bounded by KV pages only)
+    mixed: bool  # prefill chunks and decode requests share one forward pass
+    policy: str  # prefill-first | decode-first
+    admission: str  # reserve-full | on-demand
+    page_size: int
+    chunked: bool  # prompts longer than the room left in a step run in chunks
+    prefix_cache: bool
+    kv_capacity_tokens: int  # KV pool of the instance, tokens
+    reservation: FutureTokenReservation | None  # KV held for running requests' future tokens (engine card)
+    origin: str  # where the budget and cap come from
+    max_chunk: int = 0  # largest chunk of one prompt per step (the per-rank budget under attention DP; 0 = budget)
+    # attention-DP ranks sharing the instance's budget: each runs its own executor, so without
+    # chunking each rank takes whole prompts into its own share of the budget (and the first one
+    # past it), not one prompt for the whole instance
+    dp_ranks: int = 1
+    host_kv_tokens: int = 0  # host (CPU) tier of the prefix cache, tokens (0: none)
+    host_load_s_per_token: float = 0.0  # seconds to bring one cached token back from the host tier
+
+    def describe(self) -> str:
+        cap = str(self.max_running) if self.max_running else "KV-bound"
+        return (f"token budget {self.token_budget} per step ({'chunked' if self.chunked else 'whole prompts'}), "
+                f"running cap {cap}, {'mixed steps' if self.mixed else 'separate prefill and decode passes'}, "
+                f"{self.policy}, KV {self.admission} in pages of {self.page_size}, "
+                f"prefix cache {'on' if self.prefix_cache else 'off'}, KV pool {self.kv_capacity_tokens:,} tokens"
+                + (f", host KV tier {self.host_kv_tokens:,} tokens" if self.host_kv_tokens else "")
+                + f" ({self.origin})")
+
+
+def round_up(value: float, step: int) -> int:
+    return int(-(-value // step) * step)
+
+
+def checkpoint_bytes_per_weight(model: ModelCard, dep: Deployment, limits: OfflineLimits) -> float:
+    """Bytes per parameter the benchmark tool's heuristic charges the whole model (the engine card's
+    offline_limits: trtllm-bench lists FP8 and NVFP4 checkpoints). Routed experts stored narrower
+    than their GEMM inputs are a weight-only checkpoint (GPT-OSS's MXFP4 experts: W4A16 or W4A8
+    MXFP4), which the tool does not list, though the weights really take far less."""
+    prec = dep.precision
+    if model.is_moe and dtype_bytes(prec.expert_weight_dtype) < dtype_bytes(prec.expert_gemm_dtype):
+        return limits.other_bytes_per_weight
+    return limits.bytes_per_weight.get(prec.weight_dtype, limits.other_bytes_per_weight)
+
+
+def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]:
+    """The engine's offline benchmark tool's own (request cap, token budget) when not given, from
+    the engine card's `offline_limits` (trtllm-bench's max_batch_size / max_num_tokens heuristic)."""
+    from infersim.run.memory import total_parameters
+
+    limits = config.engine.offline_limits
+    if limits is None:
+        raise InferSimError(f"engine {config.engine.name} has no offline_limits")
+    model, dep, hw = config.model, config.deployment, config.hardware
+    weight_bytes = checkpoint_bytes_per_weight(model, dep, limits)
+    kv_bytes = dtype_bytes(dep.precision.kv_cache)
+    tp = dep.attention.tp
+    head_dim = model.head_dim if not model.is_mla else (model.kv_lora_rank + model.qk_rope_head_dim) / 2
+    kv_heads = model.num_key_value_heads if not model.is_mla else 1
+    kv_per_token = 2 * model.num_hidden_layers * max(tp, kv_heads) * head_dim * kv_bytes
+    kv_memory = (hw.peak.hbm_bytes * dep.gpus_per_stage * dep.pp
+                 - total_parameters(model) * weight_bytes) * limits.kv_memory_fraction
+    if kv_memory <= 0:
+        raise NotPossible(f"{limits.tool} heuristic: {model.name}'s weights do not fit in {dep.num_gpus} x {hw.name}")
+    fit = kv_memory / kv_per_token / (isl + osl)
+    raw_batch = min(fit, limits.max_batch) / dep.pp
+    raw_tokens = min(raw_batch * (1 + isl / osl), limits.max_tokens)
+    return limits.rounded(raw_batch, limits.batch_rounding), limits.rounded(raw_tokens, limits.token_rounding)
+
+
+def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, offline: bool,
+                         prefix_cache: bool | None = None, prefill_only: bool = False) -> SchedulerSettings:
+    """Scheduler settings of one instance of `config`'s deployment under its engine card."""
+    from infersim.cards.deployment import Workload
+    from infersim.run.memory import memory_budget
+    from infersim.run.speculative import drafter_memory
+
+    engine: EngineCard = config.engine
+    dep, hw = config.deployment, config.hardware
+    if dep.pp > 1:
+        raise InferSimError("serve: pipeline parallelism (deployment.pp > 1) is not modelled by the serving "
+                            "simulator; use pp: 1 (replicas model data parallelism)")
+    sched = engine.scheduler
+    dp = dep.attention.dp
+    hbm = hw.peak.hbm_bytes
+    per_gpu = engine.chunk_tokens(hbm, dp)  # per attention-DP rank
+    budget = per_gpu * dp if per_gpu else 0  # the instance's DP ranks each take a budget per step
+    cap = engine.max_running_requests(hbm)
+    chunked = budget > 0
+    origin = f"engine card {engine.name} {engine.version}"
+    if offline and engine.offline_limits is not None:
+        cap, budget = offline_limits(config, mean_isl, mean_osl)
+        chunked = engine.offline_limits.chunked
+        origin = f"{engine.offline_limits.tool} heuristic max_batch_size {cap}, max_num_tokens {budget}"
+        if dp > 1:  # every attention-DP rank runs its own executor under these limits
+            cap, budget = cap * dp, budget * dp
+            origin += f" per attention-DP rank, x{dp} ranks"
+    if not budget:
+        budget = 1 << 30  # no chunk budget: whole prompts, any number per step
+    workload = Workload(isl=max(1, round(mean_isl)), osl=max(1, round(mean_osl)), decode_batch_per_gpu=1)
+    step_tokens = min(budget // dp if budget < (1 << 30) else round(mean_isl), 1 << 20)
+    memory = memory_budget(config.model, hw, dep, workload, drafter_memory(config), engine, max(1, step_tokens))
+    if memory.kv_capacity_bytes <= 0:
+        raise NotPossible(f"does not fit: {config.model.name}'s weights need {memory.weights_bytes / 1e9:.2f} GB per GPU "
+                          f"of {hbm / 1e9:.2f} GB, {memory.reserved_bytes / 1e9:.2f} GB of it reserved by {engine.name}")
+    # the pool is counted in tokens of the cache that grows with the context; the bounded cache
+    # (sliding-window KV up to the window, recurrent state) of a mean-length request is spread over
+    # its tokens, so a request of mean length is charged its whole footprint (Llama-4's chunked
+    # layers hold every token of a 2k-token request: 3 of its 4 layers)
+    per_token = memory.kv_bytes_per_token_per_gpu + memory.bounded_bytes_per_request_per_gpu / max(1, memory.request_context)
+    capacity = int(memory.kv_capacity_bytes / per_token) * dp if per_token > 0 else 1 << 40
+    return SchedulerSettings(
+        token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,
+        admission=sched.kv_admission, page_size=engine.page_size(hw, config.model.is_mla), chunked=chunked,
+        prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
+        reservation=sched.future_reservation if sched.kv_admission == "on-demand" else None, origin=origin,
+        max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp)
+
+
+def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: float = 0.0,
+                   host_tokens: int = 0) -> SchedulerSettings:
+    """`settings` with a host (CPU) tier of `host_bytes` of host memory per instance, or of
+    `host_tokens` tokens (see module docstring)."""
+    from infersim.run.memory import kv_bytes_per_token
+
+    if host_bytes <= 0 and host_tokens <= 0:
+        return settings
+    if host_bytes > 0 and host_tokens > 0:
+        raise InferSimError("give the host KV tier as host_kv_bytes or as host_kv_tokens, not both")
+    engine = config.engine
+    tier = engine.scheduler.host_kv_tier
+    if not tier:
+        raise InferSimError(f"host KV tier: engine {engine.name} {engine.version} has no host (CPU) tier of its "
+                            "prefix cache (its card's scheduler.host_kv_tier is not set)")
+    if not settings.prefix_cache:
+        raise InferSimError("host KV tier: it holds what the prefix cache evicts; the prefix cache is off")
+    dep, hw = config.deployment, config.hardware
+    per_gpu = kv_bytes_per_token(config.model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
+    if per_gpu <= 0:
+        raise InferSimError(f"host KV tier: {config.model.name} keeps no per-token KV cache to offload")
+    tokens = host_tokens or int(host_bytes / (per_gpu * dep.gpus_per_stage * dep.pp))
+    size = f"{host_bytes / 1e9:,.3g} GB" if host_bytes else f"{tokens:,} tokens"
+    seconds = per_gpu / (hw.peak.pcie_bandwidth * hw.derates.pcie_efficiency)
+    return replace(settings, host_kv_tokens=tokens, host_load_s_per_token=seconds,
+                   origin=settings.origin + f"; host KV tier {size} ({tier})")

@@ -1,0 +1,269 @@
+"""The serving workload form: load stages and what each request holds, as a mapping (YAML/JSON).
+
+    load:
+      timer: poisson | vllm | constant | ip-poisson     # how a stage's sends are spaced (infersim.serve.profiles)
+      burstiness: 1                                      # gamma shape of poisson / vllm gaps
+      stages:                                            # one after the other; each drains before the next
+        - {rate: 2.5, duration_s: 600}                   # int(rate x duration) requests (inference-perf)
+        - {rate: 6, num_requests: 3600}                  # or a count
+        - {concurrency: 32, num_requests: 1000}          # or a closed loop
+      ramp_up: {strategy: linear, start_rps: 1, end_rps: 20}   # vllm timer, one stage of num_requests
+      interval_s: 1                                      # pause between stages
+    data:                                                # one of
+      type: random              input: LEN, output: LEN, prefix_tokens: 0 (shared by every request)
+      type: prefix_repetition   num_prefixes, prefix_len, suffix_len, output_len
+      type: shared_prefix       num_groups, prompts_per_group, system_prompt_len, question_len, output_len,
+                                multi_turn: false, order: cycle | once
+      type: sessions            num_system_prompts, system_prompt_len, turns, question_len, output_len,
+                                think_time_s
+    max_model_len: N            # longer requests are rejected on arrival, as a server does
+
+LEN is a whole number or a length distribution (infersim.serve.workload.length_dist: fixed,
+uniform, normal, lognormal with min/max, empirical from a file); think_time_s a number of seconds
+or {dist: exponential, mean: S}. Stage semantics are inference-perf's (loadgen/load_generator.py):
+a stage sends its requests on its timer, ends when all of them are done, and the next one starts
+`interval_s` later; the prefix cache carries over, sessions start afresh. What the data types mean
+is in infersim.serve.datasets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from infersim.base.errors import InferSimError, echo
+from infersim.serve.profiles import RAMPS, TIMERS, Ramp
+from infersim.serve.workload import MAX_REQUESTS, LengthDist, check_rate, length_dist
+
+DATA_TYPES = ("random", "prefix_repetition", "shared_prefix", "sessions")
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    rate: float | None = None  # requests (sessions, for data type sessions) per second
+    duration_s: float | None = None
+    num_requests: int | None = None
+    concurrency: int | None = None  # closed loop: clients, each sending when its last request ends
+
+    @property
+    def count(self) -> int:
+        if self.num_requests is not None:
+            return self.num_requests
+        assert self.rate is not None and self.duration_s is not None
+        return int(self.rate * self.duration_s)
+
+    def describe(self) -> str:
+        if self.concurrency is not None:
+            return f"{self.count:,} requests from {self.concurrency} clients"
+        what = f"{self.rate:g}/s" if self.rate is not None else "ramp"
+        return what + (f" for {self.duration_s:g} s" if self.duration_s is not None else f", {self.count:,} sent")
+
+
+@dataclass(frozen=True)
+class ThinkTime:
+    mean_s: float
+    exponential: bool = False
+
+    def describe(self) -> str:
+        return f"{'exponential, mean ' if self.exponential else ''}{self.mean_s:g} s"
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    type: str
+    input: LengthDist | None = None  # random
+    output: LengthDist | None = None  # random, prefix_repetition, shared_prefix, sessions
+    prefix_tokens: int = 0  # random: one prefix every request starts with
+    num_prefixes: int = 0  # prefix_repetition
+    prefix_len: int = 0
+    suffix_len: int = 0
+    num_groups: int = 0  # shared_prefix / sessions (system prompts)
+    prompts_per_group: int = 0  # shared_prefix
+    system_prompt_len: LengthDist | None = None
+    question_len: LengthDist | None = None
+    multi_turn: bool = False
+    order: str = "cycle"  # shared_prefix: cycle through the prompts (inference-perf) or send each once (SGLang)
+    turns: LengthDist | None = None  # sessions
+    think_time: ThinkTime | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    stages: tuple[StageSpec, ...]
+    data: DataSpec
+    timer: str = "poisson"
+    burstiness: float = 1.0
+    ramp: Ramp | None = None
+    interval_s: float = 1.0
+    max_model_len: int | None = None
+    notes: tuple[str, ...] = field(default=())  # what a reader of another tool's file left out
+
+    @property
+    def total_requests(self) -> int:
+        return sum(s.count for s in self.stages)
+
+    def describe(self) -> str:
+        d = self.data
+        what = {"random": "random lengths" + (f" after a shared {d.prefix_tokens:,}-token prefix" if d.prefix_tokens else ""),
+                "prefix_repetition": f"{d.num_prefixes} repeated prefixes",
+                "shared_prefix": f"{d.num_groups} x {d.prompts_per_group} shared-prefix prompts"
+                                 + (", multi-turn" if d.multi_turn else ""),
+                "sessions": f"chat sessions, {d.num_groups} system prompt(s)"}[d.type]
+        stages = ", then ".join(s.describe() for s in self.stages)
+        ramp = f", ramp {self.ramp.strategy} {self.ramp.start_rps:g} to {self.ramp.end_rps:g}/s" if self.ramp else ""
+        return f"{what}; {self.timer} timer: {stages}{ramp}"
+
+
+def _keys(spec: Any, where: str, allowed: set[str], required: tuple[str, ...] = ()) -> Mapping[str, Any]:
+    if not isinstance(spec, Mapping):
+        raise InferSimError(f"{where}: expected a mapping (got {echo(spec)})")
+    unknown = sorted(map(str, set(spec) - allowed))
+    if unknown:
+        raise InferSimError(f"{where}: unknown key(s) {unknown}; expected {', '.join(sorted(allowed))}")
+    missing = [k for k in required if k not in spec]
+    if missing:
+        raise InferSimError(f"{where}: needs {', '.join(missing)}")
+    return spec
+
+
+def _whole(value: Any, where: str, minimum: int = 1) -> int:
+    from infersim.cards.schema import check_number
+    from infersim.base.errors import ConfigError
+
+    if isinstance(value, bool) or value is None:
+        raise InferSimError(f"{where}: expected a whole number >= {minimum} (got {echo(value)})")
+    try:
+        number = int(check_number(value, where, "", whole=True, ge=minimum))
+    except ConfigError as exc:
+        raise InferSimError(f"{where}: {echo(value)}: {exc.problem}") from None
+    return number
+
+
+def _seconds(value: Any, where: str, positive: bool = True) -> float:
+    from infersim.cards.schema import check_number
+    from infersim.base.errors import ConfigError
+
+    if isinstance(value, bool) or value is None:
+        raise InferSimError(f"{where}: expected a number of seconds (got {echo(value)})")
+    try:
+        return float(check_number(value, where, "", **({"gt": 0} if positive else {"ge": 0})))
+    except ConfigError as exc:
+        raise InferSimError(f"{where}: {echo(value)}: {exc.problem}") from None
+
+
+def parse_stage(spec: Any, where: str) -> StageSpec:
+    s = _keys(spec, where, {"rate", "duration_s", "num_requests", "concurrency"})
+    rate = check_rate(s["rate"], f"{where}.rate") if s.get("rate") is not None else None
+    duration = _seconds(s["duration_s"], f"{where}.duration_s") if s.get("duration_s") is not None else None
+    count = _whole(s["num_requests"], f"{where}.num_requests") if s.get("num_requests") is not None else None
+    clients = _whole(s["concurrency"], f"{where}.concurrency") if s.get("concurrency") is not None else None
+    if clients is not None:
+        if count is None or rate is not None or duration is not None:
+            raise InferSimError(f"{where}: a closed-loop stage takes concurrency and num_requests only")
+    elif rate is None or (duration is None) == (count is None):
+        raise InferSimError(f"{where}: give rate with duration_s or with num_requests (or concurrency with "
+                            "num_requests)")
+    stage = StageSpec(rate, duration, count, clients)
+    if stage.count < 1 or stage.count > MAX_REQUESTS:
+        raise InferSimError(f"{where}: {stage.count:,} requests (int(rate x duration)); a stage sends 1 to "
+                            f"{MAX_REQUESTS:,}")
+    return stage
+
+
+def _think_time(value: Any, where: str) -> ThinkTime:
+    if isinstance(value, Mapping):
+        s = _keys(value, where, {"dist", "mean"}, ("dist", "mean"))
+        if s["dist"] not in ("fixed", "exponential"):
+            raise InferSimError(f"{where}.dist: {echo(s['dist'])} is not fixed or exponential")
+        return ThinkTime(_seconds(s["mean"], f"{where}.mean", positive=False), s["dist"] == "exponential")
+    return ThinkTime(_seconds(value, where, positive=False))
+
+
+_DATA_KEYS = {
+    "random": ({"input", "output", "prefix_tokens"}, ("input", "output")),
+    "prefix_repetition": ({"num_prefixes", "prefix_len", "suffix_len", "output_len"},
+                          ("num_prefixes", "prefix_len", "suffix_len", "output_len")),
+    "shared_prefix": ({"num_groups", "prompts_per_group", "system_prompt_len", "question_len", "output_len",
+                       "multi_turn", "order"}, ("num_groups", "prompts_per_group", "system_prompt_len", "question_len",
+                                                "output_len")),
+    "sessions": ({"num_system_prompts", "system_prompt_len", "turns", "question_len", "output_len", "think_time_s"},
+                 ("system_prompt_len", "turns", "question_len", "output_len")),
+}
+
+
+def parse_data(spec: Any, where: str = "workload.data") -> DataSpec:
+    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    if kind not in DATA_TYPES:
+        raise InferSimError(f"{where}.type: {echo(kind)} is not one of {', '.join(DATA_TYPES)}")
+    allowed, required = _DATA_KEYS[kind]
+    s = _keys(spec, where, allowed | {"type"}, required)
+
+    def dist(key: str) -> LengthDist:
+        return length_dist(s[key], f"{where}.{key}")
+
+    if kind == "random":
+        return DataSpec(kind, input=dist("input"), output=dist("output"),
+                        prefix_tokens=_whole(s.get("prefix_tokens", 0), f"{where}.prefix_tokens", 0))
+    if kind == "prefix_repetition":
+        return DataSpec(kind, output=dist("output_len"), num_prefixes=_whole(s["num_prefixes"], f"{where}.num_prefixes"),
+                        prefix_len=_whole(s["prefix_len"], f"{where}.prefix_len", 0),
+                        suffix_len=_whole(s["suffix_len"], f"{where}.suffix_len", 0))
+    if kind == "shared_prefix":
+        order = s.get("order", "cycle")
+        if order not in ("cycle", "once"):
+            raise InferSimError(f"{where}.order: {echo(order)} is not cycle or once")
+        multi = s.get("multi_turn", False)
+        if not isinstance(multi, bool):
+            raise InferSimError(f"{where}.multi_turn: expected true or false (got {echo(multi)})")
+        return DataSpec(kind, output=dist("output_len"), num_groups=_whole(s["num_groups"], f"{where}.num_groups"),
+                        prompts_per_group=_whole(s["prompts_per_group"], f"{where}.prompts_per_group"),
+                        system_prompt_len=_zero_or_dist(s["system_prompt_len"], f"{where}.system_prompt_len"),
+                        question_len=dist("question_len"), multi_turn=multi, order=order)
+    return DataSpec(kind, output=dist("output_len"), question_len=dist("question_len"), turns=dist("turns"),
+                    num_groups=_whole(s.get("num_system_prompts", 1), f"{where}.num_system_prompts"),
+                    system_prompt_len=_zero_or_dist(s["system_prompt_len"], f"{where}.system_prompt_len"),
+                    think_time=_think_time(s.get("think_time_s", 0), f"{where}.think_time_s"))
+
+
+def _zero_or_dist(value: Any, where: str) -> LengthDist:
+    """A length that may be 0 (no system prompt)."""
+    if value == 0 and not isinstance(value, bool):
+        return LengthDist("fixed", 0.0, 0.0, 0, 0)
+    return length_dist(value, where)
+
+
+def _ramp(spec: Any, where: str) -> Ramp:
+    s = _keys(spec, where, {"strategy", "start_rps", "end_rps"}, ("strategy", "start_rps", "end_rps"))
+    if s["strategy"] not in RAMPS:
+        raise InferSimError(f"{where}.strategy: {echo(s['strategy'])} is not one of {', '.join(RAMPS)}")
+    return Ramp(s["strategy"], check_rate(s["start_rps"], f"{where}.start_rps"), check_rate(s["end_rps"], f"{where}.end_rps"))
+
+
+def parse_workload(spec: Any, where: str = "workload") -> WorkloadSpec:
+    """Our workload form (module docstring) -> WorkloadSpec; one clear message for a bad value."""
+    if isinstance(spec, WorkloadSpec):
+        return spec
+    s = _keys(spec, where, {"load", "data", "max_model_len", "notes"}, ("load", "data"))
+    load = _keys(s["load"], f"{where}.load", {"timer", "burstiness", "stages", "ramp_up", "interval_s"}, ("stages",))
+    timer = load.get("timer", "poisson")
+    if timer not in TIMERS:
+        raise InferSimError(f"{where}.load.timer: {echo(timer)} is not one of {', '.join(TIMERS)}")
+    stages_raw = load["stages"]
+    if not isinstance(stages_raw, list) or not stages_raw:
+        raise InferSimError(f"{where}.load.stages: expected a list of one or more stages (got {echo(stages_raw)})")
+    stages = tuple(parse_stage(st, f"{where}.load.stages[{i}]") for i, st in enumerate(stages_raw))
+    ramp = _ramp(load["ramp_up"], f"{where}.load.ramp_up") if load.get("ramp_up") is not None else None
+    if ramp is not None and (timer != "vllm" or len(stages) != 1 or stages[0].num_requests is None):
+        raise InferSimError(f"{where}.load.ramp_up: a ramp (vllm bench serve's) takes timer vllm and one stage of "
+                            "num_requests")
+    if timer == "constant" and any(st.duration_s is None for st in stages if st.concurrency is None):
+        raise InferSimError(f"{where}.load: timer constant spreads a stage over its duration_s; give each stage one")
+    burst = _seconds(load.get("burstiness", 1.0), f"{where}.load.burstiness")
+    max_len = _whole(s["max_model_len"], f"{where}.max_model_len", 2) if s.get("max_model_len") is not None else None
+    notes = s.get("notes") or ()
+    if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
+        raise InferSimError(f"{where}.notes: expected a list of sentences (got {echo(notes)})")
+    return WorkloadSpec(stages, parse_data(s["data"], f"{where}.data"), timer, burst, ramp,
+                        _seconds(load.get("interval_s", 1.0), f"{where}.load.interval_s", positive=False), max_len,
+                        tuple(notes))
