@@ -29,7 +29,6 @@ import csv
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,6 @@ import math
 import os
 import re
 import types
-import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 

@@ -63,7 +63,7 @@ def spread_labels(wanted: Sequence[float], min_gap: float, low: float, high: flo
             centre = sum(m - (j - (n - 1) / 2) * min_gap for j, m in enumerate(members)) / n
             clusters[-2:] = [[a[0], a[1] + b[1], centre]]
     placed: list[float] = []
-    for start, count, centre in clusters:
+    for _start, count, centre in clusters:
         placed += [centre + (j - (count - 1) / 2) * min_gap for j in range(int(count))]
     # keep within the limits, shifting neighbours along so gaps hold
     placed[0] = max(placed[0], low)

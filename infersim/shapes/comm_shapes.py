@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"]
 CommImplementation = Literal["nccl", "deepep-normal", "deepep-low-latency"]
@@ -164,4 +164,4 @@ class TokenExchangeShape:
         return sum(self.traffic())
 
 
-CommShape = Union[CollectiveShape, TokenExchangeShape]
+CommShape = CollectiveShape | TokenExchangeShape

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Literal, Protocol, Union
+from typing import Literal, Protocol
 
 from infersim.shapes.comm_shapes import CommShape
 from infersim.base.units import dtype_bytes
@@ -120,7 +120,7 @@ class GroupedGemmShape:
     def local_experts(self) -> int:
         return (self.expert_slots or self.num_experts) // self.ep
 
-    def balanced(self) -> "GroupedGemmShape":
+    def balanced(self) -> GroupedGemmShape:
         """The kernel at the mean GPU's load (load factor 1): for measured tables that already
         contain expert-load imbalance (the load-balance factor must then not be applied again)."""
         if self.load_factor == 1.0 and self.balanced_active_experts < 0:
@@ -476,14 +476,14 @@ def elementwise_bytes(op: str, dtype: str, elements: float) -> float:
     return elements * (rule.reads * ELEMENT_BYTES[dtype] + rule.writes * out)
 
 
-def elementwise_shape(op: str, dtype: str, elements: float, what: str = "") -> "MemoryBoundShape":
+def elementwise_shape(op: str, dtype: str, elements: float, what: str = "") -> MemoryBoundShape:
     """One eager kernel `op` over `elements` elements of `dtype`, as a shape the tables can answer."""
     return MemoryBoundShape(what or ELEMENTWISE_OPS[op].description, elementwise_bytes(op, dtype, elements), op=op,
                             dtype=dtype)
 
 
-KernelShape = Union[GemmShape, GroupedGemmShape, AttentionShape, IndexerShape, LinearAttentionShape, MemoryBoundShape]
-AnyShape = Union[KernelShape, CommShape]
+KernelShape = GemmShape | GroupedGemmShape | AttentionShape | IndexerShape | LinearAttentionShape | MemoryBoundShape
+AnyShape = KernelShape | CommShape
 
 
 # ---------------------------------------------------------------------------------------------

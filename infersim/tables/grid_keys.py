@@ -24,7 +24,7 @@ the one-sequence time (the shape's `repeats`).
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
 
 from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, KernelShape
 from infersim.tables.format import AttentionRow, GemmRow, GroupedGemmRow, Row

@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
+from collections.abc import Sequence
 
 from infersim.cards.registry import display_path
 from infersim.base.errors import ConfigError, InferSimError

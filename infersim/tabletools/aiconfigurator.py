@@ -25,7 +25,8 @@ import csv
 import datetime as _dt
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import yaml
 

@@ -50,7 +50,8 @@ Latencies there are in milliseconds. What is converted:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from infersim.base.errors import InferSimError
 from infersim.tables.format import AttentionRow, CollectiveRow, GemmRow, GroupedGemmRow, Row

@@ -84,9 +84,9 @@ def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps
     steps = 0
     for number, (group, _source, kernels, _layers) in enumerate(measured):
         steps += 1
-        launched = sorted(((raw.launch_start_us[lane.launch[k.position]] if lane.launch[k.position] >= 0 else k.start_us,
+        launched = sorted((raw.launch_start_us[lane.launch[k.position]] if lane.launch[k.position] >= 0 else k.start_us,
                             k.start_us, 0 if lane.graph[k.position] or lane.launch[k.position] < 0 else 1, k.dur_us)
-                           for k in kernels if k.is_kernel))
+                           for k in kernels if k.is_kernel)
         order[number] = tuple((launches, dur * 1e-6) for _, _, launches, dur in launched)
         by_op: dict[int, list] = defaultdict(list)
         for k in kernels:

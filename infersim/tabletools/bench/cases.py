@@ -8,7 +8,7 @@ of how long its timing takes (for ordering and the time budget).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 from infersim.shapes.kernels import ELEMENT_BYTES, ELEMENTWISE_OPS, GroupedGemmShape, elementwise_bytes
 from infersim.tables.format import AttentionRow, ElementwiseRow, GemmRow, GroupedGemmRow, Row
@@ -168,8 +168,8 @@ class HostCase:
         return f"host {self.probe}"
 
 
-BenchCase = Union[GemmCase, GroupedGemmCase, AttentionCase, ElementwiseCase, HostCase]
-TimedCase = Union[GemmCase, GroupedGemmCase, AttentionCase, ElementwiseCase]
+BenchCase = GemmCase | GroupedGemmCase | AttentionCase | ElementwiseCase | HostCase
+TimedCase = GemmCase | GroupedGemmCase | AttentionCase | ElementwiseCase
 
 
 def case_shape(case: TimedCase):  # -> the simulator's KernelShape of the case
