@@ -311,7 +311,7 @@ def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(source, path, value, "expected a mapping")
         return {str(k): _convert(value_hint, v, source, f"{path}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return build(hint, value, source, path)
     return _convert_scalar(hint, value, source, path)
 
@@ -371,7 +371,7 @@ def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     for fld in dataclasses.fields(cls):
         hint = hints[fld.name]
         name = _join(prefix, fld.name)
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             rows.extend(field_docs(hint, name))
         else:
             rows.append((name, typing_name(hint), fld.metadata.get("doc", "")))

@@ -44,7 +44,7 @@ class CollectiveShape:
         return self.bytes_per_rank
 
 
-def prob_group_hit(num_experts: int, experts_in_group: int, topk: int) -> float:
+def prob_group_hit(num_experts: int, experts_in_group: float, topk: int) -> float:
     """Probability that a token's topk distinct experts (uniform over num_experts) include at least
     one of the experts_in_group experts a GPU or node holds (hypergeometric complement)."""
     miss = 1.0

@@ -524,7 +524,7 @@ class KernelTables(Protocol):
     #: the tables' own share of HBM bandwidth for elementwise kernels, or None (the card's)
     elementwise_memory_efficiency: float | None
 
-    def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+    def lookup(self, shape: AnyShape, peak_flops: float) -> TableHit | None:
         """Time for `shape` from a table covering it, or None. peak_flops is the card's dense
         FLOP/s for the shape's dtype (to turn a table efficiency into time)."""
         ...
@@ -540,14 +540,14 @@ class NoTables:
     moe_includes_imbalance = False
     elementwise_memory_efficiency = None
 
-    def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+    def lookup(self, shape: AnyShape, peak_flops: float) -> TableHit | None:
         return None
 
     def describe(self) -> str:
         return "none (roofline fallback for every kernel)"
 
 
-def minimum_bytes(shape: KernelShape) -> float:
+def minimum_bytes(shape: AnyShape) -> float:
     """Bytes a kernel of `shape` must move at the least: its modelled bytes, except that a
     grouped GEMM may find a single local expert active (the model's expected count can be more)."""
     if isinstance(shape, GroupedGemmShape):
