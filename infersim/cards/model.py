@@ -21,7 +21,6 @@ SLIDING_ATTENTION = "sliding_attention"
 LINEAR_ATTENTION = "linear_attention"  # Gated DeltaNet (Qwen3-Next, Qwen3.5)
 MAMBA = "mamba"  # Mamba-2 (SSD)
 LayerType = Literal["full_attention", "sliding_attention", "linear_attention", "mamba"]
-LAYER_TYPES: tuple[str, ...] = (FULL_ATTENTION, SLIDING_ATTENTION, LINEAR_ATTENTION, MAMBA)
 StateDtype = Literal["fp32", "bf16", "fp16"]
 
 
@@ -155,10 +154,6 @@ class ModelCard:
         """Per-head dimension of Q.K products (MLA: nope + rope)."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
 
-    @property
-    def attn_v_head_dim(self) -> int:
-        return self.v_head_dim if self.is_mla else self.head_dim
-
     @cached_property
     def layer_kinds(self) -> tuple[str, ...]:
         """The mixer of every layer, in order (layer_types repeated, or full_attention_interval)."""
@@ -195,10 +190,6 @@ class ModelCard:
     @property
     def mamba_heads(self) -> int:
         return self.mamba_num_heads or self.mamba_expand * self.hidden_size // self.mamba_head_dim
-
-    @property
-    def mamba_inner(self) -> int:
-        return self.mamba_heads * self.mamba_head_dim
 
 
 def _validate_checkpoints(card: ModelCard, source: str) -> None:

@@ -134,10 +134,6 @@ class GroupedGemmShape:
         return self.tokens_per_gpu * self.topk
 
     @property
-    def tokens_per_expert(self) -> float:
-        return self.routed_tokens / self.local_experts
-
-    @property
     def k(self) -> int:
         return self.hidden if self.projection == "up" else self.intermediate
 

@@ -42,8 +42,6 @@ COLLECTIVE_OP = "collective"
 GATHER_OP = "gather_collective"
 ELEMENTWISE_OP = "elementwise"  # every other ATen operator that launches work: adds, casts, copies, activations
 
-OP_CLASSES = (GEMM_OP, BATCHED_MATMUL_OP, ATTENTION_OP, GROUPED_GEMM_OP, NORM_OP, NORM_PART_OP, EMBEDDING_OP,
-              TOPK_OP, SOFTMAX_OP, SAMPLING_OP, CONCAT_OP, COLLECTIVE_OP, GATHER_OP, ELEMENTWISE_OP)
 
 _EXACT: dict[str, str] = {
     # dense GEMMs (cuBLAS through ATen, fp8 through _scaled_mm)

@@ -331,7 +331,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _on_sigterm() -> Any:
     """SIGTERM raises Stopped in the main thread, so the loop ends through `finally` and writes."""
-    def handler(signum: int, frame: Any) -> None:
+    def handler(_signum: int, _frame: Any) -> None:
         raise Stopped()
 
     try:
