@@ -169,8 +169,10 @@ def bundled_engines() -> list[EngineEntry]:
                 continue  # a broken card says so when it is loaded by its own name
             if not isinstance(data, dict):
                 continue
-            aliases = data.get("aliases") if isinstance(data.get("aliases"), list) else []
-            vendors = data.get("vendors") if isinstance(data.get("vendors"), list) else ["nvidia"]
+            aliases = data.get("aliases")
+            aliases = aliases if isinstance(aliases, list) else []
+            vendors = data.get("vendors")
+            vendors = vendors if isinstance(vendors, list) else ["nvidia"]
             entries.append(EngineEntry(stem, str(data.get("name", stem)), tuple(str(a) for a in aliases),
                                        str(data.get("version", "")), tuple(str(v) for v in vendors)))
         _ENGINES.append(entries)
