@@ -34,6 +34,12 @@ FILE_NAME = "vllm_serving_trainval.yaml"
 ENGINE = "vllm@0.15"
 #: seconds each load stage is simulated for (the runs' stages: 600 or 1200 s)
 MAX_STAGE_S = 120.0
+#: multi-turn chat as fixed-length rounds (infersim.serve.trainval.FIXED_ROUNDS_NOTE): inference-sim,
+#: whose project ran these experiments, expands their profiles so; upstream inference-perf's
+#: accumulated context would grow a user's prompt by question + answer every round (tens of
+#: thousands of tokens over a 600 s stage), which the measured stages, flat from stage to stage,
+#: do not show
+SESSION_CONTEXT = False
 #: GPU names of the file's `hardware.gpu` -> hardware card
 GPU_CARDS = {"NVIDIA H100 80GB HBM3 (SXM)": "h100-sxm"}
 #: measured key -> (sub-metric id, key of a stage of the serving result)
@@ -75,7 +81,7 @@ def experiment_options(experiment: dict[str, Any], max_stage_s: float | None = M
     """Serve options of one experiment (infersim.serve.trainval), its stages cut to `max_stage_s`."""
     from infersim.serve.trainval import trainval_options
 
-    options = trainval_options(experiment, max_stage_s)
+    options = trainval_options(experiment, max_stage_s, session_context=SESSION_CONTEXT)
     options["seed"] = 0
     return options
 
