@@ -29,7 +29,8 @@ finished requests leave. A request's first token comes out of the step that pref
 chunk of its prompt; an arrival during a running step waits for that step to end, so with an
 otherwise idle engine TTFT is the wait for the step in flight plus the prefill of its prompt.
 An overlap (async) scheduler forms step k+1 while step k runs, so an arrival on a busy engine joins
-step k+2 (vLLM 0.15 v1/engine/core.py step_with_batch_queue: a batch queue of two steps).
+step k+2 (vLLM 0.15 v1/engine/core.py step_with_batch_queue, a batch queue of two steps; SGLang
+0.5.5 managers/scheduler.py event_loop_overlap: it launches the next batch before it waits on the last).
 
 Speculative decoding: a decode step gives every decode request the expected number of tokens E of
 one verification (infersim.run.speculative), fractional: the token clock below advances by E a step,
