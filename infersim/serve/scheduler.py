@@ -28,9 +28,7 @@ advance, finished prompts emit their first token and join decode, decode request
 finished requests leave. A request's first token comes out of the step that prefills the last
 chunk of its prompt; an arrival during a running step waits for that step to end, so with an
 otherwise idle engine TTFT is the wait for the step in flight plus the prefill of its prompt.
-An overlap (async) scheduler forms step k+1 while step k runs, so an arrival on a busy engine joins
-step k+2 (vLLM 0.15 v1/engine/core.py step_with_batch_queue, a batch queue of two steps; SGLang
-0.5.5 managers/scheduler.py event_loop_overlap: it launches the next batch before it waits on the last).
+An overlap scheduler forms step k+1 while step k runs: a busy engine's arrival joins step k+2 (settings).
 
 Speculative decoding: a decode step gives every decode request the expected number of tokens E of
 one verification (infersim.run.speculative), fractional: the token clock below advances by E a step,
@@ -192,30 +190,18 @@ class Instance:
         return round_up(tokens, self.s.page_size)
 
     def _arrive(self) -> None:
-        pending, now = self.pending, self.now
+        """Arrivals the next step's scheduling sees join the waiting queue; with `max_waiting`, an
+        arrival that finds that many waiting is left waiting (the overload guard)."""
+        pending, now, waiting, cap, stats = self.pending, self.now, self.waiting, self.max_waiting, self.stats
         cutoff = now if self.idle() else min(now, self.intake_s)
-        if not pending or pending[0].ready_s > cutoff:
-            return
-        if self.max_waiting:
-            self._arrive_bounded(cutoff)
-            return
-        stats, waiting = self.stats, self.waiting
         while pending and pending[0].ready_s <= cutoff:
             r = pending.popleft()
-            stats.inflight_integral += now - r.ready_s
-            waiting.append(r)
-
-    def _arrive_bounded(self, cutoff: float) -> None:
-        """Arrivals into a queue of at most max_waiting requests; the others are left waiting."""
-        pending, now, waiting, cap = self.pending, self.now, self.waiting, self.max_waiting
-        while pending and pending[0].ready_s <= cutoff:
-            r = pending.popleft()
-            if len(waiting) >= cap and r.scheduled_s < 0:
-                self.stats.dropped += 1
+            if cap and len(waiting) >= cap and r.scheduled_s < 0:
+                stats.dropped += 1
                 if self.drop_sink is not None:
                     self.drop_sink(r.req)
                 continue
-            self.stats.inflight_integral += now - r.ready_s
+            stats.inflight_integral += now - r.ready_s
             waiting.append(r)
 
     # -- admission -----------------------------------------------------------------------------

@@ -52,7 +52,10 @@ class SchedulerSettings:
     host_kv_tokens: int = 0  # host (CPU) tier of the prefix cache, tokens (0: none)
     host_load_s_per_token: float = 0.0  # seconds to bring one cached token back from the host tier
     # an overlap (async) scheduler forms step k+1 while step k runs, so a request arriving during
-    # step k is first scheduled into step k+2 (engine card overheads.overlap_scheduler)
+    # step k is first scheduled into step k+2 (engine card overheads.overlap_scheduler): vLLM 0.15
+    # v1/engine/core.py step_with_batch_queue (async scheduling, a batch queue of two steps: it
+    # schedules and enqueues the next step before it blocks on the running one); SGLang 0.5.5
+    # managers/scheduler.py event_loop_overlap (it launches the next batch, then waits on the last)
     intake_one_step_ahead: bool = False
 
     def describe(self) -> str:
