@@ -318,10 +318,14 @@ class _Evaluator:
         stage = entry.serving.get("stage")
         if stage is not None:
             out = _stage_row(out, stage, entry.id)
+            if out.get("overloaded"):
+                notes = [*notes, f"simulated stage overloaded: its queue grows at {out['rate']:g} req/s offered"]
         if conv.source not in out:
             raise InferSimError(f"{self.points_file}: {entry.id}: metric.from '{conv.source}' is not a key of the "
                                 f"serving result (keys: {', '.join(sorted(out))})")
         module = (str(out.get("dominant_module", "-")), "", grade)
+        workload = entry.serving.get("workload")
+        notes = notes + list(workload.get("notes") or []) if isinstance(workload, dict) else notes
         return float(out[conv.source]) * conv.multiply, module, "; ".join(notes)
 
     def _serving_result(self, entry: PointMapping) -> tuple[dict[str, Any], str, list[str]]:

@@ -116,9 +116,12 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
                   "each point, its notes and the points not expressed: infersim validate (without --summary); "
                   "sources: the `sources:` block of the reference file"]
         return "\n".join(line for line in lines if line is not None)
-    notes = [c for c in result.comparisons if c.note and c.kind not in ("kernel_gemm", "kernel_grouped_gemm", "deepep")]
+    notes: dict[tuple[str, str], str] = {}  # a note all sub-metrics of a point share is listed once, by the point
+    for c in result.comparisons:
+        if c.note and c.kind not in ("kernel_gemm", "kernel_grouped_gemm", "deepep"):
+            notes[(c.point_id, c.note)] = c.point_id if (c.point_id, c.note) in notes else c.id
     if notes:
-        lines += ["", "NOTES"] + [f"  {c.id}: {c.note}" for c in notes]
+        lines += ["", "NOTES"] + [f"  {shown}: {note}" for (_, note), shown in notes.items()]
     if excluded:
         lines += ["", f"EXCLUDED FROM THE STATISTICS: accepted outliers of their own runs ({len(excluded)})"]
         lines += [f"  {c.id} [{c.source}] {100 * c.error:+.1f}%: {c.accepted_outlier}" for c in excluded]
