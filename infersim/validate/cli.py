@@ -50,7 +50,9 @@ def _validate(args: argparse.Namespace) -> int:
     reference.update(measured.reference)
     mapping.update(measured.mapping)
     shown = ", ".join([_shown(p) for p in paths] + measured.files)
-    result = evaluate(reference, mapping, reference_path=shown, points_file=points_path.name,
+    # the trainval points are mapped from their experiments' own stanzas (infersim/validate/trainval.py)
+    mapped = [points_path.name] * public + ["trainval.py (each experiment's stanzas)"] * (TRAINVAL in sources)
+    result = evaluate(reference, mapping, reference_path=shown, points_file=" + ".join(mapped),
                       mfu_tables=args.mfu_tables, only=args.point)
     result.not_expressed += measured.not_expressed
     if args.format == "json":
