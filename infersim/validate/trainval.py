@@ -74,6 +74,7 @@ def experiment_run(experiment: dict[str, Any]) -> dict[str, Any]:
         raise InferSimError(f"tp {tp} x dp {dp} is not its {gpus} GPUs")
     return {"model": experiment["model"], "hardware": card, "engine": ENGINE,
             "deployment": {"num_gpus": tp, "attention": {"tp": tp}, "ffn": {"tp": tp}},
+            # a run config needs lengths; the serving options' workload gives every request's own
             "workload": {"isl": 1024, "osl": 256}}
 
 
@@ -83,6 +84,9 @@ def experiment_options(experiment: dict[str, Any], max_stage_s: float | None = M
 
     options = trainval_options(experiment, max_stage_s, session_context=SESSION_CONTEXT)
     options["seed"] = 0
+    dp = int(experiment.get("dp") or 1)
+    if dp > 1:  # data-parallel copies of the TP deployment behind one endpoint
+        options["replicas"] = dp
     return options
 
 
