@@ -138,3 +138,27 @@ def test_validate_compares_the_stage_and_reports_overload(monkeypatch) -> None:
     reason = next(c.accepted_outlier for c in result.comparisons if c.accepted_outlier)
     assert "simulated stage overloaded at 1 req/s (served 0.50 req/s)" in reason and "measured stage is not" in reason
     assert result.stats()["by_metric"].keys() == {"itl_mean"}
+
+
+def test_the_source_is_opt_in_on_the_command_line(tmp_path) -> None:
+    """`--source trainval-vllm` compares these points (and only these); the default run does not."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "INFERSIM_CACHE": "off"}
+    point = "trainval-66-reasoning-lite-stage0/itl_mean"
+    proc = subprocess.run([sys.executable, "-m", "infersim", "validate", "--source", "trainval-vllm", "--point", point,
+                           "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["reference"] == "infersim/validate/public/vllm_serving_trainval.yaml (shipped)"
+    assert [p["id"] for p in data["points"]] == [point]
+    assert data["points"][0]["measured"] == pytest.approx(7.446, abs=0.001)
+    assert set(data["summary"]["by_serving_metric"]) == {"itl_mean"}
+    default = subprocess.run([sys.executable, "-m", "infersim", "validate", "--point", point], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert default.returncode == 2 and "unknown point id(s) trainval-66" in default.stderr
