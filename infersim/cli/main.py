@@ -119,6 +119,9 @@ def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True, batch: 
                        help="GEMM inputs and stored weights (default bf16)")
     group.add_argument("--kv-cache-dtype", default=None, choices=("bf16", "fp16", "fp8"),
                        help="KV-cache storage format (default bf16)")
+    group.add_argument("--calibration", default=None, metavar="PROFILE.yaml",
+                       help="calibration profile of this GPU and engine (`infersim calibrate --out`): run config key "
+                            "`calibration`; docs/calibration.md")
     energy = parser.add_argument_group("energy cost (run config section `energy`; docs/energy.md)")
     energy.add_argument("--usd-per-kwh", type=number_arg(ge=0), default=None, metavar="USD",
                         help="electricity price, US dollars per kWh (default 0.0804: US EIA, average price to "
@@ -147,7 +150,7 @@ def flags_from_args(args: argparse.Namespace) -> RunFlags:
                     num_nodes=_int(get("num_nodes")), tp=_int(get("tp")), dp_attention=_int(get("dp_attention")),
                     ep=_int(get("ep")), pp=_int(get("pp")), isl=_int(isl) if isinstance(isl, (int, float)) else None,
                     osl=_int(osl) if isinstance(osl, (int, float)) else None, batch_per_gpu=_batch(get("batch_per_gpu")),
-                    precision=get("precision"), kv_cache_dtype=get("kv_cache_dtype"))
+                    precision=get("precision"), kv_cache_dtype=get("kv_cache_dtype"), calibration=get("calibration"))
 
 
 def _int(value: Any) -> int | None:

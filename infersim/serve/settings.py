@@ -51,6 +51,7 @@ class SchedulerSettings:
     dp_ranks: int = 1
     host_kv_tokens: int = 0  # host (CPU) tier of the prefix cache, tokens (0: none)
     host_load_s_per_token: float = 0.0  # seconds to bring one cached token back from the host tier
+    client_lag_s: float = 0.0  # the API server's time outside the engine core: every token reaches the client later
 
     def describe(self) -> str:
         cap = str(self.max_running) if self.max_running else "KV-bound"
@@ -148,7 +149,8 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         admission=sched.kv_admission, page_size=engine.page_size(hw, config.model.is_mla), chunked=chunked,
         prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
         reservation=sched.future_reservation if sched.kv_admission == "on-demand" else None, origin=origin,
-        max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp)
+        max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp,
+        client_lag_s=0.0 if prefill_only else engine.overheads.api_server_latency)
 
 
 def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: float = 0.0,
