@@ -107,7 +107,10 @@ class CalibrationProfile:
 
 
 def format_value(constant: Constant, value: float) -> str:
-    return f"{value:.3g}" if constant.log else f"{value * 1e6:.3g} us"
+    """A multiplier as is; a time in ms from a millisecond up, else in us."""
+    if constant.log:
+        return f"{value:.3g}"
+    return f"{value * 1e3:.3g} ms" if abs(value) >= 1e-3 else f"{value * 1e6:.3g} us"
 
 
 def card_value(constant: Constant, hardware: HardwareCard, engine: EngineCard) -> float:

@@ -39,6 +39,7 @@ SUBCOMMANDS = {
     "plot": "infersim.plot.cli",
     "roofline": "infersim.plot.cli",
     "validate": "infersim.validate.cli",
+    "calibrate": "infersim.calibrate.cli",
     "serve": "infersim.serve.cli",
     "cache": "infersim.cli.cache",
 }
@@ -175,6 +176,19 @@ def print_notes(config: RunConfig) -> None:
         print(f"infersim: note: {note}", file=sys.stderr)
 
 
+def _calibration_beside(config: RunConfig, result: Any) -> dict[str, Any] | None:
+    """A calibrated run's headline beside the same run on the uncalibrated cards (None: no calibration)."""
+    if config.calibration is None:
+        return None
+    from infersim.calibrate.beside import run_beside
+    from infersim.cli.report import to_json_data
+    from infersim.run.config import without_calibration
+    from infersim.run.simulate import simulate
+
+    plain = to_json_data(simulate(without_calibration(config)))
+    return run_beside(config.calibration, to_json_data(result), plain)
+
+
 def run_command(args: argparse.Namespace) -> int:
     from infersim.cli.report import to_json_data, to_text
     from infersim.run.simulate import simulate
@@ -188,10 +202,13 @@ def run_command(args: argparse.Namespace) -> int:
     config = load_config_from_args(args)
     result = simulate(config)
     launch = _launch_plan(result) if getattr(args, "emit_launch", False) else None
+    calibration = _calibration_beside(config, result)
     if args.format == "json":
         import json  # here: the text report, the default, needs no JSON
 
         data = to_json_data(result)
+        if calibration is not None:
+            data["calibration"] = calibration
         if launch is not None:
             from infersim.launch.report import plan_json
 
@@ -199,6 +216,10 @@ def run_command(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(to_text(result, detail=args.detail, show_unfit=args.show_unfit))
+        if calibration is not None:
+            from infersim.calibrate.beside import beside_text
+
+            print("\n" + beside_text(calibration))
         if launch is not None:
             from infersim.launch.report import plan_text
 
