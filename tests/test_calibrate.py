@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO_ROOT, shared_reference
+
 from infersim.base.errors import InferSimError
 from infersim.calibrate.fit import FitSettings, Observation, fit_constants
 from infersim.calibrate.run import calibrate, median_abs, relative_errors
-from infersim.cards.calibration import CONSTANT_BY_NAME, load_profile, profile_from_mapping
+from infersim.cards.calibration import (
+    CONSTANT_BY_NAME,
+    load_profile,
+    profile_from_mapping,
+)
 
 EXAMPLE = REPO_ROOT / "infersim" / "calibrate" / "examples" / "vllm-h100-runs.yaml"
 ENV = {"INFERSIM_CACHE": "off", "PATH": ""}
@@ -24,7 +28,7 @@ ENV = {"INFERSIM_CACHE": "off", "PATH": ""}
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "infersim", *args], capture_output=True, text=True, cwd=REPO_ROOT,
-                          env=ENV)
+                          env=ENV, check=False)
 
 
 # -- the fit on a known model -----------------------------------------------------------------------
@@ -70,7 +74,7 @@ def test_with_one_run_of_three_points_at_most_one_constant_is_fitted_and_the_res
 
     result = fit_constants(constants, {"gemm_time_scale": 1.0, "api_server_latency": 0.0}, observations, predict)
     assert len(result.fitted) <= 1
-    refused = dict((c.name, why) for c, why in result.refused)
+    refused = {c.name: why for c, why in result.refused}
     assert len(refused) >= 1
     assert any("more constants than the data determine" in why or "narrow its prior" in why for why in refused.values())
     assert result.held_out is None  # one experiment: nothing to hold out

@@ -13,7 +13,8 @@ every constant. `noise_i` is the scatter a mean latency has between repeated run
 the simulator does not model (NOISE_BY_METRIC): a constant that the data cannot pin down better than that stays at its card.
 
 Identifiability: with the Jacobian J at the cards, the posterior covariance is
-(J^T W J + diag(1 / prior_sd^2))^-1. A constant is fitted only when its posterior sd is at
+(J^T W J + diag(1 / prior_sd^2))^-1, widened by how much more the residuals scatter than the noise
+says (Huber-weighted, per degree of freedom; at least 1). A constant is fitted only when its posterior sd is at
 most `min_shrink` of its prior sd (the data halve its uncertainty), and at most one constant per
 experiment and per three measured points is fitted; the least determined ones are refused one at a
 time (removing one can make its correlated partner determined), each with the reason.
@@ -231,7 +232,8 @@ def _select(p: _Problem, r: Sequence[float], columns: Mapping[int, list[float]],
             active.append(j)
     while active:
         a, _ = _normal_equations(p, p.u0, r, columns, active, rows)
-        cov = _inverse(a)
+        factor = _scatter(p, r, len(active))
+        cov = [[x * factor for x in row] for row in _inverse(a)]
         shrink = {j: math.sqrt(cov[k][k]) / p.constants[j].prior_sd for k, j in enumerate(active)}
         worst = max(active, key=lambda j: shrink[j])
         if shrink[worst] > p.settings.min_shrink:
@@ -294,20 +296,26 @@ def _held_out(p: _Problem, u: list[float], r: list[float], columns: Mapping[int,
     return tuple(v for v in out if v is not None)
 
 
+def _scatter(p: _Problem, r: Sequence[float], fitted: int) -> float:
+    """How much more the residuals scatter than `noise` says (at least 1), Huber-weighted as the fit
+    weighs them, per degree of freedom: the factor the posterior covariance is widened by."""
+    s = p.settings
+    dof = max(1, len(r) - fitted)
+    return max(1.0, sum(_huber(x, s.huber) / sd ** 2 for x, sd in zip(r, p.noise)) / dof)
+
+
 def _covariance(p: _Problem, u: list[float], r: list[float], columns: Mapping[int, list[float]],
                 active: Sequence[int]) -> list[list[float]]:
     """Posterior covariance at the fit, widened when the residuals scatter more than `noise` says."""
     a, _ = _normal_equations(p, u, r, columns, active, range(len(r)))
-    cov = _inverse(a)
-    dof = max(1, len(r) - len(active))
-    scatter = sum((x / sd) ** 2 for x, sd in zip(r, p.noise)) / dof
-    factor = max(1.0, scatter)
-    return [[x * factor for x in row] for row in cov]
+    factor = _scatter(p, r, len(active))
+    return [[x * factor for x in row] for row in _inverse(a)]
 
 
 def fit_constants(constants: Sequence[Constant], priors: Mapping[str, float], observations: Sequence[Observation],
-                  predict: Predict, settings: FitSettings = FitSettings()) -> FitResult:
+                  predict: Predict, settings: FitSettings | None = None) -> FitResult:
     """Fit what the observations determine of `constants` (priors: their card values)."""
+    settings = settings or FitSettings()
     p = _Problem(constants, priors, observations, predict, settings)
     u0 = list(p.u0)
     r0 = p.residuals(u0)

@@ -15,9 +15,23 @@ from typing import Any
 
 from infersim.base.errors import InferSimError, NotPossible
 from infersim.base.stats import percentile
-from infersim.calibrate.data import METRICS, Experiment, Reference, load_reference, predict_experiment, run_mapping
+from infersim.calibrate.data import (
+    METRICS,
+    Experiment,
+    Reference,
+    load_reference,
+    predict_experiment,
+    run_mapping,
+)
 from infersim.calibrate.fit import FitResult, FitSettings, Observation, fit_constants
-from infersim.cards.calibration import CONSTANT_BY_NAME, CONSTANTS, PROFILE_KIND, Constant, card_value, with_constants
+from infersim.cards.calibration import (
+    CONSTANT_BY_NAME,
+    CONSTANTS,
+    PROFILE_KIND,
+    Constant,
+    card_value,
+    with_constants,
+)
 
 INTERVAL_LEVEL = 0.9  # the prediction interval spans the held-out ratios' 5th to 95th percentile
 MIN_INTERVAL_POINTS = 5  # fewer held-out points per metric give no interval
@@ -122,8 +136,9 @@ def _profile(reference: Reference, engine: Any, hardware: Any, experiments: Sequ
 
 
 def calibrate(paths: Sequence[Path], hardware: str | None = None, engine: str | None = None,
-              constants: Sequence[str] | None = None, settings: FitSettings = FitSettings(),
+              constants: Sequence[str] | None = None, settings: FitSettings | None = None,
               max_stage_s: float | None = 60.0) -> Calibration:
+    settings = settings or FitSettings()
     reference = load_reference(list(paths), hardware, engine, max_stage_s)
     configs, kept, skipped = _configs(reference)
     if not kept:

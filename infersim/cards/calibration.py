@@ -108,7 +108,7 @@ class CalibrationProfile:
 
 def format_value(constant: Constant, value: float) -> str:
     """A multiplier as is; a time in ms from a millisecond up, else in us."""
-    if constant.log:
+    if constant.log or value == 0:
         return f"{value:.3g}"
     return f"{value * 1e3:.3g} ms" if abs(value) >= 1e-3 else f"{value * 1e6:.3g} us"
 

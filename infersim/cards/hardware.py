@@ -93,10 +93,13 @@ class KernelTimeScale:
     kernel family: 1 = the tables as they are. A calibration profile (infersim.cards.calibration)
     sets these from a user's own runs; a bundled card leaves them at 1."""
 
-    gemm: float = spec(1.0, doc="dense and grouped (MoE) GEMMs, the DSA indexer", ge=0.1, le=10)
-    attention: float = spec(1.0, doc="attention kernels (softmax, linear attention / SSM phases)", ge=0.1, le=10)
-    memory: float = spec(1.0, doc="memory-bound elementwise kernels (norms, rotary, activations, casts)", ge=0.1, le=10)
-    collectives: float = spec(1.0, doc="collectives and token exchanges (NCCL, DeepEP)", ge=0.1, le=10)
+    gemm: float = spec(1.0, doc="time multiplier of dense and grouped (MoE) GEMMs and the DSA indexer", ge=0.1, le=10)
+    attention: float = spec(1.0, doc="time multiplier of attention kernels (softmax, linear attention / SSM phases)",
+                            ge=0.1, le=10)
+    memory: float = spec(1.0, doc="time multiplier of memory-bound elementwise kernels (norms, rotary, activations, "
+                                  "casts)", ge=0.1, le=10)
+    collectives: float = spec(1.0, doc="time multiplier of collectives and token exchanges (NCCL, DeepEP)",
+                              ge=0.1, le=10)
 
 
 @dataclass(frozen=True, kw_only=True)

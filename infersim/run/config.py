@@ -358,12 +358,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
             engine, host_note = with_measured_host(engine, provenance.launch_cpu, provenance.step_cpu,
                                                    provenance.host_probes)
             tables_note = "; ".join(n for n in (tables_note, host_note) if n)
-    profile, uncalibrated = None, None
-    if spec_.calibration:
-        profile = load_profile(spec_.calibration, base)
-        uncalibrated = (hardware, engine)
-        hardware, engine = apply_profile(profile, hardware, engine)
-        notes.append(profile.describe())
+    profile, uncalibrated, hardware, engine = _calibrated(spec_.calibration, base, hardware, engine, notes)
     draft, draft_dep, draft_source = None, None, ""
     if spec_.speculative is not None:
         draft, draft_dep, draft_source = _speculative_drafter(spec_.speculative, model, hardware, deployment, base, where)
@@ -375,6 +370,16 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
                      draft_deployment=draft_dep, draft_model_source=draft_source,
                      named_deployment=named, notes=tuple(notes), electricity=spec_.energy,
                      calibration=profile, uncalibrated=uncalibrated)
+
+
+def _calibrated(path: str | None, base: Path | None, hardware: HardwareCard, engine: EngineCard, notes: list[str],
+                ) -> tuple[CalibrationProfile | None, tuple[HardwareCard, EngineCard] | None, HardwareCard, EngineCard]:
+    """(profile, the cards before it, the cards with it) of a run config's `calibration` key."""
+    if not path:
+        return None, None, hardware, engine
+    profile = load_profile(path, base)
+    notes.append(profile.describe())
+    return (profile, (hardware, engine), *apply_profile(profile, hardware, engine))
 
 
 def without_calibration(config: RunConfig) -> RunConfig:
