@@ -212,3 +212,38 @@ def test_calibrating_on_the_trainval_runs_improves_every_metric_held_out() -> No
         assert errors[metric]["points"] == 21
         assert errors[metric]["median_abs_held_out"] < errors[metric]["median_abs_before"], (metric, errors[metric])
     assert not math.isnan(sum(f.sd for f in outcome.result.fitted))
+
+
+# -- benchmark results as input -------------------------------------------------------------------------
+
+
+def test_benchmark_results_on_a_run_config_calibrate_and_recover_their_constants(tmp_path: Path) -> None:
+    """vllm bench serve results at three rates, their latencies simulated at known constants."""
+    from dataclasses import replace
+
+    from infersim.calibrate.data import load_bench_results, predict_experiment
+    from infersim.cards.calibration import with_constants
+    from infersim.run.config import load_run_config
+
+    truth = {"gemm_time_scale": 0.8, "api_server_latency": 3e-3}
+    lines = [{"backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "request_rate": rate,
+              "burstiness": 1.0, "max_concurrency": None, "num_prompts": 60, "completed": 60,
+              "total_input_tokens": 60 * 1000, "total_output_tokens": 60 * 100, "mean_ttft_ms": 1.0,
+              "mean_itl_ms": 1.0, "mean_e2el_ms": 1.0} for rate in (2.0, 8.0, 16.0)]
+    path = tmp_path / "bench.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    config = load_run_config("serve-llama-8b-h100.yaml")
+    hw, eng = with_constants(config.hardware, config.engine, truth)
+    for line, experiment in zip(lines, load_bench_results([path], "serve-llama-8b-h100.yaml")):
+        predicted = predict_experiment(replace(config, hardware=hw, engine=eng), experiment)
+        for (_stage, metric), value in predicted.items():
+            line[{"ttft_mean_ms": "mean_ttft_ms", "itl_mean_ms": "mean_itl_ms", "e2e_mean_ms": "mean_e2el_ms"}[metric]] = value
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = cli("calibrate", "--bench-result", str(path), "--config", "serve-llama-8b-h100.yaml",
+               "--constants", "gemm_time_scale,api_server_latency", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed["applies_to"]["hardware"] == "h100-sxm" and len(printed["points"]) == 9
+    for name, value in truth.items():
+        fitted = printed["constants"][name]
+        assert abs(fitted["value"] - value) <= 2 * fitted["uncertainty"], (name, fitted)

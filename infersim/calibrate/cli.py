@@ -28,7 +28,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     names = [n.strip() for part in args.constants for n in part.split(",") if n.strip()] if args.constants else None
     settings = FitSettings(iterations=int(args.iterations))
     outcome = calibrate([Path(p) for p in args.reference], args.hardware, args.engine, names, settings,
-                        None if args.max_stage_s == 0 else args.max_stage_s)
+                        None if args.max_stage_s == 0 else args.max_stage_s,
+                        [Path(p) for p in args.bench_result], args.config)
     if args.out:
         write_profile(Path(args.out), outcome.profile)
     if args.format == "json":
@@ -112,17 +113,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "time per family, host and API-server times, KV transfer efficiency) by a MAP fit toward the "
                     "card values, refuses those the data do not determine, and prints the median error before, "
                     "after and held out (leave one experiment out) per metric. docs/calibration.md")
-    p.add_argument("--reference", action="append", required=True, metavar="PATH",
+    p.add_argument("--reference", action="append", default=[], metavar="PATH",
                    help="measured serving runs: a file of `experiments:` in the form of vllm_serving_trainval.yaml "
                         "(repeatable)")
+    p.add_argument("--bench-result", action="append", default=[], metavar="FILE",
+                   help="a vllm bench serve / sglang.bench_serving result file, each result one run (repeatable; "
+                        "with --config)")
+    p.add_argument("--config", default=None, metavar="RUN.yaml",
+                   help="the run config (model, GPUs, layout, engine) the --bench-result runs used")
     p.add_argument("--hardware", "--gpu", dest="hardware", default=None, metavar="NAME",
                    help="hardware card the runs used (where the file names none), e.g. h100-sxm")
     p.add_argument("--engine", default=None, metavar="NAME[@VERSION]",
                    help="engine card the runs used (where the file names none), e.g. vllm@0.15")
     p.add_argument("--constants", action="append", default=[], metavar="NAME[,NAME]",
                    help="the constants to consider (default all: " + ", ".join(c.name for c in CONSTANTS) + ")")
-    p.add_argument("--max-stage-s", type=number_arg(ge=0), default=30.0, metavar="S",
-                   help="simulate each load stage for at most S seconds at its rate (default 30; 0: as measured)")
+    p.add_argument("--max-stage-s", type=number_arg(ge=0), default=20.0, metavar="S",
+                   help="simulate each load stage for at most S seconds at its rate (default 20; 0: as measured)")
     p.add_argument("--iterations", type=number_arg(whole=True, gt=0), default=2, metavar="N", help="Gauss-Newton steps (default 2)")
     p.add_argument("--out", default=None, metavar="PROFILE.yaml", help="write the calibration profile here")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")

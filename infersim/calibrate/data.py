@@ -1,6 +1,8 @@
 """Measured serving runs to calibrate on, and the simulator's prediction of each.
 
-A reference file holds `experiments:` in the form of ../shared/reference/vllm_serving_trainval.yaml
+A benchmark result (`vllm bench serve --save-result`, `sglang.bench_serving --output-file`) is
+one experiment per result, its whole run's mean TTFT, ITL and E2E measured, on the deployment a run
+config names. A reference file holds `experiments:` in the form of ../shared/reference/vllm_serving_trainval.yaml
 (infersim.serve.trainval): each with its model, GPU count (`tp`), the server's `vllm:` limits, the
 `workload:` the load generator sent, and `measured:` per load stage (stage_0, stage_1, ...) the
 mean TTFT, ITL and E2E in milliseconds. Which GPU and engine card the runs used is given on the
@@ -20,6 +22,10 @@ from infersim.base.errors import InferSimError, NotPossible, echo
 METRICS: dict[str, str] = {"ttft_mean_ms": "mean_ttft_ms", "itl_mean_ms": "mean_itl_ms", "e2e_mean_ms": "mean_e2el_ms"}
 
 
+#: the stage name of a benchmark result's whole run (it has no load stages)
+WHOLE_RUN = "run"
+
+
 @dataclass(frozen=True)
 class Experiment:
     id: str
@@ -28,6 +34,7 @@ class Experiment:
     options: Mapping[str, Any]  # serve options (infersim.serve.api), stages cut to max_stage_s
     measured: tuple[tuple[str, str, float], ...]  # (stage, metric, value in ms)
     notes: tuple[str, ...] = ()
+    config: str | None = None  # a run config file that names the deployment (benchmark results), else built here
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,30 @@ def _card_of(experiment: Mapping[str, Any], key: str, given: str | None) -> str 
     if isinstance(stated, Mapping) and isinstance(stated.get("card"), str):
         return stated["card"]
     return None
+
+
+def load_bench_results(paths: list[Path], config: str | None) -> list[Experiment]:
+    """Each result of `vllm bench serve` / `sglang.bench_serving` files as an experiment of one
+    whole run (its load replayed as infersim.serve.bench_result does), on the run config `config`."""
+    from infersim.serve.bench_result import is_serving_result, parse_serving_result, serve_options
+    from infersim.trace.bench import read_result_objects
+
+    if paths and config is None:
+        raise InferSimError("--bench-result: give --config RUN.yaml, the model, GPUs and engine the benchmark ran")
+    experiments = []
+    for path in paths:
+        for line, data in read_result_objects(path):
+            if not is_serving_result(data):
+                raise InferSimError(f"{path}: line {line}: not a vllm bench serve or sglang.bench_serving result")
+            result = parse_serving_result(data, str(path), line)
+            measured = tuple((WHOLE_RUN, metric, result.measured[key]) for metric, key in METRICS.items()
+                             if result.measured.get(key))
+            if not measured:
+                raise InferSimError(f"{path}: line {line}: none of {', '.join(METRICS.values())} measured")
+            options, notes = serve_options(result)
+            experiments.append(Experiment(f"{path.name}:{line}", result.model_id or "", 0, options, measured,
+                                          tuple(notes), config))
+    return experiments
 
 
 def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
@@ -115,7 +146,7 @@ def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
         raise InferSimError("--reference: the experiments name several GPU/engine cards "
                             f"({', '.join(sorted(f'{g} + {e}' for g, e in cards))}); a profile is fitted per GPU and "
                             "engine: calibrate each on its own")
-    gpu, eng = cards.pop()
+    gpu, eng = cards.pop() if cards else (hardware or "", engine or "")
     return Reference(tuple(str(p) for p in paths), gpu, eng, tuple(experiments))
 
 
@@ -136,10 +167,13 @@ def predict_experiment(config: Any, experiment: Experiment) -> dict[tuple[str, s
     stages = summary.get("stages") or []
     out: dict[tuple[str, str], float] = {}
     for stage, metric, _value in experiment.measured:
-        index = int(stage.split("_", 1)[1])
-        if index >= len(stages):
-            raise NotPossible(f"experiment {experiment.id}: the simulated run has no {stage}")
-        predicted = stages[index].get(METRICS[metric])
+        if stage == WHOLE_RUN:
+            predicted = summary.get(METRICS[metric])
+        else:
+            index = int(stage.split("_", 1)[1])
+            if index >= len(stages):
+                raise NotPossible(f"experiment {experiment.id}: the simulated run has no {stage}")
+            predicted = stages[index].get(METRICS[metric])
         if not predicted or predicted <= 0:
             raise NotPossible(f"experiment {experiment.id}: no {METRICS[metric]} predicted for {stage} "
                               "(no request completed)")

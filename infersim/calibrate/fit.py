@@ -12,9 +12,10 @@ Huber loss (quadratic within `huber` of zero, linear beyond) keeping one overloa
 every constant. `noise_i` is the scatter a mean latency has between repeated runs and from what
 the simulator does not model (NOISE_BY_METRIC): a constant that the data cannot pin down better than that stays at its card.
 
-Identifiability: with the Jacobian J at the cards, the posterior covariance is
-(J^T W J + diag(1 / prior_sd^2))^-1, widened by how much more the residuals scatter than the noise
-says (Huber-weighted, per degree of freedom; at least 1). A constant is fitted only when its posterior sd is at
+Identifiability: with the Jacobian J, the posterior covariance is (J^T W J / s + diag(1 / prior_sd^2))^-1,
+where s >= 1 says how much more the residuals scatter than the noise: 1 at the cards (where the
+residuals are what the constants are to explain), then the residuals' robust, median-based scale left
+at the fit (_scatter), with which the constants are checked and, if one goes, fitted again. A constant is fitted only when its posterior sd is at
 most `min_shrink` of its prior sd (the data halve its uncertainty), and at most one constant per
 experiment and per three measured points is fitted; the least determined ones are refused one at a
 time (removing one can make its correlated partner determined), each with the reason.
@@ -31,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from infersim.base.errors import InferSimError, NotPossible
+from infersim.base.stats import percentile
 from infersim.cards.calibration import Constant
 
 # (constant values by name, experiment index) -> (stage, metric) -> predicted value
@@ -148,6 +150,7 @@ class _Problem:
         self.experiments = sorted({o.experiment for o in observations})
         by_metric = dict(settings.noise)
         self.noise = [by_metric.get(o.metric, settings.default_noise) for o in self.observations]
+        self.scatter = 1.0  # the data's weight is divided by this: 1 (the stated noise), then the fit's (_scatter)
 
     def values(self, u: Sequence[float]) -> dict[str, float]:
         return {c.name: _from_u(c, x) for c, x in zip(self.constants, u)}
@@ -181,7 +184,7 @@ class _Problem:
 
     def objective(self, u: Sequence[float], r: Sequence[float]) -> float:
         s = self.settings
-        data = sum(_huber(x, s.huber) / sd ** 2 for x, sd in zip(r, self.noise))
+        data = sum(_huber(x, s.huber) / sd ** 2 for x, sd in zip(r, self.noise)) / self.scatter
         return data + sum(((x - x0) / c.prior_sd) ** 2 for x, x0, c in zip(u, self.u0, self.constants))
 
     def jacobian(self, u: list[float], r: Sequence[float], active: Sequence[int]) -> dict[int, list[float]]:
@@ -207,9 +210,13 @@ class _Problem:
 
 
 def _normal_equations(p: _Problem, u: Sequence[float], r: Sequence[float], columns: Mapping[int, list[float]],
-                      active: Sequence[int], rows: Sequence[int]) -> tuple[list[list[float]], list[float]]:
+                      active: Sequence[int], rows: Sequence[int],
+                      scatter: float | None = None) -> tuple[list[list[float]], list[float]]:
+    """The Gauss-Newton system over `rows`, the data weighed down by `scatter` (see _scatter;
+    default: the problem's current one)."""
     s = p.settings
-    w = [_huber_weight(r[i], s.huber) / p.noise[i] ** 2 for i in range(len(r))]
+    scale = p.scatter if scatter is None else scatter
+    w = [_huber_weight(r[i], s.huber) / p.noise[i] ** 2 / scale for i in range(len(r))]
     a = [[sum(w[i] * columns[ja][i] * columns[jb][i] for i in rows) for jb in active] for ja in active]
     b = [-sum(w[i] * columns[ja][i] * r[i] for i in rows) for ja in active]
     for k, j in enumerate(active):
@@ -232,8 +239,7 @@ def _select(p: _Problem, r: Sequence[float], columns: Mapping[int, list[float]],
             active.append(j)
     while active:
         a, _ = _normal_equations(p, p.u0, r, columns, active, rows)
-        factor = _scatter(p, r, len(active))
-        cov = [[x * factor for x in row] for row in _inverse(a)]
+        cov = _inverse(a)
         shrink = {j: math.sqrt(cov[k][k]) / p.constants[j].prior_sd for k, j in enumerate(active)}
         worst = max(active, key=lambda j: shrink[j])
         if shrink[worst] > p.settings.min_shrink:
@@ -296,20 +302,19 @@ def _held_out(p: _Problem, u: list[float], r: list[float], columns: Mapping[int,
     return tuple(v for v in out if v is not None)
 
 
-def _scatter(p: _Problem, r: Sequence[float], fitted: int) -> float:
-    """How much more the residuals scatter than `noise` says (at least 1), Huber-weighted as the fit
-    weighs them, per degree of freedom: the factor the posterior covariance is widened by."""
-    s = p.settings
-    dof = max(1, len(r) - fitted)
-    return max(1.0, sum(_huber(x, s.huber) / sd ** 2 for x, sd in zip(r, p.noise)) / dof)
+def _scatter(p: _Problem, r: Sequence[float]) -> float:
+    """How much more the residuals scatter than `noise` says (at least 1): the square of the
+    median |r_i| / noise_i over its value for normal scatter (0.6745), a scale that the few runs the
+    Huber loss discounts do not set. The data's weight in the posterior is divided by it."""
+    ratios = sorted(abs(x) / sd for x, sd in zip(r, p.noise))
+    return max(1.0, (percentile(ratios, 50) / 0.6745) ** 2) if ratios else 1.0
 
 
 def _covariance(p: _Problem, u: list[float], r: list[float], columns: Mapping[int, list[float]],
                 active: Sequence[int]) -> list[list[float]]:
-    """Posterior covariance at the fit, widened when the residuals scatter more than `noise` says."""
-    a, _ = _normal_equations(p, u, r, columns, active, range(len(r)))
-    factor = _scatter(p, r, len(active))
-    return [[x * factor for x in row] for row in _inverse(a)]
+    """Posterior covariance at the fit, the data weighed by the scatter left at it."""
+    a, _ = _normal_equations(p, u, r, columns, active, range(len(r)), _scatter(p, r))
+    return _inverse(a)
 
 
 def fit_constants(constants: Sequence[Constant], priors: Mapping[str, float], observations: Sequence[Observation],
@@ -323,10 +328,18 @@ def fit_constants(constants: Sequence[Constant], priors: Mapping[str, float], ob
         raise NotPossible("calibrate: an experiment cannot be simulated at the cards' own values")
     limit = min(len(p.experiments), len(observations) // 3)
     active, refused = _select(p, r0, p.jacobian(u0, r0, range(len(constants))), limit)
-    if not active:
-        u, r, columns = u0, r0, {}
-    else:
-        u, r, columns = _descend(p, u0, r0, active)
+    u, r, columns = _descend(p, u0, r0, active) if active else (u0, r0, {})
+    for _recheck in range(3):
+        if not active:
+            break
+        # the residuals left at the fit say how far the data scatter beyond the stated noise: the
+        # constants are checked again with the data weighed by that, and fitted again if one goes
+        p.scatter = _scatter(p, r)
+        active, more = _select(p, r, {j: columns[j] for j in active}, limit)
+        if not more:
+            break
+        refused += more
+        u, r, columns = _descend(p, u0, r0, active) if active else (u0, r0, {})
     cov = _covariance(p, u, r, columns, active) if active else []
     fitted = []
     for k, j in enumerate(active):

@@ -19,6 +19,7 @@ from infersim.calibrate.data import (
     METRICS,
     Experiment,
     Reference,
+    load_bench_results,
     load_reference,
     predict_experiment,
     run_mapping,
@@ -57,17 +58,25 @@ def choose_constants(names: Sequence[str] | None) -> tuple[Constant, ...]:
     return tuple(CONSTANT_BY_NAME[n] for n in dict.fromkeys(names))
 
 
-def _configs(reference: Reference) -> tuple[list[Any], list[Experiment], list[str]]:
-    from infersim.run.config import config_from_mapping
+def _config(reference: Reference, experiment: Experiment, built: dict[Any, Any]) -> Any:
+    from infersim.run.config import config_from_mapping, load_run_config
 
+    key = experiment.config or (experiment.model, experiment.gpus)
+    if key not in built:
+        built[key] = (load_run_config(experiment.config) if experiment.config else
+                      config_from_mapping(run_mapping(experiment, reference.hardware, reference.engine),
+                                          f"experiment {experiment.id}"))
+        if built[key].calibration is not None:
+            raise InferSimError(f"{experiment.config}: the run config applies a calibration profile; calibrate "
+                                "from the cards (drop its `calibration` key)")
+    return built[key]
+
+
+def _configs(reference: Reference) -> tuple[list[Any], list[Experiment], list[str]]:
     configs, kept, skipped = [], [], []
-    built: dict[tuple[str, int], Any] = {}
+    built: dict[Any, Any] = {}
     for experiment in reference.experiments:
-        key = (experiment.model, experiment.gpus)
-        if key not in built:
-            built[key] = config_from_mapping(run_mapping(experiment, reference.hardware, reference.engine),
-                                             f"experiment {experiment.id}")
-        config = built[key]
+        config = _config(reference, experiment, built)
         try:
             predict_experiment(config, experiment)
         except NotPossible as exc:
@@ -75,6 +84,11 @@ def _configs(reference: Reference) -> tuple[list[Any], list[Experiment], list[st
             continue
         configs.append(config)
         kept.append(experiment)
+    cards = {(c.hardware.name, c.engine.name, c.engine.version) for c in configs}
+    if len(cards) > 1:
+        raise InferSimError("calibrate: the runs name several GPU/engine cards (" + ", ".join(
+            f"{h} + {e} {v}" for h, e, v in sorted(cards)) + "); a profile is fitted per GPU and engine: calibrate "
+            "each on its own")
     return configs, kept, skipped
 
 
@@ -137,9 +151,18 @@ def _profile(reference: Reference, engine: Any, hardware: Any, experiments: Sequ
 
 def calibrate(paths: Sequence[Path], hardware: str | None = None, engine: str | None = None,
               constants: Sequence[str] | None = None, settings: FitSettings | None = None,
-              max_stage_s: float | None = 60.0) -> Calibration:
+              max_stage_s: float | None = 20.0, bench_results: Sequence[Path] = (),
+              config: str | None = None) -> Calibration:
+    """Fit on the experiments of reference files (`paths`) and of benchmark results (`bench_results`,
+    on the run config `config`)."""
     settings = settings or FitSettings()
-    reference = load_reference(list(paths), hardware, engine, max_stage_s)
+    if not paths and not bench_results:
+        raise InferSimError("calibrate: give --reference FILE and/or --bench-result FILE (with --config)")
+    reference = load_reference(list(paths), hardware, engine, max_stage_s) if paths else Reference((), "", "", ())
+    bench = load_bench_results(list(bench_results), config)
+    if bench:
+        reference = replace(reference, sources=(*reference.sources, *map(str, bench_results)),
+                            experiments=(*reference.experiments, *bench))
     configs, kept, skipped = _configs(reference)
     if not kept:
         raise NotPossible("calibrate: no experiment of the reference can be simulated: " + "; ".join(skipped))
