@@ -243,7 +243,7 @@ def _select(p: _Problem, r: Sequence[float], columns: Mapping[int, list[float]],
         shrink = {j: math.sqrt(cov[k][k]) / p.constants[j].prior_sd for k, j in enumerate(active)}
         worst = max(active, key=lambda j: shrink[j])
         if shrink[worst] > p.settings.min_shrink:
-            refused.append((worst, f"the data narrow its prior sd only to {shrink[worst]:.0%} (a fit needs "
+            refused.append((worst, f"the data narrow its prior sd only to {shrink[worst]:.1%} (a fit needs "
                                    f"{p.settings.min_shrink:.0%} or less); kept at its card value"))
         elif len(active) > limit:
             refused.append((worst, f"more constants than the data determine: {limit} at most from "
@@ -339,7 +339,13 @@ def fit_constants(constants: Sequence[Constant], priors: Mapping[str, float], ob
         if not more:
             break
         refused += more
-        u, r, columns = _descend(p, u0, r0, active) if active else (u0, r0, {})
+        if not active:
+            u, r, columns = u0, r0, {}
+            break
+        # from the fit so far, the refused constants back at their cards
+        u = [x if j in active else x0 for j, (x, x0) in enumerate(zip(u, u0))]
+        r = p.residuals(u) or r0
+        u, r, columns = _descend(p, u if r is not r0 else u0, r, active)
     cov = _covariance(p, u, r, columns, active) if active else []
     fitted = []
     for k, j in enumerate(active):
