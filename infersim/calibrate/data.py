@@ -80,7 +80,11 @@ def _card_of(experiment: Mapping[str, Any], key: str, given: str | None) -> str 
 def load_bench_results(paths: list[Path], config: str | None) -> list[Experiment]:
     """Each result of `vllm bench serve` / `sglang.bench_serving` files as an experiment of one
     whole run (its load replayed as infersim.serve.bench_result does), on the run config `config`."""
-    from infersim.serve.bench_result import is_serving_result, parse_serving_result, serve_options
+    from infersim.serve.bench_result import (
+        is_serving_result,
+        parse_serving_result,
+        serve_options,
+    )
     from infersim.trace.bench import read_result_objects
 
     if paths and config is None:
