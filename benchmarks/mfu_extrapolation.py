@@ -29,7 +29,6 @@ import csv
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +114,6 @@ def card_of(directory: Path):
 
 def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[float]]]:
     """Per family, per rule: |predicted / measured - 1| of held-out points 4-32x beyond a cut."""
-    from infersim.shapes.kernels import TableHit
     from infersim.tables import beyond_range, interpolation, lookup
     from infersim.tables.table_files import read_table_dir
     from infersim.costing.timing import roofline_rates
@@ -123,8 +121,10 @@ def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[flo
     hw = card_of(directory)
     if hw is None:
         return {}
+
     def roofline(shape):
         return roofline_rates(shape, hw)
+
     errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: {rule: [] for rule in RULES})
     for key, source in lookup.grid_points(read_table_dir(directory)).items():
         if key[0] == "attention" and key[-1]:
@@ -148,27 +148,38 @@ def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[flo
                     kept = [p for p in source.points
                             if not (p.coords[:a] + p.coords[a + 1:] == row_key and p.coords[a] > top)]
                     grid = lookup.grid_from_points(source, kept)
-                    for p in held:
-                        shape = p.row.shape()
-                        value = grid.evaluate(p.coords, shape.flops)
-                        if not value.clamps or not all(c.extrapolated for c in value.clamps):
-                            continue
-                        edge = beyond_range.edge_of(grid, p.coords, value.clamps, shape.flops)
-                        if edge is None:
-                            continue
-                        hit = TableHit(value.seconds, "held-out", "extrapolated", value.efficiency, "", *edge,
-                                       grid.best_efficiency if len(grid.axes) > 1 else 0.0)
-                        at_edge = beyond_range.with_work(shape, edge[0], edge[1])
-                        predicted = {
-                            "slope": value.seconds,
-                            "edge": edge[2] * shape.flops / at_edge.flops,
-                            "rule": beyond_range.beyond_range(shape, hit, roofline, source.peak_flops).seconds,
-                        }
-                        crossing = beyond_range.regime(at_edge, roofline) == "memory" and beyond_range.regime(shape, roofline) == "compute"
-                        for name in (family, f"{family} crossing") if crossing else (family,):
-                            for rule, seconds in predicted.items():
-                                errors[name][rule].append(abs(seconds / p.seconds - 1))
+                    _held_out_errors(grid, held, family, source.peak_flops, roofline, errors)
     return errors
+
+
+def _held_out_errors(grid, held: list, family: str, peak_flops: float, roofline,
+                     errors: dict[str, dict[str, list[float]]]) -> None:
+    """Each rule's |predicted / measured - 1| at the held-out points the grid extrapolates to, under
+    the family and, where the edge is memory-bound and the point compute-bound, its crossing set."""
+    from infersim.shapes.kernels import TableHit
+    from infersim.tables import beyond_range
+
+    for p in held:
+        shape = p.row.shape()
+        value = grid.evaluate(p.coords, shape.flops)
+        if not value.clamps or not all(c.extrapolated for c in value.clamps):
+            continue
+        edge = beyond_range.edge_of(grid, p.coords, value.clamps, shape.flops)
+        if edge is None:
+            continue
+        hit = TableHit(value.seconds, "held-out", "extrapolated", value.efficiency, "", *edge,
+                       grid.best_efficiency if len(grid.axes) > 1 else 0.0)
+        at_edge = beyond_range.with_work(shape, edge[0], edge[1])
+        predicted = {
+            "slope": value.seconds,
+            "edge": edge[2] * shape.flops / at_edge.flops,
+            "rule": beyond_range.beyond_range(shape, hit, roofline, peak_flops).seconds,
+        }
+        crossing = (beyond_range.regime(at_edge, roofline) == "memory"
+                    and beyond_range.regime(shape, roofline) == "compute")
+        for name in (family, f"{family} crossing") if crossing else (family,):
+            for rule, seconds in predicted.items():
+                errors[name][rule].append(abs(seconds / p.seconds - 1))
 
 
 def far(dirs: list[Path], min_axis: float) -> None:

@@ -21,7 +21,7 @@ from infersim.cli.main import main
 from infersim.base.errors import InferSimError
 from infersim.shapes.kernels import GemmShape, GroupedGemmShape
 from infersim.tabletools import aiconfigurator as aic
-from infersim.tabletools import aiconfigurator_convert as aic_convert
+from infersim.tables.format import AttentionRow
 from infersim.tables.table_files import read_table_dir
 from infersim.tables.lookup import load_tables
 
@@ -542,9 +542,7 @@ def test_nvfp4_needs_the_cards_fp4_peak(b200_package: aic.AicSource, tmp_path: P
     assert "gemm_fp4.csv not written: hardware card h100-sxm has no peak FLOP/s for fp4" in notes
 
 
-def _decode_row(latency_us: float, kv_len: int = 16384) -> "AttentionRow":
-    from infersim.tables.format import AttentionRow
-
+def _decode_row(latency_us: float, kv_len: int = 16384) -> AttentionRow:
     return AttentionRow(kind="mha", stage="decode", dtype="bf16", kv_dtype="bf16", num_heads=8, num_kv_heads=8,
                         qk_head_dim=128, v_head_dim=128, causal=True, batch=64, q_len=1, kv_len=kv_len,
                         latency_us=latency_us)

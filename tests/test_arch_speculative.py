@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core_fixtures import FREE_ENGINE, ROUND_GPU, TINY_MODEL, TINY_MOE, make_config, run_mapping
+from core_fixtures import FREE_ENGINE, TINY_MODEL, TINY_MOE, make_config, run_mapping
 from infersim.run.config import config_from_mapping, load_run_config
 from infersim.base.errors import ConfigError
 from infersim.run.memory import kv_bytes_per_token, memory_budget, weights_per_gpu

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from core_fixtures import ROUND_GPU, TINY_MLA, TINY_MODEL, TINY_MOE, make_config
+from core_fixtures import ROUND_GPU, TINY_MLA, TINY_MOE, make_config
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.schema import build
 from infersim.modules.comm import collective_cost, token_exchange_cost

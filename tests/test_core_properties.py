@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +19,7 @@ REAL_CASES = (
 )
 
 
-@lru_cache(maxsize=None)
+@cache
 def decode_time(path: str, batch: int, extra: tuple[str, ...] = ()) -> float:
     config = load_run_config(path, (f"workload.decode_batch_per_gpu={batch}", *extra))
     return simulate(config).decode.step_time_s

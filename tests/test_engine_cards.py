@@ -128,15 +128,18 @@ def chunked_config(isl: int, budget: int):
     return config_from_mapping(raw, "test")
 
 
+def _flops(stage, name: tuple[str, ...] = (), module: str = "") -> float:
+    """FLOPs of the stage's operations with one of these names, or in this module."""
+    return sum(op.flops for op in stage.operations if op.name in name or (module and op.module == module))
+
+
 def test_long_prompt_prefills_in_chunks_over_the_cached_prefix():
     one = simulate(chunked_config(64, 64)).prefill
     four = simulate(chunked_config(64, 16)).prefill
     assert one.chunks == 1 and four.chunks == 4
     # same GEMM work in four pieces; attention sees the prefix: chunk i attends to 16 new x (16 i + ...)
-    gemm = lambda st: sum(op.flops for op in st.operations if op.name in ("qkv_proj", "o_proj"))
-    assert gemm(four) == pytest.approx(gemm(one))
-    attn = lambda st: sum(op.flops for op in st.operations if op.module == "attn_core")
-    assert attn(four) == pytest.approx(attn(one))  # causal pairs add up to the same triangle
+    assert _flops(four, name=("qkv_proj", "o_proj")) == pytest.approx(_flops(one, name=("qkv_proj", "o_proj")))
+    assert _flops(four, module="attn_core") == pytest.approx(_flops(one, module="attn_core"))  # causal pairs add up to the same triangle
     assert four.tokens_per_gpu == 64
 
 
@@ -153,8 +156,7 @@ def test_many_chunks_are_priced_on_a_sample_that_stays_exact_for_linear_growth()
     sampled = simulate(chunked_config(64 * 128, 64)).prefill  # 128 chunks: 63 strata of ~2 full chunks + the last
     assert exact.chunks == 64 and sampled.chunks == 128
     # GEMM work is linear in tokens and must come out exactly doubled
-    gemm = lambda st: sum(op.flops for op in st.operations if op.name == "qkv_proj")
-    assert gemm(sampled) == pytest.approx(2 * gemm(exact))
+    assert _flops(sampled, name=("qkv_proj",)) == pytest.approx(2 * _flops(exact, name=("qkv_proj",)))
 
 
 @settings(max_examples=30, deadline=None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -55,7 +55,7 @@ FIELDS = MODEL_FIELDS + HARDWARE_FIELDS + RUN_FIELDS
 SIGNED = {"overlap_saved_ms", "kv_capacity_gb"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _card(kind: str, name: str) -> dict[str, Any]:
     return yaml.safe_load((REPO_ROOT / kind / f"{name}.yaml").read_text())
 

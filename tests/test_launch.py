@@ -353,7 +353,7 @@ def test_the_parser_data_is_the_nearest_version_at_or_below_the_cards():
 
 def test_every_bundled_parser_file_loads_and_names_its_version():
     for framework in ("vllm", "sglang", "trtllm"):
-        for version, path in known_versions(framework).items():
+        for path in known_versions(framework).values():
             data = load_parser_data(path)
             assert data.framework == framework and path.stem == f"{framework}-{data.version}"
             assert all(flag.source and flag.meaning for flag in data.server.flags)

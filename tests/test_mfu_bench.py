@@ -11,7 +11,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 from unittest import mock
 
 import pytest
@@ -441,7 +441,7 @@ class FakeEvent:
     def record(self) -> None:
         self.at = self.clock[0]
 
-    def elapsed_time(self, end: "FakeEvent") -> float:
+    def elapsed_time(self, end: FakeEvent) -> float:
         return (end.at - self.at) * 1e3  # milliseconds, as torch
 
 

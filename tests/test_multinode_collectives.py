@@ -113,7 +113,7 @@ def test_deepseek_v3_tp16_decode_runs_two_all_reduces_per_layer():
     config = _config("deepseek-v3", 16, 2, 1, moe_comm="all-gather", precision={"gemm": "fp8"})
     plan, groups = _collectives(config, 1)
     assert sum(layers for layers, _ in groups) == 61
-    for layers, ops in groups:
+    for _layers, ops in groups:
         assert [o.shape.kind for o in ops] == ["all_reduce", "all_reduce"]
         for op in ops:  # 16 tokens (1 per GPU x TP16) x 7168 x 2 bytes = 229,376 bytes over 16 ranks, 8 per node
             assert (op.shape.bytes_per_rank, op.shape.ranks, op.shape.ranks_per_node) == (16 * 7168 * 2, 16, 8)

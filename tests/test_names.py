@@ -114,7 +114,7 @@ def test_a_model_name_that_states_its_weight_format_prices_that_format(
     assert data["model"] == "qwen3-8b"
     assert (data["deployment"]["precision"]["gemm"], data["deployment"]["precision"]["weights"]) == (gemm, weights)
     assert data["weights_format"]["weights_from"] == "checkpoint"
-    assert any(f"-> qwen3-8b" in note and "read from the name" in note for note in data["notes"])
+    assert any("-> qwen3-8b" in note and "read from the name" in note for note in data["notes"])
     # the linear weights shrink to the stated format; the embedding and the untied LM head
     # (2 x 151,936 x 4,096 bf16 values) stay bf16
     bf16 = run_json(capsys, "--model", "Qwen/Qwen3-8B", "--hardware", "h100")["memory"]["weights_gb"] * 1e9

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -110,7 +111,7 @@ def test_memoised_pricing_equals_fresh_pricing(draws):
         _config(index)
     for index, kind, batch, isl, chunk in draws:
         price = _pricings(_config(index), kind, batch, isl, chunk)
-        assert _outcome(lambda: price(SHARED)) == _outcome(lambda: price(None)), (VARIANTS[index], kind, batch, isl)
+        assert _outcome(partial(price, SHARED)) == _outcome(partial(price, None)), (VARIANTS[index], kind, batch, isl)
 
 
 def test_a_field_only_one_builder_reads_keeps_configurations_apart():

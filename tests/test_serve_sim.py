@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +26,7 @@ from infersim.run.simulate import run_prefill
 FP8 = {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def config(engine: str = "sglang", model: str = "llama-3.1-8b", hardware: str = "h100-sxm", tp: int = 1):
     return config_from_mapping({
         "model": model, "hardware": hardware, "engine": engine,

@@ -9,14 +9,13 @@ import math
 import random
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 
 import pytest
 import yaml
 
 from conftest import REPO_ROOT, shared_reference
 from infersim.run.config import config_from_mapping, load_run_config
-from infersim.cards.deployment import Workload
 from infersim.engine.stage import run_stage
 from infersim.base.errors import InferSimError
 from infersim.modules.step import build_stage_plan
@@ -30,7 +29,7 @@ from infersim.base.stats import percentile
 FP8 = {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def config(engine: str = "vllm"):
     return config_from_mapping({
         "model": "llama-3.1-8b", "hardware": "h100-sxm", "engine": engine,
@@ -222,7 +221,7 @@ def test_chat_sessions_wait_their_think_time_and_grow_with_their_history():
 
 
 def test_serve_reads_an_inference_perf_profile_and_reports_per_stage():
-    profile = REPO_ROOT / "configs" / "inference-perf-shared-prefix.yaml"
+    profile = REPO_ROOT / "docs" / "examples" / "inference-perf-shared-prefix.yaml"
     out = subprocess.run([sys.executable, "-m", "infersim", "serve", "--config", "serve-llama-8b-h100.yaml",
                           "--engine", "vllm", "--workload", str(profile), "--format", "json"],
                          capture_output=True, text=True, cwd=REPO_ROOT, env={"INFERSIM_CACHE": "off", "PATH": ""})

@@ -82,7 +82,7 @@ def test_pareto_indices_on_random_points(raw):
     assert len({points[i] for i in kept}) == len(kept)  # one representative per distinct point
     for i in kept:
         assert not any(dominates(q, points[i]) for q in points)
-    for j, q in enumerate(points):
+    for q in points:
         assert any(points[i][0] >= q[0] and points[i][1] <= q[1] for i in kept)
 
 

@@ -71,14 +71,14 @@ def _builders(config: str, variants: list[list[str]]) -> list[tuple[Builder, obj
             out.append((partial(lambda b, c, memo: _decode_plan(c.model, c.hardware, c.deployment, c.workload, b,
                                                                 c.engine, memo=memo)[0], batch, cfg), cfg))
         for tokens in (2048, 4096):
-            out.append((lambda memo, t=tokens, d=dep, w=work: build_stage_plan("prefill", model, d, w, t, sms,
-                                                                               memo=memo), cfg))
+            out.append((lambda memo, t=tokens, m=model, d=dep, w=work, s=sms: build_stage_plan(
+                "prefill", m, d, w, t, s, memo=memo), cfg))
         # the same tokens per GPU in sequences of different lengths (routing statistics differ)
         for seqs in ((1, 1024, 1024), (2, 512, 512), (4, 256, 4096), (1, 1024, 3072)):
-            out.append((lambda memo, q=seqs, d=dep: build_step_plan(model, d, (SequenceBatch(*q),), sms, memo=memo),
-                        cfg))
-        out.append((lambda memo, d=dep: build_step_plan(model, d, (SequenceBatch(1, 512, 512), SequenceBatch(6, 1, 2000)),
-                                                        sms, memo=memo), cfg))
+            out.append((lambda memo, q=seqs, m=model, d=dep, s=sms: build_step_plan(
+                m, d, (SequenceBatch(*q),), s, memo=memo), cfg))
+        out.append((lambda memo, m=model, d=dep, s=sms: build_step_plan(
+            m, d, (SequenceBatch(1, 512, 512), SequenceBatch(6, 1, 2000)), s, memo=memo), cfg))
     return out
 
 

@@ -15,7 +15,6 @@ import yaml
 from conftest import public_reference
 from infersim.cli.main import main
 from infersim.run.config import RunSpec
-from infersim.validate import cli as validate_cli
 from infersim.validate.evaluate import NEEDS_SERVE
 
 ENGINE_FIELD = "engine" in {f.name for f in dataclasses.fields(RunSpec)}  # engine cards merged

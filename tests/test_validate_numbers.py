@@ -3,7 +3,6 @@ statistics on hand-made errors, and the statistics end to end on a synthetic ref
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest

@@ -21,7 +21,8 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

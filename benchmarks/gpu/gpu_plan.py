@@ -188,7 +188,7 @@ class Shape:
     kernels_per_layer: int
 
     @classmethod
-    def of(cls, config: dict[str, Any]) -> "Shape":
+    def of(cls, config: dict[str, Any]) -> Shape:
         h, heads = config["hidden_size"], config["num_attention_heads"]
         d = config.get("head_dim") or h // heads
         if config.get("kv_lora_rank"):

@@ -48,7 +48,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -42,7 +42,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

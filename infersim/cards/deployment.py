@@ -96,7 +96,8 @@ class Precision:
         return self.expert_gemm or self.gemm
 
 
-DEFAULT_MOE_COMM = "all-to-all"  # when neither the run, the layout nor the engine card decides
+MoeComm = Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"]
+DEFAULT_MOE_COMM: MoeComm = "all-to-all"  # when neither the run, the layout nor the engine card decides
 
 
 @hash_kept  # a memo key at every sweep point (see hash_kept)
@@ -112,7 +113,7 @@ class Deployment:
     precision: Precision = spec(default_factory=Precision, doc="numeric formats")
     overlap: Literal["none", "two-batch"] = spec(
         "none", doc="two-batch: two micro-batches, one's compute hides the other's communication")
-    moe_comm: Literal["all-to-all", "deepep-normal", "deepep-low-latency", "all-gather"] = spec(
+    moe_comm: MoeComm = spec(
         DEFAULT_MOE_COMM, doc="how tokens reach experts: NCCL all-to-all, DeepEP normal / low-latency, or all-gather + "
                           "reduce-scatter (the default when the experts are TP-sharded, ffn.tp > 1, else the "
                           "engine's default or all-to-all)")
@@ -293,7 +294,7 @@ CHECKPOINT_PRECISION_FIELDS = ("gemm", "weights", "expert_weights")
 def without_checkpoint_precision(dep: Deployment, named: Collection[str]) -> Deployment:
     """The deployment with the precision fields with_checkpoint_precision may have set, and the run
     did not name, back at their defaults (a sweep derives them again for each variant's model and GPU)."""
-    defaults = {f.name: f.default for f in fields(Precision)}
+    defaults: dict[str, Any] = {f.name: f.default for f in fields(Precision)}
     reset = {name: defaults[name] for name in CHECKPOINT_PRECISION_FIELDS if f"precision.{name}" not in named}
     return replace(dep, precision=replace(dep.precision, **reset)) if reset else dep
 
@@ -307,6 +308,7 @@ def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCa
     default MoE path, else all-to-all), lm_head (the engine's LM head under attention DP) and
     shared_experts (where the engine puts shared experts on the gathered MoE path)."""
     if "moe_comm" not in named:
+        comm: MoeComm
         if model.is_moe and dep.ffn.tp > 1:
             comm = "all-gather"
         elif model.is_moe and engine.all_to_all_needs_ep_above_topk and dep.ffn.ep <= model.num_experts_per_tok:

@@ -387,7 +387,7 @@ def with_measured_host(card: EngineCard, launch_cpu: float | None, step_cpu: flo
         return card, ""
     if mode == "compiled":
         step_cpu = probes.get("hf_generate_step", step_cpu)
-    changes: dict[str, float] = {}
+    changes: dict[str, Any] = {}
     if launch_cpu is not None:
         changes["launch_cpu"] = launch_cpu
     if step_cpu is not None:

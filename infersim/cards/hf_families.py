@@ -143,7 +143,7 @@ def family_of(config: dict[str, Any], source: str) -> tuple[Family, str]:
     unknown = [name for name, family in classes if family is None]
     if unknown:
         raise ConfigError(source, "architectures", unknown[0], f"not a model class InferSim models: {hint}")
-    families = {family for _, family in classes} | ({by_type} if by_type else set())
+    families = {family for _, family in classes if family is not None} | ({by_type} if by_type else set())
     if not families:
         raise ConfigError(source, "model_type", MISSING, f"the config names no architecture (model_type or "
                           f"architectures): {hint}")

@@ -240,61 +240,11 @@ def _layer_fields(config: dict[str, Any], fields: dict[str, Any], source: str, m
     if config.get("mlp_only_layers"):
         raise ConfigError(source, "mlp_only_layers", config["mlp_only_layers"],
                           "dense-FFN layers at given positions of an MoE model are not supported yet")
-    n = fields["num_hidden_layers"]
-    window = fields.get("sliding_window") or 0
-    kinds: list[str]
-    raw = config.get("layer_types")
-    if raw is not None:
-        if not isinstance(raw, list) or not raw:
-            raise ConfigError(source, "layer_types", raw, "expected a list of layer type names")
-        unknown = sorted({str(t) for t in raw if t not in _LAYER_TYPE_NAMES})
-        if unknown:
-            raise ConfigError(source, "layer_types", unknown[0],
-                              f"unknown layer type (InferSim models {', '.join(sorted(set(_LAYER_TYPE_NAMES)))})")
-        if len(raw) != n:
-            raise ConfigError(source, "layer_types", f"{len(raw)} entries", f"must list all {n} layers")
-        kinds = [_LAYER_TYPE_NAMES[t] for t in raw]
-    elif config.get("attention_chunk_size") and config.get("no_rope_layer_interval"):
-        # Llama-4: every n-th layer global (no RoPE), the others attend within fixed chunks of
-        # attention_chunk_size tokens. Modelled as a sliding window of the chunk size: identical
-        # while a context fits one chunk; past it a chunk layer attends to 1..chunk tokens (the
-        # window always to chunk), so attention is overestimated there and KV kept is the same bound.
-        k = int(config["no_rope_layer_interval"])
-        kinds = [FULL_ATTENTION if (i + 1) % k == 0 else SLIDING_ATTENTION for i in range(n)]
-        window = fields["sliding_window"] = int(config["attention_chunk_size"])
-    elif config.get("full_attention_interval"):
-        k = int(config["full_attention_interval"])
-        kinds = [FULL_ATTENTION if (i + 1) % k == 0 else LINEAR_ATTENTION for i in range(n)]
-    elif window and config.get("use_sliding_window") is not False:
-        if config.get("sliding_window_pattern"):  # Gemma-3: every n-th layer global
-            k = int(config["sliding_window_pattern"])
-            kinds = [FULL_ATTENTION if (i + 1) % k == 0 else SLIDING_ATTENTION for i in range(n)]
-        elif model_type.startswith("gemma2"):
-            kinds = [SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(n)]
-        else:  # Mistral: every layer slides
-            kinds = [SLIDING_ATTENTION] * n
-    else:
-        kinds = [FULL_ATTENTION] * n
+    kinds = _layer_kinds(config, fields, source, model_type)
     fields.pop("layer_types", None)
     if any(k != FULL_ATTENTION for k in kinds):
         fields["layer_types"] = _shortest_pattern(kinds)
-    present = set(kinds)
-    if SLIDING_ATTENTION not in present:
-        fields.pop("sliding_window", None)
-    if LINEAR_ATTENTION not in present:
-        for key in _LINEAR_FIELDS:
-            fields.pop(key, None)
-    if MAMBA not in present:
-        for key in _MAMBA_FIELDS:
-            fields.pop(key, None)
-    if not present & {LINEAR_ATTENTION, MAMBA}:
-        fields.pop("linear_conv_kernel_dim", None)
-    else:
-        dtype = config.get("mamba_ssm_dtype")
-        if dtype is not None:
-            if str(dtype) not in _STATE_DTYPES:
-                raise ConfigError(source, "mamba_ssm_dtype", dtype, f"unknown state format (known: {', '.join(_STATE_DTYPES)})")
-            fields["mamba_ssm_dtype"] = _STATE_DTYPES[str(dtype)]
+    _drop_fields_of_absent_kinds(config, fields, source, set(kinds))
     if config.get("attn_output_gate") or (model_type.startswith("qwen3_next") and config.get("attn_output_gate") is not False):
         fields["attention_output_gate"] = True
     # the architectures with q_norm/k_norm in their attention (transformers' modeling files); others
@@ -306,6 +256,65 @@ def _layer_fields(config: dict[str, Any], fields: dict[str, Any], source: str, m
             fields.pop(key, None)
     if not fields.get("num_nextn_predict_layers"):
         fields.pop("num_nextn_predict_layers", None)
+
+
+def _layer_kinds(config: dict[str, Any], fields: dict[str, Any], source: str, model_type: str) -> list[str]:
+    """Each layer's kind of attention, from layer_types or the interval/pattern fields each family
+    uses (Llama-4's chunk size becomes the card's sliding window)."""
+    n = fields["num_hidden_layers"]
+    window = fields.get("sliding_window") or 0
+    raw = config.get("layer_types")
+    if raw is not None:
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError(source, "layer_types", raw, "expected a list of layer type names")
+        unknown = sorted({str(t) for t in raw if t not in _LAYER_TYPE_NAMES})
+        if unknown:
+            raise ConfigError(source, "layer_types", unknown[0],
+                              f"unknown layer type (InferSim models {', '.join(sorted(set(_LAYER_TYPE_NAMES)))})")
+        if len(raw) != n:
+            raise ConfigError(source, "layer_types", f"{len(raw)} entries", f"must list all {n} layers")
+        return [_LAYER_TYPE_NAMES[t] for t in raw]
+    if config.get("attention_chunk_size") and config.get("no_rope_layer_interval"):
+        # Llama-4: every n-th layer global (no RoPE), the others attend within fixed chunks of
+        # attention_chunk_size tokens. Modelled as a sliding window of the chunk size: identical
+        # while a context fits one chunk; past it a chunk layer attends to 1..chunk tokens (the
+        # window always to chunk), so attention is overestimated there and KV kept is the same bound.
+        k = int(config["no_rope_layer_interval"])
+        fields["sliding_window"] = int(config["attention_chunk_size"])
+        return [FULL_ATTENTION if (i + 1) % k == 0 else SLIDING_ATTENTION for i in range(n)]
+    if config.get("full_attention_interval"):
+        k = int(config["full_attention_interval"])
+        return [FULL_ATTENTION if (i + 1) % k == 0 else LINEAR_ATTENTION for i in range(n)]
+    if window and config.get("use_sliding_window") is not False:
+        if config.get("sliding_window_pattern"):  # Gemma-3: every n-th layer global
+            k = int(config["sliding_window_pattern"])
+            return [FULL_ATTENTION if (i + 1) % k == 0 else SLIDING_ATTENTION for i in range(n)]
+        if model_type.startswith("gemma2"):
+            return [SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(n)]
+        return [SLIDING_ATTENTION] * n  # Mistral: every layer slides
+    return [FULL_ATTENTION] * n
+
+
+def _drop_fields_of_absent_kinds(config: dict[str, Any], fields: dict[str, Any], source: str,
+                                 present: set[str]) -> None:
+    """Keep the sliding-window, linear-attention and Mamba-2 fields only where such layers exist;
+    the state format of linear/Mamba layers is checked and named."""
+    if SLIDING_ATTENTION not in present:
+        fields.pop("sliding_window", None)
+    if LINEAR_ATTENTION not in present:
+        for key in _LINEAR_FIELDS:
+            fields.pop(key, None)
+    if MAMBA not in present:
+        for key in _MAMBA_FIELDS:
+            fields.pop(key, None)
+    if not present & {LINEAR_ATTENTION, MAMBA}:
+        fields.pop("linear_conv_kernel_dim", None)
+        return
+    dtype = config.get("mamba_ssm_dtype")
+    if dtype is not None:
+        if str(dtype) not in _STATE_DTYPES:
+            raise ConfigError(source, "mamba_ssm_dtype", dtype, f"unknown state format (known: {', '.join(_STATE_DTYPES)})")
+        fields["mamba_ssm_dtype"] = _STATE_DTYPES[str(dtype)]
 
 
 def card_from_hf_file(path: Path, name: str | None = None) -> dict[str, Any]:

@@ -21,7 +21,6 @@ SLIDING_ATTENTION = "sliding_attention"
 LINEAR_ATTENTION = "linear_attention"  # Gated DeltaNet (Qwen3-Next, Qwen3.5)
 MAMBA = "mamba"  # Mamba-2 (SSD)
 LayerType = Literal["full_attention", "sliding_attention", "linear_attention", "mamba"]
-LAYER_TYPES: tuple[str, ...] = (FULL_ATTENTION, SLIDING_ATTENTION, LINEAR_ATTENTION, MAMBA)
 StateDtype = Literal["fp32", "bf16", "fp16"]
 
 
@@ -155,10 +154,6 @@ class ModelCard:
         """Per-head dimension of Q.K products (MLA: nope + rope)."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
 
-    @property
-    def attn_v_head_dim(self) -> int:
-        return self.v_head_dim if self.is_mla else self.head_dim
-
     @cached_property
     def layer_kinds(self) -> tuple[str, ...]:
         """The mixer of every layer, in order (layer_types repeated, or full_attention_interval)."""
@@ -195,10 +190,6 @@ class ModelCard:
     @property
     def mamba_heads(self) -> int:
         return self.mamba_num_heads or self.mamba_expand * self.hidden_size // self.mamba_head_dim
-
-    @property
-    def mamba_inner(self) -> int:
-        return self.mamba_heads * self.mamba_head_dim
 
 
 def _validate_checkpoints(card: ModelCard, source: str) -> None:
@@ -268,17 +259,27 @@ def _validate_layer_kinds(card: ModelCard, source: str) -> None:
             raise ConfigError(source, "linear_num_value_heads", card.linear_num_value_heads,
                               f"must be a multiple of linear_num_key_heads ({card.linear_num_key_heads})")
     if MAMBA in kinds:
-        if card.mamba_d_state <= 0:
-            raise ConfigError(source, "mamba_d_state", card.mamba_d_state, "mamba layers need a positive SSM state size")
-        if card.mamba_heads <= 0 or (not card.mamba_num_heads and card.mamba_expand * card.hidden_size % card.mamba_head_dim):
-            raise ConfigError(source, "mamba_head_dim", card.mamba_head_dim,
-                              f"must divide mamba_expand x hidden_size ({card.mamba_expand * card.hidden_size}) "
-                              "when mamba_num_heads is not given")
-        if card.mamba_heads % card.mamba_n_groups:
-            raise ConfigError(source, "mamba_n_groups", card.mamba_n_groups, f"must divide the {card.mamba_heads} Mamba-2 heads")
+        _validate_mamba(card, source)
     if card.index_topk:
-        if not card.is_mla:
-            raise ConfigError(source, "index_topk", card.index_topk, "DSA sparse attention is modelled on MLA only (kv_lora_rank > 0)")
-        for name in ("index_n_heads", "index_head_dim", "q_lora_rank"):
-            if getattr(card, name) <= 0:
-                raise ConfigError(source, name, getattr(card, name), "DSA (index_topk > 0) needs it positive")
+        _validate_sparse_attention(card, source)
+
+
+def _validate_mamba(card: ModelCard, source: str) -> None:
+    """The Mamba-2 state size, head split and groups a card with mamba layers needs."""
+    if card.mamba_d_state <= 0:
+        raise ConfigError(source, "mamba_d_state", card.mamba_d_state, "mamba layers need a positive SSM state size")
+    if card.mamba_heads <= 0 or (not card.mamba_num_heads and card.mamba_expand * card.hidden_size % card.mamba_head_dim):
+        raise ConfigError(source, "mamba_head_dim", card.mamba_head_dim,
+                          f"must divide mamba_expand x hidden_size ({card.mamba_expand * card.hidden_size}) "
+                          "when mamba_num_heads is not given")
+    if card.mamba_heads % card.mamba_n_groups:
+        raise ConfigError(source, "mamba_n_groups", card.mamba_n_groups, f"must divide the {card.mamba_heads} Mamba-2 heads")
+
+
+def _validate_sparse_attention(card: ModelCard, source: str) -> None:
+    """DSA (index_topk > 0): an MLA model with a positive indexer."""
+    if not card.is_mla:
+        raise ConfigError(source, "index_topk", card.index_topk, "DSA sparse attention is modelled on MLA only (kv_lora_rank > 0)")
+    for name in ("index_n_heads", "index_head_dim", "q_lora_rank"):
+        if getattr(card, name) <= 0:
+            raise ConfigError(source, name, getattr(card, name), "DSA (index_topk > 0) needs it positive")

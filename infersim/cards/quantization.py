@@ -133,6 +133,18 @@ def _bits_format(bits: int, kind: Any, source: str, key: str) -> str:
     return found
 
 
+@dataclass(frozen=True)
+class _Scheme:
+    """What one quant_method stores: the weight format, the GEMM inputs' format (None: weight-only),
+    the scale group size (0: per tensor or channel), whether only the routed experts are quantised."""
+
+    weights: str
+    activations: str | None
+    group: int
+    experts_only: bool
+    detail: str
+
+
 def quantization_from_hf(config: dict[str, Any], source: str, fields: dict[str, Any]) -> dict[str, Any] | None:
     """The card's `quantization` section from an HF config's quantization_config (None: unquantised).
     `fields` are the card fields read so far (to weigh a split exclusion by parameter counts)."""
@@ -146,81 +158,13 @@ def quantization_from_hf(config: dict[str, Any], source: str, fields: dict[str, 
     method = str(qc.get("quant_method", "")).lower().replace("_", "-") if qc.get("quant_method") else ""
     method = {"fbgemm-fp8": "fbgemm_fp8", "compressed_tensors": "compressed-tensors"}.get(method, method)
     stored = _DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or "bfloat16").lower(), "bf16")
-    where = "quantization_config.quant_method"
-    activations: str | None = None
-    group = 0
-    experts_only = False
-    if method == "fp8":
-        fmt = str(qc.get("fmt", "e4m3"))
-        block = qc.get("weight_block_size")
-        if block is not None:
-            if not isinstance(block, list) or len(block) != 2:
-                raise ConfigError(source, "quantization_config.weight_block_size", block, "expected [rows, columns]")
-            rows, cols = (int(check_number(b, source, "quantization_config.weight_block_size", whole=True, gt=0))
-                          for b in block)
-            group = rows * cols
-        weights = "fp8"
-        activations = "fp8"  # dynamic or static scheme: inputs are quantised to fp8 too (W8A8)
-        detail = (f"fp8 {fmt}" + (f", {block[0]}x{block[1]} blocks" if block else ", one scale per tensor")
-                  + f", {qc.get('activation_scheme', 'dynamic')} fp8 activations"
-                  + (f", {qc['scale_fmt']} scales" if qc.get("scale_fmt") else ""))
-    elif method == "fbgemm_fp8":
-        weights, activations = "fp8", "fp8"
-        detail = "fp8 per output channel, dynamic per-token fp8 activations (fbgemm)"
-    elif method == "mxfp4":
-        # transformers' Mxfp4HfQuantizer converts the MoE experts only (GPT-OSS); the rest keeps its dtype
-        weights, experts_only, group = "fp4", True, 32
-        detail = "MXFP4 routed experts (e2m1 in 32-element blocks, e8m0 scales), weight-only"
-    elif method == "modelopt":
-        algo = str(qc.get("quant_algo", "")).upper()
-        known = {"NVFP4": ("fp4", "fp4", 16), "FP8": ("fp8", "fp8", 0), "FP8_PER_CHANNEL_PER_TOKEN": ("fp8", "fp8", 0),
-                 "FP8_PB_WO": ("fp8", None, 16384), "W4A8_AWQ": ("int4", "fp8", 128), "MXFP8": ("fp8", "fp8", 32)}
-        if algo not in known:
-            raise ConfigError(source, "quantization_config.quant_algo", qc.get("quant_algo") or None,
-                              f"not modelled (known ModelOpt algorithms: {', '.join(known)})")
-        weights, activations, group = known[algo]
-        group = int(qc.get("group_size") or group) if algo in ("NVFP4", "W4A8_AWQ") else group
-        detail = f"ModelOpt {algo}" + (f", groups of {group}" if group else "")
-    elif method in ("gptq", "awq"):
-        bits = int(check_number(qc.get("bits", qc.get("w_bit", 4)), source, "quantization_config.bits", whole=True, gt=0))
-        if bits not in (4, 8):
-            raise ConfigError(source, "quantization_config.bits", bits,
-                              "not modelled: InferSim prices 4- and 8-bit integer weights")
-        group = int(check_number(qc.get("group_size", qc.get("q_group_size", 128)), source,
-                                 "quantization_config.group_size", whole=True))
-        group = max(group, 0)  # -1: one scale per output channel
-        weights = "int4" if bits == 4 else "int8"
-        detail = f"{method.upper()} int{bits}" + (f", groups of {group}" if group else ", per channel") + \
-            ", weight-only (inputs bf16)"
-    elif method == "compressed-tensors":
-        groups = qc.get("config_groups")
-        if not isinstance(groups, dict) or not groups or not all(isinstance(g, dict) for g in groups.values()):
-            raise ConfigError(source, "quantization_config.config_groups", groups, "expected a mapping of scheme groups")
-        name, scheme = next(iter(groups.items()))
-        w = scheme.get("weights") or {}
-        if not isinstance(w, dict) or "num_bits" not in w:
-            raise ConfigError(source, f"quantization_config.config_groups.{name}.weights", w,
-                              "expected {num_bits, type, ...}")
-        weights = _bits_format(int(check_number(w["num_bits"], source, "num_bits", whole=True)), w.get("type"), source,
-                               f"config_groups.{name}.weights")
-        a = scheme.get("input_activations")
-        if isinstance(a, dict) and "num_bits" in a:
-            activations = _bits_format(int(check_number(a["num_bits"], source, "num_bits", whole=True)), a.get("type"),
-                                       source, f"config_groups.{name}.input_activations")
-        group = int(check_number(w.get("group_size") or 0, source, "group_size", whole=True, ge=0))
-        detail = (f"compressed-tensors {qc.get('format', '')} {weights} weights".replace("  ", " ")
-                  + (f", {activations} activations" if activations else ", weight-only")
-                  + (f", groups of {group}" if group else "")
-                  + (f" (first of {len(groups)} scheme groups)" if len(groups) > 1 else ""))
-    elif method == "bitsandbytes":
-        four = bool(qc.get("load_in_4bit")) or str(qc.get("bnb_4bit_quant_type", "")).lower() in ("nf4", "fp4")
-        weights, group = ("int4", 64) if four else ("int8", 0)
-        detail = ("bitsandbytes " + (f"{qc.get('bnb_4bit_quant_type', 'nf4')} 4-bit" if four else "LLM.int8()")
-                  + ", weight-only (dequantised to bf16 for each GEMM)")
-    else:
-        raise ConfigError(source, where, qc.get("quant_method", "<missing>"),
+    reader = _SCHEME_READERS.get(method)
+    if reader is None:
+        raise ConfigError(source, "quantization_config.quant_method", qc.get("quant_method", "<missing>"),
                           f"not modelled (modelled: {', '.join(METHODS)}): remove quantization_config from a copy of "
                           "the config to import the model unquantised")
+    scheme = reader(qc, source, method)
+    weights, activations, group, experts_only = scheme.weights, scheme.activations, scheme.group, scheme.experts_only
     excluded = []
     for key in ("modules_to_not_convert", "ignored_layers", "ignore", "exclude_modules"):
         excluded += _strings(qc.get(key), source, key)
@@ -230,22 +174,8 @@ def quantization_from_hf(config: dict[str, Any], source: str, fields: dict[str, 
             coverage.pop(part, None)  # the model has none
     if not fields.get("num_experts"):
         coverage.pop("routed experts", None)
-    notes = []
-    non_expert = stored if experts_only else weights
-    parts = ("attention", "dense FFN", "shared experts")
-    full = [p for p in parts if coverage.get(p) == "all"]
-    if full and not experts_only:
-        kept = [p for p in parts if p not in full and _params(fields, p)]
-        unquantised = sum(_params(fields, p) for p in full)
-        quantised = sum(_params(fields, p) for p in kept)
-        if unquantised >= quantised:
-            non_expert = stored
-            if kept:
-                notes.append(f"{', '.join(full)} unquantised and {', '.join(kept)} {weights}: InferSim has one format "
-                             f"for these, priced {stored} (the larger share of their parameters)")
-        elif full:
-            notes.append(f"{', '.join(full)} unquantised and {', '.join(kept)} {weights}: InferSim has one format for "
-                         f"these, priced {weights} (the larger share of their parameters)")
+    non_expert, full, notes = _non_expert_format(coverage, fields, weights, stored, experts_only)
+    detail = scheme.detail
     expert = stored if coverage.get("routed experts") == "all" else weights
     partial = [p for p, how in coverage.items() if how == "some"]
     if partial:
@@ -258,6 +188,119 @@ def quantization_from_hf(config: dict[str, Any], source: str, fields: dict[str, 
     return {"method": method, "weights": non_expert, "expert_weights": expert if fields.get("num_experts") else non_expert,
             **({"activations": activations} if activations else {}), **({"group_size": group} if group else {}),
             **({"excluded": excluded} if excluded else {}), "detail": detail}
+
+
+def _non_expert_format(coverage: dict[str, str], fields: dict[str, Any], weights: str, stored: str,
+                       experts_only: bool) -> tuple[str, list[str], list[str]]:
+    """The one format of attention, dense FFN and shared experts when the checkpoint leaves some of
+    them wholly unquantised (the larger share of their parameters decides), the parts it leaves so,
+    and notes saying what was chosen."""
+    notes: list[str] = []
+    non_expert = stored if experts_only else weights
+    parts = ("attention", "dense FFN", "shared experts")
+    full = [p for p in parts if coverage.get(p) == "all"]
+    if full and not experts_only:
+        kept = [p for p in parts if p not in full and _params(fields, p)]
+        unquantised = sum(_params(fields, p) for p in full)
+        quantised = sum(_params(fields, p) for p in kept)
+        if unquantised >= quantised:
+            non_expert = stored
+            if kept:
+                notes.append(f"{', '.join(full)} unquantised and {', '.join(kept)} {weights}: InferSim has one format "
+                             f"for these, priced {stored} (the larger share of their parameters)")
+        else:
+            notes.append(f"{', '.join(full)} unquantised and {', '.join(kept)} {weights}: InferSim has one format for "
+                         f"these, priced {weights} (the larger share of their parameters)")
+    return non_expert, full, notes
+
+
+def _fp8_scheme(qc: dict[str, Any], source: str, method: str) -> _Scheme:
+    fmt = str(qc.get("fmt", "e4m3"))
+    block = qc.get("weight_block_size")
+    group = 0
+    if block is not None:
+        if not isinstance(block, list) or len(block) != 2:
+            raise ConfigError(source, "quantization_config.weight_block_size", block, "expected [rows, columns]")
+        rows, cols = (int(check_number(b, source, "quantization_config.weight_block_size", whole=True, gt=0))
+                      for b in block)
+        group = rows * cols
+    # dynamic or static scheme: inputs are quantised to fp8 too (W8A8)
+    detail = (f"fp8 {fmt}" + (f", {block[0]}x{block[1]} blocks" if block else ", one scale per tensor")
+              + f", {qc.get('activation_scheme', 'dynamic')} fp8 activations"
+              + (f", {qc['scale_fmt']} scales" if qc.get("scale_fmt") else ""))
+    return _Scheme("fp8", "fp8", group, False, detail)
+
+
+def _fbgemm_fp8_scheme(qc: dict[str, Any], source: str, method: str) -> _Scheme:
+    return _Scheme("fp8", "fp8", 0, False, "fp8 per output channel, dynamic per-token fp8 activations (fbgemm)")
+
+
+def _mxfp4_scheme(qc: dict[str, Any], source: str, method: str) -> _Scheme:
+    # transformers' Mxfp4HfQuantizer converts the MoE experts only (GPT-OSS); the rest keeps its dtype
+    return _Scheme("fp4", None, 32, True, "MXFP4 routed experts (e2m1 in 32-element blocks, e8m0 scales), weight-only")
+
+
+def _modelopt_scheme(qc: dict[str, Any], source: str, method: str) -> _Scheme:
+    algo = str(qc.get("quant_algo", "")).upper()
+    known = {"NVFP4": ("fp4", "fp4", 16), "FP8": ("fp8", "fp8", 0), "FP8_PER_CHANNEL_PER_TOKEN": ("fp8", "fp8", 0),
+             "FP8_PB_WO": ("fp8", None, 16384), "W4A8_AWQ": ("int4", "fp8", 128), "MXFP8": ("fp8", "fp8", 32)}
+    if algo not in known:
+        raise ConfigError(source, "quantization_config.quant_algo", qc.get("quant_algo") or None,
+                          f"not modelled (known ModelOpt algorithms: {', '.join(known)})")
+    weights, activations, group = known[algo]
+    group = int(qc.get("group_size") or group) if algo in ("NVFP4", "W4A8_AWQ") else group
+    return _Scheme(weights, activations, group, False, f"ModelOpt {algo}" + (f", groups of {group}" if group else ""))
+
+
+def _integer_scheme(qc: dict[str, Any], source: str, method: str) -> _Scheme:
+    """GPTQ and AWQ: 4- or 8-bit integer weights in groups, bf16 inputs."""
+    bits = int(check_number(qc.get("bits", qc.get("w_bit", 4)), source, "quantization_config.bits", whole=True, gt=0))
+    if bits not in (4, 8):
+        raise ConfigError(source, "quantization_config.bits", bits,
+                          "not modelled: InferSim prices 4- and 8-bit integer weights")
+    group = int(check_number(qc.get("group_size", qc.get("q_group_size", 128)), source,
+                             "quantization_config.group_size", whole=True))
+    group = max(group, 0)  # -1: one scale per output channel
+    detail = f"{method.upper()} int{bits}" + (f", groups of {group}" if group else ", per channel") + \
+        ", weight-only (inputs bf16)"
+    return _Scheme("int4" if bits == 4 else "int8", None, group, False, detail)
+
+
+def _compressed_tensors_scheme(qc: dict[str, Any], source: str, method: str) -> _Scheme:
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or not groups or not all(isinstance(g, dict) for g in groups.values()):
+        raise ConfigError(source, "quantization_config.config_groups", groups, "expected a mapping of scheme groups")
+    name, scheme = next(iter(groups.items()))
+    w = scheme.get("weights") or {}
+    if not isinstance(w, dict) or "num_bits" not in w:
+        raise ConfigError(source, f"quantization_config.config_groups.{name}.weights", w,
+                          "expected {num_bits, type, ...}")
+    weights = _bits_format(int(check_number(w["num_bits"], source, "num_bits", whole=True)), w.get("type"), source,
+                           f"config_groups.{name}.weights")
+    activations = None
+    a = scheme.get("input_activations")
+    if isinstance(a, dict) and "num_bits" in a:
+        activations = _bits_format(int(check_number(a["num_bits"], source, "num_bits", whole=True)), a.get("type"),
+                                   source, f"config_groups.{name}.input_activations")
+    group = int(check_number(w.get("group_size") or 0, source, "group_size", whole=True, ge=0))
+    detail = (f"compressed-tensors {qc.get('format', '')} {weights} weights".replace("  ", " ")
+              + (f", {activations} activations" if activations else ", weight-only")
+              + (f", groups of {group}" if group else "")
+              + (f" (first of {len(groups)} scheme groups)" if len(groups) > 1 else ""))
+    return _Scheme(weights, activations, group, False, detail)
+
+
+def _bitsandbytes_scheme(qc: dict[str, Any], source: str, method: str) -> _Scheme:
+    four = bool(qc.get("load_in_4bit")) or str(qc.get("bnb_4bit_quant_type", "")).lower() in ("nf4", "fp4")
+    weights, group = ("int4", 64) if four else ("int8", 0)
+    detail = ("bitsandbytes " + (f"{qc.get('bnb_4bit_quant_type', 'nf4')} 4-bit" if four else "LLM.int8()")
+              + ", weight-only (dequantised to bf16 for each GEMM)")
+    return _Scheme(weights, None, group, False, detail)
+
+
+_SCHEME_READERS = {"fp8": _fp8_scheme, "fbgemm_fp8": _fbgemm_fp8_scheme, "mxfp4": _mxfp4_scheme,
+                   "modelopt": _modelopt_scheme, "gptq": _integer_scheme, "awq": _integer_scheme,
+                   "compressed-tensors": _compressed_tensors_scheme, "bitsandbytes": _bitsandbytes_scheme}
 
 
 def _params(fields: dict[str, Any], part: str) -> float:

@@ -123,8 +123,10 @@ class Resolved:
 def not_found(name_or_path: str, kind: str) -> InferSimError:
     """The message for a name nothing matches: the closest bundled names, and what else to do."""
     names = bundled_names(kind)
-    close = suggestions(name_or_path, names, bundled_spellings(kind)) if kind in _ALIAS_KINDS else \
-        difflib.get_close_matches(name_or_path, names, n=3)
+    # an engine is asked for by its name (vllm), its cards are named by version (vllm-0.15)
+    candidates = sorted({e.name for e in bundled_engines()}) + names if kind == "engines" else names
+    close = suggestions(name_or_path, candidates, bundled_spellings(kind)) if kind in _ALIAS_KINDS else \
+        difflib.get_close_matches(name_or_path, candidates, n=3)
     miss = near_miss(name_or_path, names, bundled_spellings(kind)) if kind == "models" else ""
     hint = f": {miss}" if miss else f"; did you mean {' or '.join(close)}?" if close else ""
     known = ", ".join(names) or "none"
@@ -167,8 +169,10 @@ def bundled_engines() -> list[EngineEntry]:
                 continue  # a broken card says so when it is loaded by its own name
             if not isinstance(data, dict):
                 continue
-            aliases = data.get("aliases") if isinstance(data.get("aliases"), list) else []
-            vendors = data.get("vendors") if isinstance(data.get("vendors"), list) else ["nvidia"]
+            aliases = data.get("aliases")
+            aliases = aliases if isinstance(aliases, list) else []
+            vendors = data.get("vendors")
+            vendors = vendors if isinstance(vendors, list) else ["nvidia"]
             entries.append(EngineEntry(stem, str(data.get("name", stem)), tuple(str(a) for a in aliases),
                                        str(data.get("version", "")), tuple(str(v) for v in vendors)))
         _ENGINES.append(entries)

@@ -12,7 +12,6 @@ import math
 import os
 import re
 import types
-import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -299,30 +298,9 @@ def _numeric(value: Any) -> bool:
 def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
     origin = get_origin(hint)
     if origin in (Union, types.UnionType):
-        options = get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        non_none = [o for o in options if o is not type(None)]
-        errors = []
-        for option in non_none:
-            try:
-                return _convert(option, value, source, path)
-            except ConfigError as exc:
-                if _numeric(value) and option in (int, float):
-                    raise  # a number for a numeric option: its own problem is the one to name
-                if exc.field != path and exc.field.startswith(f"{path}."):
-                    raise  # a section of the right shape with one bad field inside: name that field
-                errors.append(exc.problem)
-        raise ConfigError(source, path, value, " or ".join(dict.fromkeys(errors)))
+        return _convert_union(hint, value, source, path)
     if origin is Literal:
-        allowed = get_args(hint)
-        if value not in allowed:
-            import difflib  # here: only a bad value needs it
-
-            close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
-            suggestion = f"; did you mean {close[0]}?" if close else ""
-            raise ConfigError(source, path, value, f"must be one of {', '.join(map(str, allowed))}{suggestion}")
-        return value
+        return _convert_literal(hint, value, source, path)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(source, path, value, "expected a list")
@@ -333,8 +311,42 @@ def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(source, path, value, "expected a mapping")
         return {str(k): _convert(value_hint, v, source, f"{path}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return build(hint, value, source, path)
+    return _convert_scalar(hint, value, source, path)
+
+
+def _convert_union(hint: Any, value: Any, source: str, path: str) -> Any:
+    """The first option of `hint` the value converts to; else every option's problem, named once."""
+    options = get_args(hint)
+    if value is None and type(None) in options:
+        return None
+    non_none = [o for o in options if o is not type(None)]
+    errors = []
+    for option in non_none:
+        try:
+            return _convert(option, value, source, path)
+        except ConfigError as exc:
+            if _numeric(value) and option in (int, float):
+                raise  # a number for a numeric option: its own problem is the one to name
+            if exc.field != path and exc.field.startswith(f"{path}."):
+                raise  # a section of the right shape with one bad field inside: name that field
+            errors.append(exc.problem)
+    raise ConfigError(source, path, value, " or ".join(dict.fromkeys(errors)))
+
+
+def _convert_literal(hint: Any, value: Any, source: str, path: str) -> Any:
+    allowed = get_args(hint)
+    if value not in allowed:
+        import difflib  # here: only a bad value needs it
+
+        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+        suggestion = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(source, path, value, f"must be one of {', '.join(map(str, allowed))}{suggestion}")
+    return value
+
+
+def _convert_scalar(hint: Any, value: Any, source: str, path: str) -> Any:
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(source, path, value, "expected true or false")
@@ -359,7 +371,7 @@ def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     for fld in dataclasses.fields(cls):
         hint = hints[fld.name]
         name = _join(prefix, fld.name)
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             rows.extend(field_docs(hint, name))
         else:
             rows.append((name, typing_name(hint), fld.metadata.get("doc", "")))

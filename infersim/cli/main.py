@@ -12,7 +12,6 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from infersim.base.errors import InferSimError, shorten
@@ -345,13 +344,6 @@ def add_option_aliases(parser: argparse.ArgumentParser, aliases: dict[str, str])
         action = parser._option_string_actions[option]  # argparse's own table of option names
         action.option_strings.append(alias)
         parser._option_string_actions[alias] = action
-
-
-def existing_path(text: str) -> Path:
-    path = Path(text)
-    if not path.exists():
-        raise InferSimError(f"{text}: no such file or directory")
-    return path
 
 
 def number_arg(whole: bool = False, gt: float | None = None, ge: float | None = None) -> Callable[[str], float]:

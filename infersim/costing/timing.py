@@ -158,6 +158,11 @@ def _time_scale(shape: AnyShape, hw: HardwareCard) -> float:
     return scale.gemm
 
 
+#: the kernels priced by FLOPs and bytes against a table or the roofline (not collectives, token
+#: exchanges or memory-bound elementwise kernels)
+ComputeShape = GemmShape | GroupedGemmShape | AttentionShape | IndexerShape | LinearAttentionShape
+
+
 def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost:
     """Time of one kernel of `shape`, with its source: table, roofline at a table's edge, or roofline;
     times the card's calibrated time scale of its kernel family."""
@@ -178,47 +183,66 @@ def _kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cos
     if isinstance(shape, (CollectiveShape, TokenExchangeShape)):
         return comm_cost(shape, hw)
     if not isinstance(shape, MemoryBoundShape):
-        dtype = shape.dtype
-        flops, moved = shape.flops, shape.bytes  # properties worked out from the shape's fields: read once
-        imbalance_in_table = isinstance(shape, GroupedGemmShape) and tables.moe_includes_imbalance
-        looked_up = shape
-        if imbalance_in_table:
-            # timed on the most loaded rank of the table's own skewed routing: look up the mean load
-            # at which that rank carries what this deployment's most loaded rank does
-            looked_up = shape.balanced()
-            hit = tables.lookup(looked_up, hw.peak_flops(dtype))
-            if hit is not None and hit.moe_routing_skew:
-                looked_up = replace(looked_up, tokens_per_gpu=table_tokens_for(shape, hit.moe_routing_skew))
-                hit = tables.lookup(looked_up, hw.peak_flops(dtype))
-        else:
-            hit = tables.lookup(shape, hw.peak_flops(dtype))
-        if hit is not None and hit.method == "extrapolated":
-            from infersim.tables.beyond_range import beyond_range
+        return _compute_kernel_cost(shape, hw, tables)
+    return _elementwise_cost(shape, hw, tables)
 
-            hit = beyond_range(looked_up, hit, lambda s: roofline_rates(s, hw), hw.peak_flops(dtype))
-        if hit is not None:
-            if hit.method == "edge":
-                # the edge efficiency scales compute; outside the table the kernel can still not
-                # stream its bytes faster than HBM allows
-                memory_s = moved / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
-                return Cost(flops, moved, max(hit.seconds, memory_s) + hw.derates.kernel_launch_overhead,
-                            _intensity_bound(shape, hw, flops, moved), Source.ROOFLINE,
-                            f"outside table {hit.table}: {hit.note or f'roofline at edge efficiency {hit.efficiency:.3f}'}")
-            floor = minimum_bytes(shape) / hw.peak.hbm_bandwidth
-            if hit.seconds < floor:  # a table from a faster GPU, scaled by FLOP/s: never beat this card's HBM
-                return Cost(flops, moved, floor, Bound.MEMORY, Source.TABLE,
-                            f"{hit.method} from {hit.table}, raised to the HBM bound of {hw.name} "
-                            f"({hit.seconds * 1e6:.3g} us would beat its bandwidth)")
-            if hit.method == "extrapolated":
-                memory_s = moved / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
-                return Cost(flops, moved, max(hit.seconds, memory_s), _intensity_bound(shape, hw, flops, moved),
-                            Source.TABLE, f"outside table {hit.table}: {hit.note}")
-            return Cost(flops, moved, hit.seconds, _intensity_bound(shape, hw, flops, moved), Source.TABLE,
-                        f"{hit.method} from {hit.table}"
-                        + (f" ({IMBALANCE_FROM_TABLE} taken out: looked up at {looked_up.tokens_per_gpu:,.0f} tokens "
-                           f"per GPU, whose most loaded rank under it carries this layout's {shape.tokens_per_gpu:,.0f})"
-                           if imbalance_in_table and hit.moe_routing_skew else ""))
+
+def _compute_kernel_cost(shape: ComputeShape, hw: HardwareCard, tables: KernelTables) -> Cost:
+    """A GEMM, grouped GEMM or attention kernel: its table's answer (held to this card's HBM bound),
+    or the roofline where no table answers."""
+    dtype = shape.dtype
+    flops, moved = shape.flops, shape.bytes  # properties worked out from the shape's fields: read once
+    # a grouped GEMM whose table already holds the expert-load imbalance
+    skewed = shape if isinstance(shape, GroupedGemmShape) and tables.moe_includes_imbalance else None
+    looked_up: ComputeShape = shape
+    if skewed is not None:
+        # timed on the most loaded rank of the table's own skewed routing: look up the mean load
+        # at which that rank carries what this deployment's most loaded rank does
+        balanced = skewed.balanced()
+        hit = tables.lookup(balanced, hw.peak_flops(dtype))
+        if hit is not None and hit.moe_routing_skew:
+            balanced = replace(balanced, tokens_per_gpu=table_tokens_for(skewed, hit.moe_routing_skew))
+            hit = tables.lookup(balanced, hw.peak_flops(dtype))
+        looked_up = balanced
+    else:
+        hit = tables.lookup(shape, hw.peak_flops(dtype))
+    if hit is not None and hit.method == "extrapolated":
+        from infersim.tables.beyond_range import beyond_range
+
+        hit = beyond_range(looked_up, hit, lambda s: roofline_rates(s, hw), hw.peak_flops(dtype))
+    if hit is None:
         return _roofline_cost(shape, hw, flops, moved)
+    if hit.method == "edge":
+        # the edge efficiency scales compute; outside the table the kernel can still not
+        # stream its bytes faster than HBM allows
+        memory_s = moved / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+        return Cost(flops, moved, max(hit.seconds, memory_s) + hw.derates.kernel_launch_overhead,
+                    _intensity_bound(shape, hw, flops, moved), Source.ROOFLINE,
+                    f"outside table {hit.table}: {hit.note or f'roofline at edge efficiency {hit.efficiency:.3f}'}")
+    floor = minimum_bytes(shape) / hw.peak.hbm_bandwidth
+    if hit.seconds < floor:  # a table from a faster GPU, scaled by FLOP/s: never beat this card's HBM
+        return Cost(flops, moved, floor, Bound.MEMORY, Source.TABLE,
+                    f"{hit.method} from {hit.table}, raised to the HBM bound of {hw.name} "
+                    f"({hit.seconds * 1e6:.3g} us would beat its bandwidth)")
+    if hit.method == "extrapolated":
+        memory_s = moved / (hw.peak.hbm_bandwidth * hw.derates.memory_efficiency)
+        return Cost(flops, moved, max(hit.seconds, memory_s), _intensity_bound(shape, hw, flops, moved),
+                    Source.TABLE, f"outside table {hit.table}: {hit.note}")
+    return Cost(flops, moved, hit.seconds, _intensity_bound(shape, hw, flops, moved), Source.TABLE,
+                f"{hit.method} from {hit.table}"
+                + (_imbalance_note(skewed, looked_up) if skewed is not None and hit.moe_routing_skew else ""))
+
+
+def _imbalance_note(shape: GroupedGemmShape, looked_up: ComputeShape) -> str:
+    """How a table's own expert-load imbalance was taken out: the load it was looked up at."""
+    tokens = looked_up.tokens_per_gpu if isinstance(looked_up, GroupedGemmShape) else shape.tokens_per_gpu
+    return (f" ({IMBALANCE_FROM_TABLE} taken out: looked up at {tokens:,.0f} tokens "
+            f"per GPU, whose most loaded rank under it carries this layout's {shape.tokens_per_gpu:,.0f})")
+
+
+def _elementwise_cost(shape: MemoryBoundShape, hw: HardwareCard, tables: KernelTables) -> Cost:
+    """A memory-bound kernel: a measured elementwise table's answer, else the roofline at the table
+    set's or the card's share of HBM bandwidth."""
     # one eager kernel (shape.op): a measured elementwise table answers it by (op, dtype) and bytes
     if shape.op:
         hit = tables.lookup(shape, 1.0)  # no FLOPs: the peak is not used

@@ -109,15 +109,6 @@ def _indexer_scoring(model: ModelCard, dep: MixerDeployment, ctx: StageContext) 
     return ops
 
 
-def attention_operations(model: ModelCard, dep: MixerDeployment, ctx: StageContext,
-                         kind: str = FULL_ATTENTION) -> list[Operation]:
-    """Norm, projections, rotary + KV store and core attention of one layer (no communication).
-    kind: full_attention or sliding_attention (the last model.sliding_window tokens only)."""
-    tokens = ctx.tokens_per_gpu * dep.attention.tp
-    return (attention_before_core(model, dep, ctx.stage, tokens) + attention_core(model, dep, ctx, kind)
-            + attention_after_core(model, dep, ctx.stage, tokens))
-
-
 # A layer's attention in three parts, so that a plan can keep the parts that do not read the
 # sequences' lengths (the tokens' projections, norms and rotary) while the core, which does, changes
 # with every context length a sweep tries: before the core and after it (functions of the step's
@@ -267,7 +258,7 @@ def _kv_cache_operations(dep: MixerDeployment, ctx: StageContext, kv_width: int,
             ops += eager.static_cache_fused(s.group_count(tp) * s.q_len, heads, kv_heads, d, s.group_count(tp), capacity)
         return ops
     kind = "concat" if dep.model_code.kv_cache == "concat" else "static"
-    return eager.kv_cache_update(kind, new, cached, dtype_bytes(dep.precision.kv_cache))
+    return eager.kv_cache_update(kind, new, cached)
 
 
 def _mla_hf_before_core(model: ModelCard, dep: MixerDeployment, heads: int, tokens: int, code: str) -> list[Operation]:

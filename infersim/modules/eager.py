@@ -83,8 +83,7 @@ def rotary(name: str, tokens: float, heads: int, head_dim: int, code: str) -> li
     return [Operation(name, cat.ELEMENTWISE, MemoryBoundShape("Triton: rotary", 2 * n * ACT_BYTES))]
 
 
-def kv_cache_update(kv_cache: str, new_elements: float, cached_elements: float, kv_dtype_bytes: float
-                    ) -> list[Operation]:
+def kv_cache_update(kv_cache: str, new_elements: float, cached_elements: float) -> list[Operation]:
     """Writing one layer's new K and V (new_elements each) into a cache that then holds cached_elements
     each: DynamicCache's torch.cat rewrites the whole cache (K and V), StaticCache's index_copy_ writes
     the new tokens only."""

@@ -99,7 +99,7 @@ import math
 import random
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 Policy = Literal["ideal", "statistical", "eplb"]
 
@@ -271,7 +271,7 @@ def moe_balance(policy: Policy, num_experts: int, topk: int, ep: int, tokens_per
     # a slot is hit by a token with probability ~ k/S (replicas share their expert's tokens)
     hit = 1.0 - (1.0 - k / E) ** (N * E / S) if N > 0 else 0.0
     mean_active = per_gpu * hit
-    base = dict(ep=P, experts=E, slots=S, topk=k, routing_skew=routing_skew, dataset_skew=dataset_skew,
+    base: dict[str, Any] = dict(ep=P, experts=E, slots=S, topk=k, routing_skew=routing_skew, dataset_skew=dataset_skew,
                 sequence_length=L, tokens_per_rank=tokens_per_rank, mean_active_experts=mean_active)
     if policy == "ideal" or P <= 1 or N <= 0:
         return MoeBalance(policy=policy, token_factor=1.0, active_experts=mean_active, **base)

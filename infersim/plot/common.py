@@ -6,8 +6,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infersim.base.errors import InferSimError
-
 
 def number(value: Any) -> float | None:
     """A finite float, or None for missing, empty, non-numeric or NaN values (CSV cells are text)."""
@@ -27,13 +25,6 @@ def first_number(record: Mapping[str, Any], keys: Sequence[str]) -> float | None
         if x is not None:
             return x
     return None
-
-
-def require_list(data: Mapping[str, Any], key: str, what: str) -> list[Any]:
-    value = data.get(key)
-    if not isinstance(value, list) or not value:
-        raise InferSimError(f"{what}: expected a non-empty list under '{key}'")
-    return value
 
 
 def spread_labels(wanted: Sequence[float], min_gap: float, low: float, high: float) -> list[float]:
@@ -63,7 +54,7 @@ def spread_labels(wanted: Sequence[float], min_gap: float, low: float, high: flo
             centre = sum(m - (j - (n - 1) / 2) * min_gap for j, m in enumerate(members)) / n
             clusters[-2:] = [[a[0], a[1] + b[1], centre]]
     placed: list[float] = []
-    for start, count, centre in clusters:
+    for _start, count, centre in clusters:
         placed += [centre + (j - (count - 1) / 2) * min_gap for j in range(int(count))]
     # keep within the limits, shifting neighbours along so gaps hold
     placed[0] = max(placed[0], low)

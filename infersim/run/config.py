@@ -275,6 +275,49 @@ def _card_notes(raw: dict[str, Any], base: Path | None) -> list[str]:
     return notes
 
 
+def _kernel_tables(table_dir: str | None, hardware_changed: bool, kernel_libraries: KernelLibraries,
+                   hardware: HardwareCard, engine: EngineCard, base: Path | None,
+                   where: str) -> tuple[KernelTables, EngineCard, str, str]:
+    """The kernel tables a run prices with (named, bundled for its hardware and engine, or none), the
+    engine card with the host times the tables measured, where the tables came from, and a note."""
+    tables: KernelTables = NoTables()
+    tables_source = tables_note = ""
+    if table_dir in (None, "", "auto"):
+        table_dir = None
+        if hardware_changed:
+            # measured times belong to the real device: a modified or inline card is timed by roofline
+            tables_note = ("bundled kernel tables not used: the hardware card is inline or changed by --set, "
+                           "and measured times belong to the unmodified device")
+        else:
+            from infersim.tables.select import bundled_tables_for
+
+            choice = bundled_tables_for(hardware.name, engine.framework)
+            if choice is not None:
+                table_dir, tables_note = str(choice.path), choice.note
+    elif table_dir == "none":
+        table_dir = None
+    if table_dir:
+        from infersim.tables.lookup import load_tables  # measured tables are optional
+
+        from infersim.cards.registry import bundled_dir, resolve_table_dir
+
+        # none found: load_tables names the bundled path it tried
+        table_path = resolve_table_dir(table_dir, base) or bundled_dir("mfu_tables") / table_dir
+        tables = load_tables(table_path)
+        tables_source = str(table_path)
+        tables.check_hardware(hardware, where)  # no row may beat the card's HBM bandwidth
+        tables, skipped_note = restrict_to_libraries(tables, kernel_libraries)
+        tables_note = "; ".join(n for n in (tables_note, skipped_note) if n)
+        provenance = getattr(tables, "provenance", None)
+        if provenance is not None:
+            from infersim.cards.engine import with_measured_host
+
+            engine, host_note = with_measured_host(engine, provenance.launch_cpu, provenance.step_cpu,
+                                                   provenance.host_probes)
+            tables_note = "; ".join(n for n in (tables_note, host_note) if n)
+    return tables, engine, tables_source, tables_note
+
+
 def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] | tuple[str, ...] = (),
                         mfu_tables: str | None = None, base: Path | None = None,
                         flags: RunFlags | None = None) -> RunConfig:
@@ -322,42 +365,10 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     dep_spec = with_engine_defaults(dep_spec, named, model, engine)
     dep_spec = with_checkpoint_precision(dep_spec, named, model, hardware)
     deployment = complete_layout(dep_spec, model, hardware, where)
-    tables: KernelTables = NoTables()
-    table_dir = mfu_tables if mfu_tables is not None else spec_.mfu_tables
-    tables_source = tables_note = ""
-    if table_dir in (None, "", "auto"):
-        table_dir = None
-        if card_overrides["hardware"] or not isinstance(spec_.hardware, str):
-            # measured times belong to the real device: a modified or inline card is timed by roofline
-            tables_note = ("bundled kernel tables not used: the hardware card is inline or changed by --set, "
-                           "and measured times belong to the unmodified device")
-        else:
-            from infersim.tables.select import bundled_tables_for
-
-            choice = bundled_tables_for(hardware.name, engine.framework)
-            if choice is not None:
-                table_dir, tables_note = str(choice.path), choice.note
-    elif table_dir == "none":
-        table_dir = None
-    if table_dir:
-        from infersim.tables.lookup import load_tables  # measured tables are optional
-
-        from infersim.cards.registry import bundled_dir, resolve_table_dir
-
-        # none found: load_tables names the bundled path it tried
-        table_path = resolve_table_dir(table_dir, base) or bundled_dir("mfu_tables") / table_dir
-        tables = load_tables(table_path)
-        tables_source = str(table_path)
-        tables.check_hardware(hardware, where)  # no row may beat the card's HBM bandwidth
-        tables, skipped_note = restrict_to_libraries(tables, spec_.kernel_libraries)
-        tables_note = "; ".join(n for n in (tables_note, skipped_note) if n)
-        provenance = getattr(tables, "provenance", None)
-        if provenance is not None:
-            from infersim.cards.engine import with_measured_host
-
-            engine, host_note = with_measured_host(engine, provenance.launch_cpu, provenance.step_cpu,
-                                                   provenance.host_probes)
-            tables_note = "; ".join(n for n in (tables_note, host_note) if n)
+    hardware_changed = bool(card_overrides["hardware"]) or not isinstance(spec_.hardware, str)
+    tables, engine, tables_source, tables_note = _kernel_tables(
+        mfu_tables if mfu_tables is not None else spec_.mfu_tables, hardware_changed, spec_.kernel_libraries,
+        hardware, engine, base, where)
     profile, uncalibrated, hardware, engine = _calibrated(spec_.calibration, base, hardware, engine, notes)
     draft, draft_dep, draft_source = None, None, ""
     if spec_.speculative is not None:

@@ -98,10 +98,6 @@ def base_mapping(flags: RunFlags) -> dict[str, Any]:
             "workload": {"isl": DEFAULT_ISL, "osl": DEFAULT_OSL}}
 
 
-def _stage_gpus(dep: Deployment) -> int:
-    return dep.num_gpus // dep.pp if dep.pp and dep.num_gpus % dep.pp == 0 else 0
-
-
 def _check_layout_flags(flags: RunFlags, gpus: int, pp: int, tp: int, dp: int, model: ModelCard,
                         redundant_experts: int = 0) -> None:
     """A layout the flags give that cannot hold, said with the flags (and config fields) that give

@@ -49,14 +49,6 @@ def _stats(name: str, samples: Samples, out: dict[str, Any], extra: tuple[float,
         out[f"{percentile_key(q)}_{name}_ms"] = samples.percentile(q) * 1e3
 
 
-def meets_slo(ttft_s: float, tpot_s: float | None, slo: Slo | None) -> bool:
-    if slo is None:
-        return True
-    if slo.ttft_s is not None and ttft_s > slo.ttft_s:
-        return False
-    return not (slo.tpot_s is not None and tpot_s is not None and tpot_s > slo.tpot_s)
-
-
 def _latencies(s: StageOutcomes, out: dict[str, Any], extra: tuple[float, ...] = ()) -> None:
     _stats("ttft", s.ttft, out, extra)
     _stats("tpot", s.tpot, out, extra)

@@ -21,8 +21,8 @@ Every timer is seeded; a rescaled one takes two passes over the same seeded draw
 
 from __future__ import annotations
 
-import math
 import random
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -69,9 +69,7 @@ def vllm_times(count: int, rate: float, burstiness: float, seed: int, ramp: Ramp
             t += _gap(rng, ramp.rate(i, count), burstiness)
             yield t
         return
-    last = 0.0
-    for last in gamma_times(count, rate, burstiness, seed):
-        pass
+    last = next(iter(deque(gamma_times(count, rate, burstiness, seed), maxlen=1)), 0.0)
     scale = (count / rate) / last if last > 0 else 1.0
     for t in gamma_times(count, rate, burstiness, seed):
         yield t * scale

@@ -371,7 +371,7 @@ def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals
         arrive = _transfer(st, target, link_free, kv_per_token / bandwidth)
         transfer_integral += arrive - st.finish_s
         handoffs.append((arrive, st.req.id, target, _decode_state(st, arrive)))
-    del prefilled
+    prefilled.clear()  # the handoffs hold the decode-side states now
     handoffs.sort(key=lambda h: (h[0], h[1]))
     _feed(decode.instances, ((target, ds) for _arrive, _id, target, ds in handoffs))
     return ServeResult(opts, outcomes, [prefill, decode], transfer_integral, mean_isl, mean_osl, notes)

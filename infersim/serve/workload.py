@@ -316,11 +316,6 @@ def _lengths(isl: LengthDist, osl: LengthDist, rng: random.Random,
         yield a, b
 
 
-def draw_lengths(isl: LengthDist, osl: LengthDist, count: int, rng: random.Random) -> list[tuple[int, int]]:
-    pairs = _lengths(isl, osl, rng, None)
-    return [next(pairs) for _ in range(count)]
-
-
 def iter_offline(isl: LengthDist, osl: LengthDist, count: int, seed: int,
                  tallies: tuple[LengthTally, LengthTally] | None = None) -> Iterator[Request]:
     pairs = _lengths(isl, osl, random.Random(seed), tallies)
@@ -361,5 +356,3 @@ def check_burstiness(value: Any) -> float:
         return float(check_number(value, "serve", "burstiness", gt=0))
     except ConfigError as exc:
         raise InferSimError(f"burstiness must be > 0 (value: {echo(value)}: {exc.problem})") from None
-
-

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"]
 CommImplementation = Literal["nccl", "deepep-normal", "deepep-low-latency"]
@@ -44,7 +44,7 @@ class CollectiveShape:
         return self.bytes_per_rank
 
 
-def prob_group_hit(num_experts: int, experts_in_group: int, topk: int) -> float:
+def prob_group_hit(num_experts: int, experts_in_group: float, topk: int) -> float:
     """Probability that a token's topk distinct experts (uniform over num_experts) include at least
     one of the experts_in_group experts a GPU or node holds (hypergeometric complement)."""
     miss = 1.0
@@ -164,4 +164,4 @@ class TokenExchangeShape:
         return sum(self.traffic())
 
 
-CommShape = Union[CollectiveShape, TokenExchangeShape]
+CommShape = CollectiveShape | TokenExchangeShape

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Literal, Protocol, Union
+from typing import Literal, Protocol
 
 from infersim.shapes.comm_shapes import CommShape
 from infersim.base.units import dtype_bytes
@@ -120,7 +120,7 @@ class GroupedGemmShape:
     def local_experts(self) -> int:
         return (self.expert_slots or self.num_experts) // self.ep
 
-    def balanced(self) -> "GroupedGemmShape":
+    def balanced(self) -> GroupedGemmShape:
         """The kernel at the mean GPU's load (load factor 1): for measured tables that already
         contain expert-load imbalance (the load-balance factor must then not be applied again)."""
         if self.load_factor == 1.0 and self.balanced_active_experts < 0:
@@ -132,10 +132,6 @@ class GroupedGemmShape:
     @property
     def routed_tokens(self) -> float:
         return self.tokens_per_gpu * self.topk
-
-    @property
-    def tokens_per_expert(self) -> float:
-        return self.routed_tokens / self.local_experts
 
     @property
     def k(self) -> int:
@@ -476,14 +472,14 @@ def elementwise_bytes(op: str, dtype: str, elements: float) -> float:
     return elements * (rule.reads * ELEMENT_BYTES[dtype] + rule.writes * out)
 
 
-def elementwise_shape(op: str, dtype: str, elements: float, what: str = "") -> "MemoryBoundShape":
+def elementwise_shape(op: str, dtype: str, elements: float, what: str = "") -> MemoryBoundShape:
     """One eager kernel `op` over `elements` elements of `dtype`, as a shape the tables can answer."""
     return MemoryBoundShape(what or ELEMENTWISE_OPS[op].description, elementwise_bytes(op, dtype, elements), op=op,
                             dtype=dtype)
 
 
-KernelShape = Union[GemmShape, GroupedGemmShape, AttentionShape, IndexerShape, LinearAttentionShape, MemoryBoundShape]
-AnyShape = Union[KernelShape, CommShape]
+KernelShape = GemmShape | GroupedGemmShape | AttentionShape | IndexerShape | LinearAttentionShape | MemoryBoundShape
+AnyShape = KernelShape | CommShape
 
 
 # ---------------------------------------------------------------------------------------------
@@ -524,7 +520,7 @@ class KernelTables(Protocol):
     #: the tables' own share of HBM bandwidth for elementwise kernels, or None (the card's)
     elementwise_memory_efficiency: float | None
 
-    def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+    def lookup(self, shape: AnyShape, peak_flops: float) -> TableHit | None:
         """Time for `shape` from a table covering it, or None. peak_flops is the card's dense
         FLOP/s for the shape's dtype (to turn a table efficiency into time)."""
         ...
@@ -540,14 +536,14 @@ class NoTables:
     moe_includes_imbalance = False
     elementwise_memory_efficiency = None
 
-    def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+    def lookup(self, shape: AnyShape, peak_flops: float) -> TableHit | None:
         return None
 
     def describe(self) -> str:
         return "none (roofline fallback for every kernel)"
 
 
-def minimum_bytes(shape: KernelShape) -> float:
+def minimum_bytes(shape: AnyShape) -> float:
     """Bytes a kernel of `shape` must move at the least: its modelled bytes, except that a
     grouped GEMM may find a single local expert active (the model's expected count can be more)."""
     if isinstance(shape, GroupedGemmShape):

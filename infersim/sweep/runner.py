@@ -155,7 +155,7 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM during a sweep: stop like Ctrl-C and keep what is done."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(_signum: int, _frame: Any) -> None:
     raise Terminated()
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model

@@ -21,7 +21,8 @@ crossings were measured worse anchored (median 24-53% against 20-28%).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Literal
+from typing import Literal
+from collections.abc import Callable
 
 from infersim.shapes.kernels import GroupedGemmShape, KernelShape, TableHit
 from infersim.tables.interpolation import Clamp, KernelGrid

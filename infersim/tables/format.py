@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from infersim.cards.schema import spec
 from infersim.base.errors import ConfigError
@@ -239,7 +239,7 @@ class ElementwiseRow:
         return MemoryBoundShape(what=self.op, bytes_moved=float(self.bytes), op=self.op, dtype=self.dtype)
 
 
-Row = Union[GemmRow, GroupedGemmRow, AttentionRow, CollectiveRow, ElementwiseRow]
+Row = GemmRow | GroupedGemmRow | AttentionRow | CollectiveRow | ElementwiseRow
 ROW_TYPES: dict[str, type] = {"gemm": GemmRow, "grouped_gemm": GroupedGemmRow, "attention": AttentionRow,
                               "collective": CollectiveRow, "elementwise": ElementwiseRow}
 

@@ -24,9 +24,10 @@ the one-sequence time (the shape's `repeats`).
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
+from typing import cast
 
-from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, KernelShape
+from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, GroupedGemmShape
 from infersim.tables.format import AttentionRow, GemmRow, GroupedGemmRow, Row
 
 GridKey = tuple[Hashable, ...]
@@ -48,7 +49,7 @@ def row_grid_key(row: Row) -> tuple[GridKey, tuple[float, ...], tuple[str, ...]]
     if isinstance(row, GemmRow):
         return ("gemm", row.dtype, row.k, row.n), (float(row.m),), GEMM_AXES
     if isinstance(row, GroupedGemmRow):
-        key = ("grouped_gemm", row.dtype, row.stored_weight_dtype, row.stage, row.projection, row.num_experts,
+        key: GridKey = ("grouped_gemm", row.dtype, row.stored_weight_dtype, row.stage, row.projection, row.num_experts,
                row.topk, row.hidden, row.intermediate, row.gated)
         return key, (float(row.ep), float(row.tokens_per_gpu)), GROUPED_AXES
     if isinstance(row, AttentionRow):
@@ -68,7 +69,7 @@ def row_grid_key(row: Row) -> tuple[GridKey, tuple[float, ...], tuple[str, ...]]
     raise TypeError(f"not a table row: {row!r}")
 
 
-def shape_grid_key(shape: KernelShape) -> tuple[GridKey, tuple[float, ...], int] | None:
+def shape_grid_key(shape: AnyShape) -> tuple[GridKey, tuple[float, ...], int] | None:
     """(grid key, axis values, repeats) a shape is looked up under, or None if no table kind
     covers it. `repeats` is how many grid-point kernels the shape is (prefill: one per sequence)."""
     if isinstance(shape, GemmShape):
@@ -79,7 +80,7 @@ def shape_grid_key(shape: KernelShape) -> tuple[GridKey, tuple[float, ...], int]
         if shape.tokens_per_gpu <= 0 or shape.ep <= 0:
             return None
         # weight-only quantised experts (weights narrower than the activations) have grids of their own
-        key = ("grouped_gemm", shape.dtype, shape.weight_dtype, shape.stage, shape.projection, shape.num_experts,
+        key: GridKey = ("grouped_gemm", shape.dtype, shape.weight_dtype, shape.stage, shape.projection, shape.num_experts,
                shape.topk, shape.hidden, shape.intermediate, shape.gated)
         return key, (float(shape.ep), float(shape.tokens_per_gpu)), 1
     if isinstance(shape, AttentionShape):
@@ -118,5 +119,6 @@ def work_limits(key: GridKey, axes: tuple[str, ...]) -> tuple[float | None, ...]
     range the time is extended only up to it (_extend_above). A windowed prefill needs none: its
     attended_pairs axis is the work itself."""
     if key[0] == "attention" and key[1] == "decode" and key[-1]:
-        return tuple(float(key[-1]) if axis == "kv_len" else None for axis in axes)
+        window = cast(int, key[-1])
+        return tuple(float(window) if axis == "kv_len" else None for axis in axes)
     return (None,) * len(axes)

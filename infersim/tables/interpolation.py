@@ -30,7 +30,8 @@ import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Union
+from typing import NamedTuple
+from collections.abc import Callable
 
 _RELATIVE_TOLERANCE = 1e-9  # coordinates this close (relatively) are the same grid point
 
@@ -92,7 +93,7 @@ class GridNode:
 
     coords: tuple[float, ...]
     values: tuple[float, ...]  # the axis values as given, same order (for messages)
-    children: tuple[Union["GridNode", Leaf], ...]
+    children: tuple[GridNode | Leaf, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,12 +25,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
+from collections.abc import Sequence
 
 from infersim.cards.registry import display_path
 from infersim.base.errors import ConfigError, InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
-from infersim.shapes.kernels import GemmShape, KernelShape, MemoryBoundShape, TableHit, minimum_bytes
+from infersim.shapes.kernels import AnyShape, GemmShape, MemoryBoundShape, TableHit, minimum_bytes
 from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory, efficiency_of
 from infersim.tables.grid_keys import GridKey, describe_key, row_grid_key, shape_grid_key, work_limits
 from infersim.tables.interpolation import DEFAULT_INTERPOLATION, Interpolation, KernelGrid, build_grid
@@ -134,7 +135,7 @@ class MfuTables:
         self.elementwise = elementwise_series(table_dir, label)
         self._hbm_rows: Iterable[tuple[str, float, float, str]] = _hbm_rows(self.directory, table_dir)
         self._hbm_fastest = _fastest_rows(self._hbm_rows)
-        self._checked: set[tuple[str, float, tuple[tuple[str, float], ...]]] = set()
+        self._checked: set[tuple[str, float, float, tuple[tuple[str, float], ...]]] = set()
 
     @cached_property  # asked for every grouped-GEMM kernel priced
     def moe_includes_imbalance(self) -> bool:
@@ -206,7 +207,7 @@ class MfuTables:
                                   f"{hw.peak.hbm_bandwidth / 1e12:.4g} TB/s HBM peak of hardware card {hw.name}"
                                   + (f" ({source})" if source else ""))
 
-    def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
+    def lookup(self, shape: AnyShape, peak_flops: float) -> TableHit | None:
         """Time of `shape` from the tables at the caller's peak FLOP/s, or None (see module doc).
         Not cached here: a caller that prices many steps keeps each kernel's cost in its PricingMemo."""
         if isinstance(shape, CollectiveShape):
@@ -326,7 +327,7 @@ class MfuTables:
             family = str(key[0]) if key[0] != "attention" else f"attention {key[1]}"
             families[family] = families.get(family, 0) + 1
         kinds = ", ".join(f"{n} {f}" for f, n in sorted(families.items()))
-        origin = prov.origin
+        origin: str = prov.origin
         if prov.source.get("project"):
             origin += f" from {prov.source['project']}"
         engine = ""

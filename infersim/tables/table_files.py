@@ -11,7 +11,8 @@ import io
 import math
 import types
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from collections.abc import Callable, Sequence
 
 from infersim.cards.schema import MAX_MAGNITUDE, MIN_MAGNITUDE, build, check_number, load_yaml
 from infersim.base.errors import MISSING, ConfigError, InferSimError

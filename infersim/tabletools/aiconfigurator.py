@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import yaml
 
@@ -248,85 +249,113 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False, tole
     """The table directory for one device and engine version, or None if the package has no data for it.
     `compact`: thinned where interpolating the kept points reproduces each left-out one within
     `tolerance` (infersim.tabletools.thinning)."""
-    data = source.data_dir
-    tables: dict[str, tuple[Row, ...]] = {}
-    infos: dict[str, TableInfo] = {}
-    notes: list[str] = []
-    device_names: set[str] = set()
-    library = LIBRARY[plan.framework]
+    c = _Collection(source.data_dir, plan)
+    _collect_compute_tables(c)
+    _collect_collective_tables(c)
+    peaks = _peaks_of(plan.device)
+    _drop_tables_without_peak(c.tables, c.infos, peaks, plan.device, c.notes)
+    if not c.tables:
+        return None
+    if compact:
+        _thin(c.tables, c.infos, tolerance)
+    return TableDirectory(provenance=_provenance(source, plan, c, peaks), tables=c.tables), c.notes
 
-    def add(name: str, family: str, rows: list[Row], description: str, src: Path, status: str,
+
+@dataclass
+class _Collection:
+    """The tables read so far from one aiconfigurator system and engine version, their descriptions,
+    the notes on what was not found, and the device names the records give."""
+
+    data: Path
+    plan: ImportPlan
+    tables: dict[str, tuple[Row, ...]] = field(default_factory=dict)
+    infos: dict[str, TableInfo] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    device_names: set[str] = field(default_factory=set)
+
+    def add(self, name: str, family: str, rows: list[Row], description: str, src: Path, status: str,
             table_notes: list[str], routing: str = "balanced", served: str = "") -> None:
         if not rows:
             return
-        tables[name] = tuple(rows)
-        infos[name] = TableInfo(family=family, library=f"{library} (aiconfigurator collector)",  # type: ignore[arg-type]
-                                library_version=served or plan.version, description=description,
-                                source_file=str(src.relative_to(data)),
-                                notes=(f"collection status: {status}",) + tuple(table_notes), moe_routing=routing)
+        library = LIBRARY[self.plan.framework]
+        self.tables[name] = tuple(rows)
+        self.infos[name] = TableInfo(family=family, library=f"{library} (aiconfigurator collector)",  # type: ignore[arg-type]
+                                     library_version=served or self.plan.version, description=description,
+                                     source_file=str(src.relative_to(self.data)),
+                                     notes=(f"collection status: {status}",) + tuple(table_notes), moe_routing=routing)
 
-    def load(family: str, stem: str) -> tuple[list[dict[str, Any]], Path, str, str] | None:
+    def load(self, family: str, stem: str) -> tuple[list[dict[str, Any]], Path, str, str] | None:
+        plan, data = self.plan, self.data
         directory = family_version_dir(data, plan.system, family, plan.framework, plan.version)
         if directory is None:
-            notes.append(f"{family}/{stem}: no collection for {plan.framework} {plan.version} or older")
+            self.notes.append(f"{family}/{stem}: no collection for {plan.framework} {plan.version} or older")
             return None
         path = _table_file(directory, stem)
         if path is None:
-            notes.append(f"{family}/{stem}: not in {directory.relative_to(data)}")
+            self.notes.append(f"{family}/{stem}: not in {directory.relative_to(data)}")
             return None
         if directory.name != plan.version:
-            notes.append(f"{stem}: taken from version {directory.name} (no {plan.version} collection; "
-                         f"aiconfigurator serves it the same way, by backward fill)")
+            self.notes.append(f"{stem}: taken from version {directory.name} (no {plan.version} collection; "
+                              f"aiconfigurator serves it the same way, by backward fill)")
         records = read_records(path)
-        device_names.update(str(r["device"]) for r in records[:1] if r.get("device"))
+        self.device_names.update(str(r["device"]) for r in records[:1] if r.get("device"))
         return records, path, collection_status(directory, stem), directory.name
 
-    found = load("gemm", "gemm_perf")
+
+def _collect_compute_tables(c: _Collection) -> None:
+    """GEMM, attention (MHA/GQA and MLA) and MoE tables."""
+    found = c.load("gemm", "gemm_perf")
     if found:
         records, path, status, served = found
         for dtype, conv in sorted(convert_gemm(records, str(path)).items()):
             what = "fp4 (NVFP4)" if dtype == "fp4" else dtype
-            add(f"gemm_{dtype}.csv", "gemm", conv.rows, f"dense GEMM, {what} inputs and weights, bf16 output",
-                path, status, conv.notes, served=served)
-    found = load("attention", "context_attention_perf")
+            c.add(f"gemm_{dtype}.csv", "gemm", conv.rows, f"dense GEMM, {what} inputs and weights, bf16 output",
+                  path, status, conv.notes, served=served)
+    found = c.load("attention", "context_attention_perf")
     if found:
         records, path, status, served = found
         conv = convert_context_attention(records, str(path))
-        add("attention_prefill.csv", "attention", conv.rows,
-            "causal prefill attention (MHA/GQA, full and sliding-window), one sequence",
-            path, status, conv.notes, served=served)
-    found = load("attention", "generation_attention_perf")
+        c.add("attention_prefill.csv", "attention", conv.rows,
+              "causal prefill attention (MHA/GQA, full and sliding-window), one sequence",
+              path, status, conv.notes, served=served)
+    found = c.load("attention", "generation_attention_perf")
     if found:
         records, path, status, served = found
         conv = convert_generation_attention(records, str(path))
-        add("attention_decode.csv", "attention", conv.rows,
-            "decode attention (MHA/GQA, full and sliding-window), one query token",
-            path, status, conv.notes, served=served)
+        c.add("attention_decode.csv", "attention", conv.rows,
+              "decode attention (MHA/GQA, full and sliding-window), one query token",
+              path, status, conv.notes, served=served)
     for stem, stage, name, what in (
             ("context_mla_perf", "prefill", "attention_prefill_mla.csv",
              "MLA prefill (no absorption) as MHA 192/128, one sequence"),
             ("generation_mla_perf", "decode", "attention_decode_mla.csv", "absorbed MLA decode, one query token")):
-        found = load("mla", stem)
+        found = c.load("mla", stem)
         if found:
             records, path, status, served = found
             conv = convert_mla(records, str(path), stage)
-            add(name, "attention", conv.rows, what, path, status, conv.notes, served=served)
-    found = load("moe", "moe_perf")
+            c.add(name, "attention", conv.rows, what, path, status, conv.notes, served=served)
+    found = c.load("moe", "moe_perf")
     if found:
         records, path, status, served = found
         for (label, routing), conv in sorted(convert_moe(records, str(path)).items()):
-            add(f"grouped_gemm_{label}_{routing}.csv", "grouped_gemm", conv.rows,
-                f"routed experts of one MoE layer on one GPU, {MOE_TABLE_FORMATS.get(label, label)}, "
-                f"routing {routing}", path, status,
-                conv.notes, routing=routing, served=served)
-    found = load("comm", "custom_allreduce_perf")
+            c.add(f"grouped_gemm_{label}_{routing}.csv", "grouped_gemm", conv.rows,
+                  f"routed experts of one MoE layer on one GPU, {MOE_TABLE_FORMATS.get(label, label)}, "
+                  f"routing {routing}", path, status,
+                  conv.notes, routing=routing, served=served)
+
+
+def _collect_collective_tables(c: _Collection) -> None:
+    """The engine's custom all-reduce and the newest NCCL collection (its all-reduce only where the
+    engine has no custom one)."""
+    plan, data = c.plan, c.data
+    found = c.load("comm", "custom_allreduce_perf")
     custom = False
     if found:
         records, path, status, served = found
         conv = convert_collectives(records, str(path), f"{plan.framework}-custom-allreduce", ("all_reduce",))
-        add("collective_allreduce.csv", "collective", conv.rows,
-            f"{LIBRARY[plan.framework]} custom all-reduce (the engine's TP all-reduce), one node", path, status,
-            conv.notes, served=served)
+        c.add("collective_allreduce.csv", "collective", conv.rows,
+              f"{LIBRARY[plan.framework]} custom all-reduce (the engine's TP all-reduce), one node", path, status,
+              conv.notes, served=served)
         custom = bool(conv.rows)
     nccl_base = data / plan.system / "comm" / "nccl"
     nccl_dirs = sorted((p for p in nccl_base.iterdir() if p.is_dir()), key=lambda p: version_key(p.name)) \
@@ -337,17 +366,16 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False, tole
         conv = convert_collectives(read_records(nccl_path), str(nccl_path), "nccl", kinds)
         if custom:
             conv.notes.append("all_reduce rows not imported: the engine's custom all-reduce table times it")
-        add("collective_nccl.csv", "collective", conv.rows, "NCCL collectives, one node", nccl_path,
-            collection_status(nccl_dirs[-1], "nccl_perf"), conv.notes, served=f"nccl {nccl_dirs[-1].name}")
-    peaks = _peaks_of(plan.device)
-    _drop_tables_without_peak(tables, infos, peaks, plan.device, notes)
-    if not tables:
-        return None
-    if compact:
-        _thin(tables, infos, tolerance)
+        c.add("collective_nccl.csv", "collective", conv.rows, "NCCL collectives, one node", nccl_path,
+              collection_status(nccl_dirs[-1], "nccl_perf"), conv.notes, served=f"nccl {nccl_dirs[-1].name}")
+
+
+def _provenance(source: AicSource, plan: ImportPlan, c: _Collection, peaks: dict[str, float]) -> Provenance:
+    """Where the imported tables came from, what they cover and what was left out."""
+    infos, notes, device_names = c.infos, c.notes, c.device_names
     alphas = sorted({info.moe_routing for info in infos.values() if info.family == "grouped_gemm"})
     elementwise, elementwise_source = elementwise_rule(source.systems_dir, plan.system)
-    prov = Provenance(
+    return Provenance(
         format_version=FORMAT_VERSION,
         device=DeviceInfo(name=sorted(device_names)[0] if device_names else plan.device),
         peak_flops=peaks,
@@ -373,7 +401,6 @@ def convert_one(source: AicSource, plan: ImportPlan, compact: bool = False, tole
         elementwise_source=elementwise_source,
         tables=infos,
     )
-    return TableDirectory(provenance=prov, tables=tables), notes
 
 
 def _drop_tables_without_peak(tables: dict[str, tuple[Row, ...]], infos: dict[str, TableInfo],

@@ -50,7 +50,8 @@ Latencies there are in milliseconds. What is converted:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from infersim.base.errors import InferSimError
 from infersim.tables.format import AttentionRow, CollectiveRow, GemmRow, GroupedGemmRow, Row
@@ -281,24 +282,31 @@ def convert_moe(records: Iterable[dict[str, Any]], where: str) -> dict[tuple[str
                 f"larger token count at the same shape and EP (a kernel's time does not fall when its work grows; "
                 f"these are single-run spikes, e.g. 459 us between 81 us and 97 us)")
     for (label, routing), converted in out.items():
-        converted.notes += _count_note(skipped)
-        if label == "fp8_block":
-            converted.notes.append("moe_dtype fp8_block (block-scaled fp8, as DeepGEMM) stored as dtype fp8: these "
-                                   "MoE shapes have no per-tensor fp8 measurement")
-        if label == "fp4":
-            converted.notes.append(f"moe_dtype nvfp4: {NVFP4_NOTE}; TensorRT-LLM's default CUTLASS MoE")
-        if label in MOE_WEIGHT_ONLY:
-            act, weights = MOE_WEIGHT_ONLY[label]
-            converted.notes.append(
-                f"moe_dtype {label}: MXFP4 expert weights (e2m1, a power-of-two scale per 32 elements) stored as "
-                f"weight_dtype {weights}, {act} activations (dtype {act}; efficiency relative to peak_flops.{act}); "
-                f"GPT-OSS's expert shape; a run uses these rows when its precision.expert_gemm is {act} and "
-                f"expert_weights {weights}")
-        converted.notes.append(
-            f"moe_perf rows time the whole routed-expert computation; split up/down by FLOPs "
-            f"(gated 2/3 : 1/3); tokens_per_gpu = num_tokens / moe_ep_size; routing {routing} (timed on the most "
-            f"loaded rank): do not add an expert-load imbalance factor on top")
+        converted.notes += _moe_table_notes(label, routing, skipped)
     return out
+
+
+def _moe_table_notes(label: str, routing: str, skipped: dict[str, int]) -> list[str]:
+    """What one MoE table's rows are: the records skipped, the format of its label, how a measurement
+    was split and which routing it was timed under."""
+    notes = _count_note(skipped)
+    if label == "fp8_block":
+        notes.append("moe_dtype fp8_block (block-scaled fp8, as DeepGEMM) stored as dtype fp8: these "
+                     "MoE shapes have no per-tensor fp8 measurement")
+    if label == "fp4":
+        notes.append(f"moe_dtype nvfp4: {NVFP4_NOTE}; TensorRT-LLM's default CUTLASS MoE")
+    if label in MOE_WEIGHT_ONLY:
+        act, weights = MOE_WEIGHT_ONLY[label]
+        notes.append(
+            f"moe_dtype {label}: MXFP4 expert weights (e2m1, a power-of-two scale per 32 elements) stored as "
+            f"weight_dtype {weights}, {act} activations (dtype {act}; efficiency relative to peak_flops.{act}); "
+            f"GPT-OSS's expert shape; a run uses these rows when its precision.expert_gemm is {act} and "
+            f"expert_weights {weights}")
+    notes.append(
+        f"moe_perf rows time the whole routed-expert computation; split up/down by FLOPs "
+        f"(gated 2/3 : 1/3); tokens_per_gpu = num_tokens / moe_ep_size; routing {routing} (timed on the most "
+        f"loaded rank): do not add an expert-load imbalance factor on top")
+    return notes
 
 
 #: DeepSeek-V3 MLA geometry, the one aiconfigurator's MLA collector measures (its tables do not name it)

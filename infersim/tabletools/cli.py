@@ -15,7 +15,8 @@ import dataclasses
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from infersim.cli.main import number_arg
 from infersim.base.errors import InferSimError

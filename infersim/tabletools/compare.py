@@ -25,7 +25,8 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Hashable
+from typing import Any
+from collections.abc import Hashable
 
 from infersim.cards.registry import display_path
 from infersim.base.errors import InferSimError

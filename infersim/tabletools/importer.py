@@ -29,7 +29,8 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from infersim.cards.schema import check_number
 from infersim.base.errors import MISSING, ConfigError, InferSimError

@@ -19,7 +19,8 @@ import math
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from infersim.trace.checks import (BEFORE_LAUNCH, DUPLICATE, NOT_A_NUMBER, NOT_FINITE, EventChecks, KernelColumns,
                                    before_launch, repeats_and_overlaps, without_rows)

@@ -42,8 +42,6 @@ COLLECTIVE_OP = "collective"
 GATHER_OP = "gather_collective"
 ELEMENTWISE_OP = "elementwise"  # every other ATen operator that launches work: adds, casts, copies, activations
 
-OP_CLASSES = (GEMM_OP, BATCHED_MATMUL_OP, ATTENTION_OP, GROUPED_GEMM_OP, NORM_OP, NORM_PART_OP, EMBEDDING_OP,
-              TOPK_OP, SOFTMAX_OP, SAMPLING_OP, CONCAT_OP, COLLECTIVE_OP, GATHER_OP, ELEMENTWISE_OP)
 
 _EXACT: dict[str, str] = {
     # dense GEMMs (cuBLAS through ATen, fp8 through _scaled_mm)
@@ -399,12 +397,7 @@ def elementwise_dims(op_name: str, text: str, kernel_names: tuple[str, ...] = ()
     tensors = _tensors(dims, types)
     first = tensors[0] if tensors else None
     if base == "cat":
-        sizes = [_prod(tuple(t)) for t in (dims[0] if dims and isinstance(dims[0], list) else [])
-                 if isinstance(t, list) and all(isinstance(x, int) for x in t)]
-        found = next((m.group(1) for n in kernel_names for m in [_OPAQUE.search(n)] if m), None)
-        if not sizes or found not in _OPAQUE_SIZES:
-            return "aten::cat: its inputs' element type is not recorded (a TensorList) nor in its kernel's name"
-        return ElementwiseDims("cat", _OPAQUE_SIZES[found], sum(sizes))
+        return _cat_dims(dims, kernel_names)
     if first is None:
         return f"{op_name}: no recorded tensor input"
     elements, kind = first
@@ -423,6 +416,24 @@ def elementwise_dims(op_name: str, text: str, kernel_names: tuple[str, ...] = ()
             return ElementwiseDims(same, kind, elements)
         large = max((t for t in tensors[:2] if t is not None), key=lambda t: t[0])
         return ElementwiseDims(small, large[1], large[0])
+    return _indexing_dims(op_name, base, dims, concrete, tensors)
+
+
+def _cat_dims(dims: Any, kernel_names: tuple[str, ...]) -> ElementwiseDims | str:
+    """aten::cat: its inputs' elements summed; the element size read from its kernel's name (the
+    profiler records a TensorList's shapes, not its element type)."""
+    sizes = [_prod(tuple(t)) for t in (dims[0] if dims and isinstance(dims[0], list) else [])
+             if isinstance(t, list) and all(isinstance(x, int) for x in t)]
+    found = next((m.group(1) for n in kernel_names for m in [_OPAQUE.search(n)] if m), None)
+    if not sizes or found not in _OPAQUE_SIZES:
+        return "aten::cat: its inputs' element type is not recorded (a TensorList) nor in its kernel's name"
+    return ElementwiseDims("cat", _OPAQUE_SIZES[found], sum(sizes))
+
+
+def _indexing_dims(op_name: str, base: str, dims: Any, concrete: Any,
+                   tensors: list[tuple[int, str] | None]) -> ElementwiseDims | str:
+    """Gathers and scatters: the elements they move (the index's, values' or source's)."""
+    elements, kind = tensors[0]
     if base in ("index_select", "gather"):
         index = tensors[2] if len(tensors) > 2 else None
         if index is None:

@@ -341,10 +341,7 @@ class _Parser:
                 event = None
                 end = skipped_end(buf, pos, skip, markers) if skip is not None else -1
                 if end < 0:
-                    try:
-                        event, end = scan(buf, pos)
-                    except (StopIteration, ValueError, RecursionError):  # ValueError includes JSONDecodeError
-                        end = -1
+                    event, end = _scan_whole(scan, buf, pos)
                 if end > 0:
                     after = skip_ws(buf, end).end()
                     if after < len(buf) and buf[after] in ",]":
@@ -382,6 +379,15 @@ class _Parser:
             elif char != "]":
                 raise reader.fail(f"malformed JSON at character {self.base + self.pos}: expected ',' or ']' "
                                   f"after traceEvents[{index - 1}]")
+
+
+def _scan_whole(scan: Callable[[str, int], tuple[Any, int]], buf: str, pos: int) -> tuple[Any, int]:
+    """The JSON value at `pos` and the index after it, or (None, -1) when it does not end inside
+    `buf` or is malformed (the careful path then reads it and names any error)."""
+    try:
+        return scan(buf, pos)
+    except (StopIteration, ValueError, RecursionError):  # ValueError includes JSONDecodeError
+        return None, -1
 
 
 def iter_trace_events(path: str | Path, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> Iterator[dict[str, Any]]:

@@ -123,45 +123,47 @@ def parse_rules(data: Any, source: str) -> tuple[KernelRule, ...]:
     if not items:
         raise _fail(source, "rules" if isinstance(data, dict) else "", items,
                     "the list holds no rules: expected {pattern, module} rules")
-    out = []
-    for i, item in enumerate(items):
-        where_ = f"rules[{i}]"
-        if not isinstance(item, dict):
-            raise _fail(source, where_, item, "expected a mapping with pattern and module")
-        unknown = sorted(set(map(str, item)) - set(RULE_KEYS))
-        if unknown:
-            raise _fail(source, f"{where_}.{unknown[0]}", item[unknown[0]],
-                        f"unknown key (known keys: {', '.join(RULE_KEYS)})")
-        for required in ("pattern", "module"):
-            if required not in item:
-                raise _fail(source, f"{where_}.{required}", MISSING, "required field is missing")
-        pattern_text = item["pattern"]
-        if not isinstance(pattern_text, str) or not pattern_text:
-            raise _fail(source, f"{where_}.pattern", pattern_text, "expected a non-empty regular expression string")
-        try:
-            pattern = re.compile(pattern_text)
-        except re.error as exc:
-            raise _fail(source, f"{where_}.pattern", pattern_text, f"invalid regular expression: {exc}") from None
-        module = item["module"]
-        if module not in RULE_MODULES:
-            raise _fail(source, f"{where_}.module", module, f"unknown module (known: {', '.join(RULE_MODULES)})")
-        role = item.get("role")
-        if role is not None and role not in ROLES:
-            raise _fail(source, f"{where_}.role", role, f"unknown role (known: {', '.join(ROLES)})")
-        position = item.get("where")
-        if position is not None and position not in POSITIONS:
-            raise _fail(source, f"{where_}.where", position, f"unknown place (known: {', '.join(POSITIONS)})")
-        if role is not None and position is not None:
-            raise _fail(source, where_, {"role": role, "where": position},
-                        "a rule with 'where' cannot have a 'role' (layers are found before 'where' applies)")
-        name = item.get("name", f"{Path(source).name}#{i}")
-        if not isinstance(name, str):
-            raise _fail(source, f"{where_}.name", name, "expected a string")
-        note = item.get("note")
-        if note is not None and not isinstance(note, str):
-            raise _fail(source, f"{where_}.note", note, "expected a string")
-        out.append(KernelRule(name, pattern, module, role, position, source))
-    return tuple(out)
+    return tuple(_parse_rule(item, i, source) for i, item in enumerate(items))
+
+
+def _parse_rule(item: Any, i: int, source: str) -> KernelRule:
+    """One rule of the list (the `i`-th), validated."""
+    where_ = f"rules[{i}]"
+    if not isinstance(item, dict):
+        raise _fail(source, where_, item, "expected a mapping with pattern and module")
+    unknown = sorted(set(map(str, item)) - set(RULE_KEYS))
+    if unknown:
+        raise _fail(source, f"{where_}.{unknown[0]}", item[unknown[0]],
+                    f"unknown key (known keys: {', '.join(RULE_KEYS)})")
+    for required in ("pattern", "module"):
+        if required not in item:
+            raise _fail(source, f"{where_}.{required}", MISSING, "required field is missing")
+    pattern_text = item["pattern"]
+    if not isinstance(pattern_text, str) or not pattern_text:
+        raise _fail(source, f"{where_}.pattern", pattern_text, "expected a non-empty regular expression string")
+    try:
+        pattern = re.compile(pattern_text)
+    except re.error as exc:
+        raise _fail(source, f"{where_}.pattern", pattern_text, f"invalid regular expression: {exc}") from None
+    module = item["module"]
+    if module not in RULE_MODULES:
+        raise _fail(source, f"{where_}.module", module, f"unknown module (known: {', '.join(RULE_MODULES)})")
+    role = item.get("role")
+    if role is not None and role not in ROLES:
+        raise _fail(source, f"{where_}.role", role, f"unknown role (known: {', '.join(ROLES)})")
+    position = item.get("where")
+    if position is not None and position not in POSITIONS:
+        raise _fail(source, f"{where_}.where", position, f"unknown place (known: {', '.join(POSITIONS)})")
+    if role is not None and position is not None:
+        raise _fail(source, where_, {"role": role, "where": position},
+                    "a rule with 'where' cannot have a 'role' (layers are found before 'where' applies)")
+    name = item.get("name", f"{Path(source).name}#{i}")
+    if not isinstance(name, str):
+        raise _fail(source, f"{where_}.name", name, "expected a string")
+    note = item.get("note")
+    if note is not None and not isinstance(note, str):
+        raise _fail(source, f"{where_}.note", note, "expected a string")
+    return KernelRule(name, pattern, module, role, position, source)
 
 
 def shipped_rules() -> tuple[KernelRule, ...]:

@@ -197,21 +197,39 @@ def _forward_starts(lane: Lane, positions: Sequence[int]) -> list[int]:
 def form_steps(lane: Lane, options: AnalysisOptions) -> tuple[list[StepGroup], array]:
     """Group the lane's kernels into steps; return the steps and the positions left over."""
     annotations = lane.raw.annotations
-    kinds = lane.launches.kinds
     n = len(lane)
-    leftovers = array("i")
 
     regions = sorted({lane.region[p] for p in range(n) if lane.region[p] >= 0},
                      key=lambda r: (annotations[r].thread, annotations[r].start_us))
     if regions:
         return _forward_region_steps(lane, options, regions)
 
+    steps, eager = _marked_steps(lane)
+    # eager kernels outside any marker: split into runs at the other steps
+    if eager:
+        steps += _eager_steps(lane, options, steps, eager)
+    steps.sort(key=lambda g: g.positions[0])
+    merged, leftovers = _merge_tails(lane, steps)
+    for g in merged:
+        g.positions = array("i", sorted(g.positions))  # positions are in start order
+        if any(lane.layer_frame[p] >= 0 for p in g.positions):
+            g.layer_mode = "frames"
+        if g.stage == "unknown":
+            _set_stage(lane, g, options)
+    return merged, leftovers
+
+
+def _marked_steps(lane: Lane) -> tuple[list[StepGroup], array]:
+    """Kernels grouped by what marks their step (step annotation or user region, CUDA-graph replay,
+    model forward frame, profiler step), and the positions of the unmarked (eager) kernels."""
+    annotations = lane.raw.annotations
+    kinds = lane.launches.kinds
     by_annotation: dict[int, StepGroup] = {}
     graph_groups: dict[tuple[int, int], StepGroup] = {}
     forward_groups: dict[int, StepGroup] = {}
     profiler_groups: dict[int, StepGroup] = {}
     eager = array("i")
-    for p in range(n):
+    for p in range(len(lane)):
         ann = lane.step_ann[p]
         if ann >= 0 and kinds[ann] in ("step", "region"):
             group = by_annotation.get(ann)
@@ -251,24 +269,34 @@ def form_steps(lane: Lane, options: AnalysisOptions) -> tuple[list[StepGroup], a
     steps = [piece for g in by_annotation.values() for piece in _split_by_forward(lane, g)]
     steps += [*graph_groups.values(), *forward_groups.values()]
     steps += [piece for g in profiler_groups.values() for piece in _split_by_forward(lane, g)]
-    # eager kernels outside any marker: split into runs at the other steps
-    if eager:
-        boundaries = sorted(lane.start[g.positions[0]] for g in steps)
-        runs: dict[int, array] = defaultdict(lambda: array("i"))
-        for p in eager:
-            runs[bisect_right(boundaries, lane.start[p])].append(p)
-        for run in runs.values():
-            source = "eager kernels between steps" if boundaries else "whole trace"
-            cuts = [] if options.layers_per_step else _forward_starts(lane, run)
-            if cuts:
-                edges = [0 if i == 0 else c for i, c in enumerate(cuts)] + [len(run)]
-                for lo, hi in zip(edges, edges[1:]):
-                    steps.append(StepGroup("eager kernels", "unknown", f"{source}, cut at each embedding lookup",
-                                           array("i", run[lo:hi]), "pattern"))
-            else:
-                steps.append(StepGroup("eager kernels", "unknown", source, run, "pattern", eager_unmarked=True))
-    steps.sort(key=lambda g: g.positions[0])
-    # groups without attention are the tail of the step before (sampling, next-batch preparation)
+    return steps, eager
+
+
+def _eager_steps(lane: Lane, options: AnalysisOptions, steps: list[StepGroup], eager: array) -> list[StepGroup]:
+    """Unmarked kernels as steps: runs between the marked steps, each cut at its embedding lookups
+    (unless the user gave layers per step)."""
+    out: list[StepGroup] = []
+    boundaries = sorted(lane.start[g.positions[0]] for g in steps)
+    runs: dict[int, array] = defaultdict(lambda: array("i"))
+    for p in eager:
+        runs[bisect_right(boundaries, lane.start[p])].append(p)
+    for run in runs.values():
+        source = "eager kernels between steps" if boundaries else "whole trace"
+        cuts = [] if options.layers_per_step else _forward_starts(lane, run)
+        if cuts:
+            edges = [0 if i == 0 else c for i, c in enumerate(cuts)] + [len(run)]
+            for lo, hi in zip(edges, edges[1:]):
+                out.append(StepGroup("eager kernels", "unknown", f"{source}, cut at each embedding lookup",
+                                     array("i", run[lo:hi]), "pattern"))
+        else:
+            out.append(StepGroup("eager kernels", "unknown", source, run, "pattern", eager_unmarked=True))
+    return out
+
+
+def _merge_tails(lane: Lane, steps: list[StepGroup]) -> tuple[list[StepGroup], array]:
+    """Groups without attention are the tail of the step before (sampling, next-batch preparation);
+    before any step with attention they join the first. Positions left when no group has attention."""
+    leftovers = array("i")
     merged: list[StepGroup] = []
     pending = array("i")
     for group in steps:
@@ -286,12 +314,6 @@ def form_steps(lane: Lane, options: AnalysisOptions) -> tuple[list[StepGroup], a
             merged[-1].positions = array("i", sorted(merged[-1].positions + pending))
         else:
             leftovers.extend(pending)  # no attention anywhere: no step to compare
-    for g in merged:
-        g.positions = array("i", sorted(g.positions))  # positions are in start order
-        if any(lane.layer_frame[p] >= 0 for p in g.positions):
-            g.layer_mode = "frames"
-        if g.stage == "unknown":
-            _set_stage(lane, g, options)
     return merged, leftovers
 
 

@@ -84,9 +84,9 @@ def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps
     steps = 0
     for number, (group, _source, kernels, _layers) in enumerate(measured):
         steps += 1
-        launched = sorted(((raw.launch_start_us[lane.launch[k.position]] if lane.launch[k.position] >= 0 else k.start_us,
+        launched = sorted((raw.launch_start_us[lane.launch[k.position]] if lane.launch[k.position] >= 0 else k.start_us,
                             k.start_us, 0 if lane.graph[k.position] or lane.launch[k.position] < 0 else 1, k.dur_us)
-                           for k in kernels if k.is_kernel))
+                           for k in kernels if k.is_kernel)
         order[number] = tuple((launches, dur * 1e-6) for _, _, launches, dur in launched)
         by_op: dict[int, list] = defaultdict(list)
         for k in kernels:
@@ -98,43 +98,14 @@ def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps
         for row, ks in by_op.items():
             name = raw.names[raw.op_name[row]]
             cls = op_class(name)
-            shape_id = raw.op_shapes[row]
-            time = sum(k.dur_us for k in ks)
             if cls in ELEMENTWISE_CLASSES:
-                ks = [k for k in ks if k.is_kernel]  # copies and memsets are no elementwise kernel
-                if not ks:
-                    continue
-                time = sum(k.dur_us for k in ks)
-                if shape_id < 0:
-                    unkeyed[f"{name}: no recorded shapes"] += time
-                    continue
-                key = elementwise_dims(name, raw.shape_texts[shape_id], tuple(sorted({k.name for k in ks})))
-                if isinstance(key, str):
-                    unkeyed[key] += time
-                    continue
-                calls.append(TracedCall(group.stage, "elementwise", ks[0].module, name, key, time,
-                                        tuple(sorted({k.name for k in ks})), number))
-                continue
-            if cls not in (GEMM_OP, ATTENTION_OP, GROUPED_GEMM_OP):
-                continue
-            shapes = parse_shapes(raw.shape_texts[shape_id]) if shape_id >= 0 else None
-            dims: Any = None
-            if shapes is not None and cls == GEMM_OP and gemm_dims(name, shapes) is None:
-                continue  # a matmul of two activations (rotary tables, eager attention): no weight GEMM to key
-            if shapes is not None:
-                if cls == GEMM_OP:
-                    dims = gemm_dims(name, shapes)
-                elif cls == ATTENTION_OP:
-                    dims = attention_dims(name, shapes)
-                else:
-                    dims = grouped_dims(shapes)
-            module = max({k.module for k in ks}, key=lambda m: sum(k.dur_us for k in ks if k.module == m))
-            if dims is None:
-                unshaped[name] += time
-                continue
-            kind = {GEMM_OP: "gemm", ATTENTION_OP: "attention", GROUPED_GEMM_OP: "grouped_gemm"}[cls]
-            calls.append(TracedCall(group.stage, kind, module, name, dims, time, tuple(sorted({k.name for k in ks})),
-                                    number))
+                call = _elementwise_call(raw, row, name, ks, group.stage, number, unkeyed)
+            elif cls in (GEMM_OP, ATTENTION_OP, GROUPED_GEMM_OP):
+                call = _shaped_call(raw, row, name, cls, ks, group.stage, number, unshaped)
+            else:
+                call = None
+            if call is not None:
+                calls.append(call)
     if unshaped:
         total = sum(unshaped.values())
         notes.append(f"{total / 1e3:.3f} ms of GEMM/attention kernel time ran under operators without recorded shapes "
@@ -144,6 +115,50 @@ def traced_calls(raw: RawTrace, lane_id: int, measured: MeasuredSteps
                      "carry no operator and no shapes: no rows from them (record an eager or compiled run without "
                      "CUDA graphs to learn them)")
     return calls, notes, {why: us / max(steps, 1) for why, us in unkeyed.items()}, order
+
+
+def _elementwise_call(raw: RawTrace, row: int, name: str, ks: list, stage: str, number: int,
+                      unkeyed: dict[str, float]) -> TracedCall | None:
+    """An elementwise operator's call keyed for the elementwise table, or None with its kernel time
+    added to `unkeyed` under the reason no key was found."""
+    ks = [k for k in ks if k.is_kernel]  # copies and memsets are no elementwise kernel
+    if not ks:
+        return None
+    time = sum(k.dur_us for k in ks)
+    shape_id = raw.op_shapes[row]
+    if shape_id < 0:
+        unkeyed[f"{name}: no recorded shapes"] += time
+        return None
+    key = elementwise_dims(name, raw.shape_texts[shape_id], tuple(sorted({k.name for k in ks})))
+    if isinstance(key, str):
+        unkeyed[key] += time
+        return None
+    return TracedCall(stage, "elementwise", ks[0].module, name, key, time, tuple(sorted({k.name for k in ks})), number)
+
+
+def _shaped_call(raw: RawTrace, row: int, name: str, cls: str, ks: list, stage: str, number: int,
+                 unshaped: dict[str, float]) -> TracedCall | None:
+    """A GEMM, attention or grouped-GEMM operator's call with its table dimensions, or None (its
+    kernel time added to `unshaped` when its shapes were not recorded or not understood)."""
+    shape_id = raw.op_shapes[row]
+    time = sum(k.dur_us for k in ks)
+    shapes = parse_shapes(raw.shape_texts[shape_id]) if shape_id >= 0 else None
+    dims: Any = None
+    if shapes is not None and cls == GEMM_OP and gemm_dims(name, shapes) is None:
+        return None  # a matmul of two activations (rotary tables, eager attention): no weight GEMM to key
+    if shapes is not None:
+        if cls == GEMM_OP:
+            dims = gemm_dims(name, shapes)
+        elif cls == ATTENTION_OP:
+            dims = attention_dims(name, shapes)
+        else:
+            dims = grouped_dims(shapes)
+    module = max({k.module for k in ks}, key=lambda m: sum(k.dur_us for k in ks if k.module == m))
+    if dims is None:
+        unshaped[name] += time
+        return None
+    kind = {GEMM_OP: "gemm", ATTENTION_OP: "attention", GROUPED_GEMM_OP: "grouped_gemm"}[cls]
+    return TracedCall(stage, kind, module, name, dims, time, tuple(sorted({k.name for k in ks})), number)
 
 
 def read_traced_run(path: str, rank: str | None = None, step_regions: tuple[str, ...] = (),

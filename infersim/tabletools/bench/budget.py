@@ -18,7 +18,8 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 SUMMARY_FORMAT = "infersim-gpu-stage-summary-1"
 

@@ -8,9 +8,9 @@ of how long its timing takes (for ordering and the time budget).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
-from infersim.shapes.kernels import ELEMENT_BYTES, ELEMENTWISE_OPS, GroupedGemmShape, elementwise_bytes
+from infersim.shapes.kernels import ELEMENT_BYTES, GroupedGemmShape, elementwise_bytes
 from infersim.tables.format import AttentionRow, ElementwiseRow, GemmRow, GroupedGemmRow, Row
 
 #: kernels with fewer FLOPs per byte than this are memory-bound on Hopper-class GPUs (bf16 ridge
@@ -142,7 +142,6 @@ class ElementwiseCase:
         return f"elementwise {self.op} {self.dtype} elements={self.elements}"
 
 
-HostProbe = Literal["launch", "launch_linear", "view", "module_call", "sync", "hf_decode_step"]
 HOST_PROBES: dict[str, str] = {
     "launch": "host wall time per eager launch of a small elementwise op (torch.add on 1-element CUDA tensors) "
               "from Python, in a loop without synchronisation",
@@ -168,8 +167,8 @@ class HostCase:
         return f"host {self.probe}"
 
 
-BenchCase = Union[GemmCase, GroupedGemmCase, AttentionCase, ElementwiseCase, HostCase]
-TimedCase = Union[GemmCase, GroupedGemmCase, AttentionCase, ElementwiseCase]
+BenchCase = GemmCase | GroupedGemmCase | AttentionCase | ElementwiseCase | HostCase
+TimedCase = GemmCase | GroupedGemmCase | AttentionCase | ElementwiseCase
 
 
 def case_shape(case: TimedCase):  # -> the simulator's KernelShape of the case
@@ -231,7 +230,3 @@ def input_bytes(case: TimedCase) -> float:
         elem = ELEMENT_BYTES[case.dtype]
         return shape.local_experts * shape.k * shape.n * elem + shape.routed_tokens * (shape.k * elem + shape.n * 2)
     return case_shape(case).bytes
-
-
-def known_op(op: str) -> bool:
-    return op in ELEMENTWISE_OPS

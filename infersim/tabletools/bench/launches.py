@@ -4,7 +4,8 @@ made as the HF model code that runs it makes its inputs: the op, dtype and layou
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
 from infersim.tabletools.bench.cases import ElementwiseCase
 

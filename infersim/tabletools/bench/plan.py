@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from infersim.cards.model import ModelCard
 from infersim.base.errors import InferSimError
@@ -76,14 +76,14 @@ class BenchOptions:
     extra_moe: tuple[tuple[int, int, int, int, bool], ...] = ()
     max_input_bytes: float = 24e9  # cases needing more device memory for their inputs are not planned
 
-    def quick(self) -> "BenchOptions":
+    def quick(self) -> BenchOptions:
         """A reduced grid (a few minutes): every other point of each axis, no comparison grid."""
         return replace(self, m_values=(1, 16, 128, 1024, 8192), gemm_grid=(1024, 4096, 16384),
                        grid_m_values=(16, 1024), grouped_tokens=(1, 16, 128, 1024, 8192),
                        prefill_seq_lens=(512, 2048, 8192), decode_batches=(1, 16, 128), decode_kv_lens=(1024, 8192),
                        elementwise_elements=tuple(4 ** k for k in range(4, 15, 2)))
 
-    def smoke(self) -> "BenchOptions":
+    def smoke(self) -> BenchOptions:
         """Tiny shapes that a CPU runs in seconds (`--device cpu`): to prove the harness, not to measure."""
         return replace(self, dtypes=("bf16",), m_values=(1, 16), gemm_grid=(256, 512), grid_m_values=(16,),
                        grouped_tokens=(1, 16), prefill_seq_lens=(64, 128), decode_batches=(1, 4),

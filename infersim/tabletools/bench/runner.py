@@ -16,7 +16,8 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol, Sequence, TextIO
+from typing import Any, Literal, Protocol, TextIO
+from collections.abc import Callable, Sequence
 
 from infersim.base.errors import InferSimError
 from infersim.tabletools.bench.budget import PartRecord, StageSummary, fit_budgets, part_deadlines
@@ -111,7 +112,7 @@ def run_bench(cases: Sequence[BenchCase], backend: KernelBackend, timer: KernelT
     group starts. `summary_path` gets the run's summary per group (budget.StageSummary)."""
     stream: TextIO | None = sys.stderr if progress == "stderr" else progress  # type: ignore[assignment]
     env = backend.environment()
-    timed_dtypes = {getattr(c, "dtype") for c in cases if not isinstance(c, HostCase) and c.family != "elementwise"}
+    timed_dtypes = {c.dtype for c in cases if not isinstance(c, HostCase) and c.family != "elementwise"}
     missing_peaks = sorted(timed_dtypes - set(peaks))
     if missing_peaks:
         raise InferSimError(f"no peak FLOP/s for {', '.join(missing_peaks)} on {env.device.name}: "
@@ -330,7 +331,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _on_sigterm() -> Any:
     """SIGTERM raises Stopped in the main thread, so the loop ends through `finally` and writes."""
-    def handler(signum: int, frame: Any) -> None:
+    def handler(_signum: int, _frame: Any) -> None:
         raise Stopped()
 
     try:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from infersim.tabletools.bench.cases import BenchCase, ElementwiseCase, TimedCase, is_memory_bound
 

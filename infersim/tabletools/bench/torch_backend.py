@@ -23,7 +23,8 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from infersim.base.errors import InferSimError
 from infersim.tabletools.bench.cases import (
@@ -86,7 +87,7 @@ class TorchBackend:
         self.fp8 = self.capability >= (8, 9) and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
 
     @classmethod
-    def create(cls, device: str = "cuda") -> "TorchBackend":
+    def create(cls, device: str = "cuda") -> TorchBackend:
         try:
             import torch
         except ImportError:

@@ -15,7 +15,8 @@ import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO
+from collections.abc import Sequence
 
 from infersim.base.errors import InferSimError
 from infersim.tables.output import clear_own_tables
