@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("drivers", "runs put to work: serving, sweeps, generation, validation, traces, launch commands; tables "
                 "measured, imported, learned or compared",
      ("infersim.serve", "infersim.sweep", "infersim.generate", "infersim.validate", "infersim.trace",
-      "infersim.tabletools", "infersim.launch")),
+      "infersim.tabletools", "infersim.launch", "infersim.calibrate")),
     ("presentation", "reports, figures and the command line",
      ("infersim.cli", "infersim.plot", "infersim.__main__")),
 )
@@ -50,7 +50,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 PRESENTATION_IN_DRIVERS = ("infersim.tabletools.cli", "infersim.trace.cli", "infersim.trace.report",
                            "infersim.serve.cli", "infersim.serve.report", "infersim.sweep.cli",
                            "infersim.sweep.output", "infersim.generate.cli", "infersim.generate.report",
-                           "infersim.validate.cli", "infersim.validate.report", "infersim.launch.report")
+                           "infersim.validate.cli", "infersim.validate.report", "infersim.launch.report",
+                           "infersim.calibrate.cli")
 
 #: imports allowed against the layers, "importer -> imported": reason. None today; an entry must
 #: say why the import cannot go down instead.

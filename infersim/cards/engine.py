@@ -72,6 +72,10 @@ class Overheads:
     step_cpu: float = spec(doc="scheduler CPU time per step (batch building, metadata), seconds", ge=0)
     request_cpu: float = spec(doc="CPU time per request in a step (bookkeeping, stop checks, detokenise), seconds", ge=0)
     launch_cpu: float = spec(doc="CPU time per kernel launched eagerly (not in a CUDA graph), seconds", ge=0)
+    api_server_latency: float = spec(
+        0.0, doc="time a request spends in the engine's API server outside the engine core (HTTP, tokenisation on "
+                 "the way in; detokenisation, streaming on the way out): every token reaches the client this much "
+                 "later, seconds (0: not modelled; a calibration profile sets it from measured runs)", ge=0, le=10)
     overlap_scheduler: bool = spec(doc="the CPU prepares step N+1 while the GPU runs step N (CPU work hides "
                                        "behind GPU time)")
     overlap_with_speculative: bool = spec(

@@ -88,6 +88,21 @@ class PcieTier:
 
 
 @dataclass(frozen=True, kw_only=True)
+class KernelTimeScale:
+    """Measured kernel time on this cluster over what the kernel tables (or the roofline) give, per
+    kernel family: 1 = the tables as they are. A calibration profile (infersim.cards.calibration)
+    sets these from a user's own runs; a bundled card leaves them at 1."""
+
+    gemm: float = spec(1.0, doc="time multiplier of dense and grouped (MoE) GEMMs and the DSA indexer", ge=0.1, le=10)
+    attention: float = spec(1.0, doc="time multiplier of attention kernels (softmax, linear attention / SSM phases)",
+                            ge=0.1, le=10)
+    memory: float = spec(1.0, doc="time multiplier of memory-bound elementwise kernels (norms, rotary, activations, "
+                                  "casts)", ge=0.1, le=10)
+    collectives: float = spec(1.0, doc="time multiplier of collectives and token exchanges (NCCL, DeepEP)",
+                              ge=0.1, le=10)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Derates:
     """What real software reaches on this chip, each with its source in the card's comments."""
 
@@ -112,6 +127,10 @@ class Derates:
     pcie_efficiency: float = spec(
         0.8, doc="achievable fraction of pcie_bandwidth for pinned host-to-device copies while streaming weights/KV "
                  "(offloaded inference)", gt=0, le=1)
+    kernel_time_scale: KernelTimeScale = spec(
+        default_factory=KernelTimeScale,
+        doc="measured over predicted kernel time per kernel family on a user's cluster (set by a calibration "
+            "profile; 1 = the kernel tables and roofline as they are)")
     # Optional: only cards whose GPUs may talk over PCIe need it (a run that does and lacks it says so).
     pcie_collective: tuple[PcieTier, ...] = spec(
         default_factory=tuple,

@@ -38,6 +38,7 @@ SUBCOMMANDS = {
     "plot": "infersim.plot.cli",
     "roofline": "infersim.plot.cli",
     "validate": "infersim.validate.cli",
+    "calibrate": "infersim.calibrate.cli",
     "serve": "infersim.serve.cli",
     "cache": "infersim.cli.cache",
 }
@@ -118,6 +119,9 @@ def add_run_flags(parser: argparse.ArgumentParser, lengths: bool = True, batch: 
                        help="GEMM inputs and stored weights (default bf16)")
     group.add_argument("--kv-cache-dtype", default=None, choices=("bf16", "fp16", "fp8"),
                        help="KV-cache storage format (default bf16)")
+    group.add_argument("--calibration", default=None, metavar="PROFILE.yaml",
+                       help="calibration profile of this GPU and engine (`infersim calibrate --out`): run config key "
+                            "`calibration`; docs/calibration.md")
     energy = parser.add_argument_group("energy cost (run config section `energy`; docs/energy.md)")
     energy.add_argument("--usd-per-kwh", type=number_arg(ge=0), default=None, metavar="USD",
                         help="electricity price, US dollars per kWh (default 0.0804: US EIA, average price to "
@@ -146,7 +150,7 @@ def flags_from_args(args: argparse.Namespace) -> RunFlags:
                     num_nodes=_int(get("num_nodes")), tp=_int(get("tp")), dp_attention=_int(get("dp_attention")),
                     ep=_int(get("ep")), pp=_int(get("pp")), isl=_int(isl) if isinstance(isl, (int, float)) else None,
                     osl=_int(osl) if isinstance(osl, (int, float)) else None, batch_per_gpu=_batch(get("batch_per_gpu")),
-                    precision=get("precision"), kv_cache_dtype=get("kv_cache_dtype"))
+                    precision=get("precision"), kv_cache_dtype=get("kv_cache_dtype"), calibration=get("calibration"))
 
 
 def _int(value: Any) -> int | None:
@@ -171,6 +175,19 @@ def print_notes(config: RunConfig) -> None:
         print(f"infersim: note: {note}", file=sys.stderr)
 
 
+def _calibration_beside(config: RunConfig, result: Any) -> dict[str, Any] | None:
+    """A calibrated run's headline beside the same run on the uncalibrated cards (None: no calibration)."""
+    if config.calibration is None:
+        return None
+    from infersim.calibrate.beside import run_beside
+    from infersim.cli.report import to_json_data
+    from infersim.run.config import without_calibration
+    from infersim.run.simulate import simulate
+
+    plain = to_json_data(simulate(without_calibration(config)))
+    return run_beside(config.calibration, to_json_data(result), plain)
+
+
 def run_command(args: argparse.Namespace) -> int:
     from infersim.cli.report import to_json_data, to_text
     from infersim.run.simulate import simulate
@@ -184,10 +201,13 @@ def run_command(args: argparse.Namespace) -> int:
     config = load_config_from_args(args)
     result = simulate(config)
     launch = _launch_plan(result) if getattr(args, "emit_launch", False) else None
+    calibration = _calibration_beside(config, result)
     if args.format == "json":
         import json  # here: the text report, the default, needs no JSON
 
         data = to_json_data(result)
+        if calibration is not None:
+            data["calibration"] = calibration
         if launch is not None:
             from infersim.launch.report import plan_json
 
@@ -195,6 +215,10 @@ def run_command(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(to_text(result, detail=args.detail, show_unfit=args.show_unfit))
+        if calibration is not None:
+            from infersim.calibrate.beside import beside_text
+
+            print("\n" + beside_text(calibration))
         if launch is not None:
             from infersim.launch.report import plan_text
 

@@ -146,13 +146,34 @@ def _intensity_bound(shape: AnyShape, hw: HardwareCard, flops: float, moved: flo
     return Bound.COMPUTE if flops_done / rate >= moved / bandwidth else Bound.MEMORY
 
 
+def _time_scale(shape: AnyShape, hw: HardwareCard) -> float:
+    """The card's measured-over-predicted time of the shape's kernel family (1 unless calibrated)."""
+    scale = hw.derates.kernel_time_scale
+    if isinstance(shape, (CollectiveShape, TokenExchangeShape)):
+        return scale.collectives
+    if isinstance(shape, (AttentionShape, LinearAttentionShape)):
+        return scale.attention
+    if isinstance(shape, MemoryBoundShape):
+        return scale.memory
+    return scale.gemm
+
+
 #: the kernels priced by FLOPs and bytes against a table or the roofline (not collectives, token
 #: exchanges or memory-bound elementwise kernels)
 ComputeShape = GemmShape | GroupedGemmShape | AttentionShape | IndexerShape | LinearAttentionShape
 
 
 def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost:
-    """Time of one kernel of `shape`, with its source: table, roofline at a table's edge, or roofline."""
+    """Time of one kernel of `shape`, with its source: table, roofline at a table's edge, or roofline;
+    times the card's calibrated time scale of its kernel family."""
+    cost = _kernel_cost(shape, hw, tables)
+    scale = _time_scale(shape, hw)
+    if scale == 1.0:
+        return cost
+    return replace(cost, seconds=cost.seconds * scale, detail=f"{cost.detail} x {scale:.3g} (calibrated)".lstrip())
+
+
+def _kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost:
     if isinstance(shape, CollectiveShape):
         hit = tables.lookup(shape, 1.0)  # collectives have no FLOPs: the peak is not used
         if hit is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from infersim.cards.calibration import CalibrationProfile, apply_profile, load_profile
 from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model
@@ -71,6 +72,9 @@ class RunSpec:
                                              "what the kernel tables measured: such tables are not used (roofline)")
     energy: Electricity = spec(default_factory=Electricity,
                                doc="what energy costs: electricity price and PUE (docs/energy.md)")
+    calibration: str | None = spec(
+        None, doc="calibration profile (`infersim calibrate --out`): constants of this GPU and engine fitted to "
+                  "measured runs, set on the cards (docs/calibration.md)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +104,8 @@ class RunConfig:
     # model it chose (infersim.run.flags): one line each, shown with the report
     notes: tuple[str, ...] = ()
     electricity: Electricity = Electricity()  # what energy costs (run config section `energy`)
+    calibration: CalibrationProfile | None = None  # the profile set on hardware and engine (run config `calibration`)
+    uncalibrated: tuple[HardwareCard, EngineCard] | None = None  # the two cards as they were before it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,6 +369,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     tables, engine, tables_source, tables_note = _kernel_tables(
         mfu_tables if mfu_tables is not None else spec_.mfu_tables, hardware_changed, spec_.kernel_libraries,
         hardware, engine, base, where)
+    profile, uncalibrated, hardware, engine = _calibrated(spec_.calibration, base, hardware, engine, notes)
     draft, draft_dep, draft_source = None, None, ""
     if spec_.speculative is not None:
         draft, draft_dep, draft_source = _speculative_drafter(spec_.speculative, model, hardware, deployment, base, where)
@@ -372,7 +379,26 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
                      source=source, model_source=model_source, hardware_source=hardware_source,
                      tables_source=tables_source, speculative=spec_.speculative, draft_model=draft,
                      draft_deployment=draft_dep, draft_model_source=draft_source,
-                     named_deployment=named, notes=tuple(notes), electricity=spec_.energy)
+                     named_deployment=named, notes=tuple(notes), electricity=spec_.energy,
+                     calibration=profile, uncalibrated=uncalibrated)
+
+
+def _calibrated(path: str | None, base: Path | None, hardware: HardwareCard, engine: EngineCard, notes: list[str],
+                ) -> tuple[CalibrationProfile | None, tuple[HardwareCard, EngineCard] | None, HardwareCard, EngineCard]:
+    """(profile, the cards before it, the cards with it) of a run config's `calibration` key."""
+    if not path:
+        return None, None, hardware, engine
+    profile = load_profile(path, base)
+    notes.append(profile.describe())
+    return (profile, (hardware, engine), *apply_profile(profile, hardware, engine))
+
+
+def without_calibration(config: RunConfig) -> RunConfig:
+    """The same run on the cards as they were before its calibration profile (itself when it has none)."""
+    if config.uncalibrated is None:
+        return config
+    hardware, engine = config.uncalibrated
+    return replace(config, hardware=hardware, engine=engine, calibration=None, uncalibrated=None)
 
 
 def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, deployment: Deployment,
@@ -381,6 +407,7 @@ def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, de
     drafter is checked and placed again for it (the draft card is not reloaded)."""
     if hardware is not config.hardware:
         check_engine_platform(config.engine, f"engine card {config.engine.name} {config.engine.version}", hardware)
+        hardware = _calibrated_variant(config, hardware)
     draft, draft_dep, draft_source = None, None, ""
     if config.speculative is not None:
         loaded = (config.draft_model, config.draft_model_source) if config.draft_model is not None else None
@@ -388,6 +415,17 @@ def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, de
                                                               None, config.source, loaded)
     return replace(config, model=model, hardware=hardware, deployment=deployment, workload=workload,
                    draft_model=draft, draft_deployment=draft_dep, draft_model_source=draft_source)
+
+
+def _calibrated_variant(config: RunConfig, hardware: HardwareCard) -> HardwareCard:
+    """A variant's GPU with the run's calibration set when the profile is for that GPU (the profile's
+    engine constants are on config.engine already)."""
+    profile = config.calibration
+    if profile is None or config.uncalibrated is None or hardware.name != profile.hardware:
+        return hardware
+    if hardware == config.hardware:
+        return hardware  # the run's own (calibrated) card
+    return apply_profile(profile, hardware, config.engine)[0]
 
 
 def _speculative_drafter(spec_: Speculative, model: ModelCard, hardware: HardwareCard, dep: Deployment,

@@ -61,6 +61,7 @@ class RunFlags:
     batch_per_gpu: int | str | None = None
     precision: str | None = None
     kv_cache_dtype: str | None = None
+    calibration: str | None = None
 
     @property
     def layout(self) -> bool:
@@ -79,7 +80,7 @@ def flag_fields(flags: RunFlags) -> dict[str, Any]:
                        ("deployment.num_gpus", flags.num_gpus), ("deployment.num_nodes", flags.num_nodes),
                        ("workload.isl", flags.isl), ("workload.osl", flags.osl),
                        ("workload.decode_batch_per_gpu", flags.batch_per_gpu),
-                       ("deployment.precision.kv_cache", flags.kv_cache_dtype)):
+                       ("deployment.precision.kv_cache", flags.kv_cache_dtype), ("calibration", flags.calibration)):
         if value is not None:
             out[key] = value
     if flags.precision is not None:

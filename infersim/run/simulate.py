@@ -49,8 +49,9 @@ class SimulationResult:
     @property
     def single_request_ttft_s(self) -> float:
         """Time to first token of one request on an idle server: its prompt's prefill alone (what a
-        benchmark's TTFT tends to at low load, before queueing and batching with other prompts)."""
-        return (self.single_prompt or self.prefill).step_time_s
+        benchmark's TTFT tends to at low load, before queueing and batching with other prompts), plus
+        the engine's API-server time (0 unless calibrated), which a client sees too."""
+        return (self.single_prompt or self.prefill).step_time_s + self.config.engine.overheads.api_server_latency
 
     @property
     def prompts_per_prefill_step(self) -> float:

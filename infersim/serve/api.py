@@ -38,6 +38,10 @@ Options (all optional but what the mode needs):
                   the KV pool per instance instead of the engine's (a measured pool)
   bucket_width    relative width of the step-cost grid (default 1.04; see infersim.serve.cost)
   requests        true: include per-request records under "requests"
+A calibration profile (the run config key `calibration`, docs/calibration.md) is applied by
+load_run_config / config_from_mapping, as on the command line; infersim.run.config.without_calibration
+gives the same run on the uncalibrated cards.
+
 Returns the summary dict (infersim.serve.metrics.summarize): vllm-bench-serve names (mean_ttft_ms,
 median_ttft_ms, p99_ttft_ms, mean_tpot_ms, ..., mean_itl_ms, mean_e2el_ms, request_throughput,
 output_throughput, total_token_throughput) plus output_throughput_per_gpu over all GPUs of all

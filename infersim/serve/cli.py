@@ -260,13 +260,19 @@ def _serve(args: argparse.Namespace) -> int:
             client.close()
     for warning in summary.get("warnings", ()):
         print(f"infersim: warning: {warning}", file=sys.stderr)
+    from infersim.calibrate.beside import beside_text, serving_beside
+
+    calibration = serving_beside(config, options, summary)
+    if calibration is not None:
+        summary["calibration"] = calibration
     records = summary.pop("requests", None) if not args.include_requests else summary.get("requests")
     if args.requests_out and records:
         write_requests(args.requests_out, records)
     if args.format == "json":
         print(json.dumps({"run": run_block(config, options), **summary, **_launch_json(launch)}, indent=2))
     else:
-        print(report.summary_text(summary, f"InferSim serve: {serve_title(config, options)}") + _launch_text(launch))
+        print(report.summary_text(summary, f"InferSim serve: {serve_title(config, options)}")
+              + (f"\n\n{beside_text(calibration)}" if calibration else "") + _launch_text(launch))
     return 0
 
 

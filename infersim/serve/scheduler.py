@@ -504,7 +504,7 @@ class Instance:
             r.generated += 1
             self.stats.tokens_emitted += 1
             if r.first_token_s < 0:
-                r.first_token_s = self.now
+                r.first_token_s = self.now + self.s.client_lag_s
             if r.generated >= r.req.output_tokens or self.prefill_only:
                 self.kv_fixed -= r.kv_charge
                 r.kv_charge = 0.0
@@ -515,7 +515,7 @@ class Instance:
                 self.last_join_s = self.now
 
     def _finish(self, r: RequestState, on_finish: Callable[[RequestState], None] | None) -> None:
-        r.finish_s = self.now
+        r.finish_s = self.now + self.s.client_lag_s
         if r.path is not None:
             self._release(r, with_output=not self.prefill_only)
         if self.sink is not None:

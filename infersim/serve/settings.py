@@ -57,6 +57,7 @@ class SchedulerSettings:
     # schedules and enqueues the next step before it blocks on the running one); SGLang 0.5.5
     # managers/scheduler.py event_loop_overlap (it launches the next batch, then waits on the last)
     intake_one_step_ahead: bool = False
+    client_lag_s: float = 0.0  # the API server's time outside the engine core: every token reaches the client later
 
     def describe(self) -> str:
         cap = str(self.max_running) if self.max_running else "KV-bound"
@@ -155,7 +156,8 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
         reservation=sched.future_reservation if sched.kv_admission == "on-demand" else None, origin=origin,
         max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp,
-        intake_one_step_ahead=engine.overheads.overlap_scheduler)
+        intake_one_step_ahead=engine.overheads.overlap_scheduler,
+        client_lag_s=0.0 if prefill_only else engine.overheads.api_server_latency)
 
 
 def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: float = 0.0,

@@ -1,0 +1,185 @@
+"""Measured serving runs to calibrate on, and the simulator's prediction of each.
+
+A benchmark result (`vllm bench serve --save-result`, `sglang.bench_serving --output-file`) is
+one experiment per result, its whole run's mean TTFT, ITL and E2E measured, on the deployment a run
+config names. A reference file holds `experiments:` in the form of ../shared/reference/vllm_serving_trainval.yaml
+(infersim.serve.trainval): each with its model, GPU count (`tp`), the server's `vllm:` limits, the
+`workload:` the load generator sent, and `measured:` per load stage (stage_0, stage_1, ...) the
+mean TTFT, ITL and E2E in milliseconds. Which GPU and engine card the runs used is given on the
+command line when the file does not name a bundled card (`hardware: {card: h100-sxm}`, `engine:`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infersim.base.errors import InferSimError, NotPossible, echo
+
+#: the metrics fitted: the reference file's name -> the serving summary's name (per stage)
+METRICS: dict[str, str] = {"ttft_mean_ms": "mean_ttft_ms", "itl_mean_ms": "mean_itl_ms", "e2e_mean_ms": "mean_e2el_ms"}
+
+
+#: the stage name of a benchmark result's whole run (it has no load stages)
+WHOLE_RUN = "run"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    id: str
+    model: str
+    gpus: int
+    options: Mapping[str, Any]  # serve options (infersim.serve.api), stages cut to max_stage_s
+    measured: tuple[tuple[str, str, float], ...]  # (stage, metric, value in ms)
+    notes: tuple[str, ...] = ()
+    config: str | None = None  # a run config file that names the deployment (benchmark results), else built here
+
+
+@dataclass(frozen=True)
+class Reference:
+    sources: tuple[str, ...]
+    hardware: str
+    engine: str
+    experiments: tuple[Experiment, ...]
+
+
+def _measured(experiment: Mapping[str, Any], where: str) -> tuple[tuple[str, str, float], ...]:
+    stages = experiment.get("measured")
+    if not isinstance(stages, Mapping):
+        raise InferSimError(f"{where}: no 'measured' stanza (got {echo(stages)})")
+    out = []
+    for stage, values in stages.items():
+        if not str(stage).startswith("stage_") or not isinstance(values, Mapping):
+            continue  # whole_run repeats the stages
+        for metric in METRICS:
+            value = values.get(metric)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+                raise InferSimError(f"{where}: measured.{stage}.{metric}: expected a positive number of ms "
+                                    f"(got {echo(value)})")
+            out.append((str(stage), metric, float(value)))
+    if not out:
+        raise InferSimError(f"{where}: measured: no stage_N with {', '.join(METRICS)}")
+    return tuple(out)
+
+
+def _card_of(experiment: Mapping[str, Any], key: str, given: str | None) -> str | None:
+    if given:
+        return given
+    stated = experiment.get(key)
+    if isinstance(stated, str):
+        return stated
+    if isinstance(stated, Mapping) and isinstance(stated.get("card"), str):
+        return stated["card"]
+    return None
+
+
+def load_bench_results(paths: list[Path], config: str | None) -> list[Experiment]:
+    """Each result of `vllm bench serve` / `sglang.bench_serving` files as an experiment of one
+    whole run (its load replayed as infersim.serve.bench_result does), on the run config `config`."""
+    from infersim.serve.bench_result import (
+        is_serving_result,
+        parse_serving_result,
+        serve_options,
+    )
+    from infersim.trace.bench import read_result_objects
+
+    if paths and config is None:
+        raise InferSimError("--bench-result: give --config RUN.yaml, the model, GPUs and engine the benchmark ran")
+    experiments = []
+    for path in paths:
+        for line, data in read_result_objects(path):
+            if not is_serving_result(data):
+                raise InferSimError(f"{path}: line {line}: not a vllm bench serve or sglang.bench_serving result")
+            result = parse_serving_result(data, str(path), line)
+            measured = tuple((WHOLE_RUN, metric, result.measured[key]) for metric, key in METRICS.items()
+                             if result.measured.get(key))
+            if not measured:
+                raise InferSimError(f"{path}: line {line}: none of {', '.join(METRICS.values())} measured")
+            options, notes = serve_options(result)
+            experiments.append(Experiment(f"{path.name}:{line}", result.model_id or "", 0, options, measured,
+                                          tuple(notes), config))
+    return experiments
+
+
+def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
+                   max_stage_s: float | None) -> Reference:
+    """The experiments of reference files; `hardware` and `engine` (card names) name what the runs
+    used where the files do not."""
+    import yaml
+
+    from infersim.serve.trainval import trainval_options
+
+    experiments: list[Experiment] = []
+    cards: set[tuple[str, str]] = set()
+    for path in paths:
+        if not path.is_file():
+            raise InferSimError(f"--reference {path}: no such file")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise InferSimError(f"--reference {path}: not YAML ({str(exc).splitlines()[0]})") from None
+        runs = data.get("experiments") if isinstance(data, Mapping) else None
+        if not isinstance(runs, list) or not runs:
+            raise InferSimError(f"--reference {path}: expected 'experiments:', a list of measured serving runs "
+                                "(the form of vllm_serving_trainval.yaml)")
+        for index, run in enumerate(runs):
+            where = f"{path.name}: experiments[{index}]"
+            if not isinstance(run, Mapping) or not isinstance(run.get("model"), str):
+                raise InferSimError(f"{where}: expected a mapping with model, tp, vllm, workload, measured")
+            where = f"{path.name}: experiment {run.get('id', index)}"
+            gpu, eng = _card_of(run, "hardware", hardware), _card_of(run, "engine", engine)
+            if gpu is None or eng is None:
+                missing = " and ".join(f for f, v in (("--hardware", gpu), ("--engine", eng)) if v is None)
+                raise InferSimError(f"{where}: names no bundled {'GPU' if gpu is None else 'engine'} card; give "
+                                    f"{missing} (e.g. --hardware h100-sxm --engine vllm@0.15)")
+            cards.add((gpu, eng))
+            tp = run.get("tp", 1)
+            if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+                raise InferSimError(f"{where}: tp: expected a whole number of GPUs (got {echo(tp)})")
+            try:
+                options = trainval_options(run, max_stage_s)
+            except (KeyError, TypeError) as exc:
+                raise InferSimError(f"{where}: workload or vllm stanza incomplete ({exc})") from None
+            experiments.append(Experiment(str(run.get("id", index)), run["model"], tp, options,
+                                          _measured(run, where), tuple(options["workload"].get("notes", ()))))
+    if len(cards) > 1:
+        raise InferSimError("--reference: the experiments name several GPU/engine cards "
+                            f"({', '.join(sorted(f'{g} + {e}' for g, e in cards))}); a profile is fitted per GPU and "
+                            "engine: calibrate each on its own")
+    gpu, eng = cards.pop() if cards else (hardware or "", engine or "")
+    return Reference(tuple(str(p) for p in paths), gpu, eng, tuple(experiments))
+
+
+def run_mapping(experiment: Experiment, hardware: str, engine: str) -> dict[str, Any]:
+    """The run config of one experiment: the model on `gpus` GPUs, tensor-parallel (vLLM's
+    --tensor-parallel-size; experts split the same way, no expert parallelism)."""
+    n = experiment.gpus
+    return {"model": experiment.model, "hardware": hardware, "engine": engine,
+            "deployment": {"num_gpus": n, "attention": {"tp": n, "dp": 1}, "ffn": {"tp": n, "ep": 1}},
+            "workload": {"isl": 1024, "osl": 256}}
+
+
+def predict_experiment(config: Any, experiment: Experiment) -> dict[tuple[str, str], float]:
+    """(stage, metric) -> predicted ms of one experiment under `config` (a RunConfig)."""
+    from infersim.serve.api import simulate_serving
+
+    summary = simulate_serving(config, dict(experiment.options))
+    stages = summary.get("stages") or []
+    out: dict[tuple[str, str], float] = {}
+    for stage, metric, _value in experiment.measured:
+        if stage == WHOLE_RUN:
+            predicted = summary.get(METRICS[metric])
+        else:
+            index = int(stage.split("_", 1)[1])
+            if index >= len(stages):
+                raise NotPossible(f"experiment {experiment.id}: the simulated run has no {stage}")
+            predicted = stages[index].get(METRICS[metric])
+        if not predicted or predicted <= 0:
+            raise NotPossible(f"experiment {experiment.id}: no {METRICS[metric]} predicted for {stage} "
+                              "(no request completed)")
+        out[(stage, metric)] = float(predicted)
+    return out

@@ -1,0 +1,250 @@
+"""`infersim calibrate`: constants fitted to measured runs, refused when the data do not determine
+them, written as a profile that every command and the Python API apply the same way."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO_ROOT, shared_reference
+
+from infersim.base.errors import InferSimError
+from infersim.calibrate.fit import FitSettings, Observation, fit_constants
+from infersim.calibrate.run import calibrate, median_abs, relative_errors
+from infersim.cards.calibration import (
+    CONSTANT_BY_NAME,
+    load_profile,
+    profile_from_mapping,
+)
+
+EXAMPLE = REPO_ROOT / "infersim" / "calibrate" / "examples" / "vllm-h100-runs.yaml"
+ENV = {"INFERSIM_CACHE": "off", "PATH": ""}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "infersim", *args], capture_output=True, text=True, cwd=REPO_ROOT,
+                          env=ENV, check=False)
+
+
+# -- the fit on a known model -----------------------------------------------------------------------
+
+
+def _toy(gemm: float, lag: float, k: int) -> dict[tuple[str, str], float]:
+    """A serving run k whose TTFT is a prefill of k ms scaled by the GEMM time plus the API-server
+    time, and whose ITL scales with the GEMM time only."""
+    prefill, step = 10.0 * (k + 1), 5.0 + k
+    return {("stage_0", "ttft_mean_ms"): prefill * gemm + lag * 1e3, ("stage_0", "itl_mean_ms"): step * gemm}
+
+
+def test_a_known_pair_of_constants_is_recovered_and_an_idle_one_refused() -> None:
+    names = ("gemm_time_scale", "api_server_latency", "step_cpu")
+    constants = [CONSTANT_BY_NAME[n] for n in names]
+    truth = {"gemm_time_scale": 1.3, "api_server_latency": 6e-3}
+    observations = [Observation(k, stage, metric, value)
+                    for k in range(4) for (stage, metric), value in _toy(truth["gemm_time_scale"],
+                                                                          truth["api_server_latency"], k).items()]
+    priors = {"gemm_time_scale": 1.0, "api_server_latency": 0.0, "step_cpu": 1e-3}
+    result = fit_constants(constants, priors, observations,
+                           lambda values, k: _toy(values["gemm_time_scale"], values["api_server_latency"], k),
+                           FitSettings(iterations=4))
+    fitted = {f.constant.name: f for f in result.fitted}
+    assert set(fitted) == {"gemm_time_scale", "api_server_latency"}
+    for name, value in truth.items():
+        assert abs(fitted[name].value - value) <= 2 * fitted[name].sd, (name, fitted[name])
+        assert fitted[name].shrink < 0.5
+    assert [(c.name, "no measured metric" in why) for c, why in result.refused] == [("step_cpu", True)]
+    assert median_abs(relative_errors(result, result.after)["ttft_mean_ms"]) < 0.05  # the prior pulls a little
+    assert median_abs(relative_errors(result, result.before)["ttft_mean_ms"]) > 0.2
+    assert result.held_out is not None and len(result.held_out) == len(observations)
+
+
+def test_with_one_run_of_three_points_at_most_one_constant_is_fitted_and_the_rest_refused_by_name() -> None:
+    constants = [CONSTANT_BY_NAME[n] for n in ("gemm_time_scale", "api_server_latency")]
+    observations = [Observation(0, s, m, v) for (s, m), v in _toy(1.3, 6e-3, 0).items()]
+    observations.append(Observation(0, "stage_0", "e2e_mean_ms", 1000.0))
+
+    def predict(values: dict, k: int) -> dict:
+        out = _toy(values["gemm_time_scale"], values["api_server_latency"], k)
+        return {**out, ("stage_0", "e2e_mean_ms"): 900.0 * values["gemm_time_scale"]}
+
+    result = fit_constants(constants, {"gemm_time_scale": 1.0, "api_server_latency": 0.0}, observations, predict)
+    assert len(result.fitted) <= 1
+    refused = {c.name: why for c, why in result.refused}
+    assert len(refused) >= 1
+    assert any("more constants than the data determine" in why or "narrow its prior" in why for why in refused.values())
+    assert result.held_out is None  # one experiment: nothing to hold out
+
+
+# -- the simulator: synthetic runs at known constants -----------------------------------------------
+
+
+def _synthetic_reference(tmp_path: Path, truth: dict[str, float], max_stage_s: float) -> Path:
+    """The example runs with their measurements replaced by the simulator's own predictions at `truth`."""
+    from dataclasses import replace
+
+    from infersim.calibrate.data import load_reference, predict_experiment, run_mapping
+    from infersim.cards.calibration import with_constants
+    from infersim.run.config import config_from_mapping
+
+    data = yaml.safe_load(EXAMPLE.read_text())
+    reference = load_reference([EXAMPLE], "h100-sxm", "vllm@0.15", max_stage_s)
+    for raw, experiment in zip(data["experiments"], reference.experiments):
+        config = config_from_mapping(run_mapping(experiment, "h100-sxm", "vllm@0.15"), "synthetic")
+        hw, eng = with_constants(config.hardware, config.engine, truth)
+        predicted = predict_experiment(replace(config, hardware=hw, engine=eng), experiment)
+        raw["measured"] = {}
+        for (stage, metric), value in predicted.items():
+            raw["measured"].setdefault(stage, {})[metric] = value
+    path = tmp_path / "synthetic.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_constants_that_generated_the_runs_are_recovered_within_their_stated_uncertainty(tmp_path: Path) -> None:
+    truth = {"gemm_time_scale": 1.25, "api_server_latency": 4e-3}
+    path = _synthetic_reference(tmp_path, truth, 5)
+    outcome = calibrate([path], "h100-sxm", "vllm@0.15", list(truth), max_stage_s=5)
+    fitted = {f.constant.name: f for f in outcome.result.fitted}
+    assert set(fitted) == set(truth)
+    for name, value in truth.items():
+        assert abs(fitted[name].value - value) <= 2 * fitted[name].sd, (name, fitted[name].value, fitted[name].sd)
+    errors = outcome.profile["errors"]
+    for metric in ("ttft_mean_ms", "itl_mean_ms", "e2e_mean_ms"):
+        # the runs' own constants reproduce them but for the prior's pull toward the cards
+        assert errors[metric]["median_abs_after"] < min(0.05, errors[metric]["median_abs_before"] / 3), errors[metric]
+
+
+# -- the command line, the profile and its use ------------------------------------------------------
+
+
+def test_calibrate_writes_a_profile_that_serve_run_and_the_api_apply_alike(tmp_path: Path) -> None:
+    out = tmp_path / "h100-vllm.yaml"
+    done = cli("calibrate", "--reference", str(EXAMPLE), "--hardware", "h100-sxm", "--engine", "vllm@0.15",
+               "--max-stage-s", "5", "--constants", "gemm_time_scale,api_server_latency,step_cpu",
+               "--out", str(out), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    profile = load_profile(out)
+    assert (profile.hardware, profile.engine, profile.engine_version) == ("h100-sxm", "vllm", "0.15.1")
+    assert {c.name for c in profile.constants} == set(printed["constants"]) == {"gemm_time_scale", "api_server_latency"}
+    assert "step_cpu" in printed["refused"]
+    assert len(printed["points"]) == 15 and printed["provenance"]["reference"] == [str(EXAMPLE)]
+    ttft = printed["errors"]["ttft_mean_ms"]
+    assert ttft["median_abs_held_out"] < ttft["median_abs_before"]
+
+    serve = ["serve", "--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--engine", "vllm@0.15", "--rate", "4",
+             "--num-requests", "100", "--isl", "1000", "--osl", "100", "--format", "json"]
+    by_flag = json.loads(cli(*serve, "--calibration", str(out)).stdout)
+    by_set = json.loads(cli(*serve, "--set", f"calibration={out}").stdout)
+    assert by_flag["mean_ttft_ms"] == by_set["mean_ttft_ms"]
+    rows = {row["metric"]: row for row in by_flag["calibration"]["headline"]}
+    assert rows["mean_ttft_ms"]["calibrated"] == by_flag["mean_ttft_ms"] != rows["mean_ttft_ms"]["uncalibrated"]
+    low, high = profile.interval("ttft_mean_ms")[:2]
+    assert rows["mean_ttft_ms"]["interval_low"] == pytest.approx(by_flag["mean_ttft_ms"] * low)
+    assert rows["mean_ttft_ms"]["interval_high"] == pytest.approx(by_flag["mean_ttft_ms"] * high)
+
+    from infersim.run.config import config_from_mapping, without_calibration
+    from infersim.serve.api import simulate_serving
+
+    config = config_from_mapping({"model": "qwen2.5-7b", "hardware": "h100-sxm", "engine": "vllm@0.15",
+                                  "deployment": {"num_gpus": 1}, "workload": {"isl": 1000, "osl": 100},
+                                  "calibration": str(out)}, "api")
+    gemm = next(c.value for c in profile.constants if c.name == "gemm_time_scale")
+    assert config.hardware.derates.kernel_time_scale.gemm == gemm
+    assert config.uncalibrated[0].derates.kernel_time_scale.gemm == 1.0
+    options = {"mode": "poisson", "rate": 4, "num_requests": 100, "isl": 1000, "osl": 100}
+    assert simulate_serving(config, options)["mean_ttft_ms"] == by_flag["mean_ttft_ms"]
+    plain = simulate_serving(without_calibration(config), options)
+    assert plain["mean_ttft_ms"] == pytest.approx(rows["mean_ttft_ms"]["uncalibrated"])
+
+    run = cli("--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--engine", "vllm@0.15", "--calibration", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "CALIBRATION" in run.stdout and "on the cards" in run.stdout
+
+
+def test_a_profile_for_another_gpu_or_a_bad_profile_is_refused_in_one_line(tmp_path: Path) -> None:
+    good = {"kind": "infersim-calibration",
+            "applies_to": {"hardware": "h100-sxm", "engine": "vllm", "engine_version": "0.15.1"},
+            "constants": {"gemm_time_scale": {"value": 1.1, "uncertainty": 0.02, "prior": 1.0}}}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(good))
+    other = cli("--model", "qwen2.5-7b", "--hardware", "h200", "--engine", "vllm@0.15", "--calibration", str(path))
+    assert other.returncode == 2
+    assert "fitted on h100-sxm" in other.stderr and "h200" in other.stderr and "Traceback" not in other.stderr
+    with pytest.raises(InferSimError, match="unknown constant 'gemm_speed'"):
+        profile_from_mapping({**good, "constants": {"gemm_speed": {"value": 1.0}}}, "p.yaml")
+    with pytest.raises(InferSimError, match="outside the plausible range"):
+        profile_from_mapping({**good, "constants": {"gemm_time_scale": {"value": 9.0}}}, "p.yaml")
+    with pytest.raises(InferSimError, match="not a calibration profile"):
+        profile_from_mapping({"constants": {}}, "p.yaml")
+    missing = cli("calibrate", "--reference", str(tmp_path / "none.yaml"), "--hardware", "h100-sxm")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_the_kernel_time_scale_multiplies_each_family_it_names() -> None:
+    from dataclasses import replace
+
+    from infersim.costing.timing import kernel_cost
+    from infersim.run.config import load_hardware_card
+    from infersim.shapes.kernels import GemmShape, NoTables
+
+    hw = load_hardware_card("h100-sxm")[0]
+    shape = GemmShape(512, 4096, 4096, "bf16")
+    base = kernel_cost(shape, hw, NoTables())
+    scaled_hw = replace(hw, derates=replace(hw.derates, kernel_time_scale=replace(
+        hw.derates.kernel_time_scale, gemm=1.5, attention=3.0)))
+    assert kernel_cost(shape, scaled_hw, NoTables()).seconds == pytest.approx(base.seconds * 1.5)
+
+
+# -- the trainval runs (../shared) ------------------------------------------------------------------
+
+
+@pytest.mark.slow  # a full fit and 13 held-out refits of serving runs: minutes; the toy and small fits cover the code
+def test_calibrating_on_the_trainval_runs_improves_every_metric_held_out() -> None:
+    path = shared_reference("vllm_serving_trainval.yaml")
+    outcome = calibrate([path], "h100-sxm", "vllm@0.15", max_stage_s=20)
+    errors = outcome.profile["errors"]
+    for metric in ("ttft_mean_ms", "itl_mean_ms", "e2e_mean_ms"):
+        assert errors[metric]["points"] == 21
+        assert errors[metric]["median_abs_held_out"] < errors[metric]["median_abs_before"], (metric, errors[metric])
+    assert not math.isnan(sum(f.sd for f in outcome.result.fitted))
+
+
+# -- benchmark results as input -------------------------------------------------------------------------
+
+
+def test_benchmark_results_on_a_run_config_calibrate_and_recover_their_constants(tmp_path: Path) -> None:
+    """vllm bench serve results at three rates, their latencies simulated at known constants."""
+    from dataclasses import replace
+
+    from infersim.calibrate.data import load_bench_results, predict_experiment
+    from infersim.cards.calibration import with_constants
+    from infersim.run.config import load_run_config
+
+    truth = {"gemm_time_scale": 0.8, "api_server_latency": 3e-3}
+    lines = [{"backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "request_rate": rate,
+              "burstiness": 1.0, "max_concurrency": None, "num_prompts": 60, "completed": 60,
+              "total_input_tokens": 60 * 1000, "total_output_tokens": 60 * 100, "mean_ttft_ms": 1.0,
+              "mean_itl_ms": 1.0, "mean_e2el_ms": 1.0} for rate in (2.0, 8.0, 16.0)]
+    path = tmp_path / "bench.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    config = load_run_config("serve-llama-8b-h100.yaml")
+    hw, eng = with_constants(config.hardware, config.engine, truth)
+    for line, experiment in zip(lines, load_bench_results([path], "serve-llama-8b-h100.yaml")):
+        predicted = predict_experiment(replace(config, hardware=hw, engine=eng), experiment)
+        for (_stage, metric), value in predicted.items():
+            line[{"ttft_mean_ms": "mean_ttft_ms", "itl_mean_ms": "mean_itl_ms", "e2e_mean_ms": "mean_e2el_ms"}[metric]] = value
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = cli("calibrate", "--bench-result", str(path), "--config", "serve-llama-8b-h100.yaml",
+               "--constants", "gemm_time_scale,api_server_latency", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed["applies_to"]["hardware"] == "h100-sxm" and len(printed["points"]) == 9
+    for name, value in truth.items():
+        fitted = printed["constants"][name]
+        assert abs(fitted["value"] - value) <= 2 * fitted["uncertainty"], (name, fitted)
