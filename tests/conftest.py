@@ -7,9 +7,19 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Under CI the property tests draw the same examples every run (a failure there reproduces locally with
+# CI=true) and keep no example database between runs; elsewhere they search afresh each time.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI", "").strip().lower() not in ("", "0", "false"):
+    settings.load_profile("ci")
 
 # the on-disk cache of indexed kernel tables goes to a directory of this test session, not ~/.cache
 os.environ.setdefault("INFERSIM_CACHE_DIR", tempfile.mkdtemp(prefix="infersim-test-cache-"))
+#: for the environment of a test's subprocess: the session's cache (tables indexed once for all
+#: tests, pytest-xdist's workers included), not the user's
+TEST_CACHE_DIR = os.environ["INFERSIM_CACHE_DIR"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"

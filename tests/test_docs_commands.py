@@ -21,6 +21,9 @@ import refresh_readme_example as docs  # noqa: E402
 
 BLOCKS = docs.all_blocks()
 CHECKED = [block for block in BLOCKS if block.checked]
+#: one worker runs every test of this file (`--dist loadgroup`), so each command runs once, not once per worker
+pytestmark = pytest.mark.xdist_group("docs-runner")
+
 REFRESH = "run `python scripts/refresh_readme_example.py` (and cut `...` blocks by hand) after a deliberate change"
 
 
