@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -33,6 +35,22 @@ PUBLIC_REFERENCE = REPO_ROOT / "infersim" / "validate" / "public"
 def public_reference(name: str) -> Path:
     """A shipped public measurement file (validation.yaml, published.yaml)."""
     return PUBLIC_REFERENCE / name
+
+
+#: the pytest-xdist group of the tests that share `commands_run_once` (one worker runs them all)
+COMMANDS_RUN_ONCE = "commands-run-once"
+
+
+@pytest.fixture(scope="session")
+def commands_run_once() -> Any:
+    """The docs' command runner (scripts/refresh_readme_example.py): each distinct command line runs
+    once per session (several pages and tests show the same ~10 s `validate`); what it returns is
+    standard output and error in the order written, and the exit status. Tests using it carry
+    `pytest.mark.xdist_group(COMMANDS_RUN_ONCE)`."""
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import refresh_readme_example
+
+    return refresh_readme_example.Runner()
 
 
 def shared_reference(*parts: str) -> Path:
