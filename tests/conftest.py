@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -17,8 +19,11 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 if os.environ.get("CI", "").strip().lower() not in ("", "0", "false"):
     settings.load_profile("ci")
 
-# the on-disk cache of indexed kernel tables goes to a directory of this test session, not ~/.cache
-os.environ.setdefault("INFERSIM_CACHE_DIR", tempfile.mkdtemp(prefix="infersim-test-cache-"))
+# the on-disk cache of indexed kernel tables goes to a directory of this test session, not ~/.cache;
+# the process that made it (pytest-xdist's controller, whose workers inherit it) removes it at exit
+if "INFERSIM_CACHE_DIR" not in os.environ:
+    os.environ["INFERSIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="infersim-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["INFERSIM_CACHE_DIR"], ignore_errors=True)
 #: for the environment of a test's subprocess: the session's cache (tables indexed once for all
 #: tests, pytest-xdist's workers included), not the user's
 TEST_CACHE_DIR = os.environ["INFERSIM_CACHE_DIR"]
