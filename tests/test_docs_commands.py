@@ -14,19 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import COMMANDS_RUN_ONCE, REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 import refresh_readme_example as docs  # noqa: E402
 
 BLOCKS = docs.all_blocks()
 CHECKED = [block for block in BLOCKS if block.checked]
+#: one worker runs every test of this file (`--dist loadgroup`), so each command runs once, not once per worker
+pytestmark = pytest.mark.xdist_group(COMMANDS_RUN_ONCE)
+
 REFRESH = "run `python scripts/refresh_readme_example.py` (and cut `...` blocks by hand) after a deliberate change"
 
 
 @pytest.fixture(scope="session")
-def runner() -> docs.Runner:
-    return docs.Runner()
+def runner(commands_run_once: docs.Runner) -> docs.Runner:
+    return commands_run_once
 
 
 @pytest.mark.parametrize("block", CHECKED, ids=[block.where for block in CHECKED])

@@ -303,7 +303,8 @@ measured_values = st.recursive(st.none() | st.booleans() | st.integers(-10, 10**
 @given(point=st.integers(0, 2), key=st.sampled_from(["id", "metric", "value", "unit", "batch", "prompt_tokens",
                                                      "new_tokens", "kv_capacity", "hardware", "engine", "mode",
                                                      "provenance", "model", "samples_ms"]), value=measured_values)
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# 100 examples cover each of the 42 (point, key) pairs about twice; each writes and reads a whole file
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_measured_points_are_read_or_refused_in_one_message(tmp_path, point, key, value) -> None:
     from infersim.base.errors import ConfigError
     from infersim.validate.measured import load_measured

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT
+from conftest import COMMANDS_RUN_ONCE, REPO_ROOT
 
 from infersim.cards.registry import engine_family, resolve_name
 from infersim.cli.main import main
@@ -383,9 +383,12 @@ def test_sweep_generate_and_roofline_take_the_flags(tmp_path: Path, capsys: pyte
     assert (tmp_path / "r.png").stat().st_size > 0
 
 
-def test_validate_summary_is_the_accuracy_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", "--summary"]) == 0
-    out = capsys.readouterr().out.splitlines()
+@pytest.mark.xdist_group(COMMANDS_RUN_ONCE)
+def test_validate_summary_is_the_accuracy_table(commands_run_once) -> None:
+    """The README's accuracy command (run once per session, for the README's check as well)."""
+    printed, status = commands_run_once.run("python -m infersim validate --summary")
+    assert status == 0
+    out = printed.splitlines()
     assert out[0].startswith("reference: infersim/validate/public/validation.yaml (shipped)")
     overall = next(line for line in out if line.startswith("overall:"))
     assert overall.startswith("overall: 96 numbers compared, median |error| ")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, TEST_CACHE_DIR
 
 from infersim.cli.main import main
 
@@ -76,7 +76,7 @@ def test_plain_run_never_imports_matplotlib() -> None:
             "with contextlib.redirect_stdout(io.StringIO()):\n    main(['--config', 'qwen3-30b.yaml'])\n"
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported by a plain run'\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin", "INFERSIM_CACHE_DIR": TEST_CACHE_DIR})
     assert done.returncode == 0, done.stderr
 
 

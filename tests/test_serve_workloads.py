@@ -14,7 +14,7 @@ from functools import cache
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, shared_reference
+from conftest import REPO_ROOT, TEST_CACHE_DIR, shared_reference
 from infersim.run.config import config_from_mapping, load_run_config
 from infersim.engine.stage import run_stage
 from infersim.base.errors import InferSimError
@@ -224,7 +224,7 @@ def test_serve_reads_an_inference_perf_profile_and_reports_per_stage():
     profile = REPO_ROOT / "docs" / "examples" / "inference-perf-shared-prefix.yaml"
     out = subprocess.run([sys.executable, "-m", "infersim", "serve", "--config", "serve-llama-8b-h100.yaml",
                           "--engine", "vllm", "--workload", str(profile), "--format", "json"],
-                         capture_output=True, text=True, cwd=REPO_ROOT, env={"INFERSIM_CACHE": "off", "PATH": ""})
+                         capture_output=True, text=True, cwd=REPO_ROOT, env={"INFERSIM_CACHE_DIR": TEST_CACHE_DIR, "PATH": ""})
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     stages = summary["stages"]
@@ -380,7 +380,7 @@ def test_the_cli_warns_on_stderr():
     out = subprocess.run([sys.executable, "-m", "infersim", "serve", "--config", "serve-llama-8b-h100.yaml",
                           "--rate", "40", "--num-requests", "2000", "--isl", "2000", "--osl", "300",
                           "--max-waiting", "100"], capture_output=True, text=True, cwd=REPO_ROOT,
-                         env={"INFERSIM_CACHE": "off", "PATH": ""})
+                         env={"INFERSIM_CACHE_DIR": TEST_CACHE_DIR, "PATH": ""})
     assert out.returncode == 0, out.stderr
     assert "infersim: warning: overloaded" in out.stderr and "OVERLOADED" in out.stdout
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, TEST_CACHE_DIR
 
 from infersim.base.errors import ConfigError
 from infersim.validate.evaluate import evaluate
@@ -81,7 +81,7 @@ def test_validate_command_reads_a_measured_file_beside_the_reference(tmp_path: P
     done = subprocess.run([sys.executable, "-m", "infersim", "validate", "--measured", str(FIXTURE),
                            "--point", "fx-llama-2-7b-2l-eager-decode-b16-p1024", "--format", "json"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin", "INFERSIM_CACHE_DIR": TEST_CACHE_DIR})
     assert done.returncode == 0, done.stderr
     import json
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO_ROOT, public_reference
+from conftest import REPO_ROOT, TEST_CACHE_DIR, public_reference
 from infersim.cli.main import main
 from infersim.run.config import load_hardware_card, load_model_card, load_run_config
 from infersim.cards.deployment import Deployment, Workload
@@ -254,7 +254,7 @@ def test_speculative_decoding_with_offload_is_refused(capsys):
 def test_cli_end_to_end_subprocess():
     """The documented command line, in a fresh interpreter (no traceback, offload line printed)."""
     proc = subprocess.run([sys.executable, "-m", "infersim", "--config", "qwen3-30b.yaml", *SMALL_HBM],
-                          cwd=REPO_ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(REPO_ROOT)},
+                          cwd=REPO_ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(REPO_ROOT), "INFERSIM_CACHE_DIR": TEST_CACHE_DIR},
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "weight_offload" in proc.stdout and "host link" in proc.stdout and "Traceback" not in proc.stderr
