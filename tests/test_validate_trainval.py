@@ -11,9 +11,14 @@ mean TTFT 22.00 ms, mean ITL 6.00 ms, mean E2E 1,497 ms.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import yaml
 from conftest import shared_reference
+
+from infersim.cli.main import main
 
 from infersim.cards.deployment import Workload
 from infersim.engine.stage import run_stage
@@ -162,3 +167,28 @@ def test_the_source_is_opt_in_on_the_command_line(tmp_path) -> None:
     default = subprocess.run([sys.executable, "-m", "infersim", "validate", "--point", point], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=300)
     assert default.returncode == 2 and "unknown point id(s) trainval-66" in default.stderr
+
+
+def test_a_calibration_profile_applies_to_the_points_of_its_gpu_and_engine(tmp_path: Path, capsys) -> None:
+    """validate --calibration: the trainval points (vLLM 0.15.1 on the H100) run with the profile's
+    constants, said in each point's note; a slower GEMM makes the same stage's E2E longer."""
+    profile = {"kind": "infersim-calibration",
+               "applies_to": {"hardware": "h100-sxm", "engine": "vllm", "engine_version": "0.15.1"},
+               "constants": {"gemm_time_scale": {"value": 1.5, "uncertainty": 0.02, "prior": 1.0}}}
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    point = "trainval-62-general-lite-stage0"
+
+    def e2e(*extra: str) -> dict:
+        assert main(["validate", "--source", "trainval-vllm", "--point", f"{point}/e2e_mean", "--format", "json",
+                     *extra]) == 0
+        rows = json.loads(capsys.readouterr().out)["points"]
+        return next(r for r in rows if r["id"] == f"{point}/e2e_mean")
+
+    plain, calibrated = e2e(), e2e("--calibration", str(path))
+    assert "calibrated" not in plain["note"] and "calibrated: calibration" in calibrated["note"]
+    assert "gemm_time_scale 1.5" in calibrated["note"]
+    assert calibrated["predicted"] > plain["predicted"] * 1.05
+    assert main(["validate", "--source", "trainval-vllm", "--point", point,
+                 "--calibration", str(tmp_path / "none.yaml")]) != 0
+    assert "none.yaml: no such file" in capsys.readouterr().err

@@ -53,7 +53,7 @@ def _validate(args: argparse.Namespace) -> int:
     # the trainval points are mapped from their experiments' own stanzas (infersim/validate/trainval.py)
     mapped = [points_path.name] * public + ["trainval.py (each experiment's stanzas)"] * (TRAINVAL in sources)
     result = evaluate(reference, mapping, reference_path=shown, points_file=" + ".join(mapped),
-                      mfu_tables=args.mfu_tables, only=args.point)
+                      mfu_tables=args.mfu_tables, only=args.point, calibration=args.calibration)
     result.not_expressed += measured.not_expressed
     if args.format == "json":
         print(json.dumps(to_json_data(result), indent=2))
@@ -101,6 +101,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="measured kernel tables: DIR/<hardware card> per card, or one device's directory "
                         "(e.g. mfu_tables/imported); none = roofline everywhere; default: each run's bundled "
                         "tables for its device and engine (kernel points: roofline)")
+    p.add_argument("--calibration", default=None, metavar="PROFILE",
+                   help="a calibration profile (infersim calibrate --out): the points on its GPU and engine run "
+                        "calibrated, said in each one's note; the others run on the cards as they are")
     p.add_argument("--summary", action="store_true",
                    help="text: the accuracy statistics only (overall, by source, by kind), not every point")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")

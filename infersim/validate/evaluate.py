@@ -236,9 +236,14 @@ def _kernel_module(kind: str, shape: Any) -> str:
 
 
 class _Evaluator:
-    def __init__(self, points_file: str, mfu_tables: str | None) -> None:
+    def __init__(self, points_file: str, mfu_tables: str | None, calibration: str | None = None) -> None:
+        from infersim.cards.calibration import load_profile
+
         self.points_file = points_file
         self.mfu_tables = mfu_tables
+        # a profile applies to the points on its GPU and engine; the others run on the cards as they are
+        self.calibration = str(Path(calibration).resolve()) if calibration else None
+        self.profile = load_profile(self.calibration) if self.calibration else None
         self._tables: dict[str, KernelTables] = {}
         self._serving: dict[str, tuple[dict[str, Any], str, list[str]]] = {}
 
@@ -288,6 +293,13 @@ class _Evaluator:
             raise _Refused("; ".join([f"refused: {exc}", *notes])) from None
         if self.mfu_tables not in (None, "auto", "none") and tables == "none":
             notes.append(f"no kernel tables for {hardware} under {self.mfu_tables}: roofline")
+        if self.profile is not None:
+            from infersim.cards.calibration import applies
+
+            if not applies(self.profile, config.hardware, config.engine):
+                config = config_from_mapping({**run, "calibration": self.calibration},
+                                             f"{self.points_file}: {entry.id}: run", entry.overrides, mfu_tables=tables)
+                notes.append(f"calibrated: {self.profile.describe()}")
         return config, notes
 
     def stage(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
@@ -503,8 +515,9 @@ def check_units(reference: dict[str, ReferencePoint], mapping: dict[str, PointMa
 
 def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMapping], *,
              reference_path: str = "", points_file: str = "points.yaml", mfu_tables: str | None = None,
-             only: Sequence[str] = ()) -> Validation:
-    """Compare every reference point (or only the ids in `only`: point ids or '<id>/<sub-metric>')."""
+             only: Sequence[str] = (), calibration: str | None = None) -> Validation:
+    """Compare every reference point (or only the ids in `only`: point ids or '<id>/<sub-metric>');
+    with `calibration`, the points on the profile's GPU and engine run calibrated."""
     if only:
         known = set(reference)
         for pid, point in reference.items():
@@ -515,7 +528,7 @@ def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMappi
             raise InferSimError(f"unknown point id(s) {', '.join(unknown)}: not in {reference_path or 'the reference'}")
     wanted = set(only)
     check_units(reference, mapping, reference_path or "the reference", points_file, wanted)
-    evaluator = _Evaluator(points_file, mfu_tables)
+    evaluator = _Evaluator(points_file, mfu_tables, calibration)
     described = {None: "auto: stage and serving runs use the bundled tables of their device and engine; kernel "
                        "points the roofline", "auto": None, "none": "none (roofline)"}
     out = Validation(reference_path, points_file,
