@@ -8,15 +8,14 @@ simulating decode, gathering rows); the last case is a layout search (pareto). T
 is configurations per CPU second (time.process_time: the machine may be shared, and another
 process's load does not count against ours) of one sweep in a fresh process, after a small sweep
 over the first grid axis only has imported the code and loaded the tables (a user's sweep starts as
-cold: kernel costs and plan pieces are priced as the sweep first meets them), its garbage
-collected as the command line's process collects it; the median of `--repeats` such processes. Issue 30's requirement: at least 10,000 configurations per CPU second
-for every case.
+cold: kernel costs and plan pieces are priced as the sweep first meets them); the median of
+`--repeats` such processes. The requirement: at least 10,000 configurations per CPU second for
+every case.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import subprocess
 import sys
@@ -62,10 +61,7 @@ def case_specs(quick: bool) -> list[tuple[str, SweepSpec, SweepSpec]]:
 
 
 def one_run(index: int, quick: bool) -> None:
-    """Time case `index` in this (fresh) process; print configurations and CPU seconds. The
-    process collects garbage as `infersim sweep` does (infersim/__main__.py raises the threshold
-    of the cyclic collector's first generation: a sweep's memos hold many long-lived objects)."""
-    gc.set_threshold(50_000, *gc.get_threshold()[1:])
+    """Time case `index` in this (fresh) process; print configurations and CPU seconds."""
     _name, spec, warm_up = case_specs(quick)[index]
     run_sweep(warm_up, workers=1, progress=False)  # imports, tables, the base's derived fields
     began = time.process_time()

@@ -31,11 +31,12 @@ def _check_shares(stage: dict) -> None:
     assert stage["confidence"]["grade"] == max(shares, key=shares.__getitem__)
 
 
-@pytest.mark.parametrize("engine, grade", [("trtllm", "measured"), ("vllm", "transferred"),
-                                           ("sglang", "transferred")])
+@pytest.mark.parametrize("engine, borrowed, grade", [("trtllm", False, "measured"), ("vllm", False, "measured"),
+                                                     ("sglang", False, "measured"), ("vllm", True, "transferred")])
 def test_bundled_tables_are_measured_for_their_own_engine_only(capsys: pytest.CaptureFixture[str], engine: str,
-                                                               grade: str) -> None:
-    data = run_json(capsys, *LLAMA_70B, "--hardware", "h100", "--engine", engine)
+                                                               borrowed: bool, grade: str) -> None:
+    tables = ["--mfu-tables", str(H100_TRTLLM)] if borrowed else []
+    data = run_json(capsys, *LLAMA_70B, "--hardware", "h100", "--engine", engine, *tables)
     for name in ("prefill", "decode"):
         stage = data[name]
         _check_shares(stage)
@@ -46,7 +47,8 @@ def test_bundled_tables_are_measured_for_their_own_engine_only(capsys: pytest.Ca
         assert stage["confidence"]["modules"]["dense_ffn"] == grade
         assert stage["confidence"]["modules"]["elementwise"] == "roofline"
     tables = data["decode"]["confidence"]["tables"]
-    assert tables.startswith("trtllm 1.3.0rc20 tables of h100-sxm")
+    # each serving engine has aiconfigurator's tables of its own on the H100
+    assert tables.startswith(f"{'trtllm' if borrowed else engine} ") and "tables of h100-sxm" in tables
     assert (f"not {engine}'s" in tables) == (grade == "transferred")
 
 
@@ -72,7 +74,7 @@ def test_another_gpus_tables_are_transferred(capsys: pytest.CaptureFixture[str])
 
 
 def test_the_text_report_shows_the_grade_per_module_and_stage(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*LLAMA_70B, "--hardware", "h100", "--engine", "vllm"]) == 0
+    assert main([*LLAMA_70B, "--hardware", "h100", "--engine", "vllm", "--mfu-tables", str(H100_TRTLLM)]) == 0
     out = capsys.readouterr().out
     assert out.count("  grade: transferred, tables of another engine or GPU (trtllm 1.3.0rc20 tables of h100-sxm: "
                      "trtllm kernels, not vllm's): ") == 2

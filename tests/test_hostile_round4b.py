@@ -155,10 +155,10 @@ def test_a_rate_search_with_a_concurrency_caps_each_rate(capsys) -> None:
     _code, uncapped, _ = run(capsys, "serve", "--config", "serve-llama-8b-h100.yaml", "--rate-sweep", "2,4",
                                      "--num-requests", "20", "--workers", "1", "--format", "json")
     free = json.loads(uncapped)["rate_sweep"]
-    # one request in flight at a time: the 20 requests run one after another, each ~3.4 s (500 tokens
-    # at ~6.7 ms), so the run lasts longer than arrivals at 4 req/s with every request admitted
+    # one request in flight at a time: the 20 requests run one after another, each ~2.7 s (500 tokens
+    # at ~5.3 ms), so the run lasts longer than arrivals at 4 req/s with every request admitted
     assert [r["rate"] for r in rows] == [2.0, 4.0]
-    assert rows[1]["duration"] > 20 * 3 > free[1]["duration"]
+    assert rows[1]["duration"] > 20 * 2.5 > free[1]["duration"]
 
 
 # -- messages name what the user wrote

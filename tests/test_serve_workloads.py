@@ -221,7 +221,7 @@ def test_chat_sessions_wait_their_think_time_and_grow_with_their_history():
 
 
 def test_serve_reads_an_inference_perf_profile_and_reports_per_stage():
-    profile = REPO_ROOT / "configs" / "inference-perf-shared-prefix.yaml"
+    profile = REPO_ROOT / "docs" / "examples" / "inference-perf-shared-prefix.yaml"
     out = subprocess.run([sys.executable, "-m", "infersim", "serve", "--config", "serve-llama-8b-h100.yaml",
                           "--engine", "vllm", "--workload", str(profile), "--format", "json"],
                          capture_output=True, text=True, cwd=REPO_ROOT, env={"INFERSIM_CACHE": "off", "PATH": ""})

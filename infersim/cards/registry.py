@@ -123,8 +123,10 @@ class Resolved:
 def not_found(name_or_path: str, kind: str) -> InferSimError:
     """The message for a name nothing matches: the closest bundled names, and what else to do."""
     names = bundled_names(kind)
-    close = suggestions(name_or_path, names, bundled_spellings(kind)) if kind in _ALIAS_KINDS else \
-        difflib.get_close_matches(name_or_path, names, n=3)
+    # an engine is asked for by its name (vllm), its cards are named by version (vllm-0.15)
+    candidates = sorted({e.name for e in bundled_engines()}) + names if kind == "engines" else names
+    close = suggestions(name_or_path, candidates, bundled_spellings(kind)) if kind in _ALIAS_KINDS else \
+        difflib.get_close_matches(name_or_path, candidates, n=3)
     miss = near_miss(name_or_path, names, bundled_spellings(kind)) if kind == "models" else ""
     hint = f": {miss}" if miss else f"; did you mean {' or '.join(close)}?" if close else ""
     known = ", ".join(names) or "none"
