@@ -136,6 +136,28 @@ def test_bundled_h100_tables_serve_llama_2_7b_prefill() -> None:
     assert attention is not None and attention.method == "exact"
 
 
+def test_decode_attention_beyond_the_measured_kv_heads_is_the_same_work_items() -> None:
+    """vLLM's H100 tables measure decode attention up to 8 KV heads per GPU; Llama-2-7B's MHA (32 of
+    32) reads as the 8-of-8 kernel at four times the batch: the same (sequence, KV head) items over
+    the same bytes, so the same time, and its FLOP efficiency is that time's. A query-group size the
+    table lacks (28 of 4: 7 per KV head) has no answer."""
+    tables = load_tables(BUNDLED / "aiconfigurator" / "h100-sxm" / "vllm-0.24.0")
+    peak = tables.provenance.peak_flops["bf16"]
+
+    def decode(batch: int, heads: int, kv_heads: int) -> AttentionShape:
+        return AttentionShape(kind="mha", stage="decode", batch=batch, q_len=1, kv_len=1758, num_heads=heads,
+                              num_kv_heads=kv_heads, qk_head_dim=128, v_head_dim=128, causal=True, dtype="bf16",
+                              kv_dtype="bf16")
+
+    mha = tables.lookup(decode(17, 32, 32), peak)
+    eight = tables.lookup(decode(68, 8, 8), peak)
+    assert mha is not None and eight is not None
+    assert mha.seconds == eight.seconds and mha.method == eight.method
+    assert mha.efficiency == pytest.approx(decode(17, 32, 32).flops / (mha.seconds * peak), rel=1e-12)
+    assert mha.note.startswith("32 KV heads beyond the table's: its 8-KV-head kernel at batch 68")
+    assert tables.lookup(decode(17, 28, 4), peak) is None
+
+
 def test_report_line_names_engine_and_routing() -> None:
     tables = load_tables(BUNDLED / "aiconfigurator" / "h200" / "trtllm-1.3.0rc20")
     line = tables.describe()

@@ -13,7 +13,11 @@ Data types (infersim.serve.workload_spec), each read from its tool's source:
                      after each; a system prompt's length is drawn per group, a question's and its
                      output length per prompt, once. inference-perf sends prompt i mod P of the
                      shuffled prompts as request i (`order: cycle`: a prompt comes back whole every P
-                     requests); SGLang sends each prompt once (`order: once`). With multi_turn
+                     requests); SGLang sends each prompt once (`order: once`); `order: fresh`
+                     sends prompt i mod P's system prompt and lengths with a question of its own
+                     (token identity ("qf", stage, i): no request repeats another's question, as
+                     inference-sim expands inference-perf's multi-turn rounds: fixed-length
+                     inputs, sim/workload/inference_perf.go computeReasoningSpec). With multi_turn
                      (inference-perf's enable_multi_turn_chat, apis/user_session.py) request i is
                      round i div P of user i mod P, whose prompt is its conversation so far, every
                      earlier round's prompt and response, followed by its own prompt again
@@ -158,6 +162,8 @@ class Traffic:
         total = len(self.prompts.group)
         for i in range(count):
             segments, tokens, out = self._prompt(i % total)
+            if self.data.order == "fresh":
+                segments = (segments[0], (("qf", stage, i), segments[1][1]))
             yield Request(self._new_id(), 0.0, tokens, out, segments=_present(segments), stage=stage)
 
     def _multi_turn(self, stage: int, count: int) -> Iterator[Request]:

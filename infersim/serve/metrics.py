@@ -204,6 +204,10 @@ def _stage(result: ServeResult, run: Any, s: StageOutcomes | None) -> dict[str, 
                 "total_input_tokens": s.input_tokens, "total_output_tokens": s.output_tokens,
                 "mean_input_tokens": s.input_tokens / s.completed if s.completed else 0.0})
     _latencies(s, row)
+    # inference-perf's mean ITL as the public runs report it: a TPOT of the stage's means
+    mean_output = s.output_tokens / s.completed if s.completed else 0.0
+    row["itl_of_means_ms"] = ((row["mean_e2el_ms"] - row["mean_ttft_ms"]) / (mean_output - 1)
+                              if mean_output > 1 else 0.0)
     load = next((load for load in result.loads if load.stage == run.index), None)
     if load is not None:
         row.update(_load_json(load))

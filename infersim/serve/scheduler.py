@@ -28,6 +28,7 @@ advance, finished prompts emit their first token and join decode, decode request
 finished requests leave. A request's first token comes out of the step that prefills the last
 chunk of its prompt; an arrival during a running step waits for that step to end, so with an
 otherwise idle engine TTFT is the wait for the step in flight plus the prefill of its prompt.
+An overlap scheduler forms step k+1 while step k runs: a busy engine's arrival joins step k+2 (settings).
 
 Speculative decoding: a decode step gives every decode request the expected number of tokens E of
 one verification (infersim.run.speculative), fractional: the token clock below advances by E a step,
@@ -155,6 +156,7 @@ class Instance:
         if settings.prefix_cache:
             self.cache = PrefixCache(settings.page_size,
                                      settings.host_kv_tokens // settings.page_size if settings.host_kv_tokens else 0)
+        self.intake_s = 0.0  # arrivals up to this time join the next step (overlap: the last step's start)
         self.last_decode_end = 0.0  # end of the last step that gave decode requests a token
         self.new_joiners = 0  # requests that joined decode since that step (their last token: last_join_s)
         self.last_join_s = 0.0
@@ -188,29 +190,18 @@ class Instance:
         return round_up(tokens, self.s.page_size)
 
     def _arrive(self) -> None:
-        pending, now = self.pending, self.now
-        if not pending or pending[0].ready_s > now:
-            return
-        if self.max_waiting:
-            self._arrive_bounded()
-            return
-        stats, waiting = self.stats, self.waiting
-        while pending and pending[0].ready_s <= now:
+        """Arrivals the next step's scheduling sees join the waiting queue; with `max_waiting`, an
+        arrival that finds that many waiting is left waiting (the overload guard)."""
+        pending, now, waiting, cap, stats = self.pending, self.now, self.waiting, self.max_waiting, self.stats
+        cutoff = now if self.idle() else min(now, self.intake_s)
+        while pending and pending[0].ready_s <= cutoff:
             r = pending.popleft()
-            stats.inflight_integral += now - r.ready_s
-            waiting.append(r)
-
-    def _arrive_bounded(self) -> None:
-        """Arrivals into a queue of at most max_waiting requests; the others are left waiting."""
-        pending, now, waiting, cap = self.pending, self.now, self.waiting, self.max_waiting
-        while pending and pending[0].ready_s <= now:
-            r = pending.popleft()
-            if len(waiting) >= cap and r.scheduled_s < 0:
-                self.stats.dropped += 1
+            if cap and len(waiting) >= cap and r.scheduled_s < 0:
+                stats.dropped += 1
                 if self.drop_sink is not None:
                     self.drop_sink(r.req)
                 continue
-            self.stats.inflight_integral += now - r.ready_s
+            stats.inflight_integral += now - r.ready_s
             waiting.append(r)
 
     # -- admission -----------------------------------------------------------------------------
@@ -464,6 +455,7 @@ class Instance:
         stats.busy_joules += joules * m
         stats.steps += m
         self.now += span
+        self.intake_s = self.now - dt if self.s.intake_one_step_ahead else self.now
         if n:
             self._advance_decode(n, m, dt, span, on_finish)
         if chunks:

@@ -51,6 +51,12 @@ class SchedulerSettings:
     dp_ranks: int = 1
     host_kv_tokens: int = 0  # host (CPU) tier of the prefix cache, tokens (0: none)
     host_load_s_per_token: float = 0.0  # seconds to bring one cached token back from the host tier
+    # an overlap (async) scheduler forms step k+1 while step k runs, so a request arriving during
+    # step k is first scheduled into step k+2 (engine card overheads.overlap_scheduler): vLLM 0.15
+    # v1/engine/core.py step_with_batch_queue (async scheduling, a batch queue of two steps: it
+    # schedules and enqueues the next step before it blocks on the running one); SGLang 0.5.5
+    # managers/scheduler.py event_loop_overlap (it launches the next batch, then waits on the last)
+    intake_one_step_ahead: bool = False
 
     def describe(self) -> str:
         cap = str(self.max_running) if self.max_running else "KV-bound"
@@ -148,7 +154,8 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         admission=sched.kv_admission, page_size=engine.page_size(hw, config.model.is_mla), chunked=chunked,
         prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
         reservation=sched.future_reservation if sched.kv_admission == "on-demand" else None, origin=origin,
-        max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp)
+        max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp,
+        intake_one_step_ahead=engine.overheads.overlap_scheduler)
 
 
 def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: float = 0.0,

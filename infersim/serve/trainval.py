@@ -29,9 +29,22 @@ def _stanza(experiment: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def trainval_workload(workload: Mapping[str, Any], max_stage_s: float | None = None) -> dict[str, Any]:
+#: how inference-sim, whose project ran these experiments, expands their multi-turn profiles:
+#: fixed-length rounds, no context accumulated ("real inference-perf sends constant input tokens per
+#: request ... context is NOT accumulated across turns", inference-sim/inference-sim
+#: sim/workload/inference_perf.go computeReasoningSpec, commit 0c75d49a)
+FIXED_ROUNDS_NOTE = ("multi-turn rounds as fixed-length requests: the group's system prompt and a question of "
+                     "its own, no context accumulated (inference-sim's expansion of these profiles, "
+                     "sim/workload/inference_perf.go: 'real inference-perf sends constant input tokens per request')")
+
+
+def trainval_workload(workload: Mapping[str, Any], max_stage_s: float | None = None,
+                      session_context: bool = True) -> dict[str, Any]:
     """The workload form (infersim.serve.workload_spec) of a trainval `workload:` stanza; with
-    `max_stage_s`, every stage is cut to at most that long (a shorter run at the same rates)."""
+    `max_stage_s`, every stage is cut to at most that long (a shorter run at the same rates).
+    Multi-turn chat (enable_multi_turn_chat) is upstream inference-perf's by default: each round
+    sends the user's conversation so far before its question; `session_context=False` sends
+    fixed-length rounds instead (FIXED_ROUNDS_NOTE)."""
     stages = workload.get("stages")
     if not isinstance(stages, list) or not stages:
         raise InferSimError(f"trainval workload {workload.get('name', '?')}: no stages")
@@ -45,21 +58,26 @@ def trainval_workload(workload: Mapping[str, Any], max_stage_s: float | None = N
     if max_stage_s is not None and any(float(s["duration_s"]) > max_stage_s for s in stages):
         notes.append(f"stages cut to at most {max_stage_s:g} s each (the run's stages: "
                      + ", ".join(f"{s['rate_rps']:g}/s for {float(s['duration_s']):g} s" for s in stages) + ")")
+    multi_turn = bool(workload.get("enable_multi_turn_chat", False))
+    if multi_turn and not session_context:
+        notes.append(FIXED_ROUNDS_NOTE)
     return {"load": {"timer": "constant", "stages": out_stages, "interval_s": 1.0},
             "data": {"type": "shared_prefix", "num_groups": workload["num_unique_system_prompts"],
                      "prompts_per_group": workload["num_users_per_system_prompt"],
                      "system_prompt_len": workload["system_prompt_len"], "question_len": workload["question_len"],
                      "output_len": workload["output_len"],
-                     "multi_turn": bool(workload.get("enable_multi_turn_chat", False)), "order": "cycle"},
+                     "multi_turn": multi_turn and session_context,
+                     "order": "fresh" if multi_turn and not session_context else "cycle"},
             "notes": notes}
 
 
-def trainval_options(experiment: Mapping[str, Any], max_stage_s: float | None = None) -> dict[str, Any]:
+def trainval_options(experiment: Mapping[str, Any], max_stage_s: float | None = None,
+                     session_context: bool = True) -> dict[str, Any]:
     """Serve options (infersim.serve.api) of one trainval experiment: its workload, the server's
     running cap, token budget and measured KV pool, its CPU offload tier and context limit."""
     workload = _stanza(experiment, "workload")
     vllm = _stanza(experiment, "vllm")
-    form = trainval_workload(workload, max_stage_s)
+    form = trainval_workload(workload, max_stage_s, session_context)
     pool = int(vllm["gpu_kv_cache_blocks"]) * BLOCK_TOKENS
     options: dict[str, Any] = {"workload": form, "max_running_requests": int(vllm["max_num_seqs"]),
                                "max_num_tokens": int(vllm["max_num_batched_tokens"]), "kv_capacity_tokens": pool}

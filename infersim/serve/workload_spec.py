@@ -13,7 +13,7 @@
       type: random              input: LEN, output: LEN, prefix_tokens: 0 (shared by every request)
       type: prefix_repetition   num_prefixes, prefix_len, suffix_len, output_len
       type: shared_prefix       num_groups, prompts_per_group, system_prompt_len, question_len, output_len,
-                                multi_turn: false, order: cycle | once
+                                multi_turn: false, order: cycle | once | fresh
       type: sessions            num_system_prompts, system_prompt_len, turns, question_len, output_len,
                                 think_time_s
     max_model_len: N            # longer requests are rejected on arrival, as a server does
@@ -83,7 +83,9 @@ class DataSpec:
     system_prompt_len: LengthDist | None = None
     question_len: LengthDist | None = None
     multi_turn: bool = False
-    order: str = "cycle"  # shared_prefix: cycle through the prompts (inference-perf) or send each once (SGLang)
+    # shared_prefix: cycle through the prompts (inference-perf), send each once (SGLang), or a new
+    # question after the system prompt every request (fresh: fixed-length rounds, no question repeats)
+    order: str = "cycle"
     turns: LengthDist | None = None  # sessions
     think_time: ThinkTime | None = None
 
@@ -211,8 +213,8 @@ def parse_data(spec: Any, where: str = "workload.data") -> DataSpec:
                         suffix_len=_whole(s["suffix_len"], f"{where}.suffix_len", 0))
     if kind == "shared_prefix":
         order = s.get("order", "cycle")
-        if order not in ("cycle", "once"):
-            raise InferSimError(f"{where}.order: {echo(order)} is not cycle or once")
+        if order not in ("cycle", "once", "fresh"):
+            raise InferSimError(f"{where}.order: {echo(order)} is not cycle, once or fresh")
         multi = s.get("multi_turn", False)
         if not isinstance(multi, bool):
             raise InferSimError(f"{where}.multi_turn: expected true or false (got {echo(multi)})")

@@ -11,7 +11,9 @@ a kernel shape with a time, its source and a note, or None where no table covers
   series          collectives and eager elementwise kernels, by the bytes they move (infersim.tables.series)
 
 A GEMM of a (K, N) the table did not measure is read between the four measured (K, N) around it,
-bilinearly, where the table measured a full K x N grid (aiconfigurator's; `_gemm_planes`). Shapes no
+bilinearly, where the table measured a full K x N grid (aiconfigurator's; `_gemm_planes`). Decode
+attention with more KV heads per GPU than measured is the measured kernel of the same query-group size
+with fewer KV heads at a proportionally larger batch (`_decode_attention_by_heads`). Shapes no
 table covers (another K/N, layout, dtype or window, chunked prefill, decode with several query tokens
 unless measured so, fused memory-bound kernels) get None. Times scale from the table's peak FLOP/s
 to the caller's: a table's efficiency carries over to another peak of the same GPU.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +33,7 @@ from collections.abc import Sequence
 from infersim.cards.registry import display_path
 from infersim.base.errors import ConfigError, InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
-from infersim.shapes.kernels import AnyShape, GemmShape, MemoryBoundShape, TableHit, minimum_bytes
+from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, MemoryBoundShape, TableHit, minimum_bytes
 from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory, efficiency_of
 from infersim.tables.grid_keys import GridKey, describe_key, row_grid_key, shape_grid_key, work_limits
 from infersim.tables.interpolation import DEFAULT_INTERPOLATION, Interpolation, KernelGrid, build_grid
@@ -222,6 +224,8 @@ class MfuTables:
         if grid is None:
             if isinstance(shape, GemmShape):
                 return self._gemm_between_planes(shape, peak_flops)
+            if isinstance(shape, AttentionShape):
+                return self._decode_attention_by_heads(shape, peak_flops)
             return None
         value = grid.kernel_grid.evaluate(coords, shape.flops / repeats)
         # the table's efficiency carries over to the caller's peak: time scales with peak ratio
@@ -243,6 +247,32 @@ class MfuTables:
                             moe_routing_skew=grid.routing_skew)
         method: Literal["exact", "interpolated"] = "exact" if value.exact else "interpolated"
         return TableHit(seconds, grid.table, method, value.efficiency, moe_routing_skew=grid.routing_skew)
+
+    def _decode_attention_by_heads(self, shape: AttentionShape, peak_flops: float) -> TableHit | None:
+        """Decode attention with more KV heads per GPU than the table measured (MHA: Llama-2's 32):
+        the measured kernel of the same query-group size (heads per KV head) and head dims with
+        K' KV heads, K' dividing K, at batch x K / K'. Paged decode attention (FlashAttention's
+        split-KV kernel, FlashInfer's) splits its work into (sequence, KV head) items of one shape
+        each, so both run the same items over the same bytes; the largest such K' is taken."""
+        if shape.stage != "decode" or shape.kind != "mha" or shape.num_kv_heads <= 1:
+            return None
+        group = shape.num_heads // shape.num_kv_heads
+        if group * shape.num_kv_heads != shape.num_heads:
+            return None
+        fewer = [k for k in range(shape.num_kv_heads - 1, 0, -1) if shape.num_kv_heads % k == 0]
+        for kv_heads in fewer:
+            scale = shape.num_kv_heads // kv_heads
+            inner = replace(shape, num_heads=group * kv_heads, num_kv_heads=kv_heads, batch=shape.batch * scale)
+            found = shape_grid_key(inner)
+            if found is None or found[0] not in self.grids:
+                continue
+            hit = self.lookup(inner, peak_flops)
+            if hit is None:
+                return None
+            note = (f"{shape.num_kv_heads} KV heads beyond the table's: its {kv_heads}-KV-head kernel at batch "
+                    f"{inner.batch} (the same (sequence, KV head) work items)" + (f"; {hit.note}" if hit.note else ""))
+            return replace(hit, note=note, efficiency=shape.flops / (hit.seconds * peak_flops))
+        return None
 
     def _gemm_between_planes(self, shape: GemmShape, peak_flops: float) -> TableHit | None:
         """A GEMM whose (K, N) was not measured, in a table measured on a full K x N grid: the times

@@ -8,6 +8,11 @@ from pathlib import Path
 
 from infersim.base.errors import InferSimError
 
+#: the groups of points `--source` selects: the shipped public measurements (with the bundled GPU
+#: runs), and the public vLLM serving runs (opt-in: one serving simulation per run, ~30 s)
+PUBLIC = "public"
+TRAINVAL = "trainval-vllm"
+
 
 def _validate(args: argparse.Namespace) -> int:
     from infersim.validate import DEFAULT_REFERENCES, POINTS_FILE
@@ -16,12 +21,22 @@ def _validate(args: argparse.Namespace) -> int:
     from infersim.validate.measured import bundled_files, load_measured
     from infersim.validate.report import to_json_data, to_text
 
-    measured_paths = [Path(p) for p in args.measured] if args.measured else bundled_files()
+    sources = set(args.source or [PUBLIC])
+    public = PUBLIC in sources or bool(args.reference or args.measured)
+    measured_paths = [Path(p) for p in args.measured] if args.measured else bundled_files() if public else []
     for path in measured_paths:
         if not path.is_file():
             raise InferSimError(f"--measured {path}: no such file")
     measured = load_measured(measured_paths)
-    paths = [Path(p) for p in args.reference] or list(DEFAULT_REFERENCES)
+    if TRAINVAL in sources:
+        from infersim.validate.trainval import load_trainval
+
+        serving = load_trainval()
+        measured.reference.update(serving.reference)
+        measured.mapping.update(serving.mapping)
+        measured.not_expressed += serving.not_expressed
+        measured.files += [_shown(Path(f)) for f in serving.files]
+    paths = ([Path(p) for p in args.reference] or list(DEFAULT_REFERENCES)) if public else []
     for path, given in zip(paths, args.reference or [None] * len(paths)):
         if not path.is_file():
             raise InferSimError(f"--reference {given}: no such file" if given else
@@ -35,7 +50,9 @@ def _validate(args: argparse.Namespace) -> int:
     reference.update(measured.reference)
     mapping.update(measured.mapping)
     shown = ", ".join([_shown(p) for p in paths] + measured.files)
-    result = evaluate(reference, mapping, reference_path=shown, points_file=points_path.name,
+    # the trainval points are mapped from their experiments' own stanzas (infersim/validate/trainval.py)
+    mapped = [points_path.name] * public + ["trainval.py (each experiment's stanzas)"] * (TRAINVAL in sources)
+    result = evaluate(reference, mapping, reference_path=shown, points_file=" + ".join(mapped),
                       mfu_tables=args.mfu_tables, only=args.point)
     result.not_expressed += measured.not_expressed
     if args.format == "json":
@@ -71,6 +88,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--measured", action="append", default=[], metavar="PATH",
                    help="a GPU validation file written by benchmarks/gpu/measure_e2e.py, compared beside the reference "
                         "(repeatable; default: the bundled infersim/validate/measured/*.yaml)")
+    p.add_argument("--source", action="append", default=[], choices=(PUBLIC, TRAINVAL),
+                   help=f"which points (repeatable): {PUBLIC} = the shipped public measurements and the bundled GPU "
+                        f"runs (default); {TRAINVAL} = the 13 public vLLM 0.15 serving runs on H100 "
+                        "(infersim/validate/public/vllm_serving_trainval.yaml: per load stage TTFT, ITL and E2E; "
+                        "one serving simulation per run, so not in the default)")
     p.add_argument("--points", default=None, metavar="PATH",
                    help="mapping of points to runs (default: the bundled infersim/validate/points.yaml)")
     p.add_argument("--point", action="append", default=[], metavar="ID",

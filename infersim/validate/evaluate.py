@@ -9,6 +9,7 @@ Error = (predicted - measured) / measured, signed.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -23,8 +24,8 @@ from infersim.shapes.comm_shapes import TokenExchangeShape
 from infersim.shapes.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables
 from infersim.cards import categories as cat
 from infersim.run.confidence import ROOFLINE, kernel_grade, run_grade, stage_confidence, table_origin
-from infersim.validate.mapping import (ENERGY_FROM, ENERGY_KINDS, KERNEL_KINDS, STAGE_FROM, STAGE_KINDS, Conversion,
-                                       PointMapping, fit_run_to_spec)
+from infersim.validate.mapping import (ENERGY_FROM, ENERGY_KINDS, KERNEL_KINDS, SERVING_KINDS, STAGE_FROM, STAGE_KINDS,
+                                       Conversion, PointMapping, fit_run_to_spec)
 
 WITHIN = 0.15  # the share of points within this |error| is reported
 ENERGY_FAMILY = "energy"
@@ -96,13 +97,16 @@ class Validation:
 
     def stats(self) -> dict[str, Any]:
         """Overall (times and throughputs: kernel / stage / serving), energy overall, by source, by kind
-        family and by the grade of the prediction (measured, transferred, roofline), accepted outliers
-        left out. Energy is a quantity of its own: it is kept out of the overall time statistics and has
+        family, by the grade of the prediction (measured, transferred, roofline) and, for serving
+        points with sub-metrics, by sub-metric (ttft_mean, itl_mean, ...), accepted outliers left out. Energy is a quantity of its own: it is kept out of the overall time statistics and has
         its own overall."""
         by_source: dict[str, list[float]] = {}
         by_kind: dict[str, list[float]] = {}
         by_grade: dict[str, list[float]] = {}
+        by_metric: dict[str, list[float]] = {}
         for c in self.counted:
+            if c.kind in SERVING_KINDS and c.id != c.point_id:
+                by_metric.setdefault(c.id.rsplit("/", 1)[1], []).append(c.error)
             by_source.setdefault(c.source, []).append(c.error)
             by_kind.setdefault(c.family, []).append(c.error)
             by_grade.setdefault(c.grade or "-", []).append(c.error)
@@ -112,6 +116,7 @@ class Validation:
             "by_source": {k: summarize(v) for k, v in by_source.items()},
             "by_kind": {k: summarize(v) for k, v in by_kind.items()},
             "by_grade": {k: summarize(v) for k, v in by_grade.items()},
+            "by_metric": {k: summarize(v) for k, v in by_metric.items()},
         }
 
 
@@ -235,6 +240,7 @@ class _Evaluator:
         self.points_file = points_file
         self.mfu_tables = mfu_tables
         self._tables: dict[str, KernelTables] = {}
+        self._serving: dict[str, tuple[dict[str, Any], str, list[str]]] = {}
 
     def tables(self, hardware: str) -> KernelTables:
         if hardware not in self._tables:
@@ -308,6 +314,27 @@ class _Evaluator:
         return value * conv.multiply, (module, f"{100 * share:.0f}%", grade), "; ".join(notes)
 
     def serving(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
+        out, grade, notes = self._serving_result(entry)
+        stage = entry.serving.get("stage")
+        if stage is not None:
+            out = _stage_row(out, stage, entry.id)
+            if out.get("overloaded"):
+                notes = [*notes, f"simulated stage overloaded: its queue grows at {out['rate']:g} req/s offered"]
+        if conv.source not in out:
+            raise InferSimError(f"{self.points_file}: {entry.id}: metric.from '{conv.source}' is not a key of the "
+                                f"serving result (keys: {', '.join(sorted(out))})")
+        module = (str(out.get("dominant_module", "-")), "", grade)
+        workload = entry.serving.get("workload")
+        notes = notes + list(workload.get("notes") or []) if isinstance(workload, dict) else notes
+        return float(out[conv.source]) * conv.multiply, module, "; ".join(notes)
+
+    def _serving_result(self, entry: PointMapping) -> tuple[dict[str, Any], str, list[str]]:
+        """The serving simulation of an entry (its result, grade and notes), run once for every
+        sub-metric and every entry with the same run and options (the stages of one run)."""
+        options = {k: v for k, v in entry.serving.items() if k != "stage"}
+        key = json.dumps([entry.run, options, entry.overrides], sort_keys=True, default=str)
+        if key in self._serving:
+            return self._serving[key]
         config, notes = self.config(entry)
         try:
             from infersim.serve.api import simulate_serving  # the request-level simulator (issue 14)
@@ -316,14 +343,31 @@ class _Evaluator:
                 raise _Refused(NEEDS_SERVE) from None
             raise
         try:
-            out = simulate_serving(config, dict(entry.serving))
+            out = simulate_serving(config, options)
         except InferSimError as exc:
             raise _Refused("; ".join([f"refused by the serving simulator: {exc}", *notes])) from None
-        if conv.source not in out:
-            raise InferSimError(f"{self.points_file}: {entry.id}: metric.from '{conv.source}' is not a key of the "
-                                f"serving result (keys: {', '.join(sorted(out))})")
-        module = (str(out.get("dominant_module", "-")), "", _serving_grade(config))
-        return float(out[conv.source]) * conv.multiply, module, "; ".join(notes)
+        self._serving[key] = (out, _serving_grade(config), notes)
+        return self._serving[key]
+
+    def overload(self, entry: PointMapping, key: str, measured: dict[str, float] | float) -> str:
+        """Why a staged serving point's TTFT or E2E stays out of the statistics: the simulated stage
+        is overloaded (its queue grows without bound) while the measured one shows no queue (its
+        mean TTFT is below its mean time after the first token), so the error is the queue's
+        growth over the simulated stage, not a latency; empty otherwise."""
+        stage = entry.serving.get("stage")
+        if entry.kind not in SERVING_KINDS or stage is None or not isinstance(measured, dict) or \
+                not key.startswith(("ttft", "e2e")):
+            return ""
+        out, _, _ = self._serving_result(entry)
+        row = _stage_row(out, stage, entry.id)
+        ttft, e2e = measured.get("ttft_mean"), measured.get("e2e_mean")
+        if not row.get("overloaded") or ttft is None or e2e is None or ttft >= e2e - ttft:
+            return ""
+        capacity = row.get("saturated_capacity_rps")
+        return (f"simulated stage overloaded at {row['rate']:g} req/s"
+                + (f" (served {capacity:.2f} req/s)" if capacity is not None else "")
+                + f"; the measured stage is not (mean TTFT {ttft:.0f} ms, below its {e2e - ttft:.0f} ms after "
+                  "the first token): a queue's growth, not a latency, kept out of the statistics")
 
     def energy(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
         from infersim.run.energy import EnergyUnavailable, run_energy
@@ -353,6 +397,14 @@ class _Evaluator:
         if entry.kind in ENERGY_KINDS:
             return self.energy(entry, conv)
         return self.serving(entry, conv)
+
+
+def _stage_row(out: dict[str, Any], stage: int, pid: str) -> dict[str, Any]:
+    """The row of load stage `stage` of a staged serving result."""
+    for row in out.get("stages") or []:
+        if row.get("stage") == stage:
+            return row
+    raise InferSimError(f"{pid}: the serving result has no load stage {stage}")
 
 
 def _serving_grade(config: Any) -> str:
@@ -504,7 +556,8 @@ def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMappi
                 out.not_expressed.append(NotExpressed(cid, point.source, kind, refused))
                 continue
             measured = point.value[key] if isinstance(point.value, dict) else point.value
+            outlier = entry.accepted_outlier or evaluator.overload(entry, key, point.value)
             out.comparisons.append(Comparison(cid, pid, point.source, entry.kind, entry.family, float(measured),
                                               predicted, _unit(point, key, conv), module[0], module[1], note,
-                                              entry.accepted_outlier, module[2]))
+                                              outlier, module[2]))
     return out

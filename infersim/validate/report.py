@@ -46,12 +46,20 @@ def to_json_data(result: Validation) -> dict[str, Any]:
             "by_source": {k: _stats_data(v) for k, v in stats["by_source"].items()},
             "by_kind": {k: _stats_data(v) for k, v in stats["by_kind"].items()},
             "by_grade": {k: _stats_data(v) for k, v in stats["by_grade"].items()},
+            "by_serving_metric": {k: _stats_data(v) for k, v in stats["by_metric"].items()},
         },
         "not_expressed": [{"id": n.id, "source": n.source, "kind": n.kind, "reason": n.reason}
                           for n in result.not_expressed],
         "excluded": [{"id": c.id, "source": c.source, "error_pct": 100 * c.error, "reason": c.accepted_outlier}
                      for c in result.comparisons if c.accepted_outlier],
     }
+
+
+def _metric_order(item: tuple[str, Any]) -> tuple[int, str]:
+    """TTFT, ITL, E2E (as the serving benchmarks list them), then anything else by name."""
+    order = ("ttft", "itl", "tpot", "e2e")
+    head = item[0].split("_")[0]
+    return (order.index(head) if head in order else len(order), item[0])
 
 
 def _stats_row(name: str, stats: Stats | None) -> list[str]:
@@ -85,6 +93,7 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
     rows += [_stats_row(f"kind {k}", v) for k, v in sorted(stats["by_kind"].items())]
     order = {g: i for i, g in enumerate(GRADES)}
     rows += [_stats_row(f"grade {k}", v) for k, v in sorted(stats["by_grade"].items(), key=lambda kv: order.get(kv[0], 9))]
+    rows += [_stats_row(f"serving {k}", v) for k, v in sorted(stats["by_metric"].items(), key=_metric_order)]
     overall = stats["overall"]
     excluded = [c for c in result.comparisons if c.accepted_outlier]
     if overall is not None:
@@ -107,9 +116,12 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
                   "each point, its notes and the points not expressed: infersim validate (without --summary); "
                   "sources: the `sources:` block of the reference file"]
         return "\n".join(line for line in lines if line is not None)
-    notes = [c for c in result.comparisons if c.note and c.kind not in ("kernel_gemm", "kernel_grouped_gemm", "deepep")]
+    notes: dict[tuple[str, str], str] = {}  # a note all sub-metrics of a point share is listed once, by the point
+    for c in result.comparisons:
+        if c.note and c.kind not in ("kernel_gemm", "kernel_grouped_gemm", "deepep"):
+            notes[(c.point_id, c.note)] = c.point_id if (c.point_id, c.note) in notes else c.id
     if notes:
-        lines += ["", "NOTES"] + [f"  {c.id}: {c.note}" for c in notes]
+        lines += ["", "NOTES"] + [f"  {shown}: {note}" for (_, note), shown in notes.items()]
     if excluded:
         lines += ["", f"EXCLUDED FROM THE STATISTICS: accepted outliers of their own runs ({len(excluded)})"]
         lines += [f"  {c.id} [{c.source}] {100 * c.error:+.1f}%: {c.accepted_outlier}" for c in excluded]
