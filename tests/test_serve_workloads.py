@@ -401,3 +401,17 @@ def test_latency_samples_are_exact_then_within_their_stated_accuracy_in_bounded_
         exact = ordered[round(q / 100 * (len(ordered) - 1))]
         assert big.percentile(q) == pytest.approx(exact, rel=RELATIVE_ACCURACY * 1.01)
     assert big.mean == pytest.approx(sum(values) / len(values))
+
+
+def test_a_trace_whose_requests_all_arrive_at_once_has_no_offered_rate(tmp_path, capsys) -> None:
+    """A burst (every arrival at one instant) has no request rate: the load says so (null), never
+    Infinity, which JSON cannot hold."""
+    import json
+
+    from infersim.cli.main import main
+
+    trace = tmp_path / "burst.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,10\n0,100,10\n")
+    assert main(["serve", "--config", "serve-llama-8b-h100.yaml", "--trace", str(trace), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    assert data["completed"] == 2 and data["load"]["offered_rps"] is None

@@ -156,3 +156,27 @@ def test_bad_user_rules_fail_with_one_clear_error(tmp_path: Path, text: str, mes
 def test_missing_rules_file(tmp_path: Path) -> None:
     with pytest.raises(InferSimError, match="rules file not found"):
         load_rules([tmp_path / "none.yaml"])
+
+
+def test_a_kernel_starting_an_hour_after_its_launch_is_dropped_and_said(tmp_path, capsys) -> None:
+    """A kernel timestamp an hour past its launch (another clock, a corrupted event) would make the
+    step an hour long: it is dropped and counted, and the step is the other kernels' span."""
+    from tracegen.synthetic import TraceBuilder, dense_step, write_trace
+
+    from infersim.cli.main import main
+
+    builder = TraceBuilder()
+    start = builder.cpu_us
+    builder.eager(dense_step(2))
+    builder.annotation("step[EXTEND bs=1 toks=512]", start, builder.cpu_us + 1)
+    events = builder.drain()
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    kernels[0]["ts"] = kernels[0]["ts"] + 3.6e9
+    path = tmp_path / "late.json"
+    write_trace(path, events)
+    assert main(["compare", "--trace", str(path), "--config", "qwen3-30b.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "1 GPU event dropped: start more than a minute after the CPU launched them" in out
+    assert "before the CPU launched" not in out
+    span = next(line for line in out.splitlines() if line.startswith("step time"))
+    assert float(span.split(":")[1].split()[0].replace(",", "")) < 10  # ms: the step's own kernels

@@ -86,7 +86,7 @@ class StageLoad:
     stage: int
     start_s: float
     end_s: float  # its arrival window
-    offered_rps: float
+    offered_rps: float | None  # None: every request of the stage arrived at one instant (a burst has no rate)
     arrived_second_half: float
     admitted_second_half: float
     backlog_growth: float  # arrivals - admissions over the second half
@@ -105,7 +105,7 @@ def assess_stage(timeline: Timeline, stage: int, start: float, end: float, reque
     overloaded = dropped > 0 or (arrived > 0 and growth > max(GROWTH_SHARE * arrived, NOISE_SIGMAS * math.sqrt(arrived)))
     capacity = admitted / (end - mid) if overloaded and end > mid else None
     if offered_rps is None:
-        offered_rps = requests / (end - start) if end > start else math.inf
+        offered_rps = requests / (end - start) if end > start else None
     return StageLoad(stage, start, end, offered_rps, arrived, admitted, growth, dropped, overloaded, capacity)
 
 
@@ -114,7 +114,8 @@ def warning_text(load: StageLoad, max_waiting: int) -> str:
     what = f"stage {load.stage}" if load.stage >= 0 else "the load"
     served = (f"its engines served {load.saturated_capacity_rps:,.3g} req/s at saturation"
               if load.saturated_capacity_rps is not None else "its engines could not keep up")
-    text = (f"overloaded: {what} offered {load.offered_rps:,.3g} req/s; {served}; over the second half of its "
+    offered = f"{load.offered_rps:,.3g} req/s" if load.offered_rps is not None else "its requests at one instant"
+    text = (f"overloaded: {what} offered {offered}; {served}; over the second half of its "
             f"arrivals the queue grew by {load.backlog_growth:,.0f} of {load.arrived_second_half:,.0f} requests")
     if load.dropped:
         return text + (f"; {load.dropped:,} requests found the queue full (max_waiting {max_waiting:,} per instance) "

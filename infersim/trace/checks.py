@@ -34,6 +34,11 @@ BEFORE_LAUNCH = "start more than a second before the CPU launched them"
 #: profiler puts GPU times on the CPU clock, so a kernel cannot start before it is launched; a
 #: second is far beyond any clock offset and catches timestamps of another epoch (0 among Unix times)
 LAUNCH_SKEW_US = 1e6
+AFTER_LAUNCH = "start more than a minute after the CPU launched them"
+#: how long after its launch a kernel may start: the launch queue holds about a thousand kernels,
+#: so a minute's wait needs each queued kernel to run ~60 ms; a later start is a timestamp of
+#: another clock or a corrupted event, and would stretch the step it falls in by that much
+LAUNCH_DELAY_US = 60e6
 
 
 @dataclass
@@ -109,24 +114,29 @@ def repeats_and_overlaps(k: KernelColumns) -> tuple[list[int], int]:
     return repeats, overlaps
 
 
-def before_launch(kernel_corr: array, kernel_start: array, launch_corr: array, launch_start: array) -> list[int]:
-    """Rows of kernels that start more than LAUNCH_SKEW_US before their launch. Only correlation ids
-    of one launch are checked (ids several launches share are matched to a launch later, by time).
-    The launches are looked up by bisection in their ids (sorted, as Kineto numbers them, or sorted
-    here into typed arrays): no dict per launch in a trace of millions."""
+def off_launch(kernel_corr: array, kernel_start: array, launch_corr: array,
+               launch_start: array) -> tuple[list[int], list[int]]:
+    """(rows of kernels that start more than LAUNCH_SKEW_US before their launch, rows of kernels that
+    start more than LAUNCH_DELAY_US after it). Only correlation ids of one launch are checked (ids
+    several launches share are matched to a launch later, by time). The launches are looked up by
+    bisection in their ids (sorted, as Kineto numbers them, or sorted here into typed arrays): no
+    dict per launch in a trace of millions."""
     if any(launch_corr[i] > launch_corr[i + 1] for i in range(len(launch_corr) - 1)):
         order = array("l", sorted(range(len(launch_corr)), key=launch_corr.__getitem__))
         ids = array("q", (launch_corr[i] for i in order))
         starts = array("d", (launch_start[i] for i in order))
     else:
         ids, starts = launch_corr, launch_start
-    out = []
+    early: list[int] = []
+    late: list[int] = []
     for row, (corr, start) in enumerate(zip(kernel_corr, kernel_start)):
         lo = bisect_left(ids, corr)
-        if lo < len(ids) and ids[lo] == corr and (lo + 1 == len(ids) or ids[lo + 1] != corr) \
-                and start < starts[lo] - LAUNCH_SKEW_US:
-            out.append(row)
-    return out
+        if lo < len(ids) and ids[lo] == corr and (lo + 1 == len(ids) or ids[lo + 1] != corr):
+            if start < starts[lo] - LAUNCH_SKEW_US:
+                early.append(row)
+            elif start > starts[lo] + LAUNCH_DELAY_US:
+                late.append(row)
+    return early, late
 
 
 def without_rows(columns: list[array], rows: list[int]) -> list[array]:
