@@ -141,7 +141,9 @@ def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
             if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
                 raise InferSimError(f"{where}: tp: expected a whole number of GPUs (got {echo(tp)})")
             try:
-                options = trainval_options(run, max_stage_s)
+                # multi-turn rounds as the runs of this format sent them: fixed-length requests
+                # (the same expansion as validate's trainval source, infersim.serve.trainval.FIXED_ROUNDS_NOTE)
+                options = trainval_options(run, max_stage_s, session_context=False)
             except (KeyError, TypeError) as exc:
                 raise InferSimError(f"{where}: workload or vllm stanza incomplete ({exc})") from None
             experiments.append(Experiment(str(run.get("id", index)), run["model"], tp, options,
