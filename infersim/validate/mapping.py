@@ -130,7 +130,8 @@ def _conversion(data: Any, kind: str, source: str, where: str) -> Conversion:
                       str(data.get("unit", "")), dict(kernel), str(why))
 
 
-def _entry(data: Any, index: int, source: str) -> PointMapping:
+def _identity(data: Any, index: int, source: str) -> tuple[str, str, str]:
+    """(point id, where it is in the file, kind) of an entry, its keys checked."""
     where = f"points[{index}]"
     if not isinstance(data, dict):
         raise ConfigError(source, where, data, "expected a mapping with id, kind, why and the run")
@@ -146,15 +147,19 @@ def _entry(data: Any, index: int, source: str) -> PointMapping:
     if kind not in KINDS:
         raise ConfigError(source, f"{where}.kind", kind if kind is not None else MISSING,
                           f"expected one of {', '.join(KINDS)}")
-    why = _why_text(data.get("why"), source, f"{where}.why")
-    not_expressed = data.get("not_expressed") or ""
-    if not isinstance(not_expressed, str):
-        raise ConfigError(source, f"{where}.not_expressed", not_expressed, "expected the reason as text")
-    not_expressed = " ".join(not_expressed.split())
-    accepted = data.get("accepted_outlier") or ""
-    if not isinstance(accepted, str):
-        raise ConfigError(source, f"{where}.accepted_outlier", accepted, "expected the reason as text")
-    accepted = " ".join(accepted.split())
+    return pid, where, kind
+
+
+def _reason(data: dict[str, Any], key: str, source: str, where: str) -> str:
+    """An optional reason (not_expressed, accepted_outlier) as one line of text."""
+    value = data.get(key) or ""
+    if not isinstance(value, str):
+        raise ConfigError(source, f"{where}.{key}", value, "expected the reason as text")
+    return " ".join(value.split())
+
+
+def _metrics(data: dict[str, Any], kind: str, source: str, where: str, not_expressed: str) -> dict[str, Conversion]:
+    """The entry's conversions: `metric` (one number) or `metrics` (one per sub-metric)."""
     if "metric" in data and "metrics" in data:
         raise ConfigError(source, where, MISSING, "give `metric` (one number) or `metrics` (one per sub-metric), not both")
     metrics: dict[str, Conversion] = {}
@@ -167,32 +172,52 @@ def _entry(data: Any, index: int, source: str) -> PointMapping:
             metrics[str(key)] = _conversion(conv, kind, source, f"{where}.metrics.{key}")
     elif not not_expressed:
         raise ConfigError(source, f"{where}.metric", MISSING, "says how the result becomes the point's number")
-    hardware = data.get("hardware", "")
-    kernel = data.get("kernel", {})
-    run = data.get("run", {})
-    serving = data.get("serving", {})
-    if not not_expressed:
-        if kind in KERNEL_KINDS:
-            if not isinstance(hardware, str) or not hardware:
-                raise ConfigError(source, f"{where}.hardware", hardware or MISSING, "a kernel point names a hardware card")
-            if not isinstance(kernel, dict) or not kernel:
-                raise ConfigError(source, f"{where}.kernel", kernel or MISSING, "a kernel point gives its shape's fields")
-        else:
-            if not isinstance(run, dict) or not run:
-                raise ConfigError(source, f"{where}.run", run or MISSING, f"a {kind} point gives an inline run config")
-            if kind in SERVING_KINDS and (not isinstance(serving, dict) or not serving):
-                raise ConfigError(source, f"{where}.serving", serving or MISSING,
-                                  "a serving point gives the serving options (mode, num_requests, isl, osl, ...)")
-    for name, value in (("kernel", kernel), ("run", run), ("serving", serving)):
-        if not isinstance(value, dict):
-            raise ConfigError(source, f"{where}.{name}", value, "expected a mapping")
+    return metrics
+
+
+def _check_what_runs(kind: str, hardware: Any, kernel: Any, run: Any, serving: Any, source: str, where: str) -> None:
+    """An expressed point names what it runs: a kernel point its GPU and shape, the others a run
+    config (and a serving point its serving options)."""
+    if kind in KERNEL_KINDS:
+        if not isinstance(hardware, str) or not hardware:
+            raise ConfigError(source, f"{where}.hardware", hardware or MISSING, "a kernel point names a hardware card")
+        if not isinstance(kernel, dict) or not kernel:
+            raise ConfigError(source, f"{where}.kernel", kernel or MISSING, "a kernel point gives its shape's fields")
+        return
+    if not isinstance(run, dict) or not run:
+        raise ConfigError(source, f"{where}.run", run or MISSING, f"a {kind} point gives an inline run config")
+    if kind in SERVING_KINDS and (not isinstance(serving, dict) or not serving):
+        raise ConfigError(source, f"{where}.serving", serving or MISSING,
+                          "a serving point gives the serving options (mode, num_requests, isl, osl, ...)")
+
+
+def _overrides(data: dict[str, Any], kind: str, source: str, where: str) -> tuple[str, ...]:
     overrides = data.get("set", [])
     if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
         raise ConfigError(source, f"{where}.set", overrides, "expected a list of FIELD=VALUE overrides (as --set takes)")
     if overrides and kind in KERNEL_KINDS:
         raise ConfigError(source, f"{where}.set", overrides, "overrides apply to a run; a kernel point has none")
+    return tuple(overrides)
+
+
+def _entry(data: Any, index: int, source: str) -> PointMapping:
+    pid, where, kind = _identity(data, index, source)
+    why = _why_text(data.get("why"), source, f"{where}.why")
+    not_expressed = _reason(data, "not_expressed", source, where)
+    accepted = _reason(data, "accepted_outlier", source, where)
+    metrics = _metrics(data, kind, source, where, not_expressed)
+    hardware = data.get("hardware", "")
+    kernel = data.get("kernel", {})
+    run = data.get("run", {})
+    serving = data.get("serving", {})
+    if not not_expressed:
+        _check_what_runs(kind, hardware, kernel, run, serving, source, where)
+    for name, value in (("kernel", kernel), ("run", run), ("serving", serving)):
+        if not isinstance(value, dict):
+            raise ConfigError(source, f"{where}.{name}", value, "expected a mapping")
+    overrides = _overrides(data, kind, source, where)
     return PointMapping(pid, kind, why, metrics, str(hardware or ""), dict(kernel), dict(run), dict(serving),
-                        not_expressed, accepted, tuple(overrides))
+                        not_expressed, accepted, overrides)
 
 
 def load_mapping(path: Path) -> dict[str, PointMapping]:
