@@ -114,7 +114,7 @@ def test_bundled_tables_load_and_pass_their_cards_checks(device: str) -> None:
         load_tables(directory).check_hardware(card)
 
 
-@pytest.mark.parametrize("device", ("h100-sxm", "b200"))
+@pytest.mark.parametrize("device", ("h100-sxm", pytest.param("b200", marks=pytest.mark.slow)))
 def test_bundled_aiconfigurator_tables_load_with_licence(device: str) -> None:
     tables = load_tables(BUNDLED / "aiconfigurator" / device / "trtllm-1.3.0rc20")
     prov = tables.provenance

@@ -126,6 +126,7 @@ def test_a_threshold_of_one_is_refused_naming_it(table_pair: tuple[Path, Path], 
         compare_tables(a, b, threshold=1.0)
 
 
+@pytest.mark.slow  # indexes two whole bundled table sets; the comparison itself is checked on small pairs above
 def test_bundled_b200_and_gb200_disagree_on_the_deepseek_moe_slice() -> None:
     """B200 and GB200 share a die: the tables agree within a few percent, except aiconfigurator's
     NVFP4 MoE rows of DeepSeek's layout at EP 4 (and 1, 8, 16), where GB200's are ~1.8x faster."""

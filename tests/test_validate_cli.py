@@ -181,6 +181,7 @@ def test_bad_points_file_gives_one_line(reference, tmp_path, capsys):
     assert "field 'points[0] (x).kind'" in _error_line(capsys)
 
 
+@pytest.mark.slow  # the whole public set again: the README's `validate --summary` (docs tests) runs it by default
 def test_the_shipped_reference_by_default(capsys):
     """Every point of the shipped public measurements is either compared or listed with a reason."""
     assert main(["validate", "--format", "json"]) == 0
