@@ -302,14 +302,18 @@ class _Evaluator:
                 notes.append(f"calibrated: {self.profile.describe()}")
         return config, notes
 
-    def stage(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
+    def simulated(self, entry: PointMapping) -> tuple[Any, Any, list[str]]:
+        """(the point's run simulated, its config, its notes); a run the simulator refuses is the point's refusal."""
         from infersim.run.simulate import simulate
 
         config, notes = self.config(entry)
         try:
-            result = simulate(config)
+            return simulate(config), config, notes
         except InferSimError as exc:
             raise _Refused("; ".join([f"refused: {exc}", *notes])) from None
+
+    def stage(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
+        result, config, notes = self.simulated(entry)
         stage_name, quantity = STAGE_FROM[conv.source]
         stage = result.prefill if stage_name == "prefill" else result.decode
         if quantity == "tgs":
@@ -383,13 +387,8 @@ class _Evaluator:
 
     def energy(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
         from infersim.run.energy import EnergyUnavailable, run_energy
-        from infersim.run.simulate import simulate
 
-        config, notes = self.config(entry)
-        try:
-            result = simulate(config)
-        except InferSimError as exc:
-            raise _Refused("; ".join([f"refused: {exc}", *notes])) from None
+        result, config, notes = self.simulated(entry)
         energy = run_energy(result)
         if isinstance(energy, EnergyUnavailable):
             raise _Refused(energy.reason)
