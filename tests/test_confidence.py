@@ -4,20 +4,16 @@ apart from the TTFT of one request."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from conftest import REPO_ROOT
+
+from cli_helpers import run_json
 
 from infersim.cli.main import main
 
 H100_TRTLLM = REPO_ROOT / "mfu_tables" / "aiconfigurator" / "h100-sxm" / "trtllm-1.3.0rc20"
 LLAMA_70B = ["--model", "llama-3.1-70b", "--tp", "8", "--isl", "2000", "--osl", "500"]
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    assert main([*argv, "--format", "json"]) == 0, capsys.readouterr().err
-    return json.loads(capsys.readouterr().out)
 
 
 def _check_shares(stage: dict) -> None:

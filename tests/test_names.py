@@ -14,21 +14,11 @@ from hypothesis import strategies as st
 
 from infersim.base.errors import InferSimError
 from infersim.cards.registry import bundled_names, resolve_card, served_model_name
+from cli_helpers import run_json, error_of
+
 from infersim.cli.main import main
 
 VLLM_SAMPLE = REPO_ROOT / "docs" / "examples" / "vllm-bench-serve-llama-3.1-8b-h100-rate8.json"
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    assert main([*argv, "--format", "json"]) == 0, capsys.readouterr().err
-    return json.loads(capsys.readouterr().out)
-
-
-def error_of(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 2) -> str:
-    assert main(list(argv)) == code
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "Traceback" not in err
-    return err
 
 
 @pytest.mark.parametrize("kind, name, card, how", [

@@ -13,6 +13,8 @@ import yaml
 from conftest import COMMANDS_RUN_ONCE, REPO_ROOT
 
 from infersim.cards.registry import engine_family, resolve_name
+from cli_helpers import run_json, error_of
+
 from infersim.cli.main import main
 from infersim.run.config import load_run_config
 from infersim.base.errors import InferSimError
@@ -23,18 +25,6 @@ from infersim.run.flags import RunFlags
 NEWEST_VLLM = engine_family("vllm")[-1].stem
 VLLM_VERSION = engine_family("vllm")[-1].version
 NEWEST_SGLANG = engine_family("sglang")[-1].stem
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    assert main([*argv, "--format", "json"]) == 0, capsys.readouterr().err
-    return json.loads(capsys.readouterr().out)
-
-
-def error_of(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 2) -> str:
-    assert main(list(argv)) == code
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "Traceback" not in err
-    return err
 
 
 # ---------------------------------------------------------------------------------------------
