@@ -123,8 +123,27 @@ class Provenance:
 # the efficiency; so tables and the simulator can never disagree on what a FLOP count is.
 
 
+KernelShape = GemmShape | GroupedGemmShape | AttentionShape | CollectiveShape | MemoryBoundShape
+
+
+class _MeasuredKernel:
+    """A row's kernel shape, built once per row: indexing a table set reads it three times a row
+    (the efficiency check on read, the grid's efficiency, the bytes the HBM check compares)."""
+
+    def shape(self) -> KernelShape:
+        raise NotImplementedError
+
+    @property
+    def kernel_shape(self) -> KernelShape:
+        # kept in the instance's __dict__, beside the frozen fields it is built from (so never stale)
+        kept = self.__dict__.get("_kernel_shape")
+        if kept is None:
+            kept = self.__dict__["_kernel_shape"] = self.shape()
+        return kept
+
+
 @dataclass(frozen=True)
-class GemmRow:
+class GemmRow(_MeasuredKernel):
     """One measured GEMM (m x k x n) of gemm*.csv."""
 
     dtype: str
@@ -139,7 +158,7 @@ class GemmRow:
 
 
 @dataclass(frozen=True)
-class GroupedGemmRow:
+class GroupedGemmRow(_MeasuredKernel):
     """One measured MoE grouped GEMM of grouped_gemm*.csv."""
 
     dtype: str
@@ -173,7 +192,7 @@ class GroupedGemmRow:
 
 
 @dataclass(frozen=True)
-class AttentionRow:
+class AttentionRow(_MeasuredKernel):
     """One measured attention kernel of attention_*.csv."""
 
     kind: Literal["mha", "mla"]
@@ -204,7 +223,7 @@ class AttentionRow:
 
 
 @dataclass(frozen=True)
-class CollectiveRow:
+class CollectiveRow(_MeasuredKernel):
     """One collective inside one node: `ranks` GPUs, each holding `message_bytes` (the full buffer
     for all-reduce, the gathered output for all-gather, the input for reduce-scatter), as
     `CollectiveShape.bytes_per_rank`. `library` names the implementation (nccl, trtllm-custom ...)."""
@@ -222,7 +241,7 @@ class CollectiveRow:
 
 
 @dataclass(frozen=True)
-class ElementwiseRow:
+class ElementwiseRow(_MeasuredKernel):
     """One measured elementwise, reduction or copy kernel of eager PyTorch (elementwise*.csv): `op`
     names the kernel as the simulator's operations do (infersim.shapes.kernels.ELEMENTWISE_OPS), `dtype` its
     input format, `elements` the elements it writes and `bytes` what it reads plus writes by that op's
@@ -265,7 +284,7 @@ def row_columns(family: str) -> list[str]:
 
 def efficiency_of(row: Row, peak_flops: float) -> float:
     """Achieved FLOP/s over peak: the row's kernel FLOPs / (latency * peak)."""
-    return row.shape().flops / (row.latency_us * 1e-6 * peak_flops)
+    return row.kernel_shape.flops / (row.latency_us * 1e-6 * peak_flops)
 
 
 @dataclass(frozen=True)

@@ -392,7 +392,7 @@ def _hbm_rows(directory: Path, table_dir: TableDirectory) -> tuple[tuple[str, fl
             if not hasattr(row, "dtype"):
                 continue
             where = f"{table}:{lines[i]}" if i < len(lines) else table
-            found.append((row.dtype, row.latency_us, minimum_bytes(row.shape()), where))
+            found.append((row.dtype, row.latency_us, minimum_bytes(row.kernel_shape), where))
     return tuple(found)
 
 

@@ -221,6 +221,15 @@ def _parse_cell(hint: Any, text: str, source: str, column: str) -> Any:
         raise ConfigError(source, column, text, f"expected {wanted}") from None
 
 
+def _parse_positive_int(text: str, source: str, column: str) -> Any:
+    """An int cell: plain ASCII digits of a positive number take the fast path."""
+    if text.isascii() and text.isdigit() and len(text) < 16:
+        value = int(text)
+        if value > 0:
+            return value
+    return _parse_cell(int, text, source, column)
+
+
 def _cell_parser(hint: Any) -> Callable[[str, str, str], Any]:
     """A parser for one column's cells: plain numbers, names of a Literal, text and empty optional
     cells take a fast path (the bundled tables hold about two million cells, read once per
@@ -238,12 +247,7 @@ def _cell_parser(hint: Any) -> Callable[[str, str, str], Any]:
             return _parse_cell(hint, text, source, column)
         return parse_float
     if hint is int:
-        def parse_int(text: str, source: str, column: str) -> Any:
-            stripped = text.strip()
-            if stripped.isdigit() and len(stripped) < 16 and int(stripped) > 0:
-                return int(stripped)
-            return _parse_cell(hint, text, source, column)
-        return parse_int
+        return _parse_positive_int
     if hint is str:
         return lambda text, source, column: text.strip()
     if hint is bool:
@@ -272,7 +276,7 @@ def _parse_count(text: str, source: str, column: str) -> int:
     stripped = text.strip()
     if stripped == "":
         return 0
-    if stripped.isdigit() and len(stripped) < 16:
+    if stripped.isascii() and stripped.isdigit() and len(stripped) < 16:
         return int(stripped)
     value = check_number(stripped, source, column, whole=True)
     if value < 0:
@@ -330,15 +334,16 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
                               f"a {family} table has columns {','.join(expected)}"
                               + (f"; missing {','.join(missing)}" if missing else "")
                               + (f"; unknown {','.join(unknown)}" if unknown else ""))
+        columns = [(name, header.index(name), parse) for name, parse in parsers.items() if name in header]
+        efficiency_at = header.index("efficiency") if "efficiency" in header else -1
         rows: list[Row] = []
         for line_no, cells in enumerate(reader, start=2):
-            if not cells or all(not c.strip() for c in cells):
+            if not cells or (not cells[0].strip() and all(not c.strip() for c in cells)):
                 continue
             where = f"{path}:{line_no}"
             if len(cells) != len(header):
                 raise ConfigError(where, "", cells, f"has {len(cells)} cells, the header {len(header)}")
-            record = dict(zip(header, cells))
-            values = {name: parsers[name](record[name], where, name) for name in parsers if name in record}
+            values = {name: parse(cells[at], where, name) for name, at, parse in columns}
             try:
                 row = row_type(**values)
             except TypeError as exc:
@@ -355,7 +360,7 @@ def _read_table_csv(path: Path, family: str, peak_for: Callable[[str], float], l
                 if lines is not None:
                     lines.append(line_no)
                 continue
-            stored = parse_efficiency(record["efficiency"], where, "efficiency")
+            stored = parse_efficiency(cells[efficiency_at], where, "efficiency")
             recomputed = efficiency_of(row, peak_for(row.dtype))
             if abs(stored - recomputed) > EFFICIENCY_TOLERANCE * max(recomputed, 1e-12) + 5e-7:
                 raise ConfigError(where, "efficiency", stored,
