@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, shared_reference
+from conftest import REPO_ROOT, TEST_CACHE_DIR, shared_reference
 
 from infersim.base.errors import InferSimError
 from infersim.calibrate.fit import FitSettings, Observation, fit_constants
@@ -23,7 +23,7 @@ from infersim.cards.calibration import (
 )
 
 EXAMPLE = REPO_ROOT / "infersim" / "calibrate" / "examples" / "vllm-h100-runs.yaml"
-ENV = {"INFERSIM_CACHE": "off", "PATH": ""}
+ENV = {"INFERSIM_CACHE_DIR": TEST_CACHE_DIR, "PATH": ""}  # the session's table cache: a cold index costs ~5 s a run
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

@@ -64,6 +64,7 @@ def test_max_rate_under_slo(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--rate", "0"], "argument --rate/--request-rate: '0': must be greater than 0"),
     (["--rate", "2", "--isl", "-10"], "isl: a length must be a whole number of tokens >= 1"),
+    (["--rate", "2", "--isl", ".inf"], "isl: a length must be a whole number of tokens >= 1 (value: inf: must be a finite"),
     (["--rate", "2", "--offline"], "choose one load"),
     ([], "give a load"),
     (["--rate", "2", "--slo", "ttft=fast"], "--slo 'ttft=fast'"),

@@ -154,7 +154,7 @@ def test_the_source_is_opt_in_on_the_command_line(tmp_path) -> None:
 
     from conftest import REPO_ROOT
 
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "INFERSIM_CACHE": "off"}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # the session's table cache (INFERSIM_CACHE_DIR)
     point = "trainval-66-reasoning-lite-stage0/itl_mean"
     proc = subprocess.run([sys.executable, "-m", "infersim", "validate", "--source", "trainval-vllm", "--point", point,
                            "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

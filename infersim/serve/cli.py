@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import re
 import sys
 from typing import Any
@@ -187,7 +188,7 @@ def _request_length(text: str | None, name: str) -> int | None:
     value = _length(text, name)
     if isinstance(value, dict):
         value = value.get("mean")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1 or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value < math.inf:
         return None  # left to the options' own check, which names the problem
     return max(1, round(value))
 
