@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from itertools import chain, islice
+from itertools import chain
 from typing import NamedTuple
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
@@ -89,9 +89,8 @@ class _PlanInputs(NamedTuple):
     mixer_pieces: PieceScope | FreshPieces  # builders given (model, mixer) first
     ffn_pieces: PieceScope | FreshPieces  # builders given (model, ffn) first
     step_pieces: PieceScope | FreshPieces  # builders given (model,) first
-    # with a memo: the frames of the plans built from these inputs, by what they are built from
-    # beside the sequences (_frame_key); None without a memo
-    frames: dict[tuple[Hashable, ...], _Frame] | None
+    # with a memo: the frame of the last plan built from these inputs; None without a memo
+    last_frame: _LastFrame | None
 
 
 class _Frame(NamedTuple):
@@ -105,15 +104,24 @@ class _Frame(NamedTuple):
     per_step: Piece
 
 
-#: frames kept per (model, deployment) inputs; at the bound the older half goes (rebuilt when asked)
-MAX_FRAMES = 1024
+class _LastFrame:
+    """The frame of the last plan built from one (model, deployment) inputs, with what it was built
+    from beside them. Only the last: a sweep's consecutive plans of one deployment mostly share it
+    (the context lengths of one batch, the real batches padded to one CUDA-graph size), and plans
+    that never repeat one (a layout search's batches) keep no frames alive."""
+
+    __slots__ = ("key", "frame")
+
+    def __init__(self) -> None:
+        self.key: tuple[Hashable, ...] | None = None
+        self.frame: _Frame | None = None
 
 
 def _inputs_of(memo: PricingMemo | None, model: ModelCard, dep: Deployment) -> _PlanInputs:
     """The plan inputs of (model, dep), their pieces kept in `memo` when given."""
     mixer, ffn = MixerDeployment.of(dep), FfnDeployment.of(dep)
     return _PlanInputs(mixer, ffn, pieces_for(memo, model, mixer), pieces_for(memo, model, ffn),
-                       pieces_for(memo, model), None if memo is None else {})
+                       pieces_for(memo, model), None if memo is None else _LastFrame())
 
 
 def _plan_inputs(model: ModelCard, dep: Deployment, memo: PricingMemo | None) -> _PlanInputs:
@@ -287,27 +295,26 @@ def build_stage_plan(stage: Stage, model: ModelCard, dep: Deployment, workload: 
 def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micro_batches: int, comm_sms: int,
                       tokens_per_gpu: int, requests_per_gpu: int, memo: PricingMemo | None = None) -> StagePlan:
     """The plan of one step whose per-micro-batch work is `ctx` (any mix of sequences). With a memo,
-    the pieces that do not read the sequences come from the frame of the plans built from the same
-    inputs beside them (built, every piece asked for in order, the first time)."""
+    the pieces that do not read the sequences come from the frame of the last plan of the same
+    (model, deployment) when it was built from the same inputs beside the sequences; otherwise every
+    piece is asked for, in order, and the plan's frame kept."""
     sms = comm_sms if (micro_batches == 2 and dep.moe_comm == "deepep-normal" and model.is_moe) else 0
     inputs = _plan_inputs(model, dep, memo)
     logit_rows = _logit_rows(dep, ctx, micro_batches)
-    frames = inputs.frames
+    last = inputs.last_frame
     frame = None
-    if frames is not None:
+    if last is not None:
         # what a frame's pieces are built from beside the (model, deployment) inputs: FfnContext's
         # fields (the before/after pieces read the stage and tokens), the micro-batches, the logit rows
         key = (ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node, ctx.expert_tokens_per_gpu, ctx.sequence_length,
                micro_batches, logit_rows)
-        frame = frames.get(key)
+        if last.key == key:
+            frame = last.frame
     if frame is None:
         groups, around, ffns = _layers_built(model, inputs, ctx, memo)
         per_step = _per_step(model, dep, inputs, ctx, micro_batches, logit_rows)
-        if frames is not None:
-            if len(frames) >= MAX_FRAMES:
-                for old in list(islice(frames, len(frames) // 2 or 1)):
-                    del frames[old]
-            frames[key] = _Frame(around, ffns, per_step)
+        if last is not None:
+            last.key, last.frame = key, _Frame(around, ffns, per_step)
     else:
         groups, per_step = _layers_framed(model, inputs, ctx, frame, memo), frame.per_step
     return StagePlan(ctx.stage, groups, per_step, micro_batches, sms, tokens_per_gpu,
