@@ -421,13 +421,13 @@ def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
     return fastest_rows
 
 
-def _decode_kv_heads(grids: Mapping[GridKey, Grid]) -> dict[tuple[Any, ...], frozenset[int]]:
+def _decode_kv_heads(grids: Mapping[GridKey, Grid]) -> dict[tuple[Any, ...], frozenset[float]]:
     """(kind, dtype, KV dtype, query heads per KV head, qk dim, v dim, q_len, window) -> the KV-head
     counts measured in decode attention grids of that layout: the grids _decode_attention_by_heads
     may answer from, found without building a shape per candidate count."""
-    counts: dict[tuple[Any, ...], set[int]] = {}
+    counts: dict[tuple[Any, ...], set[float]] = {}
     for key in grids:
-        if key[0] != "attention" or key[1] != "decode":
+        if key[0] != "attention" or key[1] != "decode" or len(key) != 11:  # row_grid_key's decode layout
             continue
         _, _, kind, dtype, kv_dtype, heads, kv_heads, qk, v, q_len, window = key
         if isinstance(heads, (int, float)) and isinstance(kv_heads, (int, float)) and kv_heads > 0 \
