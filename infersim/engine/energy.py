@@ -60,7 +60,7 @@ def step_joules(seconds_by_kind: dict[str, float], step_s: float, power: Power) 
     idle = power.idle
     above = {"compute": power.compute_bound - idle, "memory": power.memory_bound - idle,
              "communication": power.communication_bound - idle, "idle": idle - idle}
-    joules = idle * step_s + sum(t * above[kind] for kind, t in seconds_by_kind.items())
+    joules = idle * step_s + sum([t * above[kind] for kind, t in seconds_by_kind.items()])
     limit = power.board * step_s
     return min(joules, limit), joules > limit * (1 + 1e-12)
 
