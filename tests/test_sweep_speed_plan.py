@@ -127,3 +127,37 @@ def test_memoised_pricing_times_like_plain_pricing(config, variants):
         assert stage_time(plan, hw, tables, engine, memo) == stage_time(plain, hw, tables, engine)
         assert run_stage(plan, hw, tables, engine, memo) == run_stage(plain, hw, tables, engine)
         assert run_stage(plain, hw, tables, engine, memo) == run_stage(plain, hw, tables, engine)
+
+
+@pytest.mark.parametrize("config,sets", [("qwen3-30b.yaml", []), ("qwen3-30b.yaml", ["engine=vllm", "deployment.ffn.ep=1"]),
+                                         ("qwen3-next.yaml", []), ("qwen3-next.yaml", ["deployment.overlap=two-batch"]),
+                                         ("deepseek-v3.2.yaml", []), ("gpt-oss-120b.yaml", [])])
+def test_plans_built_from_a_kept_frame_equal_fresh_plans(config, sets, monkeypatch):
+    """Consecutive decode plans of one deployment that differ only in their sequences (the real
+    batches behind one CUDA-graph size, the context lengths) take the pieces that do not read the
+    sequences from the last plan's frame: each is still the plan built without a memo, and priced
+    through the memo it times as the plain plan does; a plan of other tokens builds its own frame."""
+    from infersim.modules import step
+
+    built = []
+    layers_built = step._layers_built
+    def counted(model, inputs, ctx, memo):  # the frames built through the memo
+        if memo is not None:
+            built.append(1)
+        return layers_built(model, inputs, ctx, memo)
+
+    monkeypatch.setattr(step, "_layers_built", counted)
+    cfg = load_run_config(config, sets)
+    model, hw, dep, engine = cfg.model, cfg.hardware, cfg.deployment, cfg.engine
+    memo = PricingMemo()
+    plans = 0
+    for batch in (18, 20, 22, 24, 26, 28, 64, 2):
+        for isl in (1024, 5000, 1024, 30_000):
+            work = dataclasses.replace(cfg.workload, isl=isl)
+            kept, padded = _decode_plan(model, hw, dep, work, batch, engine, memo=memo)
+            plain, _ = _decode_plan(model, hw, dep, work, batch, engine)
+            assert kept == plain, (batch, isl)
+            assert stage_time(kept, hw, cfg.tables, engine, memo) == stage_time(plain, hw, cfg.tables, engine)
+            assert run_stage(kept, hw, cfg.tables, engine, memo) == run_stage(plain, hw, cfg.tables, engine)
+            plans += 1
+    assert len(built) < plans / 2  # most plans came from a kept frame (else this tests nothing)

@@ -135,7 +135,7 @@ class ModelCard:
     def is_moe_layer(self, index: int) -> bool:
         return self.is_moe and index >= self.first_k_dense_replace and (index + 1) % self.moe_layer_interval == 0
 
-    @property
+    @cached_property  # asked for by every layout a sweep completes and every memory budget
     def num_moe_layers(self) -> int:
         return sum(1 for i in range(self.num_hidden_layers) if self.is_moe_layer(i))
 

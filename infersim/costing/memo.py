@@ -17,6 +17,12 @@ What is kept, and on what key:
   of exactly what they read, so a builder that starts reading a field its arguments do not carry
   fails (AttributeError) instead of being served a plan built for other values: a key cannot fall
   behind its builder.
+- plan frames (`derived`): what is made of a (model card, deployment) pair of objects, the
+  records and scopes its builders are given, holds the frame of the last plan built from them
+  (infersim.modules.step): the pieces that do not read the sequences, kept on the stage, tokens,
+  FFN context, micro-batches and logit rows they were built from, so that the next plan of other
+  sequences over the same tokens (another context length, a real batch padded to the same
+  CUDA-graph size) asks only for its cores.
 - layers (`layer`): a layer's pieces joined into its operation tuple; the memo remembers which
   pieces the last RECENT_LAYERS joined tuples are made of (by the tuple's identity, the tuple
   held), so that pricing a layer right after its plan is built prices each of its pieces once.

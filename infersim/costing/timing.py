@@ -219,7 +219,8 @@ def _compute_kernel_cost(shape: ComputeShape, hw: HardwareCard, tables: KernelTa
         return Cost(flops, moved, max(hit.seconds, memory_s) + hw.derates.kernel_launch_overhead,
                     _intensity_bound(shape, hw, flops, moved), Source.ROOFLINE,
                     f"outside table {hit.table}: {hit.note or f'roofline at edge efficiency {hit.efficiency:.3f}'}")
-    floor = minimum_bytes(shape) / hw.peak.hbm_bandwidth
+    # the least bytes the kernel moves: its bytes (read above), but for a grouped GEMM's one active expert
+    floor = (minimum_bytes(shape) if isinstance(shape, GroupedGemmShape) else moved) / hw.peak.hbm_bandwidth
     if hit.seconds < floor:  # a table from a faster GPU, scaled by FLOP/s: never beat this card's HBM
         return Cost(flops, moved, floor, Bound.MEMORY, Source.TABLE,
                     f"{hit.method} from {hit.table}, raised to the HBM bound of {hw.name} "

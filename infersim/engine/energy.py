@@ -53,12 +53,23 @@ class StepEnergy:
         return self.joules / self.seconds if self.seconds > 0 else 0.0
 
 
+def step_joules(seconds_by_kind: dict[str, float], step_s: float, power: Power) -> tuple[float, bool]:
+    """(joules of a step of `step_s` seconds whose operations spent `seconds_by_kind`, held at the
+    board power limit; whether that limit binds): step_energy's number without its record (what a
+    sweep row keeps)."""
+    idle = power.idle
+    above = {"compute": power.compute_bound - idle, "memory": power.memory_bound - idle,
+             "communication": power.communication_bound - idle, "idle": idle - idle}
+    joules = idle * step_s + sum([t * above[kind] for kind, t in seconds_by_kind.items()])
+    limit = power.board * step_s
+    return min(joules, limit), joules > limit * (1 + 1e-12)
+
+
 def step_energy(seconds_by_kind: dict[str, float], step_s: float, power: Power) -> StepEnergy:
     """The energy of a step of `step_s` seconds whose operations spent `seconds_by_kind` (their sum
     may exceed the step under overlap; a step longer than the sum waits at idle draw)."""
-    joules = power.idle * step_s + sum(t * (draw(power, kind) - power.idle) for kind, t in seconds_by_kind.items())
-    limit = power.board * step_s
-    return StepEnergy(min(joules, limit), step_s, dict(seconds_by_kind), joules > limit * (1 + 1e-12))
+    joules, capped = step_joules(seconds_by_kind, step_s, power)
+    return StepEnergy(joules, step_s, dict(seconds_by_kind), capped)
 
 
 def seconds_by_kind(stage: StageResult) -> dict[str, float]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from itertools import chain
 from typing import NamedTuple
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
 from infersim.cards.deployment import Deployment, FfnDeployment, MixerDeployment, Workload
-from infersim.costing.memo import FreshPieces, PieceScope, PricingMemo, pieces_for
+from infersim.costing.memo import FreshPieces, Piece, PieceScope, PricingMemo, pieces_for
 from infersim.base.errors import InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import GemmShape, MemoryBoundShape
@@ -88,18 +89,52 @@ class _PlanInputs(NamedTuple):
     mixer_pieces: PieceScope | FreshPieces  # builders given (model, mixer) first
     ffn_pieces: PieceScope | FreshPieces  # builders given (model, ffn) first
     step_pieces: PieceScope | FreshPieces  # builders given (model,) first
+    # with a memo: the frame of the last plan built from these inputs; None without a memo
+    last_frame: _LastFrame | None
+
+
+class _Frame(NamedTuple):
+    """The pieces of a plan that do not read its sequences, for every plan of the same stage,
+    tokens, FFN context and logit rows: an attention mixer's pieces before and after its core (None
+    for a mixer that is one piece), the FFN pieces of each layer kind, the per-step operations.
+    A plan of new sequences then builds (or finds) only its cores."""
+
+    around_core: dict[str, tuple[Piece, Piece] | None]  # mixer kind -> (before the core, after it)
+    ffn: tuple[Piece, ...]  # per entry of the model's layer composition
+    per_step: Piece
+
+
+class _LastFrame:
+    """The frame of the last plan built from one (model, deployment) inputs, with what it was built
+    from beside them. Only the last: a sweep's consecutive plans of one deployment mostly share it
+    (the context lengths of one batch, the real batches padded to one CUDA-graph size), and plans
+    that never repeat one (a layout search's batches) keep no frames alive."""
+
+    __slots__ = ("key", "frame")
+
+    def __init__(self) -> None:
+        self.key: tuple[Hashable, ...] | None = None
+        self.frame: _Frame | None = None
 
 
 def _inputs_of(memo: PricingMemo | None, model: ModelCard, dep: Deployment) -> _PlanInputs:
     """The plan inputs of (model, dep), their pieces kept in `memo` when given."""
     mixer, ffn = MixerDeployment.of(dep), FfnDeployment.of(dep)
     return _PlanInputs(mixer, ffn, pieces_for(memo, model, mixer), pieces_for(memo, model, ffn),
-                       pieces_for(memo, model))
+                       pieces_for(memo, model), None if memo is None else _LastFrame())
 
 
 def _plan_inputs(model: ModelCard, dep: Deployment, memo: PricingMemo | None) -> _PlanInputs:
     """The plan inputs of (model, dep): made once per recent pair of objects when there is a memo."""
     return _inputs_of(None, model, dep) if memo is None else memo.derived(_inputs_of, model, dep)
+
+
+def _core_pieces(inputs: _PlanInputs, ctx: StageContext, kind: str) -> Piece:
+    """The piece of a layer's mixer that reads the sequences: the attention core, or a whole
+    linear-attention mixer."""
+    if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
+        return inputs.mixer_pieces.piece(linear_mixer_operations, ctx, kind)
+    return inputs.mixer_pieces.piece(attention_core, ctx, kind)
 
 
 def mixer_pieces(inputs: _PlanInputs, ctx: StageContext, kind: str) -> tuple[tuple[Operation, ...], ...]:
@@ -109,9 +144,9 @@ def mixer_pieces(inputs: _PlanInputs, ctx: StageContext, kind: str) -> tuple[tup
     core (attention_core) with the sequences. A linear-attention mixer is one piece."""
     pieces = inputs.mixer_pieces
     if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
-        return (pieces.piece(linear_mixer_operations, ctx, kind),)
+        return (_core_pieces(inputs, ctx, kind),)
     tokens = ctx.tokens_per_gpu * inputs.mixer.attention.tp
-    return (pieces.piece(attention_before_core, ctx.stage, tokens), pieces.piece(attention_core, ctx, kind),
+    return (pieces.piece(attention_before_core, ctx.stage, tokens), _core_pieces(inputs, ctx, kind),
             pieces.piece(attention_after_core, ctx.stage, tokens))
 
 
@@ -121,41 +156,81 @@ def _ffn_operations(model: ModelCard, dep: FfnDeployment, ctx: FfnContext, moe: 
         moe_operations(model, dep, ctx) if moe else dense_ffn_operations(model, dep, ctx))
 
 
+def _group_name(model: ModelCard, kind: str, moe: bool) -> str:
+    name = "MoE layers" if moe else "dense layers"
+    return name + f" ({MIXER_LABELS[kind]})" if model.is_hybrid else name
+
+
+def _joined(parts: tuple[Piece, ...], memo: PricingMemo | None) -> Piece:
+    return tuple(chain.from_iterable(parts)) if memo is None else memo.layer(parts)
+
+
+def _layers_built(model: ModelCard, inputs: _PlanInputs, ctx: StageContext, memo: PricingMemo | None
+                  ) -> tuple[tuple[LayerGroup, ...], dict[str, tuple[Piece, Piece] | None], tuple[Piece, ...]]:
+    """One LayerGroup per distinct (mixer, FFN) layer kind, every piece asked for; with the pieces
+    around each mixer kind's core and the FFN piece of each layer kind (a frame's)."""
+    groups = []
+    ffn_ctx = FfnContext.of(ctx)
+    mixers: dict[str, tuple[tuple[Operation, ...], ...]] = {}
+    ffns = []
+    for kind, moe, layers in layer_composition(model):
+        if kind not in mixers:
+            mixers[kind] = mixer_pieces(inputs, ctx, kind)
+        # the attention-output collective and the FFN (dense or MoE) of a layer, as one piece
+        ffn = inputs.ffn_pieces.piece(_ffn_operations, ffn_ctx, moe)
+        ffns.append(ffn)
+        groups.append(LayerGroup(_group_name(model, kind, moe), layers, _joined((*mixers[kind], ffn), memo)))
+    around = {kind: (parts[0], parts[2]) if len(parts) == 3 else None for kind, parts in mixers.items()}
+    return tuple(groups), around, tuple(ffns)
+
+
+def _layers_framed(model: ModelCard, inputs: _PlanInputs, ctx: StageContext, frame: _Frame,
+                   memo: PricingMemo | None) -> tuple[LayerGroup, ...]:
+    """_layers_built's groups from a frame of the same inputs: only the cores are asked for."""
+    cores: dict[str, Piece] = {}
+    groups = []
+    for (kind, moe, layers), ffn in zip(layer_composition(model), frame.ffn):
+        core = cores.get(kind)
+        if core is None:
+            core = cores[kind] = _core_pieces(inputs, ctx, kind)
+        around = frame.around_core[kind]
+        parts = (core, ffn) if around is None else (around[0], core, around[1], ffn)
+        groups.append(LayerGroup(_group_name(model, kind, moe), layers, _joined(parts, memo)))
+    return tuple(groups)
+
+
 def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext,
                  memo: PricingMemo | None = None) -> tuple[LayerGroup, ...]:
     """One LayerGroup per distinct (mixer, FFN) layer kind, of pieces (kept in `memo` when given);
     layers of a kind share it whatever their order (order only matters for two-batch overlap,
     which pipelines layer by layer)."""
-    groups = []
-    inputs = _plan_inputs(model, dep, memo)
-    ffn_ctx = FfnContext.of(ctx)
-    mixers: dict[str, tuple[tuple[Operation, ...], ...]] = {}
-    for kind, moe, layers in layer_composition(model):
-        if kind not in mixers:
-            mixers[kind] = mixer_pieces(inputs, ctx, kind)
-        # the attention-output collective and the FFN (dense or MoE) of a layer, as one piece
-        parts = (*mixers[kind], inputs.ffn_pieces.piece(_ffn_operations, ffn_ctx, moe))
-        name = "MoE layers" if moe else "dense layers"
-        if model.is_hybrid:
-            name += f" ({MIXER_LABELS[kind]})"
-        operations = tuple(chain.from_iterable(parts)) if memo is None else memo.layer(parts)
-        groups.append(LayerGroup(name, layers, operations))
-    return tuple(groups)
+    return _layers_built(model, _plan_inputs(model, dep, memo), ctx, memo)[0]
+
+
+def _logit_rows(dep: Deployment, ctx: StageContext, micro_batches: int) -> int:
+    """Rows the LM head computes in one step: every token in decode, the last position of each
+    sequence in prefill."""
+    tp = dep.attention.tp
+    if ctx.stage == "decode":
+        return ctx.tokens_per_gpu * micro_batches * tp
+    return sum(s.group_count(tp) for s in ctx.sequences_per_gpu) * micro_batches
 
 
 def per_step_operations(model: ModelCard, dep: Deployment, ctx: StageContext, micro_batches: int,
                         memo: PricingMemo | None = None) -> tuple[Operation, ...]:
     """Embedding, final norm + LM head (vocab split over attention TP) and pipeline sends, whole step
     (one piece, built by _step_operations from the numbers it reads; kept in `memo` when given)."""
-    tp = dep.attention.tp
-    # only the last position of each sequence needs logits in prefill
-    logit_rows = ctx.tokens_per_gpu * micro_batches * tp if ctx.stage == "decode" else \
-        sum(s.group_count(tp) for s in ctx.sequences_per_gpu) * micro_batches
+    return _per_step(model, dep, _plan_inputs(model, dep, memo), ctx, micro_batches,
+                     _logit_rows(dep, ctx, micro_batches))
+
+
+def _per_step(model: ModelCard, dep: Deployment, inputs: _PlanInputs, ctx: StageContext, micro_batches: int,
+              logit_rows: int) -> Piece:
     gathered_dp = lm_head_gathered_dp(model, dep)
     code = elementwise_code(dep.model_code, ctx.stage)
     args = (dep.attention.tp, dep.pp, dep.gpus_per_stage, dep.gpus_per_node, ctx.tokens_per_gpu, micro_batches,
             logit_rows, gathered_dp, code)
-    return _plan_inputs(model, dep, memo).step_pieces.piece(_step_operations, *args)
+    return inputs.step_pieces.piece(_step_operations, *args)
 
 
 def lm_head_gathered_dp(model: ModelCard, dep: Deployment) -> int:
@@ -219,10 +294,30 @@ def build_stage_plan(stage: Stage, model: ModelCard, dep: Deployment, workload: 
 
 def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micro_batches: int, comm_sms: int,
                       tokens_per_gpu: int, requests_per_gpu: int, memo: PricingMemo | None = None) -> StagePlan:
-    """The plan of one step whose per-micro-batch work is `ctx` (any mix of sequences)."""
+    """The plan of one step whose per-micro-batch work is `ctx` (any mix of sequences). With a memo,
+    the pieces that do not read the sequences come from the frame of the last plan of the same
+    (model, deployment) when it was built from the same inputs beside the sequences; otherwise every
+    piece is asked for, in order, and the plan's frame kept."""
     sms = comm_sms if (micro_batches == 2 and dep.moe_comm == "deepep-normal" and model.is_moe) else 0
-    return StagePlan(ctx.stage, layer_groups(model, dep, ctx, memo),
-                     per_step_operations(model, dep, ctx, micro_batches, memo), micro_batches, sms, tokens_per_gpu,
+    inputs = _plan_inputs(model, dep, memo)
+    logit_rows = _logit_rows(dep, ctx, micro_batches)
+    last = inputs.last_frame
+    frame = None
+    if last is not None:
+        # what a frame's pieces are built from beside the (model, deployment) inputs: FfnContext's
+        # fields (the before/after pieces read the stage and tokens), the micro-batches, the logit rows
+        key = (ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node, ctx.expert_tokens_per_gpu, ctx.sequence_length,
+               micro_batches, logit_rows)
+        if last.key == key:
+            frame = last.frame
+    if frame is None:
+        groups, around, ffns = _layers_built(model, inputs, ctx, memo)
+        per_step = _per_step(model, dep, inputs, ctx, micro_batches, logit_rows)
+        if last is not None:
+            last.key, last.frame = key, _Frame(around, ffns, per_step)
+    else:
+        groups, per_step = _layers_framed(model, inputs, ctx, frame, memo), frame.per_step
+    return StagePlan(ctx.stage, groups, per_step, micro_batches, sms, tokens_per_gpu,
                      requests_per_gpu, attention_tp=dep.attention.tp, engine_tp=dep.gpus_per_stage)
 
 

@@ -29,10 +29,9 @@ from typing import Any, NamedTuple
 import dataclasses
 
 from infersim.run.config import RunConfig, with_variant
-from infersim.cards.hardware import HardwareCard
-from infersim.cards.power import Electricity
+from infersim.cards.power import Electricity, Power
 from infersim.costing.memo import PricingMemo
-from infersim.engine.energy import kinds_of_bounds, seconds_by_kind, step_energy
+from infersim.engine.energy import kinds_of_bounds, seconds_by_kind, step_joules
 from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
@@ -107,15 +106,18 @@ class Row(NamedTuple):
         return self.cost_per_mtok + self.energy_usd_per_mtok
 
 
-def _energy(hw: HardwareCard, kinds: dict[str, float], step_s: float, tokens_per_gpu: float,
+NO_ENERGY = (NAN, NAN, NAN)
+
+
+def _energy(power: Power, kinds: dict[str, float], step_s: float, tokens_per_gpu: float,
             electricity: Electricity) -> tuple[float, float, float]:
     """(J per output token, W per GPU, energy USD per million output tokens) of a decode step of
-    `step_s` yielding `tokens_per_gpu` tokens per GPU; NaNs without power facts."""
-    if hw.power is None or not tokens_per_gpu > 0:
-        return NAN, NAN, NAN
-    step = step_energy(kinds, step_s, hw.power)
-    per_token = step.joules / tokens_per_gpu
-    return per_token, step.watts, electricity.usd(per_token) * 1e6
+    `step_s` yielding `tokens_per_gpu` tokens per GPU (step_energy's numbers); NaNs for no tokens."""
+    if not tokens_per_gpu > 0:
+        return NO_ENERGY
+    joules, _capped = step_joules(kinds, step_s, power)
+    per_token = joules / tokens_per_gpu
+    return per_token, joules / step_s if step_s > 0 else 0.0, electricity.usd(per_token) * 1e6
 
 
 def _rejected(point: int, problem: str, price: float = 0.0) -> Row:
@@ -340,9 +342,11 @@ class Evaluator:
         else:
             step, tgs, by_bound = decode_time_by_bound(model, hw, dep, work, batch, self.tables, self.engine,
                                                        memo=self.memo)
-            tpot, bound, kinds = step, max(by_bound, key=by_bound.__getitem__), kinds_of_bounds(by_bound)
+            tpot, bound = step, max(by_bound, key=by_bound.__getitem__)
+            # the seconds by kind of draw only where the card has power facts (else no energy column)
+            kinds = kinds_of_bounds(by_bound) if hw.power is not None else {}
             prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
-        energy = _energy(hw, kinds, step, tgs * step, run.electricity)
+        energy = NO_ENERGY if hw.power is None else _energy(hw.power, kinds, step, tgs * step, run.electricity)
         if prefill is not None and self.spec.prefill:
             ttft, ptgs = prefill.step_time_s, prefill.tgs
         else:

@@ -133,6 +133,7 @@ class MfuTables:
                               f"{label}/{tables}", len(source.points), _routing_skew(table_dir, source.tables))
         self.grids: Mapping[GridKey, Grid] = grids  # a KeptGrids where read from the on-disk cache
         self._gemm_planes = _gemm_planes(self.grids)
+        self._decode_kv_heads = _decode_kv_heads(self.grids)
         self.collectives = collective_series(table_dir, label)
         self.elementwise = elementwise_series(table_dir, label)
         self._hbm_rows: Iterable[tuple[str, float, float, str]] = _hbm_rows(self.directory, table_dir)
@@ -259,7 +260,11 @@ class MfuTables:
         group = shape.num_heads // shape.num_kv_heads
         if group * shape.num_kv_heads != shape.num_heads:
             return None
-        fewer = [k for k in range(shape.num_kv_heads - 1, 0, -1) if shape.num_kv_heads % k == 0]
+        measured = self._decode_kv_heads.get((shape.kind, shape.dtype, shape.kv_dtype, group, shape.qk_head_dim,
+                                              shape.v_head_dim, shape.q_len, shape.window))
+        if not measured:  # no grid of this layout at any KV-head count (most shapes priced by roofline)
+            return None
+        fewer = [k for k in range(shape.num_kv_heads - 1, 0, -1) if shape.num_kv_heads % k == 0 and k in measured]
         for kv_heads in fewer:
             scale = shape.num_kv_heads // kv_heads
             inner = replace(shape, num_heads=group * kv_heads, num_kv_heads=kv_heads, batch=shape.batch * scale)
@@ -343,6 +348,7 @@ class MfuTables:
         tables.interpolation = interpolation
         tables.grids = parts.grids
         tables._gemm_planes = _gemm_planes(tables.grids)
+        tables._decode_kv_heads = _decode_kv_heads(tables.grids)
         tables.collectives = parts.collectives
         tables.elementwise = parts.elementwise
         tables._hbm_rows = parts.hbm_rows
@@ -413,6 +419,21 @@ def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
             fastest.append(best)
         fastest_rows[dtype] = (tuple(moved for moved, _ in pairs), tuple(reversed(fastest)))
     return fastest_rows
+
+
+def _decode_kv_heads(grids: Mapping[GridKey, Grid]) -> dict[tuple[Any, ...], frozenset[float]]:
+    """(kind, dtype, KV dtype, query heads per KV head, qk dim, v dim, q_len, window) -> the KV-head
+    counts measured in decode attention grids of that layout: the grids _decode_attention_by_heads
+    may answer from, found without building a shape per candidate count."""
+    counts: dict[tuple[Any, ...], set[float]] = {}
+    for key in grids:
+        if key[0] != "attention" or key[1] != "decode" or len(key) != 11:  # row_grid_key's decode layout
+            continue
+        _, _, kind, dtype, kv_dtype, heads, kv_heads, qk, v, q_len, window = key
+        if isinstance(heads, (int, float)) and isinstance(kv_heads, (int, float)) and kv_heads > 0 \
+                and heads % kv_heads == 0:
+            counts.setdefault((kind, dtype, kv_dtype, heads // kv_heads, qk, v, q_len, window), set()).add(kv_heads)
+    return {layout: frozenset(measured) for layout, measured in counts.items()}
 
 
 def _gemm_planes(grids: Mapping[GridKey, Grid]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
