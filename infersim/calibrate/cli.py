@@ -29,7 +29,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     settings = FitSettings(iterations=int(args.iterations))
     outcome = calibrate([Path(p) for p in args.reference], args.hardware, args.engine, names, settings,
                         None if args.max_stage_s == 0 else args.max_stage_s,
-                        [Path(p) for p in args.bench_result], args.config)
+                        [Path(p) for p in args.bench_result], args.config, [Path(p) for p in args.trace])
     if args.out:
         write_profile(Path(args.out), outcome.profile)
     if args.format == "json":
@@ -111,7 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="fit a GPU and engine's physical constants to your measured serving runs; write a calibration profile",
         description="Simulates every experiment of the reference files, fits the named card constants (kernel "
                     "time per family, host and API-server times, KV transfer efficiency) by a MAP fit toward the "
-                    "card values, refuses those the data do not determine, and prints the median error before, "
+                    "card values (kernel families also from profiler traces), refuses those the data do not determine, and prints the median error before, "
                     "after and held out (leave one experiment out) per metric. docs/calibration.md")
     p.add_argument("--reference", action="append", default=[], metavar="PATH",
                    help="measured serving runs: a file of `experiments:` in the form of vllm_serving_trainval.yaml "
@@ -119,8 +119,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bench-result", action="append", default=[], metavar="FILE",
                    help="a vllm bench serve / sglang.bench_serving result file, each result one run (repeatable; "
                         "with --config)")
+    p.add_argument("--trace", action="append", default=[], metavar="FILE",
+                   help="a PyTorch-profiler trace (file, rank directory or glob, as compare --trace reads): its "
+                        "kernel time per module fits the kernel-family time scales (repeatable; with --config)")
     p.add_argument("--config", default=None, metavar="RUN.yaml",
-                   help="the run config (model, GPUs, layout, engine) the --bench-result runs used")
+                   help="the run config (model, GPUs, layout, engine, batch) the --bench-result runs or the "
+                        "--trace used")
     p.add_argument("--hardware", "--gpu", dest="hardware", default=None, metavar="NAME",
                    help="hardware card the runs used (where the file names none), e.g. h100-sxm")
     p.add_argument("--engine", default=None, metavar="NAME[@VERSION]",

@@ -49,8 +49,10 @@ class Observation:
 
 #: scatter of a measured stage mean around what the model can explain (ln units), per metric: a
 #: stage's mean TTFT rests on tens of milliseconds that the arrival pattern moves (and a shortened
-#: simulated stage averages fewer requests); ITL and E2E average hundreds of tokens per request
-NOISE_BY_METRIC = (("ttft_mean_ms", 0.15), ("itl_mean_ms", 0.05), ("e2e_mean_ms", 0.05))
+#: simulated stage averages fewer requests); ITL and E2E average hundreds of tokens per request;
+#: a traced module's kernel time per step (kernel_ms) is measured to the microsecond, and scatters
+#: around its family's scale by how far the kernel tables' shapes stand from the traced ones
+NOISE_BY_METRIC = (("ttft_mean_ms", 0.15), ("itl_mean_ms", 0.05), ("e2e_mean_ms", 0.05), ("kernel_ms", 0.10))
 
 
 @dataclass(frozen=True)
@@ -406,42 +408,63 @@ def _linear_fit(p: _Problem, r0: list[float], columns: Mapping[int, list[float]]
     return u
 
 
-def _median_errors(p: _Problem, r: Sequence[float]) -> dict[str, float]:
-    """Per metric, the median |predicted / measured - 1| of residuals r = ln(predicted / measured)."""
+@dataclass(frozen=True)
+class _Errors:
+    """Per metric, the median and the mean |predicted / measured - 1|."""
+
+    median: dict[str, float]
+    mean: dict[str, float]
+
+    def no_worse_and_better(self, cards: _Errors) -> bool:
+        """No metric's median error above the cards', and the mean errors together below theirs
+        (the mean decides where the fit moves no point across the median)."""
+        return (all(self.median[m] <= cards.median[m] for m in cards.median)
+                and sum(self.mean.values()) < sum(cards.mean.values()))
+
+    def total(self) -> float:
+        return sum(self.median.values()) + sum(self.mean.values())
+
+
+def _errors(p: _Problem, r: Sequence[float]) -> _Errors:
     by_metric: dict[str, list[float]] = {}
     for o, x in zip(p.observations, r):
         by_metric.setdefault(o.metric, []).append(abs(math.expm1(x)))
-    return {m: percentile(sorted(v), 50) for m, v in by_metric.items()}
+    return _Errors({m: percentile(sorted(v), 50) for m, v in by_metric.items()},
+                   {m: sum(v) / len(v) for m, v in by_metric.items()})
 
 
 def _linear_held_out(p: _Problem, r0: list[float], columns: Mapping[int, list[float]],
-                     active: Sequence[int]) -> dict[str, float]:
-    """Per metric, the median error with each experiment predicted by the (linearised) fit without it."""
+                     active: Sequence[int]) -> _Errors:
+    """The errors with each experiment predicted by the (linearised) fit without it."""
     held = list(r0)
     for k in p.experiments if active else ():
         uk = _linear_fit(p, r0, columns, active, [i for i, o in enumerate(p.observations) if o.experiment != k])
         for i, x in enumerate(_linearised(p, r0, columns, uk, active)):
             if p.observations[i].experiment == k:
                 held[i] = x
-    return _median_errors(p, held)
+    return _errors(p, held)
 
 
 def held_out_gate(p: _Problem, r0: list[float], columns: Mapping[int, list[float]],
                   active: Sequence[int]) -> tuple[list[int], list[tuple[int, str]]]:
-    """Constants are dropped one at a time, the one whose absence leaves the lowest summed held-out
-    error first, until the fit predicts every metric's held-out points better than the cards do
-    (or none is left). Held out on the linearisation at the cards, so it costs no simulation."""
-    cards = _median_errors(p, r0)
+    """Constants are dropped one at a time, the one whose absence leaves the lowest held-out errors
+    first, until the fit predicts the held-out points better than the cards do: no metric's median
+    error worse, the mean errors lower (or none is left). Held out on the linearisation at the
+    cards, so it costs no simulation."""
+    cards = _errors(p, r0)
     kept = list(active)
     refused: list[tuple[int, str]] = []
     held = _linear_held_out(p, r0, columns, kept)
-    while kept and not all(held[m] < cards[m] for m in cards):
+    while kept and not held.no_worse_and_better(cards):
         trials = [(_linear_held_out(p, r0, columns, [x for x in kept if x != j]), j) for j in kept]
-        without, drop = min(trials, key=lambda t: sum(t[0].values()))
-        worse = ", ".join(f"{m} {held[m]:.1%} against {cards[m]:.1%} on the cards" for m in cards
-                          if held[m] >= cards[m])
-        refused.append((drop, "held out, a fit with it does not predict every metric better than the cards "
-                              f"({worse}; each experiment predicted by a fit without it); kept at its card value"))
+        without, drop = min(trials, key=lambda t: t[0].total())
+        worse = [f"{m} {held.median[m]:.1%} against {cards.median[m]:.1%}" for m in cards.median
+                 if held.median[m] > cards.median[m]]
+        if not worse:
+            worse = [f"mean errors {sum(held.mean.values()):.1%} against {sum(cards.mean.values()):.1%} summed "
+                     "over the metrics"]
+        refused.append((drop, "held out (each experiment predicted by a fit without it), a fit with it predicts "
+                              f"worse than the cards: {', '.join(worse)} on the cards; kept at its card value"))
         kept.remove(drop)
         held = without
     return kept, refused
