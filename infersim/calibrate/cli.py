@@ -81,7 +81,7 @@ def to_text(outcome: Any, out: str | None) -> str:
     if outcome.result.fitted:
         lines.append(simple_table(_constant_rows(outcome), ["constant", "card", "fitted", "sd/prior sd", "card field"]))
     else:
-        lines.append("no constant fitted: the data determine none (the cards stand)")
+        lines.append("no constant fitted: none is both determined by the data and better held out (the cards stand)")
     for c, why in outcome.result.refused:
         lines.append(f"  refused {c.name}: {why}")
     lines.append("")
