@@ -73,10 +73,10 @@ def to_text(outcome: Any, out: str | None) -> str:
     points = sum(e["points"] for e in profile["errors"].values())
     lines = [f"calibration of {target['hardware']} + {target['engine']} {target['engine_version']} on "
              f"{len(outcome.experiments)} experiment(s), {points} measured points ({', '.join(outcome.reference.sources)})"]
-    if outcome.max_stage_s:
+    if outcome.max_stage_s and any(e.trace is None for e in outcome.experiments):
         lines.append(f"  stages simulated for at most {outcome.max_stage_s:g} s each; "
                      f"{outcome.result.evaluations} simulated runs")
-    lines += [f"  not simulated: {s}" for s in outcome.skipped]
+    lines += [f"  not used: {s}" for s in outcome.skipped]
     lines.append("")
     if outcome.result.fitted:
         lines.append(simple_table(_constant_rows(outcome), ["constant", "card", "fitted", "sd/prior sd", "card field"]))

@@ -5,12 +5,13 @@ r_i = ln(predicted_i / measured_i). A constant j is moved in its own coordinate 
 multiplier, or seconds as is) from its card value u0_j, which is also its prior mean with width
 prior_sd_j. The fit minimises
 
-    sum_i huber(r_i(u)) / noise_i^2 + sum_j ((u_j - u0_j) / prior_sd_j)^2
+    sum_i w_i huber(r_i(u)) / noise_i^2 + sum_j ((u_j - u0_j) / prior_sd_j)^2
 
 by Gauss-Newton with a finite-difference Jacobian (the simulator is a program, not a formula), the
 Huber loss (quadratic within `huber` of zero, linear beyond) keeping one overloaded run from pulling
 every constant. `noise_i` is the scatter a mean latency has between repeated runs and from what
-the simulator does not model (NOISE_BY_METRIC): a constant that the data cannot pin down better than that stays at its card.
+the simulator does not model (NOISE_BY_METRIC): a constant that the data cannot pin down better than
+that stays at its card. w_i gives each experiment the same weight (its points share it).
 
 Identifiability: with the Jacobian J, the posterior covariance is (J^T W J / s + diag(1 / prior_sd^2))^-1,
 where s >= 1 says how much more the residuals scatter than the noise: 1 at the cards (where the
@@ -19,6 +20,11 @@ at the fit (_scatter), with which the constants are checked and, if one goes, fi
 most `min_shrink` of its prior sd (the data halve its uncertainty), and at most one constant per
 experiment and per three measured points is fitted; the least determined ones are refused one at a
 time (removing one can make its correlated partner determined), each with the reason.
+
+Held-out gate: the constants so fitted are kept only if, held out (each experiment predicted by
+the constants fitted without it, on the linearisation at the cards), no metric's median error is
+worse than the cards' and the mean errors are lower; else the constant whose absence leaves the
+lowest held-out errors is refused, and so on (held_out_gate).
 
 Held-out error: each experiment is left out in turn and the constants are refitted without it by
 one Gauss-Newton step from the full fit's linearisation (J and residuals at the fitted constants,

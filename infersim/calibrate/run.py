@@ -152,8 +152,10 @@ def _profile(reference: Reference, engine: Any, hardware: Any, experiments: Sequ
                            "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                            "method": "MAP fit toward the card values on ln(predicted / measured), Huber loss "
                                      f"{settings.huber:g}, noise per metric "
-                                     + ", ".join(f"{m} {v:g}" for m, v in settings.noise) + "; held-out: leave one experiment "
-                                     "out (infersim.calibrate.fit)",
+                                     + ", ".join(f"{m} {v:g}" for m, v in settings.noise)
+                                     + ("; each experiment weighs the same" if settings.weigh_experiments else "")
+                                     + ("; constants kept only where better held out" if settings.held_out_gate else "")
+                                     + "; held-out: leave one experiment out (infersim.calibrate.fit)",
                            "max_stage_s": max_stage_s, "simulations": result.evaluations}}
 
 

@@ -4,8 +4,9 @@ A trace (PyTorch profiler / Kineto, the files `compare --trace` reads) is measur
 infersim.trace.measure_trace and compared with the simulation of its run config by
 infersim.trace.compare_lane, exactly as `compare --trace` does: each traced stage (prefill, decode)
 gives, per module (attention core, projections, FFN, norms, all-reduce, ...), the kernel time per
-step on both sides. Each such module time is one measured point (`kernel_ms`), and one experiment
-of the fit: held out, a module is predicted by the kernel-family time scales fitted on the other
+layer on both sides (per step for a module outside the layers: embedding, LM head), so a trace of
+a few layers (a pipeline stage, a cut-down profile) compares with the whole model's simulation.
+Each such module time is one measured point (`kernel_ms`), and one experiment of the fit: held out, a module is predicted by the kernel-family time scales fitted on the other
 modules and stages, so a scale carries over only if the modules of its family agree.
 
 The simulator's kernel-family time scales (hardware.derates.kernel_time_scale) multiply its module
@@ -22,7 +23,7 @@ from typing import Any
 from infersim.base.errors import InferSimError
 from infersim.cards import categories as cat
 
-#: the metric of a traced module's kernel time per step (milliseconds)
+#: the metric of a traced module's kernel time per layer (per step outside the layers), milliseconds
 TRACE_METRIC = "kernel_ms"
 
 
@@ -50,19 +51,19 @@ def _comparisons(config: Any, lane: Any) -> Any:
 
 
 def predict_traced(config: Any, traced: TracedModule) -> dict[tuple[str, str], float]:
-    """(stage:module, kernel_ms) -> the simulated kernel time per step of the module, in ms."""
+    """(stage:module, kernel_ms) -> the simulated kernel time per layer of the module, in ms."""
     for comparison in _comparisons(config, traced.lane):
         if comparison.stage != traced.stage:
             continue
         for row in comparison.modules:
             if row.module == traced.module:
-                return {(traced.point, TRACE_METRIC): row.predicted_s * 1e3}
+                return {(traced.point, TRACE_METRIC): row.predicted_per_layer_s * 1e3}
     return {(traced.point, TRACE_METRIC): 0.0}
 
 
 def load_traces(paths: list[Path], config_path: str | None) -> tuple[list[tuple[TracedModule, float]], list[str]]:
     """Each module measured in each traced stage of `paths` (rank 0 of each), with its measured kernel
-    time per step in ms; and, in words, each module that cannot be fitted (nothing predicted for it,
+    time per layer in ms; and, in words, each module that cannot be fitted (nothing predicted for it,
     or nothing measured)."""
     from infersim.run.config import load_run_config
     from infersim.trace import measure_trace
@@ -87,9 +88,10 @@ def load_traces(paths: list[Path], config_path: str | None) -> tuple[list[tuple[
                     traced = TracedModule(str(path), lane.rank, lane, comparison.stage, row.module)
                     if row.module == cat.OVERHEAD:
                         continue  # host time, not a kernel family's
-                    if row.measured_s <= 0 or row.predicted_s <= 0:
-                        unused.append(f"{path.name} {traced.point}: measured {row.measured_s * 1e3:.4g} ms, "
-                                      f"predicted {row.predicted_s * 1e3:.4g} ms; not fitted")
+                    measured, predicted = row.measured_per_layer_s, row.predicted_per_layer_s
+                    if measured <= 0 or predicted <= 0:
+                        unused.append(f"{path.name} {traced.point}: measured {measured * 1e3:.4g} ms, predicted "
+                                      f"{predicted * 1e3:.4g} ms per layer; not fitted")
                         continue
-                    points.append((traced, row.measured_s * 1e3))
+                    points.append((traced, measured * 1e3))
     return points, unused
