@@ -4,20 +4,22 @@ them, written as a profile that every command and the Python API apply the same 
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import error_of, run_json
 from conftest import REPO_ROOT, TEST_CACHE_DIR, shared_reference
 
 from infersim.base.errors import InferSimError
 from infersim.calibrate.fit import FitSettings, Observation, fit_constants
-from infersim.calibrate.run import calibrate, median_abs, relative_errors
+from infersim.calibrate.run import Calibration, calibrate, median_abs, relative_errors
+from infersim.cli.main import main
 from infersim.cards.calibration import (
     CONSTANT_BY_NAME,
+    CONSTANTS,
     load_profile,
     profile_from_mapping,
 )
@@ -122,29 +124,28 @@ def test_constants_that_generated_the_runs_are_recovered_within_their_stated_unc
 # -- the command line, the profile and its use ------------------------------------------------------
 
 
-def test_calibrate_writes_a_profile_that_serve_run_and_the_api_apply_alike(tmp_path: Path) -> None:
+def test_calibrate_writes_a_profile_that_serve_run_and_the_api_apply_alike(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # the command line in this process: the kernel tables are loaded once for all its commands
+    reference = _synthetic_reference(tmp_path, {"gemm_time_scale": 0.9, "api_server_latency": 3e-3}, 5)
     out = tmp_path / "h100-vllm.yaml"
-    done = cli("calibrate", "--reference", str(EXAMPLE), "--hardware", "h100-sxm", "--engine", "vllm@0.15",
-               "--max-stage-s", "5", "--constants", "gemm_time_scale,api_server_latency,step_cpu",
-               "--out", str(out), "--format", "json")
-    assert done.returncode == 0, done.stderr
-    printed = json.loads(done.stdout)
+    printed = run_json(capsys, "calibrate", "--reference", str(reference), "--hardware", "h100-sxm", "--engine",
+                       "vllm@0.15", "--max-stage-s", "5", "--constants", "gemm_time_scale,api_server_latency,step_cpu",
+                       "--out", str(out))
     profile = load_profile(out)
     assert (profile.hardware, profile.engine, profile.engine_version) == ("h100-sxm", "vllm", "0.15.1")
     assert {c.name for c in profile.constants} == set(printed["constants"]) == {"gemm_time_scale", "api_server_latency"}
     assert "step_cpu" in printed["refused"]
-    assert len(printed["points"]) == 15 and printed["provenance"]["reference"] == [str(EXAMPLE)]
-    # the fit lowers its residuals over the metrics together (it weighs every point, not a metric's
-    # median); three runs are too few for it to carry over held out, and the held-out figure (the
-    # honest one) is reported whatever it says
-    errors = [printed["errors"][m] for m in ("ttft_mean_ms", "itl_mean_ms", "e2e_mean_ms")]
-    assert sum(e["median_abs_after"] for e in errors) < sum(e["median_abs_before"] for e in errors), errors
-    assert all(math.isfinite(e["median_abs_held_out"]) for e in errors)
+    assert len(printed["points"]) == 15 and printed["provenance"]["reference"] == [str(reference)]
+    # runs made at those constants: the fit lowers every metric's error, in sample and held out
+    for metric in ("ttft_mean_ms", "itl_mean_ms", "e2e_mean_ms"):
+        e = printed["errors"][metric]
+        assert e["median_abs_after"] < e["median_abs_before"] and e["median_abs_held_out"] < e["median_abs_before"], e
 
     serve = ["serve", "--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--engine", "vllm@0.15", "--rate", "4",
-             "--num-requests", "100", "--isl", "1000", "--osl", "100", "--format", "json"]
-    by_flag = json.loads(cli(*serve, "--calibration", str(out)).stdout)
-    by_set = json.loads(cli(*serve, "--set", f"calibration={out}").stdout)
+             "--num-requests", "100", "--isl", "1000", "--osl", "100"]
+    by_flag = run_json(capsys, *serve, "--calibration", str(out))
+    by_set = run_json(capsys, *serve, "--set", f"calibration={out}")
     assert by_flag["mean_ttft_ms"] == by_set["mean_ttft_ms"]
     rows = {row["metric"]: row for row in by_flag["calibration"]["headline"]}
     assert rows["mean_ttft_ms"]["calibrated"] == by_flag["mean_ttft_ms"] != rows["mean_ttft_ms"]["uncalibrated"]
@@ -166,20 +167,21 @@ def test_calibrate_writes_a_profile_that_serve_run_and_the_api_apply_alike(tmp_p
     plain = simulate_serving(without_calibration(config), options)
     assert plain["mean_ttft_ms"] == pytest.approx(rows["mean_ttft_ms"]["uncalibrated"])
 
-    run = cli("--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--engine", "vllm@0.15", "--calibration", str(out))
-    assert run.returncode == 0, run.stderr
-    assert "CALIBRATION" in run.stdout and "on the cards" in run.stdout
+    assert main(["--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--engine", "vllm@0.15",
+                 "--calibration", str(out)]) == 0
+    assert "CALIBRATION" in (text := capsys.readouterr().out) and "on the cards" in text
 
 
-def test_a_profile_for_another_gpu_or_a_bad_profile_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_profile_for_another_gpu_or_a_bad_profile_is_refused_in_one_line(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     good = {"kind": "infersim-calibration",
             "applies_to": {"hardware": "h100-sxm", "engine": "vllm", "engine_version": "0.15.1"},
             "constants": {"gemm_time_scale": {"value": 1.1, "uncertainty": 0.02, "prior": 1.0}}}
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(good))
-    other = cli("--model", "qwen2.5-7b", "--hardware", "h200", "--engine", "vllm@0.15", "--calibration", str(path))
-    assert other.returncode == 2
-    assert "fitted on h100-sxm" in other.stderr and "h200" in other.stderr and "Traceback" not in other.stderr
+    other = error_of(capsys, "--model", "qwen2.5-7b", "--hardware", "h200", "--engine", "vllm@0.15",
+                     "--mfu-tables", "none", "--calibration", str(path))  # the refusal needs no kernel tables
+    assert "fitted on h100-sxm" in other and "h200" in other
     with pytest.raises(InferSimError, match="unknown constant 'gemm_speed'"):
         profile_from_mapping({**good, "constants": {"gemm_speed": {"value": 1.0}}}, "p.yaml")
     with pytest.raises(InferSimError, match="outside the plausible range"):
@@ -208,24 +210,40 @@ def test_the_kernel_time_scale_multiplies_each_family_it_names() -> None:
 # -- the trainval runs (../shared) ------------------------------------------------------------------
 
 
-@pytest.mark.slow  # a full fit and 13 held-out refits of serving runs: minutes; the toy and small fits cover the code
-@pytest.mark.xfail(strict=True, reason="with the one-step intake of an overlap scheduler and fixed-length multi-turn "
-                   "rounds the uncalibrated cards already reach 11% / 7% / 7% (TTFT / ITL / E2E, 20 s stages); the fit "
-                   "no longer improves every metric held out (TTFT -1.3, ITL +0.3, E2E -4.1 points)")
-def test_calibrating_on_the_trainval_runs_improves_every_metric_held_out() -> None:
-    path = shared_reference("vllm_serving_trainval.yaml")
-    outcome = calibrate([path], "h100-sxm", "vllm@0.15", max_stage_s=20)
-    errors = outcome.profile["errors"]
+@pytest.fixture(scope="module")
+def trainval() -> Calibration:
+    return calibrate([shared_reference("vllm_serving_trainval.yaml")], "h100-sxm", "vllm@0.15", max_stage_s=20)
+
+
+@pytest.mark.slow  # a full fit and its held-out gate on 13 serving runs: minutes; the toy and small fits cover the code
+def test_calibrating_on_the_trainval_runs_never_predicts_a_metric_worse_held_out(trainval: Calibration) -> None:
+    errors = trainval.profile["errors"]
     for metric in ("ttft_mean_ms", "itl_mean_ms", "e2e_mean_ms"):
         assert errors[metric]["points"] == 21
+        assert errors[metric]["median_abs_held_out"] <= errors[metric]["median_abs_before"], (metric, errors[metric])
+    refused = dict(trainval.profile["refused"])
+    fitted = set(trainval.profile["constants"])
+    # every constant the runs exercise is fitted, refused as undetermined, or refused held out
+    assert fitted | set(refused) == {c.name for c in CONSTANTS}
+    assert fitted or any("held out" in why for why in refused.values())
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="no constant carries over: held out, every fit of the determined constants "
+                   "predicts some metric worse than the cards (11.1% / 6.8% / 6.6% TTFT / ITL / E2E, 20 s stages), so "
+                   "the held-out gate keeps the cards and held out equals before; what is left is per experiment "
+                   "(docs/calibration.md)")
+def test_calibrating_on_the_trainval_runs_improves_every_metric_held_out(trainval: Calibration) -> None:
+    errors = trainval.profile["errors"]
+    for metric in ("ttft_mean_ms", "itl_mean_ms", "e2e_mean_ms"):
         assert errors[metric]["median_abs_held_out"] < errors[metric]["median_abs_before"], (metric, errors[metric])
-    assert not math.isnan(sum(f.sd for f in outcome.result.fitted))
 
 
 # -- benchmark results as input -------------------------------------------------------------------------
 
 
-def test_benchmark_results_on_a_run_config_calibrate_and_recover_their_constants(tmp_path: Path) -> None:
+def test_benchmark_results_on_a_run_config_calibrate_and_recover_their_constants(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """vllm bench serve results at three rates, their latencies simulated at known constants."""
     from dataclasses import replace
 
@@ -247,10 +265,8 @@ def test_benchmark_results_on_a_run_config_calibrate_and_recover_their_constants
         for (_stage, metric), value in predicted.items():
             line[{"ttft_mean_ms": "mean_ttft_ms", "itl_mean_ms": "mean_itl_ms", "e2e_mean_ms": "mean_e2el_ms"}[metric]] = value
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    done = cli("calibrate", "--bench-result", str(path), "--config", "serve-llama-8b-h100.yaml",
-               "--constants", "gemm_time_scale,api_server_latency", "--format", "json")
-    assert done.returncode == 0, done.stderr
-    printed = json.loads(done.stdout)
+    printed = run_json(capsys, "calibrate", "--bench-result", str(path), "--config", "serve-llama-8b-h100.yaml",
+                       "--constants", "gemm_time_scale,api_server_latency")
     assert printed["applies_to"]["hardware"] == "h100-sxm" and len(printed["points"]) == 9
     for name, value in truth.items():
         fitted = printed["constants"][name]

@@ -29,7 +29,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     settings = FitSettings(iterations=int(args.iterations))
     outcome = calibrate([Path(p) for p in args.reference], args.hardware, args.engine, names, settings,
                         None if args.max_stage_s == 0 else args.max_stage_s,
-                        [Path(p) for p in args.bench_result], args.config)
+                        [Path(p) for p in args.bench_result], args.config, [Path(p) for p in args.trace])
     if args.out:
         write_profile(Path(args.out), outcome.profile)
     if args.format == "json":
@@ -73,15 +73,15 @@ def to_text(outcome: Any, out: str | None) -> str:
     points = sum(e["points"] for e in profile["errors"].values())
     lines = [f"calibration of {target['hardware']} + {target['engine']} {target['engine_version']} on "
              f"{len(outcome.experiments)} experiment(s), {points} measured points ({', '.join(outcome.reference.sources)})"]
-    if outcome.max_stage_s:
+    if outcome.max_stage_s and any(e.trace is None for e in outcome.experiments):
         lines.append(f"  stages simulated for at most {outcome.max_stage_s:g} s each; "
                      f"{outcome.result.evaluations} simulated runs")
-    lines += [f"  not simulated: {s}" for s in outcome.skipped]
+    lines += [f"  not used: {s}" for s in outcome.skipped]
     lines.append("")
     if outcome.result.fitted:
         lines.append(simple_table(_constant_rows(outcome), ["constant", "card", "fitted", "sd/prior sd", "card field"]))
     else:
-        lines.append("no constant fitted: the data determine none (the cards stand)")
+        lines.append("no constant fitted: none is both determined by the data and better held out (the cards stand)")
     for c, why in outcome.result.refused:
         lines.append(f"  refused {c.name}: {why}")
     lines.append("")
@@ -111,7 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="fit a GPU and engine's physical constants to your measured serving runs; write a calibration profile",
         description="Simulates every experiment of the reference files, fits the named card constants (kernel "
                     "time per family, host and API-server times, KV transfer efficiency) by a MAP fit toward the "
-                    "card values, refuses those the data do not determine, and prints the median error before, "
+                    "card values (kernel families also from profiler traces), refuses those the data do not determine, and prints the median error before, "
                     "after and held out (leave one experiment out) per metric. docs/calibration.md")
     p.add_argument("--reference", action="append", default=[], metavar="PATH",
                    help="measured serving runs: a file of `experiments:` in the form of vllm_serving_trainval.yaml "
@@ -119,8 +119,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bench-result", action="append", default=[], metavar="FILE",
                    help="a vllm bench serve / sglang.bench_serving result file, each result one run (repeatable; "
                         "with --config)")
+    p.add_argument("--trace", action="append", default=[], metavar="FILE",
+                   help="a PyTorch-profiler trace (file, rank directory or glob, as compare --trace reads): its "
+                        "kernel time per module fits the kernel-family time scales (repeatable; with --config)")
     p.add_argument("--config", default=None, metavar="RUN.yaml",
-                   help="the run config (model, GPUs, layout, engine) the --bench-result runs used")
+                   help="the run config (model, GPUs, layout, engine, batch) the --bench-result runs or the "
+                        "--trace used")
     p.add_argument("--hardware", "--gpu", dest="hardware", default=None, metavar="NAME",
                    help="hardware card the runs used (where the file names none), e.g. h100-sxm")
     p.add_argument("--engine", default=None, metavar="NAME[@VERSION]",

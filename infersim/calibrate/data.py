@@ -35,6 +35,7 @@ class Experiment:
     measured: tuple[tuple[str, str, float], ...]  # (stage, metric, value in ms)
     notes: tuple[str, ...] = ()
     config: str | None = None  # a run config file that names the deployment (benchmark results), else built here
+    trace: Any = None  # a traced module (infersim.calibrate.traces.TracedModule): measured kernel time, not serving
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,11 @@ def run_mapping(experiment: Experiment, hardware: str, engine: str) -> dict[str,
 def predict_experiment(config: Any, experiment: Experiment) -> dict[tuple[str, str], float]:
     """(stage, metric) -> predicted ms of one experiment under `config` (a RunConfig)."""
     from infersim.serve.api import simulate_serving
+
+    if experiment.trace is not None:
+        from infersim.calibrate.traces import predict_traced
+
+        return predict_traced(config, experiment.trace)
 
     summary = simulate_serving(config, dict(experiment.options))
     stages = summary.get("stages") or []

@@ -5,12 +5,13 @@ r_i = ln(predicted_i / measured_i). A constant j is moved in its own coordinate 
 multiplier, or seconds as is) from its card value u0_j, which is also its prior mean with width
 prior_sd_j. The fit minimises
 
-    sum_i huber(r_i(u)) / noise_i^2 + sum_j ((u_j - u0_j) / prior_sd_j)^2
+    sum_i w_i huber(r_i(u)) / noise_i^2 + sum_j ((u_j - u0_j) / prior_sd_j)^2
 
 by Gauss-Newton with a finite-difference Jacobian (the simulator is a program, not a formula), the
 Huber loss (quadratic within `huber` of zero, linear beyond) keeping one overloaded run from pulling
 every constant. `noise_i` is the scatter a mean latency has between repeated runs and from what
-the simulator does not model (NOISE_BY_METRIC): a constant that the data cannot pin down better than that stays at its card.
+the simulator does not model (NOISE_BY_METRIC): a constant that the data cannot pin down better than
+that stays at its card. w_i gives each experiment the same weight (its points share it).
 
 Identifiability: with the Jacobian J, the posterior covariance is (J^T W J / s + diag(1 / prior_sd^2))^-1,
 where s >= 1 says how much more the residuals scatter than the noise: 1 at the cards (where the
@@ -19,6 +20,11 @@ at the fit (_scatter), with which the constants are checked and, if one goes, fi
 most `min_shrink` of its prior sd (the data halve its uncertainty), and at most one constant per
 experiment and per three measured points is fitted; the least determined ones are refused one at a
 time (removing one can make its correlated partner determined), each with the reason.
+
+Held-out gate: the constants so fitted are kept only if, held out (each experiment predicted by
+the constants fitted without it, on the linearisation at the cards), no metric's median error is
+worse than the cards' and the mean errors are lower; else the constant whose absence leaves the
+lowest held-out errors is refused, and so on (held_out_gate).
 
 Held-out error: each experiment is left out in turn and the constants are refitted without it by
 one Gauss-Newton step from the full fit's linearisation (J and residuals at the fitted constants,
@@ -49,8 +55,10 @@ class Observation:
 
 #: scatter of a measured stage mean around what the model can explain (ln units), per metric: a
 #: stage's mean TTFT rests on tens of milliseconds that the arrival pattern moves (and a shortened
-#: simulated stage averages fewer requests); ITL and E2E average hundreds of tokens per request
-NOISE_BY_METRIC = (("ttft_mean_ms", 0.15), ("itl_mean_ms", 0.05), ("e2e_mean_ms", 0.05))
+#: simulated stage averages fewer requests); ITL and E2E average hundreds of tokens per request;
+#: a traced module's kernel time per step (kernel_ms) is measured to the microsecond, and scatters
+#: around its family's scale by how far the kernel tables' shapes stand from the traced ones
+NOISE_BY_METRIC = (("ttft_mean_ms", 0.15), ("itl_mean_ms", 0.05), ("e2e_mean_ms", 0.05), ("kernel_ms", 0.10))
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,8 @@ class FitSettings:
     huber: float = 0.25  # residuals (ln units) beyond this count linearly
     min_shrink: float = 0.5  # fitted only if posterior sd <= this x prior sd
     iterations: int = 2  # Gauss-Newton steps, each with a fresh Jacobian
+    weigh_experiments: bool = True  # each experiment's points together weigh as much as another's
+    held_out_gate: bool = True  # keep a constant only where the fit with it improves every metric held out
 
 
 @dataclass(frozen=True)
@@ -150,6 +160,12 @@ class _Problem:
         self.experiments = sorted({o.experiment for o in observations})
         by_metric = dict(settings.noise)
         self.noise = [by_metric.get(o.metric, settings.default_noise) for o in self.observations]
+        # each experiment weighs the same: its points share one experiment's worth of weight (a run
+        # measured at two load stages is one more run, not two; the held-out unit is the experiment)
+        points = {k: sum(o.experiment == k for o in self.observations) for k in self.experiments}
+        mean_points = len(self.observations) / max(1, len(self.experiments))
+        self.weight = [mean_points / points[o.experiment] if settings.weigh_experiments else 1.0
+                       for o in self.observations]
         self.scatter = 1.0  # the data's weight is divided by this: 1 (the stated noise), then the fit's (_scatter)
 
     def values(self, u: Sequence[float]) -> dict[str, float]:
@@ -184,7 +200,7 @@ class _Problem:
 
     def objective(self, u: Sequence[float], r: Sequence[float]) -> float:
         s = self.settings
-        data = sum(_huber(x, s.huber) / sd ** 2 for x, sd in zip(r, self.noise)) / self.scatter
+        data = sum(w * _huber(x, s.huber) / sd ** 2 for x, sd, w in zip(r, self.noise, self.weight)) / self.scatter
         return data + sum(((x - x0) / c.prior_sd) ** 2 for x, x0, c in zip(u, self.u0, self.constants))
 
     def jacobian(self, u: list[float], r: Sequence[float], active: Sequence[int]) -> dict[int, list[float]]:
@@ -206,6 +222,9 @@ class _Problem:
         return columns
 
 
+LINEAR_ITERATIONS = 6  # reweighted steps of a fit on the linearisation (the held-out gate)
+
+
 # -- solving ----------------------------------------------------------------------------------------
 
 
@@ -216,7 +235,7 @@ def _normal_equations(p: _Problem, u: Sequence[float], r: Sequence[float], colum
     default: the problem's current one)."""
     s = p.settings
     scale = p.scatter if scatter is None else scatter
-    w = [_huber_weight(r[i], s.huber) / p.noise[i] ** 2 / scale for i in range(len(r))]
+    w = [p.weight[i] * _huber_weight(r[i], s.huber) / p.noise[i] ** 2 / scale for i in range(len(r))]
     a = [[sum(w[i] * columns[ja][i] * columns[jb][i] for i in rows) for jb in active] for ja in active]
     b = [-sum(w[i] * columns[ja][i] * r[i] for i in rows) for ja in active]
     for k, j in enumerate(active):
@@ -317,17 +336,14 @@ def _covariance(p: _Problem, u: list[float], r: list[float], columns: Mapping[in
     return _inverse(a)
 
 
-def fit_constants(constants: Sequence[Constant], priors: Mapping[str, float], observations: Sequence[Observation],
-                  predict: Predict, settings: FitSettings | None = None) -> FitResult:
-    """Fit what the observations determine of `constants` (priors: their card values)."""
-    settings = settings or FitSettings()
-    p = _Problem(constants, priors, observations, predict, settings)
+def _fit_determined(p: _Problem, r0: list[float], cards_columns: Mapping[int, list[float]],
+                    refused: list[tuple[int, str]]) -> tuple[list[int], list[float], list[float], dict[int, list[float]]]:
+    """The constants the data determine, fitted: (active, constants, residuals, Jacobian at the last
+    linearisation); `refused` gains each one dropped and why."""
     u0 = list(p.u0)
-    r0 = p.residuals(u0)
-    if r0 is None:
-        raise NotPossible("calibrate: an experiment cannot be simulated at the cards' own values")
-    limit = min(len(p.experiments), len(observations) // 3)
-    active, refused = _select(p, r0, p.jacobian(u0, r0, range(len(constants))), limit)
+    limit = min(len(p.experiments), len(p.observations) // 3)
+    active, why = _select(p, r0, cards_columns, limit)
+    refused += why
     u, r, columns = _descend(p, u0, r0, active) if active else (u0, r0, {})
     for _recheck in range(3):
         if not active:
@@ -340,12 +356,32 @@ def fit_constants(constants: Sequence[Constant], priors: Mapping[str, float], ob
             break
         refused += more
         if not active:
-            u, r, columns = u0, r0, {}
-            break
+            return [], u0, r0, {}
         # from the fit so far, the refused constants back at their cards
         u = [x if j in active else x0 for j, (x, x0) in enumerate(zip(u, u0))]
         r = p.residuals(u) or r0
         u, r, columns = _descend(p, u if r is not r0 else u0, r, active)
+    return active, u, r, columns
+
+
+def fit_constants(constants: Sequence[Constant], priors: Mapping[str, float], observations: Sequence[Observation],
+                  predict: Predict, settings: FitSettings | None = None) -> FitResult:
+    """Fit what the observations determine of `constants` (priors: their card values)."""
+    settings = settings or FitSettings()
+    p = _Problem(constants, priors, observations, predict, settings)
+    u0 = list(p.u0)
+    r0 = p.residuals(u0)
+    if r0 is None:
+        raise NotPossible("calibrate: an experiment cannot be simulated at the cards' own values")
+    cards_columns = p.jacobian(u0, r0, range(len(constants)))
+    refused: list[tuple[int, str]] = []
+    active, u, r, columns = _fit_determined(p, r0, cards_columns, refused)
+    if active and settings.held_out_gate and len(p.experiments) >= 2:
+        kept, dropped = held_out_gate(p, r0, cards_columns, active)
+        if dropped:
+            refused += dropped
+            active = kept
+            u, r, columns = _descend(p, u0, r0, active) if active else (u0, r0, {})
     cov = _covariance(p, u, r, columns, active) if active else []
     fitted = []
     for k, j in enumerate(active):
@@ -358,3 +394,83 @@ def fit_constants(constants: Sequence[Constant], priors: Mapping[str, float], ob
     after = tuple(float(x) for x in p.predicted(u) if x is not None)
     return FitResult(tuple(fitted), tuple((p.constants[j], why) for j, why in refused), p.observations,
                      before, after, held_out, p.evaluations)
+
+
+# -- the held-out gate ------------------------------------------------------------------------------
+
+
+def _linearised(p: _Problem, r0: Sequence[float], columns: Mapping[int, list[float]], u: Sequence[float],
+                active: Sequence[int]) -> list[float]:
+    return [r0[i] + sum(columns[j][i] * (u[j] - p.u0[j]) for j in active) for i in range(len(r0))]
+
+
+def _linear_fit(p: _Problem, r0: list[float], columns: Mapping[int, list[float]], active: Sequence[int],
+                rows: Sequence[int]) -> list[float]:
+    """The constants fitted over `rows` on the linearisation at the cards (no simulation)."""
+    u, r = list(p.u0), r0
+    for _ in range(LINEAR_ITERATIONS):
+        u = _step(p, u, r, columns, active, rows)
+        r = _linearised(p, r0, columns, u, active)
+    return u
+
+
+@dataclass(frozen=True)
+class _Errors:
+    """Per metric, the median and the mean |predicted / measured - 1|."""
+
+    median: dict[str, float]
+    mean: dict[str, float]
+
+    def no_worse_and_better(self, cards: _Errors) -> bool:
+        """No metric's median error above the cards', and the mean errors together below theirs
+        (the mean decides where the fit moves no point across the median)."""
+        return (all(self.median[m] <= cards.median[m] for m in cards.median)
+                and sum(self.mean.values()) < sum(cards.mean.values()))
+
+    def total(self) -> float:
+        return sum(self.median.values()) + sum(self.mean.values())
+
+
+def _errors(p: _Problem, r: Sequence[float]) -> _Errors:
+    by_metric: dict[str, list[float]] = {}
+    for o, x in zip(p.observations, r):
+        by_metric.setdefault(o.metric, []).append(abs(math.expm1(x)))
+    return _Errors({m: percentile(sorted(v), 50) for m, v in by_metric.items()},
+                   {m: sum(v) / len(v) for m, v in by_metric.items()})
+
+
+def _linear_held_out(p: _Problem, r0: list[float], columns: Mapping[int, list[float]],
+                     active: Sequence[int]) -> _Errors:
+    """The errors with each experiment predicted by the (linearised) fit without it."""
+    held = list(r0)
+    for k in p.experiments if active else ():
+        uk = _linear_fit(p, r0, columns, active, [i for i, o in enumerate(p.observations) if o.experiment != k])
+        for i, x in enumerate(_linearised(p, r0, columns, uk, active)):
+            if p.observations[i].experiment == k:
+                held[i] = x
+    return _errors(p, held)
+
+
+def held_out_gate(p: _Problem, r0: list[float], columns: Mapping[int, list[float]],
+                  active: Sequence[int]) -> tuple[list[int], list[tuple[int, str]]]:
+    """Constants are dropped one at a time, the one whose absence leaves the lowest held-out errors
+    first, until the fit predicts the held-out points better than the cards do: no metric's median
+    error worse, the mean errors lower (or none is left). Held out on the linearisation at the
+    cards, so it costs no simulation."""
+    cards = _errors(p, r0)
+    kept = list(active)
+    refused: list[tuple[int, str]] = []
+    held = _linear_held_out(p, r0, columns, kept)
+    while kept and not held.no_worse_and_better(cards):
+        trials = [(_linear_held_out(p, r0, columns, [x for x in kept if x != j]), j) for j in kept]
+        without, drop = min(trials, key=lambda t: t[0].total())
+        worse = [f"{m} {held.median[m]:.1%} against {cards.median[m]:.1%}" for m in cards.median
+                 if held.median[m] > cards.median[m]]
+        if not worse:
+            worse = [f"mean errors {sum(held.mean.values()):.1%} against {sum(cards.mean.values()):.1%} summed "
+                     "over the metrics"]
+        refused.append((drop, "held out (each experiment predicted by a fit without it), a fit with it predicts "
+                              f"worse than the cards: {', '.join(worse)} on the cards; kept at its card value"))
+        kept.remove(drop)
+        held = without
+    return kept, refused

@@ -25,6 +25,7 @@ from infersim.calibrate.data import (
     run_mapping,
 )
 from infersim.calibrate.fit import FitResult, FitSettings, Observation, fit_constants
+from infersim.calibrate.traces import TRACE_METRIC, load_traces
 from infersim.cards.calibration import (
     CONSTANT_BY_NAME,
     CONSTANTS,
@@ -78,7 +79,8 @@ def _configs(reference: Reference) -> tuple[list[Any], list[Experiment], list[st
     for experiment in reference.experiments:
         config = _config(reference, experiment, built)
         try:
-            predict_experiment(config, experiment)
+            if experiment.trace is None:  # a traced module was simulated when its trace was read
+                predict_experiment(config, experiment)
         except NotPossible as exc:
             skipped.append(f"{experiment.id}: {exc}")
             continue
@@ -92,8 +94,14 @@ def _configs(reference: Reference) -> tuple[list[Any], list[Experiment], list[st
     return configs, kept, skipped
 
 
+def fitted_metrics(result: FitResult) -> list[str]:
+    """The metrics measured: the serving ones in their order, then a trace's kernel time."""
+    present = {o.metric for o in result.observations}
+    return [m for m in (*METRICS, TRACE_METRIC) if m in present]
+
+
 def relative_errors(result: FitResult, which: Sequence[float]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {m: [] for m in METRICS}
+    out: dict[str, list[float]] = {m: [] for m in fitted_metrics(result)}
     for o, predicted in zip(result.observations, which):
         out[o.metric].append(predicted / o.measured - 1)
     return out
@@ -108,7 +116,7 @@ def prediction_intervals(result: FitResult) -> dict[str, dict[str, float]]:
     if result.held_out is None:
         return {}
     out = {}
-    for metric in METRICS:
+    for metric in fitted_metrics(result):
         ratios = sorted(o.measured / p for o, p in zip(result.observations, result.held_out) if o.metric == metric)
         if len(ratios) >= MIN_INTERVAL_POINTS:
             tail = (1 - INTERVAL_LEVEL) / 2 * 100
@@ -125,7 +133,7 @@ def _profile(reference: Reference, engine: Any, hardware: Any, experiments: Sequ
                                    "meaning": f.constant.meaning} for f in result.fitted}
     refused = {c.name: why for c, why in result.refused}
     errors: dict[str, dict[str, float | None]] = {}
-    for metric in METRICS:
+    for metric in fitted_metrics(result):
         before = relative_errors(result, result.before)[metric]
         after = relative_errors(result, result.after)[metric]
         held = relative_errors(result, result.held_out)[metric] if result.held_out else []
@@ -144,26 +152,33 @@ def _profile(reference: Reference, engine: Any, hardware: Any, experiments: Sequ
                            "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                            "method": "MAP fit toward the card values on ln(predicted / measured), Huber loss "
                                      f"{settings.huber:g}, noise per metric "
-                                     + ", ".join(f"{m} {v:g}" for m, v in settings.noise) + "; held-out: leave one experiment "
-                                     "out (infersim.calibrate.fit)",
+                                     + ", ".join(f"{m} {v:g}" for m, v in settings.noise)
+                                     + ("; each experiment weighs the same" if settings.weigh_experiments else "")
+                                     + ("; constants kept only where better held out" if settings.held_out_gate else "")
+                                     + "; held-out: leave one experiment out (infersim.calibrate.fit)",
                            "max_stage_s": max_stage_s, "simulations": result.evaluations}}
 
 
 def calibrate(paths: Sequence[Path], hardware: str | None = None, engine: str | None = None,
               constants: Sequence[str] | None = None, settings: FitSettings | None = None,
               max_stage_s: float | None = 20.0, bench_results: Sequence[Path] = (),
-              config: str | None = None) -> Calibration:
-    """Fit on the experiments of reference files (`paths`) and of benchmark results (`bench_results`,
-    on the run config `config`)."""
+              config: str | None = None, traces: Sequence[Path] = ()) -> Calibration:
+    """Fit on the experiments of reference files (`paths`), of benchmark results (`bench_results`)
+    and of profiler traces (`traces`), the last two on the run config `config`."""
     settings = settings or FitSettings()
-    if not paths and not bench_results:
-        raise InferSimError("calibrate: give --reference FILE and/or --bench-result FILE (with --config)")
+    if not paths and not bench_results and not traces:
+        raise InferSimError("calibrate: give --reference FILE, --bench-result FILE or --trace FILE (the last two "
+                            "with --config)")
     reference = load_reference(list(paths), hardware, engine, max_stage_s) if paths else Reference((), "", "", ())
     bench = load_bench_results(list(bench_results), config)
-    if bench:
-        reference = replace(reference, sources=(*reference.sources, *map(str, bench_results)),
-                            experiments=(*reference.experiments, *bench))
+    traced, unused = load_traces(list(traces), config)
+    added = [*bench, *(Experiment(f"{Path(t.trace).name}:{t.point}", "", 0, {}, ((t.point, TRACE_METRIC, ms),),
+                                  (), config, t) for t, ms in traced)]
+    if added:
+        reference = replace(reference, sources=(*reference.sources, *map(str, (*bench_results, *traces))),
+                            experiments=(*reference.experiments, *added))
     configs, kept, skipped = _configs(reference)
+    skipped += unused
     if not kept:
         raise NotPossible("calibrate: no experiment of the reference can be simulated: " + "; ".join(skipped))
     base = configs[0]
