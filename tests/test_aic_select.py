@@ -98,8 +98,8 @@ def test_bundled_provenance_names_its_gpu_and_licence(device: str) -> None:
 
 
 #: indexing a bundled table set from its CSVs takes ~5 CPU-s, ~150 s for all of them: the default run
-#: checks the smallest bundle and H100's (which other tests load and price with); `-m slow`, all
-CHECKED_BY_DEFAULT = ("a100-sxm-80g", "h100-sxm")
+#: checks the smallest bundle; `-m slow`, all
+CHECKED_BY_DEFAULT = ("a100-sxm-80g",)
 
 
 @pytest.mark.parametrize("device", [device if device in CHECKED_BY_DEFAULT else pytest.param(device, marks=pytest.mark.slow)

@@ -168,7 +168,7 @@ def run_json() -> dict[str, Any]:
     return to_json_data(simulate(load_run_config(REPO_ROOT / "configs" / "qwen3-30b.yaml")))
 
 
-@settings(max_examples=max(8, EXAMPLES // 4), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=max(4, EXAMPLES // 6), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                 HealthCheck.function_scoped_fixture])
 @given(where=st.sampled_from([("decode", "tpot_ms"), ("prefill", "ttft_ms"), ("memory", "weights_gb"),
                               ("decode", "tgs"), ("hardware_peaks", "hbm_bandwidth")]), value=JSON_VALUES)

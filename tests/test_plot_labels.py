@@ -23,6 +23,9 @@ from matplotlib.backends.backend_agg import RendererAgg  # noqa: E402
 from infersim.cli.main import main  # noqa: E402
 from infersim.plot import draw  # noqa: E402
 
+#: one worker runs this file (`--dist loadgroup`), so the four runs of the `runs` fixture are computed once
+pytestmark = pytest.mark.xdist_group("plot-labels")
+
 #: a text that grazes another by at most this many pixels (anti-aliasing, the font's line gap) is clear of it
 SLACK_PX = 1.0
 
