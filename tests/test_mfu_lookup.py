@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infersim.base.errors import InferSimError
-from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape
+from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, TableHit
 from infersim.tables.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
 from infersim.tables.table_files import read_table_dir
 from infersim.tables.interpolation import INTERPOLATIONS, Interpolation, _same, build_grid
@@ -404,3 +404,32 @@ def test_a_grid_level_groups_coordinates_within_tolerance_as_a_scan_would(bases:
     for key, (mean_seconds, _eff) in zip(root.coords, root.children):
         members = groups[key]
         assert mean_seconds == pytest.approx(sum(seconds[i] for i in members) / len(members), rel=1e-12)
+
+
+def test_an_extended_row_computes_its_extra_flops_no_faster_than_the_roofline() -> None:
+    """A compute-bound GEMM row whose last two points lie close together (run-to-run noise) has a
+    last-interval slope below what executing the extra FLOPs takes: the extension is held to the table's
+    time at the last point plus the extra FLOPs at the highest of the card's rate, the kernel's own at
+    that point and the grid's best. Hand roofline: FLOPs as the shape counts them, 100 TFLOP/s, 1 TB/s."""
+    from dataclasses import replace
+
+    from infersim.tables.beyond_range import roofline_floor
+
+    edge, shape = GemmShape(4096, 4096, 4096), GemmShape(8192, 4096, 4096)
+    edge_seconds = edge.flops / 80e12  # measured at 80 TFLOP/s, below the card's 100
+    hit = TableHit(edge_seconds * 1.05, "t.csv", "extrapolated", 0.0, "", "m", 4096.0, edge_seconds)
+    roofline = lambda s: (s.flops, 100e12, 1e12)  # noqa: E731
+    floored = roofline_floor(shape, edge, hit, roofline, 1e15)
+    extra = shape.flops - edge.flops  # 2 x 4096 x 4096 x 4096 = 137 GFLOP
+    assert floored.seconds == pytest.approx(edge_seconds + extra / 100e12)
+    assert "137 GFLOP more it computes" in floored.note
+    # measured faster at its last point than the card's rate: that rate holds
+    fast = replace(hit, seconds=edge.flops / 200e12 * 1.05, edge_seconds=edge.flops / 200e12)
+    assert roofline_floor(shape, edge, fast, roofline, 1e15).seconds == pytest.approx(
+        edge.flops / 200e12 + extra / 200e12)
+    # the grid's best efficiency (0.3 of the 1e15 peak) is higher still: at most 300 TFLOP/s asked
+    best = replace(hit, best_efficiency=0.3)
+    assert roofline_floor(shape, edge, best, roofline, 1e15).seconds == pytest.approx(edge_seconds + extra / 300e12)
+    # a slope already slower than the roofline stands
+    slow = replace(hit, seconds=edge_seconds + 2 * extra / 100e12)
+    assert roofline_floor(shape, edge, slow, roofline, 1e15) == slow

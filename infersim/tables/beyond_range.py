@@ -59,21 +59,34 @@ def with_work(shape: KernelShape, axis: str, value: float) -> KernelShape | None
     return dataclasses.replace(shape, **{name: cast[name](value) for name in fields})
 
 
-def hbm_floor(shape: KernelShape, edge: KernelShape, hit: TableHit, roofline: Roofline) -> TableHit:
-    """An extended row's time, at least the table's time at its last point plus the bytes the query
-    moves beyond it at the card's achievable HBM rate. The last interval's slope is the kernel's cost
+def roofline_floor(shape: KernelShape, edge: KernelShape, hit: TableHit, roofline: Roofline,
+                   peak_flops: float) -> TableHit:
+    """An extended row's time, at least the table's time at its last point plus the work the query
+    adds beyond it on the card's roofline: its extra bytes at the achievable HBM rate, its extra
+    tensor-core FLOPs at the achievable FLOP rate. The last interval's slope is the kernel's cost
     per unit of work between two measured points; where those points are short enough to be latency-
     rather than bandwidth-bound (a decode attention row of a large batch measured up to a few hundred
-    cached tokens), that slope is shallower than streaming the extra KV cache allows."""
-    extra = shape.bytes - edge.bytes
-    if extra <= 0:
+    cached tokens), that slope is shallower than streaming the extra KV cache allows, and where two
+    measurements of a compute-bound kernel lie close together (an MoE grouped GEMM row whose last two
+    points differ by run-to-run noise), it can be shallower than executing the extra FLOPs allows. The
+    FLOP rate is the highest of the card's achievable one, the kernel's own at the row's last point and
+    the best its grid measured: the floor never asks the extension to run slower than the table shows
+    the kernel can."""
+    flops, card_compute, memory = roofline(shape)
+    edge_flops = roofline(edge)[0]
+    compute = max(card_compute, edge_flops / hit.edge_seconds, hit.best_efficiency * peak_flops)
+    extra_bytes = shape.bytes - edge.bytes
+    extra_flops = flops - edge_flops
+    memory_s = extra_bytes / memory if extra_bytes > 0 else 0.0
+    compute_s = extra_flops / compute if extra_flops > 0 else 0.0
+    floor = hit.edge_seconds + max(memory_s, compute_s)
+    if hit.seconds >= floor or not floor > hit.edge_seconds:
         return hit
-    floor = hit.edge_seconds + extra / roofline(shape)[2]
-    if hit.seconds >= floor:
-        return hit
-    return dataclasses.replace(hit, seconds=floor, note=hit.note + (
-        f"; at least the table's time at its last point plus the {extra / 1e6:,.3g} MB more it reads, at the "
-        "card's achievable HBM rate"))
+    if memory_s >= compute_s:
+        said = f"the {extra_bytes / 1e6:,.3g} MB more it reads, at the card's achievable HBM rate"
+    else:
+        said = f"the {extra_flops / 1e9:,.3g} GFLOP more it computes, at the card's achievable FLOP rate"
+    return dataclasses.replace(hit, seconds=floor, note=hit.note + f"; at least the table's time at its last point plus {said}")
 
 
 #: (FLOPs the tensor cores execute, achievable FLOP/s, achievable bytes/s) of a shape on the
@@ -91,10 +104,10 @@ def beyond_range(shape: KernelShape, hit: TableHit, roofline: Roofline, peak_flo
     """Apply the beyond-range rule to an extrapolated hit of `shape` (see the section comment): the
     hit as it is, unless an MoE grouped GEMM crosses from its row's memory-bound last point into the
     compute regime in a grid of several rows; then the roofline anchored at the table, marked edge.
-    Either way the extension cannot read its extra bytes faster than HBM (hbm_floor)."""
+    Either way the extension cannot do its extra work faster than the card's roofline (roofline_floor)."""
     edge = with_work(shape, hit.edge_axis, hit.edge_value) if hit.edge_axis and hit.edge_seconds > 0 else None
     if edge is not None:
-        hit = hbm_floor(shape, edge, hit, roofline)
+        hit = roofline_floor(shape, edge, hit, roofline, peak_flops)
     if not isinstance(shape, GroupedGemmShape) or not hit.best_efficiency > 0:
         return hit
     if edge is None or not edge.flops > 0:
