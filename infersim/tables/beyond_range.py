@@ -61,32 +61,34 @@ def with_work(shape: KernelShape, axis: str, value: float) -> KernelShape | None
 
 def roofline_floor(shape: KernelShape, edge: KernelShape, hit: TableHit, roofline: Roofline,
                    peak_flops: float) -> TableHit:
-    """An extended row's time, at least the table's time at its last point plus the work the query
-    adds beyond it on the card's roofline: its extra bytes at the achievable HBM rate, its extra
-    tensor-core FLOPs at the achievable FLOP rate. The last interval's slope is the kernel's cost
-    per unit of work between two measured points; where those points are short enough to be latency-
-    rather than bandwidth-bound (a decode attention row of a large batch measured up to a few hundred
-    cached tokens), that slope is shallower than streaming the extra KV cache allows, and where two
-    measurements of a compute-bound kernel lie close together (an MoE grouped GEMM row whose last two
-    points differ by run-to-run noise), it can be shallower than executing the extra FLOPs allows. The
-    FLOP rate is the highest of the card's achievable one, the kernel's own at the row's last point and
-    the best its grid measured: the floor never asks the extension to run slower than the table shows
-    the kernel can."""
+    """An extended row's time, at least what the card's roofline allows: the table's time at its last
+    point plus the bytes the query reads beyond it at the achievable HBM rate, and all of the query's
+    tensor-core FLOPs at the fastest FLOP rate the card or the table shows. The last interval's slope
+    is the kernel's cost per unit of work between two measured points; where those points are short
+    enough to be latency- rather than bandwidth-bound (a decode attention row of a large batch
+    measured up to a few hundred cached tokens), that slope is shallower than streaming the extra KV
+    cache allows, and where two measurements of a compute-bound kernel lie close together (an MoE
+    grouped GEMM row whose last two points differ by run-to-run noise), it can be shallower than
+    executing the FLOPs allows. The FLOPs bound the whole time, not the time added beyond the edge:
+    they overlap the streaming (a GEMM bound by its weights at the edge computes twice the rows in
+    about the same time). The FLOP rate is the highest of the card's achievable one, the kernel's own
+    at the row's last point and the best its grid measured: the floor never asks the extension to
+    run slower than the table shows the kernel can."""
     flops, card_compute, memory = roofline(shape)
     edge_flops = roofline(edge)[0]
     compute = max(card_compute, edge_flops / hit.edge_seconds, hit.best_efficiency * peak_flops)
     extra_bytes = shape.bytes - edge.bytes
-    extra_flops = flops - edge_flops
-    memory_s = extra_bytes / memory if extra_bytes > 0 else 0.0
-    compute_s = extra_flops / compute if extra_flops > 0 else 0.0
-    floor = hit.edge_seconds + max(memory_s, compute_s)
+    memory_floor = hit.edge_seconds + (extra_bytes / memory if extra_bytes > 0 else 0.0)
+    compute_floor = flops / compute if flops > edge_flops else 0.0
+    floor = max(memory_floor, compute_floor)
     if hit.seconds >= floor or not floor > hit.edge_seconds:
         return hit
-    if memory_s >= compute_s:
-        said = f"the {extra_bytes / 1e6:,.3g} MB more it reads, at the card's achievable HBM rate"
+    if memory_floor >= compute_floor:
+        said = (f"at least the table's time at its last point plus the {extra_bytes / 1e6:,.3g} MB more it reads, "
+                "at the card's achievable HBM rate")
     else:
-        said = f"the {extra_flops / 1e9:,.3g} GFLOP more it computes, at the card's achievable FLOP rate"
-    return dataclasses.replace(hit, seconds=floor, note=hit.note + f"; at least the table's time at its last point plus {said}")
+        said = f"at least its {flops / 1e9:,.3g} GFLOP at the fastest FLOP rate the card or its table shows"
+    return dataclasses.replace(hit, seconds=floor, note=f"{hit.note}; {said}")
 
 
 #: (FLOPs the tensor cores execute, achievable FLOP/s, achievable bytes/s) of a shape on the
