@@ -60,7 +60,7 @@ PAGES: tuple[Path, ...] = (REPO / "README.md", *sorted((REPO / "docs").glob("*.m
 FIELD_TABLE_PAGE = REPO / "docs" / "inputs.md"
 NOT_RUN_MARK = "*Not run by the tests:"
 ELISION = "..."
-FENCE = re.compile(r"^( *)(`{3,})(\S*)\s*$")  # a block in a list item is indented
+FENCE = re.compile(r"^( *)(`{3,})(\S*(?: \S+)*)\s*$")  # a block in a list item is indented; info: a language and words after it
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,13 @@ class Block:
 
     @property
     def checked(self) -> bool:
-        return self.info == "console" and self.shows_a_command
+        return self.info.split()[:1] == ["console"] and self.shows_a_command
+
+    @property
+    def slow(self) -> bool:
+        """A block fenced ```` ```console slow ````: its command is checked under `pytest -m slow` (a
+        renderer reads only the info string's first word)."""
+        return "slow" in self.info.split()[1:]
 
     def commands(self) -> tuple[Command, ...]:
         commands: list[Command] = []

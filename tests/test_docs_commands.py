@@ -32,7 +32,8 @@ def runner(commands_run_once: docs.Runner) -> docs.Runner:
     return commands_run_once
 
 
-@pytest.mark.parametrize("block", CHECKED, ids=[block.where for block in CHECKED])
+@pytest.mark.parametrize("block", [pytest.param(block, marks=pytest.mark.slow) if block.slow else block
+                                   for block in CHECKED], ids=[block.where for block in CHECKED])
 def test_a_shown_command_prints_what_is_shown(block: docs.Block, runner: docs.Runner) -> None:
     for outcome in runner.outcomes(block):
         assert outcome.ok, f"{block.where}: {REFRESH}\n{docs.difference(outcome)}"

@@ -23,9 +23,6 @@ from matplotlib.backends.backend_agg import RendererAgg  # noqa: E402
 from infersim.cli.main import main  # noqa: E402
 from infersim.plot import draw  # noqa: E402
 
-#: one worker runs this file (`--dist loadgroup`), so the four runs of the `runs` fixture are computed once
-pytestmark = pytest.mark.xdist_group("plot-labels")
-
 #: a text that grazes another by at most this many pixels (anti-aliasing, the font's line gap) is clear of it
 SLACK_PX = 1.0
 
@@ -109,7 +106,9 @@ def close_figures() -> Iterator[None]:
 RUNS = {
     "dense TP8 with tables": ("--model", "llama-3.1-70b", "--hardware", "h100", "--tp", "8", "--engine", "vllm"),
     "MoE on DP attention": ("--config", "qwen3-30b.yaml"),
-    "fp8 on B200": ("--model", "qwen3-235b-a22b", "--hardware", "b200", "--tp", "8", "--ep", "8", "--precision", "fp8"),
+    # TensorRT-LLM's B200 tables: the ones `validate` indexes too, where SGLang's would be indexed for this run alone
+    "fp8 on B200": ("--model", "qwen3-235b-a22b", "--hardware", "b200", "--tp", "8", "--ep", "8", "--precision", "fp8",
+                    "--engine", "trtllm"),
     "roofline only, MI300X": ("--model", "llama-3.1-8b", "--hardware", "mi300x", "--engine", "vllm"),
 }
 
