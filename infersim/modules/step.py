@@ -304,10 +304,10 @@ def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micr
     last = inputs.last_frame
     frame = None
     if last is not None:
-        # what a frame's pieces are built from beside the (model, deployment) inputs: FfnContext's
-        # fields (the before/after pieces read the stage and tokens), the micro-batches, the logit rows
-        key = (ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node, ctx.expert_tokens_per_gpu, ctx.sequence_length,
-               micro_batches, logit_rows)
+        # what a frame's pieces are built from beside the (model, deployment) inputs: the FFN's record
+        # (which holds the stage and tokens the pieces around an attention core read), and the
+        # per-step piece's micro-batches and logit rows
+        key = (FfnContext.of(ctx), micro_batches, logit_rows)
         if last.key == key:
             frame = last.frame
     if frame is None:
