@@ -25,7 +25,7 @@ from infersim.calibrate.data import (
     run_mapping,
 )
 from infersim.calibrate.fit import FitResult, FitSettings, Observation, fit_constants
-from infersim.calibrate.traces import TRACE_METRIC, load_traces
+from infersim.calibrate.traces import TRACE_METRIC, load_traces, predict_traced, traced_comparisons
 from infersim.cards.calibration import (
     CONSTANT_BY_NAME,
     CONSTANTS,
@@ -190,10 +190,23 @@ def calibrate(paths: Sequence[Path], hardware: str | None = None, engine: str | 
                                 "needs a positive card value")
     observations = [Observation(k, stage, metric, value) for k, e in enumerate(kept) for stage, metric, value in e.measured]
 
+    # a traced lane's simulation at the constants last asked for, shared by the lane's modules (each
+    # its own experiment): keyed by the constants and the lane, all traces running on one --config
+    lanes: dict[tuple[Any, ...], Any] = {}
+
     def predict(values: Mapping[str, float], k: int) -> Mapping[tuple[str, str], float]:
         config = configs[k]
         hw, eng = with_constants(config.hardware, config.engine, values)
-        return predict_experiment(replace(config, hardware=hw, engine=eng), kept[k])
+        constrained = replace(config, hardware=hw, engine=eng)
+        traced = kept[k].trace
+        if traced is None:
+            return predict_experiment(constrained, kept[k])
+        key = (tuple(sorted(values.items())), traced.trace, traced.rank)
+        if key not in lanes:
+            if lanes and next(iter(lanes))[0] != key[0]:
+                lanes.clear()  # other constants: the lanes simulated at the last ones are not asked again
+            lanes[key] = traced_comparisons(constrained, traced)
+        return predict_traced(constrained, traced, lanes[key])
 
     result = fit_constants(chosen, priors, observations, predict, settings)
     profile = _profile(reference, base.engine, base.hardware, kept, result, priors, settings, max_stage_s)

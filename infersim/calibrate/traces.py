@@ -50,9 +50,16 @@ def _comparisons(config: Any, lane: Any) -> Any:
     return compare_lane(lane, result.prefill, result.decode, "prefill")
 
 
-def predict_traced(config: Any, traced: TracedModule) -> dict[tuple[str, str], float]:
-    """(stage:module, kernel_ms) -> the simulated kernel time per layer of the module, in ms."""
-    for comparison in _comparisons(config, traced.lane):
+def traced_comparisons(config: Any, traced: TracedModule) -> Any:
+    """The comparisons of `traced`'s lane with the simulation of `config`: what every module of that
+    lane is predicted from (compute once per lane and constants, read per module)."""
+    return _comparisons(config, traced.lane)
+
+
+def predict_traced(config: Any, traced: TracedModule, comparisons: Any = None) -> dict[tuple[str, str], float]:
+    """(stage:module, kernel_ms) -> the simulated kernel time per layer of the module, in ms, from
+    `comparisons` (traced_comparisons of the same config) when given."""
+    for comparison in comparisons if comparisons is not None else _comparisons(config, traced.lane):
         if comparison.stage != traced.stage:
             continue
         for row in comparison.modules:
