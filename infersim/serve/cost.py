@@ -82,8 +82,8 @@ class StepShape:
 @dataclass(frozen=True)
 class StepPricing:
     """What the price of a step is made of: the coster reads nothing else of the run config, so two
-    runs with equal records price every step alike (compared by value; not hashable: cards hold
-    mappings)."""
+    runs with equal records price every step alike (compared by value, the tables by identity: a
+    table directory is loaded once per process; not hashable: cards hold mappings)."""
 
     model: ModelCard
     deployment: Deployment
