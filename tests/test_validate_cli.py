@@ -15,6 +15,7 @@ import yaml
 from conftest import public_reference
 from infersim.cli.main import main
 from infersim.run.config import RunSpec
+from infersim.serve.cost import StepPriceBook
 from infersim.validate.evaluate import NEEDS_SERVE
 
 ENGINE_FIELD = "engine" in {f.name for f in dataclasses.fields(RunSpec)}  # engine cards merged
@@ -92,9 +93,11 @@ def test_json_report(reference, no_serve, capsys):
 
 def test_serving_points_run_through_the_request_level_simulator(reference, monkeypatch, capsys):
     calls = []
+    books = []  # the step prices the validation's serving runs share
 
-    def simulate_serving(config, options):
+    def simulate_serving(config, options, prices=None):
         calls.append((config, options))
+        books.append(prices)
         return {"output_throughput": 25000.0, "output_throughput_per_gpu": 25000.0, "mean_ttft_ms": 100.0}
 
     monkeypatch.setitem(sys.modules, "infersim.serve.api", types.SimpleNamespace(simulate_serving=simulate_serving))
@@ -111,6 +114,8 @@ def test_serving_points_run_through_the_request_level_simulator(reference, monke
     assert config.model.name == "llama-3.1-8b" and config.hardware.name == "h100-sxm"
     assert config.deployment.precision.gemm == "fp8"
     assert data["summary"]["by_kind"]["serving"]["n"] == 1
+    (book,) = books
+    assert isinstance(book, StepPriceBook)
 
 
 def _error_line(capsys) -> str:

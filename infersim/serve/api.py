@@ -58,14 +58,17 @@ from __future__ import annotations
 from typing import Any
 
 from infersim.run.config import RunConfig
+from infersim.serve.cost import StepPriceBook
 from infersim.serve.metrics import summarize
 from infersim.serve.options import parse_options
 from infersim.serve.simulate import simulate_serving_run
 
 
-def simulate_serving(config: RunConfig, options: dict[str, Any]) -> dict[str, Any]:
+def simulate_serving(config: RunConfig, options: dict[str, Any], prices: StepPriceBook | None = None) -> dict[str, Any]:
+    """The summary of one serving run; `prices`: a caller's book of step prices, shared by its runs
+    (infersim.serve.cost: a run reads the prices of earlier runs with the same cards and tables)."""
     options = dict(options)
     include_requests = bool(options.pop("requests", False))
     opts = parse_options(options)
-    return summarize(simulate_serving_run(config, opts, keep_records=include_requests),
+    return summarize(simulate_serving_run(config, opts, keep_records=include_requests, prices=prices),
                      include_requests=include_requests)

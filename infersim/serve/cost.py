@@ -35,6 +35,13 @@ each of these sizes, so rounding changes a step by at most +-2% (+-4% for prefil
 is linear in q and in kv at once), not counting GEMM tile padding where a rounded token count
 crosses a 64-row tile edge (memory-bound decode GEMMs are insensitive to it). Rounding goes both
 ways on a log grid, so over many steps the errors largely cancel.
+Sharing prices between runs. A step's price reads only its `StepPricing` record: the model,
+deployment, hardware and engine cards, the kernel tables and the bucket width (and, with
+speculative decoding, the whole run config: its drafter and `lookahead: auto` read the workload).
+Runs whose records are equal (a validation's points that differ in lengths, rates or request
+counts) price the same steps alike, so an owner of many runs creates one `StepPriceBook` and passes
+it to each: every coster then reads the prices the earlier runs found, and still counts the shapes
+its own run priced (`priced`) as if it were alone.
 """
 
 from __future__ import annotations
@@ -42,15 +49,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from infersim.cards.deployment import Deployment
+from infersim.cards.engine import EngineCard
+from infersim.cards.hardware import HardwareCard
+from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.costing.memo import PricingMemo
 from infersim.engine.energy import stage_energy
 from infersim.engine.stage import run_stage
 from infersim.modules.step import build_step_plan
+from infersim.shapes.kernels import KernelTables
 from infersim.shapes.plan import SequenceBatch
 
 EXACT_BELOW = 16  # counts below this are priced exactly
 DEFAULT_WIDTH = 1.04
+# a step as the stage engine is given it: (per-GPU sequences, stage, experts' tokens per GPU, graph padding,
+# the drafter's (prompt chunk, decode requests per rank, their context) or None)
+StageArguments = tuple[tuple[SequenceBatch, ...], str | None, float, int, tuple[SequenceBatch | None, int, int] | None]
 
 
 @dataclass(frozen=True)
@@ -64,31 +79,85 @@ class StepShape:
     prefill_context: int
 
 
-class StepCoster:
-    """Prices steps of one deployment; `cost(...)` is memoised on the bucketed shape."""
+@dataclass(frozen=True)
+class StepPricing:
+    """What the price of a step is made of: the coster reads nothing else of the run config, so two
+    runs with equal records price every step alike (compared by value, the tables by identity: a
+    table directory is loaded once per process; not hashable: cards hold mappings)."""
 
-    def __init__(self, config: RunConfig, width: float = DEFAULT_WIDTH) -> None:
+    model: ModelCard
+    deployment: Deployment
+    hardware: HardwareCard
+    tables: KernelTables
+    engine: EngineCard
+    width: float
+    speculative_run: RunConfig | None  # with speculative decoding: the drafter and lookahead read the whole run
+
+    @classmethod
+    def of(cls, config: RunConfig, width: float) -> StepPricing:
+        return cls(config.model, config.deployment, config.hardware, config.tables, config.engine, width,
+                   config if config.speculative is not None else None)
+
+
+class StepPrices:
+    """Prices of bucketed steps under one StepPricing, and its grid points and speculative lookahead."""
+
+    def __init__(self, inputs: StepPricing) -> None:
+        self.inputs = inputs
+        self.steps: dict[tuple[int, int, int, int, int], tuple[float, float]] = {}
+        self.by_arguments: dict[StageArguments, tuple[float, float]] = {}  # the steps' prices by what they give the stage engine
+        self.grid: dict[int, int] = {}  # whole number -> its point on the bucket grid
+        self.lookahead: tuple[int, float, bool] | None = None  # speculative: (k, E(k), chosen by auto)
+
+
+class StepPriceBook:
+    """Step prices kept across the serving runs of one owner: a StepPrices per pricing record (found
+    by equality) and one PricingMemo for the plan pieces and kernel costs of all of them."""
+
+    def __init__(self) -> None:
+        self.pricing = PricingMemo()
+        self._prices: list[StepPrices] = []
+
+    def prices(self, inputs: StepPricing) -> StepPrices:
+        for kept in self._prices:
+            if kept.inputs == inputs:
+                return kept
+        self._prices.append(StepPrices(inputs))
+        return self._prices[-1]
+
+
+class StepCoster:
+    """Prices steps of one deployment; `cost(...)` is memoised on the bucketed shape (in `book`, when
+    given, shared with the other runs of its owner that have the same StepPricing)."""
+
+    def __init__(self, config: RunConfig, width: float = DEFAULT_WIDTH, book: StepPriceBook | None = None) -> None:
         if not width >= 1.0:
             raise ValueError("bucket width must be >= 1")
-        self.config = config
+        self.inputs = inputs = StepPricing.of(config, width)
+        shared = book.prices(inputs) if book is not None else StepPrices(inputs)
         self.width = width
         self._log_width = math.log(width) if width > 1 else 0.0
-        self.dp = config.deployment.attention.dp
-        self.tp = config.deployment.attention.tp
-        self._memo: dict[tuple[int, int, int, int, int], tuple[float, float]] = {}
-        self._grid: dict[int, int] = {}
-        self.priced = 0  # stage-engine evaluations (memo misses)
-        self.sms = config.hardware.derates.deepep_normal_sms
-        self.pricing = PricingMemo()  # plan pieces and kernel costs the priced steps share
+        self.dp = inputs.deployment.attention.dp
+        self.tp = inputs.deployment.attention.tp
+        self._memo: dict[tuple[int, int, int, int, int], tuple[float, float]] = {}  # this run's shapes
+        self._shared = shared.steps
+        self._by_arguments = shared.by_arguments
+        self._grid = shared.grid
+        self.priced = 0  # step shapes this run priced (its memo misses; the book may have held their prices)
+        self.sms = inputs.hardware.derates.deepep_normal_sms
+        # plan pieces and kernel costs the priced steps share
+        self.pricing = book.pricing if book is not None else PricingMemo()
         self.lookahead = 0  # speculative tokens verified per decode request and step
         self.tokens_per_step: float = 1  # expected tokens a decode step gives each request
         self.lookahead_auto = False
-        self.engine = config.engine
-        if config.speculative is not None:
+        self.engine = inputs.engine
+        if inputs.speculative_run is not None:
             from infersim.run.speculative import serving_lookahead, speculative_engine
 
-            self.lookahead, self.tokens_per_step, self.lookahead_auto = serving_lookahead(config)
-            self.engine = speculative_engine(config.engine)
+            if shared.lookahead is None:
+                shared.lookahead = serving_lookahead(inputs.speculative_run)
+            self.lookahead, self.tokens_per_step, self.lookahead_auto = shared.lookahead
+            self.engine = speculative_engine(inputs.engine)
 
     def bucket(self, value: float) -> int:
         """`value` (rounded to a whole number first) on the geometric grid (counts below EXACT_BELOW
@@ -124,7 +193,11 @@ class StepCoster:
         key = (n, ctx, c, t, kv)
         priced = self._memo.get(key)
         if priced is None:
-            priced = self._memo[key] = self.price_energy(StepShape(n, ctx, c, t, kv))
+            priced = self._shared.get(key)
+            if priced is None:
+                priced = self._shared[key] = self.price_energy(StepShape(n, ctx, c, t, kv))
+            self._memo[key] = priced
+            self.priced += 1
         return priced
 
     def price(self, shape: StepShape) -> float:
@@ -132,7 +205,19 @@ class StepCoster:
         return self.price_energy(shape)[0]
 
     def price_energy(self, shape: StepShape) -> tuple[float, float]:
-        """Run the stage engine on one (already bucketed) step: (seconds, joules on one GPU)."""
+        """Run the stage engine on one (already bucketed) step: (seconds, joules on one GPU).
+        Bucketed shapes that give the stage engine the same arguments (ranks and GPUs splitting
+        counts alike, prompt chunks of the same size) are priced once."""
+        key = self._stage_arguments(shape)
+        priced = self._by_arguments.get(key)
+        if priced is None:
+            priced = self._by_arguments[key] = self._run(*key)
+        return priced
+
+    def _stage_arguments(self, shape: StepShape) -> StageArguments:
+        """What pricing `shape` gives the stage engine: the per-GPU sequences, the stage the plan
+        is built for, the experts' tokens per GPU and the graph padding; with speculative decoding
+        also what the drafter is given (the prompt chunk, decode requests per rank and their context)."""
         dp, tp = self.dp, self.tp
         seqs = []
         padding = 0
@@ -143,7 +228,7 @@ class StepCoster:
             q = max(1, round(rank_tokens / rank_chunks))
             chunk = SequenceBatch(rank_chunks, q, max(q, shape.prefill_context), across_tp=tp > 1)
             seqs.append(chunk)
-        cfg = self.config
+        cfg = self.inputs
         verify = 1 + self.lookahead  # tokens each decode request feeds
         rank_requests = -(-shape.decode_requests // dp)
         if shape.decode_requests:
@@ -156,20 +241,25 @@ class StepCoster:
         expert_tokens = 0.0
         if shape.prefill_chunks and dp > 1:  # unequal ranks: the experts see the mean, not the busiest
             expert_tokens = (shape.prefill_tokens + shape.decode_requests * verify) / (dp * tp)
-        plan = build_step_plan(cfg.model, cfg.deployment, tuple(seqs), self.sms,
-                               stage="decode" if verify > 1 and not chunk else None,
+        draft = (chunk, rank_requests, shape.decode_context) if self.lookahead else None
+        return tuple(seqs), "decode" if verify > 1 and not chunk else None, expert_tokens, padding, draft
+
+    def _run(self, seqs: tuple[SequenceBatch, ...], stage_name: str | None, expert_tokens: float, padding: int,
+             draft: tuple[SequenceBatch | None, int, int] | None) -> tuple[float, float]:
+        """(seconds, joules on one GPU) of a step the stage engine is given these arguments for."""
+        cfg = self.inputs
+        plan = build_step_plan(cfg.model, cfg.deployment, seqs, self.sms, stage=stage_name,
                                expert_tokens_per_gpu=expert_tokens, graph_padding=padding, memo=self.pricing)
-        self.priced += 1
         stage = run_stage(plan, cfg.hardware, cfg.tables, self.engine, self.pricing)
         seconds = stage.step_time_s
         power = cfg.hardware.power
         joules = stage_energy(stage, power).joules if power is not None else 0.0
-        if self.lookahead:
-            draft = self._draft_seconds(chunk, rank_requests, shape.decode_context)
+        if draft is not None:
+            draft_s = self._draft_seconds(*draft)
             # the drafter runs the same kinds of kernels on the same GPUs: its time draws the
             # target step's mean power
-            joules += draft * joules / seconds if seconds > 0 else 0.0
-            seconds += draft
+            joules += draft_s * joules / seconds if seconds > 0 else 0.0
+            seconds += draft_s
         return seconds, joules
 
     def _draft_seconds(self, chunk: SequenceBatch | None, rank_requests: int, context: int) -> float:
@@ -177,7 +267,8 @@ class StepCoster:
         and one pass over the prompt chunks."""
         from infersim.run.speculative import drafter_step_time
 
-        cfg = self.config
+        cfg = self.inputs.speculative_run
+        assert cfg is not None
         seconds = 0.0
         if rank_requests:
             draft_tp = cfg.draft_deployment.attention.tp if cfg.draft_deployment is not None else self.tp

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Sequence
 
 from infersim.base.stats import percentile
 
@@ -137,13 +138,19 @@ class Samples:
 
     def percentile(self, q: float) -> float:
         """The q-th percentile (0..100); 0.0 for no samples."""
+        return self.percentiles((q,))[0]
+
+    def percentiles(self, qs: Sequence[float]) -> list[float]:
+        """The qs-th percentiles (each as `percentile`), the samples sorted once for all of them."""
         if not self.count:
-            return 0.0
+            return [0.0 for _q in qs]
         if self.values is not None:
             if self.weights is None:
-                return percentile(sorted(self.values), q)
-            return _weighted_nearest_rank(self._pairs(), q)
-        return self._sketch_percentile(q)
+                ordered = sorted(self.values)
+                return [percentile(ordered, q) for q in qs]
+            pairs = sorted(self._pairs())
+            return [_weighted_nearest_rank(pairs, q) for q in qs]
+        return [self._sketch_percentile(q) for q in qs]
 
     def _sketch_percentile(self, q: float) -> float:
         buckets = self.buckets
@@ -162,6 +169,10 @@ class Samples:
 
     def merge(self, other: Samples) -> None:
         """Add `other`'s samples to these."""
+        if other.values is not None and self.values is not None and \
+                len(self.values) + len(other.values) <= EXACT_LIMIT:  # both stay exact: add them at once
+            self._extend(other.values, other.weights)
+            return
         if other.values is not None:
             weights = other.weights
             for i, value in enumerate(other.values):
@@ -180,13 +191,22 @@ class Samples:
         self._minimum = min(self._minimum, other._minimum)
         self._maximum = max(self._maximum, other._maximum)
 
+    def _extend(self, values: array, weights: array | None) -> None:
+        """Append exact samples as `add` would one by one (no sketch is reached)."""
+        assert self.values is not None
+        if self.weights is None and weights is not None and any(w != 1 for w in weights):
+            self.weights = array("q", [1]) * len(self.values)
+        if self.weights is not None:
+            self.weights.extend(weights if weights is not None else array("q", [1]) * len(values))
+        self.values.extend(values)
+
     def memory_entries(self) -> int:
         """Stored entries (values or buckets): what the samples hold in memory."""
         return len(self.values) if self.values is not None else len(self.buckets or ())
 
 
-def _weighted_nearest_rank(samples: list[tuple[float, int]], q: float) -> float:
-    ordered = sorted(samples)
+def _weighted_nearest_rank(ordered: list[tuple[float, int]], q: float) -> float:
+    """The nearest-rank q-th percentile by weight of (value, weight) pairs in ascending order."""
     total = sum(w for _v, w in ordered)
     if not total:
         return 0.0

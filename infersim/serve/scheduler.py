@@ -192,8 +192,11 @@ class Instance:
     def _arrive(self) -> None:
         """Arrivals the next step's scheduling sees join the waiting queue; with `max_waiting`, an
         arrival that finds that many waiting is left waiting (the overload guard)."""
-        pending, now, waiting, cap, stats = self.pending, self.now, self.waiting, self.max_waiting, self.stats
-        cutoff = now if self.idle() else min(now, self.intake_s)
+        pending, now = self.pending, self.now
+        if not pending or pending[0].ready_s > now:  # nothing arrived yet (the cutoff is never past now)
+            return
+        waiting, cap, stats = self.waiting, self.max_waiting, self.stats
+        cutoff = min(now, self.intake_s) if waiting or self.prefilling or self.n_dec else now
         while pending and pending[0].ready_s <= cutoff:
             r = pending.popleft()
             if cap and len(waiting) >= cap and r.scheduled_s < 0:
@@ -209,7 +212,7 @@ class Instance:
     def _admit(self) -> None:
         s = self.s
         waiting = self.waiting
-        if not waiting:
+        if not waiting or s.max_running and len(self.prefilling) + self.n_dec >= s.max_running:
             return
         pending_tokens = sum(r.prompt_total - r.prompt_done for r in self.prefilling)
         room = s.token_budget - (self.n_dec if s.mixed else 0)

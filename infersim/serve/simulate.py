@@ -49,7 +49,7 @@ from infersim.base.errors import InferSimError
 from infersim.modules.comm import p2p_bandwidth
 from infersim.serve.outcomes import Outcomes
 from infersim.serve.overload import StageLoad, assess_stage
-from infersim.serve.cost import StepCoster
+from infersim.serve.cost import StepCoster, StepPriceBook
 from infersim.serve.scheduler import Instance, RequestState
 from infersim.serve.settings import SchedulerSettings, settings_from_engine, with_host_tier
 from infersim.serve.arrivals import Arrivals, build_requests, listed_arrivals
@@ -112,7 +112,7 @@ def _pool_config(config: RunConfig, deployment: dict[str, Any] | None, where: st
 
 
 def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl: float, mean_osl: float,
-          requests: int, prefill_only: bool = False) -> Pool:
+          requests: int, prefill_only: bool = False, prices: StepPriceBook | None = None) -> Pool:
     """A pool of `count` instances, of which the first min(count, requests) are built: a request
     occupies one instance at a time, so no router ever reaches an instance past the requests'
     number (round-robin by construction; least-loaded always finds an empty one among them)."""
@@ -129,7 +129,7 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
                            origin=settings.origin + f"; KV pool {opts.kv_capacity_tokens:,} tokens given")
     if opts.host_kv_bytes or opts.host_kv_tokens:
         settings = with_host_tier(settings, config, opts.host_kv_bytes, opts.host_kv_tokens)
-    coster = StepCoster(config, opts.bucket_width)
+    coster = StepCoster(config, opts.bucket_width, prices)
     instances = [Instance(settings, coster, i, prefill_only) for i in range(min(count, max(1, requests)))]
     for inst in instances:
         inst.prefix_hit_rate = opts.prefix_hit_rate if settings.prefix_cache else 0.0
@@ -150,11 +150,13 @@ def _open_loop_guards(instances: list[Instance], opts: ServeOptions, outcomes: O
             inst.low_water = min(budget, s.max_running or math.inf, s.kv_capacity_tokens + 1) + 64
 
 
-def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bool = True) -> ServeResult:
+def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bool = True,
+                         prices: StepPriceBook | None = None) -> ServeResult:
+    """One serving run; `prices`: the caller's step prices, shared by its runs (infersim.serve.cost)."""
     slo = opts.slo
     outcomes = Outcomes(keep_records, slo.ttft_s if slo else None, slo.tpot_s if slo else None)
     if opts.workload is not None:
-        return _run_workload(config, opts, outcomes)
+        return _run_workload(config, opts, outcomes, prices)
     arrivals = build_requests(config, opts)
     if not isinstance(arrivals, Arrivals):
         arrivals = listed_arrivals(arrivals)
@@ -167,9 +169,9 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
         if opts.mode == "poisson" and opts.concurrency:
             raise InferSimError("serve: a request rate with a concurrency cap is not modelled with PD disaggregation; "
                                 "give one of them")
-        result = _run_disaggregated(config, opts, arrivals, states, outcomes)
+        result = _run_disaggregated(config, opts, arrivals, states, outcomes, prices)
         return _with_loads(result)
-    pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, arrivals.count)
+    pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, arrivals.count, prices=prices)
     instances = pool.instances
     for inst in instances:
         inst.sink = outcomes.add
@@ -209,7 +211,8 @@ def _with_loads(result: ServeResult) -> ServeResult:
     return result
 
 
-def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes) -> ServeResult:
+def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
+                  prices: StepPriceBook | None = None) -> ServeResult:
     """A staged workload (stages, shared prefixes, sessions) on the co-simulating driver."""
     from infersim.serve.datasets import Traffic
 
@@ -219,7 +222,7 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes) -> 
         raise InferSimError("serve: a staged workload (options.workload) runs on colocated instances; PD "
                             "disaggregation of it is not modelled")
     mean_isl, mean_osl = workload_means(spec)
-    pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, spec.total_requests)
+    pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, spec.total_requests, prices=prices)
     notes = list(spec.notes)
     limit = spec.max_model_len or opts.max_model_len
     if limit is None and (spec.data.multi_turn or spec.data.type == "sessions"):
@@ -335,15 +338,15 @@ def transfer_bandwidth(prefill: RunConfig, decode: RunConfig) -> tuple[float, st
 
 
 def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals, states: Iterator[RequestState],
-                       outcomes: Outcomes) -> ServeResult:
+                       outcomes: Outcomes, prices: StepPriceBook | None = None) -> ServeResult:
     from infersim.run.memory import kv_bytes_per_token
 
     d = opts.disaggregate
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
     pconf = _pool_config(config, d.prefill_deployment, "disaggregate.prefill_deployment")
     dconf = _pool_config(config, d.decode_deployment, "disaggregate.decode_deployment")
-    prefill = _pool("prefill", pconf, d.prefill_instances, opts, mean_isl, 1.0, arrivals.count, prefill_only=True)
-    decode = _pool("decode", dconf, d.decode_instances, opts, mean_isl, mean_osl, arrivals.count)
+    prefill = _pool("prefill", pconf, d.prefill_instances, opts, mean_isl, 1.0, arrivals.count, True, prices)
+    decode = _pool("decode", dconf, d.decode_instances, opts, mean_isl, mean_osl, arrivals.count, prices=prices)
     for inst in decode.instances:
         inst.sink = outcomes.add
         inst.stats.itl_sink = outcomes.itl_sink(0)

@@ -246,6 +246,7 @@ class _Evaluator:
         self.profile = load_profile(self.calibration) if self.calibration else None
         self._tables: dict[str, KernelTables] = {}
         self._serving: dict[str, tuple[dict[str, Any], str, list[str]]] = {}
+        self._step_prices: Any = None  # the serving runs' shared step prices (infersim.serve.cost), made at the first
 
     def tables(self, hardware: str) -> KernelTables:
         if hardware not in self._tables:
@@ -354,12 +355,15 @@ class _Evaluator:
         config, notes = self.config(entry)
         try:
             from infersim.serve.api import simulate_serving  # the request-level simulator (issue 14)
+            from infersim.serve.cost import StepPriceBook
         except ModuleNotFoundError as exc:
             if exc.name and "infersim.serve.api".startswith(exc.name):
                 raise _Refused(NEEDS_SERVE) from None
             raise
+        if self._step_prices is None:
+            self._step_prices = StepPriceBook()
         try:
-            out = simulate_serving(config, options)
+            out = simulate_serving(config, options, self._step_prices)
         except InferSimError as exc:
             raise _Refused("; ".join([f"refused by the serving simulator: {exc}", *notes])) from None
         self._serving[key] = (out, _serving_grade(config), notes)
