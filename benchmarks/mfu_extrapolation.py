@@ -3,13 +3,15 @@
 Near the range (the default): every point of every row is predicted from the two points below it,
   - edge:  time proportional to work at the edge efficiency, t = t2 * w / w2;
   - slope: the last interval's time per unit of work carried on, t = t2 + s (w - w2) with
-           s = max(0, (t2 - t1) / (w2 - w1)), capped at t2 / w2 (what infersim.tables.interpolation extends with).
+           s = max(0, (t2 - t1) / (w2 - w1)), capped at t2 / w2 (the rule before the last doubling's);
+  - doubling: the same with s over the row's last doubling, from the time at w2 / 2 (interpolated) to t2
+           (what infersim.tables.interpolation extends with).
 Only predictions from a last point of at least --min-axis (default 512) count.
 
 Far beyond it (--far): every row is cut at each of its points from --min-axis up, the points 4-32x
 above the cut (in the axis value) are held out, and the grid built from the rest (other rows intact)
 prices them through infersim.tables.lookup, as a lookup would, under three rules:
-  - slope: the last interval's slope carried on however far (the rule before the beyond-range rule);
+  - slope: the lookup's slope (the last doubling's) carried on however far (the rule before the beyond-range rule);
   - edge:  the edge's FLOP efficiency carried (time proportional to FLOPs);
   - rule:  infersim.tables.beyond_range: the slope, except where an MoE grouped GEMM crosses from
            its row's memory-bound last point into the compute regime in a grid of several rows: there
@@ -44,7 +46,7 @@ def work(axis: str, x: float) -> float:
     return x * (x + 1) / 2 if axis == "seq_len" else x
 
 
-def predictions(path: Path, min_axis: float) -> tuple[str, list[float], list[float]] | None:
+def predictions(path: Path, min_axis: float) -> tuple[str, list[float], list[float], list[float]] | None:
     with path.open() as f:
         reader = csv.DictReader(line for line in f if not line.startswith("#"))
         rows = list(reader)
@@ -61,7 +63,7 @@ def predictions(path: Path, min_axis: float) -> tuple[str, list[float], list[flo
         if r.get("window") not in (None, "", "0"):
             continue  # sliding-window rows: the lookup extends them by another rule (flat above the window)
         series[tuple(r[k] for k in keys)][float(r[column])] = float(r["latency_us"])
-    edge, slope = [], []
+    edge, slope, doubling = [], [], []
     for points in series.values():
         xs = sorted(points)
         for i in range(2, len(xs)):
@@ -75,7 +77,21 @@ def predictions(path: Path, min_axis: float) -> tuple[str, list[float], list[flo
                 s = min(t2 / w2, max(0.0, (t2 - t1) / (w2 - w1)))
                 edge.append(abs(t2 * w / w2 / measured - 1))
                 slope.append(abs((t2 + s * (w - w2)) / measured - 1))
-    return axis, edge, slope
+                w_half, t_half = _half_work_point(axis, xs[:i], points)
+                s = min(t2 / w2, max(0.0, (t2 - t_half) / (w2 - w_half)))
+                doubling.append(abs((t2 + s * (w - w2)) / measured - 1))
+    return axis, edge, slope, doubling
+
+
+def _half_work_point(axis: str, xs: list[float], points: dict[float, float]) -> tuple[float, float]:
+    """(work, time) at half the work of the last of `xs` (ascending), interpolated linearly in work
+    between the points around it; the first point where the row starts above half."""
+    works = [work(axis, x) for x in xs]
+    target = max(works[0], min(works[-2], works[-1] / 2.0))
+    for (wa, xa), (wb, xb) in zip(zip(works, xs), zip(works[1:], xs[1:])):
+        if wa <= target <= wb:
+            return target, points[xa] + (points[xb] - points[xa]) * (target - wa) / (wb - wa)
+    return works[0], points[xs[0]]
 
 
 def summary(errors: list[float]) -> str:
@@ -84,20 +100,22 @@ def summary(errors: list[float]) -> str:
 
 
 def near(dirs: list[Path], min_axis: float) -> None:
-    total_edge, total_slope = [], []
-    print(f"{'table':70s} {'n':>6s}   {'edge efficiency':24s} {'last-interval slope':24s}")
+    total_edge, total_slope, total_doubling = [], [], []
+    print(f"{'table':70s} {'n':>6s}   {'edge efficiency':24s} {'last-interval slope':24s} {'last-doubling slope':24s}")
     for directory in dirs:
         for path in sorted(directory.glob("*.csv")):
             found = predictions(path, min_axis)
             if not found or not found[1]:
                 continue
-            _axis, edge, slope = found
+            _axis, edge, slope, doubling = found
             total_edge += edge
             total_slope += slope
+            total_doubling += doubling
             name = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
-            print(f"{name:70s} {len(edge):6d}   {summary(edge):24s} {summary(slope):24s}")
+            print(f"{name:70s} {len(edge):6d}   {summary(edge):24s} {summary(slope):24s} {summary(doubling):24s}")
     if total_edge:
-        print(f"{'all':70s} {len(total_edge):6d}   {summary(total_edge):24s} {summary(total_slope):24s}")
+        print(f"{'all':70s} {len(total_edge):6d}   {summary(total_edge):24s} {summary(total_slope):24s} "
+              f"{summary(total_doubling):24s}")
 
 
 def card_of(directory: Path):

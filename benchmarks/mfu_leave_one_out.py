@@ -4,7 +4,7 @@ For every grid point of every table: remove it, rebuild that grid from the remai
 the point's kernel time with the lookup's interpolation, and compare with the measured time.
 Points whose removal leaves them inside their grid's range test interpolation (the target:
 median error <= 5%, 90th percentile <= 15%); points on a grid's edge are predicted by the edge
-rule (extended at the last interval's slope above a work axis, else the roofline at the edge
+rule (extended at the last doubling's slope above a work axis, else the roofline at the edge
 efficiency) and are reported apart, since the lookup marks such
 predictions as "edge" with a warning rather than passing them off as interpolation.
 

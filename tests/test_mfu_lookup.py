@@ -267,6 +267,21 @@ def test_above_a_work_axis_the_time_carries_on_at_the_last_intervals_slope() -> 
     assert not all(c.extrapolated for c in grid.evaluate((0.5,), 0.5e6).clamps)
 
 
+def test_above_a_dense_row_the_slope_spans_the_last_doubling_not_one_noisy_interval() -> None:
+    """t = 10 us + 1 us per unit of m, measured at m = 1, 2, 4, 8, 12, 16 with the point at m = 12
+    4 us slow (26 us where the kernel takes 22): the last interval (12 -> 16) is flat, and carried on
+    it would price m = 32 at 26 us. The slope over the last doubling (8 -> 16: 18 -> 26 us) is the
+    kernel's 1 us per unit, so m = 32 takes 26 + 16 = 42 us, its true time."""
+    times = {1.0: 11.0, 2.0: 12.0, 4.0: 14.0, 8.0: 18.0, 12.0: 26.0, 16.0: 26.0}
+    points = [((m,), t * 1e-6, m * 1e6 / (1e15 * t * 1e-6)) for m, t in times.items()]
+    grid = build_grid(("m",), points, 1e15)
+    assert grid.evaluate((32.0,), 32e6).seconds == pytest.approx(42e-6)
+    # half the top between two points: the row 1, 2, 4, 8, 24 (34 us) has half its top, 12, between
+    # 8 (18 us) and 24, interpolated to 18 + 16 * 4 / 16 = 22 us: slope (34 - 22) / 12 = 1 us per unit
+    sparse = build_grid(("m",), [((m,), (10.0 + m) * 1e-6, 1e-3) for m in (1.0, 2.0, 4.0, 8.0, 24.0)], 1e15)
+    assert sparse.evaluate((40.0,), 40e6).seconds == pytest.approx(50e-6)
+
+
 def test_extrapolation_benchmark_prefers_the_slope_rule_on_the_imported_tables(capsys: pytest.CaptureFixture[str]) -> None:
     import importlib.util
 
@@ -274,8 +289,8 @@ def test_extrapolation_benchmark_prefers_the_slope_rule_on_the_imported_tables(c
     bench = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(bench)
-    axis, edge, slope = bench.predictions(IMPORTED / "h20" / "gemm.csv", 512.0)
-    assert axis == "m" and len(edge) == len(slope) == 314
+    axis, edge, slope, doubling = bench.predictions(IMPORTED / "h20" / "gemm.csv", 512.0)
+    assert axis == "m" and len(edge) == len(slope) == len(doubling) == 314
     assert statistics.median(slope) < statistics.median(edge) < 0.05
     assert bench.main([str(IMPORTED / "h800")]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("all")

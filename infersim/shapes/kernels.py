@@ -491,7 +491,7 @@ class TableHit:
     """A kernel time read from a measured table.
 
     method: "exact" (a grid point), "interpolated" (inside the table's range), "extrapolated" (above
-    the range of a work axis, extended at the last interval's slope) or "edge" (outside the range
+    the range of a work axis, extended at its last doubling's slope) or "edge" (outside the range
     otherwise: `seconds` is then the roofline at the table's edge efficiency). `note` says which
     coordinate left the range. An extrapolated hit also names its edge: the work axis it left,
     the row's last measured value on it and the table's time there, and the best FLOP efficiency

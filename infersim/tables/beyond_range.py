@@ -1,6 +1,6 @@
-"""Beyond a table's range: when the last interval's slope stands, and what prices the kernel if not.
+"""Beyond a table's range: when the last doubling's slope stands, and what prices the kernel if not.
 
-A row is extended above its last point at the last interval's time per unit of work
+A row is extended above its last point at its last doubling's time per unit of work
 (infersim.tables.interpolation._extend_above): the shape of a kernel with a fixed cost plus a cost per
 unit of work, which predicts the next points of a row best, and (benchmarks/mfu_extrapolation.py --far) goes on predicting points 4-32x beyond a
 row's end best while the kernel stays in one regime. Where the shape turns from memory-bound (at
@@ -63,8 +63,8 @@ def roofline_floor(shape: KernelShape, edge: KernelShape, hit: TableHit, rooflin
                    peak_flops: float) -> TableHit:
     """An extended row's time, at least what the card's roofline allows: the table's time at its last
     point plus the bytes the query reads beyond it at the achievable HBM rate, and all of the query's
-    tensor-core FLOPs at the fastest FLOP rate the card or the table shows. The last interval's slope
-    is the kernel's cost per unit of work between two measured points; where those points are short
+    tensor-core FLOPs at the fastest FLOP rate the card or the table shows. The last doubling's slope
+    is the kernel's cost per unit of work between two measured times; where those points are short
     enough to be latency- rather than bandwidth-bound (a decode attention row of a large batch
     measured up to a few hundred cached tokens), that slope is shallower than streaming the extra KV
     cache allows, and where two measurements of a compute-bound kernel lie close together (an MoE
@@ -119,7 +119,7 @@ def beyond_range(shape: KernelShape, hit: TableHit, roofline: Roofline, peak_flo
     streaming = edge.bytes / hit.edge_seconds  # the table's streaming rate at the row's last point
     compute = hit.best_efficiency * peak_flops  # the best FLOP rate its grid measured
     seconds = max(shape.flops / compute, shape.bytes / streaming)
-    note = (hit.note.replace("; extended at the last interval's time per unit of work", "")
+    note = (hit.note.replace("; extended at its last doubling's time per unit of work", "")
             + f"; memory-bound at the table's last point, compute-bound here: roofline anchored at the table "
               f"(its streaming rate there, {streaming / 1e12:.3g} TB/s, and its best efficiency, "
               f"{hit.best_efficiency:.3f} of peak)")

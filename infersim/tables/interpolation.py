@@ -18,8 +18,8 @@ Grids may be ragged (rows of different extents, as published tables are): interp
 nested, one axis at a time, each row over its own range. A coordinate outside its row's range is
 clamped there: the result is the roofline at the table's edge efficiency (the efficiency at the
 clamped point), marked "edge" with a note; except above the last point of a work axis (m, tokens
-per GPU, batch, kv_len, seq_len, attended_pairs) of a time table, where the time is extended at the last
-interval's cost per unit of work (never at a falling efficiency), marked "extrapolated"
+per GPU, batch, kv_len, seq_len, attended_pairs) of a time table, where the time is extended at the cost
+per unit of work of the row's last doubling (never at a falling efficiency), marked "extrapolated"
 (`_extend_above`; when that slope stands is infersim.tables.beyond_range's rule). An axis with a work
 limit (a sliding window's kv_len) is extended only up to it.
 """
@@ -77,7 +77,7 @@ class Clamp:
     requested: float
     low: float
     high: float
-    extrapolated: bool = False  # above the range of a work axis: extended at the last interval's slope
+    extrapolated: bool = False  # above the range of a work axis: extended at the last doubling's slope
 
     def describe(self) -> str:
         side = "below" if self.requested < self.low else "above"
@@ -293,15 +293,24 @@ EXTENDED_AXES = frozenset({"m", "tokens_per_gpu", "batch", "kv_len", "seq_len", 
 
 
 def _extend_above(node: GridNode, depth: int, q: _Query, x: float) -> tuple[Leaf, bool, tuple[Clamp, ...]] | None:
-    """Time above a row's last point: the last interval's cost per unit of work carried on
-    (t = t_top + slope (x - x_top)), the shape of a kernel with a fixed cost plus a cost per unit of
-    work; the slope is capped at t_top / x_top, so efficiency never falls above the range, and is
-    never negative. Holding the edge efficiency instead (time proportional to work) charges the
-    fixed cost again for every multiple of the range: predicting each row's next two points from
-    the two before it (from 512 up), this rule errs by a median 9.8% (p90 42%) over the bundled
-    tables where constant efficiency errs by 34.7% (p90 208%), always on the slow side
-    (benchmarks/mfu_extrapolation.py). None when the top points are themselves clamped on an
-    inner axis (the caller then clamps).
+    """Time above a row's last point: the cost per unit of work of the row's last doubling carried on
+    (t = t_top + slope (x - x_top), slope from the time at x_top / 2, interpolated, to t_top; from the
+    row's first point where it starts above x_top / 2), the shape of a kernel with a fixed cost plus a
+    cost per unit of work; the slope is capped at t_top / x_top, so efficiency never falls above the
+    range, and is never negative. Holding the edge efficiency instead (time proportional to work)
+    charges the fixed cost again for every multiple of the range.
+
+    The span is a doubling, not the last interval, because a kernel's time grows in steps (one
+    more wave of output tiles, another tile shape chosen) and carries run-to-run noise: between two
+    close points (aiconfigurator measures m = 1536 and 2048, tokens 1536 and 2048) the slope can be
+    nearly flat or twice the kernel's mean cost per unit of work, and carried on it misprices every
+    multiple of the range (TensorRT-LLM's fp8 MoE of Qwen3-235B at EP8 on an H200: 743 us at 1,536
+    tokens, 774 us at 2,048, 0.06 us per token where the row's last doubling costs 0.27). Predicting
+    each row's next two points from the points below it (from 512 up), over the full aiconfigurator
+    grids of TensorRT-LLM on H200 and B200 and vLLM on H100, the last doubling's slope errs by a
+    median 4.5% (p90 22.5%), the last interval's by 6.5% (p90 27.3%) and constant efficiency by 9.2%
+    (p90 69%) (benchmarks/mfu_extrapolation.py). None when the top points are themselves clamped on
+    an inner axis (the caller then clamps).
 
     An axis with a work limit (`limits`, in coordinates: a sliding window's kv_len) is extended only
     up to it and held flat above: keys beyond the window add no work, and a row that ends inside
@@ -309,10 +318,12 @@ def _extend_above(node: GridNode, depth: int, q: _Query, x: float) -> tuple[Leaf
     window's growth on over the whole context."""
     grid = node.coords
     (v_top, e_top), _, c_top = _child(node.children[-1], depth, q)  # q.extend: the rows below extend too
-    (v_prev, _), _, c_prev = _child(node.children[-2], depth, q)
+    x_top = grid[-1]
+    x_prev = max(grid[0], min(grid[-2], x_top / 2.0))  # the last doubling of the work, or the whole row
+    coords = q.coords[:depth] + (x_prev,) + q.coords[depth + 1:]
+    (v_prev, _), _, c_prev = _evaluate(node, depth, q._replace(coords=coords))
     if any(not c.extrapolated for c in c_top + c_prev) or not v_top > 0:
         return None
-    x_top, x_prev = grid[-1], grid[-2]
     slope = min(v_top / x_top, max(0.0, (v_top - v_prev) / (x_top - x_prev)))
     clamp = Clamp(q.names[depth], q.raw[depth], min(node.values), max(node.values), extrapolated=True)
     reach = min(x, max(x_top, q.limits[depth])) if q.limits else x

@@ -6,7 +6,7 @@ a kernel shape with a time, its source and a note, or None where no table covers
 
   selection       which grid answers a shape: an exact match of its categorical key (infersim.tables.grid_keys)
   interpolation   the time within that grid, and above a row's last point (infersim.tables.interpolation)
-  extrapolation   when the last interval's slope stands beyond a table's range (infersim.tables.beyond_range,
+  extrapolation   when the last doubling's slope stands beyond a table's range (infersim.tables.beyond_range,
                   applied by infersim.costing.timing, which knows the hardware card's roofline)
   series          collectives and eager elementwise kernels, by the bytes they move (infersim.tables.series)
 
@@ -240,7 +240,7 @@ class MfuTables:
                 edge = edge_of(kernel_grid, coords, value.clamps, shape.flops / repeats)
                 axis, top, edge_seconds = edge if edge else ("", 0.0, 0.0)
                 return TableHit(seconds, grid.table, "extrapolated", value.efficiency,
-                                note + "; extended at the last interval's time per unit of work",
+                                note + "; extended at its last doubling's time per unit of work",
                                 axis, top, repeats * edge_seconds * kernel_grid.flops_per_second / peak_flops,
                                 kernel_grid.best_efficiency if len(kernel_grid.axes) > 1 else 0.0, grid.routing_skew)
             return TableHit(seconds, grid.table, "edge", value.efficiency,

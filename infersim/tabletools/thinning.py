@@ -5,8 +5,9 @@ A table's grids (infersim.tables.grid_keys) are thinned row by row along their i
 GEMM's m, a grouped GEMM's tokens per GPU (one row per EP size), a decode's kv_len (one row per
 batch), a prefill's sequence length (or attended pairs). Outer axes are kept whole. The first point
 of every row and its last two are always kept, so that nothing inside the measured range becomes
-an edge or an extrapolation, and the slope the lookup extends a row's time above its range with
-(the last interval's) is the measured one.
+an edge or an extrapolation, and the row's top time, which the lookup extends above its range from
+(at the slope of its last doubling, from its time at half the top's work, interpolated from the kept
+points), is the measured one.
 
 Within a row the lookup's rule is replicated exactly (infersim.tables.interpolation): time is linear
 in the axis's work coordinate between the two points around the query, and where both segments
