@@ -34,6 +34,9 @@ from infersim.run.flags import RunFlags
 from infersim.run.simulate import decode_batch, simulate
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "engines" / "launch"
+#: one pytest-xdist worker runs these tests: several run on the same GPU and engine, whose kernel
+#: tables (~6 CPU-s to index) are then indexed once, not by two workers at the same moment
+pytestmark = pytest.mark.xdist_group("launch")
 
 
 def run_config(engine: str, version: str | None = None, **flags: Any):

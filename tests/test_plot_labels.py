@@ -23,6 +23,9 @@ from matplotlib.backends.backend_agg import RendererAgg  # noqa: E402
 from infersim.cli.main import main  # noqa: E402
 from infersim.plot import draw  # noqa: E402
 
+#: the tests share the runs and their roofline drawings (module fixtures): one pytest-xdist worker draws them
+pytestmark = pytest.mark.xdist_group("plot-labels")
+
 #: a text that grazes another by at most this many pixels (anti-aliasing, the font's line gap) is clear of it
 SLACK_PX = 1.0
 
