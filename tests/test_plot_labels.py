@@ -23,9 +23,6 @@ from matplotlib.backends.backend_agg import RendererAgg  # noqa: E402
 from infersim.cli.main import main  # noqa: E402
 from infersim.plot import draw  # noqa: E402
 
-#: the tests share the runs and their roofline drawings (module fixtures): one pytest-xdist worker draws them
-pytestmark = pytest.mark.xdist_group("plot-labels")
-
 #: a text that grazes another by at most this many pixels (anti-aliasing, the font's line gap) is clear of it
 SLACK_PX = 1.0
 
@@ -123,16 +120,29 @@ RUNS = {
 }
 
 
+class OnFirstUse(dict):  # type: ignore[type-arg]
+    """A dict whose value for a key is made when first read: a pytest-xdist worker makes only the
+    runs and drawings its share of the tests reads, each once."""
+
+    def __init__(self, make: Any) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: str) -> Any:
+        self[key] = value = self.make(key)
+        return value
+
+
 @pytest.fixture(scope="module")
 def runs() -> dict[str, dict[str, Any]]:
-    return {name: command_json(*argv, "--format", "json") for name, argv in RUNS.items()}
+    return OnFirstUse(lambda name: command_json(*RUNS[name], "--format", "json"))
 
 
 @pytest.fixture(scope="module")
 def rooflines(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each run's roofline drawing, drawn once for the tests that read it (placing its labels is the
     costly part)."""
-    return {name: draw(data, "roofline") for name, data in runs.items()}
+    return OnFirstUse(lambda name: draw(runs[name], "roofline"))
 
 
 @pytest.mark.parametrize("run", list(RUNS))
