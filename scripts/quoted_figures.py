@@ -98,11 +98,12 @@ def _collapsed(text: str) -> str:
 
 
 def problems(output_of: Callable[[str], str], checked_commands: set[str],
-             read: Callable[[str], str] = lambda page: (REPO / page).read_text()) -> list[str]:
-    """Every quote whose command no checked block runs, that its page does not hold, or whose
-    numbers differ from what the command prints now."""
+             read: Callable[[str], str] = lambda page: (REPO / page).read_text(),
+             quotes: list[Quote] | None = None) -> list[str]:
+    """Every quote (of `quotes`, default all) whose command no checked block runs, that its page
+    does not hold, or whose numbers differ from what the command prints now."""
     found = []
-    for quote in load():
+    for quote in load() if quotes is None else quotes:
         missing = [c for c in {quote.command, *quote.sources} if c not in checked_commands]
         if missing:
             found.append(f"{quote.where}: `{missing[0]}` is run by no checked console block")

@@ -437,11 +437,19 @@ def output_of(runner: Runner) -> Callable[[str], str]:
     return lambda command: "\n".join(normalised(runner.run(command)[0]))
 
 
-def figure_problems(runner: Runner) -> list[str]:
-    """Quotes of figures whose page or numbers no longer agree with their command's output."""
+def figure_problems(runner: Runner, slow: bool | None = None) -> list[str]:
+    """Quotes of figures whose page or numbers no longer agree with their command's output: all of
+    them, or (`slow` True or False) only those that read, or do not read, a command that only
+    ```` ```console slow ```` blocks run."""
     import quoted_figures
 
-    return quoted_figures.problems(output_of(runner), checked_commands())
+    quotes = quoted_figures.load()
+    if slow is not None:
+        fast = {command.text for block in all_blocks() if block.checked and not block.slow
+                for command in block.commands()}
+        slow_only = checked_commands() - fast
+        quotes = [quote for quote in quotes if bool({quote.command, *quote.sources} & slow_only) == slow]
+    return quoted_figures.problems(output_of(runner), checked_commands(), quotes=quotes)
 
 
 def refresh_figures(runner: Runner, check: bool) -> list[str]:

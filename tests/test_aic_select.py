@@ -165,12 +165,12 @@ def test_decode_attention_beyond_the_measured_kv_heads_is_the_same_work_items() 
 
 
 def test_report_line_names_engine_and_routing() -> None:
-    tables = load_tables(BUNDLED / "aiconfigurator" / "h200" / "trtllm-1.3.0rc20")
+    tables = load_tables(BUNDLED / "aiconfigurator" / "h100-sxm" / "trtllm-1.3.0rc20")  # the set the tests above index
     line = tables.describe()
     assert "engine trtllm 1.3.0rc20" in line
     assert ("MoE tables timed under power_law_1.01, power_law_1.2 routing: expert-load imbalance included; "
             "elementwise kernels at 0.80 of HBM bandwidth (aiconfigurator's rule for memory-bound ops: "
-            "systems/h200_sxm.yaml mem_bw_empirical_scaling_factor 0.8") in line
+            "systems/h100_sxm.yaml mem_bw_empirical_scaling_factor 0.8") in line
 
 
 # ---------------------------------------------------------------------------------------------

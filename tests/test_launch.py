@@ -34,6 +34,9 @@ from infersim.run.flags import RunFlags
 from infersim.run.simulate import decode_batch, simulate
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "engines" / "launch"
+#: the tests on vLLM and an H200 run in one pytest-xdist worker: its kernel tables (~6 CPU-s to
+#: index, then read from the session's cache) are indexed once, not by two workers at the same moment
+ON_H200_VLLM = pytest.mark.xdist_group("launch-h200-vllm")
 
 
 def run_config(engine: str, version: str | None = None, **flags: Any):
@@ -178,7 +181,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("engine,version,flags", CASES, ids=[f"{e}{v or ''}-{f['model']}" for e, v, f in CASES])
+@pytest.mark.parametrize("engine,version,flags", [
+    pytest.param(e, v, f, marks=ON_H200_VLLM) if (e, f["hardware"]) == ("vllm", "h200") else (e, v, f) for e, v, f in CASES
+], ids=[f"{e}{v or ''}-{f['model']}" for e, v, f in CASES])
 def test_every_argument_is_the_parsers_and_every_card_fact_is_set_or_defaulted_equal(engine, version, flags):
     plan, result = launch(engine, version, **flags)
     data = parser_for(engine, result.config.engine.version).data
@@ -330,6 +335,7 @@ def test_an_unquantised_checkpoint_is_quantised_while_loading_where_the_engine_c
     assert argv[2] == "meta-llama/Llama-3.1-8B-Instruct" and argv[argv.index("--quantization") + 1] == "fp8"
 
 
+@ON_H200_VLLM
 def test_a_card_without_a_checkpoint_asks_for_one(capsys):
     assert main(["--model", "qwen3.5-35b-a3b", "--hardware", "h200", "--engine", "vllm", "--emit-launch"]) == 2
     assert "--set model.checkpoint=REPO" in capsys.readouterr().err

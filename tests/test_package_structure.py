@@ -16,6 +16,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "infersim"
@@ -126,6 +127,15 @@ def package_imports() -> list[Import]:
     return found
 
 
+#: the tests that read every module's imports run in one pytest-xdist worker and read them once
+READS_THE_IMPORTS = pytest.mark.xdist_group("package-imports")
+
+
+@pytest.fixture(scope="module")
+def imports() -> list[Import]:
+    return package_imports()
+
+
 def layer_of(module: str) -> int:
     """Index in LAYERS of the layer naming `module` by its longest prefix (-1: none does)."""
     if module in PRESENTATION_IN_DRIVERS:
@@ -161,18 +171,20 @@ def test_every_module_has_a_layer() -> None:
     assert not unplaced, f"modules in no layer (add them to LAYERS): {unplaced}"
 
 
-def test_imports_run_down_the_layers() -> None:
+@READS_THE_IMPORTS
+def test_imports_run_down_the_layers(imports: list[Import]) -> None:
     upward = []
-    for imp in package_imports():
+    for imp in imports:
         low, high = layer_of(imp.importer), layer_of(imp.imported)
         if high > low and f"{imp.importer} -> {imp.imported}" not in ALLOWED_UPWARD:
             upward.append(f"{imp} ({LAYERS[low][0]} imports {LAYERS[high][0]})")
     assert not upward, "imports against the layer order:\n" + "\n".join(sorted(set(upward)))
 
 
-def test_no_import_cycle() -> None:
+@READS_THE_IMPORTS
+def test_no_import_cycle(imports: list[Import]) -> None:
     edges: dict[str, dict[str, str]] = {}
-    for imp in package_imports():
+    for imp in imports:
         edges.setdefault(imp.importer, {}).setdefault(imp.imported, imp.where)
     cycle = _find_cycle(edges)
     assert cycle is None, "import cycle:\n" + "\n".join(
@@ -201,9 +213,9 @@ def _find_cycle(edges: dict[str, dict[str, str]]) -> list[str] | None:
     return None
 
 
-def test_the_checks_see_lazy_imports_and_cycles(tmp_path: Path) -> None:
+@READS_THE_IMPORTS
+def test_the_checks_see_lazy_imports_and_cycles(imports: list[Import]) -> None:
     # the import reader counts an import inside a function, and the cycle search finds a cycle of three
-    imports = package_imports()
     assert any(i.importer == "infersim.cli.main" and i.imported == "infersim.run.simulate" for i in imports)  # lazy there
     assert _find_cycle({"a": {"b": ""}, "b": {"c": ""}, "c": {"a": ""}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b": ""}, "b": {"c": ""}}) is None

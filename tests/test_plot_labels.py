@@ -34,6 +34,16 @@ def command_json(*argv: str) -> dict[str, Any]:
     return json.loads(out.getvalue())
 
 
+def agg_canvas(figure: Any) -> Any:
+    """The figure's Agg canvas; a new one for a figure pyplot closed (after saving it, or after the
+    test that drew it first)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if not isinstance(figure.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(figure)
+    return figure.canvas
+
+
 @contextlib.contextmanager
 def drawn_texts(figure: Any) -> Iterator[list[tuple[str, Any]]]:
     """(text, its box as drawn: corners of the rotated rectangle) of every text the renderer draws."""
@@ -49,10 +59,7 @@ def drawn_texts(figure: Any) -> Iterator[list[tuple[str, Any]]]:
         return original(self, gc, x, y, s, prop, angle, ismath, mtext)
 
     RendererAgg.draw_text = record  # type: ignore[method-assign]
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    if not isinstance(figure.canvas, FigureCanvasAgg):  # a figure pyplot closed after saving it
-        FigureCanvasAgg(figure)
+    agg_canvas(figure)
     try:
         figure.canvas.draw()
         yield found
@@ -113,26 +120,49 @@ RUNS = {
 }
 
 
+class OnFirstUse(dict):  # type: ignore[type-arg]
+    """A dict whose value for a key is made when first read: a pytest-xdist worker makes only the
+    runs and drawings its share of the tests reads, each once."""
+
+    def __init__(self, make: Any) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: str) -> Any:
+        self[key] = value = self.make(key)
+        return value
+
+
 @pytest.fixture(scope="module")
 def runs() -> dict[str, dict[str, Any]]:
-    return {name: command_json(*argv, "--format", "json") for name, argv in RUNS.items()}
+    return OnFirstUse(lambda name: command_json(*RUNS[name], "--format", "json"))
+
+
+@pytest.fixture(scope="module")
+def rooflines(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each run's roofline drawing, drawn once for the tests that read it (placing its labels is the
+    costly part)."""
+    return OnFirstUse(lambda name: draw(runs[name], "roofline"))
 
 
 @pytest.mark.parametrize("run", list(RUNS))
 @pytest.mark.parametrize("kind", ["breakdown", "roofline"])
-def test_run_pictures_have_no_overlapping_text(runs: dict[str, dict[str, Any]], run: str, kind: str) -> None:
-    texts = assert_no_overlap(draw(runs[run], kind).figure)
+def test_run_pictures_have_no_overlapping_text(runs: dict[str, dict[str, Any]], rooflines: dict[str, Any],
+                                               run: str, kind: str) -> None:
+    drawing = rooflines[run] if kind == "roofline" else draw(runs[run], kind)
+    texts = assert_no_overlap(drawing.figure)
     assert texts  # something was drawn
 
 
 @pytest.mark.parametrize("run", list(RUNS))
-def test_roof_labels_sit_off_every_line(runs: dict[str, dict[str, Any]], run: str) -> None:
+def test_roof_labels_sit_off_every_line(rooflines: dict[str, Any], run: str) -> None:
     from infersim.plot.common import _crosses, _line_segments
 
-    drawing = draw(runs[run], "roofline")
+    drawing = rooflines[run]
     figure, ax = drawing.figure, drawing.figure.axes[0]
-    figure.canvas.draw()
-    renderer = figure.canvas.get_renderer()
+    canvas = agg_canvas(figure)
+    canvas.draw()
+    renderer = canvas.get_renderer()
     segments = _line_segments([line for line in ax.lines if len(line.get_xdata()) > 1])
     notes = [t for t in ax.texts if t.get_text() in drawing.data["roof_labels"]]
     # every datasheet and derated roof but attention's (in the legend) is named once; equal roofs share a name
@@ -146,9 +176,8 @@ def test_roof_labels_sit_off_every_line(runs: dict[str, dict[str, Any]], run: st
         assert not any(_crosses(box, seg) for seg in segments), note.get_text()
 
 
-def test_the_roofline_footnote_breaks_between_words() -> None:
-    data = command_json(*RUNS["MoE on DP attention"], "--format", "json")
-    figure = draw(data, "roofline").figure
+def test_the_roofline_footnote_breaks_between_words(rooflines: dict[str, Any]) -> None:
+    figure = rooflines["MoE on DP attention"].figure
     with drawn_texts(figure) as texts:
         lines = [t for t, _ in texts if "not drawn" in t or "(no FLOPs)" in t or "(communication)" in t]
     assert lines, "the footnote lists what is not drawn"

@@ -24,9 +24,20 @@ def run_json(*overrides: str) -> dict[str, Any]:
     return to_json_data(simulate(load_run_config("qwen3-30b.yaml", list(overrides), None)))
 
 
+#: the tests share the run and its roofline drawing (module fixtures): one pytest-xdist worker draws them
+pytestmark = pytest.mark.xdist_group("plot-run")
+
+
 @pytest.fixture(scope="module")
 def run() -> dict[str, Any]:
     return run_json()
+
+
+@pytest.fixture(scope="module")
+def roofline(run: dict[str, Any]) -> Any:
+    """The run's roofline drawing (placing its labels is the costly part), drawn once for the tests
+    that read it."""
+    return draw(run, "roofline")
 
 
 @pytest.fixture(autouse=True)
@@ -108,8 +119,8 @@ def test_module_bound_is_the_bound_holding_most_of_its_time() -> None:
     assert (seg.module, seg.time_s, seg.bound) == ("elementwise", pytest.approx(65e-6), "overhead")
 
 
-def test_roofline_points_sit_at_each_module_intensity_and_rate(run: dict[str, Any]) -> None:
-    figure, drawn = draw_roofline(run)
+def test_roofline_points_sit_at_each_module_intensity_and_rate(run: dict[str, Any], roofline: Any) -> None:
+    figure, drawn = roofline
     ax = figure.axes[0]
     offsets = [tuple(c.get_offsets()[0]) for c in ax.collections if len(c.get_offsets()) == 1]
     points = drawn["points"]
@@ -160,13 +171,13 @@ def test_roofline_needs_hardware_peaks(run: dict[str, Any]) -> None:
         draw_roofline(old)
 
 
-def test_run_json_is_recognised_and_draws_breakdown_or_roofline(run: dict[str, Any]) -> None:
+def test_run_json_is_recognised_and_draws_breakdown_or_roofline(run: dict[str, Any], roofline: Any) -> None:
     assert result_kind(run) == "run"
     assert choose_figure(run, None) == "breakdown"
     assert choose_figure(run, "roofline") == "roofline"
     with pytest.raises(InferSimError, match="run output, which draws as breakdown or roofline"):
         choose_figure(run, "serve")
-    assert draw(run, "roofline").data["kind"] == "roofline"
+    assert roofline.data["kind"] == "roofline"  # draw(run, "roofline")
 
 
 def test_labels_spread_keep_order_gap_and_limits() -> None:
@@ -179,7 +190,11 @@ def test_labels_spread_keep_order_gap_and_limits() -> None:
     assert spread_labels([2.0, 6.0], 1.0, 0.0, 10.0) == [2.0, 6.0]
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in (REPO_ROOT / "configs").glob("*.yaml")))
+#: qwen3-30b.yaml, the tests above draw
+OTHER_CONFIGS = sorted(p.name for p in (REPO_ROOT / "configs").glob("*.yaml") if p.name != "qwen3-30b.yaml")
+
+
+@pytest.mark.parametrize("config", OTHER_CONFIGS)
 def test_every_bundled_config_draws_breakdown_and_roofline(config: str) -> None:
     data = to_json_data(simulate(load_run_config(config, [], None)))
     figure, drawn = draw_breakdown(data)

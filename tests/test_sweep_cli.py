@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import os
 import subprocess
@@ -11,16 +13,28 @@ from pathlib import Path
 
 import pytest
 
+from infersim.cli.main import main
 from infersim.run.config import load_run_config
 from infersim.run.simulate import simulate
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def infersim(*args: str, check: int | None = 0, **kwargs) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "infersim", *args], capture_output=True, text=True, env=env,
-                          cwd=kwargs.get("cwd", REPO), timeout=120)
+def infersim(*args: str, check: int | None = 0, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`python -m infersim ARGS` from `cwd`, run in this process: `python -m infersim` is
+    `sys.exit(main())` (tests/test_core_cli.py runs the real process; Ctrl-C below does too)."""
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as done:  # argparse's usage errors
+                code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+    finally:
+        os.chdir(here)
+    proc = subprocess.CompletedProcess(["python", "-m", "infersim", *args], code, out.getvalue(), err.getvalue())
     if check is not None:
         assert proc.returncode == check, proc.stderr + proc.stdout
     return proc
