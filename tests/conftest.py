@@ -19,6 +19,9 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 if os.environ.get("CI", "").strip().lower() not in ("", "0", "false"):
     settings.load_profile("ci")
 
+# tests of the cache expect it on unless they turn it off themselves: a user's INFERSIM_CACHE=off in
+# the shell does not reach them
+os.environ.pop("INFERSIM_CACHE", None)
 # the on-disk cache of indexed kernel tables goes to a directory of this test session, not ~/.cache;
 # the process that made it (pytest-xdist's controller, whose workers inherit it) removes it at exit
 if "INFERSIM_CACHE_DIR" not in os.environ:
