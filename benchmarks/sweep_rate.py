@@ -1,6 +1,6 @@
 """Sweep throughput: configurations simulated per CPU second in process, and per core on all cores.
 
-    python benchmarks/sweep_rate.py [--quick] [--repeats 5] [--no-parallel]
+    python benchmarks/sweep_rate.py [--quick] [--repeats 5] [--no-parallel] [--instructions]
 
 Each case is a sweep from the bundled qwen3-30b.yaml (cards loaded and validated once, variants
 derived in memory), timed end to end through `run_sweep` (deriving and validating each variant,
@@ -11,6 +11,11 @@ over the first grid axis only has imported the code and loaded the tables (a use
 cold: kernel costs and plan pieces are priced as the sweep first meets them); the median of
 `--repeats` such processes. The requirement: at least 10,000 configurations per CPU second for
 every case.
+
+The rate depends on how fast the machine runs that day (a shared virtual machine varies by 2x);
+`--instructions` counts instead what does not: the interpreter instructions per configuration of
+each case (valgrind's callgrind: the whole process with the sweep, less the same process with its
+warm-up only), for telling slower code from a slower machine.
 """
 
 from __future__ import annotations
@@ -69,6 +74,24 @@ def one_run(index: int, quick: bool) -> None:
     print(result.simulated, time.process_time() - began)
 
 
+def warm_up_only(index: int, quick: bool) -> None:
+    """Case `index`'s warm-up alone: the baseline the instruction count subtracts."""
+    run_sweep(case_specs(quick)[index][2], workers=1, progress=False)
+
+
+def instructions(index: int, quick: bool) -> tuple[int, float]:
+    """(configurations, interpreter instructions per configuration) of case `index` under callgrind."""
+    counts = []
+    for flag in ("--one", "--warm-up-only"):
+        done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                               __file__, flag, str(index)] + (["--quick"] if quick else []),
+                              check=True, capture_output=True, text=True)
+        counts.append(int(done.stderr.split("Collected :")[1].split()[0]))
+        if flag == "--one":
+            simulated = int(done.stdout.split()[0])
+    return simulated, (counts[0] - counts[1]) / simulated
+
+
 def cpu_rates(index: int, quick: bool, repeats: int) -> tuple[int, list[float]]:
     """(configurations, per-process rates) of case `index`, each run in a fresh process."""
     rates = []
@@ -86,10 +109,21 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller grids (a smoke test)")
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per case (median reported)")
     parser.add_argument("--no-parallel", action="store_true", help="skip the all-cores runs")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count interpreter instructions per configuration (needs valgrind) instead of timing")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # a child process: one case
+    parser.add_argument("--warm-up-only", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
         one_run(args.one, args.quick)
+        return 0
+    if args.warm_up_only is not None:
+        warm_up_only(args.warm_up_only, args.quick)
+        return 0
+    if args.instructions:
+        rows = [[name, f"{n:,}", f"{per / 1e3:,.0f}k"] for (name, _spec, _warm), (n, per)
+                in zip(case_specs(args.quick), (instructions(i, args.quick) for i in range(len(CASES) + 1)))]
+        print(tabulate(rows, headers=["case", "configs", "instructions per config"], disable_numparse=True))
         return 0
     cores = available_cpus()
     table = []
