@@ -196,7 +196,7 @@ class Instance:
         if not pending or pending[0].ready_s > now:  # nothing arrived yet (the cutoff is never past now)
             return
         waiting, cap, stats = self.waiting, self.max_waiting, self.stats
-        cutoff = min(now, self.intake_s) if waiting or self.prefilling or self.n_dec else now
+        cutoff = now if self.idle() else min(now, self.intake_s)
         while pending and pending[0].ready_s <= cutoff:
             r = pending.popleft()
             if cap and len(waiting) >= cap and r.scheduled_s < 0:

@@ -25,7 +25,7 @@ from typing import Literal
 from collections.abc import Callable
 
 from infersim.shapes.kernels import GroupedGemmShape, KernelShape, TableHit
-from infersim.tables.interpolation import Clamp, KernelGrid
+from infersim.tables.interpolation import EXTENDED_NOTE, Clamp, KernelGrid
 
 
 # the shape field each extended work axis sets (prefill seq_len sets q_len and kv_len)
@@ -119,7 +119,7 @@ def beyond_range(shape: KernelShape, hit: TableHit, roofline: Roofline, peak_flo
     streaming = edge.bytes / hit.edge_seconds  # the table's streaming rate at the row's last point
     compute = hit.best_efficiency * peak_flops  # the best FLOP rate its grid measured
     seconds = max(shape.flops / compute, shape.bytes / streaming)
-    note = (hit.note.replace("; extended at its last doubling's time per unit of work", "")
+    note = (hit.note.replace(EXTENDED_NOTE, "")
             + f"; memory-bound at the table's last point, compute-bound here: roofline anchored at the table "
               f"(its streaming rate there, {streaming / 1e12:.3g} TB/s, and its best efficiency, "
               f"{hit.best_efficiency:.3f} of peak)")

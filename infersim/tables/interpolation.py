@@ -290,6 +290,9 @@ def _evaluate(node: GridNode, depth: int, q: _Query) -> tuple[Leaf, bool, tuple[
 
 # Work axes a time table may be extended above (ep is not work: fewer GPUs is another layout).
 EXTENDED_AXES = frozenset({"m", "tokens_per_gpu", "batch", "kv_len", "seq_len", "attended_pairs"})
+#: what a lookup's note says of a time extended above its row (infersim.tables.beyond_range takes it out
+#: where it replaces that rule)
+EXTENDED_NOTE = "; extended at its last doubling's time per unit of work"
 
 
 def _extend_above(node: GridNode, depth: int, q: _Query, x: float) -> tuple[Leaf, bool, tuple[Clamp, ...]] | None:

@@ -36,7 +36,13 @@ from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, MemoryBoundShape, TableHit, minimum_bytes
 from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory, efficiency_of
 from infersim.tables.grid_keys import GridKey, describe_key, row_grid_key, shape_grid_key, work_limits
-from infersim.tables.interpolation import DEFAULT_INTERPOLATION, Interpolation, KernelGrid, build_grid
+from infersim.tables.interpolation import (
+    DEFAULT_INTERPOLATION,
+    EXTENDED_NOTE,
+    Interpolation,
+    KernelGrid,
+    build_grid,
+)
 from infersim.tables.series import collective_hit, collective_series, elementwise_hit, elementwise_series
 from infersim.tables.table_cache import INTERPOLATIONS_BY_NAME, TableParts, cache_entry, keep, read_kept
 
@@ -240,7 +246,7 @@ class MfuTables:
                 edge = edge_of(kernel_grid, coords, value.clamps, shape.flops / repeats)
                 axis, top, edge_seconds = edge if edge else ("", 0.0, 0.0)
                 return TableHit(seconds, grid.table, "extrapolated", value.efficiency,
-                                note + "; extended at its last doubling's time per unit of work",
+                                note + EXTENDED_NOTE,
                                 axis, top, repeats * edge_seconds * kernel_grid.flops_per_second / peak_flops,
                                 kernel_grid.best_efficiency if len(kernel_grid.axes) > 1 else 0.0, grid.routing_skew)
             return TableHit(seconds, grid.table, "edge", value.efficiency,

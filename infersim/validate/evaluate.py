@@ -246,7 +246,9 @@ class _Evaluator:
         self.profile = load_profile(self.calibration) if self.calibration else None
         self._tables: dict[str, KernelTables] = {}
         self._serving: dict[str, tuple[dict[str, Any], str, list[str]]] = {}
-        self._step_prices: Any = None  # the serving runs' shared step prices (infersim.serve.cost), made at the first
+        # the serving runs' shared step prices (infersim.serve.cost's StepPriceBook), made with the first
+        # serving point: infersim.serve may be absent (NEEDS_SERVE)
+        self._step_prices: Any = None
 
     def tables(self, hardware: str) -> KernelTables:
         if hardware not in self._tables:
