@@ -511,6 +511,19 @@ def test_a_directory_given_as_a_file_is_called_a_directory(tmp_path, capsys, tra
     one_line_error(err, "is a directory")
 
 
+@pytest.mark.parametrize("argv", [
+    ["--config", "/dev/null"],
+    ["--config", "qwen3-30b.yaml", "--set", "hardware=/dev/zero"],
+    ["run", "--model", "/dev/null", "--hardware", "h100"],
+])
+def test_a_device_given_as_a_card_is_called_so(capsys, argv):
+    """A path that exists but is no regular file is named so, not reported missing (and not read:
+    /dev/zero never ends)."""
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    one_line_error(err, "is not a regular file (a device, pipe or socket)")
+
+
 def test_a_list_where_a_mapping_belongs_is_called_so(tmp_path, capsys):
     path = tmp_path / "list.yaml"
     path.write_text("[1, 2]\n")

@@ -256,6 +256,9 @@ def resolve_card(name_or_path: str, kind: str, relative_to: Path | None = None) 
     for candidate in candidates[:given]:  # a path the user gave that names a directory
         if candidate.is_dir():
             raise InferSimError(f"{name_or_path}: is a directory, not a {_singular(kind)} file")
+        if candidate.exists():  # a device, a pipe or a socket: reading it could block or never end
+            raise InferSimError(f"{name_or_path}: is not a regular file (a device, pipe or socket); give the path "
+                                 f"of a {_singular(kind)} file")
     if kind == "engines" and "/" not in name_or_path:
         chosen = select_engine(name_or_path)
         if chosen is not None:
