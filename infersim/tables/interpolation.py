@@ -180,14 +180,16 @@ def build_grid(axes: Sequence[str], points: Iterable[tuple[Sequence[float], floa
     axes = tuple(axes)
     listed = []
     best = 0.0
+    dimensions = len(axes)
     interpolates_time = interpolation.interpolates_time
     for coords, seconds, eff in points:
         coords = tuple(map(float, coords))
-        if len(coords) != len(axes) or min(coords) <= 0 or not seconds > 0 or not eff > 0:
-            raise ValueError(f"grid point {coords}: needs {len(axes)} positive axis values, a positive time "
+        if len(coords) != dimensions or min(coords) <= 0 or not seconds > 0 or not eff > 0:
+            raise ValueError(f"grid point {coords}: needs {dimensions} positive axis values, a positive time "
                              f"and efficiency")
         listed.append((coords, (seconds if interpolates_time else math.log(eff), eff)))
-        best = max(best, eff)
+        if eff > best:
+            best = eff
     limits = tuple(work_limits) if any(limit is not None for limit in work_limits) else ()
     if limits and len(limits) != len(axes):
         raise ValueError(f"work limits {limits}: needs one per axis {tuple(axes)}")
@@ -245,9 +247,10 @@ def _group_exact(points: list[_Point], values: list[float], coords: list[float])
     ascending = sorted(groups)
     if not all(map(math.isfinite, ascending)):  # NaN does not sort; inf is within tolerance of any key
         return None
-    for low, high in zip(ascending, ascending[1:]):
-        if _same(low, high):
-            return None
+    # _same(low, high) for low < high, inline: abs(low - high) is high - low, max(abs(low), abs(high))
+    # is max(-low, high)
+    if any(high - low <= _RELATIVE_TOLERANCE * max(-low, high) for low, high in zip(ascending, ascending[1:])):
+        return None
     return ascending, groups, raw
 
 

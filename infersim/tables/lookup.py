@@ -26,6 +26,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
+from itertools import accumulate
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 from collections.abc import Sequence
@@ -437,15 +439,18 @@ def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
     by_dtype: dict[str, list[tuple[float, float]]] = {}
     for dtype, latency_us, moved, _where in rows:
         rate = moved / latency_us if latency_us > 0 else math.inf  # inf: always fully checked
-        by_dtype.setdefault(dtype, []).append((moved, rate))
+        pairs = by_dtype.get(dtype)
+        if pairs is None:
+            pairs = by_dtype[dtype] = []
+        pairs.append((moved, rate))
     fastest_rows = {}
     for dtype, pairs in by_dtype.items():
-        pairs.sort()
-        fastest, best = [], -math.inf
-        for _moved, rate in reversed(pairs):
-            best = max(best, rate)
-            fastest.append(best)
-        fastest_rows[dtype] = (tuple(moved for moved, _ in pairs), tuple(reversed(fastest)))
+        # by bytes, then rate: two sorts by one float each, which cost less than one by the pair
+        pairs.sort(key=itemgetter(1))
+        pairs.sort(key=itemgetter(0))
+        fastest = list(accumulate([rate for _, rate in reversed(pairs)], max, initial=-math.inf))[1:]
+        fastest.reverse()
+        fastest_rows[dtype] = (tuple([moved for moved, _ in pairs]), tuple(fastest))
     return fastest_rows
 
 
