@@ -12,8 +12,9 @@ to free than one with an instance dictionary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import Enum
+from operator import attrgetter
 from typing import Literal, Protocol
 
 from infersim.shapes.comm_shapes import CommShape
@@ -546,8 +547,14 @@ class NoTables:
 def minimum_bytes(shape: AnyShape) -> float:
     """Bytes a kernel of `shape` must move at the least: its modelled bytes, except that a
     grouped GEMM may find a single local expert active (the model's expected count can be more)."""
-    if isinstance(shape, GroupedGemmShape):
-        from dataclasses import replace
-
-        return replace(shape, active_experts=min(shape.active_experts, 1.0)).bytes
+    if isinstance(shape, GroupedGemmShape) and shape.active_experts > 1.0:
+        # the shape with one active expert, from its fields in order: dataclasses.replace costs
+        # more than the bytes themselves, and indexing a table set asks this of every grouped-GEMM row
+        values = list(_GROUPED_FIELDS(shape))
+        values[_ACTIVE_EXPERTS] = 1.0
+        return GroupedGemmShape(*values).bytes
     return shape.bytes
+
+
+_GROUPED_FIELDS = attrgetter(*(f.name for f in fields(GroupedGemmShape)))  # a shape's field values, in order
+_ACTIVE_EXPERTS = [f.name for f in fields(GroupedGemmShape)].index("active_experts")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from dataclasses import dataclass
 from typing import NamedTuple
 from collections.abc import Callable
@@ -176,23 +177,81 @@ def build_grid(axes: Sequence[str], points: Iterable[tuple[Sequence[float], floa
                work_limits: Sequence[float | None] = ()) -> KernelGrid:
     """A ragged grid from (axis values, seconds, efficiency) points; repeated points are averaged.
     `work_limits`: per axis, the value above which the work stops growing (None: it does not stop)."""
+    axes = tuple(axes)
     listed = []
+    best = 0.0
+    dimensions = len(axes)
+    interpolates_time = interpolation.interpolates_time
     for coords, seconds, eff in points:
-        coords = tuple(float(x) for x in coords)
-        if len(coords) != len(axes) or min(coords) <= 0 or not seconds > 0 or not eff > 0:
-            raise ValueError(f"grid point {coords}: needs {len(axes)} positive axis values, a positive time "
+        coords = tuple(map(float, coords))
+        if len(coords) != dimensions or min(coords) <= 0 or not seconds > 0 or not eff > 0:
+            raise ValueError(f"grid point {coords}: needs {dimensions} positive axis values, a positive time "
                              f"and efficiency")
-        value = seconds if interpolation.interpolates_time else math.log(eff)
-        listed.append((coords, (value, eff)))
+        listed.append((coords, (seconds if interpolates_time else math.log(eff), eff)))
+        if eff > best:
+            best = eff
     limits = tuple(work_limits) if any(limit is not None for limit in work_limits) else ()
     if limits and len(limits) != len(axes):
         raise ValueError(f"work limits {limits}: needs one per axis {tuple(axes)}")
-    return KernelGrid(tuple(axes), _build_level(listed, tuple(axes), interpolation), interpolation, flops_per_second,
-                      limits, max((leaf[1] for _, leaf in listed), default=0.0))
+    return KernelGrid(axes, _build_level(listed, axes, 0, interpolation.coordinate), interpolation,
+                      flops_per_second, limits, best)
 
 
 def _same(a: float, b: float) -> bool:
     return abs(a - b) <= _RELATIVE_TOLERANCE * max(abs(a), abs(b))
+
+
+_Point = tuple[tuple[float, ...], Leaf]  # (axis values, leaf)
+# a level's points grouped by coordinate: (the keys ascending, key -> its points in the order
+# given, key -> the axis value of its first point)
+_Groups = tuple[list[float], dict[float, list[_Point]], dict[float, float]]
+
+
+def _build_level(points: list[_Point], axes: tuple[str, ...], depth: int,
+                 coordinate: Callable[[str, float], float]) -> GridNode:
+    """The level of axis `depth`: its points grouped by coordinate, each group the next level (or,
+    at the last axis, the mean of its points)."""
+    axis = axes[depth]
+    values = [coords[depth] for coords, _ in points]
+    grouped = _group_exact(points, values, list(map(coordinate, repeat(axis), values)))
+    ascending, groups, raw = grouped or _group_within_tolerance(points, values, axis, coordinate)
+    children: list[GridNode | Leaf] = []
+    inner = depth + 1 < len(axes)
+    for key in ascending:
+        members = groups[key]
+        n = len(members)
+        if inner:
+            children.append(_build_level(members, axes, depth + 1, coordinate))
+        elif n == 1:
+            children.append(members[0][1])  # its own (value, efficiency): positive or a log, never -0.0
+        else:
+            children.append((sum(m[1][0] for m in members) / n, sum(m[1][1] for m in members) / n))
+    return GridNode(tuple(ascending), tuple(raw[k] for k in ascending), tuple(children))
+
+
+def _group_exact(points: list[_Point], values: list[float], coords: list[float]) -> _Groups | None:
+    """The points grouped by equal coordinate, where no two of the distinct coordinates lie within
+    tolerance of each other, or None. Then grouping within tolerance gives the same groups (a point
+    joins a key only if one is within tolerance of it) and no scan is needed: checking neighbours in
+    ascending order suffices, since of a < b < c, a and c are further apart, relatively, than either
+    pair of neighbours."""
+    groups: dict[float, list[_Point]] = {}
+    raw: dict[float, float] = {}
+    for point, value, c in zip(points, values, coords):
+        members = groups.get(c)
+        if members is None:
+            groups[c] = [point]
+            raw[c] = value
+        else:
+            members.append(point)
+    ascending = sorted(groups)
+    if not all(map(math.isfinite, ascending)):  # NaN does not sort; inf is within tolerance of any key
+        return None
+    # _same(low, high) for low < high, inline: abs(low - high) is high - low, max(abs(low), abs(high))
+    # is max(-low, high)
+    if any(high - low <= _RELATIVE_TOLERANCE * max(-low, high) for low, high in zip(ascending, ascending[1:])):
+        return None
+    return ascending, groups, raw
 
 
 def _key_within_tolerance(ascending: list[float], made: dict[float, int], c: float) -> float | None:
@@ -208,15 +267,15 @@ def _key_within_tolerance(ascending: list[float], made: dict[float, int], c: flo
     return min(ascending[low:high], key=made.__getitem__, default=None)
 
 
-def _build_level(points: list[tuple[tuple[float, ...], Leaf]], axes: tuple[str, ...],
-                 interpolation: Interpolation) -> GridNode:
-    # a point joins the earliest-made key within tolerance of its coordinate, or makes a new key
-    groups: dict[float, list[tuple[tuple[float, ...], Leaf]]] = {}
+def _group_within_tolerance(points: list[_Point], values: list[float], axis: str,
+                            coordinate: Callable[[str, float], float]) -> _Groups:
+    """A point joins the earliest-made key within tolerance of its coordinate, or makes a new key."""
+    groups: dict[float, list[_Point]] = {}
     raw: dict[float, float] = {}
     made: dict[float, int] = {}  # key -> the order it was made in
     ascending: list[float] = []  # the keys
-    for coords, leaf in points:
-        c = interpolation.coordinate(axes[0], coords[0])
+    for point, value in zip(points, values):
+        c = coordinate(axis, value)
         # an exact key is the only key within tolerance of c (a key is made only where no earlier
         # key is, and later points within tolerance join it)
         key = c if c in groups else _key_within_tolerance(ascending, made, c)
@@ -224,18 +283,9 @@ def _build_level(points: list[tuple[tuple[float, ...], Leaf]], axes: tuple[str, 
             key = c
             made[c] = len(made)
             bisect.insort(ascending, c)
-        groups.setdefault(key, []).append((coords[1:], leaf))
-        raw.setdefault(key, coords[0])
-    ordered = ascending
-    children: list[GridNode | Leaf] = []
-    for key in ordered:
-        members = groups[key]
-        if members[0][0]:
-            children.append(_build_level(members, axes[1:], interpolation))
-        else:
-            n = len(members)
-            children.append((sum(m[1][0] for m in members) / n, sum(m[1][1] for m in members) / n))
-    return GridNode(tuple(ordered), tuple(raw[k] for k in ordered), tuple(children))
+        groups.setdefault(key, []).append(point)
+        raw.setdefault(key, value)
+    return ascending, groups, raw
 
 
 class _Query(NamedTuple):

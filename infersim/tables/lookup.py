@@ -26,15 +26,17 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
+from itertools import accumulate
+from operator import itemgetter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from collections.abc import Sequence
 
 from infersim.cards.registry import display_path
 from infersim.base.errors import ConfigError, InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, MemoryBoundShape, TableHit, minimum_bytes
-from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory, efficiency_of
+from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory
 from infersim.tables.grid_keys import GridKey, describe_key, row_grid_key, shape_grid_key, work_limits
 from infersim.tables.interpolation import (
     DEFAULT_INTERPOLATION,
@@ -44,7 +46,7 @@ from infersim.tables.interpolation import (
     build_grid,
 )
 from infersim.tables.series import collective_hit, collective_series, elementwise_hit, elementwise_series
-from infersim.tables.table_cache import INTERPOLATIONS_BY_NAME, TableParts, cache_entry, keep, read_kept
+from infersim.tables.table_cache import INTERPOLATIONS_BY_NAME, HbmRow, TableParts, cache_entry, keep, read_kept
 
 #: share of the K x N product a GEMM table must measure to interpolate between (K, N) (see _gemm_planes)
 PLANE_COVERAGE = 0.9
@@ -75,22 +77,61 @@ class GridSource:
     work_limits: tuple[float | None, ...] = ()  # see work_limits()
 
 
-def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
-    """Every grid's measured points, by grid key."""
-    prov = table_dir.provenance
-    collected: dict[GridKey, tuple[tuple[str, ...], list[str], float, list[GridPoint]]] = {}
+class _MeasuredGrid(NamedTuple):
+    """A grid key's rows while a table set is read: what GridSource holds, its points as build_grid
+    takes them, and the rows they came from where asked for."""
+
+    axes: tuple[str, ...]
+    tables: list[str]  # CSV file names the points come from, in order met
+    peak_flops: float
+    points: list[tuple[tuple[float, ...], float, float]]  # (axis values, seconds, efficiency)
+    rows: list[Row]  # the points' rows (empty unless asked for)
+
+
+def _read_rows(table_dir: TableDirectory, directory: Path | None = None, keep_rows: bool = False
+               ) -> tuple[dict[GridKey, _MeasuredGrid], tuple[HbmRow, ...]]:
+    """Every grid's measured points by grid key and, where `directory` is given, (dtype, latency_us,
+    minimum bytes moved, "file:line") of every row check_hardware checks, in one pass over the rows
+    (each row's kernel shape read once, for its efficiency and its bytes). The bytes are computed
+    when the tables are indexed, and so kept in the on-disk cache with them: they do not depend on
+    the hardware card, and computing them for each row was most of the check's ~10 ms in every
+    process."""
+    peaks = table_dir.provenance.peak_flops
+    collected: dict[GridKey, _MeasuredGrid] = {}
+    hbm: list[HbmRow] = []
     for name, rows in table_dir.tables.items():
-        for row in rows:
+        lines = table_dir.row_lines.get(name, ())
+        table = str(directory / name) if directory is not None else ""
+        for i, row in enumerate(rows):
+            shape = row.kernel_shape
+            if directory is not None:
+                hbm.append((row.dtype, row.latency_us, minimum_bytes(shape),
+                            f"{table}:{lines[i]}" if i < len(lines) else table))
             if isinstance(row, (CollectiveRow, ElementwiseRow)):
                 continue  # no FLOPs, no efficiency: indexed by MfuTables (collective_series, elementwise_series)
             key, coords, axes = row_grid_key(row)
-            peak = prov.peak_flops[row.dtype]
-            entry = collected.setdefault(key, (axes, [], peak, []))
-            if name not in entry[1]:
-                entry[1].append(name)
-            entry[3].append(GridPoint(coords, row.latency_us * 1e-6, efficiency_of(row, peak), row))
-    return {key: GridSource(axes, tuple(files), peak, tuple(points), work_limits(key, axes))
-            for key, (axes, files, peak, points) in collected.items()}
+            grid = collected.get(key)
+            peak = peaks[row.dtype]
+            if grid is None:
+                grid = collected[key] = _MeasuredGrid(axes, [name], peak, [], [])
+            elif grid.tables[-1] != name and name not in grid.tables:
+                grid.tables.append(name)
+            seconds = row.latency_us * 1e-6
+            # efficiency_of(row, peak), with the row's shape read once
+            grid.points.append((coords, seconds, shape.flops / (seconds * peak)))
+            if keep_rows:
+                grid.rows.append(row)
+    return collected, tuple(hbm)
+
+
+def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
+    """Every grid's measured points, by grid key."""
+    collected, _ = _read_rows(table_dir, keep_rows=True)
+    return {key: GridSource(grid.axes, tuple(grid.tables), grid.peak_flops,
+                            tuple(GridPoint(coords, seconds, eff, row)
+                                  for (coords, seconds, eff), row in zip(grid.points, grid.rows)),
+                            work_limits(key, grid.axes))
+            for key, grid in collected.items()}
 
 
 def _routing_skew(table_dir: TableDirectory, files: Sequence[str]) -> float:
@@ -132,17 +173,18 @@ class MfuTables:
         self.provenance = table_dir.provenance
         self.interpolation = interpolation
         label = self.directory.name
+        measured, hbm_rows = _read_rows(table_dir, self.directory)
         grids: dict[GridKey, Grid] = {}
-        for key, source in grid_points(table_dir).items():
-            tables = "+".join(source.tables)
-            grids[key] = Grid(key, grid_from_points(source, interpolation=interpolation),
-                              f"{label}/{tables}", len(source.points), _routing_skew(table_dir, source.tables))
+        for key, grid in measured.items():
+            kernel_grid = build_grid(grid.axes, grid.points, grid.peak_flops, interpolation, work_limits(key, grid.axes))
+            grids[key] = Grid(key, kernel_grid, f"{label}/{'+'.join(grid.tables)}", len(grid.points),
+                              _routing_skew(table_dir, grid.tables))
         self.grids: Mapping[GridKey, Grid] = grids  # a KeptGrids where read from the on-disk cache
         self._gemm_planes = _gemm_planes(self.grids)
         self._decode_kv_heads = _decode_kv_heads(self.grids)
         self.collectives = collective_series(table_dir, label)
         self.elementwise = elementwise_series(table_dir, label)
-        self._hbm_rows: Iterable[tuple[str, float, float, str]] = _hbm_rows(self.directory, table_dir)
+        self._hbm_rows: Iterable[HbmRow] = hbm_rows
         self._hbm_fastest = _fastest_rows(self._hbm_rows)
         self._checked: set[tuple[str, float, float, tuple[tuple[str, float], ...]]] = set()
 
@@ -390,24 +432,6 @@ class MfuTables:
                 f"{len(self.grids)} grids: {kinds}{collectives}{routing}{elementwise})")
 
 
-def _hbm_rows(directory: Path, table_dir: TableDirectory) -> tuple[tuple[str, float, float, str], ...]:
-    """(dtype, latency_us, minimum bytes moved, "file:line") of every row check_hardware checks,
-    computed once when the tables are indexed (and so kept in the on-disk cache with them): the
-    bytes do not depend on the hardware card, and computing them for each row was most of the
-    check's ~10 ms in every process. Collective rows are left out: latencies of links, not of HBM
-    traffic."""
-    found = []
-    for name, rows in table_dir.tables.items():
-        lines = table_dir.row_lines.get(name, ())
-        table = str(directory / name)
-        for i, row in enumerate(rows):
-            if not hasattr(row, "dtype"):
-                continue
-            where = f"{table}:{lines[i]}" if i < len(lines) else table
-            found.append((row.dtype, row.latency_us, minimum_bytes(row.kernel_shape), where))
-    return tuple(found)
-
-
 def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
                   ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
     """dtype -> (bytes moved by its rows, ascending; at each, the most bytes per microsecond of the
@@ -415,15 +439,18 @@ def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
     by_dtype: dict[str, list[tuple[float, float]]] = {}
     for dtype, latency_us, moved, _where in rows:
         rate = moved / latency_us if latency_us > 0 else math.inf  # inf: always fully checked
-        by_dtype.setdefault(dtype, []).append((moved, rate))
+        pairs = by_dtype.get(dtype)
+        if pairs is None:
+            pairs = by_dtype[dtype] = []
+        pairs.append((moved, rate))
     fastest_rows = {}
     for dtype, pairs in by_dtype.items():
-        pairs.sort()
-        fastest, best = [], -math.inf
-        for _moved, rate in reversed(pairs):
-            best = max(best, rate)
-            fastest.append(best)
-        fastest_rows[dtype] = (tuple(moved for moved, _ in pairs), tuple(reversed(fastest)))
+        # by bytes, then rate: two sorts by one float each, which cost less than one by the pair
+        pairs.sort(key=itemgetter(1))
+        pairs.sort(key=itemgetter(0))
+        fastest = list(accumulate([rate for _, rate in reversed(pairs)], max, initial=-math.inf))[1:]
+        fastest.reverse()
+        fastest_rows[dtype] = (tuple([moved for moved, _ in pairs]), tuple(fastest))
     return fastest_rows
 
 
