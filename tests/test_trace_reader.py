@@ -138,6 +138,7 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 
 def test_load_keeps_only_gpu_activities_launches_and_annotations(tmp_path: Path) -> None:
     builder = TraceBuilder(cpu_noise=2)
+    begin = builder.cpu_us
     builder.launch(KernelSpec("nvjet_tst_a", 10.0, stream=7))
     builder.launch(KernelSpec("Memcpy HtoD (Pinned -> Device)", 3.0, stream=7), api="cudaMemcpyAsync",
                    cat="gpu_memcpy")
@@ -145,7 +146,7 @@ def test_load_keeps_only_gpu_activities_launches_and_annotations(tmp_path: Path)
     events = builder.drain()
     events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaEventQuery", "pid": 1000, "tid": 1000,
                    "ts": 5.0, "dur": 1.0, "args": {"correlation": 99}})
-    events.append({"ph": "X", "cat": "Kernel", "name": "old_style_kernel", "pid": 0, "tid": 7, "ts": 9.0,
+    events.append({"ph": "X", "cat": "Kernel", "name": "old_style_kernel", "pid": 0, "tid": 7, "ts": begin + 9.0,
                    "dur": 4.0, "args": {"stream": 7, "correlation": 50}})
     raw = load_trace(write_trace(tmp_path / "t.json", events))
     names = [raw.names[i] for i in raw.kernel_name]

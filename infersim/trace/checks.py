@@ -39,6 +39,8 @@ AFTER_LAUNCH = "start more than a minute after the CPU launched them"
 #: so a minute's wait needs each queued kernel to run ~60 ms; a later start is a timestamp of
 #: another clock or a corrupted event, and would stretch the step it falls in by that much
 LAUNCH_DELAY_US = 60e6
+OUTSIDE_LAUNCHES = ("no launch of their own, and a start more than a second before the trace's first launch or more "
+                    "than a minute after its last")
 
 
 @dataclass
@@ -115,12 +117,15 @@ def repeats_and_overlaps(k: KernelColumns) -> tuple[list[int], int]:
 
 
 def off_launch(kernel_corr: array, kernel_start: array, launch_corr: array,
-               launch_start: array) -> tuple[list[int], list[int]]:
+               launch_start: array) -> tuple[list[int], list[int], list[int]]:
     """(rows of kernels that start more than LAUNCH_SKEW_US before their launch, rows of kernels that
-    start more than LAUNCH_DELAY_US after it). Only correlation ids of one launch are checked (ids
-    several launches share are matched to a launch later, by time). The launches are looked up by
-    bisection in their ids (sorted, as Kineto numbers them, or sorted here into typed arrays): no
-    dict per launch in a trace of millions."""
+    start more than LAUNCH_DELAY_US after it, rows of kernels with no launch of their correlation id
+    that start outside the trace's launches by as much: a profiled process's kernels run while it
+    launches them, and one at another clock's time would stretch the step it joins by that much).
+    Only correlation ids of one launch are checked against their launch (ids several launches share
+    are matched to a launch later, by time). The launches are looked up by bisection in their ids
+    (sorted, as Kineto numbers them, or sorted here into typed arrays): no dict per launch in a
+    trace of millions."""
     if any(launch_corr[i] > launch_corr[i + 1] for i in range(len(launch_corr) - 1)):
         order = array("l", sorted(range(len(launch_corr)), key=launch_corr.__getitem__))
         ids = array("q", (launch_corr[i] for i in order))
@@ -129,14 +134,21 @@ def off_launch(kernel_corr: array, kernel_start: array, launch_corr: array,
         ids, starts = launch_corr, launch_start
     early: list[int] = []
     late: list[int] = []
+    stray: list[int] = []
+    if not ids:
+        return early, late, stray  # a trace of GPU events alone: nothing to place them against
+    first, last = min(launch_start), max(launch_start)
     for row, (corr, start) in enumerate(zip(kernel_corr, kernel_start)):
         lo = bisect_left(ids, corr)
-        if lo < len(ids) and ids[lo] == corr and (lo + 1 == len(ids) or ids[lo + 1] != corr):
+        if lo == len(ids) or ids[lo] != corr:
+            if start < first - LAUNCH_SKEW_US or start > last + LAUNCH_DELAY_US:
+                stray.append(row)
+        elif lo + 1 == len(ids) or ids[lo + 1] != corr:
             if start < starts[lo] - LAUNCH_SKEW_US:
                 early.append(row)
             elif start > starts[lo] + LAUNCH_DELAY_US:
                 late.append(row)
-    return early, late
+    return early, late, stray
 
 
 def without_rows(columns: list[array], rows: list[int]) -> list[array]:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
-from infersim.trace.checks import (AFTER_LAUNCH, BEFORE_LAUNCH, DUPLICATE, NOT_A_NUMBER, NOT_FINITE, EventChecks,
-                                   KernelColumns, off_launch, repeats_and_overlaps, without_rows)
+from infersim.trace.checks import (AFTER_LAUNCH, BEFORE_LAUNCH, DUPLICATE, NOT_A_NUMBER, NOT_FINITE, OUTSIDE_LAUNCHES,
+                                   EventChecks, KernelColumns, off_launch, repeats_and_overlaps, without_rows)
 from infersim.trace.operators import MODULE_FRAME_PREFIX, op_class, shapes_text
 from infersim.trace.reader import FLOW, ChromeTraceReader
 
@@ -346,12 +346,12 @@ class _Collector:
     def _checked_kernels(self) -> tuple[list[array], int]:
         """The kernel columns without exact repeats (counted), and how many kernels overlap on a stream."""
         columns = [self.k_name, self.k_kind, self.k_start, self.k_dur, self.k_lane, self.k_stream, self.k_corr]
-        early, late = off_launch(self.k_corr, self.k_start, self.l_corr, self.l_start)
-        if early or late:
-            for reason, rows in ((BEFORE_LAUNCH, early), (AFTER_LAUNCH, late)):
+        early, late, stray = off_launch(self.k_corr, self.k_start, self.l_corr, self.l_start)
+        if early or late or stray:
+            for reason, rows in ((BEFORE_LAUNCH, early), (AFTER_LAUNCH, late), (OUTSIDE_LAUNCHES, stray)):
                 if rows:
                     self.checks.dropped[reason] += len(rows)
-            columns = without_rows(columns, sorted(early + late))
+            columns = without_rows(columns, sorted(early + late + stray))
         k_name, _kind, k_start, k_dur, k_lane, k_stream, _corr = columns
         repeats, overlaps = repeats_and_overlaps(KernelColumns(k_lane, k_stream, k_start, k_dur, k_name))
         if repeats:
