@@ -88,7 +88,7 @@ class _MeasuredGrid(NamedTuple):
     rows: list[Row]  # the points' rows (empty unless asked for)
 
 
-def _read_rows(table_dir: TableDirectory, directory: Path | None = None, keep_rows: bool = False
+def _grids_and_hbm_rows(table_dir: TableDirectory, directory: Path | None = None, keep_rows: bool = False
                ) -> tuple[dict[GridKey, _MeasuredGrid], tuple[HbmRow, ...]]:
     """Every grid's measured points by grid key and, where `directory` is given, (dtype, latency_us,
     minimum bytes moved, "file:line") of every row check_hardware checks, in one pass over the rows
@@ -126,7 +126,7 @@ def _read_rows(table_dir: TableDirectory, directory: Path | None = None, keep_ro
 
 def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
     """Every grid's measured points, by grid key."""
-    collected, _ = _read_rows(table_dir, keep_rows=True)
+    collected, _ = _grids_and_hbm_rows(table_dir, keep_rows=True)
     return {key: GridSource(grid.axes, tuple(grid.tables), grid.peak_flops,
                             tuple(GridPoint(coords, seconds, eff, row)
                                   for (coords, seconds, eff), row in zip(grid.points, grid.rows)),
@@ -173,7 +173,7 @@ class MfuTables:
         self.provenance = table_dir.provenance
         self.interpolation = interpolation
         label = self.directory.name
-        measured, hbm_rows = _read_rows(table_dir, self.directory)
+        measured, hbm_rows = _grids_and_hbm_rows(table_dir, self.directory)
         grids: dict[GridKey, Grid] = {}
         for key, grid in measured.items():
             kernel_grid = build_grid(grid.axes, grid.points, grid.peak_flops, interpolation, work_limits(key, grid.axes))
