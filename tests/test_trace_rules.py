@@ -158,28 +158,41 @@ def test_missing_rules_file(tmp_path: Path) -> None:
         load_rules([tmp_path / "none.yaml"])
 
 
-def test_a_kernel_starting_an_hour_after_its_launch_is_dropped_and_said(tmp_path, capsys) -> None:
-    """A kernel timestamp an hour past its launch (another clock, a corrupted event) would make the
-    step an hour long: it is dropped and counted, and the step is the other kernels' span."""
-    from tracegen.synthetic import TraceBuilder, dense_step, write_trace
-
-    from infersim.cli.main import main
+def _one_step_trace() -> tuple[list[dict], list[dict]]:
+    """The events of one annotated two-layer prefill step, and its kernel events among them."""
+    from tracegen.synthetic import TraceBuilder, dense_step
 
     builder = TraceBuilder()
     start = builder.cpu_us
     builder.eager(dense_step(2))
     builder.annotation("step[EXTEND bs=1 toks=512]", start, builder.cpu_us + 1)
     events = builder.drain()
-    kernels = [e for e in events if e.get("cat") == "kernel"]
-    kernels[0]["ts"] = kernels[0]["ts"] + 3.6e9
-    path = tmp_path / "late.json"
+    return events, [e for e in events if e.get("cat") == "kernel"]
+
+
+def _compared(tmp_path: Path, capsys, events: list[dict]) -> tuple[str, float]:
+    """`compare --trace` of the events: its output and the step's measured span (ms)."""
+    from tracegen.synthetic import write_trace
+
+    from infersim.cli.main import main
+
+    path = tmp_path / "trace.json"
     write_trace(path, events)
     assert main(["compare", "--trace", str(path), "--config", "qwen3-30b.yaml"]) == 0
     out = capsys.readouterr().out
+    span = next(line for line in out.splitlines() if line.startswith("step time"))
+    return out, float(span.split(":")[1].split()[0].replace(",", ""))
+
+
+def test_a_kernel_starting_an_hour_after_its_launch_is_dropped_and_said(tmp_path, capsys) -> None:
+    """A kernel timestamp an hour past its launch (another clock, a corrupted event) would make the
+    step an hour long: it is dropped and counted, and the step is the other kernels' span."""
+    events, kernels = _one_step_trace()
+    kernels[0]["ts"] = kernels[0]["ts"] + 3.6e9
+    out, span_ms = _compared(tmp_path, capsys, events)
     assert "1 GPU event dropped: start more than a minute after the CPU launched them" in out
     assert "before the CPU launched" not in out
-    span = next(line for line in out.splitlines() if line.startswith("step time"))
-    assert float(span.split(":")[1].split()[0].replace(",", "")) < 10  # ms: the step's own kernels
+    assert span_ms < 10  # the step's own kernels
 
 
 @pytest.mark.parametrize("shift_us", [-1.7e15, 3.6e9])
@@ -187,24 +200,11 @@ def test_a_kernel_without_a_launch_far_from_every_launch_is_dropped_and_said(tmp
     """A kernel whose correlation names no launch is placed by its time alone; at another clock's
     time (0 among Unix times, an hour past the last launch) it would join the first or last step and
     stretch it by that much: it is dropped and counted instead."""
-    from tracegen.synthetic import TraceBuilder, dense_step, write_trace
-
-    from infersim.cli.main import main
-
-    builder = TraceBuilder()
-    start = builder.cpu_us
-    builder.eager(dense_step(2))
-    builder.annotation("step[EXTEND bs=1 toks=512]", start, builder.cpu_us + 1)
-    events = builder.drain()
-    kernels = [e for e in events if e.get("cat") == "kernel"]
+    events, kernels = _one_step_trace()
     kernel = kernels[0] if shift_us < 0 else kernels[-1]
     kernel["ts"] = kernel["ts"] + shift_us
     kernel["args"] = {"stream": kernel["args"]["stream"]}  # no correlation: no launch of its own
-    path = tmp_path / "stray.json"
-    write_trace(path, events)
-    assert main(["compare", "--trace", str(path), "--config", "qwen3-30b.yaml"]) == 0
-    out = capsys.readouterr().out
+    out, span_ms = _compared(tmp_path, capsys, events)
     assert "1 GPU event dropped: no launch of their own, and a start more than a second before the trace's first " \
            "launch or more than a minute after its last" in out
-    span = next(line for line in out.splitlines() if line.startswith("step time"))
-    assert float(span.split(":")[1].split()[0].replace(",", "")) < 10  # ms: the step's own kernels
+    assert span_ms < 10  # the step's own kernels
