@@ -222,54 +222,21 @@ def _parse_cell(hint: Any, text: str, source: str, column: str) -> Any:
         raise ConfigError(source, column, text, f"expected {wanted}") from None
 
 
-def _parse_positive_int(text: str, source: str, column: str) -> Any:
-    """An int cell: plain ASCII digits of a positive number take the fast path."""
-    if text.isascii() and text.isdigit() and len(text) < 16:
-        value = int(text)
-        if value > 0:
-            return value
-    return _parse_cell(int, text, source, column)
-
-
 def _cell_parser(hint: Any) -> Callable[[str, str, str], Any]:
-    """A parser for one column's cells: plain numbers, names of a Literal, text and empty optional
-    cells take a fast path (the bundled tables hold about two million cells, read once per
-    install); a cell the fast path does not accept goes through _parse_cell and the schema's number
-    rule, which give the same values and the same messages."""
-    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else ()
-    if hint is float:
-        def parse_float(text: str, source: str, column: str) -> Any:
-            try:
-                value = float(text)
-            except ValueError:
-                return _parse_cell(hint, text, source, column)
-            if math.isfinite(value) and (value == 0 or MIN_MAGNITUDE <= abs(value) <= MAX_MAGNITUDE):
-                return value
+    """A parser for one cell of a column of type `hint`, for the row-by-row reader: the column
+    reader of that type (_column_reader) on the one cell, and _parse_cell with the schema's number
+    rule for a cell it does not take as it is, which gives the same values and names the cell."""
+    try:
+        read_column = _column_reader(hint)
+    except _NotPlain:
+        return lambda text, source, column: _parse_cell(hint, text, source, column)
+
+    def parse(text: str, source: str, column: str) -> Any:
+        try:
+            return read_column((text,))[0]
+        except _NotPlain:
             return _parse_cell(hint, text, source, column)
-        return parse_float
-    if hint is int:
-        return _parse_positive_int
-    if hint is str:
-        return lambda text, source, column: text.strip()
-    if hint is bool:
-        def parse_bool(text: str, source: str, column: str) -> Any:
-            word = text.strip().lower()
-            return word == "true" if word in ("true", "false") else _parse_cell(hint, text, source, column)
-        return parse_bool
-    if get_origin(hint) is Literal:  # names (dtypes, stages, collectives): most cells of a table
-        allowed = frozenset(get_args(hint))
-
-        def parse_name(text: str, source: str, column: str) -> Any:
-            stripped = text.strip()
-            return stripped if stripped in allowed else _parse_cell(hint, text, source, column)
-        return parse_name
-    if options and type(None) in options and len(options) == 2:  # optional: empty is None
-        present = _cell_parser(next(o for o in options if o is not type(None)))
-
-        def parse_optional(text: str, source: str, column: str) -> Any:
-            return None if text.strip() == "" else present(text, source, column)
-        return parse_optional
-    return lambda text, source, column: _parse_cell(hint, text, source, column)
+    return parse
 
 
 def _parse_count(text: str, source: str, column: str) -> int:
@@ -414,7 +381,7 @@ def _plain_records(records: list[list[str]], width: int, first_line: int) -> tup
 
 
 def _positive_ints(texts: Sequence[str]) -> list[Any]:
-    """A column of plain ASCII digits, each a positive number of at most 15 digits (as _parse_positive_int)."""
+    """A column of plain ASCII digits, each a positive number of at most 15 digits."""
     joined = "".join(texts)
     if not (joined.isascii() and joined.isdigit()) or min(map(len, texts)) == 0 or max(map(len, texts)) >= 16:
         raise _NotPlain
@@ -454,8 +421,8 @@ _BOOL_WORDS = {"true": True, "false": False}
 
 
 def _column_reader(hint: Any) -> Callable[[Sequence[str]], list[Any]]:
-    """A reader of a whole column of cells of type `hint`, with the values _cell_parser gives, that
-    raises _NotPlain for any column with a cell _cell_parser would take a slow path for."""
+    """A reader of a whole column of cells of type `hint`, with the values _parse_cell gives, that
+    raises _NotPlain for any column with a cell it does not take as it is (then _parse_cell reads it)."""
     options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else ()
     if hint is float:
         return _floats
