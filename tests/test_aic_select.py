@@ -145,8 +145,7 @@ def test_bundled_h100_tables_serve_llama_2_7b_prefill() -> None:
 def test_decode_attention_beyond_the_measured_kv_heads_is_the_same_work_items() -> None:
     """vLLM's H100 tables measure decode attention up to 8 KV heads per GPU; Llama-2-7B's MHA (32 of
     32) reads as the 8-of-8 kernel at four times the batch: the same (sequence, KV head) items over
-    the same bytes, so the same time, and its FLOP efficiency is that time's. A query-group size the
-    table lacks (28 of 4: 7 per KV head) has no answer."""
+    the same bytes, so the same time, and its FLOP efficiency is that time's."""
     tables = load_tables(BUNDLED / "aiconfigurator" / "h100-sxm" / "vllm-0.24.0")
     peak = tables.provenance.peak_flops["bf16"]
 
@@ -161,7 +160,28 @@ def test_decode_attention_beyond_the_measured_kv_heads_is_the_same_work_items() 
     assert mha.seconds == eight.seconds and mha.method == eight.method
     assert mha.efficiency == pytest.approx(decode(17, 32, 32).flops / (mha.seconds * peak), rel=1e-12)
     assert mha.note.startswith("32 KV heads beyond the table's: its 8-KV-head kernel at batch 68")
-    assert tables.lookup(decode(17, 28, 4), peak) is None
+
+
+def test_decode_attention_of_an_unmeasured_group_size_lies_between_its_neighbours() -> None:
+    """Qwen2.5-7B's 28 query heads over 4 KV heads (7 per KV head): vLLM's H100 table measured groups
+    6 and 8 at 4 KV heads, so the kernel is read between them, linear in the group size (7 is half way
+    from 6 to 8: the mean of the two). A group above the largest measured one (128 of 1)
+    has no answer."""
+    tables = load_tables(BUNDLED / "aiconfigurator" / "h100-sxm" / "vllm-0.24.0")
+    peak = tables.provenance.peak_flops["bf16"]
+
+    def decode(heads: int, kv_heads: int, batch: int = 10) -> AttentionShape:
+        return AttentionShape(kind="mha", stage="decode", batch=batch, q_len=1, kv_len=1750, num_heads=heads,
+                              num_kv_heads=kv_heads, qk_head_dim=128, v_head_dim=128, causal=True, dtype="bf16",
+                              kv_dtype="bf16")
+
+    six, seven, eight = (tables.lookup(decode(g * 4, 4), peak) for g in (6, 7, 8))
+    assert six is not None and seven is not None and eight is not None
+    assert seven.seconds == pytest.approx((six.seconds + eight.seconds) / 2, rel=1e-12)
+    assert seven.method == "interpolated"
+    assert seven.efficiency == pytest.approx(decode(28, 4).flops / (seven.seconds * peak), rel=1e-12)
+    assert seven.note.startswith("7 query heads per KV head between the table's 6 and 8")
+    assert tables.lookup(decode(128, 1), peak) is None
 
 
 def test_report_line_names_engine_and_routing() -> None:
