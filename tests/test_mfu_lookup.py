@@ -114,8 +114,8 @@ def test_kernels_no_table_covers_get_none(h20: MfuTables, h800: MfuTables) -> No
     two_queries = AttentionShape("mla", "decode", 16, 2, 4096, 128, 1, 576, 512, rope_dim=64)
     assert h800.lookup(two_queries, H800_BF16) is None
     assert h800.lookup(MemoryBoundShape("rmsnorm", 1e6), H800_BF16) is None  # type: ignore[arg-type]
-    other_layout = AttentionShape("mha", "decode", 8, 1, 8192, 40, 8, 128, 128)
-    assert h20.lookup(other_layout, H20_BF16) is None
+    fewer_per_kv_head = AttentionShape("mha", "decode", 8, 1, 8192, 16, 8, 128, 128)  # 2 a KV head: below 4
+    assert h20.lookup(fewer_per_kv_head, H20_BF16) is None
     fp8_kv = AttentionShape("mha", "decode", 16, 1, 8192, 32, 8, 128, 128, kv_dtype="fp8")
     assert h20.lookup(fp8_kv, H20_BF16).seconds == pytest.approx(164.13e-6, rel=1e-9)
 

@@ -24,8 +24,8 @@ the one-sequence time (the shape's `repeats`).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import cast
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any, cast
 
 from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, GroupedGemmShape
 from infersim.tables.format import AttentionRow, GemmRow, GroupedGemmRow, Row
@@ -122,3 +122,28 @@ def work_limits(key: GridKey, axes: tuple[str, ...]) -> tuple[float | None, ...]
         window = cast(int, key[-1])
         return tuple(float(window) if axis == "kv_len" else None for axis in axes)
     return (None,) * len(axes)
+
+
+def decode_kv_heads(grids: Iterable[GridKey]) -> dict[tuple[Any, ...], frozenset[float]]:
+    """(kind, dtype, KV dtype, query heads per KV head, qk dim, v dim, q_len, window) -> the KV-head
+    counts measured in decode attention grids of that layout: the grids a lookup of more KV heads
+    than measured may answer from (infersim.tables.lookup), found without building a shape per
+    candidate count."""
+    counts: dict[tuple[Any, ...], set[float]] = {}
+    for key in grids:
+        if key[0] != "attention" or key[1] != "decode" or len(key) != 11:  # row_grid_key's decode layout
+            continue
+        _, _, kind, dtype, kv_dtype, heads, kv_heads, qk, v, q_len, window = key
+        if isinstance(heads, (int, float)) and isinstance(kv_heads, (int, float)) and kv_heads > 0 \
+                and heads % kv_heads == 0:
+            counts.setdefault((kind, dtype, kv_dtype, heads // kv_heads, qk, v, q_len, window), set()).add(kv_heads)
+    return {layout: frozenset(measured) for layout, measured in counts.items()}
+
+
+def decode_groups(kv_heads: Mapping[tuple[Any, ...], frozenset[float]]) -> dict[tuple[Any, ...], tuple[int, ...]]:
+    """(kind, dtype, KV dtype, qk dim, v dim, q_len, window) -> the query-group sizes measured in
+    decode attention grids of that layout, ascending (from decode_kv_heads' index)."""
+    groups: dict[tuple[Any, ...], set[int]] = {}
+    for kind, dtype, kv_dtype, group, qk, v, q_len, window in kv_heads:
+        groups.setdefault((kind, dtype, kv_dtype, qk, v, q_len, window), set()).add(int(group))
+    return {layout: tuple(sorted(measured)) for layout, measured in groups.items()}

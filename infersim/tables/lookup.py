@@ -38,7 +38,15 @@ from infersim.base.errors import ConfigError, InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, MemoryBoundShape, TableHit, minimum_bytes
 from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory
-from infersim.tables.grid_keys import GridKey, describe_key, row_grid_key, shape_grid_key, work_limits
+from infersim.tables.grid_keys import (
+    GridKey,
+    decode_groups,
+    decode_kv_heads,
+    describe_key,
+    row_grid_key,
+    shape_grid_key,
+    work_limits,
+)
 from infersim.tables.interpolation import (
     DEFAULT_INTERPOLATION,
     EXTENDED_NOTE,
@@ -182,8 +190,8 @@ class MfuTables:
                               _routing_skew(table_dir, grid.tables))
         self.grids: Mapping[GridKey, Grid] = grids  # a KeptGrids where read from the on-disk cache
         self._gemm_planes = _gemm_planes(self.grids)
-        self._decode_kv_heads = _decode_kv_heads(self.grids)
-        self._decode_groups = _decode_groups(self._decode_kv_heads)
+        self._decode_kv_heads = decode_kv_heads(self.grids)
+        self._decode_groups = decode_groups(self._decode_kv_heads)
         self.collectives = collective_series(table_dir, label)
         self.elementwise = elementwise_series(table_dir, label)
         self._hbm_rows: Iterable[HbmRow] = hbm_rows
@@ -428,8 +436,8 @@ class MfuTables:
         tables.interpolation = interpolation
         tables.grids = parts.grids
         tables._gemm_planes = _gemm_planes(tables.grids)
-        tables._decode_kv_heads = _decode_kv_heads(tables.grids)
-        tables._decode_groups = _decode_groups(tables._decode_kv_heads)
+        tables._decode_kv_heads = decode_kv_heads(tables.grids)
+        tables._decode_groups = decode_groups(tables._decode_kv_heads)
         tables.collectives = parts.collectives
         tables.elementwise = parts.elementwise
         tables._hbm_rows = parts.hbm_rows
@@ -485,30 +493,6 @@ def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
         fastest.reverse()
         fastest_rows[dtype] = (tuple([moved for moved, _ in pairs]), tuple(fastest))
     return fastest_rows
-
-
-def _decode_kv_heads(grids: Mapping[GridKey, Grid]) -> dict[tuple[Any, ...], frozenset[float]]:
-    """(kind, dtype, KV dtype, query heads per KV head, qk dim, v dim, q_len, window) -> the KV-head
-    counts measured in decode attention grids of that layout: the grids _decode_attention_by_heads
-    may answer from, found without building a shape per candidate count."""
-    counts: dict[tuple[Any, ...], set[float]] = {}
-    for key in grids:
-        if key[0] != "attention" or key[1] != "decode" or len(key) != 11:  # row_grid_key's decode layout
-            continue
-        _, _, kind, dtype, kv_dtype, heads, kv_heads, qk, v, q_len, window = key
-        if isinstance(heads, (int, float)) and isinstance(kv_heads, (int, float)) and kv_heads > 0 \
-                and heads % kv_heads == 0:
-            counts.setdefault((kind, dtype, kv_dtype, heads // kv_heads, qk, v, q_len, window), set()).add(kv_heads)
-    return {layout: frozenset(measured) for layout, measured in counts.items()}
-
-
-def _decode_groups(kv_heads: Mapping[tuple[Any, ...], frozenset[float]]) -> dict[tuple[Any, ...], tuple[int, ...]]:
-    """(kind, dtype, KV dtype, qk dim, v dim, q_len, window) -> the query-group sizes measured in
-    decode attention grids of that layout, ascending (from _decode_kv_heads' index)."""
-    groups: dict[tuple[Any, ...], set[int]] = {}
-    for kind, dtype, kv_dtype, group, qk, v, q_len, window in kv_heads:
-        groups.setdefault((kind, dtype, kv_dtype, qk, v, q_len, window), set()).add(int(group))
-    return {layout: tuple(sorted(measured)) for layout, measured in groups.items()}
 
 
 def _gemm_planes(grids: Mapping[GridKey, Grid]) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
