@@ -127,10 +127,11 @@ def test_constants_that_generated_the_runs_are_recovered_within_their_stated_unc
 def test_calibrate_writes_a_profile_that_serve_run_and_the_api_apply_alike(tmp_path: Path,
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     # the command line in this process: the kernel tables are loaded once for all its commands
-    reference = _synthetic_reference(tmp_path, {"gemm_time_scale": 0.9, "api_server_latency": 3e-3}, 5)
+    # windows of 10 s: 25 requests a stage at 2.5/s, enough for held-out TTFTs that the two constants move
+    reference = _synthetic_reference(tmp_path, {"gemm_time_scale": 0.9, "api_server_latency": 3e-3}, 10)
     out = tmp_path / "h100-vllm.yaml"
     printed = run_json(capsys, "calibrate", "--reference", str(reference), "--hardware", "h100-sxm", "--engine",
-                       "vllm@0.15", "--max-stage-s", "5", "--constants", "gemm_time_scale,api_server_latency,step_cpu",
+                       "vllm@0.15", "--max-stage-s", "10", "--constants", "gemm_time_scale,api_server_latency,step_cpu",
                        "--out", str(out))
     profile = load_profile(out)
     assert (profile.hardware, profile.engine, profile.engine_version) == ("h100-sxm", "vllm", "0.15.1")

@@ -415,3 +415,35 @@ def test_a_trace_whose_requests_all_arrive_at_once_has_no_offered_rate(tmp_path,
     assert main(["serve", "--config", "serve-llama-8b-h100.yaml", "--trace", str(trace), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
     assert data["completed"] == 2 and data["load"]["offered_rps"] is None
+
+
+def test_a_windowed_stage_counts_its_own_requests_on_a_server_already_loaded():
+    """A stage of 2/s for 5 s with 5 s of the same load before and after: 10 requests counted, the
+    ones sent after the lead-in's 10 (records, counts and latencies hold only them); they meet the batch
+    the load keeps up, not a server starting empty and draining, so their steps are longer than
+    those of the same 5 s sent alone."""
+    data = {"type": "random", "input": 200, "output": 300}
+    windowed = {"load": {"stages": [{"rate": 2, "duration_s": 5, "lead_s": 5, "tail_s": 5}]}, "data": data}
+    alone = {"load": {"stages": [{"rate": 2, "duration_s": 5}]}, "data": data}
+    out = simulate_serving(config(), {"workload": windowed, "requests": True, "seed": 3})
+    plain = simulate_serving(config(), {"workload": alone, "requests": True, "seed": 3})
+    stage = out["stages"][0]
+    assert stage["num_prompts"] == stage["completed"] == out["completed"] == 10
+    assert stage["start_s"] == 5.0
+    assert sorted(r["id"] for r in out["requests"]) == list(range(10, 20))  # sent 11th to 20th of 30
+    assert stage["request_throughput"] == pytest.approx(10 / 5)  # over the counted window
+    # the 20 others are simulated: in the run's rates and its Little's-law integral, not in its counts
+    assert out["not_counted"] == 20 and "20 requests sent in the stages' lead-ins and tails" in out["notes"][-1]
+    assert out["little"]["mean_in_flight"] == pytest.approx(out["little"]["throughput_x_latency"], rel=1e-9)
+    assert stage["itl_of_means_ms"] > plain["stages"][0]["itl_of_means_ms"]
+
+
+@pytest.mark.parametrize("stage, problem", [
+    ({"rate": 2, "duration_s": 5, "lead_s": -1}, "lead_s"),
+    ({"rate": 2, "num_requests": 10, "tail_s": 5}, "lead_s and tail_s extend a stage of rate and duration_s"),
+    ({"rate": 2, "duration_s": 5, "lead_s": 1e12}, "with lead_s and tail_s"),
+])
+def test_a_bad_stage_window_is_refused_in_one_line(stage, problem):
+    workload = {"load": {"stages": [stage]}, "data": {"type": "random", "input": 20, "output": 2}}
+    with pytest.raises(InferSimError, match=problem):
+        simulate_serving(config(), {"workload": workload})

@@ -62,7 +62,10 @@ def test_one_experiment_mapped_by_hand() -> None:
     assert serving["kv_capacity_tokens"] == 48009 * 16 and serving["host_kv_tokens"] == 6553 * 16
     workload = serving["workload"]
     assert workload["load"]["timer"] == "constant"
-    assert workload["load"]["stages"] == [{"rate": 2.5, "duration_s": MAX_STAGE_S}, {"rate": 6, "duration_s": MAX_STAGE_S}]
+    # each cut stage is the middle of one twice as long: half as long again before and after, not counted
+    margins = {"lead_s": MAX_STAGE_S / 2, "tail_s": MAX_STAGE_S / 2}
+    assert workload["load"]["stages"] == [{"rate": 2.5, "duration_s": MAX_STAGE_S, **margins},
+                                          {"rate": 6, "duration_s": MAX_STAGE_S, **margins}]
     assert workload["data"] == {"type": "shared_prefix", "num_groups": 9, "prompts_per_group": 5,
                                 "system_prompt_len": 100, "question_len": 447, "output_len": 248,
                                 "multi_turn": False, "order": "fresh"}
@@ -105,8 +108,10 @@ def test_one_stage_against_its_steps_by_hand() -> None:
     high = run_prefill(config.model, config.hardware, config.deployment, Workload(isl=1034, osl=1), config.tables,
                        config.engine).step_time_s
     assert (low + step) * 1e3 < stage["mean_ttft_ms"] < (high + 3 * step) * 1e3
-    # 60 requests, the first of each of the 23 system prompts finds nothing
-    assert stage["prefix_cache_hit_rate"] == pytest.approx((60 - 23) / 60 * 96 / 1034, rel=1e-9)
+    # 60 counted requests; the 30 s lead-in's 30 requests have sent each of the 23 system prompts once,
+    # so every counted request finds its 96 tokens of whole blocks cached
+    assert stage["num_prompts"] == 60
+    assert stage["prefix_cache_hit_rate"] == pytest.approx(96 / 1034, rel=1e-9)
 
 
 def test_validate_compares_the_stage_and_reports_overload(monkeypatch) -> None:

@@ -90,17 +90,21 @@ class Traffic:
         self.context.clear()
         if self.gate is not None:
             self.gate.clear()
-        count = self._stage_count(stage)
+        sent = stage.sent() if stage.windowed else stage
+        count = self._stage_count(sent)
         times: Iterator[float]
         if stage.concurrency is not None:
             times = _zeros(count)
         else:
             rate = stage.rate if stage.rate is not None else 1.0
-            times = stage_times(self.spec.timer, count, rate, stage.duration_s, self.spec.burstiness,
+            times = stage_times(self.spec.timer, count, rate, sent.duration_s, self.spec.burstiness,
                                 _seed(self.seed, index, 1), self.spec.ramp)
         contents = self._contents(index, count)
-        for t, req in zip(times, contents):
-            req = replace(req, arrival_s=start + t)
+        # a windowed stage counts its own int(rate x duration_s) requests, those sent after its lead-in's
+        lead = int((stage.rate or 0.0) * stage.lead_s)
+        counted = range(lead, lead + stage.count) if stage.windowed else range(count)
+        for i, (t, req) in enumerate(zip(times, contents)):
+            req = replace(req, arrival_s=start + t) if i in counted else replace(req, arrival_s=start + t, counted=False)
             if self.limit is not None and req.input_tokens + req.output_tokens > self.limit:
                 self.reject(req)
                 continue

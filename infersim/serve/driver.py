@@ -40,7 +40,8 @@ CACHE_AWARE_MATCH = 0.5
 
 @dataclass(frozen=True)
 class StageRun:
-    """When a stage ran: its start and the end of its last request."""
+    """When a stage ran: its start (of its counted window, past a lead-in) and the end of its last
+    request (its tail's included)."""
 
     index: int
     spec: StageSpec
@@ -76,7 +77,8 @@ class Driver:
                 inst.stats.itl_sink = self.outcomes.itl_sink(index)
                 inst.max_waiting = 0 if stage.concurrency is not None else inst.max_waiting
             end = self._stage(index, stage, start)
-            runs.append(StageRun(index, stage, start, end))
+            # a windowed stage's counted requests start arriving after its lead-in
+            runs.append(StageRun(index, stage, start + stage.lead_s, end))
             start = end + spec.interval_s
         return runs
 

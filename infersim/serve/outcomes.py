@@ -6,7 +6,9 @@ admitted, when the run stops taking requests into a full queue (`max_waiting`, t
 A finished request leaves its TTFT, TPOT, E2E and queueing time in `Samples` (bounded memory; see
 infersim.serve.quantiles), the steps' inter-token gaps go to the stage's `itl` samples, and its
 times go to the run's timeline (the overload test). Nothing else of it is kept, unless per-request
-records are asked for.
+records are asked for. A request sent in a stage's lead-in or tail (StageSpec.lead_s, tail_s) is
+simulated like any other but kept out of every stage and of the whole run (`not_counted`); the
+stage's `itl` samples hold the gaps of all its steps, lead-in and tail included.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from infersim.serve.overload import Timeline
 from infersim.serve.quantiles import EXACT_LIMIT, Samples
+
+NOT_COUNTED = -2  # the stage index of the requests sent outside every stage's counted window (whole(): -1)
 
 if TYPE_CHECKING:
     from infersim.serve.scheduler import RequestState
@@ -80,6 +84,8 @@ class Outcomes:
         self.timeline = Timeline()
         self.records: list[RequestState] | None = [] if keep_records else None
         self._last: StageOutcomes | None = None
+        # requests sent in a stage's lead-in or tail (StageSpec.lead_s, tail_s): simulated, in no stage
+        self.not_counted = StageOutcomes(NOT_COUNTED)
 
     def stage(self, index: int) -> StageOutcomes:
         last = self._last
@@ -98,7 +104,9 @@ class Outcomes:
         """A completed request (on every request's path: kept lean)."""
         req = r.req
         s = self._last
-        if s is None or s.stage != req.stage:
+        if not req.counted:
+            s = self.not_counted
+        elif s is None or s.stage != req.stage:
             s = self.stage(req.stage)
         arrival = req.arrival_s
         finish = r.finish_s
@@ -136,7 +144,7 @@ class Outcomes:
         if finish > s.last_finish:
             s.last_finish = finish
         self.timeline.request(arrival, r.scheduled_s)
-        if self.records is not None:
+        if self.records is not None and req.counted:
             self.records.append(r)
 
     @staticmethod
@@ -155,14 +163,14 @@ class Outcomes:
 
     def reject(self, req: Request) -> None:
         """A request the server refuses on arrival."""
-        s = self.stage(req.stage)
+        s = self.stage(req.stage) if req.counted else self.not_counted
         s.rejected += 1
         s.arrived(req.arrival_s)
         self.timeline.request(req.arrival_s, req.arrival_s)
 
     def drop(self, req: Request) -> None:
         """A request that arrived at a full queue and was never admitted."""
-        s = self.stage(req.stage)
+        s = self.stage(req.stage) if req.counted else self.not_counted
         s.dropped += 1
         s.arrived(req.arrival_s)
         self.timeline.arrival(req.arrival_s)

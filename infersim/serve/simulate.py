@@ -236,6 +236,11 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
     driver = Driver(pool.instances, traffic, outcomes, opts.router, opts.max_waiting)
     runs = driver.run(spec)
     result = ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes + traffic.notes, runs)
+    outside = outcomes.not_counted.requests
+    if outside:
+        result.notes.append(f"{outside:,} requests sent in the stages' lead-ins and tails (lead_s, tail_s) were "
+                            "simulated and kept out of every count and latency; the run's throughput, energy and "
+                            "engine lines include them")
     for run in runs:
         stage = outcomes.stages.get(run.index)
         if stage is None or not stage.requests or run.spec.concurrency is not None:

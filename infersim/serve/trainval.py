@@ -38,6 +38,12 @@ FIXED_ROUNDS_NOTE = ("multi-turn rounds as fixed-length requests: the group's sy
                      "sim/workload/inference_perf.go: 'real inference-perf sends constant input tokens per request')")
 
 
+def _margin(duration: float, window: float) -> float:
+    """Seconds of a cut stage's load simulated before its counted window and after it: half the
+    window (the window is then the middle of a stage twice as long), at most half of what was cut."""
+    return min(window, duration - window) / 2
+
+
 def trainval_workload(workload: Mapping[str, Any], max_stage_s: float | None = None,
                       session_context: bool = True) -> dict[str, Any]:
     """The workload form (infersim.serve.workload_spec) of a trainval `workload:` stanza; with
@@ -51,13 +57,17 @@ def trainval_workload(workload: Mapping[str, Any], max_stage_s: float | None = N
     out_stages = []
     for stage in stages:
         duration = float(stage["duration_s"])
-        if max_stage_s is not None:
-            duration = min(duration, max_stage_s)
-        out_stages.append({"rate": stage["rate_rps"], "duration_s": duration})
+        out_stage: dict[str, Any] = {"rate": stage["rate_rps"], "duration_s": duration}
+        if max_stage_s is not None and duration > max_stage_s:
+            out_stage.update(duration_s=max_stage_s, **dict.fromkeys(("lead_s", "tail_s"), _margin(duration, max_stage_s)))
+        out_stages.append(out_stage)
     notes = [f"trainval workload {workload.get('name', '?')}: inference-perf shared_prefix, load type constant"]
     if max_stage_s is not None and any(float(s["duration_s"]) > max_stage_s for s in stages):
         notes.append(f"stages cut to at most {max_stage_s:g} s each (the run's stages: "
-                     + ", ".join(f"{s['rate_rps']:g}/s for {float(s['duration_s']):g} s" for s in stages) + ")")
+                     + ", ".join(f"{s['rate_rps']:g}/s for {float(s['duration_s']):g} s" for s in stages)
+                     + "); a cut stage is the middle of one twice as long: its load runs half as long again "
+                     "before it and after it, not counted, so that its requests meet the server as most of the "
+                     "long stage's did, neither starting empty nor draining")
     multi_turn = bool(workload.get("enable_multi_turn_chat", False))
     if multi_turn and not session_context:
         notes.append(FIXED_ROUNDS_NOTE)

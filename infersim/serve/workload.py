@@ -63,6 +63,7 @@ class Request:
     segments: tuple[tuple[Hashable, int], ...] = ()
     output_key: Hashable = None  # identity of its output tokens where a later prompt holds them
     stage: int = 0  # load stage it belongs to
+    counted: bool = True  # False: sent in a stage's lead-in or tail, simulated but kept out of its statistics
     session: int = -1  # conversation (user) it belongs to, -1: none
 
 

@@ -7,6 +7,7 @@
         - {rate: 2.5, duration_s: 600}                   # int(rate x duration) requests (inference-perf)
         - {rate: 6, num_requests: 3600}                  # or a count
         - {concurrency: 32, num_requests: 1000}          # or a closed loop
+        - {rate: 1, duration_s: 120, lead_s: 60, tail_s: 60}   # 60 s more at the rate before and after, not counted
       ramp_up: {strategy: linear, start_rps: 1, end_rps: 20}   # vllm timer, one stage of num_requests
       interval_s: 1                                      # pause between stages
     data:                                                # one of
@@ -45,6 +46,20 @@ class StageSpec:
     duration_s: float | None = None
     num_requests: int | None = None
     concurrency: int | None = None  # closed loop: clients, each sending when its last request ends
+    # seconds of arrivals at the stage's rate before and after its duration_s, simulated and not
+    # counted: a window cut from a longer stage sees the server as that stage does, past its
+    # first requests and before its last ones drain
+    lead_s: float = 0.0
+    tail_s: float = 0.0
+
+    @property
+    def windowed(self) -> bool:
+        return bool(self.lead_s or self.tail_s)
+
+    def sent(self) -> StageSpec:
+        """The stage as sent: its lead-in, duration and tail as one duration at its rate."""
+        assert self.duration_s is not None
+        return StageSpec(self.rate, self.lead_s + self.duration_s + self.tail_s)
 
     @property
     def count(self) -> int:
@@ -57,7 +72,10 @@ class StageSpec:
         if self.concurrency is not None:
             return f"{self.count:,} requests from {self.concurrency} clients"
         what = f"{self.rate:g}/s" if self.rate is not None else "ramp"
-        return what + (f" for {self.duration_s:g} s" if self.duration_s is not None else f", {self.count:,} sent")
+        what += f" for {self.duration_s:g} s" if self.duration_s is not None else f", {self.count:,} sent"
+        if self.windowed:
+            what += f" (counted; {self.lead_s:g} s before and {self.tail_s:g} s after at that rate, not counted)"
+        return what
 
 
 @dataclass(frozen=True)
@@ -155,7 +173,7 @@ def _seconds(value: Any, where: str, positive: bool = True) -> float:
 
 
 def parse_stage(spec: Any, where: str) -> StageSpec:
-    s = _keys(spec, where, {"rate", "duration_s", "num_requests", "concurrency"})
+    s = _keys(spec, where, {"rate", "duration_s", "num_requests", "concurrency", "lead_s", "tail_s"})
     rate = check_rate(s["rate"], f"{where}.rate") if s.get("rate") is not None else None
     duration = _seconds(s["duration_s"], f"{where}.duration_s") if s.get("duration_s") is not None else None
     count = _whole(s["num_requests"], f"{where}.num_requests") if s.get("num_requests") is not None else None
@@ -166,10 +184,17 @@ def parse_stage(spec: Any, where: str) -> StageSpec:
     elif rate is None or (duration is None) == (count is None):
         raise InferSimError(f"{where}: give rate with duration_s or with num_requests (or concurrency with "
                             "num_requests)")
-    stage = StageSpec(rate, duration, count, clients)
+    lead = _seconds(s["lead_s"], f"{where}.lead_s", positive=False) if s.get("lead_s") is not None else 0.0
+    tail = _seconds(s["tail_s"], f"{where}.tail_s", positive=False) if s.get("tail_s") is not None else 0.0
+    if (lead or tail) and duration is None:
+        raise InferSimError(f"{where}: lead_s and tail_s extend a stage of rate and duration_s at its rate")
+    stage = StageSpec(rate, duration, count, clients, lead, tail)
     if stage.count < 1 or stage.count > MAX_REQUESTS:
         raise InferSimError(f"{where}: {stage.count:,} requests (int(rate x duration)); a stage sends 1 to "
                             f"{MAX_REQUESTS:,}")
+    if stage.windowed and stage.sent().count > MAX_REQUESTS:
+        raise InferSimError(f"{where}: {stage.sent().count:,} requests with lead_s and tail_s (int(rate x "
+                            f"(lead_s + duration_s + tail_s))); a stage sends at most {MAX_REQUESTS:,}")
     return stage
 
 
