@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from infersim.base.errors import InferSimError
+from infersim.serve.trainval import STAGE_WINDOW_S
 
 PROFILE_HEADER = """\
 # InferSim calibration profile: constants of one GPU and engine fitted to measured serving runs
@@ -74,7 +75,7 @@ def to_text(outcome: Any, out: str | None) -> str:
     lines = [f"calibration of {target['hardware']} + {target['engine']} {target['engine_version']} on "
              f"{len(outcome.experiments)} experiment(s), {points} measured points ({', '.join(outcome.reference.sources)})"]
     if outcome.max_stage_s and any(e.trace is None for e in outcome.experiments):
-        lines.append(f"  stages simulated for at most {outcome.max_stage_s:g} s each; "
+        lines.append(f"  at most {outcome.max_stage_s:g} s of each stage counted, in the middle of one twice as long; "
                      f"{outcome.result.evaluations} simulated runs")
     lines += [f"  not used: {s}" for s in outcome.skipped]
     lines.append("")
@@ -131,8 +132,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="engine card the runs used (where the file names none), e.g. vllm@0.15")
     p.add_argument("--constants", action="append", default=[], metavar="NAME[,NAME]",
                    help="the constants to consider (default all: " + ", ".join(c.name for c in CONSTANTS) + ")")
-    p.add_argument("--max-stage-s", type=number_arg(ge=0), default=20.0, metavar="S",
-                   help="simulate each load stage for at most S seconds at its rate (default 20; 0: as measured)")
+    p.add_argument("--max-stage-s", type=number_arg(ge=0), default=STAGE_WINDOW_S, metavar="S",
+                   help=f"count at most S seconds of each load stage, in the middle of one twice as long (default "
+                        f"{STAGE_WINDOW_S:g}, as validate; 0: as measured)")
     p.add_argument("--iterations", type=number_arg(whole=True, gt=0), default=2, metavar="N", help="Gauss-Newton steps (default 2)")
     p.add_argument("--out", default=None, metavar="PROFILE.yaml", help="write the calibration profile here")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")

@@ -26,6 +26,7 @@ from infersim.calibrate.data import (
 )
 from infersim.calibrate.fit import FitResult, FitSettings, Observation, fit_constants
 from infersim.calibrate.traces import TRACE_METRIC, load_traces, predict_traced, traced_comparisons
+from infersim.serve.trainval import STAGE_WINDOW_S
 from infersim.cards.calibration import (
     CONSTANT_BY_NAME,
     CONSTANTS,
@@ -161,7 +162,7 @@ def _profile(reference: Reference, engine: Any, hardware: Any, experiments: Sequ
 
 def calibrate(paths: Sequence[Path], hardware: str | None = None, engine: str | None = None,
               constants: Sequence[str] | None = None, settings: FitSettings | None = None,
-              max_stage_s: float | None = 20.0, bench_results: Sequence[Path] = (),
+              max_stage_s: float | None = STAGE_WINDOW_S, bench_results: Sequence[Path] = (),
               config: str | None = None, traces: Sequence[Path] = ()) -> Calibration:
     """Fit on the experiments of reference files (`paths`), of benchmark results (`bench_results`)
     and of profiler traces (`traces`), the last two on the run config `config`."""

@@ -20,6 +20,10 @@ from typing import Any
 from infersim.base.errors import InferSimError, echo
 
 BLOCK_TOKENS = 16  # the file's KV blocks are vLLM's 16-token blocks
+#: seconds of each load stage that count when a run is cut short (the runs' stages: 600-1200 s): long
+#: against the runs' requests (up to 40 s for 1,448-token outputs), so that a window holds a few of
+#: their lifetimes; `validate` and `calibrate` cut the runs so
+STAGE_WINDOW_S = 120.0
 
 
 def _stanza(experiment: Mapping[str, Any], key: str) -> Mapping[str, Any]:

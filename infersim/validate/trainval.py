@@ -23,6 +23,7 @@ from typing import Any
 
 from infersim.base.errors import MISSING, ConfigError, InferSimError
 from infersim.cards.schema import load_yaml
+from infersim.serve.trainval import STAGE_WINDOW_S
 from infersim.validate.evaluate import NotExpressed, ReferencePoint
 from infersim.validate.mapping import Conversion, PointMapping
 from infersim.validate.measured import MeasuredSet
@@ -32,8 +33,8 @@ SOURCE = "TRAINVAL_VLLM"
 FILE_NAME = "vllm_serving_trainval.yaml"
 #: the engine card of the runs: vLLM 0.15.1 (the file's header: the design doc and simulator-limitations)
 ENGINE = "vllm@0.15"
-#: seconds each load stage is simulated for (the runs' stages: 600 or 1200 s)
-MAX_STAGE_S = 120.0
+#: seconds of each load stage counted (infersim.serve.trainval: the runs' stages are 600 or 1200 s)
+MAX_STAGE_S = STAGE_WINDOW_S
 #: multi-turn chat as fixed-length rounds (infersim.serve.trainval.FIXED_ROUNDS_NOTE): inference-sim,
 #: whose project ran these experiments, expands their profiles so; upstream inference-perf's
 #: accumulated context would grow a user's prompt by question + answer every round (tens of
