@@ -447,3 +447,15 @@ def test_a_bad_stage_window_is_refused_in_one_line(stage, problem):
     workload = {"load": {"stages": [stage]}, "data": {"type": "random", "input": 20, "output": 2}}
     with pytest.raises(InferSimError, match=problem):
         simulate_serving(config(), {"workload": workload})
+
+
+def test_a_session_started_before_a_stage_window_stays_uncounted_turn_after_turn():
+    """Sessions of 4 turns at 0.5/s: a 6 s window after a 4 s lead-in counts its 3 sessions' 12 turns;
+    the 2 sessions the lead-in started go on for their 4 turns each, all 8 simulated, none counted."""
+    workload = {"load": {"stages": [{"rate": 0.5, "duration_s": 6, "lead_s": 4}]},
+                "data": {"type": "sessions", "num_system_prompts": 1, "system_prompt_len": 200, "turns": 4,
+                         "question_len": 50, "output_len": 20, "think_time_s": 5}}
+    summary = simulate_serving(config(), {"workload": workload, "requests": True})
+    assert summary["completed"] == len(summary["requests"]) == 12
+    assert summary["not_counted"] == 8
+    assert sorted(r["input_tokens"] for r in summary["requests"]) == sorted([250, 320, 390, 460] * 3)

@@ -231,7 +231,8 @@ class Traffic:
         wait = 0.0
         if think is not None and think.mean_s > 0:
             wait = state[2].expovariate(1.0 / think.mean_s) if think.exponential else think.mean_s
-        nxt = replace(self._turn(req.stage, req.session), arrival_s=finish + wait)
+        # a session started in a stage's lead-in or tail goes on uncounted
+        nxt = replace(self._turn(req.stage, req.session), arrival_s=finish + wait, counted=req.counted)
         if self.limit is not None and nxt.input_tokens + nxt.output_tokens > self.limit:
             self.reject(nxt)
             self.sessions.pop(req.session, None)
