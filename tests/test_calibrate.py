@@ -290,3 +290,22 @@ def test_benchmark_results_on_a_run_config_calibrate_and_recover_their_constants
     for name, value in truth.items():
         fitted = printed["constants"][name]
         assert abs(fitted["value"] - value) <= 2 * fitted["uncertainty"], (name, fitted)
+
+
+def test_the_shipped_trainval_profile_applies_to_an_h100_vllm_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """The profile fitted on the 13 public vLLM 0.15 runs (docs/calibration.md) ships with the package:
+    its GEMM scale reaches the hardware card, and a run prints the calibrated headline beside the cards'."""
+    from infersim.run.config import config_from_mapping
+
+    shipped = REPO_ROOT / "infersim" / "calibrate" / "examples" / "trainval-h100-vllm.yaml"
+    profile = load_profile(shipped)
+    assert (profile.hardware, profile.engine, profile.engine_version) == ("h100-sxm", "vllm", "0.15.1")
+    gemm = next(c.value for c in profile.constants if c.name == "gemm_time_scale")
+    assert 0.9 < gemm < 1.0
+    config = config_from_mapping({"model": "qwen2.5-7b", "hardware": "h100-sxm", "engine": "vllm@0.15",
+                                  "deployment": {"num_gpus": 1}, "workload": {"isl": 1000, "osl": 100},
+                                  "calibration": str(shipped)}, "api")
+    assert config.hardware.derates.kernel_time_scale.gemm == gemm
+    assert main(["--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--engine", "vllm@0.15",
+                 "--calibration", str(shipped)]) == 0
+    assert "CALIBRATION" in (text := capsys.readouterr().out) and "on the cards" in text
