@@ -309,3 +309,25 @@ def test_the_shipped_trainval_profile_applies_to_an_h100_vllm_run(capsys: pytest
     assert main(["--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--engine", "vllm@0.15",
                  "--calibration", str(shipped)]) == 0
     assert "CALIBRATION" in (text := capsys.readouterr().out) and "on the cards" in text
+
+
+def test_a_calibrated_sweep_shows_each_configuration_on_the_cards_beside_it(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Every row of a sweep under a profile carries the TPOT (and TTFT) of the same configuration
+    simulated without it: the numbers a sweep without the profile prints."""
+    shipped = REPO_ROOT / "infersim" / "calibrate" / "examples" / "trainval-h100-vllm.yaml"
+    sweep = ["sweep", "--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--engine", "vllm@0.15",
+             "--grid", "workload.decode_batch_per_gpu=8,64", "--prefill"]
+    out = tmp_path / "calibrated.json"
+    assert main([*sweep, "--calibration", str(shipped), "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split()[:8] == ["decode_batch_per_gpu", "GPUs", "layout", "batch", "TPOT", "ms", "on",
+                                                  "the"]
+    plain = tmp_path / "plain.json"
+    assert main([*sweep, "--out", str(plain)]) == 0
+    capsys.readouterr()
+    calibrated_rows, plain_rows = (json.loads(p.read_text())["rows"] for p in (out, plain))
+    assert [r["tpot_ms_on_the_cards"] for r in calibrated_rows] == [r["tpot_ms"] for r in plain_rows]
+    assert [r["ttft_ms_on_the_cards"] for r in calibrated_rows] == [r["ttft_ms"] for r in plain_rows]
+    assert calibrated_rows[0]["tpot_ms"] != plain_rows[0]["tpot_ms"]  # the profile moves a batch-8 step
+    assert "tpot_ms_on_the_cards" not in plain_rows[0]

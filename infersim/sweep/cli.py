@@ -37,6 +37,7 @@ from infersim.sweep.output import (
     check_plot_path,
     frontier_table,
     plot_frontier,
+    row_key,
     row_record,
     rows_table,
     write_output,
@@ -243,6 +244,15 @@ def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
     raise InferSimError(f"--executor {echo(kind)}: expected processes, serial or dask://HOST:PORT")
 
 
+def _on_the_cards(args: argparse.Namespace, spec: SweepSpec) -> dict[tuple[int, ...], Row]:
+    """The sweep's configurations simulated on the cards as they were before the run's calibration
+    profile (by row_key), to stand beside the calibrated ones."""
+    from infersim.run.config import without_calibration
+
+    plain = dataclasses.replace(spec, base=dataclasses.replace(spec.base, config=without_calibration(spec.base.config)))
+    return {row_key(r): r for r in _run(args, plain).rows}
+
+
 def _summary(result: SweepResult) -> str:
     rejected = f", {result.rejected:,} rejected by the validator" if result.rejected else ""
     unfit = f", {result.unfit:,} searched batches skipped (KV cache does not fit)" if result.unfit else ""
@@ -334,6 +344,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     spec = _spec(args, args.gpus, targets)
     result = _run(args, spec)
     rows = result.rows
+    on_cards = _on_the_cards(args, spec) if spec.base.config.calibration is not None and not result.interrupted else None
     show_cost = any(r.ok and r.price > 0 for r in rows)
     v_axes = variant_axes(spec)
     bests = best_per_variant(spec, rows, targets)
@@ -341,7 +352,8 @@ def sweep_command(args: argparse.Namespace) -> int:
     meta["best"] = [best_record(spec, b, v_axes, targets) for b in bests]
     written = 0
     if args.out and (rows or result.interrupted):
-        written = write_output(args.out, (row_record(spec, r, targets) for r in rows), meta)
+        written = write_output(args.out, (row_record(spec, r, targets, on_cards.get(row_key(r)) if on_cards else None)
+                                          for r in rows), meta)
     if result.interrupted:
         print(_summary(result), file=sys.stderr)
         return _interrupted(result, args.out)
@@ -352,7 +364,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         print(_summary(result), file=sys.stderr)
     limit = len(rows) if args.rows == "all" else int(args.rows)
     shown = _sorted_rows(rows, args.sort)[:limit]
-    print(rows_table(spec, shown, targets, spec.prefill, show_cost))
+    print(rows_table(spec, shown, targets, spec.prefill, show_cost, on_cards=on_cards))
     if len(rows) > limit:
         print(f"... {len(rows) - limit:,} more rows (--rows all to print them, --out FILE to save them)")
     if result.rejected:

@@ -6,7 +6,7 @@ import csv
 import importlib.util
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +62,9 @@ def layout_text(row: Row) -> str:
     return f"{pp}A:{attn} F:{ffn}"
 
 
-def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None) -> dict[str, Any]:
-    """One row as a flat mapping: grid values by full field path, then deployment and results."""
+def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None, on_cards: Row | None = None) -> dict[str, Any]:
+    """One row as a flat mapping: grid values by full field path, then deployment and results
+    (`on_cards`: the configuration simulated without the run's calibration profile)."""
     values = spec.values(row.point)
     rec: dict[str, Any] = {axis.path: value for axis, value in zip(spec.axes, values)}
     rec["status"] = "ok" if row.ok else "rejected"
@@ -83,6 +84,9 @@ def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None) -> dic
         "max_batch_per_gpu": row.max_batch if row.ok else None,
         "kv_capacity_gb": _num(row.kv_capacity_bytes / GB), "weights_gb": _num(row.weights_bytes / GB),
     })
+    if on_cards is not None:
+        rec["tpot_ms_on_the_cards"] = _num(on_cards.tpot_s * 1e3) if on_cards.ok else None
+        rec["ttft_ms_on_the_cards"] = _num(on_cards.ttft_s * 1e3) if on_cards.ok else None
     if targets is not None:
         reason = why_not(row, targets)
         rec["meets_targets"] = not reason
@@ -118,12 +122,22 @@ def _value_text(v: Any) -> str:
     return str(v)
 
 
+def row_key(row: Row) -> tuple[int, ...]:
+    """What identifies a configuration across two sweeps of one grid: its point, layout and batch."""
+    return (row.point, row.num_gpus, row.pp, row.attn_tp, row.attn_dp, row.ffn_tp, row.ffn_ep, row.ffn_dp, row.batch)
+
+
 def rows_table(spec: SweepSpec, rows: Sequence[Row], targets: Targets, show_prefill: bool, show_cost: bool,
-               axes: Sequence[int] | None = None) -> str:
+               axes: Sequence[int] | None = None, on_cards: Mapping[tuple[int, ...], Row] | None = None) -> str:
+    """The rows as a table; `on_cards`: the same configurations simulated without the run's
+    calibration profile (by row_key), whose TPOT (and TTFT) stand beside the calibrated ones."""
     axes = list(range(len(spec.axes))) if axes is None else list(axes)
-    headers = [spec.axes[i].label for i in axes] + ["GPUs", "layout", "batch", "TPOT ms", "tok/s/user", "TGS"]
+    headers = [spec.axes[i].label for i in axes] + ["GPUs", "layout", "batch", "TPOT ms"]
+    if on_cards is not None:
+        headers.append("on the cards")
+    headers += ["tok/s/user", "TGS"]
     if show_prefill:
-        headers.append("TTFT ms")
+        headers += ["TTFT ms"] + (["on the cards"] if on_cards is not None else [])
     if show_cost:
         headers.append("$/Mtok")
     show_energy = has_energy(rows)
@@ -140,10 +154,16 @@ def rows_table(spec: SweepSpec, rows: Sequence[Row], targets: Targets, show_pref
             line += ["-", "rejected: " + row.status] + ["-"] * (len(headers) - len(line) - 2)
             body.append(line)
             continue
-        line += [row.num_gpus, layout_text(row), row.batch, _fmt(row.tpot_s * 1e3), _fmt(row.user_tps, 1),
-                 _fmt(row.tgs, 0)]
+        cards = on_cards.get(row_key(row)) if on_cards is not None else None
+        cards_ok = cards is not None and cards.ok
+        line += [row.num_gpus, layout_text(row), row.batch, _fmt(row.tpot_s * 1e3)]
+        if on_cards is not None:
+            line.append(_fmt(cards.tpot_s * 1e3) if cards_ok else "-")
+        line += [_fmt(row.user_tps, 1), _fmt(row.tgs, 0)]
         if show_prefill:
             line.append(_fmt(row.ttft_s * 1e3, 1))
+            if on_cards is not None:
+                line.append(_fmt(cards.ttft_s * 1e3, 1) if cards_ok else "-")
         if show_cost:
             line.append(_fmt(row.cost_per_mtok, 3))
         if show_energy:
