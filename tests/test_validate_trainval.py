@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import shared_reference
+from conftest import REPO_ROOT, shared_reference
 
 from infersim.cli.main import main
 
@@ -157,8 +157,6 @@ def test_the_source_is_opt_in_on_the_command_line(tmp_path) -> None:
     import subprocess
     import sys
 
-    from conftest import REPO_ROOT
-
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # the session's table cache (INFERSIM_CACHE_DIR)
     point = "trainval-66-reasoning-lite-stage0/itl_mean"
     proc = subprocess.run([sys.executable, "-m", "infersim", "validate", "--source", "trainval-vllm", "--point", point,
@@ -197,3 +195,21 @@ def test_a_calibration_profile_applies_to_the_points_of_its_gpu_and_engine(tmp_p
     assert main(["validate", "--source", "trainval-vllm", "--point", point,
                  "--calibration", str(tmp_path / "none.yaml")]) != 0
     assert "none.yaml: no such file" in capsys.readouterr().err
+
+
+def test_validate_under_a_profile_sets_the_statistics_on_the_cards_beside_the_calibrated(capsys) -> None:
+    """One trainval point under the shipped profile: the summary carries the calibrated statistics
+    and, beside them, those of the same point on the cards (what validate prints without it)."""
+    import json
+
+    from infersim.cli.main import main
+
+    shipped = REPO_ROOT / "infersim" / "calibrate" / "examples" / "trainval-h100-vllm.yaml"
+    args = ["validate", "--source", "trainval-vllm", "--point", "trainval-62-general-lite-stage0", "--format", "json"]
+    assert main([*args, "--calibration", str(shipped)]) == 0
+    calibrated = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert calibrated["summary_on_the_cards"] == plain["summary"]
+    assert calibrated["summary"]["overall"] != plain["summary"]["overall"]
+    assert "summary_on_the_cards" not in plain

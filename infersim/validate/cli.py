@@ -55,10 +55,13 @@ def _validate(args: argparse.Namespace) -> int:
     result = evaluate(reference, mapping, reference_path=shown, points_file=" + ".join(mapped),
                       mfu_tables=args.mfu_tables, only=args.point, calibration=args.calibration)
     result.not_expressed += measured.not_expressed
+    # under a profile, the same points on the cards as well: the statistics of both side by side
+    on_cards = evaluate(reference, mapping, reference_path=shown, points_file=" + ".join(mapped),
+                        mfu_tables=args.mfu_tables, only=args.point) if args.calibration else None
     if args.format == "json":
-        print(json.dumps(to_json_data(result), indent=2))
+        print(json.dumps(to_json_data(result, on_cards), indent=2))
     else:
-        print(to_text(result, summary_only=args.summary))
+        print(to_text(result, summary_only=args.summary, on_cards=on_cards))
     return 0
 
 

@@ -33,21 +33,34 @@ def _point_data(c: Comparison) -> dict[str, Any]:
             "accepted_outlier": c.accepted_outlier or None}
 
 
-def to_json_data(result: Validation) -> dict[str, Any]:
+def _summary_data(result: Validation) -> dict[str, Any]:
     stats = result.stats()
+    return {
+        "overall": _stats_data(stats["overall"]),
+        "energy": _stats_data(stats["energy"]),
+        "by_source": {k: _stats_data(v) for k, v in stats["by_source"].items()},
+        "by_kind": {k: _stats_data(v) for k, v in stats["by_kind"].items()},
+        "by_grade": {k: _stats_data(v) for k, v in stats["by_grade"].items()},
+        "by_serving_metric": {k: _stats_data(v) for k, v in stats["by_metric"].items()},
+    }
+
+
+def to_json_data(result: Validation, on_cards: Validation | None = None) -> dict[str, Any]:
+    """The report as data; `on_cards`: the same points without the calibration profile, whose
+    statistics go beside the calibrated ones (summary_on_the_cards)."""
+    out = _json_data(result)
+    if on_cards is not None:
+        out["summary_on_the_cards"] = _summary_data(on_cards)
+    return out
+
+
+def _json_data(result: Validation) -> dict[str, Any]:
     return {
         "reference": result.reference,
         "points_file": result.points_file,
         "mfu_tables": result.mfu_tables,
         "points": [_point_data(c) for c in result.comparisons],
-        "summary": {
-            "overall": _stats_data(stats["overall"]),
-            "energy": _stats_data(stats["energy"]),
-            "by_source": {k: _stats_data(v) for k, v in stats["by_source"].items()},
-            "by_kind": {k: _stats_data(v) for k, v in stats["by_kind"].items()},
-            "by_grade": {k: _stats_data(v) for k, v in stats["by_grade"].items()},
-            "by_serving_metric": {k: _stats_data(v) for k, v in stats["by_metric"].items()},
-        },
+        "summary": _summary_data(result),
         "not_expressed": [{"id": n.id, "source": n.source, "kind": n.kind, "reason": n.reason}
                           for n in result.not_expressed],
         "excluded": [{"id": c.id, "source": c.source, "error_pct": 100 * c.error, "reason": c.accepted_outlier}
@@ -62,16 +75,20 @@ def _metric_order(item: tuple[str, Any]) -> tuple[int, str]:
     return (order.index(head) if head in order else len(order), item[0])
 
 
-def _stats_row(name: str, stats: Stats | None) -> list[str]:
+def _stats_row(name: str, stats: Stats | None, cards: Stats | None | bool = False) -> list[str]:
+    """A group's statistics; with `cards` (not False), its median |error| and share within on the cards beside."""
+    beside = [] if cards is False else (["-", "-"] if cards is None or cards is True else
+                                        [f"{100 * cards.median_abs_error:.1f}%", f"{100 * cards.within_share:.0f}%"])
     if stats is None:
-        return [name, "0", "-", "-", "-", "-"]
+        return [name, "0", "-", "-", "-", "-", *beside]
     return [name, str(stats.n), f"{100 * stats.median_abs_error:.1f}%", f"{100 * stats.mean_abs_error:.1f}%",
-            f"{100 * stats.signed_mean_error:+.1f}%", f"{100 * stats.within_share:.0f}%"]
+            f"{100 * stats.signed_mean_error:+.1f}%", f"{100 * stats.within_share:.0f}%", *beside]
 
 
-def to_text(result: Validation, summary_only: bool = False) -> str:
+def to_text(result: Validation, summary_only: bool = False, on_cards: Validation | None = None) -> str:
     """The report: every point compared, the statistics, notes and the points not expressed; with
-    `summary_only`, the statistics alone (what `infersim validate --summary` prints)."""
+    `summary_only`, the statistics alone (what `infersim validate --summary` prints); `on_cards`: the
+    same points without the calibration profile, whose statistics stand beside the calibrated ones."""
     lines = [f"reference: {result.reference}", f"points:    {result.points_file}",
              f"kernel tables: {result.mfu_tables}", ""]
     if summary_only:
@@ -86,14 +103,24 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
     else:
         lines.append("no point compared")
     stats = result.stats()
-    rows = [_stats_row("overall", stats["overall"])]
+    cards_stats = on_cards.stats() if on_cards is not None else None
+
+    def beside(group: str, key: str | None = None) -> Stats | None | bool:
+        if cards_stats is None:
+            return False
+        found = cards_stats[group] if key is None else cards_stats[group].get(key)
+        return found if found is not None else True
+
+    rows = [_stats_row("overall", stats["overall"], beside("overall"))]
     if stats["energy"] is not None:  # energy is its own quantity: kept out of the overall of times
-        rows.append(_stats_row("overall energy", stats["energy"]))
-    rows += [_stats_row(f"source {k}", v) for k, v in sorted(stats["by_source"].items())]
-    rows += [_stats_row(f"kind {k}", v) for k, v in sorted(stats["by_kind"].items())]
+        rows.append(_stats_row("overall energy", stats["energy"], beside("energy")))
+    rows += [_stats_row(f"source {k}", v, beside("by_source", k)) for k, v in sorted(stats["by_source"].items())]
+    rows += [_stats_row(f"kind {k}", v, beside("by_kind", k)) for k, v in sorted(stats["by_kind"].items())]
     order = {g: i for i, g in enumerate(GRADES)}
-    rows += [_stats_row(f"grade {k}", v) for k, v in sorted(stats["by_grade"].items(), key=lambda kv: order.get(kv[0], 9))]
-    rows += [_stats_row(f"serving {k}", v) for k, v in sorted(stats["by_metric"].items(), key=_metric_order)]
+    rows += [_stats_row(f"grade {k}", v, beside("by_grade", k))
+             for k, v in sorted(stats["by_grade"].items(), key=lambda kv: order.get(kv[0], 9))]
+    rows += [_stats_row(f"serving {k}", v, beside("by_metric", k))
+             for k, v in sorted(stats["by_metric"].items(), key=_metric_order)]
     overall = stats["overall"]
     excluded = [c for c in result.comparisons if c.accepted_outlier]
     if overall is not None:
@@ -107,9 +134,12 @@ def to_text(result: Validation, summary_only: bool = False) -> str:
         lines.append(f"energy: {energy.n} numbers compared (J per output token, W per GPU), median |error| "
                      f"{100 * energy.median_abs_error:.1f}%, mean |error| {100 * energy.mean_abs_error:.1f}%, "
                      f"within {round(100 * WITHIN)}%: {100 * energy.within_share:.0f}%; not in the overall above")
-    lines += ["", "SUMMARY (error = (predicted - measured) / measured)",
-              tabulate(rows, headers=["group", "n", "median |err|", "mean |err|", "signed mean",
-                                      f"within {round(100 * WITHIN)}%"], disable_numparse=True)]
+    headers = ["group", "n", "median |err|", "mean |err|", "signed mean", f"within {round(100 * WITHIN)}%"]
+    if cards_stats is not None:
+        headers += ["median on the cards", f"within {round(100 * WITHIN)}% on the cards"]
+    lines += ["", "SUMMARY (error = (predicted - measured) / measured"
+              + ("; calibrated, and on the cards without the profile" if cards_stats is not None else "") + ")",
+              tabulate(rows, headers=headers, disable_numparse=True)]
     if summary_only:
         lines += ["", "grade: how each prediction was priced (measured tables of its GPU and engine; tables of another "
                       "engine or GPU, transferred; roofline with the card's efficiencies), by the share of its time",
