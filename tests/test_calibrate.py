@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Mapping
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -331,3 +332,26 @@ def test_a_calibrated_sweep_shows_each_configuration_on_the_cards_beside_it(tmp_
     assert [r["ttft_ms_on_the_cards"] for r in calibrated_rows] == [r["ttft_ms"] for r in plain_rows]
     assert calibrated_rows[0]["tpot_ms"] != plain_rows[0]["tpot_ms"]  # the profile moves a batch-8 step
     assert "tpot_ms_on_the_cards" not in plain_rows[0]
+
+
+def test_a_calibrated_frontier_shows_each_row_on_the_cards_beside_it(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """pareto under a profile: each feasible row's TPOT on the cards is the TPOT a pareto run
+    without the profile finds for the same layout and batch."""
+    shipped = REPO_ROOT / "infersim" / "calibrate" / "examples" / "trainval-h100-vllm.yaml"
+    pareto = ["pareto", "--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--engine", "vllm@0.15", "--gpus", "1",
+              "--all"]
+    calibrated, plain = tmp_path / "calibrated.json", tmp_path / "plain.json"
+    assert main([*pareto, "--calibration", str(shipped), "--out", str(calibrated)]) == 0
+    assert "TPOT ms    on the cards" in capsys.readouterr().out
+    assert main([*pareto, "--out", str(plain)]) == 0
+    capsys.readouterr()
+
+    def by_layout(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
+        return {(r["pp"], r["attention_tp"], r["ffn_tp"], r["batch_per_gpu"]): r
+                for r in json.loads(path.read_text())["rows"]}
+
+    with_profile, without = by_layout(calibrated), by_layout(plain)
+    assert with_profile.keys() == without.keys()
+    assert all(r["tpot_ms_on_the_cards"] == without[k]["tpot_ms"] for k, r in with_profile.items())
+    assert any(r["tpot_ms"] != without[k]["tpot_ms"] for k, r in with_profile.items())

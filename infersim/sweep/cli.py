@@ -420,10 +420,11 @@ def pareto_command(args: argparse.Namespace) -> int:
     energy = args.objective == "energy"
     _check_objective(spec, energy)
     result = _run(args, spec)
+    on_cards = _on_the_cards(args, spec) if spec.base.config.calibration is not None and not result.interrupted else None
     fronts = frontiers(spec, result.rows, targets, energy_point if energy else point_of)
     if any(fronts.values()) or result.interrupted:  # else stderr is the one message saying why
         print(_summary(result), file=sys.stderr)
-    records = _pareto_records(args, spec, result, fronts, targets)
+    records = _pareto_records(args, spec, result, fronts, targets, on_cards)
     if args.out and (records or result.interrupted):
         write_output(args.out, records, _meta(args, spec, result, targets))
     if not any(fronts.values()):
@@ -433,7 +434,7 @@ def pareto_command(args: argparse.Namespace) -> int:
     if result.interrupted:
         print(f"PARTIAL RESULT: interrupted after {result.finished_units:,} of {result.total_units:,} units; the "
               "frontiers and the answer below are those of the configurations that finished\n")
-    curves = _print_frontiers(spec, result, fronts, targets, args.objective)
+    curves = _print_frontiers(spec, result, fronts, targets, args.objective, on_cards)
     best = None
     if energy:  # the frontier is the answer: the cheapest point per variant is the cost objective's
         print("\n(--objective energy: the frontier above is the answer; without it pareto lists the cheapest "
@@ -454,16 +455,19 @@ def pareto_command(args: argparse.Namespace) -> int:
 
 
 def _pareto_records(args: argparse.Namespace, spec: SweepSpec, result: SweepResult,
-                    fronts: dict[tuple[Any, ...], list[Row]], targets: Targets) -> list[dict[str, Any]]:
+                    fronts: dict[tuple[Any, ...], list[Row]], targets: Targets,
+                    on_cards: dict[tuple[int, ...], Row] | None = None) -> list[dict[str, Any]]:
     """The rows --out writes: the frontiers' (or with --all every feasible row), marked on_frontier."""
     on_front = {id(r) for front in fronts.values() for r in front}
     source_rows = [r for r in result.rows if feasible(r, targets)] if args.all else \
         [r for front in fronts.values() for r in front]
-    return [{**row_record(spec, r, targets), "on_frontier": id(r) in on_front} for r in source_rows]
+    return [{**row_record(spec, r, targets, on_cards.get(row_key(r)) if on_cards else None),
+             "on_frontier": id(r) in on_front} for r in source_rows]
 
 
 def _print_frontiers(spec: SweepSpec, result: SweepResult, fronts: dict[tuple[Any, ...], list[Row]],
-                     targets: Targets, objective: str) -> list[tuple[str, list[Row], list[Row]]]:
+                     targets: Targets, objective: str, on_cards: dict[tuple[int, ...], Row] | None = None
+                     ) -> list[tuple[str, list[Row], list[Row]]]:
     """Each variant's frontier table; returns the curves to draw (label, feasible rows, frontier)."""
     energy = objective == "energy"
     v_axes = variant_axes(spec)
@@ -479,7 +483,7 @@ def _print_frontiers(spec: SweepSpec, result: SweepResult, fronts: dict[tuple[An
             print(f"\n{label}")
         y = "J per output token of the decode step" if energy else "USD per million output tokens"
         print(f"Pareto frontier: {len(front)} of {len(points):,} feasible points (x = tokens/s per user, y = {y})")
-        print(frontier_table(spec, front, spec.prefill, objective))
+        print(frontier_table(spec, front, spec.prefill, objective, on_cards))
     if result.rejected:
         print(f"\nskipped {result.rejected:,} layouts the validator rejects: {_problems(result)}")
     return curves

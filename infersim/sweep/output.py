@@ -263,25 +263,32 @@ def choices_text(spec: SweepSpec, choices: Sequence[Choice], targets: Targets) -
     return lines
 
 
-def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool, objective: str = "cost") -> str:
+def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool, objective: str = "cost",
+                   on_cards: Mapping[tuple[int, ...], Row] | None = None) -> str:
     """The frontier's rows; `objective` energy puts J per output token beside speed (the frontier's
-    axis), cost puts $/Mtok there; the other follows when the rows have it."""
+    axis), cost puts $/Mtok there; the other follows when the rows have it. `on_cards`: as for
+    rows_table, the TPOT (and TTFT) of each row without the run's calibration profile beside its own."""
     extra = choice_axes(spec)
     energy = has_energy(frontier)
     first = ["$/Mtok"] + (["J/tok"] if energy else []) if objective == "cost" else ["J/tok", "W/GPU", "$/Mtok"]
-    headers = ["tok/s/user", *first, "TPOT ms", "GPUs", "nodes", "layout"] + [spec.axes[i].label for i in extra] + [
-        "batch", "TGS", "bound"]
-    if show_prefill:
-        headers.insert(len(first) + 2, "TTFT ms")
+    beside = ["on the cards"] if on_cards is not None else []
+    headers = ["tok/s/user", *first, "TPOT ms", *beside] + (["TTFT ms", *beside] if show_prefill else []) + [
+        "GPUs", "nodes", "layout"] + [spec.axes[i].label for i in extra] + ["batch", "TGS", "bound"]
     body = []
     for row in frontier:
         if objective == "cost":
             values = [_fmt(row.cost_per_mtok, 3)] + ([_fmt(row.joules_per_token, 3)] if energy else [])
         else:
             values = [_fmt(row.joules_per_token, 3), _fmt(row.watts_per_gpu, 0), _fmt(row.cost_per_mtok, 3)]
+        cards = on_cards.get(row_key(row)) if on_cards is not None else None
+        cards = cards if cards is not None and cards.ok else None
         line = [_fmt(row.user_tps, 1), *values, _fmt(row.tpot_s * 1e3)]
+        if on_cards is not None:
+            line.append(_fmt(cards.tpot_s * 1e3) if cards is not None else "-")
         if show_prefill:
             line.append(_fmt(row.ttft_s * 1e3, 1))
+            if on_cards is not None:
+                line.append(_fmt(cards.ttft_s * 1e3, 1) if cards is not None else "-")
         values = spec.values(row.point)
         line += [row.num_gpus, row.num_nodes, layout_text(row)] + [_value_text(values[i]) for i in extra] + [
             row.batch, _fmt(row.tgs, 0), row.bound]
