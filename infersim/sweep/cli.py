@@ -352,8 +352,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     meta["best"] = [best_record(spec, b, v_axes, targets) for b in bests]
     written = 0
     if args.out and (rows or result.interrupted):
-        written = write_output(args.out, (row_record(spec, r, targets, on_cards.get(row_key(r)) if on_cards else None)
-                                          for r in rows), meta)
+        written = write_output(args.out, (row_record(spec, r, targets, on_cards) for r in rows), meta)
     if result.interrupted:
         print(_summary(result), file=sys.stderr)
         return _interrupted(result, args.out)
@@ -461,8 +460,7 @@ def _pareto_records(args: argparse.Namespace, spec: SweepSpec, result: SweepResu
     on_front = {id(r) for front in fronts.values() for r in front}
     source_rows = [r for r in result.rows if feasible(r, targets)] if args.all else \
         [r for front in fronts.values() for r in front]
-    return [{**row_record(spec, r, targets, on_cards.get(row_key(r)) if on_cards else None),
-             "on_frontier": id(r) in on_front} for r in source_rows]
+    return [{**row_record(spec, r, targets, on_cards), "on_frontier": id(r) in on_front} for r in source_rows]
 
 
 def _print_frontiers(spec: SweepSpec, result: SweepResult, fronts: dict[tuple[Any, ...], list[Row]],

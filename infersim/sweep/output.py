@@ -62,9 +62,11 @@ def layout_text(row: Row) -> str:
     return f"{pp}A:{attn} F:{ffn}"
 
 
-def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None, on_cards: Row | None = None) -> dict[str, Any]:
+def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None,
+               on_cards: Mapping[tuple[int, ...], Row] | None = None) -> dict[str, Any]:
     """One row as a flat mapping: grid values by full field path, then deployment and results
-    (`on_cards`: the configuration simulated without the run's calibration profile)."""
+    (`on_cards`: the configurations simulated without the run's calibration profile, by row_key:
+    every record then has their TPOT and TTFT, None where that run has none)."""
     values = spec.values(row.point)
     rec: dict[str, Any] = {axis.path: value for axis, value in zip(spec.axes, values)}
     rec["status"] = "ok" if row.ok else "rejected"
@@ -85,8 +87,10 @@ def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None, on_car
         "kv_capacity_gb": _num(row.kv_capacity_bytes / GB), "weights_gb": _num(row.weights_bytes / GB),
     })
     if on_cards is not None:
-        rec["tpot_ms_on_the_cards"] = _num(on_cards.tpot_s * 1e3) if on_cards.ok else None
-        rec["ttft_ms_on_the_cards"] = _num(on_cards.ttft_s * 1e3) if on_cards.ok else None
+        cards = on_cards.get(row_key(row)) if row.ok else None
+        cards = cards if cards is not None and cards.ok else None
+        rec["tpot_ms_on_the_cards"] = _num(cards.tpot_s * 1e3) if cards is not None else None
+        rec["ttft_ms_on_the_cards"] = _num(cards.ttft_s * 1e3) if cards is not None else None
     if targets is not None:
         reason = why_not(row, targets)
         rec["meets_targets"] = not reason
