@@ -467,6 +467,8 @@ def _linear_held_out(p: _Problem, r0: list[float], columns: Mapping[int, list[fl
 def _worse_simulated(p: _Problem, r0: Sequence[float], held_out: Sequence[float]) -> str:
     """What the simulated held-out predictions do worse than the cards (as the gate judges: a
     metric's median error above the cards', or the mean errors together not below theirs), or ""."""
+    if any(v <= 0 for v in held_out):
+        return "a run held out is predicted to take no time"
     cards = _errors(p, r0)
     held = _errors(p, [math.log(v / o.measured) for v, o in zip(held_out, p.observations)])
     if held.no_worse_and_better(cards):
