@@ -435,6 +435,10 @@ def test_a_windowed_stage_counts_its_own_requests_on_a_server_already_loaded():
     # the 20 others are simulated: in the run's rates and its Little's-law integral, not in its counts
     assert out["not_counted"] == 20 and "20 requests sent in the stages' lead-ins and tails" in out["notes"][-1]
     assert out["little"]["mean_in_flight"] == pytest.approx(out["little"]["throughput_x_latency"], rel=1e-9)
+    assert out["total_output_tokens"] == 10 * 300  # the counted requests' ...
+    energy = out["energy"]  # ... while the energy, drawn over the whole time, is per token of all 30
+    assert energy["joules_per_output_token"] == pytest.approx(energy["joules"] / (30 * 300), rel=1e-12)
+    assert out["output_throughput"] == pytest.approx(30 * 300 / out["duration"], rel=1e-12)
     assert stage["itl_of_means_ms"] > plain["stages"][0]["itl_of_means_ms"]
 
 
