@@ -28,7 +28,8 @@ from infersim.run.simulate import run_prefill
 from infersim.serve.api import simulate_serving
 from infersim.shapes.plan import SequenceBatch
 from infersim.validate.evaluate import evaluate
-from infersim.validate.trainval import MAX_STAGE_S, experiment_options, experiment_run, load_trainval, shipped_file
+from infersim.serve.trainval import STAGE_WINDOW_S
+from infersim.validate.trainval import experiment_options, experiment_run, load_trainval, shipped_file
 
 
 def _experiment(exp_id: str) -> dict:
@@ -63,9 +64,9 @@ def test_one_experiment_mapped_by_hand() -> None:
     workload = serving["workload"]
     assert workload["load"]["timer"] == "constant"
     # each cut stage is the middle of one twice as long: half as long again before and after, not counted
-    margins = {"lead_s": MAX_STAGE_S / 2, "tail_s": MAX_STAGE_S / 2}
-    assert workload["load"]["stages"] == [{"rate": 2.5, "duration_s": MAX_STAGE_S, **margins},
-                                          {"rate": 6, "duration_s": MAX_STAGE_S, **margins}]
+    margins = {"lead_s": STAGE_WINDOW_S / 2, "tail_s": STAGE_WINDOW_S / 2}
+    assert workload["load"]["stages"] == [{"rate": 2.5, "duration_s": STAGE_WINDOW_S, **margins},
+                                          {"rate": 6, "duration_s": STAGE_WINDOW_S, **margins}]
     assert workload["data"] == {"type": "shared_prefix", "num_groups": 9, "prompts_per_group": 5,
                                 "system_prompt_len": 100, "question_len": 447, "output_len": 248,
                                 "multi_turn": False, "order": "fresh"}

@@ -390,7 +390,7 @@ def fit_constants(constants: Sequence[Constant], priors: Mapping[str, float], ob
             break
         # the linearisation passed a fit that the simulation, held out, finds worse than the cards:
         # the constant whose absence the linearisation ranks best goes, and the rest are fitted again
-        drop = min(active, key=lambda j: _linear_held_out(p, r0, cards_columns, [x for x in active if x != j]).total())
+        drop = _least_useful(p, r0, cards_columns, active)[1]
         refused.append((drop, "held out (each experiment simulated with a fit without it), a fit with it predicts "
                               f"worse than the cards: {worse}; kept at its card value"))
         active = [j for j in active if j != drop]
@@ -471,12 +471,23 @@ def _worse_simulated(p: _Problem, r0: Sequence[float], held_out: Sequence[float]
         return "a run held out is predicted to take no time"
     cards = _errors(p, r0)
     held = _errors(p, [math.log(v / o.measured) for v, o in zip(held_out, p.observations)])
-    if held.no_worse_and_better(cards):
-        return ""
-    worse = [f"{m} {held.median[m]:.2%} against {cards.median[m]:.2%}" for m in cards.median
+    return "" if held.no_worse_and_better(cards) else _worse(held, cards, ".2%")
+
+
+def _worse(held: _Errors, cards: _Errors, form: str = ".1%") -> str:
+    """How held-out errors fall short of the cards': the metrics whose median is worse, else the
+    mean errors summed over the metrics."""
+    worse = [f"{m} {held.median[m]:{form}} against {cards.median[m]:{form}}" for m in cards.median
              if held.median[m] > cards.median[m]]
     return ", ".join(worse) or (f"mean errors {sum(held.mean.values()):.1%} against "
                                 f"{sum(cards.mean.values()):.1%} summed over the metrics")
+
+
+def _least_useful(p: _Problem, r0: list[float], columns: Mapping[int, list[float]],
+                  active: Sequence[int]) -> tuple[_Errors, int]:
+    """The constant whose absence leaves the lowest (linearised) held-out errors, with those errors."""
+    trials = [(_linear_held_out(p, r0, columns, [x for x in active if x != j]), j) for j in active]
+    return min(trials, key=lambda t: t[0].total())
 
 
 def held_out_gate(p: _Problem, r0: list[float], columns: Mapping[int, list[float]],
@@ -490,15 +501,9 @@ def held_out_gate(p: _Problem, r0: list[float], columns: Mapping[int, list[float
     refused: list[tuple[int, str]] = []
     held = _linear_held_out(p, r0, columns, kept)
     while kept and not held.no_worse_and_better(cards):
-        trials = [(_linear_held_out(p, r0, columns, [x for x in kept if x != j]), j) for j in kept]
-        without, drop = min(trials, key=lambda t: t[0].total())
-        worse = [f"{m} {held.median[m]:.1%} against {cards.median[m]:.1%}" for m in cards.median
-                 if held.median[m] > cards.median[m]]
-        if not worse:
-            worse = [f"mean errors {sum(held.mean.values()):.1%} against {sum(cards.mean.values()):.1%} summed "
-                     "over the metrics"]
+        without, drop = _least_useful(p, r0, columns, kept)
         refused.append((drop, "held out (each experiment predicted by a fit without it), a fit with it predicts "
-                              f"worse than the cards: {', '.join(worse)} on the cards; kept at its card value"))
+                              f"worse than the cards: {_worse(held, cards)} on the cards; kept at its card value"))
         kept.remove(drop)
         held = without
     return kept, refused

@@ -104,7 +104,7 @@ class Traffic:
         lead = int((stage.rate or 0.0) * stage.lead_s)
         counted = range(lead, lead + stage.count) if stage.windowed else range(count)
         for i, (t, req) in enumerate(zip(times, contents)):
-            req = replace(req, arrival_s=start + t) if i in counted else replace(req, arrival_s=start + t, counted=False)
+            req = replace(req, arrival_s=start + t, counted=i in counted)
             if self.limit is not None and req.input_tokens + req.output_tokens > self.limit:
                 self.reject(req)
                 continue

@@ -42,13 +42,12 @@ def serving_energy(result: ServeResult, duration: float) -> dict[str, Any]:
     total = sum(p["joules"] for p in pools)
     busy = sum(p["busy_joules"] for p in pools)
     gpus = sum(p["gpus"] for p in pools)
-    done = result.outcomes.whole()
-    price = result.pools[0].config.electricity
     # the energy is drawn over the whole simulated time: per token and request of every request it
     # served, those of stages' lead-ins and tails included
-    outside = result.outcomes.not_counted
-    out_tokens = done.output_tokens + outside.output_tokens
-    completed = done.completed + outside.completed
+    done = result.outcomes.served()
+    price = result.pools[0].config.electricity
+    out_tokens = done.output_tokens
+    completed = done.completed
     gpu_hours = duration * gpus / 3600
     prices = [p.config.hardware.usd_per_gpu_hour for p in result.pools]
     gpu_usd = sum(duration * p.gpus / 3600 * p.config.hardware.usd_per_gpu_hour for p in result.pools)

@@ -71,10 +71,9 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
     n = whole.completed
     good = whole.good if slo is not None else 0
     # requests of stages' lead-ins and tails: out of the counts and latencies, in the rates over the time
-    extra = result.outcomes.not_counted
-    duration = max(whole.last_finish, extra.last_finish)
-    served = n + extra.completed
-    input_tokens, output_tokens = whole.input_tokens + extra.input_tokens, whole.output_tokens + extra.output_tokens
+    served = result.outcomes.served()
+    duration = served.last_finish
+    input_tokens, output_tokens = served.input_tokens, served.output_tokens
     gpus = result.gpus
     per_second = 1.0 / duration if duration > 0 else 0.0
     out: dict[str, Any] = {
@@ -84,17 +83,17 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
         "duration": duration,
         "total_input_tokens": whole.input_tokens,
         "total_output_tokens": whole.output_tokens,
-        "request_throughput": served * per_second,
+        "request_throughput": served.completed * per_second,
         "request_goodput": good * per_second if slo is not None else None,
         "output_throughput": output_tokens * per_second,
         "total_token_throughput": (input_tokens + output_tokens) * per_second,
         "num_gpus": gpus,
         "output_throughput_per_gpu": output_tokens * per_second / gpus,
         "total_token_throughput_per_gpu": (input_tokens + output_tokens) * per_second / gpus,
-        "request_throughput_per_gpu": served * per_second / gpus,
+        "request_throughput_per_gpu": served.completed * per_second / gpus,
     }
-    if extra.requests:
-        out["not_counted"] = extra.requests
+    if result.outcomes.not_counted.requests:
+        out["not_counted"] = result.outcomes.not_counted.requests
     if whole.rejected or whole.dropped:
         out["failed"] = whole.rejected + whole.dropped
         out["rejected"] = whole.rejected
@@ -110,12 +109,7 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
         out["slo"] = {"ttft_ms": slo.ttft_s * 1e3 if slo.ttft_s is not None else None,
                       "tpot_ms": slo.tpot_s * 1e3 if slo.tpot_s is not None else None}
         out["slo_attainment"] = good / n if n else 0.0
-    everyone = whole
-    if extra.requests:  # the time integral holds every simulated request
-        everyone = StageOutcomes(-1)
-        everyone.merge(whole)
-        everyone.merge(extra)
-    out["little"] = _little(result, everyone)
+    out["little"] = _little(result, served)  # the time integral holds every simulated request
     out.update(_pools(result, duration))
     _load_and_warnings(result, out)
     if result.stages:

@@ -178,6 +178,16 @@ class Outcomes:
     def itl_sink(self, stage: int) -> Samples:
         return self.stage(stage).itl
 
+    def served(self) -> StageOutcomes:
+        """Every simulated request, counted or not: what the run's time integrals and energy cover."""
+        whole = self.whole()
+        if not self.not_counted.requests:
+            return whole
+        merged = StageOutcomes(-1)
+        merged.merge(whole)
+        merged.merge(self.not_counted)
+        return merged
+
     def whole(self) -> StageOutcomes:
         """The whole run: the one stage, or every stage merged."""
         stages = [self.stages[k] for k in sorted(self.stages)]

@@ -244,11 +244,14 @@ def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
     raise InferSimError(f"--executor {echo(kind)}: expected processes, serial or dask://HOST:PORT")
 
 
-def _on_the_cards(args: argparse.Namespace, spec: SweepSpec) -> dict[tuple[int, ...], Row]:
+def _on_the_cards(args: argparse.Namespace, spec: SweepSpec, result: SweepResult) -> dict[tuple[int, ...], Row] | None:
     """The sweep's configurations simulated on the cards as they were before the run's calibration
-    profile (by row_key), to stand beside the calibrated ones."""
+    profile (by row_key), to stand beside the calibrated ones; None without a profile (or when the
+    sweep was interrupted)."""
     from infersim.run.config import without_calibration
 
+    if spec.base.config.calibration is None or result.interrupted:
+        return None
     plain = dataclasses.replace(spec, base=dataclasses.replace(spec.base, config=without_calibration(spec.base.config)))
     return {row_key(r): r for r in _run(args, plain).rows}
 
@@ -344,7 +347,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     spec = _spec(args, args.gpus, targets)
     result = _run(args, spec)
     rows = result.rows
-    on_cards = _on_the_cards(args, spec) if spec.base.config.calibration is not None and not result.interrupted else None
+    on_cards = _on_the_cards(args, spec, result)
     show_cost = any(r.ok and r.price > 0 for r in rows)
     v_axes = variant_axes(spec)
     bests = best_per_variant(spec, rows, targets)
@@ -419,7 +422,7 @@ def pareto_command(args: argparse.Namespace) -> int:
     energy = args.objective == "energy"
     _check_objective(spec, energy)
     result = _run(args, spec)
-    on_cards = _on_the_cards(args, spec) if spec.base.config.calibration is not None and not result.interrupted else None
+    on_cards = _on_the_cards(args, spec, result)
     fronts = frontiers(spec, result.rows, targets, energy_point if energy else point_of)
     if any(fronts.values()) or result.interrupted:  # else stderr is the one message saying why
         print(_summary(result), file=sys.stderr)

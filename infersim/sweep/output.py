@@ -87,8 +87,7 @@ def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None,
         "kv_capacity_gb": _num(row.kv_capacity_bytes / GB), "weights_gb": _num(row.weights_bytes / GB),
     })
     if on_cards is not None:
-        cards = on_cards.get(row_key(row)) if row.ok else None
-        cards = cards if cards is not None and cards.ok else None
+        cards = _on_cards(on_cards, row)
         rec["tpot_ms_on_the_cards"] = _num(cards.tpot_s * 1e3) if cards is not None else None
         rec["ttft_ms_on_the_cards"] = _num(cards.ttft_s * 1e3) if cards is not None else None
     if targets is not None:
@@ -131,6 +130,12 @@ def row_key(row: Row) -> tuple[int, ...]:
     return (row.point, row.num_gpus, row.pp, row.attn_tp, row.attn_dp, row.ffn_tp, row.ffn_ep, row.ffn_dp, row.batch)
 
 
+def _on_cards(on_cards: Mapping[tuple[int, ...], Row], row: Row) -> Row | None:
+    """The simulated row of the same configuration on the cards, or None."""
+    cards = on_cards.get(row_key(row)) if row.ok else None
+    return cards if cards is not None and cards.ok else None
+
+
 def rows_table(spec: SweepSpec, rows: Sequence[Row], targets: Targets, show_prefill: bool, show_cost: bool,
                axes: Sequence[int] | None = None, on_cards: Mapping[tuple[int, ...], Row] | None = None) -> str:
     """The rows as a table; `on_cards`: the same configurations simulated without the run's
@@ -158,16 +163,15 @@ def rows_table(spec: SweepSpec, rows: Sequence[Row], targets: Targets, show_pref
             line += ["-", "rejected: " + row.status] + ["-"] * (len(headers) - len(line) - 2)
             body.append(line)
             continue
-        cards = on_cards.get(row_key(row)) if on_cards is not None else None
-        cards_ok = cards is not None and cards.ok
+        cards = _on_cards(on_cards, row) if on_cards is not None else None
         line += [row.num_gpus, layout_text(row), row.batch, _fmt(row.tpot_s * 1e3)]
         if on_cards is not None:
-            line.append(_fmt(cards.tpot_s * 1e3) if cards_ok else "-")
+            line.append(_fmt(cards.tpot_s * 1e3) if cards is not None else "-")
         line += [_fmt(row.user_tps, 1), _fmt(row.tgs, 0)]
         if show_prefill:
             line.append(_fmt(row.ttft_s * 1e3, 1))
             if on_cards is not None:
-                line.append(_fmt(cards.ttft_s * 1e3, 1) if cards_ok else "-")
+                line.append(_fmt(cards.ttft_s * 1e3, 1) if cards is not None else "-")
         if show_cost:
             line.append(_fmt(row.cost_per_mtok, 3))
         if show_energy:
@@ -284,8 +288,7 @@ def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool,
             values = [_fmt(row.cost_per_mtok, 3)] + ([_fmt(row.joules_per_token, 3)] if energy else [])
         else:
             values = [_fmt(row.joules_per_token, 3), _fmt(row.watts_per_gpu, 0), _fmt(row.cost_per_mtok, 3)]
-        cards = on_cards.get(row_key(row)) if on_cards is not None else None
-        cards = cards if cards is not None and cards.ok else None
+        cards = _on_cards(on_cards, row) if on_cards is not None else None
         line = [_fmt(row.user_tps, 1), *values, _fmt(row.tpot_s * 1e3)]
         if on_cards is not None:
             line.append(_fmt(cards.tpot_s * 1e3) if cards is not None else "-")

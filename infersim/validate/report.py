@@ -75,10 +75,8 @@ def _metric_order(item: tuple[str, Any]) -> tuple[int, str]:
     return (order.index(head) if head in order else len(order), item[0])
 
 
-def _stats_row(name: str, stats: Stats | None, cards: Stats | None | bool = False) -> list[str]:
-    """A group's statistics; with `cards` (not False), its median |error| and share within on the cards beside."""
-    beside = [] if cards is False else (["-", "-"] if cards is None or cards is True else
-                                        [f"{100 * cards.median_abs_error:.1f}%", f"{100 * cards.within_share:.0f}%"])
+def _stats_row(name: str, stats: Stats | None, beside: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """A group's statistics, then `beside` (its statistics on the cards, under a profile)."""
     if stats is None:
         return [name, "0", "-", "-", "-", "-", *beside]
     return [name, str(stats.n), f"{100 * stats.median_abs_error:.1f}%", f"{100 * stats.mean_abs_error:.1f}%",
@@ -105,11 +103,13 @@ def to_text(result: Validation, summary_only: bool = False, on_cards: Validation
     stats = result.stats()
     cards_stats = on_cards.stats() if on_cards is not None else None
 
-    def beside(group: str, key: str | None = None) -> Stats | None | bool:
+    def beside(group: str, key: str | None = None) -> list[str]:
+        """The group's median |error| and share within on the cards (none without a profile)."""
         if cards_stats is None:
-            return False
+            return []
         found = cards_stats[group] if key is None else cards_stats[group].get(key)
-        return found if found is not None else True
+        return ["-", "-"] if found is None else [f"{100 * found.median_abs_error:.1f}%",
+                                                 f"{100 * found.within_share:.0f}%"]
 
     rows = [_stats_row("overall", stats["overall"], beside("overall"))]
     if stats["energy"] is not None:  # energy is its own quantity: kept out of the overall of times

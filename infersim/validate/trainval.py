@@ -10,7 +10,7 @@ GPUs, and the serve options infersim.serve.trainval makes of its `workload:` and
 the CPU offload tier). All stages of an experiment run in one serving simulation (the evaluator
 keeps it), each point reads its stage.
 
-How the points stay affordable: every stage is cut to `MAX_STAGE_S` seconds at its rate (the
+How the points stay affordable: every stage is cut to `STAGE_WINDOW_S` seconds (infersim.serve.trainval) at its rate (the
 measured stages ran 600-1200 s); a stage's latencies settle within that when the server keeps up.
 How multi-turn sessions are expressed is `SESSION_CONTEXT` below. An experiment whose model or GPU
 has no card is listed as not expressed, with the reason; none is guessed.
@@ -33,8 +33,6 @@ SOURCE = "TRAINVAL_VLLM"
 FILE_NAME = "vllm_serving_trainval.yaml"
 #: the engine card of the runs: vLLM 0.15.1 (the file's header: the design doc and simulator-limitations)
 ENGINE = "vllm@0.15"
-#: seconds of each load stage counted (infersim.serve.trainval: the runs' stages are 600 or 1200 s)
-MAX_STAGE_S = STAGE_WINDOW_S
 #: multi-turn chat as fixed-length rounds (infersim.serve.trainval.FIXED_ROUNDS_NOTE): inference-sim,
 #: whose project ran these experiments, expands their profiles so; upstream inference-perf's
 #: accumulated context would grow a user's prompt by question + answer every round (tens of
@@ -79,7 +77,7 @@ def experiment_run(experiment: dict[str, Any]) -> dict[str, Any]:
             "workload": {"isl": 1024, "osl": 256}}
 
 
-def experiment_options(experiment: dict[str, Any], max_stage_s: float | None = MAX_STAGE_S) -> dict[str, Any]:
+def experiment_options(experiment: dict[str, Any], max_stage_s: float | None = STAGE_WINDOW_S) -> dict[str, Any]:
     """Serve options of one experiment (infersim.serve.trainval), its stages cut to `max_stage_s`."""
     from infersim.serve.trainval import trainval_options
 
@@ -106,7 +104,7 @@ def _why(experiment: dict[str, Any], run: dict[str, Any], options: dict[str, Any
             f"stage {stage} of the run; " + "; ".join(options["workload"]["notes"])]
 
 
-def load_trainval(path: Path | None = None, max_stage_s: float | None = MAX_STAGE_S) -> MeasuredSet:
+def load_trainval(path: Path | None = None, max_stage_s: float | None = STAGE_WINDOW_S) -> MeasuredSet:
     """Reference points and serving mappings of every measured experiment x stage of the file."""
     path = path or shipped_file()
     source = str(path)
