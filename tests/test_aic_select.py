@@ -189,8 +189,9 @@ def test_report_line_names_engine_and_routing() -> None:
     line = tables.describe()
     assert "engine trtllm 1.3.0rc20" in line
     assert ("MoE tables timed under power_law_1.01, power_law_1.2 routing: expert-load imbalance included; "
-            "elementwise kernels at 0.80 of HBM bandwidth (aiconfigurator's rule for memory-bound ops: "
-            "systems/h100_sxm.yaml mem_bw_empirical_scaling_factor 0.8") in line
+            "elementwise kernels at 0.80 of HBM bandwidth + 3 us each (aiconfigurator's rule for memory-bound "
+            "ops: systems/h100_sxm.yaml mem_bw_empirical_scaling_factor 0.8 + mem_empirical_constant_latency "
+            "3e-06 s per op") in line
 
 
 # ---------------------------------------------------------------------------------------------

@@ -199,15 +199,15 @@ def test_a_calibration_profile_applies_to_the_points_of_its_gpu_and_engine(tmp_p
 
 
 def test_validate_under_a_profile_sets_the_statistics_on_the_cards_beside_the_calibrated(capsys) -> None:
-    """One trainval point under the shipped profile: the summary carries the calibrated statistics
+    """One trainval point under a profile: the summary carries the calibrated statistics
     and, beside them, those of the same point on the cards (what validate prints without it)."""
     import json
 
     from infersim.cli.main import main
 
-    shipped = REPO_ROOT / "infersim" / "calibrate" / "examples" / "trainval-h100-vllm.yaml"
+    profile = REPO_ROOT / "tests" / "data" / "h100-vllm-gemm-profile.yaml"
     args = ["validate", "--source", "trainval-vllm", "--point", "trainval-62-general-lite-stage0", "--format", "json"]
-    assert main([*args, "--calibration", str(shipped)]) == 0
+    assert main([*args, "--calibration", str(profile)]) == 0
     calibrated = json.loads(capsys.readouterr().out)
     assert main(args) == 0
     plain = json.loads(capsys.readouterr().out)

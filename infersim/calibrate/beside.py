@@ -65,9 +65,9 @@ def serving_beside(config: Any, options: Mapping[str, Any], summary: Mapping[str
 def beside_text(calibration: Mapping[str, Any]) -> str:
     from infersim.cards.calibration import CONSTANT_BY_NAME, format_value
 
-    lines = [f"CALIBRATION  {calibration['profile']} ("
-             + ", ".join(f"{name} {format_value(CONSTANT_BY_NAME[name], c['value'])}"
-                         for name, c in calibration["constants"].items()) + ")"]
+    fitted = ", ".join(f"{name} {format_value(CONSTANT_BY_NAME[name], c['value'])}"
+                       for name, c in calibration["constants"].items())
+    lines = [f"CALIBRATION  {calibration['profile']} ({fitted or 'no constant fitted: the cards stand'})"]
     for row in calibration["headline"]:
         interval = (f"   {row['interval_level']:.0%} interval {row['interval_low']:,.2f} .. {row['interval_high']:,.2f}"
                     if "interval_low" in row else "")

@@ -118,18 +118,22 @@ def _memory_efficiency(shape: AnyShape, hw: HardwareCard, elementwise: float | N
     return hw.derates.memory_efficiency
 
 
-def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "", elementwise: float | None = None) -> Cost:
-    return _roofline_cost(shape, hw, shape.flops, shape.bytes, detail, elementwise)
+def roofline_cost(shape: AnyShape, hw: HardwareCard, detail: str = "", elementwise: float | None = None,
+                  per_kernel: float | None = None) -> Cost:
+    """The roofline: the slower of compute and memory, plus a fixed time per kernel (the card's
+    kernel_launch_overhead, or `per_kernel` seconds where a table set's elementwise rule brings its
+    own); `elementwise` replaces the card's elementwise share of HBM bandwidth the same way."""
+    return _roofline_cost(shape, hw, shape.flops, shape.bytes, detail, elementwise, per_kernel)
 
 
 def _roofline_cost(shape: AnyShape, hw: HardwareCard, flops: float, moved: float, detail: str = "",
-                   elementwise: float | None = None) -> Cost:
+                   elementwise: float | None = None, per_kernel: float | None = None) -> Cost:
     """roofline_cost of a shape whose FLOPs and bytes (shape.flops, shape.bytes) the caller has read."""
     flops_done, rate = _compute_flops_and_rate(shape, hw, flops)
     compute_s = flops_done / rate
     memory_s = moved / (hw.peak.hbm_bandwidth * _memory_efficiency(shape, hw, elementwise))
     kernels = shape.kernels if isinstance(shape, (MemoryBoundShape, LinearAttentionShape)) else 1
-    launch_s = hw.derates.kernel_launch_overhead * kernels
+    launch_s = (hw.derates.kernel_launch_overhead if per_kernel is None else per_kernel) * kernels
     busy = max(compute_s, memory_s)
     if launch_s > busy:
         bound = Bound.OVERHEAD
@@ -253,11 +257,13 @@ def _elementwise_cost(shape: MemoryBoundShape, hw: HardwareCard, tables: KernelT
                 detail = f"outside table {hit.table}: {hit.note}"
             return Cost(shape.flops, shape.bytes, hit.seconds, Bound.MEMORY, Source.TABLE, detail)
     # other elementwise kernels: no table times them, but a table set may bring the rule its own
-    # predictions price them with (aiconfigurator's share of HBM bandwidth), which then replaces the
-    # card's generic share so that the composition around its measured kernels is the one it was
-    # checked with
+    # predictions price them with (aiconfigurator's share of HBM bandwidth and fixed time per
+    # memory-bound op), which then replaces the card's generic share and launch overhead so that the
+    # composition around its measured kernels is the one it was checked with
     rule = tables.elementwise_memory_efficiency
     if rule is not None:
-        return roofline_cost(shape, hw, f"roofline at {rule:.2f} of HBM bandwidth (the kernel tables' elementwise "
-                                        f"rule)", elementwise=rule)
+        latency = tables.elementwise_latency
+        each = "" if latency is None else f" + {latency * 1e6:g} us per kernel"
+        return roofline_cost(shape, hw, f"roofline at {rule:.2f} of HBM bandwidth{each} (the kernel tables' "
+                                        f"elementwise rule)", elementwise=rule, per_kernel=latency)
     return roofline_cost(shape, hw)

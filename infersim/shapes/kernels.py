@@ -520,6 +520,8 @@ class KernelTables(Protocol):
     moe_includes_imbalance: bool
     #: the tables' own share of HBM bandwidth for elementwise kernels, or None (the card's)
     elementwise_memory_efficiency: float | None
+    #: seconds the tables' own rule adds to each elementwise kernel, or None (the card's launch overhead)
+    elementwise_latency: float | None
 
     def lookup(self, shape: AnyShape, peak_flops: float) -> TableHit | None:
         """Time for `shape` from a table covering it, or None. peak_flops is the card's dense
@@ -536,6 +538,7 @@ class NoTables:
 
     moe_includes_imbalance = False
     elementwise_memory_efficiency = None
+    elementwise_latency = None
 
     def lookup(self, shape: AnyShape, peak_flops: float) -> TableHit | None:
         return None

@@ -92,7 +92,11 @@ class Provenance:
         None, doc="share of HBM bandwidth that elementwise kernels (norms, activations, casts) stream at on this "
                   "device and engine, where the tables come with such a rule (aiconfigurator's do: it prices "
                   "memory-bound ops analytically beside its measured kernels); absent: the hardware card's", gt=0, le=1)
-    elementwise_source: str = spec("", doc="where elementwise_memory_efficiency comes from")
+    elementwise_latency: float | None = spec(
+        None, doc="seconds the tables' elementwise rule adds to each elementwise kernel beside its bytes' time "
+                  "(aiconfigurator's mem_empirical_constant_latency); absent: the hardware card's "
+                  "kernel_launch_overhead", ge=0, le=1e-3)
+    elementwise_source: str = spec("", doc="where elementwise_memory_efficiency and elementwise_latency come from")
     launch_cpu: float | None = spec(
         None, doc="host (CPU) wall time per kernel that eager PyTorch model code launches on this machine, seconds "
                   "(measured by `mfu bench`'s host probes); where present it replaces the engine card's "

@@ -68,6 +68,10 @@ class LibraryFilteredTables:
     def elementwise_memory_efficiency(self) -> float | None:
         return self.inner.elementwise_memory_efficiency
 
+    @property
+    def elementwise_latency(self) -> float | None:
+        return self.inner.elementwise_latency
+
     def lookup(self, shape: KernelShape, peak_flops: float) -> TableHit | None:
         if _family(shape) in self.skipped:
             return None

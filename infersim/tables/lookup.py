@@ -212,6 +212,11 @@ class MfuTables:
         return self.provenance.elementwise_memory_efficiency
 
     @property
+    def elementwise_latency(self) -> float | None:
+        """Seconds the tables' elementwise rule adds per kernel, or None (the card's launch overhead)."""
+        return self.provenance.elementwise_latency if self.elementwise_memory_efficiency is not None else None
+
+    @property
     def moe_routing(self) -> tuple[str, ...]:
         """The routings the grouped-GEMM tables were timed under ('balanced', 'power_law_1.01', ...)."""
         return tuple(sorted({info.moe_routing for info in self.provenance.tables.values()
@@ -468,7 +473,9 @@ class MfuTables:
         elementwise = ""
         if prov.elementwise_memory_efficiency is not None:
             source = prov.elementwise_source or "the tables' own rule"
-            elementwise = f"; elementwise kernels at {prov.elementwise_memory_efficiency:.2f} of HBM bandwidth ({source})"
+            latency = "" if self.elementwise_latency is None else f" + {self.elementwise_latency * 1e6:g} us each"
+            elementwise = (f"; elementwise kernels at {prov.elementwise_memory_efficiency:.2f} of HBM bandwidth"
+                           f"{latency} ({source})")
         return (f"{display_path(self.directory)} ({prov.device.name}, {origin}{engine}, measured {prov.measured_on}; "
                 f"{len(self.grids)} grids: {kinds}{collectives}{routing}{elementwise})")
 

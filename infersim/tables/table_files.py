@@ -115,6 +115,8 @@ def provenance_yaml_text(provenance: Provenance) -> str:
     data["notes"] = list(provenance.notes)
     if provenance.elementwise_memory_efficiency is None:  # optional: kept out so older directories read unchanged
         del data["elementwise_memory_efficiency"], data["elementwise_source"]
+    if provenance.elementwise_latency is None:
+        del data["elementwise_latency"]
     if provenance.launch_cpu is None and provenance.step_cpu is None and not provenance.host_probes:
         del data["launch_cpu"], data["step_cpu"], data["host_source"], data["host_probes"]
     if provenance.complete:

@@ -153,20 +153,27 @@ def current_versions(systems_dir: Path) -> dict[tuple[str, str], str]:
     return result
 
 
-def elementwise_rule(systems_dir: Path, system: str) -> tuple[float | None, str]:
-    """(share of HBM bandwidth, source) of aiconfigurator's rule for memory-bound ops on `system`:
-    its estimates price norms, activations and other elementwise kernels analytically at
-    gpu.mem_bw x mem_bw_empirical_scaling_factor (systems/<system>.yaml), not from measurements.
-    (None, "") where the system file or the factor is missing."""
+def elementwise_rule(systems_dir: Path, system: str) -> tuple[float | None, float | None, str]:
+    """(share of HBM bandwidth, seconds per kernel, source) of aiconfigurator's rule for memory-bound
+    ops on `system`: its estimates price norms, activations and other elementwise kernels
+    analytically, bytes / (gpu.mem_bw x mem_bw_empirical_scaling_factor) + mem_empirical_constant_latency
+    (systems/<system>.yaml; its estimator's memory-op latency), not from measurements.
+    (None, None, "") where the system file or the factor is missing; the latency is None where the
+    file has none."""
     path = systems_dir / f"{system}.yaml"
     if not path.is_file():
-        return None, ""
+        return None, None, ""
     gpu = (yaml.safe_load(path.read_text()) or {}).get("gpu") or {}
     factor = gpu.get("mem_bw_empirical_scaling_factor")
     if not isinstance(factor, (int, float)) or not 0 < factor <= 1:
-        return None, ""
-    return float(factor), (f"aiconfigurator's rule for memory-bound ops: systems/{system}.yaml "
-                           f"mem_bw_empirical_scaling_factor {factor:g}, 'nonofficial correction based on observations'")
+        return None, None, ""
+    latency = gpu.get("mem_empirical_constant_latency")
+    if not isinstance(latency, (int, float)) or isinstance(latency, bool) or not 0 <= latency <= 1e-3:
+        latency = None
+    constant = "" if latency is None else f" + mem_empirical_constant_latency {latency:g} s per op"
+    return float(factor), None if latency is None else float(latency), (
+        f"aiconfigurator's rule for memory-bound ops: systems/{system}.yaml mem_bw_empirical_scaling_factor "
+        f"{factor:g}{constant}, 'nonofficial correction based on observations'")
 
 
 def family_version_dir(data_dir: Path, system: str, family: str, framework: str, version: str) -> Path | None:
@@ -374,7 +381,7 @@ def _provenance(source: AicSource, plan: ImportPlan, c: _Collection, peaks: dict
     """Where the imported tables came from, what they cover and what was left out."""
     infos, notes, device_names = c.infos, c.notes, c.device_names
     alphas = sorted({info.moe_routing for info in infos.values() if info.family == "grouped_gemm"})
-    elementwise, elementwise_source = elementwise_rule(source.systems_dir, plan.system)
+    elementwise, elementwise_latency, elementwise_source = elementwise_rule(source.systems_dir, plan.system)
     return Provenance(
         format_version=FORMAT_VERSION,
         device=DeviceInfo(name=sorted(device_names)[0] if device_names else plan.device),
@@ -398,6 +405,7 @@ def _provenance(source: AicSource, plan: ImportPlan, c: _Collection, peaks: dict
         + ((MAPPING_NOTES[plan.device],) if plan.device in MAPPING_NOTES else ())
         + NOT_IMPORTED + tuple(notes),
         elementwise_memory_efficiency=elementwise,
+        elementwise_latency=elementwise_latency,
         elementwise_source=elementwise_source,
         tables=infos,
     )
