@@ -202,6 +202,26 @@ def test_provenance(package: aic.AicSource, tmp_path: Path) -> None:
     assert any("power_law_1.01, power_law_1.2" in n for n in prov.notes)
 
 
+def test_the_system_files_rule_for_memory_bound_ops_is_carried(package: aic.AicSource, tmp_path: Path) -> None:
+    """Its share of HBM bandwidth and its fixed time per op reach the provenance, and the tables price
+    an elementwise kernel by them: 8 MB / (3.35 TB/s x 0.8) + 3 us = 5.985 us."""
+    from infersim.costing.timing import kernel_cost
+    from infersim.run.config import load_hardware_card
+    from infersim.shapes.kernels import MemoryBoundShape
+
+    assert read_table_dir(imported(package, tmp_path / "bare")).provenance.elementwise_latency is None
+    (package.systems_dir / "h100_sxm.yaml").write_text(
+        "gpu:\n  mem_bw: 3350000000000\n  mem_bw_empirical_scaling_factor: 0.8\n"
+        "  mem_empirical_constant_latency: 0.000003\n")
+    directory = imported(package, tmp_path / "out")
+    prov = read_table_dir(directory).provenance
+    assert (prov.elementwise_memory_efficiency, prov.elementwise_latency) == (0.8, 3e-6)
+    assert "elementwise_latency: 3.0e-06" in (directory / "provenance.yaml").read_text()
+    h100 = load_hardware_card("h100-sxm")[0]
+    norm = kernel_cost(MemoryBoundShape("add + RMSNorm", bytes_moved=8e6), h100, load_tables(directory))
+    assert norm.seconds == pytest.approx(8e6 / (3.35e12 * 0.8) + 3e-6, rel=1e-12)
+
+
 def test_balanced_tables_do_not_include_imbalance(package: aic.AicSource, tmp_path: Path) -> None:
     loaded = load_tables(Path(__file__).resolve().parent.parent / "mfu_tables" / "imported" / "h800")
     assert not loaded.moe_includes_imbalance and loaded.moe_routing == ("balanced",)
