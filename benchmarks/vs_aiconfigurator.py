@@ -1,14 +1,17 @@
 """InferSim and NVIDIA aiconfigurator side by side on the same deployments.
 
     pip install aiconfigurator            # its CLI; not a dependency of InferSim
-    python benchmarks/vs_aiconfigurator.py [--aiconfigurator PATH] [--cases NAME,...] [--format json]
+    python benchmarks/vs_aiconfigurator.py [--backend trtllm|vllm] [--aiconfigurator PATH] [--cases NAME,...]
+                                           [--format json]
 
 For each case (dense and MoE models; TP, EP and attention DP; prefill and decode; H100, H200,
 B200) it runs `aiconfigurator cli estimate` in its static modes (static_ctx: TTFT of one prefill
 step; static_gen: TPOT averaged over the generation) with the TensorRT-LLM backend at its current
 version, and InferSim (`config_from_mapping` + `simulate`) with the bundled kernel tables chosen
 for the device and engine (`infersim.tables.select.bundled_tables_for(..., "trtllm")`), i.e. the
-same measured kernels. Where the two differ, the difference is in how the step is composed
+same measured kernels. `--backend vllm` runs the vLLM cases instead: aiconfigurator's vLLM backend
+against InferSim's vLLM engine card and vLLM tables, at the steps of the public vLLM serving runs
+(docs/validation.md: a 466-token prompt, decode batches of 12 and 48 at about 700 tokens). Where the two differ, the difference is in how the step is composed
 (elementwise kernels, collectives, scheduler overhead, MoE routing), not in the kernel data: the
 `ours, kernels` column leaves out the hardware card's per-step scheduler overhead, which
 aiconfigurator's static modes do not charge.
@@ -64,6 +67,7 @@ class Case:
     isl: int = 4096
     osl: int = 1024
     fp8: bool = False  # fp8 GEMM and weights (the checkpoint's own quantization on aiconfigurator's side)
+    backend: str = "trtllm"  # aiconfigurator's backend; InferSim's tables (and, for vllm, engine card) follow it
 
     @property
     def gpus(self) -> int:
@@ -90,12 +94,28 @@ CASES: tuple[Case, ...] = (
     Case("deepseek-v3 prefill dp8 ep8 h200", "deepseek-v3", "h200", "prefill", 1, dp=8, ep=8, fp8=True),
     Case("deepseek-v3 decode dp8 ep8 b32 h200", "deepseek-v3", "h200", "decode", 1, dp=8, ep=8, batch=32, fp8=True),
 )
+#: the models of the public vLLM serving runs that have HF configs in ../shared, at their steps
+VLLM_CASES: tuple[Case, ...] = (
+    Case("llama3.1-70b prefill tp4 h100 vllm", "llama-3.1-70b", "h100-sxm", "prefill", 4, isl=466, backend="vllm"),
+    Case("llama3.1-70b decode tp4 b12 h100 vllm", "llama-3.1-70b", "h100-sxm", "decode", 4, batch=12, isl=566,
+         osl=248, backend="vllm"),
+    Case("llama3.1-70b decode tp4 b48 h100 vllm", "llama-3.1-70b", "h100-sxm", "decode", 4, batch=48, isl=566,
+         osl=248, backend="vllm"),
+    Case("llama2-7b prefill tp1 h100 vllm", "llama-2-7b", "h100-sxm", "prefill", 1, isl=466, backend="vllm"),
+    Case("llama2-7b decode tp1 b16 h100 vllm", "llama-2-7b", "h100-sxm", "decode", 1, batch=16, isl=566, osl=248,
+         backend="vllm"),
+    Case("qwen3-30b decode tp1 b32 h100 vllm", "qwen3-30b-a3b", "h100-sxm", "decode", 1, batch=32, isl=566, osl=248,
+         backend="vllm"),
+)
+#: InferSim's engine card for each aiconfigurator backend (None: the run config's default, as the
+#: TensorRT-LLM cases were first run)
+ENGINES = {"trtllm": None, "vllm": "vllm@0.15"}
 
 
 def estimate(exe: str, args: list[str], label: str, timeout: float = 300) -> float:
     """The number after `label:` in the output of `aiconfigurator cli estimate ARGS` (TensorRT-LLM
     backend); RuntimeError with its last line when it fails or prints no such number."""
-    cmd = [exe, "cli", "estimate", "--backend", "trtllm", "--no-color", *args]
+    cmd = [exe, "cli", "estimate", "--no-color", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     found = re.search(rf"^\s*{re.escape(label)}:\s+([\d.,]+)", done.stdout, re.MULTILINE)
     if done.returncode != 0 or not found:
@@ -108,7 +128,7 @@ def aiconfigurator_ms(exe: str, case: Case, model_dir: Path) -> float:
     """TTFT (prefill) or TPOT (decode) in ms from `aiconfigurator cli estimate`."""
     mode = "static_ctx" if case.stage == "prefill" else "static_gen"
     moe_tp = case.gpus // case.ep
-    return estimate(exe, ["--model-path", str(model_dir), "--system", SYSTEMS[case.hardware],
+    return estimate(exe, ["--backend", case.backend, "--model-path", str(model_dir), "--system", SYSTEMS[case.hardware],
                           "--estimate-mode", mode, "--isl", str(case.isl),
                           "--osl", str(1 if case.stage == "prefill" else case.osl), "--batch-size", str(case.batch),
                           "--tp-size", str(case.tp), "--attention-dp-size", str(case.dp), "--moe-tp-size", str(moe_tp),
@@ -117,15 +137,16 @@ def aiconfigurator_ms(exe: str, case: Case, model_dir: Path) -> float:
 
 def infersim_ms(case: Case) -> tuple[float, float, str]:
     """(step ms, step ms without the card's scheduler overhead, tables used)."""
-    choice = bundled_tables_for(case.hardware, "trtllm")
+    choice = bundled_tables_for(case.hardware, case.backend)
+    engine = ENGINES[case.backend]
     raw = {
-        "model": case.model, "hardware": case.hardware,
+        "model": case.model, "hardware": case.hardware, **({"engine": engine} if engine else {}),
         "mfu_tables": str(choice.path) if choice else None,
         "deployment": {"num_gpus": case.gpus, "attention": {"tp": case.tp, "dp": case.dp},
                        "ffn": {"tp": case.gpus // case.ep, "ep": case.ep, "dp": 1},
                        **({"precision": {"gemm": "fp8", "weights": "fp8"}} if case.fp8 else {})},
         "workload": {"isl": case.isl, "osl": case.osl if case.stage == "decode" else 2,
-                     "prefill_tokens_per_gpu": max(1, case.batch * case.isl // case.tp),
+                     "prefill_tokens_per_gpu": max(1, -(-case.batch * case.isl // case.tp)),  # the whole prompt in one step
                      "decode_batch_per_gpu": max(1, case.batch // case.tp)},
     }
     result = simulate(config_from_mapping(raw, f"vs_aiconfigurator case {case.name}"))
@@ -139,14 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiconfigurator", default=shutil.which("aiconfigurator"),
                         help="the aiconfigurator executable (default: on PATH)")
-    parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    parser.add_argument("--backend", choices=sorted(ENGINES), default="trtllm",
+                        help="aiconfigurator's backend and InferSim's tables for it (default: trtllm)")
+    parser.add_argument("--cases", default="", help="comma-separated case names (default: all of the backend)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
     if not args.aiconfigurator:
         print("aiconfigurator is not installed (pip install aiconfigurator); nothing to compare", file=sys.stderr)
         return 2
     wanted = {c.strip() for c in args.cases.split(",") if c.strip()}
-    cases = [c for c in CASES if not wanted or c.name in wanted]
+    cases = [c for c in (VLLM_CASES if args.backend == "vllm" else CASES) if not wanted or c.name in wanted]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
