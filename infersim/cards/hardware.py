@@ -114,7 +114,9 @@ class Derates:
     nvlink_efficiency: float = spec(doc="achievable fraction of NVLink bandwidth in collectives", gt=0, le=1)
     network_efficiency: float = spec(doc="achievable fraction of NIC bandwidth in collectives", gt=0, le=1)
     gemm_tile_m: int = spec(doc="rows per tensor-core tile: each GEMM/expert's M is padded to a multiple of it", gt=0)
-    kernel_launch_overhead: float = spec(doc="fixed time per kernel launch (gaps between kernels), seconds", ge=0)
+    kernel_launch_overhead: float = spec(
+        doc="fixed time per kernel launch (gaps between kernels), seconds; for elementwise kernels a kernel-table "
+            "set's own rule replaces it where it brings one (aiconfigurator's 3 us)", ge=0)
     collective_latency: dict[str, CollectiveLatency] = spec(doc="NCCL protocols LL, LL128, Simple: latency model")
     deepep_normal_latency: float = spec(doc="fixed latency of one DeepEP normal-mode dispatch or combine, seconds", ge=0)
     deepep_low_latency_latency: float = spec(doc="fixed latency of one DeepEP low-latency dispatch or combine, seconds", ge=0)
