@@ -113,7 +113,7 @@ ENGINES = {"trtllm": None, "vllm": "vllm@0.15"}
 
 
 def estimate(exe: str, args: list[str], label: str, timeout: float = 300) -> float:
-    """The number after `label:` in the output of `aiconfigurator cli estimate ARGS` (TensorRT-LLM
+    """The number after `label:` in the output of `aiconfigurator cli estimate ARGS` (ARGS name the
     backend); RuntimeError with its last line when it fails or prints no such number."""
     cmd = [exe, "cli", "estimate", "--no-color", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

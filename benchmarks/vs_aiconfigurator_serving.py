@@ -75,7 +75,7 @@ def aiconfigurator_tgs(exe: str, case: Case, tmp: Path) -> float:
         model_dir.mkdir(exist_ok=True)
         shutil.copy(HF_CONFIGS / model, model_dir / "config.json")
         model = str(model_dir)
-    return estimate(exe, ["--model-path", model, "--system", case.system, "--estimate-mode", "agg",
+    return estimate(exe, ["--backend", "trtllm", "--model-path", model, "--system", case.system, "--estimate-mode", "agg",
                           "--isl", str(case.isl), "--osl", str(case.osl), "--batch-size", str(case.batch),
                           "--tp-size", "1", "--attention-dp-size", str(case.dp), "--moe-ep-size", str(case.dp),
                           "--moe-tp-size", "1", "--gemm-quant-mode", case.gemm, "--moe-quant-mode", case.moe,
