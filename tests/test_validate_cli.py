@@ -224,3 +224,16 @@ def test_a_point_whose_run_does_not_fit_in_memory_says_so(tmp_path, capsys):
     assert main(["validate", "--reference", str(reference), "--points", str(custom), "--format", "json"]) == 0
     [point] = json.loads(capsys.readouterr().out)["points"]
     assert "does not fit" in point["note"] and "KV cache" in point["note"]
+
+
+def test_notes_every_point_shares_are_said_once() -> None:
+    """Three or more notes holding the same parts ("; "-separated): those parts once, first, and each
+    point with what is its own; fewer notes, or nothing shared, are listed as they are."""
+    from infersim.validate.report import _notes_lines
+
+    notes = [("p1", "own 1; cut to 120 s; fixed rounds"), ("p2", "own 2; cut to 120 s; fixed rounds"),
+             ("p3", "cut to 120 s; fixed rounds")]
+    assert _notes_lines(notes) == ["  shared by all 3 noted points: cut to 120 s; fixed rounds", "  p1: own 1", "  p2: own 2"]
+    assert _notes_lines(notes[:2]) == ["  p1: own 1; cut to 120 s; fixed rounds", "  p2: own 2; cut to 120 s; fixed rounds"]
+    different = [("a", "x; y"), ("b", "z"), ("c", "y")]
+    assert _notes_lines(different) == ["  a: x; y", "  b: z", "  c: y"]

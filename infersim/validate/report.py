@@ -151,7 +151,7 @@ def to_text(result: Validation, summary_only: bool = False, on_cards: Validation
         if c.note and c.kind not in ("kernel_gemm", "kernel_grouped_gemm", "deepep"):
             notes[(c.point_id, c.note)] = c.point_id if (c.point_id, c.note) in notes else c.id
     if notes:
-        lines += ["", "NOTES"] + [f"  {shown}: {note}" for (_, note), shown in notes.items()]
+        lines += ["", "NOTES", *_notes_lines([(shown, note) for (_, note), shown in notes.items()])]
     if excluded:
         lines += ["", f"EXCLUDED FROM THE STATISTICS: accepted outliers of their own runs ({len(excluded)})"]
         lines += [f"  {c.id} [{c.source}] {100 * c.error:+.1f}%: {c.accepted_outlier}" for c in excluded]
@@ -159,3 +159,19 @@ def to_text(result: Validation, summary_only: bool = False, on_cards: Validation
         lines += ["", f"NOT EXPRESSED ({len(result.not_expressed)})"]
         lines += [f"  {n.id} [{n.source}]: {n.reason}" for n in result.not_expressed]
     return "\n".join(lines)
+
+
+def _notes_lines(notes: list[tuple[str, str]]) -> list[str]:
+    """One line per noted point; the parts ("; "-separated) that every one of three or more notes
+    holds are said once, first, and left out of each (a run's stages repeat its workload's notes)."""
+    parts = [note.split("; ") for _, note in notes]
+    shared = [p for p in parts[0] if all(p in other for other in parts[1:])] if len(notes) >= 3 else []
+    if not shared:
+        return [f"  {shown}: {note}" for shown, note in notes]
+    lines = [f"  shared by all {len(notes)} noted points: " + "; ".join(shared)]
+    for (shown, _), own in zip(notes, parts):
+        rest = [p for p in own if p not in shared]
+        if rest:
+            lines.append(f"  {shown}: " + "; ".join(rest))
+    return lines
+
