@@ -171,10 +171,11 @@ def assumed_efficiency(op: OperationResult, config: RunConfig) -> str:
     if op.bound is Bound.HOST_LINK:
         return f"pcie_efficiency {derates.pcie_efficiency:g}"
     if op.module == cat.ELEMENTWISE or (op.bound is Bound.MEMORY and op.flops == 0):
-        provenance = getattr(config.tables, "provenance", None)
-        rule = getattr(provenance, "elementwise_memory_efficiency", None)
+        rule = config.tables.elementwise_memory_efficiency
         if rule is not None:
-            return f"elementwise at {rule:.2f} of HBM bandwidth (the tables' rule)"
+            latency = config.tables.elementwise_latency
+            each = "" if latency is None else f" + {latency * 1e6:g} us per kernel"
+            return f"elementwise at {rule:.2f} of HBM bandwidth{each} (the tables' rule)"
         return f"elementwise_memory_efficiency {derates.elementwise_memory_efficiency:g}"
     if op.bound is Bound.COMPUTE:
         if op.module == cat.ATTN_CORE:
