@@ -156,17 +156,30 @@ def infersim_ms(case: Case) -> tuple[float, float, str]:
     return stage.step_time_s * 1e3, (stage.step_time_s - overhead) * 1e3, tables
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def comparison_parser(description: str) -> argparse.ArgumentParser:
+    """The options every comparison with aiconfigurator takes: its executable and the output format."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--aiconfigurator", default=shutil.which("aiconfigurator"),
                         help="the aiconfigurator executable (default: on PATH)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    return parser
+
+
+def without_aiconfigurator(exe: str | None) -> bool:
+    """True, having said so, when there is no aiconfigurator to compare with."""
+    if exe:
+        return False
+    print("aiconfigurator is not installed (pip install aiconfigurator); nothing to compare", file=sys.stderr)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = comparison_parser(__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=sorted(ENGINES), default="trtllm",
                         help="aiconfigurator's backend and InferSim's tables for it (default: trtllm)")
     parser.add_argument("--cases", default="", help="comma-separated case names (default: all of the backend)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
-    if not args.aiconfigurator:
-        print("aiconfigurator is not installed (pip install aiconfigurator); nothing to compare", file=sys.stderr)
+    if without_aiconfigurator(args.aiconfigurator):
         return 2
     wanted = {c.strip() for c in args.cases.split(",") if c.strip()}
     cases = [c for c in (VLLM_CASES if args.backend == "vllm" else CASES) if not wanted or c.name in wanted]

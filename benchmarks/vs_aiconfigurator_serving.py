@@ -19,7 +19,6 @@ they differ it is in how the run is composed, not in the kernels.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vs_aiconfigurator import HF_CONFIGS, estimate  # noqa: E402  (the dense benchmark beside this file)
+from vs_aiconfigurator import HF_CONFIGS, comparison_parser, estimate, without_aiconfigurator  # noqa: E402  (the dense benchmark beside this file)
 
 
 @dataclass(frozen=True)
@@ -94,13 +93,8 @@ def infersim_point(point: str, gpus: int) -> tuple[float, float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--aiconfigurator", default=shutil.which("aiconfigurator"),
-                        help="the aiconfigurator executable (default: on PATH)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    args = parser.parse_args(argv)
-    if not args.aiconfigurator:
-        print("aiconfigurator is not installed (pip install aiconfigurator); nothing to compare", file=sys.stderr)
+    args = comparison_parser(__doc__.splitlines()[0]).parse_args(argv)
+    if without_aiconfigurator(args.aiconfigurator):
         return 2
     if not HF_CONFIGS.is_dir():
         print(f"{HF_CONFIGS} not found (../shared/reference); nothing to compare", file=sys.stderr)

@@ -23,9 +23,7 @@ the comparison favours aiconfigurator there.
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,7 +36,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vs_aiconfigurator import estimate  # noqa: E402  (the static-step benchmark beside this file)
+from vs_aiconfigurator import comparison_parser, estimate, without_aiconfigurator  # noqa: E402  (the static-step benchmark beside this file)
 
 TRAINVAL = REPO / "infersim" / "validate" / "public" / "vllm_serving_trainval.yaml"
 SYSTEMS = {"NVIDIA H100 80GB HBM3 (SXM)": "h100_sxm"}
@@ -121,13 +119,8 @@ def _median_abs(pairs: list[tuple[float | None, float]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--aiconfigurator", default=shutil.which("aiconfigurator"),
-                        help="the aiconfigurator executable (default: on PATH)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    args = parser.parse_args(argv)
-    if not args.aiconfigurator:
-        print("aiconfigurator is not installed (pip install aiconfigurator); nothing to compare", file=sys.stderr)
+    args = comparison_parser(__doc__.splitlines()[0]).parse_args(argv)
+    if without_aiconfigurator(args.aiconfigurator):
         return 2
     table = rows(args.aiconfigurator)
     if args.format == "json":
