@@ -7,13 +7,13 @@
 For each case (dense and MoE models; TP, EP and attention DP; prefill and decode; H100, H200,
 B200) it runs `aiconfigurator cli estimate` in its static modes (static_ctx: TTFT of one prefill
 step; static_gen: TPOT averaged over the generation) with the TensorRT-LLM backend at its current
-version, and InferSim (`config_from_mapping` + `simulate`) with the bundled kernel tables chosen
-for the device and engine (`infersim.tables.select.bundled_tables_for(..., "trtllm")`), i.e. the
-same measured kernels. `--backend vllm` runs the vLLM cases instead: aiconfigurator's vLLM backend
+version, and InferSim (`config_from_mapping` + `simulate`) with the TensorRT-LLM engine card and
+the bundled kernel tables chosen for the device and engine
+(`infersim.tables.select.bundled_tables_for(..., "trtllm")`), i.e. the same measured kernels. `--backend vllm` runs the vLLM cases instead: aiconfigurator's vLLM backend
 against InferSim's vLLM engine card and vLLM tables, at the steps of the public vLLM serving runs
 (docs/validation.md: a 466-token prompt, decode batches of 12 and 48 at about 700 tokens). Where the two differ, the difference is in how the step is composed
 (elementwise kernels, collectives, scheduler overhead, MoE routing), not in the kernel data: the
-`ours, kernels` column leaves out the hardware card's per-step scheduler overhead, which
+`ours, kernels` column leaves out the engine card's per-step scheduler overhead, which
 aiconfigurator's static modes do not charge.
 
 Deployment mapping: aiconfigurator's batch size is per attention-DP rank; InferSim's workload is
@@ -107,9 +107,8 @@ VLLM_CASES: tuple[Case, ...] = (
     Case("qwen3-30b decode tp1 b32 h100 vllm", "qwen3-30b-a3b", "h100-sxm", "decode", 1, batch=32, isl=566, osl=248,
          backend="vllm"),
 )
-#: InferSim's engine card for each aiconfigurator backend (None: the run config's default, as the
-#: TensorRT-LLM cases were first run)
-ENGINES = {"trtllm": None, "vllm": "vllm@0.15"}
+#: InferSim's engine card for each aiconfigurator backend: the same engine's fusions and overheads
+ENGINES = {"trtllm": "trtllm", "vllm": "vllm@0.15"}
 
 
 def estimate(exe: str, args: list[str], label: str, timeout: float = 300) -> float:
@@ -211,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"{r['name']:36s} {r['metric']:6s} {r['aiconfigurator_ms']:9.2f} {r['infersim_ms']:9.2f} "
               f"{100 * r['diff']:+6.1f}% {r['infersim_kernels_ms']:9.2f} {100 * r['diff_kernels']:+6.1f}%  {r['tables']}")
-    print("(kernels: InferSim without the hardware card's per-step scheduler overhead, which aiconfigurator's "
+    print("(kernels: InferSim without the engine card's per-step scheduler overhead, which aiconfigurator's "
           "static modes do not charge)")
     return 0
 
