@@ -36,18 +36,17 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vs_aiconfigurator import comparison_parser, estimate, without_aiconfigurator  # noqa: E402  (the static-step benchmark beside this file)
+from vs_aiconfigurator import SYSTEMS, comparison_parser, estimate, without_aiconfigurator  # noqa: E402  (the static-step benchmark beside this file)
 
-TRAINVAL = REPO / "infersim" / "validate" / "public" / "vllm_serving_trainval.yaml"
-SYSTEMS = {"NVIDIA H100 80GB HBM3 (SXM)": "h100_sxm"}
+from infersim.validate.trainval import GPU_CARDS, point_id, shipped_file  # noqa: E402
 #: architectures aiconfigurator does not list, as the one they are built like
 SAME_AS = {"MistralForCausalLM": "LlamaForCausalLM"}
 
 
-def stages(experiment: dict[str, Any]) -> list[tuple[str, float, dict[str, float]]]:
-    """(stage key, rate, measured metrics) of each measured load stage of one run."""
-    rates = {f"stage_{s['stage']}": float(s["rate_rps"]) for s in experiment["workload"]["stages"]}
-    return [(key, rates[key], metrics) for key, metrics in experiment["measured"].items() if key in rates]
+def stages(experiment: dict[str, Any]) -> list[tuple[int, float, dict[str, float]]]:
+    """(stage, rate, measured metrics) of each measured load stage of one run."""
+    rates = {f"stage_{s['stage']}": (int(s["stage"]), float(s["rate_rps"])) for s in experiment["workload"]["stages"]}
+    return [(*rates[key], metrics) for key, metrics in experiment["measured"].items() if key in rates]
 
 
 def config_dir(experiment: dict[str, Any], tmp: Path) -> Path:
@@ -66,7 +65,7 @@ def aiconfigurator_agg(exe: str, experiment: dict[str, Any], concurrency: int, t
     """(TTFT ms, TPOT ms) of aiconfigurator's agg mode at `concurrency` requests."""
     work = experiment["workload"]
     args = ["--backend", "vllm", "--model-path", str(config_dir(experiment, tmp)),
-            "--system", SYSTEMS[experiment["hardware"]["gpu"]], "--estimate-mode", "agg",
+            "--system", SYSTEMS[GPU_CARDS[experiment["hardware"]["gpu"]]], "--estimate-mode", "agg",
             "--isl", str(int(work["system_prompt_len"]) + int(work["question_len"])),
             "--osl", str(int(work["output_len"])), "--batch-size", str(concurrency),
             "--tp-size", str(int(experiment["tp"]))]
@@ -87,13 +86,13 @@ def infersim_points() -> dict[str, float]:
 
 
 def rows(exe: str) -> list[dict[str, Any]]:
-    experiments = yaml.safe_load(TRAINVAL.read_text())["experiments"]
+    experiments = yaml.safe_load(shipped_file().read_text())["experiments"]
     ours = infersim_points()
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for experiment in experiments:
-            for key, rate, measured in stages(experiment):
-                point = f"trainval-{experiment['exp_id']}-{experiment['workload']['name']}-{key.replace('_', '')}"
+            for stage, rate, measured in stages(experiment):
+                point = point_id(experiment, stage)
                 concurrency = max(1, round(rate * measured["e2e_mean_ms"] / 1e3))
                 try:
                     ttft, tpot = aiconfigurator_agg(exe, experiment, concurrency, Path(tmp))

@@ -262,8 +262,14 @@ def _elementwise_cost(shape: MemoryBoundShape, hw: HardwareCard, tables: KernelT
     # composition around its measured kernels is the one it was checked with
     rule = tables.elementwise_memory_efficiency
     if rule is not None:
-        latency = tables.elementwise_latency
-        each = "" if latency is None else f" + {latency * 1e6:g} us per kernel"
-        return roofline_cost(shape, hw, f"roofline at {rule:.2f} of HBM bandwidth{each} (the kernel tables' "
-                                        f"elementwise rule)", elementwise=rule, per_kernel=latency)
+        return roofline_cost(shape, hw, f"roofline at {elementwise_rule_text(tables)} (the kernel tables' "
+                                        f"elementwise rule)", elementwise=rule, per_kernel=tables.elementwise_latency)
     return roofline_cost(shape, hw)
+
+
+def elementwise_rule_text(tables: KernelTables) -> str:
+    """A table set's elementwise rule in words ("0.80 of HBM bandwidth + 3 us per kernel"); only for
+    tables that bring one (elementwise_memory_efficiency not None)."""
+    latency = tables.elementwise_latency
+    each = "" if latency is None else f" + {latency * 1e6:g} us per kernel"
+    return f"{tables.elementwise_memory_efficiency:.2f} of HBM bandwidth{each}"

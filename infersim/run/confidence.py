@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from infersim.base.errors import InferSimError
 from infersim.cards import categories as cat
+from infersim.costing.timing import elementwise_rule_text
 from infersim.shapes.kernels import Bound, Source
 
 if TYPE_CHECKING:
@@ -171,11 +172,8 @@ def assumed_efficiency(op: OperationResult, config: RunConfig) -> str:
     if op.bound is Bound.HOST_LINK:
         return f"pcie_efficiency {derates.pcie_efficiency:g}"
     if op.module == cat.ELEMENTWISE or (op.bound is Bound.MEMORY and op.flops == 0):
-        rule = config.tables.elementwise_memory_efficiency
-        if rule is not None:
-            latency = config.tables.elementwise_latency
-            each = "" if latency is None else f" + {latency * 1e6:g} us per kernel"
-            return f"elementwise at {rule:.2f} of HBM bandwidth{each} (the tables' rule)"
+        if config.tables.elementwise_memory_efficiency is not None:
+            return f"elementwise at {elementwise_rule_text(config.tables)} (the tables' rule)"
         return f"elementwise_memory_efficiency {derates.elementwise_memory_efficiency:g}"
     if op.bound is Bound.COMPUTE:
         if op.module == cat.ATTN_CORE:
