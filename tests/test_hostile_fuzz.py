@@ -33,8 +33,10 @@ JSON_VALUES = st.one_of(st.sampled_from([0, -1, 1, 2.5, 1e15, 1e16, 1e30, 1e300,
                                          float("nan"), "abc", "12", "", True, None, [], {}, [1], "1e3"]),
                         st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True))
 
-#: numbers a result may hold below zero by meaning
-SIGNED = {"overlap_saved_ms", "kv_capacity_gb", "error", "error_pct", "signed_mean_error", "signed_mean_error_pct"}
+#: numbers a result may hold below zero by meaning (backlog_growth: arrivals minus admissions over the
+#: second half of a stage, below zero when the queue drains)
+SIGNED = {"overlap_saved_ms", "kv_capacity_gb", "error", "error_pct", "signed_mean_error", "signed_mean_error_pct",
+          "backlog_growth"}
 #: INFERSIM_FUZZ_EXAMPLES=500 for a deeper search than CI's
 EXAMPLES = int(os.environ.get("INFERSIM_FUZZ_EXAMPLES", "25"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,
