@@ -214,3 +214,20 @@ def test_validate_under_a_profile_sets_the_statistics_on_the_cards_beside_the_ca
     assert calibrated["summary_on_the_cards"] == plain["summary"]
     assert calibrated["summary"]["overall"] != plain["summary"]["overall"]
     assert "summary_on_the_cards" not in plain
+
+
+def test_a_file_of_serving_runs_is_a_reference_of_its_own(tmp_path: Path, capsys) -> None:
+    """`--reference FILE` in this format compares FILE's runs (only them: no shipped points), with its
+    own measurements: run 66 with its stage-0 mean ITL written as 10.0 ms instead of 7.446 ms. Given
+    beside the shipped copy (`--source trainval-vllm`) its ids clash, which is refused, not merged."""
+    experiment = _experiment("66")
+    experiment["measured"]["stage_0"]["itl_mean_ms"] = 10.0
+    path = tmp_path / "my_runs.yaml"
+    path.write_text(yaml.safe_dump({"experiments": [experiment]}))
+    point = "trainval-66-reasoning-lite-stage0/itl_mean"
+    assert main(["validate", "--reference", str(path), "--point", point, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["reference"] == str(path)
+    assert [(p["id"], p["measured"]) for p in data["points"]] == [(point, 10.0)]
+    assert main(["validate", "--reference", str(path), "--source", "trainval-vllm", "--point", point]) != 0
+    assert "point id trainval-66-reasoning-lite-stage0 is in two of the files compared" in capsys.readouterr().err

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infersim.base.errors import InferSimError
+
+if TYPE_CHECKING:
+    from infersim.validate.measured import MeasuredSet
 
 #: the groups of points `--source` selects: the shipped public measurements (with the bundled GPU
 #: runs), and the public vLLM serving runs (opt-in: one serving simulation per run, ~30 s)
@@ -19,28 +23,32 @@ def _validate(args: argparse.Namespace) -> int:
     from infersim.validate.evaluate import evaluate, load_references
     from infersim.validate.mapping import load_mapping
     from infersim.validate.measured import bundled_files, load_measured
+    from infersim.validate.trainval import is_serving_runs_file
     from infersim.validate.report import to_json_data, to_text
 
-    sources = set(args.source or [PUBLIC])
-    public = PUBLIC in sources or bool(args.reference or args.measured)
+    chosen = set(args.source)
+    given = [Path(p) for p in args.reference]
+    for path, name in zip(given, args.reference):
+        if not path.is_file():
+            raise InferSimError(f"--reference {name}: no such file")
+    # a reference file in the format of the serving runs (vllm_serving_trainval.yaml) is read as those runs
+    serving_files = [path for path in given if is_serving_runs_file(path)]
+    point_files = [path for path in given if path not in serving_files]
+    # the shipped public measurements: asked for, or nothing else named
+    defaults = PUBLIC in chosen or not (chosen or given)
+    public = defaults or bool(point_files or args.measured)
     measured_paths = [Path(p) for p in args.measured] if args.measured else bundled_files() if public else []
     for path in measured_paths:
         if not path.is_file():
             raise InferSimError(f"--measured {path}: no such file")
     measured = load_measured(measured_paths)
-    if TRAINVAL in sources:
-        from infersim.validate.trainval import load_trainval
-
-        serving = load_trainval()
-        measured.reference.update(serving.reference)
-        measured.mapping.update(serving.mapping)
-        measured.not_expressed += serving.not_expressed
-        measured.files += [_shown(Path(f)) for f in serving.files]
-    paths = ([Path(p) for p in args.reference] or list(DEFAULT_REFERENCES)) if public else []
-    for path, given in zip(paths, args.reference or [None] * len(paths)):
+    runs = ([None] if TRAINVAL in chosen else []) + serving_files
+    for runs_file in runs:
+        _add_serving_runs(measured, runs_file)
+    paths = point_files or (list(DEFAULT_REFERENCES) if defaults else [])
+    for path in paths:
         if not path.is_file():
-            raise InferSimError(f"--reference {given}: no such file" if given else
-                                f"{path}: the shipped public measurements are missing from this installation")
+            raise InferSimError(f"{path}: the shipped public measurements are missing from this installation")
     points_path = Path(args.points) if args.points else POINTS_FILE
     reference = load_references(paths)
     mapping = load_mapping(points_path)
@@ -51,7 +59,7 @@ def _validate(args: argparse.Namespace) -> int:
     mapping.update(measured.mapping)
     shown = ", ".join([_shown(p) for p in paths] + measured.files)
     # the trainval points are mapped from their experiments' own stanzas (infersim/validate/trainval.py)
-    mapped = [points_path.name] * public + ["trainval.py (each experiment's stanzas)"] * (TRAINVAL in sources)
+    mapped = [points_path.name] * bool(paths) + ["trainval.py (each experiment's stanzas)"] * bool(runs)
     result = evaluate(reference, mapping, reference_path=shown, points_file=" + ".join(mapped),
                       mfu_tables=args.mfu_tables, only=args.point, calibration=args.calibration)
     result.not_expressed += measured.not_expressed
@@ -63,6 +71,21 @@ def _validate(args: argparse.Namespace) -> int:
     else:
         print(to_text(result, summary_only=args.summary, on_cards=on_cards))
     return 0
+
+
+def _add_serving_runs(measured: MeasuredSet, path: Path | None) -> None:
+    """The serving runs of `path` (None: the shipped vLLM runs), each stage's points beside the others."""
+    from infersim.validate.trainval import load_trainval
+
+    serving = load_trainval(path)
+    clash = sorted(set(serving.reference) & set(measured.reference))
+    if clash:
+        raise InferSimError(f"point id {clash[0]} is in two of the files compared ({serving.files[0]} and another); "
+                            "give each file once")
+    measured.reference.update(serving.reference)
+    measured.mapping.update(serving.mapping)
+    measured.not_expressed += serving.not_expressed
+    measured.files += [_shown(Path(f)) for f in serving.files]
 
 
 def _shown(path: Path) -> str:
@@ -86,8 +109,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "signed mean and the share within 15%, overall, by source and by kind, then every point it "
                     "cannot express and why.")
     p.add_argument("--reference", action="append", default=[], metavar="PATH",
-                   help="reference file in the format of validation.yaml (repeatable: the points of every file are "
-                        "compared; ids must differ); default: the shipped public measurements")
+                   help="reference file in the format of validation.yaml, or serving runs in the format of "
+                        "vllm_serving_trainval.yaml (repeatable: the points of every file are compared; ids must "
+                        "differ); default: the shipped public measurements")
     p.add_argument("--measured", action="append", default=[], metavar="PATH",
                    help="a GPU validation file written by benchmarks/gpu/measure_e2e.py, compared beside the reference "
                         "(repeatable; default: the bundled infersim/validate/measured/*.yaml)")

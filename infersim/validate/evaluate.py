@@ -157,7 +157,8 @@ def load_reference(path: Path) -> dict[str, ReferencePoint]:
     data = load_yaml(Path(path), "reference file")
     if not isinstance(data, dict) or not isinstance(data.get("data_points"), list):
         raise ConfigError(source, "data_points", MISSING,
-                          "expected a mapping with a `data_points` list (the format of validation.yaml)")
+                          "expected a mapping with a `data_points` list (the format of validation.yaml), or serving "
+                          "runs: an `experiments` list (the format of vllm_serving_trainval.yaml)")
     out: dict[str, ReferencePoint] = {}
     for index, raw in enumerate(data["data_points"]):
         where = f"data_points[{index}]"

@@ -104,6 +104,13 @@ def _why(experiment: dict[str, Any], run: dict[str, Any], options: dict[str, Any
             f"stage {stage} of the run; " + "; ".join(options["workload"]["notes"])]
 
 
+def is_serving_runs_file(path: Path) -> bool:
+    """Whether `path` holds serving runs in this format (a mapping with an `experiments` list and no
+    `data_points` list), rather than points in the format of validation.yaml."""
+    data = load_yaml(Path(path), "reference file")
+    return isinstance(data, dict) and isinstance(data.get("experiments"), list) and "data_points" not in data
+
+
 def load_trainval(path: Path | None = None, max_stage_s: float | None = STAGE_WINDOW_S) -> MeasuredSet:
     """Reference points and serving mappings of every measured experiment x stage of the file."""
     path = path or shipped_file()
