@@ -230,4 +230,5 @@ def test_a_file_of_serving_runs_is_a_reference_of_its_own(tmp_path: Path, capsys
     assert data["reference"] == str(path)
     assert [(p["id"], p["measured"]) for p in data["points"]] == [(point, 10.0)]
     assert main(["validate", "--reference", str(path), "--source", "trainval-vllm", "--point", point]) != 0
-    assert "point id trainval-66-reasoning-lite-stage0 is in two of the files compared" in capsys.readouterr().err
+    assert f"point id trainval-66-reasoning-lite-stage0 of {path} is also in another file compared" \
+        in capsys.readouterr().err

@@ -23,7 +23,6 @@ def _validate(args: argparse.Namespace) -> int:
     from infersim.validate.evaluate import evaluate, load_references
     from infersim.validate.mapping import load_mapping
     from infersim.validate.measured import bundled_files, load_measured
-    from infersim.validate.trainval import is_serving_runs_file
     from infersim.validate.report import to_json_data, to_text
 
     chosen = set(args.source)
@@ -31,8 +30,7 @@ def _validate(args: argparse.Namespace) -> int:
     for path, name in zip(given, args.reference):
         if not path.is_file():
             raise InferSimError(f"--reference {name}: no such file")
-    # a reference file in the format of the serving runs (vllm_serving_trainval.yaml) is read as those runs
-    serving_files = [path for path in given if is_serving_runs_file(path)]
+    serving_files = _serving_runs_files(given)
     point_files = [path for path in given if path not in serving_files]
     # the shipped public measurements: asked for, or nothing else named
     defaults = PUBLIC in chosen or not (chosen or given)
@@ -73,6 +71,15 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serving_runs_files(paths: list[Path]) -> list[Path]:
+    """The reference files in the format of the serving runs (vllm_serving_trainval.yaml): read as those runs."""
+    if not paths:
+        return []
+    from infersim.validate.trainval import is_serving_runs_file
+
+    return [path for path in paths if is_serving_runs_file(path)]
+
+
 def _add_serving_runs(measured: MeasuredSet, path: Path | None) -> None:
     """The serving runs of `path` (None: the shipped vLLM runs), each stage's points beside the others."""
     from infersim.validate.trainval import load_trainval
@@ -80,8 +87,8 @@ def _add_serving_runs(measured: MeasuredSet, path: Path | None) -> None:
     serving = load_trainval(path)
     clash = sorted(set(serving.reference) & set(measured.reference))
     if clash:
-        raise InferSimError(f"point id {clash[0]} is in two of the files compared ({serving.files[0]} and another); "
-                            "give each file once")
+        raise InferSimError(f"point id {clash[0]} of {serving.files[0]} is also in another file compared: give "
+                            "each file once (a copy of the shipped runs is not compared beside --source trainval-vllm)")
     measured.reference.update(serving.reference)
     measured.mapping.update(serving.mapping)
     measured.not_expressed += serving.not_expressed
