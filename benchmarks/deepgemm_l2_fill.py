@@ -1,6 +1,6 @@
 """How many bytes DeepGEMM's fp8 kernels pull from L2 into shared memory, per second of measured time.
 
-The evidence behind the DeepGEMM masked-layout outliers of `infersim validate` (issue 31): for every
+The evidence behind the DeepGEMM masked-layout outliers of `infersim validate`: for every
 shape of DeepGEMM's README performance table (commit 78cacf7, H800 SXM5, 132 SMs) this script
 re-derives the tile configuration DeepGEMM's own heuristic picks (deep_gemm/jit_kernels/gemm.py
 `get_best_configs` at that commit: BLOCK_M 64 or 128, the BLOCK_N in 16..128 with the fewest waves

@@ -1,7 +1,7 @@
 """Parse rate and memory of trace comparison on a large trace.
 
     python benchmarks/trace_parse_rate.py                   # ~200 MB uncompressed, HF eager pattern
-    python benchmarks/trace_parse_rate.py --mb 1000         # the 1 GB case (issue 27: under 60 s, under 500 MB)
+    python benchmarks/trace_parse_rate.py --mb 1000         # the 1 GB case (target: under 60 s, under 500 MB)
     python benchmarks/trace_parse_rate.py --pattern sglang  # kernel-dense SGLang steps and CUDA-graph replays
     python benchmarks/trace_parse_rate.py --gzip            # gzipped, as the profiler writes it
 

@@ -6,7 +6,7 @@ Measured values come from ../shared/reference/zero_inference.yaml (read by path;
 the project). Each model's run config is benchmarks/offload/<model>.yaml; the script sets only what
 the reference gives per run: batch, prompt and generation length, weight format (fp16 or 4-bit)
 and whether the KV cache is offloaded (weights always stream from CPU memory). Nothing is fitted
-per case. Targets (issue 7): median absolute error <= 25%, every case within a factor of 1.5.
+per case. Targets: median absolute error <= 25%, every case within a factor of 1.5.
 
 Two sensitivity lines follow the table (not part of the targets): every case with one-layer-ahead
 prefetch instead of ZeRO-Inference's back-to-back fetches, and BLOOM-176B with its weights read

@@ -5,8 +5,8 @@
 Measured values come from infersim/validate/public/published.yaml (shipped with the package, copied
 unchanged from ../shared/reference/published.yaml; --published reads another file). Each case's run config is benchmarks/published/<case id>.yaml. With --mfu-tables DIR,
 a subdirectory of DIR named after the case's hardware card (e.g. DIR/h20) is used when present,
-else DIR itself. Targets (issue 2, roofline only): mean absolute error <= 15%, no case beyond 25%;
-(issue 3, with tables): mean <= 8%, none beyond 15%.
+else DIR itself. Targets (roofline only): mean absolute error <= 15%, no case beyond 25%;
+(with tables): mean <= 8%, none beyond 15%.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 
 The same as `python -m infersim validate`: kernel points (DeepGEMM FP8 GEMMs, DeepEP dispatch and
 combine on H800), stage points (SGLang DeepSeek-R1 on H20 and GB200) and serving points
-(TensorRT-LLM offline max-load, MLPerf v4.1; these need the request-level simulator of issue 14).
-The mapping of points to runs is infersim/validate/points.yaml. Target (issue 13): median |error|
+(TensorRT-LLM offline max-load, MLPerf v4.1; these need the request-level simulator, infersim.serve).
+The mapping of points to runs is infersim/validate/points.yaml. Target: median |error|
 <= 15% over the expressed points, none above 50%, no real deployment refused.
 """
 

@@ -1,4 +1,4 @@
-"""Dense-attention cards give the same results as before the architecture-breadth change (issue 6).
+"""Dense-attention cards give the same results as before the architecture-breadth change.
 
 tests/data/golden_dense.json was written by tests/data/record_golden_dense.py before any of the new
 layer kinds existed; every number (step times, per-operation time/FLOPs/bytes, memory) must match
@@ -36,7 +36,7 @@ def test_dense_results_unchanged(key):
     # and the engine's default MoE path (SGLang's all-gather): configs that name none ran all-to-all;
     # and Qwen3's QK-norm kernel (model.qk_norm), which the cards did not have; and every table in use
     # (kernel_libraries: the DeepSeek decode case now times attention by FlashMLA's roofline)
-    # and the example config's fixed decode batch of 100, which became 'max' (issue 29)
+    # and the example config's fixed decode batch of 100, which became 'max'
     named = "moe_comm" in (yaml.safe_load((REPO / case["config"]).read_text()).get("deployment") or {})
     result = simulate(load_run_config(str(REPO / case["config"]),
                                       [*case["overrides"], *RECORDED_WITH.get(case["config"], ()),
@@ -44,7 +44,7 @@ def test_dense_results_unchanged(key):
                                        "deployment.moe.redundant_experts=0", "deployment.lm_head=per-rank",
                                        "model.qk_norm=false", "kernel_libraries.attention=FlashInfer",
                                        *([] if named else ["deployment.moe_comm=all-to-all"])]))
-    # DeepEP's exchanges are priced as its kernels work since issue 31 (normal mode bound by the SMs it
+    # DeepEP's exchanges are priced as its kernels work (normal mode bound by the SMs it
     # holds, low-latency mode's receive pass, fp8 tokens with their scales): the golden numbers predate
     # that, so DeepEP runs compare every other operation but not the exchanges nor the step totals
     deepep = result.config.deployment.moe_comm.startswith("deepep")

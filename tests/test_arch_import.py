@@ -1,4 +1,4 @@
-"""HF configs -> cards for the new architectures (issue 6): layer patterns, sliding windows,
+"""HF configs -> cards for the newer architectures: layer patterns, sliding windows,
 Gated DeltaNet, DSA and MTP fields; bundled cards are exactly what the importer writes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hand-derived costs and cache memory of the new layer kinds (issue 6): sliding-window attention,
+"""Hand-derived costs and cache memory of the newer layer kinds: sliding-window attention,
 Gated DeltaNet and Mamba-2 mixers, DeepSeek sparse attention (indexer + top-k MLA).
 
 Cards are the round-number ones of core_fixtures (hidden 64, 4 query heads of 16, 2 KV heads)

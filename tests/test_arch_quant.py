@@ -1,4 +1,4 @@
-"""Quantised weights and KV (issue 6): bytes follow the storage format, the tensor-core rate
+"""Quantised weights and KV: bytes follow the storage format, the tensor-core rate
 follows the compute (gemm / attention) format; routed experts can be stored in their own format."""
 
 from __future__ import annotations

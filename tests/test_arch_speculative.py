@@ -1,4 +1,4 @@
-"""Speculative decoding (issue 6): expected tokens per step, the (k+1)-token verification, the
+"""Speculative decoding: expected tokens per step, the (k+1)-token verification, the
 drafter's cost and memory, the lookahead search, and the config checks."""
 
 from __future__ import annotations

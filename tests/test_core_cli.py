@@ -187,7 +187,7 @@ def test_no_traceback_in_subprocess(tmp_path):
 
 @pytest.mark.parametrize("tables, mean_bound", [(None, 0.06), ("none", 0.05)])
 def test_published_validation_within_targets(tables, mean_bound):
-    # issue 13: the six published cases within 5% mean |error| on the roofline, 6% with the bundled tables
+    # the six published cases within 5% mean |error| on the roofline, 6% with the bundled tables
     public_reference("published.yaml")
     proc = subprocess.run([sys.executable, "benchmarks/validate_published.py", "--format", "json",
                            *(["--mfu-tables", tables] if tables else [])],

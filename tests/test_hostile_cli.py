@@ -1,4 +1,4 @@
-"""Hostile input, end to end through `infersim.cli.main.main`: every case of issue 16 gives one clear
+"""Hostile input, end to end through `infersim.cli.main.main`: every hostile case gives one clear
 message (or a correct number) and the documented exit status: 0 ok, 1 does not fit / nothing to
 compare, 2 bad input, never 3 (internal error) and never a traceback."""
 

@@ -1,4 +1,4 @@
-"""The command line against generated hostile values (issue 28): every entry point - the run with
+"""The command line against generated hostile values: every entry point - the run with
 --set, serve and its trace files, validate, plot, mfu import-infersim, cards import-hf - called in
 process through `infersim.cli.main.main` with numbers and text a careless script or a hostile user writes.
 

@@ -1,4 +1,4 @@
-"""Hostile input, round 3 (issue 28): the serving, validation, engine-card and checkpoint surfaces.
+"""Hostile input: the serving, validation, engine-card and checkpoint surfaces.
 Each case of the issue, first reproduced, now ends in a correct number or one clear message with
 exit 1 (cannot run) or 2 (bad input), never 3 and never a traceback."""
 

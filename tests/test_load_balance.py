@@ -296,7 +296,7 @@ def _qwen_h100(moe: dict | None = None, batch: int | str = "max"):
 def test_tables_timed_under_skewed_routing_give_back_their_mean_load_to_that_routing():
     """aiconfigurator's MoE tables were timed on the most loaded rank under power-law routing over the
     whole batch (alpha 1.2 for Qwen3): a deployment routed that way (statistical with that long-run
-    skew) is looked up at its mean load, the table's own imbalance in the time (issue 17)."""
+    skew) is looked up at its mean load, the table's own imbalance in the time."""
     from infersim.modules.load_balance import moe_balance
     from infersim.costing.timing import kernel_cost, table_tokens_for
 

@@ -1,4 +1,4 @@
-"""A newcomer's three questions asked with one command each (issue 29): direct flags instead of a
+"""A newcomer's three questions asked with one command each: direct flags instead of a
 config file, names that resolve forgivingly, layouts that follow the model, the server-wide view,
 vLLM/SGLang habits, and benchmark results held against the serving simulator."""
 

@@ -58,9 +58,8 @@ PRESENTATION_IN_DRIVERS = ("infersim.tabletools.cli", "infersim.trace.cli", "inf
 #: say why the import cannot go down instead.
 ALLOWED_UPWARD: dict[str, str] = {}
 
-#: the most lines a module may have. Files past it were split along their seams (issue 30: the four
-#: largest files of the package, 800-1,100 lines, were too big to hold in one's head, and the
-#: admired projects' god-modules grew back where nothing checked their size). A module that
+#: the most lines a module may have: a file of 800-1,100 lines is too big to hold in one's head, and
+#: god-modules grow back where nothing checks their size. A module that
 #: reaches it is split where its sections already are, not given a larger budget.
 MAX_MODULE_LINES = 600
 

@@ -1,4 +1,4 @@
-"""The memos the sweep's speed rests on answer what computing afresh answers (issue 30)."""
+"""The memos the sweep's speed rests on answer what computing afresh answers."""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ def _module(step, module: str) -> float:
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name.replace("-h100-synthesised", "").removesuffix(".json.gz"))
 def test_every_step_found_and_attributed(path: Path) -> None:
-    """The done-when of issue 27 on each test trace: one prefill and the decode steps of the user
+    """On each test trace: one prefill and the decode steps of the user
     regions, two layers each, at least 95% of kernel time attributed to a module."""
     (lane,) = measure_trace(str(path))
     decode_steps = 4

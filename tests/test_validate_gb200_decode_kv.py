@@ -75,7 +75,7 @@ def test_standard_precision_decode_prediction():
     """With the bf16 cache and the batch it allows, the standard run predicts 7,914 tok/s/GPU
     (measured 9,087: -13%); mapped as fp8 KV at 1,408 it predicted 13,197 (+45%). (10,460, +15%, before
     the EPLB deployment's experts were timed by the de-skewed MoE table instead of the roofline, and
-    before DeepEP low-latency's receive pass, issue 31.)"""
+    before DeepEP low-latency's receive pass.)"""
     result = simulate(_config(_entries()["sgl-gb200-decode-p2-std"]))
     assert result.fits
     assert result.decode.tokens_per_gpu == 652

@@ -29,7 +29,7 @@ from infersim.validate.mapping import (ENERGY_FROM, ENERGY_KINDS, KERNEL_KINDS, 
 
 WITHIN = 0.15  # the share of points within this |error| is reported
 ENERGY_FAMILY = "energy"
-NEEDS_SERVE = "needs the request-level simulator (issue 14): infersim.serve.api is not part of this build"
+NEEDS_SERVE = "needs the request-level simulator: infersim.serve.api is not part of this build"
 
 SHAPES = {"kernel_gemm": GemmShape, "kernel_grouped_gemm": GroupedGemmShape, "deepep": TokenExchangeShape}
 
@@ -357,7 +357,7 @@ class _Evaluator:
             return self._serving[key]
         config, notes = self.config(entry)
         try:
-            from infersim.serve.api import simulate_serving  # the request-level simulator (issue 14)
+            from infersim.serve.api import simulate_serving  # the request-level simulator
             from infersim.serve.cost import StepPriceBook
         except ModuleNotFoundError as exc:
             if exc.name and "infersim.serve.api".startswith(exc.name):
