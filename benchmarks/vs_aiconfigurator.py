@@ -4,17 +4,18 @@
     python benchmarks/vs_aiconfigurator.py [--backend trtllm|vllm] [--aiconfigurator PATH] [--cases NAME,...]
                                            [--format json]
 
-For each case (dense and MoE models; TP, EP and attention DP; prefill and decode; H100, H200,
-B200) it runs `aiconfigurator cli estimate` in its static modes (static_ctx: TTFT of one prefill
-step; static_gen: TPOT averaged over the generation) with the TensorRT-LLM backend at its current
-version, and InferSim (`config_from_mapping` + `simulate`) with the TensorRT-LLM engine card and
-the bundled kernel tables chosen for the device and engine
-(`infersim.tables.select.bundled_tables_for(..., "trtllm")`), i.e. the same measured kernels. `--backend vllm` runs the vLLM cases instead: aiconfigurator's vLLM backend
-against InferSim's vLLM engine card and vLLM tables, at the steps of the public vLLM serving runs
-(docs/validation.md: a 466-token prompt, decode batches of 12 and 48 at about 700 tokens). Where the two differ, the difference is in how the step is composed
-(elementwise kernels, collectives, scheduler overhead, MoE routing), not in the kernel data: the
-`ours, kernels` column leaves out the engine card's per-step scheduler overhead, which
-aiconfigurator's static modes do not charge.
+For each case (dense and MoE models; TP, EP and attention DP; prefill and decode; H100, H200, B200)
+it runs `aiconfigurator cli estimate` in its static modes (static_ctx: TTFT of one prefill step;
+static_gen: TPOT averaged over the generation) with the TensorRT-LLM backend at its current version,
+and InferSim (`config_from_mapping` + `simulate`) with the TensorRT-LLM engine card and the bundled
+kernel tables chosen for the device and engine (`infersim.tables.select.bundled_tables_for(...,
+"trtllm")`), i.e. the same measured kernels. `--backend vllm` runs the vLLM cases instead:
+aiconfigurator's vLLM backend against InferSim's vLLM engine card and vLLM tables, at the steps of
+the public vLLM serving runs (docs/validation.md: a 466-token prompt, decode batches of 12 and 48 at
+about 700 tokens). Where the two differ, the difference is in how the step is composed (elementwise
+kernels, collectives, scheduler overhead, MoE routing), not in the kernel data: the `ours, kernels`
+column leaves out the engine card's per-step scheduler overhead, which aiconfigurator's static modes
+do not charge.
 
 Deployment mapping: aiconfigurator's batch size is per attention-DP rank; InferSim's workload is
 per GPU, and an attention-TP group shares its tokens, so prefill_tokens_per_gpu = batch x ISL /
@@ -137,9 +138,8 @@ def aiconfigurator_ms(exe: str, case: Case, model_dir: Path) -> float:
 def infersim_ms(case: Case) -> tuple[float, float, str]:
     """(step ms, step ms without the card's scheduler overhead, tables used)."""
     choice = bundled_tables_for(case.hardware, case.backend)
-    engine = ENGINES[case.backend]
     raw = {
-        "model": case.model, "hardware": case.hardware, **({"engine": engine} if engine else {}),
+        "model": case.model, "hardware": case.hardware, "engine": ENGINES[case.backend],
         "mfu_tables": str(choice.path) if choice else None,
         "deployment": {"num_gpus": case.gpus, "attention": {"tp": case.tp, "dp": case.dp},
                        "ffn": {"tp": case.gpus // case.ep, "ep": case.ep, "dp": 1},
