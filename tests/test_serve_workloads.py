@@ -163,7 +163,15 @@ def test_requests_longer_than_max_model_len_are_rejected_and_counted():
                                           "isl": {"dist": "uniform", "min": 100, "max": 4000}, "osl": 100,
                                           "max_model_len": 2100})
     assert 0 < summary["rejected"] < 200 and summary["completed"] + summary["rejected"] == 200
-    assert summary["num_prompts"] == 200
+    assert summary["num_prompts"] == 200 and summary["failed"] == summary["rejected"]
+
+
+def test_failed_is_written_when_nothing_failed_as_vllm_bench_serve_writes_it():
+    summary = simulate_serving(config(), {"mode": "poisson", "rate": 2, "num_requests": 20, "seed": 1,
+                                          "isl": 200, "osl": 20})
+    assert summary["completed"] == 20 and summary["failed"] == 0
+    assert list(summary)[list(summary).index("completed") + 1] == "failed"
+    assert "rejected" not in summary and "left_waiting" not in summary
 
 
 def test_an_empirical_length_file_is_drawn_from(tmp_path):

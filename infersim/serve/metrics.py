@@ -80,6 +80,7 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
         "mode": opts.mode,
         "num_prompts": whole.requests,
         "completed": n,
+        "failed": whole.rejected + whole.dropped,  # as vllm bench serve writes it: always, 0 included
         "duration": duration,
         "total_input_tokens": whole.input_tokens,
         "total_output_tokens": whole.output_tokens,
@@ -95,7 +96,6 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
     if result.outcomes.not_counted.requests:
         out["not_counted"] = result.outcomes.not_counted.requests
     if whole.rejected or whole.dropped:
-        out["failed"] = whole.rejected + whole.dropped
         out["rejected"] = whole.rejected
         out["left_waiting"] = whole.dropped
     if opts.workload is not None:
