@@ -145,6 +145,19 @@ def test_serve_flags_nothing_reads_are_refused(capsys) -> None:
     one_line_error(err, "--trace-time-scale 0.5 scales a --trace's arrival times; there is no --trace")
 
 
+def test_a_rate_search_starts_no_more_workers_than_cpus(capsys, monkeypatch) -> None:
+    import infersim.base.workers as workers
+
+    monkeypatch.setattr(workers, "available_cpus", lambda: 2)
+    code, out, err = run(capsys, "serve", "--config", "serve-llama-8b-h100.yaml", "--rate-sweep", "1,2,4",
+                         "--num-requests", "10", "--workers", "100000", "--format", "json")
+    assert code == 0, err
+    assert "--workers 100000: 2 CPUs available here; 2 worker processes started" in err
+    import json
+
+    assert [r["rate"] for r in json.loads(out)["rate_sweep"]] == [1.0, 2.0, 4.0]
+
+
 def test_a_rate_search_with_a_concurrency_caps_each_rate(capsys) -> None:
     code, out, err = run(capsys, "serve", "--config", "serve-llama-8b-h100.yaml", "--rate-sweep", "2,4",
                          "--concurrency", "1", "--num-requests", "20", "--workers", "1", "--format", "json")

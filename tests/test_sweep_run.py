@@ -13,6 +13,7 @@ from infersim.base.errors import ConfigError
 from infersim.run.simulate import simulate
 from infersim.sweep import Search, SweepSpec, load_base, parse_grid, run_sweep
 from infersim.sweep.evaluate import divisors
+from infersim.sweep.runner import available_cpus
 
 CONFIG = "qwen3-30b.yaml"
 GRID = ["model.num_key_value_heads=2,4,3", "deployment.ffn.ep=1,4", "workload.decode_batch_per_gpu=8,64,max"]
@@ -157,7 +158,24 @@ def test_thread_and_process_executors_give_the_same_rows(spec, serial):
         threaded = run_sweep(spec, executor=pool, chunk_units=2)
     assert _key(threaded.rows) == _key(serial.rows) and threaded.workers == 0
     processes = run_sweep(spec, workers=2, chunk_units=5)
-    assert _key(processes.rows) == _key(serial.rows) and processes.workers == 2
+    assert _key(processes.rows) == _key(serial.rows) and processes.workers == min(2, available_cpus())
+
+
+def test_workers_beyond_the_cpus_and_the_chunks_are_not_started(spec, serial, monkeypatch):
+    import io
+
+    import infersim.base.workers as workers
+
+    monkeypatch.setattr(workers, "available_cpus", lambda: 2)
+    assert workers.pool_workers(None, 10) == (2, "")
+    assert workers.pool_workers(1, 10) == (1, "")
+    assert workers.pool_workers(100_000, 1) == (1, "")  # one task: one worker, nothing cut that was needed
+    assert workers.pool_workers(100_000, 10) == (2, "--workers 100000: 2 CPUs available here; 2 worker processes started")
+    stream = io.StringIO()
+    result = run_sweep(spec, workers=100_000, chunk_units=spec.units // 2 + 1, stream=stream, progress=False)
+    assert _key(result.rows) == _key(serial.rows)
+    assert result.workers == 2  # two chunks
+    assert "--workers 100000: 2 CPUs available here; 2 worker processes started" in stream.getvalue()
 
 
 def test_dask_local_cluster_gives_the_same_rows(spec, serial):

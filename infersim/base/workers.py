@@ -31,6 +31,26 @@ TERMINATE_GRACE_S = 2.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def pool_workers(requested: int | None, tasks: int) -> tuple[int, str]:
+    """Worker processes to start for `tasks` tasks, and a note when fewer than `requested`: the
+    number asked for (default: the CPUs available), at most one per task and one per CPU. More
+    processes than CPUs only take turns on them, each holding its own copy of the cards and tables;
+    and a pool started with fork starts every worker at once, used or not."""
+    cpus = available_cpus()
+    workers = min(requested or cpus, max(tasks, 1))
+    if workers <= cpus:
+        return workers, ""
+    return cpus, f"--workers {requested}: {cpus} CPU{'s' if cpus != 1 else ''} available here; {cpus} worker processes started"
+
+
 def worker_pool(workers: int) -> cf.ProcessPoolExecutor:
     """A process pool whose workers end with this process (see the module docstring)."""
     return cf.ProcessPoolExecutor(max_workers=workers, initializer=_start_worker, initargs=(os.getpid(),))

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import pickle
+import sys
 from collections.abc import Callable
 from typing import IO, Any
 
 from infersim.cards.schema import check_number
 from infersim.run.config import RunConfig
-from infersim.base.workers import stop_pool, worker_pool
+from infersim.base.workers import available_cpus, pool_workers, stop_pool, worker_pool
 from infersim.base.errors import ConfigError, InferSimError, NotPossible, echo
 from infersim.serve.api import simulate_serving
 from infersim.serve.metrics import percentile_key
@@ -46,13 +47,13 @@ class RateRunner:
 
     def __init__(self, config: RunConfig, options: dict[str, Any], executor: cf.Executor | None = None,
                  workers: int | None = None, progress: bool | None = None, stream: IO[str] | None = None) -> None:
-        from infersim.sweep.runner import available_cpus
-
         if workers is not None and workers < 1:
             raise InferSimError(f"--workers must be at least 1 (got {workers})")
         self.payload = pickle.dumps((config, options), protocol=pickle.HIGHEST_PROTOCOL)
         self.executor = executor
-        self.workers = workers or available_cpus()
+        self.workers, cut = pool_workers(workers, MAX_RATES) if executor is None else (workers or available_cpus(), "")
+        if cut:
+            (stream or sys.stderr).write(f"infersim: {cut}\n")
         self.progress = progress
         self.stream = stream
         self.pool: cf.Executor | None = None

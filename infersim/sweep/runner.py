@@ -14,7 +14,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import gc
 import math
-import os
 import pickle
 import signal
 import sys
@@ -25,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from infersim.base.workers import stop_pool, worker_pool
+from infersim.base.workers import available_cpus, pool_workers, stop_pool, worker_pool
 from infersim.base.errors import InferSimError
 from infersim.sweep.evaluate import ChunkResult, Evaluator, Row, SweepSpec, check_sweep_size, evaluate_chunk
 
@@ -59,13 +58,6 @@ class SweepResult:
     def rate(self) -> float:
         """Simulated configurations per second (wall clock)."""
         return self.simulated / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-
-def available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def estimated_simulations(spec: SweepSpec) -> int:
@@ -232,9 +224,15 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
     n_workers = 1 if serial else (workers or available_cpus())
     if executor is None and n_workers <= 1:
         serial = True
+    if not serial and executor is None:
+        n_workers, cut = pool_workers(workers, total)
+        if cut:
+            (stream or sys.stderr).write(f"infersim: {cut}\n")
     ranges = chunk_ranges(total, per_unit, n_workers)
     if chunk_units:
         ranges = [(s, min(s + chunk_units, total)) for s in range(0, total, chunk_units)]
+    if not serial and executor is None:
+        n_workers = min(n_workers, len(ranges))  # no worker without a chunk
     if sims > LARGE_SWEEP:
         expected, seconds = size_estimate(spec, n_workers)
         (stream or sys.stderr).write(
