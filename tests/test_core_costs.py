@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core_fixtures import ROUND_GPU, TINY_MLA, TINY_MOE, make_config
 from infersim.cards.hardware import HardwareCard
@@ -206,9 +208,33 @@ def test_two_batch_overlap_hides_communication():
 
     # per micro-batch: compute 3, comm 2, compute 3, comm 2 -> compute stream busy 12 per layer
     layer = [(False, 3.0), (True, 2.0), (False, 3.0), (True, 2.0)]
-    assert two_batch_schedule([layer]) == pytest.approx(3 + 3 + 3 + 3 + 2)  # last comm of B is exposed
-    assert two_batch_schedule([layer] * 10) < 10 * (2 * 10)  # better than serial (20 per layer)
-    assert two_batch_schedule([[(False, 1.0)]] * 3) == pytest.approx(6.0)  # nothing to hide
+    assert two_batch_schedule([(layer, 1)]) == pytest.approx(3 + 3 + 3 + 3 + 2)  # last comm of B is exposed
+    # from the second layer on the compute stream never waits: 12 a layer, and B's last comm after it
+    assert two_batch_schedule([(layer, 10)]) == pytest.approx(10 * 12 + 2)  # serial: 20 a layer
+    assert two_batch_schedule([([(False, 1.0)], 3)]) == pytest.approx(6.0)  # nothing to hide
+
+
+def _two_batch_layer_by_layer(runs: list[tuple[list[tuple[bool, float]], int]]) -> float:
+    """The two-stream schedule of every layer, one after another (what two_batch_schedule shortens)."""
+    free = {False: 0.0, True: 0.0}
+    ready = [0.0, 0.0]
+    for phases, layers in runs:
+        for _ in range(layers):
+            for is_comm, seconds in phases:
+                for mb in (0, 1):
+                    free[is_comm] = ready[mb] = max(free[is_comm], ready[mb]) + seconds
+    return max(ready)
+
+
+_phase = st.tuples(st.booleans(), st.floats(1e-7, 1e-2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(_phase, max_size=8), st.integers(1, 80)), min_size=1, max_size=4))
+def test_two_batch_schedule_is_the_layer_by_layer_schedule(runs):
+    from infersim.engine.stage import two_batch_schedule
+
+    assert two_batch_schedule(runs) == pytest.approx(_two_batch_layer_by_layer(runs), rel=1e-12, abs=1e-15)
 
 
 def test_decode_step_time_rises_with_context():

@@ -6,7 +6,8 @@ touch shares most of a layer's operations and nearly all of its kernel shapes. A
 many steps (the sweep's evaluator, the serving step coster) creates one PricingMemo and passes it
 to `build_stage_plan` / `build_step_plan` (infersim.modules.step) and to `run_stage` /
 `stage_time` (infersim.engine.stage); `simulate()` of one configuration passes none and prices
-plainly. Nothing is kept at module level: the memo lives and dies with its owner.
+plainly, but for the chunks of one long prompt, which `run_prefill` prices through a memo of their
+own (they share every kernel but the attention core's). Nothing is kept at module level: the memo lives and dies with its owner.
 
 What is kept, and on what key:
 - plan pieces (`scope(...).piece`): the operations a builder returns, keyed on the builder and

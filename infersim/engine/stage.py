@@ -17,8 +17,8 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from infersim.cards.engine import EngineCard, LaunchRun, StepPieces, step_overhead, step_overhead_seconds
 from infersim.cards.engine_platform import FusionPass
@@ -108,16 +108,32 @@ def _plain_priced(operations: tuple[Operation, ...], hw: HardwareCard,
             sum(operation_kernels(op) for op in operations))
 
 
-def two_batch_schedule(layers: list[list[tuple[bool, float]]]) -> float:
-    """Makespan of two micro-batches through `layers`, each a list of (is_comm, seconds) phases
-    per micro-batch, on one compute stream and one communication stream."""
-    stream_free = {False: 0.0, True: 0.0}
-    ready = [0.0, 0.0]
-    for phases in layers:
-        for is_comm, seconds in phases:
-            for mb in (0, 1):
-                start = max(stream_free[is_comm], ready[mb])
-                stream_free[is_comm] = ready[mb] = start + seconds
+def two_batch_schedule(runs: list[tuple[list[tuple[bool, float]], int]]) -> float:
+    """Makespan of two micro-batches through the layers, on one compute stream and one
+    communication stream: `runs` of (phases of one layer, layers in a row that have them), each
+    phase (is_comm, seconds) per micro-batch. Once one more layer of a run moves both streams and
+    both micro-batches on by the same time, every further layer of the run does too (the schedule
+    only adds and takes maxima), so the rest of the run is that time per layer."""
+    free = [0.0, 0.0]  # when the compute stream and the communication stream are next free
+    ready = [0.0, 0.0]  # when each micro-batch's last phase ends
+    for phases, layers in runs:
+        used = {is_comm for is_comm, _ in phases}
+        for done in range(1, layers + 1):
+            before = (free[0], free[1], ready[0], ready[1])
+            for is_comm, seconds in phases:
+                stream = int(is_comm)
+                start = max(free[stream], ready[0])
+                free[stream] = ready[0] = start + seconds
+                start = max(free[stream], ready[1])
+                free[stream] = ready[1] = start + seconds
+            period = ready[0] - before[2]
+            if (ready[1] - before[3] == period and all(free[s] - before[s] == period for s in (0, 1) if s in used)):
+                left = layers - done
+                for s in used:
+                    free[s] += left * period
+                ready[0] += left * period
+                ready[1] += left * period
+                break
     return max(ready)
 
 
@@ -183,7 +199,7 @@ class _Layers(NamedTuple):
     """What walking a plan's layer groups adds up (see _walk_layers)."""
 
     serial: float  # seconds of every layer's kernels run back to back
-    schedule: list[list[tuple[bool, float]]]  # two-batch overlap: each layer's phases
+    schedule: list[tuple[list[tuple[bool, float]], int]]  # two-batch overlap: each group's layer phases, layers
     runs: list[LaunchRun]  # host launch queue: each group's kernels
     kernels: int  # kernels of one micro-batch's pass over every layer
     layer_s: list[float]  # with offload: one layer's kernel time per group
@@ -200,7 +216,7 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine
     break_kernels = 0
     comm = cat.COMMUNICATION
     serial = 0.0
-    schedule: list[list[tuple[bool, float]]] = []
+    schedule: list[tuple[list[tuple[bool, float]], int]] = []
     runs: list[LaunchRun] = []
     layer_kernels = 0
     layer_s: list[float] = []
@@ -230,7 +246,7 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine
                 fused_by = folded.get(op.name, "") if is_fused else ""
                 results.append(_group_result(group, op, cost, is_fused, time_s, per_layer, mb, engine, fused_by))
         if mb == 2:
-            schedule += [_phases(timed)] * layers
+            schedule.append((_phases(timed), layers))
         if queue:
             runs.append(LaunchRun(tuple(launched), layers))
         if plan.offload_bytes_per_layer:
@@ -365,24 +381,34 @@ def stage_time_by_bound(plan: StagePlan, hw: HardwareCard, tables: KernelTables,
 def sequential_steps(steps: list[tuple[StageResult, int]], tokens_per_gpu: int) -> StageResult:
     """Steps run one after another (the chunks of one long prompt) as one stage result. Each step
     comes with the number of steps it stands for (1 when every chunk is priced). Times, FLOPs and
-    bytes of each operation add up; the operations keep the first step's order."""
+    bytes of each operation add up; each operation keeps the first step's order and detail, and the
+    bound of the last step that took longer over it than all the steps before together."""
     if len(steps) == 1 and steps[0][1] == 1:
         return steps[0][0]
-    merged: dict[tuple[str, str], OperationResult] = {}
+    # (group, name) -> [latest result, time, time per layer, FLOPs, bytes, bound, source, first detail]
+    sums: dict[tuple[str, str], list[Any]] = {}
     for step, weight in steps:
         for op in step.operations:
             key = (op.group, op.name)
-            seen = merged.get(key)
-            if seen is None:
-                merged[key] = replace(op, time_s=op.time_s * weight, time_per_layer_s=op.time_per_layer_s * weight,
-                                      flops=op.flops * weight, bytes=op.bytes * weight)
-            else:
-                merged[key] = OperationResult(
-                    op.name, op.module, op.layers, seen.time_s + op.time_s * weight,
-                    seen.time_per_layer_s + op.time_per_layer_s * weight, seen.flops + op.flops * weight,
-                    seen.bytes + op.bytes * weight, seen.bound if seen.time_s >= op.time_s * weight else op.bound,
-                    combined_source((seen.source, op.source)), seen.detail, op.group)
+            time_s = op.time_s * weight
+            kept = sums.get(key)
+            if kept is None:
+                sums[key] = [op, time_s, op.time_per_layer_s * weight, op.flops * weight, op.bytes * weight,
+                             op.bound, op.source, op.detail]
+                continue
+            if kept[1] < time_s:
+                kept[5] = op.bound
+            if kept[6] != op.source:
+                kept[6] = Source.MIXED
+            kept[0] = op
+            kept[1] += time_s
+            kept[2] += op.time_per_layer_s * weight
+            kept[3] += op.flops * weight
+            kept[4] += op.bytes * weight
+    merged = [OperationResult(op.name, op.module, op.layers, time_s, per_layer, flops, moved, bound, source, detail,
+                              op.group)
+              for op, time_s, per_layer, flops, moved, bound, source, detail in sums.values()]
     first = steps[0][0]
     return StageResult(first.stage, sum(s.step_time_s * w for s, w in steps), tokens_per_gpu, first.num_layers,
                        first.micro_batches, sum(s.overlap_saved_s * w for s, w in steps), first.sm_slowdown,
-                       tuple(merged.values()), chunks=sum(w for _s, w in steps))
+                       tuple(merged), chunks=sum(w for _s, w in steps))

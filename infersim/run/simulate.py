@@ -122,6 +122,8 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
         strata = [((lo + hi - 1) // 2, hi - lo) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] + [(count - 1, 1)]
     else:
         strata = [(i, 1) for i in range(count)]
+    # the chunks share every kernel but the attention core's: without a caller's memo, one for them
+    memo = memo or PricingMemo()
     priced = []
     for index, weight in strata:
         new, prefix = prompt_chunk(workload.isl, step, index)
