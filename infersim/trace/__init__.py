@@ -14,8 +14,9 @@ Modules, in the order the data flows: `reader` (streaming JSON), `load` (the eve
 columns), `operators` (what CPU operators and nn.Module frames mean), `context` (each launch's
 annotations, operator and frames), `attribution` (each kernel's class: operator, rule, family),
 `steps`, `layers`, `measure` (times per step, layer, module), `compare` (against a prediction),
-`report` (text and JSON), `learn` (`mfu from-trace`: kernel tables from a trace), `synthesis`
-(test traces: a GPU side for a recorded CPU trace). See docs/traces.md.
+`report` (text and JSON), `learn` (`mfu from-trace`: kernel tables from a trace), and beside them
+`bench`, `checks`, `cli`, `files`, `host`, `records`, `rules` and `traced_run`. The test traces'
+GPU side is made outside the package, by tests/tracegen/synthesis.py. See docs/traces.md.
 """
 
 from __future__ import annotations

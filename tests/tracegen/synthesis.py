@@ -461,6 +461,6 @@ def write_synthesised(cpu_trace: str | Path, out: str | Path, mode: str = "eager
     top = {k: v for k, v in doc.items() if k != "traceEvents"}
     top["deviceProperties"] = DEVICE_PROPERTIES
     top["with_stack"] = 1 if keep_python_frames else 0
-    top["synthesised"] = note or (f"GPU side synthesised by infersim.trace.synthesis (mode {mode}) from the CPU trace "
+    top["synthesised"] = note or (f"GPU side synthesised by tests/tracegen/synthesis.py (mode {mode}) from the CPU trace "
                                   f"{Path(cpu_trace).name}, recorded with torch {doc.get('torch_version', '?')} on a CPU")
     return write_trace_document(out, top, events)
