@@ -197,14 +197,35 @@ class HardwareCard:
                               f"this GPU has no {dtype} tensor-core rate (it has: {have})") from None
 
     def compute_efficiency(self, dtype: str) -> float:
-        eff = self.derates.compute_efficiency
-        found = eff.get(dtype)  # asked for every GEMM priced: the fallbacks only when it is missing
-        if found is None:
-            found = eff["bf16"] if "bf16" in eff else min(eff.values())
-        return found
+        """The GEMM efficiency of a format the card has a rate for (validate_hardware holds the two
+        key sets equal)."""
+        return self.derates.compute_efficiency[dtype]
 
 
 REQUIRED_PROTOCOLS = ("LL", "LL128", "Simple")
+#: tensor-core input formats a card may give a rate and an efficiency for
+TENSOR_FORMATS = ("bf16", "fp16", "fp8", "int8", "fp6", "fp4")
+
+
+def _check_formats(card: HardwareCard, source: str) -> None:
+    """peak.flops and derates.compute_efficiency name known formats, the same ones: a format with a
+    rate and no efficiency (or the reverse) would be priced with another format's number."""
+    rates, efficiencies = card.peak.flops, card.derates.compute_efficiency
+    for field, keys in (("peak.flops", rates), ("derates.compute_efficiency", efficiencies)):
+        for key in keys:
+            if key not in TENSOR_FORMATS:
+                close = difflib.get_close_matches(key, TENSOR_FORMATS, n=1, cutoff=0.5)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise ConfigError(source, f"{field}.{key}", keys[key],
+                                  f"unknown format{hint}; formats: {', '.join(TENSOR_FORMATS)}")
+    for key in rates:
+        if key not in efficiencies:
+            raise ConfigError(source, f"derates.compute_efficiency.{key}", MISSING,
+                              f"peak.flops has a {key} rate, so its GEMM efficiency is needed too")
+    for key in efficiencies:
+        if key not in rates:
+            raise ConfigError(source, f"peak.flops.{key}", MISSING,
+                              f"derates.compute_efficiency has a {key} efficiency, but the card gives no {key} rate")
 
 
 def _check_vendor(card: HardwareCard, source: str) -> None:
@@ -238,6 +259,7 @@ def validate_hardware(card: HardwareCard, source: str) -> HardwareCard:
     validate_power(card.power, source)
     if "bf16" not in card.peak.flops:
         raise ConfigError(source, "peak.flops.bf16", MISSING, "every card needs a bf16 rate")
+    _check_formats(card, source)
     missing = [p for p in REQUIRED_PROTOCOLS if p not in card.derates.collective_latency]
     if missing:
         raise ConfigError(source, f"derates.collective_latency.{missing[0]}", MISSING,
