@@ -120,3 +120,26 @@ def test_an_entry_of_another_kind_or_format_is_a_miss(tmp_path: Path, monkeypatc
     assert diskcache.read_entry(name, "yaml") is None
     diskcache.write_entry(name, "yaml", b"[1")  # a header that holds, over what JSON refuses
     assert diskcache.read_json(name, "yaml") is None and not (tmp_path / name).exists()
+
+
+def test_settings_it_cannot_read_are_said_not_guessed(monkeypatch: pytest.MonkeyPatch, capsys, fresh) -> None:
+    monkeypatch.setattr(diskcache, "_WARNED", set())
+    monkeypatch.setenv("INFERSIM_CACHE_MAX_MB", "bogus")
+    assert diskcache.max_bytes() == 256e6
+    monkeypatch.setenv("INFERSIM_CACHE_MAX_MB", "-5")
+    assert diskcache.max_bytes() == 256e6
+    monkeypatch.setenv("INFERSIM_CACHE_MAX_MB", "64")
+    assert diskcache.max_bytes() == 64e6
+    monkeypatch.setenv("INFERSIM_CACHE", "maybe")
+    monkeypatch.setenv("INFERSIM_CACHE_DIR", "/somewhere")
+    assert diskcache.cache_dir() == "/somewhere"
+    diskcache.cache_dir()  # said once
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "infersim: warning: INFERSIM_CACHE_MAX_MB='bogus' is not a positive number of MB; the cache is held to the "
+        "default 256 MB",
+        "infersim: warning: INFERSIM_CACHE_MAX_MB='-5' is not a positive number of MB; the cache is held to the "
+        "default 256 MB",
+        "infersim: warning: INFERSIM_CACHE='maybe' is neither off (0, off, no, false) nor on (1, on, yes, true); "
+        "the on-disk cache stays on",
+    ]

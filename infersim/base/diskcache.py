@@ -71,11 +71,27 @@ SUPPORTED = bool(_NO_FOLLOW and _DIRECTORY) and os.open in os.supports_dir_fd
 _OPENED: dict[str, tuple[int | None, str]] = {}
 
 
+_OFF = ("0", "off", "no", "false")
+_ON = ("", "1", "on", "yes", "true")
+# settings already warned about in this process (a warning is said once, not once per entry)
+_WARNED: set[str] = set()
+
+
+def _warn_once(text: str) -> None:
+    if text not in _WARNED:
+        _WARNED.add(text)
+        print(f"infersim: warning: {text}", file=sys.stderr)
+
+
 def cache_dir() -> str | None:
     """The cache directory as configured (not checked; it may not exist yet), or None where the
     cache is turned off."""
-    if os.environ.get("INFERSIM_CACHE", "").strip().lower() in ("0", "off", "no", "false"):
+    setting = os.environ.get("INFERSIM_CACHE", "").strip().lower()
+    if setting in _OFF:
         return None
+    if setting not in _ON:
+        _warn_once(f"INFERSIM_CACHE={os.environ['INFERSIM_CACHE']!r} is neither off ({', '.join(_OFF)}) nor on "
+                   f"({', '.join(v for v in _ON if v)}); the on-disk cache stays on")
     chosen = os.environ.get("INFERSIM_CACHE_DIR")
     if not chosen:
         import platformdirs  # here: a run whose directory is named imports none of it
@@ -88,11 +104,17 @@ def max_bytes() -> float:
     """The cache's size cap in bytes (INFERSIM_CACHE_MAX_MB; a value that is not a positive number:
     the default)."""
     text = os.environ.get("INFERSIM_CACHE_MAX_MB", "")
+    if not text:
+        return DEFAULT_MAX_MB * 1e6
     try:
-        mb = float(text) if text else DEFAULT_MAX_MB
+        mb = float(text)
     except ValueError:
-        mb = DEFAULT_MAX_MB
-    return mb * 1e6 if mb > 0 and math.isfinite(mb) else DEFAULT_MAX_MB * 1e6
+        mb = -1.0
+    if mb > 0 and math.isfinite(mb):
+        return mb * 1e6
+    _warn_once(f"INFERSIM_CACHE_MAX_MB={text!r} is not a positive number of MB; the cache is held to the default "
+               f"{DEFAULT_MAX_MB:g} MB")
+    return DEFAULT_MAX_MB * 1e6
 
 
 def _user_id() -> int:
