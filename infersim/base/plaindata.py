@@ -1,20 +1,23 @@
-"""One rule for reading plain data from JSON text and flag values: bounded nesting, bounded length.
+"""One rule for reading plain data from JSON and YAML text and flag values: bounded nesting, bounded
+length, each key once per mapping.
 
-Every JSON document InferSim reads (an HF config.json, a bench result, a trace-replay row, a
-result file for `plot`) and every structured flag value (`--set FIELD=VALUE`, `--grid`, serve's
-workload values) goes through here. JSON and YAML parsers recurse once per level of nesting, so a
-value of 100,000 opening brackets ends in RecursionError (or a crash) somewhere inside them; here
-it is one message naming the file or flag. The depth is counted on the text before it is parsed,
-in linear time, and checked again on the parsed value (a YAML alias can nest what the text does
-not show).
+Every JSON document InferSim reads (an HF config.json, a bench result, a trace-replay row), every
+YAML file of the user's (infersim.cards.schema.load_yaml: configs, cards, reference files) and every
+structured flag value (`--set FIELD=VALUE`, `--grid`, serve's workload values) goes through here.
+JSON and YAML parsers recurse once per level of nesting, so a value of 100,000 opening brackets ends
+in RecursionError (or a crash) somewhere inside them; here it is one message naming the file or
+flag. The depth is bounded on the text before it is parsed, in linear time, and checked again on
+the parsed value (a YAML alias can nest what the text does not show). Both parsers keep the last of
+two equal keys in one mapping; here a key given twice is one message naming it and where each is.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from infersim.base.errors import InferSimError, echo
+from infersim.base.errors import MISSING, ConfigError, InferSimError, echo
 
 #: deepest nesting of lists and mappings accepted: real configs and results are under ten levels
 MAX_NESTING = 64
@@ -64,8 +67,27 @@ def value_nesting(value: Any, limit: int = MAX_NESTING) -> int:
     return deepest
 
 
-def _too_deep(depth: int) -> str:
-    return f"nested {depth:,} levels deep; at most {MAX_NESTING} levels of lists and mappings are read"
+def _too_deep(depth: int, more_than: bool = False) -> str:
+    shown = f"more than {MAX_NESTING}" if more_than else f"{depth:,}"
+    return f"nested {shown} levels deep; at most {MAX_NESTING} levels of lists and mappings are read"
+
+
+def _twice(first: tuple[int, int], second: tuple[int, int], lines: bool = True, spelled: str = "") -> str:
+    """The problem of a key given twice, at (line, column) `first` and `second` (1-based; columns
+    alone where the text is one line, a JSONL row); `spelled` says how where the two texts differ."""
+    if not lines:
+        where = f"at columns {first[1]} and {second[1]}"
+    elif first[0] == second[0]:
+        where = f"on line {first[0]} (columns {first[1]} and {second[1]})"
+    else:
+        where = f"on lines {first[0]} and {second[0]}"
+    return f"key given twice in one mapping{spelled}, {where}: which value is meant is not guessed; keep one"
+
+
+def _dotted(path: str, part: str | int) -> str:
+    if isinstance(part, int):
+        return f"{path}[{part}]"
+    return f"{path}.{part}" if path else part
 
 
 class JsonError(InferSimError):
@@ -76,20 +98,255 @@ class JsonError(InferSimError):
         super().__init__(f"{source}: {problem}")
 
 
+class _DuplicateJsonKey(Exception):
+    """Raised inside the JSON decoder (not a ValueError: loads_json reads those as numbers too long)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateJsonKey(key)
+            seen.add(key)
+    return mapping
+
+
+# built once: json.loads with a hook builds a decoder per call
+_JSON_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+_JSON_STRUCTURE = re.compile(r'["{}\[\],]')
+
+
+def _json_duplicate(text: str) -> tuple[str, tuple[int, int], tuple[int, int]] | None:
+    """(path, (line, column) of its first, of its second) of the first key given twice in one
+    object of JSON `text`, or None where the text cannot be walked. Walked without recursion; only
+    when the decoder has found a key given twice, which it cannot say where."""
+    scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]  # public, untyped in typeshed
+
+    def at(pos: int) -> tuple[int, int]:
+        return text.count("\n", 0, pos) + 1, pos - text.rfind("\n", 0, pos)
+
+    # per open object or list: (the keys seen and where, or None in a list; the current child's key or index)
+    frames: list[list[Any]] = []
+    key_next = False
+    pos = 0
+    try:
+        while match := _JSON_STRUCTURE.search(text, pos):
+            char, pos = match.group(), match.end()
+            if char == '"':
+                string, pos = scanstring(text, pos)
+                if key_next:
+                    seen = frames[-1][0]
+                    if string in seen:
+                        path = ""
+                        for _, part in frames[:-1]:
+                            path = _dotted(path, part)
+                        return _dotted(path, string), at(seen[string]), at(match.start())
+                    seen[string], frames[-1][1], key_next = match.start(), string, False
+            elif char in "{[":
+                frames.append([{}, ""] if char == "{" else [None, 0])
+                key_next = char == "{"
+            elif char in "}]":
+                frames.pop()
+            elif frames[-1][0] is None:  # a comma between list items
+                frames[-1][1] += 1
+            else:
+                key_next = True
+    except (ValueError, IndexError):  # the decoder stopped at the duplicate: what follows is unchecked
+        return None
+    return None
+
+
 def loads_json(text: str, source: str) -> Any:
     """Parse JSON text read from `source` (a file name, or a description); one JsonError naming
-    `source` for malformed JSON, nesting past MAX_NESTING, or a number Python cannot read."""
-    depth = text_nesting(text)
+    `source` for malformed JSON, a key given twice in one object, nesting past MAX_NESTING, or a
+    number Python cannot read."""
+    # fewer brackets than the limit cannot nest past it: most rows and files skip the slower count
+    depth = text_nesting(text) if text.count("[") + text.count("{") > MAX_NESTING else 0
     if depth > MAX_NESTING:
         raise JsonError(source, _too_deep(depth), too_deep=True)
+    if text.startswith("\ufeff"):  # refused as json.loads refuses it
+        raise JsonError(source, "not JSON (a byte-order mark at line 1, column 1: save the file as UTF-8 without one)")
     try:
-        return json.loads(text)
+        return _JSON_DECODER.decode(text)
+    except _DuplicateJsonKey as exc:
+        found = _json_duplicate(text)
+        if found is None:
+            raise JsonError(source, f"key {exc.key!r} given twice in one object: which value is meant is not "
+                            "guessed; keep one") from None
+        path, first, second = found
+        problem = _twice(first, second, lines="\n" in text.strip())  # a JSONL row is one line: columns alone
+        raise JsonError(source, f"field '{path}': {problem}") from None
     except json.JSONDecodeError as exc:
         raise JsonError(source, f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
     except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
         raise JsonError(source, "holds a number too long to read (Python reads at most 4,300 digits)") from None
     except RecursionError:
-        raise JsonError(source, _too_deep(depth), too_deep=True) from None
+        raise JsonError(source, _too_deep(text_nesting(text)), too_deep=True) from None
+
+
+# -- YAML
+
+#: YAML text with more of these characters (each collection of YAML text starts at one of its own:
+#: a bracket, a sequence's dash, a key's colon or question mark) than the gate is nested at most that
+#: deep. Deeper text is first read as events, before libyaml's composer, which recurses in C once
+#: per level (past ~25,000 levels it overflows an 8 MB stack: a crash, not an exception). Flow
+#: collections have their own gate: libyaml reads N nested brackets in time ~N^2.
+_YAML_INDICATOR_GATE = 10_000
+_YAML_BRACKET_GATE = 1_000
+
+
+class _TooDeep(Exception):
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+_UNIQUE_KEY_LOADER: Any = None
+
+
+def _unique_key_loader() -> Any:
+    """PyYAML's safe loader (libyaml's parser where PyYAML has it: ~10x faster; the same safe tag
+    set) refusing a key given twice in one mapping with a ConfigError naming the loader's `source`,
+    the key's path and the lines of both."""
+    global _UNIQUE_KEY_LOADER
+    if _UNIQUE_KEY_LOADER is not None:
+        return _UNIQUE_KEY_LOADER
+    import yaml  # here: importing PyYAML is ~10 ms, and a plain run finds its files parsed already
+
+    merge_tag = "tag:yaml.org,2002:merge"
+
+    class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        source = ""
+
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.root: Any = None
+            self.checked: set[Any] = set()  # mapping nodes checked (flattened: merged keys are no duplicates)
+
+        def construct_document(self, node: Any) -> Any:
+            self.root = node  # where a duplicate's path starts
+            return super().construct_document(node)
+
+        def flatten_mapping(self, node: Any) -> None:
+            # every mapping is flattened (its `<<:` merges resolved) before it is built: its own keys
+            # are those before the first flattening; keys a merge brings in may be given again
+            if node in self.checked:
+                return super().flatten_mapping(node)
+            own = [key for key, _ in node.value if key.tag != merge_tag]
+            super().flatten_mapping(node)
+            self.checked.add(node)
+            seen: dict[Any, Any] = {}
+            for key_node in own:
+                key = self.construct_object(key_node)  # built once: construct_mapping gets it back from the memo
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: construct_mapping says so
+                    continue
+                if first is not key_node:
+                    self.twice(node, first, key_node)
+
+        def twice(self, mapping: Any, first: Any, second: Any) -> None:
+            texts = [k.value if isinstance(k, yaml.ScalarNode) else str(self.construct_object(k)) for k in (first, second)]
+            path = _dotted(_node_path(self.root, mapping, yaml), texts[1])
+            marks = [(k.start_mark.line + 1, k.start_mark.column + 1) for k in (first, second)]
+            # YAML reads e.g. 1, 0x1 and true as keys Python holds equal
+            spelled = f" ({texts[0]!r} and {texts[1]!r} are the same key)" if texts[0] != texts[1] else ""
+            raise ConfigError(self.source, path, MISSING, _twice(marks[0], marks[1], spelled=spelled))
+
+    _UNIQUE_KEY_LOADER = UniqueKeyLoader
+    return UniqueKeyLoader
+
+
+def _node_path(root: Any, target: Any, yaml: Any) -> str:
+    """The shortest dotted path from YAML node `root` to node `target` ("" where not found), the
+    first in the text of those as short (an anchored node has one more path per alias), walked
+    breadth first without recursion."""
+    from collections import deque
+
+    queue: deque[tuple[Any, str]] = deque([(root, "")])
+    seen: set[int] = set()
+    while queue:
+        node, path = queue.popleft()
+        if node is target:
+            return path
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            queue.extend((value, _dotted(path, key.value if isinstance(key, yaml.ScalarNode) else "?"))
+                         for key, value in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            queue.extend((child, _dotted(path, index)) for index, child in enumerate(node.value))
+    return ""
+
+
+def _yaml_event_depth(text: str, limit: int) -> int:
+    """How deep YAML `text` nests, read from its parser's events (the parser keeps its own stack:
+    no recursion), counted up to `limit` + 1. YAMLError where the text is not YAML."""
+    import yaml
+
+    loader = _unique_key_loader()(text)
+    depth = deepest = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                deepest = max(deepest, depth)
+                if depth > limit:
+                    break
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    finally:
+        loader.dispose()
+    return deepest
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    """YAML text parsed with the safe tag set. ConfigError for a key given twice (naming `source`),
+    _TooDeep past MAX_NESTING; PyYAML's YAMLError and ValueError (an integer of more than 4,300
+    digits) pass through for the caller to word."""
+    brackets = text.count("[") + text.count("{")
+    if (brackets > _YAML_BRACKET_GATE
+            or brackets + text.count("-") + text.count(":") + text.count("?") > _YAML_INDICATOR_GATE):
+        depth = _yaml_event_depth(text, MAX_NESTING)
+        if depth > MAX_NESTING:
+            raise _TooDeep(_too_deep(depth, more_than=True))
+    loader = _unique_key_loader()(text)
+    loader.source = source
+    try:
+        data = loader.get_single_data()
+    except RecursionError:  # PyYAML's own composer (without libyaml) recurses in Python
+        raise _TooDeep(_too_deep(_yaml_event_depth(text, MAX_NESTING), more_than=True)) from None
+    finally:
+        loader.dispose()
+    depth = value_nesting(data)
+    if depth > MAX_NESTING:
+        raise _TooDeep(_too_deep(depth, more_than=True))  # counted only that far
+    return data
+
+
+def loads_yaml(text: str, source: str) -> Any:
+    """Parse YAML text read from `source` (a file name, or a description) with PyYAML's safe tag
+    set; one ConfigError naming `source` for malformed YAML, a key given twice in one mapping,
+    nesting past MAX_NESTING, or a number Python cannot read."""
+    import yaml
+
+    try:
+        return _parse_yaml(text, source)
+    except _TooDeep as exc:
+        raise ConfigError(source, "", MISSING, exc.problem) from None
+    except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise ConfigError(source, "", MISSING, "holds a number too long to read (Python reads at most 4,300 digits)") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(source, "", MISSING, f"malformed YAML{where}: {problem}") from None
 
 
 def parse_flag_value(raw: str, flag: str) -> Any:
@@ -107,12 +364,8 @@ def parse_flag_value(raw: str, flag: str) -> Any:
     import yaml  # only for structured flag values: a plain run reads no YAML text itself
 
     try:
-        value = yaml.safe_load(raw)
+        return _parse_yaml(raw, f"{flag} {echo(raw)}")
     except (yaml.YAMLError, ValueError):  # ValueError: an integer beyond Python's 4,300-digit limit
         return raw
-    except RecursionError:
-        raise InferSimError(f"{flag} {echo(raw)}: {_too_deep(depth)}") from None
-    depth = value_nesting(value)
-    if depth > MAX_NESTING:
-        raise InferSimError(f"{flag} {echo(raw)}: {_too_deep(depth)}")
-    return value
+    except _TooDeep as exc:
+        raise InferSimError(f"{flag} {echo(raw)}: {exc.problem}") from None

@@ -110,19 +110,21 @@ def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
                    max_stage_s: float | None) -> Reference:
     """The experiments of reference files; `hardware` and `engine` (card names) name what the runs
     used where the files do not."""
-    import yaml
-
+    from infersim.base.errors import ConfigError
+    from infersim.cards.schema import load_yaml
     from infersim.serve.trainval import trainval_options
 
     experiments: list[Experiment] = []
     cards: set[tuple[str, str]] = set()
     for path in paths:
+        if path.is_dir():
+            raise InferSimError(f"--reference {path}: is a directory, not a reference file")
         if not path.is_file():
             raise InferSimError(f"--reference {path}: no such file")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise InferSimError(f"--reference {path}: not YAML ({str(exc).splitlines()[0]})") from None
+        try:  # load_yaml: text that is not UTF-8, a key given twice, nesting too deep are one message each
+            data = load_yaml(path, "reference file")
+        except ConfigError as exc:
+            raise InferSimError(f"--reference {exc}") from None
         runs = data.get("experiments") if isinstance(data, Mapping) else None
         if not isinstance(runs, list) or not runs:
             raise InferSimError(f"--reference {path}: expected 'experiments:', a list of measured serving runs "

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 from infersim.base import diskcache
 from infersim.base.errors import MISSING, ConfigError
+from infersim.base.plaindata import loads_yaml
 
 T = TypeVar("T")
 
@@ -125,39 +126,32 @@ def spec(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def safe_load_yaml(text: str) -> Any:
-    """yaml.safe_load, through libyaml's parser where PyYAML was built with it (same safe tag set)."""
-    import yaml  # here, not at the top: importing PyYAML is ~10 ms, and a plain run finds its files parsed already
-
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: ~10x faster
+def safe_load_yaml(text: str, source: str = "YAML text") -> Any:
+    """yaml.safe_load (the same safe tag set, through libyaml's parser where PyYAML has it), one
+    ConfigError naming `source` for malformed YAML, a key given twice in one mapping, nesting past
+    infersim.base.plaindata.MAX_NESTING or a number too long to read."""
+    return loads_yaml(text, source)
 
 
 def load_yaml(path: Path, what: str = "file") -> Any:
-    """Read a YAML file; a missing file or malformed YAML is one clear error naming the file.
-    `what` names the kind of file in the messages (e.g. "rules file")."""
+    """Read a YAML file; a missing file, text that is not UTF-8 or not YAML, a key given twice or
+    nesting too deep is one clear error naming the file. `what` names the kind of file in the
+    messages (e.g. "rules file")."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(str(path), "", MISSING, f"{what} not found") from None
     except IsADirectoryError:
         raise ConfigError(str(path), "", MISSING, f"is a directory, not a {what}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(str(path), "", MISSING, f"cannot read {what}: {reason}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", MISSING, f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                          f"{exc.start:,}); a {what} is read as UTF-8 YAML") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", MISSING, f"cannot read {what}: {exc.strerror or exc}") from None
     kept = _parsed_yaml(path, text)
     if kept is not None:
         return kept
-    import yaml
-
-    try:
-        data = safe_load_yaml(text)
-    except ValueError:  # an integer of more than 4,300 digits (Python's int-from-text limit)
-        raise ConfigError(str(path), "", MISSING, "holds a number too long to read (Python reads at most 4,300 digits)") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(str(path), "", MISSING, f"malformed YAML{where}: {problem}") from None
+    data = loads_yaml(text, str(path))
     _keep_parsed_yaml(path, text, data)
     return data
 
@@ -165,12 +159,15 @@ def load_yaml(path: Path, what: str = "file") -> Any:
 # Parsed YAML files are kept on disk between processes (infersim.base.diskcache): one entry per YAML
 # file's path, holding the path, its whole text and the parsed data as JSON, used only while the text
 # is the same (so an edit is seen at once, whatever the file's mtime says, and rewrites that one
-# entry). Kept only where JSON gives back exactly what PyYAML parsed (a file holding e.g. a date, or
-# a mapping with a number for a key, is parsed every time), and read back only when its structure
-# holds: anything else is a damaged entry, deleted. A plain run then reads its config and three cards
+# entry). Each entry names the checks its text passed (_PARSED_YAML_RULES), and is used only under
+# the same checks: data that passed other checks (a key given twice let through) is parsed afresh.
+# Kept only where JSON gives back exactly what PyYAML parsed (a file holding e.g. a date, or a mapping
+# with a number for a key, is parsed every time), and read back only when its structure holds:
+# anything else is a damaged entry, deleted. A plain run then reads its config and three cards
 # without importing PyYAML, reading only their own entries. What the data then says is checked by
 # `build`, as for a file parsed afresh.
 _PARSED_YAML_MAX_TEXT = 16_384  # characters: cards and configs are a few KB; bigger files are parsed
+_PARSED_YAML_RULES = "unique keys, bounded nesting"
 
 
 def _parsed_yaml_entry(path: Path) -> tuple[str, str]:
@@ -187,8 +184,8 @@ def _parsed_yaml(path: Path, text: str) -> Any:
     kept = diskcache.read_json(name, "yaml")
     if kept is None:
         return None
-    if not (isinstance(kept, dict) and set(kept) == {"path", "text", "data"} and isinstance(kept["path"], str)
-            and isinstance(kept["text"], str)):
+    if not (isinstance(kept, dict) and set(kept) == {"path", "text", "data", "rules"} and isinstance(kept["path"], str)
+            and isinstance(kept["text"], str) and kept["rules"] == _PARSED_YAML_RULES):
         diskcache.discard(name)  # not what _keep_parsed_yaml writes
         return None
     if kept["path"] == where and kept["text"] == text:
@@ -226,7 +223,7 @@ def _keep_parsed_yaml(path: Path, text: str, data: Any) -> None:
         return
     if exact:  # not where a key is a number (JSON's keys are text) or a value is NaN
         name, where = _parsed_yaml_entry(path)
-        diskcache.write_json(name, "yaml", {"path": where, "text": text, "data": data})
+        diskcache.write_json(name, "yaml", {"path": where, "text": text, "data": data, "rules": _PARSED_YAML_RULES})
 
 
 def build(cls: type[T], data: Any, source: str, prefix: str = "") -> T:

@@ -35,12 +35,23 @@ COLUMN_NAMES = {
 }
 
 
-def _column(header: Iterable[str], field_: str) -> str | None:
-    names = set(header)
-    for candidate in COLUMN_NAMES[field_]:
-        if candidate in names:
-            return candidate
-    return None
+def _columns(header: list[str], p: Path) -> dict[str, str | None]:
+    """The column of each field in a CSV trace's header. A column read named twice, or two names of
+    one field (arrival_s and timestamp), is refused: which of them holds the field is not guessed."""
+    where: dict[str, int] = {}
+    for position, name in enumerate(header, 1):
+        if name in where and any(name in names for names in COLUMN_NAMES.values()):
+            raise InferSimError(f"trace {p}: the header names column {name!r} twice (columns {where[name]} and "
+                                f"{position}); keep one")
+        where.setdefault(name, position)
+    columns: dict[str, str | None] = {}
+    for field_, names in COLUMN_NAMES.items():
+        given = [name for name in names if name in where]
+        if len(given) > 1:
+            raise InferSimError(f"trace {p}: columns {given[0]!r} and {given[1]!r} (columns {where[given[0]]} and "
+                                f"{where[given[1]]}) both name {field_}; keep one")
+        columns[field_] = given[0] if given else None
+    return columns
 
 
 def _timestamp(value: Any, where: str) -> float:
@@ -173,7 +184,7 @@ def read_trace(path: str | Path) -> TraceRows:
             else:
                 reader = csv.reader(fh)  # read once, front to back: a pipe works too
                 header = [h.strip() for h in next(reader, None) or ()]
-                columns = {f: _column(header, f) for f in COLUMN_NAMES}
+                columns = _columns(header, p)
                 for required in ("arrival_s", "input_tokens", "output_tokens"):
                     if header and columns[required] is None:
                         raise InferSimError(f"trace {p}: no column for {required} (accepted names: "
