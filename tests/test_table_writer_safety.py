@@ -85,6 +85,10 @@ def test_a_directory_that_is_not_a_table_directory_needs_force(tmp_path: Path) -
     with pytest.raises(InferSimError, match="not empty and is not a kernel-table directory.*--force"):
         write_table_dir(tmp_path, sample_directory())
     assert (tmp_path / PROVENANCE_FILE).read_text().startswith("my own provenance")
+    with pytest.raises(InferSimError, match="holds 'provenance.yaml', a file InferSim did not write"):
+        write_table_dir(tmp_path, sample_directory(), force=True)  # not InferSim's to replace, even with --force
+    assert (tmp_path / PROVENANCE_FILE).read_text().startswith("my own provenance")
+    (tmp_path / PROVENANCE_FILE).unlink()
     write_table_dir(tmp_path, sample_directory(), force=True)
     assert (tmp_path / "photo.jpg").read_bytes() == b"\xff\xd8"
     assert read_table_dir(tmp_path).provenance == sample_directory().provenance

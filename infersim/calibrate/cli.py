@@ -26,6 +26,12 @@ def _calibrate(args: argparse.Namespace) -> int:
     from infersim.calibrate.fit import FitSettings
     from infersim.calibrate.run import calibrate
 
+    if args.out:  # before the fit: a profile written over a measured run would lose the measurements
+        from infersim.base.outputs import check_output_path
+
+        check_output_path(args.out, "--out", {"--reference": args.reference, "--bench-result": args.bench_result,
+                                               "--trace": args.trace, "--config": args.config,
+                                               "--hardware": args.hardware, "--engine": args.engine})
     names = [n.strip() for part in args.constants for n in part.split(",") if n.strip()] if args.constants else None
     settings = FitSettings(iterations=int(args.iterations))
     outcome = calibrate([Path(p) for p in args.reference], args.hardware, args.engine, names, settings,

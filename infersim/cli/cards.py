@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -23,33 +24,58 @@ def _import_hf(args: argparse.Namespace) -> int:
     if args.name is not None and not _CARD_NAME.match(args.name):
         raise InferSimError(f"--name {shorten(repr(args.name))}: a card name is 1 to 128 letters, digits, '.', '_', "
                             "'+' or '-' (it becomes the file name)")
-    written = []
-    for config in args.configs:
-        path = Path(config)
-        fields = card_from_hf_file(path, args.name if args.name and len(args.configs) == 1 else None)
-        name = fields["name"]
-        validate_model(build(ModelCard, fields, str(path)), str(path))  # refuse to write an invalid card
-        if fields.get("imported_as"):
-            print(f"infersim: note: {path}: {fields['source'].split('; ', 1)[-1]}", file=sys.stderr)
-        text = card_yaml(fields)
-        if args.out == "-":
+    if args.name is not None and len(args.configs) > 1:
+        raise InferSimError(f"--name {args.name}: names one card, and {len(args.configs)} configs were given; import "
+                            "each config on its own to name it, or leave --name out (each card is then named from "
+                            "its config)")
+    cards = [_card_of(Path(config), args.name) for config in args.configs]  # every card checked before any is written
+    if args.out == "-":
+        for _path, _name, text in cards:
             print(text)
-            continue
-        out_dir = Path(args.out)
-        target = out_dir / f"{name}.yaml"
-        if target.exists() and not args.force:
-            raise InferSimError(f"{target} exists (use --force to overwrite)")
+        return 0
+    targets = _targets(cards, Path(args.out), args.force, args.configs)
+    for target, (_path, _name, text) in zip(targets, cards):
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
         except OSError as exc:
             raise InferSimError(f"{target}: cannot write the card: {exc.strerror or exc}") from None
-        written.append(str(target))
-    for path in written:
-        name = Path(path).stem
-        use = f"--model {name}" if Path(path).parent.resolve() == (Path.cwd() / "models").resolve() else f"--model {path}"
-        print(f"wrote {path} (run it with {use})")
+    for target in targets:
+        name = target.stem
+        use = f"--model {name}" if target.parent.resolve() == (Path.cwd() / "models").resolve() else f"--model {target}"
+        print(f"wrote {target} (run it with {use})")
     return 0
+
+
+def _card_of(path: Path, name: str | None) -> tuple[Path, str, str]:
+    """A config's card: (config path, card name, card YAML), validated."""
+    fields = card_from_hf_file(path, name)
+    validate_model(build(ModelCard, fields, str(path)), str(path))  # refuse to write an invalid card
+    if fields.get("imported_as"):
+        print(f"infersim: note: {path}: {fields['source'].split('; ', 1)[-1]}", file=sys.stderr)
+    return path, fields["name"], card_yaml(fields)
+
+
+def _targets(cards: list[tuple[Path, str, str]], out_dir: Path, force: bool, configs: list[str]) -> list[Path]:
+    """The card files to write, refused up front: two configs making one card name, a card over one
+    of the configs read, a file there without --force, or an --out that is no directory."""
+    from infersim.base.outputs import check_output_path
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InferSimError(f"--out {out_dir}: is a file, not a directory; give a directory for the cards")
+    first: dict[str, Path] = {}
+    for path, name, _text in cards:
+        if name in first:
+            raise InferSimError(f"{first[name]} and {path}: both make the card '{name}' ({out_dir / name}.yaml); "
+                                "import them one at a time with --name, or rename a config file")
+        first[name] = path
+    targets = [out_dir / f"{name}.yaml" for _path, name, _text in cards]
+    for target in targets:
+        if out_dir.is_dir():
+            check_output_path(target, "--out", {"CONFIG.json": configs})
+        if os.path.lexists(target) and not force:
+            raise InferSimError(f"{target} exists (use --force to overwrite)")
+    return targets
 
 
 def card_yaml(fields: dict) -> str:

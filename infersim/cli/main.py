@@ -194,10 +194,11 @@ def run_command(args: argparse.Namespace) -> int:
 
     plot_path = getattr(args, "plot", None)
     if plot_path:
+        from infersim.base.outputs import inputs_of
         from infersim.plot.backend import check_picture_path
 
         # a wrong format or directory fails before simulating; a missing matplotlib after the report
-        check_picture_path(plot_path, "--plot", need_matplotlib=False)
+        check_picture_path(plot_path, "--plot", need_matplotlib=False, inputs=inputs_of(args))
     config = load_config_from_args(args)
     result = simulate(config)
     launch = _launch_plan(result) if getattr(args, "emit_launch", False) else None

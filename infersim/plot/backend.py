@@ -8,10 +8,12 @@ backend first so drawing works on machines without a display.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from infersim.base.errors import InferSimError
+from infersim.base.outputs import check_output_path
 
 #: file formats a picture can be written in, by extension
 PICTURE_FORMATS = (".png", ".svg", ".pdf")
@@ -69,17 +71,16 @@ def pyplot(what: str = "plotting") -> Any:
         raise PlottingUnavailable(f"{what} needs a working matplotlib ({exc}): {INSTALL_HINT}") from exc
 
 
-def check_picture_path(path: str, option: str = "--out", need_matplotlib: bool = True) -> None:
-    """Fail before any work when a picture cannot be written to `path` (format or directory, and
-    unless `need_matplotlib` is false, a missing matplotlib: a command that prints a report first
-    asks later, so the report is not lost)."""
+def check_picture_path(path: str, option: str = "--out", need_matplotlib: bool = True,
+                       inputs: Mapping[str, Any] | None = None) -> None:
+    """Fail before any work when a picture cannot be written to `path` (format, directory, a
+    directory or one of the command's `inputs` in its place, and unless `need_matplotlib` is false, a
+    missing matplotlib: a command that prints a report first asks later, so the report is not lost)."""
     suffix = Path(path).suffix.lower()
     if suffix not in PICTURE_FORMATS:
         raise InferSimError(f"{option} {path}: unknown picture format '{suffix or '(none)'}'; "
                             "use a .png, .svg or .pdf file")
-    parent = Path(path).parent
-    if not parent.is_dir():
-        raise InferSimError(f"{option} {path}: directory {parent} does not exist")
+    check_output_path(path, option, inputs)
     if need_matplotlib:
         require_matplotlib(f"{option} {path}")
 

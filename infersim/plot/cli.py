@@ -12,8 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from infersim.base.errors import InferSimError
+from infersim.base.outputs import inputs_of, replacing
 from infersim.plot import FIGURE_KINDS, choose_figure, draw, load_result
 from infersim.plot.backend import check_picture_path, save_figure
+
+#: roofline's picture where no --out names one
+DEFAULT_ROOFLINE = "roofline.png"
 
 STAGE_CHOICES = {"both": ("prefill", "decode"), "prefill": ("prefill",), "decode": ("decode",)}
 
@@ -47,12 +51,15 @@ def default_picture_path(result_path: str, figure_kind: str) -> str:
 
 
 def plot_command(args: argparse.Namespace) -> int:
+    inputs = {"RESULT": None if args.result == "-" else args.result}
     if args.out:
-        check_picture_path(args.out)
+        check_picture_path(args.out, inputs=inputs)
     data = load_result(args.result)
     figure_kind = choose_figure(data, args.kind, args.result)
     out = args.out or default_picture_path(args.result, figure_kind)
-    check_picture_path(out)
+    check_picture_path(out, inputs=inputs)
+    # a picture the user named may be replaced; one InferSim named says when it replaces a file
+    note = f" ({figure_kind})" if args.out else replacing(out, figure_kind)
     try:
         drawing = draw(data, figure_kind, STAGE_CHOICES[args.stage], args.metric, args.x, args.series, args.where)
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
@@ -60,7 +67,7 @@ def plot_command(args: argparse.Namespace) -> int:
         raise InferSimError(f"{args.result}: cannot draw a {figure_kind} figure from it: a value is not what the "
                             f"command writes ({type(exc).__name__}: {exc})") from None
     save_figure(drawing.figure, out)
-    print(f"wrote {out} ({figure_kind})")
+    print(f"wrote {out}{note}")
     return 0
 
 
@@ -69,13 +76,15 @@ def roofline_command(args: argparse.Namespace) -> int:
     from infersim.cli.report import to_json_data
     from infersim.run.simulate import simulate
 
-    check_picture_path(args.out)
+    out = args.out or DEFAULT_ROOFLINE
+    check_picture_path(out, inputs=inputs_of(args))
+    note = " (roofline)" if args.out else replacing(out, "roofline")
     config = load_config_from_args(args)
     print_notes(config)
     data = to_json_data(simulate(config))
     drawing = draw(data, "roofline", STAGE_CHOICES[args.stage])
-    save_figure(drawing.figure, args.out)
-    print(f"wrote {args.out} (roofline)")
+    save_figure(drawing.figure, out)
+    print(f"wrote {out}{note}")
     return 0
 
 
@@ -111,8 +120,8 @@ def register(subparsers: Any) -> None:
                           help="override any config field (repeatable)")
     roofline.add_argument("--mfu-tables", default=None, metavar="DIR",
                           help="directory of measured kernel tables (overrides the config's mfu_tables)")
-    roofline.add_argument("--out", default="roofline.png", metavar="FILE",
-                          help="picture to write: .png, .svg or .pdf (default roofline.png)")
+    roofline.add_argument("--out", default=None, metavar="FILE",
+                          help=f"picture to write: .png, .svg or .pdf (default {DEFAULT_ROOFLINE})")
     roofline.add_argument("--stage", choices=tuple(STAGE_CHOICES), default="both", help="stages to draw")
     from infersim.cli.main import add_run_flags
 

@@ -12,6 +12,7 @@ from typing import Any
 from infersim.cli.main import number_arg
 from infersim.cards.schema import check_number
 from infersim.base.errors import ConfigError, InferSimError, NotPossible, echo, shorten
+from infersim.base.outputs import check_output_path as check_output_file, inputs_of
 from infersim.run.energy import unavailable_reason
 from infersim.run.flags import RunFlags
 from infersim.sweep.analysis import (
@@ -336,8 +337,17 @@ def _print_launches(spec: SweepSpec, rows: Sequence[Row]) -> None:
             print(f"\nLAUNCH  {label}: none: {str(exc).removeprefix('--emit-launch: ')}")
 
 
+def _check_outputs(args: argparse.Namespace, *flags: str) -> None:
+    """Each output a flag names is writable and none of the run's inputs, before the search runs."""
+    for flag in flags:
+        path = getattr(args, flag.removeprefix("--"))
+        if path:
+            check_output_file(path, flag, inputs_of(args))
+
+
 def sweep_command(args: argparse.Namespace) -> int:
     check_output_path(args.out)
+    _check_outputs(args, "--out")
     targets = _targets(args)
     card_lists = any("," in (getattr(args, name) or "") for name in ("model", "hardware"))
     if not args.grid and args.gpus is None and not card_lists:
@@ -417,6 +427,7 @@ def _empty_frontier(result: SweepResult, targets: Targets, energy: bool) -> Infe
 def pareto_command(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     check_plot_path(args.plot, need_matplotlib=False)  # matplotlib is asked for after the frontier is printed
+    _check_outputs(args, "--out", "--plot")
     targets = _targets(args)
     spec = _spec(args, args.gpus, targets)
     energy = args.objective == "energy"

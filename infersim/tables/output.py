@@ -7,13 +7,13 @@ are plain CSV (or .csv.gz) file names inside the directory (no separator, no `..
 files that are regular files, never a symlink. Everything else in the directory is left alone.
 
 Rules for an output directory `--out DIR`:
-  - DIR is a regular file: refused.
+  - DIR, or a directory above it, is a regular file: refused.
   - DIR does not exist or is empty: written.
   - DIR holds anything: refused unless `force`; with `force`, InferSim's own files there (the
-    provenance and the tables it lists, checked as above) are replaced, a `provenance.yaml` that is
-    not a table provenance is overwritten, and every other file stays where it is. A CSV that is
-    not InferSim's is refused even then: a table directory holds only listed tables, and that file
-    is not InferSim's to delete.
+    provenance and the tables it lists, checked as above) are replaced and every other file stays
+    where it is. A CSV or a `provenance.yaml` that is not InferSim's is refused even then, under
+    whatever name (a table the new set also writes included): a table directory holds only listed
+    tables, and that file is not InferSim's to replace or delete.
 Tables are written first into a temporary directory beside DIR and read back through the same
 checks a run applies (the number rule, efficiencies against peaks); only a set that passes is moved
 into place, so a failed write leaves the old tables as they were.
@@ -76,7 +76,11 @@ def check_output_dir(directory: Path, force: bool, flag: str = "--out") -> None:
         raise InferSimError(f"{flag} {directory}: a broken symbolic link; give a directory")
     if directory.exists() and not directory.is_dir():
         raise InferSimError(f"{flag} {directory}: is a file, not a directory; give a directory for the tables")
-    if force or not directory.exists():
+    _check_ancestors(directory, flag)
+    if not directory.exists():
+        return
+    if force:
+        refuse_foreign_tables(directory, flag)  # before any work: --force replaces only what InferSim wrote
         return
     try:
         entries = sorted(os.listdir(directory))
@@ -99,8 +103,6 @@ def write_table_dir(directory: Path, table_dir: TableDirectory, force: bool = Fa
 
     directory = Path(directory)
     check_output_dir(directory, force)
-    if directory.exists():
-        refuse_foreign_tables(directory, set(table_dir.tables))
     parent = directory.parent
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.writing-", dir=parent))
@@ -116,16 +118,29 @@ def write_table_dir(directory: Path, table_dir: TableDirectory, force: bool = Fa
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def refuse_foreign_tables(directory: Path, new_tables: frozenset[str] | set[str] = frozenset()) -> None:
-    """A CSV in the directory that InferSim did not write and is not about to replace would make the
-    directory fail to load (every CSV there must be a listed table), and it is not InferSim's to
-    delete, even with --force."""
-    owned = owned_tables(directory) or set()
-    foreign = sorted(p.name for p in [*directory.glob("*.csv"), *directory.glob("*.csv.gz")] if p.name not in owned
-                     and not (p.name in new_tables and p.is_file() and not p.is_symlink()))
+def _check_ancestors(directory: Path, flag: str) -> None:
+    """The nearest existing directory above `directory` must be one: the tables cannot go under a file."""
+    for parent in directory.parents:
+        if parent.is_symlink() or parent.exists():
+            if not parent.is_dir():
+                raise InferSimError(f"{flag} {directory}: {parent} is not a directory; give a directory for the tables")
+            return
+
+
+def refuse_foreign_tables(directory: Path, flag: str = "--out") -> None:
+    """A CSV in the directory that InferSim did not write would make the directory fail to load
+    (every CSV there must be a listed table), and neither it nor a `provenance.yaml` InferSim did
+    not write is InferSim's to replace or delete, even with --force and even where a new table
+    has its name."""
+    owned = owned_tables(directory)
+    foreign = sorted(p.name for p in [*directory.glob("*.csv"), *directory.glob("*.csv.gz")]
+                     if p.name not in (owned or ()))
     if foreign:
-        raise InferSimError(f"{directory}: holds {foreign[0]!r}, a CSV InferSim did not write (a table directory holds "
+        raise InferSimError(f"{flag} {directory}: holds {foreign[0]!r}, a CSV InferSim did not write (a table directory holds "
                             f"only the tables its provenance lists); move it away or write to another directory")
+    if owned is None and os.path.lexists(directory / PROVENANCE_FILE):
+        raise InferSimError(f"{flag} {directory}: holds {PROVENANCE_FILE!r}, a file InferSim did not write (not a kernel-table "
+                            f"provenance of this format); move it away or write to another directory")
 
 
 def _install(staging: Path, directory: Path, new_tables: set[str]) -> None:
@@ -158,6 +173,5 @@ def clear_own_tables(directory: Path, force: bool) -> None:
     check_output_dir(directory, force)
     if not directory.exists():
         return
-    refuse_foreign_tables(directory)
     for name in sorted(owned_tables(directory) or ()):
         (directory / name).unlink()
