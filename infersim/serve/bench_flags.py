@@ -23,15 +23,22 @@ Read from each tool's source (`--bench-tool` says whose flags they are; vllm by 
 Sends: --request-rate with --burstiness (vllm: gamma gaps rescaled to end at n / rate, or a
 --ramp-up-strategy from --ramp-up-start-rps to --ramp-up-end-rps; sglang: exponential gaps),
 --max-concurrency alone (a closed loop), or --offline (every request at once), --num-prompts requests.
+Without --random-input-len/--random-output-len the random dataset takes the run config's workload
+lengths (`workload_from_flags`' `lengths`), said in a note.
+
+`refuse_unread_flags` (end of this module) refuses every `serve` flag the chosen load would not read,
+these and the others alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from typing import Any
 
-from infersim.base.errors import InferSimError
+from infersim.base.errors import InferSimError, shorten
+from infersim.serve.workload_spec import MAX_PROMPTS
 
 DATASETS = ("random", "prefix_repetition", "generated-shared-prefix", "sharegpt")
 VLLM_RANDOM = (1024, 128)  # vllm bench serve --random-input-len / --random-output-len defaults
@@ -77,11 +84,15 @@ def _whole_length(text: str | None, default: int, flag: str) -> int:
     return int(value)
 
 
-def _random_data(args: argparse.Namespace) -> dict[str, Any]:
+def _random_data(args: argparse.Namespace, lengths: tuple[int, int] | None, notes: list[str]) -> dict[str, Any]:
     sglang = args.bench_tool == "sglang"
-    defaults = SGLANG_RANDOM if sglang else VLLM_RANDOM
+    tool = SGLANG_RANDOM if sglang else VLLM_RANDOM
+    defaults = lengths or tool
     length = _whole_length(args.isl, defaults[0], "--random-input-len")
     output = _whole_length(args.osl, defaults[1], "--random-output-len")
+    unset = [kind for kind, given in (("input", args.isl), ("output", args.osl)) if given is None]
+    if unset:
+        notes.append(_lengths_note(unset, {"input": length, "output": output}, sglang, lengths is not None))
     r = args.random_range_ratio or 0.0
     if not sglang and not 0 <= r < 1:
         raise InferSimError(f"--random-range-ratio {r:g}: vllm bench serve takes 0 <= r < 1")
@@ -99,20 +110,42 @@ def _random_data(args: argparse.Namespace) -> dict[str, Any]:
             "prefix_tokens": int(args.random_prefix_len or 0)}
 
 
+def _lengths_note(unset: list[str], used: dict[str, int], sglang: bool, from_config: bool) -> str:
+    """Which random-dataset lengths no flag gave, and where the ones used came from."""
+    bench = "sglang.bench_serving" if sglang else "vllm bench serve"
+    tool = dict(zip(("input", "output"), SGLANG_RANDOM if sglang else VLLM_RANDOM))
+    plural = len(unset) > 1
+    said = (" and ".join(f"--random-{kind}-len" for kind in unset) + " not given: "
+            + " and ".join(f"{kind} length {used[kind]:,}" for kind in unset) + " tokens, ")
+    if not from_config:
+        return said + f"{bench}'s default{'s' if plural else ''}"
+    keys = " and ".join(f"workload.{'isl' if kind == 'input' else 'osl'}" for kind in unset)
+    defaults = " and ".join(f"{tool[kind]:,}" for kind in unset)
+    return said + f"the config's {keys} ({bench}'s own default{'s are' if plural else ' is'} {defaults})"
+
+
 def _pick(args: argparse.Namespace, prefix: str, defaults: dict[str, int]) -> dict[str, int]:
     return {key: int(getattr(args, f"{prefix}_{key}") if getattr(args, f"{prefix}_{key}") is not None else value)
             for key, value in defaults.items()}
 
 
-def _data(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
-    """(data form, requests it fixes: generated-shared-prefix sends each prompt once)."""
+def _data(args: argparse.Namespace, lengths: tuple[int, int] | None,
+          notes: list[str]) -> tuple[dict[str, Any], int | None]:
+    """(data form, requests it fixes: generated-shared-prefix sends each prompt once, prefix_repetition
+    a whole number of prompts per prefix)."""
     name = args.dataset_name or "random"
     if name == "random":
-        return _random_data(args), None
+        return _random_data(args, lengths, notes), None
     if name == "prefix_repetition":
-        return {"type": "prefix_repetition", **_pick(args, "prefix_repetition", PREFIX_REPETITION)}, None
+        picked = _pick(args, "prefix_repetition", PREFIX_REPETITION)
+        return {"type": "prefix_repetition", **picked}, _repetition_count(args, picked["num_prefixes"], notes)
     if name == "generated-shared-prefix":
         gsp = _pick(args, "gsp", GSP)
+        if gsp["num_groups"] * gsp["prompts_per_group"] > MAX_PROMPTS:
+            raise InferSimError(f"--gsp-num-groups {gsp['num_groups']:,} x --gsp-prompts-per-group "
+                                f"{gsp['prompts_per_group']:,} = {gsp['num_groups'] * gsp['prompts_per_group']:,} "
+                                f"prompts; at most {MAX_PROMPTS:,} (every prompt is drawn and the list shuffled "
+                                "before the first request is sent)")
         return {"type": "shared_prefix", "num_groups": gsp["num_groups"], "prompts_per_group": gsp["prompts_per_group"],
                 "system_prompt_len": gsp["system_prompt_len"], "question_len": gsp["question_len"],
                 "output_len": gsp["output_len"], "order": "once"}, gsp["num_groups"] * gsp["prompts_per_group"]
@@ -120,9 +153,31 @@ def _data(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
                         "(input, output) lengths as a trace with --lengths-from (or --dataset-path TRACE)")
 
 
-def workload_from_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """The workload form (infersim.serve.workload_spec) the benchmark flags describe."""
-    data, fixed_count = _data(args)
+def _repetition_count(args: argparse.Namespace, prefixes: int, notes: list[str]) -> int:
+    """vllm bench serve's PrefixRepetitionRandomDataset makes num_prompts // num_prefixes prompts per
+    prefix (refusing fewer prompts than prefixes) and sends those: a whole multiple of the prefixes."""
+    asked = int(args.num_requests or 1000)
+    given = "" if args.prefix_repetition_num_prefixes is not None else " (its default)"
+    if prefixes < 1:
+        raise InferSimError(f"--prefix-repetition-num-prefixes {prefixes}: at least 1 prefix")
+    if asked < prefixes:
+        raise InferSimError(f"--num-prompts {asked:,} with --prefix-repetition-num-prefixes {prefixes:,}{given}: "
+                            "vllm bench serve makes num_prompts // num_prefixes prompts per prefix and refuses fewer "
+                            f"prompts than prefixes; give --num-prompts >= {prefixes:,}")
+    sent = asked // prefixes * prefixes
+    if sent != asked:
+        notes.append(f"--num-prompts {asked:,} with --prefix-repetition-num-prefixes {prefixes:,}{given}: "
+                     f"{sent:,} requests sent, {asked // prefixes:,} per prefix (vllm bench serve makes num_prompts "
+                     "// num_prefixes prompts per prefix)")
+    return sent
+
+
+def workload_from_flags(args: argparse.Namespace, lengths: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The workload form (infersim.serve.workload_spec) the benchmark flags describe; `lengths`: the
+    random dataset's (input, output) lengths where its flags give none (the run config's workload;
+    None: the bench tool's own defaults). Both are named in the form's notes."""
+    notes: list[str] = []
+    data, fixed_count = _data(args, lengths, notes)
     count = fixed_count or int(args.num_requests or 1000)
     sglang = args.bench_tool == "sglang"
     ramp = None
@@ -145,8 +200,215 @@ def workload_from_flags(args: argparse.Namespace) -> dict[str, Any]:
                             "burstiness": args.burstiness or 1.0}
     if ramp is not None:
         load["ramp_up"] = ramp
-    notes = []
-    if fixed_count is not None and args.num_requests is not None and args.num_requests != fixed_count:
+    if args.dataset_name == "generated-shared-prefix" and args.num_requests is not None and \
+            args.num_requests != fixed_count:
         notes.append(f"generated-shared-prefix sends each of its {fixed_count:,} prompts once; --num-prompts "
                      f"{int(args.num_requests):,} not used")
     return {"load": load, "data": data, "notes": notes}
+
+
+# -- flags the chosen load does not read
+#
+# A flag the chosen load would not read is refused in one line saying why, rather than dropped:
+# `serve --workload FILE --isl 50` would otherwise report the file's own lengths under a command line
+# that names others. A --workload file's stages give counts, rates and gaps and its data the lengths;
+# the dataset flags give one stage, and each dataset reads its own flags only; a --trace's rows give
+# arrival times and lengths, --lengths-from's (and --dataset-path's) the lengths; --burstiness
+# shapes Poisson gaps and --max-waiting bounds an open loop's queue.
+
+#: each dataset's own flags (the argparse names)
+DATASET_OWN = {
+    "random": ("random_range_ratio", "random_prefix_len"),
+    "prefix_repetition": ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
+                          "prefix_repetition_num_prefixes", "prefix_repetition_output_len"),
+    "generated-shared-prefix": ("gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len",
+                                "gsp_question_len", "gsp_output_len"),
+    "sharegpt": ("dataset_path",),
+}
+#: the flags a dataset other than random builds its prompts and outputs from, in place of --isl/--osl
+DATASET_LENGTHS = {"prefix_repetition": ("--prefix-repetition-prefix-len and --prefix-repetition-suffix-len",
+                                         "--prefix-repetition-output-len"),
+                   "generated-shared-prefix": ("--gsp-system-prompt-len and --gsp-question-len", "--gsp-output-len")}
+LENGTH_FLAGS = (("isl", "--isl (--random-input-len)"), ("osl", "--osl (--random-output-len)"))
+
+
+def _flag(attr: str) -> str:
+    return "--" + attr.replace("_", "-")
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else shorten(str(value))
+
+
+def _sweeping(args: argparse.Namespace) -> bool:
+    return args.rate_sweep is not None or bool(args.max_rate_under_slo)
+
+
+def refuse_unread_flags(args: argparse.Namespace) -> None:
+    """Refuse, in one line naming the flag, its value and why, a flag the load does not read."""
+    _dataset_flags(args)
+    _length_flags(args)
+    if args.workload is not None:
+        _workload_flags(args)
+    elif uses_dataset_flags(args) and args.dataset_name != "sharegpt":
+        _bench_load_flags(args)
+    else:
+        _plain_load_flags(args)
+    _output_flags(args)
+
+
+def _dataset_flags(args: argparse.Namespace) -> None:
+    if not uses_dataset_flags(args):
+        if args.bench_tool != "vllm":
+            raise InferSimError(f"--bench-tool {args.bench_tool}: says whose dataset flags are given, and none is; "
+                                "give --dataset-name (e.g. random, whose lengths the tools draw differently)")
+        return
+    name = args.dataset_name or "random"
+    chosen = f"--dataset-name {name}" if args.dataset_name else "the random dataset (no --dataset-name)"
+    for dataset, own in DATASET_OWN.items():
+        given = [attr for attr in own if getattr(args, attr, None) is not None] if dataset != name else []
+        if given:
+            raise InferSimError(f"{_flag(given[0])} {_shown(getattr(args, given[0]))}: a flag of --dataset-name "
+                                f"{dataset}; the load is {chosen}")
+    if name in DATASET_LENGTHS:
+        for (attr, flag), instead in zip(LENGTH_FLAGS, DATASET_LENGTHS[name]):
+            if getattr(args, attr) is not None:
+                raise InferSimError(f"{flag} {_shown(getattr(args, attr))}: the random dataset's length; "
+                                    f"--dataset-name {name} builds its requests from {instead}")
+    _ramp_flags(args)
+    if args.trace is not None:
+        raise InferSimError(f"--trace {shorten(args.trace)} with {chosen}: choose one load (a trace's rows, or the "
+                            "dataset's requests)")
+
+
+def _ramp_flags(args: argparse.Namespace) -> None:
+    if args.ramp_up_strategy is None:
+        for attr in ("ramp_up_start_rps", "ramp_up_end_rps"):
+            if getattr(args, attr) is not None:
+                raise InferSimError(f"{_flag(attr)} {_shown(getattr(args, attr))}: a rate of the --ramp-up-strategy "
+                                    "ramp, and no --ramp-up-strategy is given")
+        return
+    for flag, on, why in ((f"--request-rate {_shown(args.rate)}", args.rate is not None,
+                           "vllm bench serve refuses both too"),
+                          (f"--max-concurrency {_shown(args.concurrency)}", args.concurrency is not None,
+                           "a ramp under a cap is not modelled"),
+                          ("--offline", args.offline, "the ramp spaces the sends")):
+        if on:
+            raise InferSimError(f"{flag} with --ramp-up-strategy {args.ramp_up_strategy}: the ramp sets the rate, "
+                                f"from --ramp-up-start-rps to --ramp-up-end-rps ({why}); drop {flag.split()[0]}")
+
+
+def _length_source(args: argparse.Namespace) -> str | None:
+    """What gives the requests' lengths where no --isl/--osl can (None: they can)."""
+    if args.workload is not None:
+        return f"--workload {shorten(args.workload)} gives each request's lengths (its data)"
+    if args.trace is not None:
+        return f"--trace {shorten(args.trace)} gives each request's lengths (its rows)"
+    if args.dataset_name == "sharegpt" and args.dataset_path is not None:
+        return f"--dataset-name sharegpt draws each request's lengths from --dataset-path {shorten(args.dataset_path)}"
+    if args.lengths_from is not None:
+        return f"--lengths-from {shorten(args.lengths_from)} draws each request's lengths from its rows"
+    return None
+
+
+def _length_flags(args: argparse.Namespace) -> None:
+    name = args.dataset_name or "random"
+    if args.lengths_from is not None and uses_dataset_flags(args) and args.workload is None:
+        also = "; drop --lengths-from" if name == "sharegpt" else ""
+        raise InferSimError(f"--lengths-from {shorten(args.lengths_from)}: --dataset-name {name} builds each "
+                            f"request's lengths" + (" from --dataset-path" if name == "sharegpt" else "") + also)
+    source = _length_source(args)
+    if source is None:
+        return
+    for attr, flag in LENGTH_FLAGS:
+        if getattr(args, attr) is not None:
+            raise InferSimError(f"{flag} {_shown(getattr(args, attr))}: {source}; drop {flag.split()[0]}")
+    if args.lengths_from is not None and not source.startswith("--lengths-from"):
+        raise InferSimError(f"--lengths-from {shorten(args.lengths_from)}: {source}; drop --lengths-from")
+
+
+def _workload_flags(args: argparse.Namespace) -> None:
+    where = f"--workload {shorten(args.workload)}"
+    for attr, why in (("num_requests", "its stages give their own request counts"),
+                      ("burstiness", "its load.burstiness shapes its gaps"),
+                      ("prefix_hit_rate", "its prompts share prefixes by their tokens, and the prefix cache "
+                                          "finds them"),
+                      ("disaggregate", "a staged workload runs on colocated instances; PD disaggregation of it is "
+                                       "not modelled"),
+                      ("trace_time_scale", "scales a --trace's arrival times, and there is no --trace")):
+        value = getattr(args, attr)
+        if value is not None:
+            raise InferSimError(f"{_flag(attr)} {_shown(value)} with {where}: {why}")
+    _search_only_flags(args)
+
+
+def _bench_load_flags(args: argparse.Namespace) -> None:
+    name = args.dataset_name or "random"
+    closed = args.ramp_up_strategy is None and args.rate is None  # --max-concurrency alone, or --offline
+    sends = ("--offline sends every request at t = 0" if args.offline else
+             f"--max-concurrency {_shown(args.concurrency)} alone is a closed loop: a client sends when its last "
+             "request ends")
+    for attr, on, why in (
+            ("prefix_hit_rate", True, f"--dataset-name {name}'s prompts share prefixes by their tokens, and the "
+                                      "prefix cache finds them"),
+            ("disaggregate", True, "the dataset flags run as a staged workload, on colocated instances; PD "
+                                   "disaggregation of one is not modelled"),
+            ("trace_time_scale", True, "scales a --trace's arrival times, and there is no --trace"),
+            ("burstiness", closed, f"shapes the gaps of --request-rate or a ramp; {sends}"),
+            ("max_waiting", closed, f"bounds an open loop's queue; {sends}")):
+        value = getattr(args, attr)
+        if on and value is not None:
+            raise InferSimError(f"{_flag(attr)} {_shown(value)}: {why}")
+    _search_only_flags(args)
+
+
+def _plain_load_flags(args: argparse.Namespace) -> None:
+    """--rate, --concurrency, --offline, --trace and the rate searches."""
+    closed = args.concurrency is not None and args.rate is None and not _sweeping(args)
+    if args.burstiness is not None:
+        for on, why in ((args.trace is not None, f"--trace {shorten(str(args.trace))}'s rows give the arrival times"),
+                        (args.offline, "--offline sends every request at t = 0"),
+                        (closed, f"--concurrency {_shown(args.concurrency)} alone is a closed loop: a client sends "
+                                 "when its last request ends")):
+            if on:
+                raise InferSimError(f"--burstiness {_shown(args.burstiness)}: shapes Poisson gaps (--rate); {why}")
+    if args.max_waiting is not None:
+        for on, why in ((args.offline, "--offline hands the engine its requests as it takes them"),
+                        (args.concurrency is not None, f"with --concurrency {_shown(args.concurrency)} the client "
+                                                       "holds the requests beyond its slots")):
+            if on:
+                raise InferSimError(f"--max-waiting {_shown(args.max_waiting)}: bounds an open loop's queue; {why}")
+
+
+def _search_only_flags(args: argparse.Namespace) -> None:
+    for attr in ("executor", "workers"):
+        value = getattr(args, attr)
+        if value is not None and not _sweeping(args):
+            raise InferSimError(f"{_flag(attr)} {_shown(value)}: runs the points of --rate-sweep or "
+                                "--max-rate-under-slo; a single serving run uses neither")
+
+
+#: what --requests-out writes, by the file's suffix
+REQUEST_FORMATS = (".jsonl", ".csv")
+
+
+def _output_flags(args: argparse.Namespace) -> None:
+    if _sweeping(args):
+        return  # records with a search are refused with the search's own reason
+    if args.include_requests and args.format != "json":
+        raise InferSimError("--include-requests puts per-request records in the JSON output: give --format json, "
+                            "or --requests-out FILE (.jsonl or .csv) beside the text report")
+    out = args.requests_out
+    # a name that is no file (empty, a directory) is refused where the file is written, for that reason
+    if out and not os.path.isdir(out) and not out.endswith(REQUEST_FORMATS):
+        hint = "; --include-requests --format json puts them in the JSON output" if out.endswith(".json") else ""
+        raise InferSimError(f"--requests-out {shorten(out)}: the suffix says the format: .jsonl (one JSON record a "
+                            f"line) or .csv{hint}")
+
+
+def refuse_unread_by_stages(args: argparse.Namespace, spec: Any) -> None:
+    """Flags a parsed workload's stages leave unread: --max-waiting where every stage is a closed loop."""
+    if args.max_waiting is not None and all(stage.concurrency is not None for stage in spec.stages):
+        raise InferSimError(f"--max-waiting {_shown(args.max_waiting)}: bounds an open loop's queue; every stage of "
+                            f"--workload {shorten(str(args.workload))} is a closed loop (concurrency), whose clients "
+                            "hold their requests")

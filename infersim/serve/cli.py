@@ -38,10 +38,29 @@ def parse_slo(text: str) -> dict[str, float]:
             value = check_number(number, "--slo", metric, gt=0) * UNITS[unit.lower()]
         except ConfigError as exc:
             raise InferSimError(f"--slo {echo(text)}: {metric}={number}{unit}: {exc.problem}") from None
+        if f"{metric}_s" in out:
+            raise InferSimError(f"--slo {echo(text)}: {metric} is given twice; give each limit once")
         out[f"{metric}_s"] = value
     if not out:
         raise InferSimError(f"--slo {echo(text)}: give ttft=... and/or tpot=...")
     return out
+
+
+def parse_slos(texts: list[str] | str) -> dict[str, float]:
+    """Every --slo flag's limits together ('--slo ttft=2s --slo tpot=50ms' is both); a limit given by
+    two flags is refused rather than one of them kept."""
+    from infersim.base.errors import echo
+
+    merged: dict[str, float] = {}
+    first: dict[str, str] = {}
+    for text in [texts] if isinstance(texts, str) else texts:
+        for key, value in parse_slo(text).items():
+            if key in merged:
+                metric = key.removesuffix("_s")
+                raise InferSimError(f"--slo {echo(text)}: {metric} is given twice (also in --slo "
+                                    f"{echo(first[key])}); give each limit once")
+            merged[key], first[key] = value, text
+    return merged
 
 
 def _length(text: str | None, name: str) -> Any:
@@ -59,16 +78,17 @@ def _length(text: str | None, name: str) -> Any:
 def read_workload_file(path: str) -> dict[str, Any]:
     """A workload file: an inference-perf profile, a trainval experiment's `workload:` stanza, or
     InferSim's own workload form (optionally under a top-level `workload:` key)."""
+    from pathlib import Path
+
+    from infersim.base.errors import ConfigError
+    from infersim.cards.schema import load_yaml
     from infersim.serve.inference_perf import is_inference_perf, workload_from_inference_perf
     from infersim.serve.trainval import trainval_workload
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            loaded = yaml.safe_load(fh)
-    except OSError as exc:
-        raise InferSimError(f"--workload {path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise InferSimError(f"--workload {path}: not YAML ({str(exc).splitlines()[0]})") from None
+    try:  # load_yaml: text that is not UTF-8, a key given twice, nesting too deep are one message each
+        loaded = load_yaml(Path(path), "workload file")
+    except ConfigError as exc:
+        raise InferSimError(f"--workload {exc}") from None
     if not isinstance(loaded, dict):
         raise InferSimError(f"--workload {path}: expected a mapping")
     if is_inference_perf(loaded):
@@ -81,7 +101,7 @@ def read_workload_file(path: str) -> dict[str, Any]:
 
 def _workload_options(args: argparse.Namespace) -> dict[str, Any] | None:
     """The workload a --workload file or the benchmark dataset flags describe (None: neither)."""
-    from infersim.serve.bench_flags import uses_dataset_flags, workload_from_flags
+    from infersim.serve.bench_flags import refuse_unread_by_stages, uses_dataset_flags, workload_from_flags
 
     flags = uses_dataset_flags(args) and args.dataset_name != "sharegpt"
     if args.workload is None and not flags:
@@ -93,8 +113,24 @@ def _workload_options(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.rate_sweep is not None or args.max_rate_under_slo:
         raise InferSimError("--rate-sweep and --max-rate-under-slo vary a Poisson rate; a workload has its own stages")
     form = read_workload_file(args.workload) if args.workload is not None else workload_from_flags(args)
-    options: dict[str, Any] = {"workload": form, "seed": args.seed, "replicas": args.replicas, "router": args.router}
+    spec = parsed_workload(form, f"--workload {args.workload}" if args.workload is not None else
+                           f"--dataset-name {args.dataset_name or 'random'}")
+    refuse_unread_by_stages(args, spec)
+    options: dict[str, Any] = {"workload": spec, "seed": args.seed, "replicas": args.replicas, "router": args.router}
+    if args.slo_percentile not in (50, 90, 99):
+        options["percentiles"] = [args.slo_percentile]
     return options
+
+
+def parsed_workload(form: Any, source: str) -> Any:
+    """The workload form checked where it was given: a bad value's message names `source` (the file,
+    or the dataset flags) before the key and the value."""
+    from infersim.serve.workload_spec import parse_workload
+
+    try:
+        return parse_workload(form)
+    except InferSimError as exc:
+        raise InferSimError(f"{source}: {exc}") from None
 
 
 def _extras(args: argparse.Namespace) -> dict[str, Any]:
@@ -103,17 +139,32 @@ def _extras(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    from infersim.serve.bench_flags import refuse_unread_flags
+
+    refuse_unread_flags(args)
     workload = _workload_options(args)
     if workload is not None:
         if args.slo:
-            workload["slo"] = parse_slo(args.slo)
+            workload["slo"] = parse_slos(args.slo)
         return {**workload, **_extras(args)}
-    if args.dataset_name == "sharegpt":
-        if not args.dataset_path:
-            raise InferSimError("--dataset-name sharegpt: give its (input, output) token counts as a trace with "
-                                "--dataset-path (a conversation file's lengths need its tokenizer)")
-        args.lengths_from = args.dataset_path
+    if args.dataset_name == "sharegpt" and not args.dataset_path:
+        raise InferSimError("--dataset-name sharegpt: give its (input, output) token counts as a trace with "
+                            "--dataset-path (a conversation file's lengths need its tokenizer)")
     return {**_legacy_options(args), **_extras(args)}
+
+
+def with_config_lengths(args: argparse.Namespace, options: dict[str, Any], config: Any) -> dict[str, Any]:
+    """The random dataset's lengths where --random-input-len/--random-output-len give none: the run
+    config's workload (the lengths the user's config describes), named in a note; vllm bench serve's
+    own defaults (1024 and 128) describe no config."""
+    from infersim.serve.bench_flags import uses_dataset_flags, workload_from_flags
+
+    if args.workload is not None or not uses_dataset_flags(args) or (args.dataset_name or "random") != "random":
+        return options
+    if args.isl is not None and args.osl is not None:
+        return options
+    form = workload_from_flags(args, (config.workload.isl, config.workload.osl))
+    return {**options, "workload": parsed_workload(form, "--dataset-name random")}
 
 
 def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,13 +188,14 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         options["num_requests"] = args.num_requests
     given = {"rate": args.rate, "concurrency": args.concurrency, "trace": args.trace,
              "trace_time_scale": args.trace_time_scale if args.trace is not None else None,
-             "isl": _length(args.isl, "isl"), "osl": _length(args.osl, "osl"), "lengths_trace": args.lengths_from,
+             "isl": _length(args.isl, "isl"), "osl": _length(args.osl, "osl"),
+             "lengths_trace": args.dataset_path if args.dataset_name == "sharegpt" else args.lengths_from,
              "burstiness": args.burstiness, "prefix_hit_rate": args.prefix_hit_rate}
     options.update({name: value for name, value in given.items() if value is not None})
     if capped:
         options["concurrency"] = args.concurrency
     if args.slo:
-        options["slo"] = parse_slo(args.slo)
+        options["slo"] = parse_slos(args.slo)
     if args.slo_percentile not in (50, 90, 99):
         options["percentiles"] = [args.slo_percentile]
     if args.disaggregate:
@@ -168,7 +220,14 @@ def _check_search_flags(args: argparse.Namespace, sweeping: bool) -> None:
                             "there is no --trace")
 
 
-def write_requests(path: str, records: list[dict[str, Any]]) -> None:
+def write_requests(path: str, records: list[dict[str, Any]], args: argparse.Namespace | None = None) -> None:
+    """Per-request records to `path`, never over one of the files the run read (`args`: its flags)."""
+    from infersim.base.outputs import check_output_path, inputs_of
+
+    files = {"--trace": "trace", "--workload": "workload", "--lengths-from": "lengths_from",
+             "--dataset-path": "dataset_path", "--config": "config", "--model": "model", "--hardware": "hardware",
+             "--engine": "engine", "--calibration": "calibration"}
+    check_output_path(path, "--requests-out", inputs_of(args, files) if args is not None else None)
     try:
         with open(path, "w", newline="") as fh:
             if path.endswith(".csv"):
@@ -238,6 +297,7 @@ def _serve(args: argparse.Namespace) -> int:
     flags = replace(flags_from_args(args), isl=_request_length(args.isl, "isl"), osl=_request_length(args.osl, "osl"))
     config = load_run_config(args.config, args.overrides, args.mfu_tables, flags)
     print_notes(config)
+    options = with_config_lengths(args, options, config)
     launch = _launch_plan(config, options) if args.emit_launch else None
     want_records = bool(args.requests_out) or args.include_requests
     executor, client = None, None
@@ -268,7 +328,7 @@ def _serve(args: argparse.Namespace) -> int:
         summary["calibration"] = calibration
     records = summary.pop("requests", None) if not args.include_requests else summary.get("requests")
     if args.requests_out and records:
-        write_requests(args.requests_out, records)
+        write_requests(args.requests_out, records, args)
     if args.format == "json":
         print(json.dumps({"run": run_block(config, options), **summary, **_launch_json(launch)}, indent=2))
     else:
@@ -476,7 +536,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "where the engine card says how the engine enables one")
     p.add_argument("--prefix-hit-rate", type=_number(ge=0), default=None, help="share of every prompt found in the prefix cache")
     p.add_argument("--disaggregate", default=None, metavar="xPyD", help="PD disaggregation, e.g. 3P1D")
-    p.add_argument("--slo", default=None, metavar="ttft=2s,tpot=50ms", help="latency limits for goodput and searches; each names its unit (s, ms or us)")
+    p.add_argument("--slo", action="append", default=None, metavar="ttft=2s,tpot=50ms",
+                   help="latency limits for goodput and searches; each names its unit (s, ms or us); repeatable, "
+                        "each limit given once")
     p.add_argument("--rate-sweep", default=None, metavar="START:STOP:STEP",
                    help="Poisson rates to sweep (e.g. 1:16:1 or 2,4,8): the throughput-latency curve")
     p.add_argument("--max-rate-under-slo", action="store_true", help="find the highest Poisson rate meeting --slo")
@@ -514,4 +576,3 @@ def _percentile(text: str) -> float:
     if not 0 < value < 100:
         raise argparse.ArgumentTypeError(f"{text!r}: a percentile is in (0, 100), e.g. 95 or 99.9")
     return value
-

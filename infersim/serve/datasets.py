@@ -45,9 +45,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from infersim.base.errors import InferSimError
 from infersim.serve.profiles import stage_times
 from infersim.serve.workload import LengthDist, Request
-from infersim.serve.workload_spec import DataSpec, StageSpec, WorkloadSpec
+from infersim.serve.workload_spec import MAX_TURNS, DataSpec, StageSpec, WorkloadSpec
 
 
 def _seed(seed: int, stage: int, salt: int) -> int:
@@ -187,11 +188,17 @@ class Traffic:
         data = self.data
         assert data.turns is not None and data.system_prompt_len is not None
         rng = random.Random(_seed(self.seed, stage, 5))
-        system = [data.system_prompt_len.draw(rng) if data.system_prompt_len.mean else 0 for _ in range(data.num_groups)]
+        # session j takes system prompt j mod num_system_prompts: prompts past the stage's count are never sent
+        system = [data.system_prompt_len.draw(rng) if data.system_prompt_len.mean else 0
+                  for _ in range(min(data.num_groups, count))]
         for j in range(count):
             session = self._new_id()
             group = j % data.num_groups
-            self.sessions[session] = [data.turns.draw(rng), 0, random.Random(_seed(self.seed, stage, 1000 + j))]
+            turns = data.turns.draw(rng)
+            if turns > MAX_TURNS:
+                raise InferSimError(f"workload.data.turns {data.turns.describe()}: drew {turns:,} turns for a session; "
+                                    f"a session runs at most {MAX_TURNS:,} (give the distribution a max)")
+            self.sessions[session] = [turns, 0, random.Random(_seed(self.seed, stage, 1000 + j))]
             self.context[session] = (_present(((("sys", stage, group), system[group]),)), system[group])
             yield self._turn(stage, session)
 

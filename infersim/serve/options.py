@@ -228,6 +228,10 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
         raise InferSimError("serve: a workload (options.workload) is its own load; give it without mode, rate, "
                             "concurrency or trace" if workload is not None else "serve mode workload needs a workload")
     rate, concurrency = _load(options, mode)
+    if options.get("router") == "cache-aware" and workload is None:
+        raise InferSimError(f"router cache-aware sends a request where most of its prompt's tokens are cached: a "
+                            f"staged workload's prompts (workload, --workload or the dataset flags) name their tokens, "
+                            f"a {mode} load's do not; give round-robin or least-loaded")
     if mode == "trace" and not options.get("trace"):
         raise InferSimError("serve mode trace needs a trace file")
     disagg = _disaggregation(options.get("disaggregate"))

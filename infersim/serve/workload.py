@@ -283,12 +283,12 @@ def _read_lengths_file(path: str, name: str) -> list[Any]:
 def check_rate(rate: Any, name: str = "rate") -> float:
     """A request rate (requests/s) through the number rule."""
     if isinstance(rate, bool) or rate is None:
-        raise InferSimError(f"request rate must be a positive number of requests per second (got {rate!r})")
+        raise InferSimError(f"{name}: a request rate must be a positive number of requests per second (got {rate!r})")
     try:
         return float(check_number(rate, "serve", name, gt=0))
     except ConfigError as exc:
-        raise InferSimError(f"request rate must be a positive number of requests per second (value: {echo(rate)}: "
-                            f"{exc.problem})") from None
+        raise InferSimError(f"{name}: a request rate must be a positive number of requests per second (value: "
+                            f"{echo(rate)}: {exc.problem})") from None
 
 
 def span_error(what: str, span: float) -> InferSimError:

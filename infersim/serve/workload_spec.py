@@ -30,7 +30,7 @@ is in infersim.serve.datasets.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infersim.base.errors import InferSimError, echo
@@ -38,6 +38,12 @@ from infersim.serve.profiles import RAMPS, TIMERS, Ramp
 from infersim.serve.workload import MAX_REQUESTS, LengthDist, check_rate, length_dist
 
 DATA_TYPES = ("random", "prefix_repetition", "shared_prefix", "sessions")
+#: most prompts a shared_prefix generator holds: every prompt's lengths are drawn and the list is
+#: shuffled before the first request is sent (some 10 us a prompt), whatever number the stages send
+MAX_PROMPTS = 1_000_000
+#: most turns of one conversation (a session, or a multi-turn user's rounds): turn t's prompt holds
+#: every earlier turn, so a conversation costs the square of its turns
+MAX_TURNS = 10_000
 
 
 @dataclass(frozen=True)
@@ -126,10 +132,10 @@ class WorkloadSpec:
     def describe(self) -> str:
         d = self.data
         what = {"random": "random lengths" + (f" after a shared {d.prefix_tokens:,}-token prefix" if d.prefix_tokens else ""),
-                "prefix_repetition": f"{d.num_prefixes} repeated prefixes",
-                "shared_prefix": f"{d.num_groups} x {d.prompts_per_group} shared-prefix prompts"
+                "prefix_repetition": f"{d.num_prefixes:,} repeated prefixes",
+                "shared_prefix": f"{d.num_groups:,} x {d.prompts_per_group:,} shared-prefix prompts"
                                  + (", multi-turn" if d.multi_turn else ""),
-                "sessions": f"chat sessions, {d.num_groups} system prompt(s)"}[d.type]
+                "sessions": f"chat sessions, {d.num_groups:,} system prompt(s)"}[d.type]
         stages = ", then ".join(s.describe() for s in self.stages)
         ramp = f", ramp {self.ramp.strategy} {self.ramp.start_rps:g} to {self.ramp.end_rps:g}/s" if self.ramp else ""
         return f"{what}; {self.timer} timer: {stages}{ramp}"
@@ -237,6 +243,7 @@ def parse_data(spec: Any, where: str = "workload.data") -> DataSpec:
                         prefix_len=_whole(s["prefix_len"], f"{where}.prefix_len", 0),
                         suffix_len=_whole(s["suffix_len"], f"{where}.suffix_len", 0))
     if kind == "shared_prefix":
+        _check_prompts(s, where)
         order = s.get("order", "cycle")
         if order not in ("cycle", "once", "fresh"):
             raise InferSimError(f"{where}.order: {echo(order)} is not cycle, once or fresh")
@@ -247,10 +254,32 @@ def parse_data(spec: Any, where: str = "workload.data") -> DataSpec:
                         prompts_per_group=_whole(s["prompts_per_group"], f"{where}.prompts_per_group"),
                         system_prompt_len=_zero_or_dist(s["system_prompt_len"], f"{where}.system_prompt_len"),
                         question_len=dist("question_len"), multi_turn=multi, order=order)
-    return DataSpec(kind, output=dist("output_len"), question_len=dist("question_len"), turns=dist("turns"),
+    return DataSpec(kind, output=dist("output_len"), question_len=dist("question_len"),
+                    turns=_turns(dist("turns"), f"{where}.turns"),
                     num_groups=_whole(s.get("num_system_prompts", 1), f"{where}.num_system_prompts"),
                     system_prompt_len=_zero_or_dist(s["system_prompt_len"], f"{where}.system_prompt_len"),
                     think_time=_think_time(s.get("think_time_s", 0), f"{where}.think_time_s"))
+
+
+def _check_prompts(s: Mapping[str, Any], where: str) -> None:
+    groups = _whole(s["num_groups"], f"{where}.num_groups")
+    per_group = _whole(s["prompts_per_group"], f"{where}.prompts_per_group")
+    if groups * per_group > MAX_PROMPTS:
+        raise InferSimError(f"{where}: num_groups {groups:,} x prompts_per_group {per_group:,} = "
+                            f"{groups * per_group:,} prompts; at most {MAX_PROMPTS:,} (every prompt is drawn and the "
+                            "list shuffled before the first request is sent)")
+
+
+def _turns(turns: LengthDist, where: str) -> LengthDist:
+    """A session's turn count, within MAX_TURNS: the largest a distribution can draw where it has one
+    (a number, a max, a uniform or empirical one), else its mean (a larger draw is refused as drawn)."""
+    largest = turns.high or turns.mean
+    if largest > MAX_TURNS:
+        what = ("" if turns.dist == "fixed" else f" (max {turns.high:,})" if turns.high
+                else f" (mean {turns.mean:,.6g})")
+        raise InferSimError(f"{where}: {turns.describe()}{what}: a session runs at most {MAX_TURNS:,} turns (turn "
+                            "t's prompt holds every earlier turn, so a session costs the square of its turns)")
+    return turns
 
 
 def _zero_or_dist(value: Any, where: str) -> LengthDist:
@@ -291,6 +320,53 @@ def parse_workload(spec: Any, where: str = "workload") -> WorkloadSpec:
     notes = s.get("notes") or ()
     if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
         raise InferSimError(f"{where}.notes: expected a list of sentences (got {echo(notes)})")
-    return WorkloadSpec(stages, parse_data(s["data"], f"{where}.data"), timer, burst, ramp,
+    data = parse_data(s["data"], f"{where}.data")
+    stages, fitted = _fit_stages(stages, data, where)
+    return WorkloadSpec(stages, data, timer, burst, ramp,
                         _seconds(load.get("interval_s", 1.0), f"{where}.load.interval_s", positive=False), max_len,
-                        tuple(notes))
+                        tuple(notes) + tuple(fitted))
+
+
+def _fit_stages(stages: tuple[StageSpec, ...], data: DataSpec, where: str) -> tuple[tuple[StageSpec, ...], list[str]]:
+    """The stages as the data sends them, with a note for each count the data type changes; counts it
+    cannot send, or conversations longer than MAX_TURNS, are refused."""
+    notes: list[str] = []
+    fitted = []
+    for i, stage in enumerate(stages):
+        at = f"{where}.load.stages[{i}]"
+        sent = stage.sent().count if stage.windowed else stage.count
+        if data.type == "prefix_repetition":
+            stage = _repeated_prefixes(stage, sent, data.num_prefixes, at, where, notes)
+        elif data.type == "sessions":
+            assert data.turns is not None
+            if sent * data.turns.mean > MAX_REQUESTS:
+                raise InferSimError(f"{at}: {sent:,} sessions x {data.turns.mean:,.6g} turns (mean of {where}.data."
+                                    f"turns) = {sent * data.turns.mean:,.0f} requests; a stage sends at most "
+                                    f"{MAX_REQUESTS:,}")
+        elif data.multi_turn and data.order != "once":  # once: every prompt sent once, one round each
+            users = data.num_groups * data.prompts_per_group
+            rounds = -(-sent // users)
+            if rounds > MAX_TURNS:
+                raise InferSimError(f"{at}: {sent:,} requests over {users:,} multi-turn user(s) (num_groups x "
+                                    f"prompts_per_group) are up to {rounds:,} rounds each; a conversation runs at most "
+                                    f"{MAX_TURNS:,} (each round's prompt holds every earlier one)")
+        fitted.append(stage)
+    return tuple(fitted), notes
+
+
+def _repeated_prefixes(stage: StageSpec, sent: int, prefixes: int, at: str, where: str, notes: list[str]) -> StageSpec:
+    """vllm bench serve's PrefixRepetitionRandomDataset makes num_requests // num_prefixes prompts per
+    prefix and refuses fewer requests than prefixes: a stage sends the whole multiple of its prefixes."""
+    if sent < prefixes:
+        raise InferSimError(f"{at}: {sent:,} requests with {where}.data.num_prefixes {prefixes:,}: prefix_repetition "
+                            "sends num_prefixes x (requests // num_prefixes) requests, none here (vllm bench serve "
+                            f"refuses fewer requests than prefixes); send at least {prefixes:,}")
+    kept = sent // prefixes * prefixes
+    if kept == sent:
+        return stage
+    notes.append(f"{at}: prefix_repetition sends num_prefixes x (requests // num_prefixes) = {kept:,} of its "
+                 f"{sent:,} requests ({sent // prefixes:,} after each of {prefixes:,} prefixes), as vllm bench serve's "
+                 "PrefixRepetitionRandomDataset makes them")
+    if stage.num_requests is not None:
+        return replace(stage, num_requests=kept)
+    return stage
