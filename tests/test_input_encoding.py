@@ -95,3 +95,23 @@ def test_an_ordinary_config_still_reads(tmp_path, capsys) -> None:
     config.write_text(Path(REPO_ROOT / "configs" / "serve-llama-8b-h100.yaml").read_text())
     code, _out, err = run(capsys, "--config", str(config))
     assert code == 0, err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["validate", "--measured", "{dir}"], "--measured {dir}: is a directory, not a file"),
+    (["validate", "--reference", "{dir}"], "--reference {dir}: is a directory, not a file"),
+    (["--config", "qwen3-30b.yaml", "--calibration", "{dir}"], "calibration {dir}: is a directory, not a file"),
+])
+def test_a_directory_given_for_a_file_is_named_as_one(capsys, tmp_path: Path, args, message) -> None:
+    code, _out, err = run(capsys, *[a.format(dir=tmp_path) for a in args])
+    assert code == 2
+    one_line_error(err, message.format(dir=tmp_path))
+
+
+def test_a_too_deep_lengths_file_is_one_message(capsys, tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    code, _out, err = run(capsys, "serve", "--config", "serve-llama-8b-h100.yaml", "--num-requests", "5", "--rate", "1",
+                          "--isl", f"{{dist: empirical, file: {deep}}}")
+    assert code == 2
+    one_line_error(err, f"isl: lengths file {deep}: nested 5,000 levels deep")

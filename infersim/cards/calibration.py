@@ -224,5 +224,5 @@ def load_profile(path: str | Path, base: Path | None = None) -> CalibrationProfi
     if not candidate.is_absolute() and base is not None and (base / candidate).is_file():
         candidate = base / candidate
     if not candidate.is_file():
-        raise InferSimError(f"calibration {path}: no such file")
+        raise InferSimError(f"calibration {path}: {'is a directory, not a file' if candidate.is_dir() else 'no such file'}")
     return profile_from_mapping(load_yaml(candidate), str(path))

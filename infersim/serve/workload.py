@@ -264,7 +264,6 @@ def empirical_dist(spec: Mapping[str, Any], name: str) -> LengthDist:
 
 
 def _read_lengths_file(path: str, name: str) -> list[Any]:
-    import json
     import re
 
     try:
@@ -272,10 +271,9 @@ def _read_lengths_file(path: str, name: str) -> list[Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InferSimError(f"{name}: cannot read lengths file {path} ({exc})") from None
     if text.lstrip().startswith("["):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InferSimError(f"{name}: {path} is not a JSON list ({exc.msg}, line {exc.lineno})") from None
+        from infersim.base.plaindata import loads_json
+
+        return loads_json(text, f"{name}: lengths file {path}")  # too deep, a repeated key: one message
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     return [cell for cell in re.split(r"[\s,]+", " ".join(lines)) if cell]
 

@@ -29,7 +29,7 @@ def _validate(args: argparse.Namespace) -> int:
     given = [Path(p) for p in args.reference]
     for path, name in zip(given, args.reference):
         if not path.is_file():
-            raise InferSimError(f"--reference {name}: no such file")
+            raise InferSimError(f"--reference {name}: {'is a directory, not a file' if path.is_dir() else 'no such file'}")
     serving_files = _serving_runs_files(given)
     point_files = [path for path in given if path not in serving_files]
     # the shipped public measurements: asked for, or nothing else named
@@ -38,7 +38,7 @@ def _validate(args: argparse.Namespace) -> int:
     measured_paths = [Path(p) for p in args.measured] if args.measured else bundled_files() if public else []
     for path in measured_paths:
         if not path.is_file():
-            raise InferSimError(f"--measured {path}: no such file")
+            raise InferSimError(f"--measured {path}: {'is a directory, not a file' if path.is_dir() else 'no such file'}")
     measured = load_measured(measured_paths)
     runs = ([None] if TRAINVAL in chosen else []) + serving_files
     for runs_file in runs:
