@@ -301,15 +301,27 @@ def _yaml_event_depth(text: str, limit: int) -> int:
                     break
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
+    except yaml.YAMLError as exc:
+        if not _past_parser_depth(exc):
+            raise
+        return limit + 1  # libyaml's own limit lies far beyond ours
     finally:
         loader.dispose()
     return deepest
+
+
+def _past_parser_depth(exc: Exception) -> bool:
+    """Whether a YAML error is libyaml's own nesting limit (PyYAML 6.0.4 on), which its scanner can
+    meet while reading ahead of the events counted."""
+    return "nesting depth" in str(getattr(exc, "problem", "") or "")
 
 
 def _parse_yaml(text: str, source: str) -> Any:
     """YAML text parsed with the safe tag set. ConfigError for a key given twice (naming `source`),
     _TooDeep past MAX_NESTING; PyYAML's YAMLError and ValueError (an integer of more than 4,300
     digits) pass through for the caller to word."""
+    import yaml
+
     brackets = text.count("[") + text.count("{")
     if (brackets > _YAML_BRACKET_GATE
             or brackets + text.count("-") + text.count(":") + text.count("?") > _YAML_INDICATOR_GATE):
@@ -322,6 +334,10 @@ def _parse_yaml(text: str, source: str) -> Any:
         data = loader.get_single_data()
     except RecursionError:  # PyYAML's own composer (without libyaml) recurses in Python
         raise _TooDeep(_too_deep(_yaml_event_depth(text, MAX_NESTING), more_than=True)) from None
+    except yaml.YAMLError as exc:
+        if not _past_parser_depth(exc):
+            raise
+        raise _TooDeep(_too_deep(MAX_NESTING + 1, more_than=True)) from None
     finally:
         loader.dispose()
     depth = value_nesting(data)
