@@ -378,3 +378,19 @@ def test_a_calibrated_frontier_shows_each_row_on_the_cards_beside_it(tmp_path: P
     assert with_profile.keys() == without.keys()
     assert all(r["tpot_ms_on_the_cards"] == without[k]["tpot_ms"] for k, r in with_profile.items())
     assert any(r["tpot_ms"] != without[k]["tpot_ms"] for k, r in with_profile.items())
+
+
+def test_a_run_given_twice_is_refused_not_counted_twice(tmp_path: Path) -> None:
+    from infersim.calibrate.data import load_reference
+
+    data = yaml.safe_load(EXAMPLE.read_text())
+    first = data["experiments"][0]
+    with pytest.raises(InferSimError, match=f"--reference {EXAMPLE}: experiment id {first['id']} is given twice "
+                                            f"\\(also in {EXAMPLE}\\); each measured run counts once in a fit"):
+        load_reference([EXAMPLE, EXAMPLE], "h100-sxm", "vllm@0.15", 60.0)
+    data["experiments"].append(dict(first))
+    path = tmp_path / "twice.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InferSimError, match=f"experiment id {first['id']} is given twice \\(also in {path}\\)"):
+        load_reference([path], "h100-sxm", "vllm@0.15", 60.0)
+    assert len(load_reference([EXAMPLE], "h100-sxm", "vllm@0.15", 60.0).experiments) == len(data["experiments"]) - 1

@@ -116,6 +116,7 @@ def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
 
     experiments: list[Experiment] = []
     cards: set[tuple[str, str]] = set()
+    seen: dict[str, str] = {}  # experiment id -> the file that gave it first
     for path in paths:
         if path.is_dir():
             raise InferSimError(f"--reference {path}: is a directory, not a reference file")
@@ -134,6 +135,12 @@ def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
             if not isinstance(run, Mapping) or not isinstance(run.get("model"), str):
                 raise InferSimError(f"{where}: expected a mapping with model, tp, vllm, workload, measured")
             where = f"{path.name}: experiment {run.get('id', index)}"
+            if "id" in run:  # a run given twice would count twice in the fit
+                key = str(run["id"])
+                if key in seen:
+                    raise InferSimError(f"--reference {path}: experiment id {key} is given twice (also in "
+                                        f"{seen[key]}); each measured run counts once in a fit")
+                seen[key] = str(path)
             gpu, eng = _card_of(run, "hardware", hardware), _card_of(run, "engine", engine)
             if gpu is None or eng is None:
                 missing = " and ".join(f for f, v in (("--hardware", gpu), ("--engine", eng)) if v is None)
