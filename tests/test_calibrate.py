@@ -278,7 +278,8 @@ def test_benchmark_results_on_a_run_config_calibrate_and_recover_their_constants
     from infersim.run.config import load_run_config
 
     truth = {"gemm_time_scale": 0.8, "api_server_latency": 3e-3}
-    lines = [{"backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "request_rate": rate,
+    # the config runs SGLang: the runs are that engine's (a result of another engine is refused)
+    lines = [{"backend": "sglang", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "request_rate": rate,
               "burstiness": 1.0, "max_concurrency": None, "num_prompts": 60, "completed": 60,
               "total_input_tokens": 60 * 1000, "total_output_tokens": 60 * 100, "mean_ttft_ms": 1.0,
               "mean_itl_ms": 1.0, "mean_e2el_ms": 1.0} for rate in (2.0, 8.0, 16.0)]
@@ -394,3 +395,16 @@ def test_a_run_given_twice_is_refused_not_counted_twice(tmp_path: Path) -> None:
     with pytest.raises(InferSimError, match=f"experiment id {first['id']} is given twice \\(also in {path}\\)"):
         load_reference([path], "h100-sxm", "vllm@0.15", 60.0)
     assert len(load_reference([EXAMPLE], "h100-sxm", "vllm@0.15", 60.0).experiments) == len(data["experiments"]) - 1
+
+
+def test_a_bench_result_of_another_engine_than_the_config_is_refused(tmp_path: Path) -> None:
+    from infersim.calibrate.data import load_bench_results
+
+    result = REPO_ROOT / "docs" / "examples" / "vllm-bench-serve-llama-3.1-8b-h100-rate8.json"
+    with pytest.raises(InferSimError, match="the result's backend 'vllm' ran vllm, but --config serve-llama-8b-h100.yaml "
+                                            "runs sglang: give a config of the engine the benchmark ran"):
+        load_bench_results([result], "serve-llama-8b-h100.yaml")
+    config = yaml.safe_load((REPO_ROOT / "configs" / "serve-llama-8b-h100.yaml").read_text())
+    path = tmp_path / "vllm.yaml"
+    path.write_text(yaml.safe_dump({**config, "engine": "vllm@0.15"}))
+    assert len(load_bench_results([result], str(path))) == 1

@@ -78,6 +78,26 @@ def _card_of(experiment: Mapping[str, Any], key: str, given: str | None) -> str 
     return None
 
 
+def _config_engine(config: str | None) -> str:
+    from infersim.run.config import load_run_config
+
+    return load_run_config(str(config)).engine.name
+
+
+def _refuse_other_engine(backend: str, engine: str, where: str, config: str) -> None:
+    """A result measured on another engine than the config's would fit that engine's constants to
+    the other's runs."""
+    from infersim.serve.bench_result import engine_of_backend
+
+    import re
+
+    card = engine_of_backend(backend)  # the bundled card's file name: <engine>[-<version>]
+    ran = re.sub(r"-\d[\d.]*$", "", card) if card is not None else engine
+    if ran != engine:
+        raise InferSimError(f"{where}: the result's backend '{backend}' ran {ran}, but --config {config} "
+                            f"runs {engine}: give a config of the engine the benchmark ran")
+
+
 def load_bench_results(paths: list[Path], config: str | None) -> list[Experiment]:
     """Each result of `vllm bench serve` / `sglang.bench_serving` files as an experiment of one
     whole run (its load replayed as infersim.serve.bench_result does), on the run config `config`."""
@@ -90,12 +110,14 @@ def load_bench_results(paths: list[Path], config: str | None) -> list[Experiment
 
     if paths and config is None:
         raise InferSimError("--bench-result: give --config RUN.yaml, the model, GPUs and engine the benchmark ran")
+    engine = _config_engine(config) if paths else ""
     experiments = []
     for path in paths:
         for line, data in read_result_objects(path):
             if not is_serving_result(data):
                 raise InferSimError(f"{path}: line {line}: not a vllm bench serve or sglang.bench_serving result")
             result = parse_serving_result(data, str(path), line)
+            _refuse_other_engine(result.backend, engine, f"{path}: line {line}", str(config))
             measured = tuple((WHOLE_RUN, metric, result.measured[key]) for metric, key in METRICS.items()
                              if result.measured.get(key))
             if not measured:
