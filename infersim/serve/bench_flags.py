@@ -334,12 +334,10 @@ def _workload_flags(args: argparse.Namespace) -> None:
                       ("prefix_hit_rate", "its prompts share prefixes by their tokens, and the prefix cache "
                                           "finds them"),
                       ("disaggregate", "a staged workload runs on colocated instances; PD disaggregation of it is "
-                                       "not modelled"),
-                      ("trace_time_scale", "scales a --trace's arrival times, and there is no --trace")):
+                                       "not modelled")):
         value = getattr(args, attr)
         if value is not None:
             raise InferSimError(f"{_flag(attr)} {_shown(value)} with {where}: {why}")
-    _search_only_flags(args)
 
 
 def _bench_load_flags(args: argparse.Namespace) -> None:
@@ -353,13 +351,11 @@ def _bench_load_flags(args: argparse.Namespace) -> None:
                                       "prefix cache finds them"),
             ("disaggregate", True, "the dataset flags run as a staged workload, on colocated instances; PD "
                                    "disaggregation of one is not modelled"),
-            ("trace_time_scale", True, "scales a --trace's arrival times, and there is no --trace"),
             ("burstiness", closed, f"shapes the gaps of --request-rate or a ramp; {sends}"),
             ("max_waiting", closed, f"bounds an open loop's queue; {sends}")):
         value = getattr(args, attr)
         if on and value is not None:
             raise InferSimError(f"{_flag(attr)} {_shown(value)}: {why}")
-    _search_only_flags(args)
 
 
 def _plain_load_flags(args: argparse.Namespace) -> None:
@@ -378,14 +374,6 @@ def _plain_load_flags(args: argparse.Namespace) -> None:
                                                        "holds the requests beyond its slots")):
             if on:
                 raise InferSimError(f"--max-waiting {_shown(args.max_waiting)}: bounds an open loop's queue; {why}")
-
-
-def _search_only_flags(args: argparse.Namespace) -> None:
-    for attr in ("executor", "workers"):
-        value = getattr(args, attr)
-        if value is not None and not _sweeping(args):
-            raise InferSimError(f"{_flag(attr)} {_shown(value)}: runs the points of --rate-sweep or "
-                                "--max-rate-under-slo; a single serving run uses neither")
 
 
 #: what --requests-out writes, by the file's suffix

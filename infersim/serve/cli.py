@@ -142,6 +142,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     from infersim.serve.bench_flags import refuse_unread_flags
 
     refuse_unread_flags(args)
+    _check_search_flags(args, args.rate_sweep is not None or bool(args.max_rate_under_slo))
     workload = _workload_options(args)
     if workload is not None:
         if args.slo:
@@ -178,7 +179,6 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         raise InferSimError("choose one load: --rate, --concurrency, --offline or --trace (got " + ", ".join(modes) + ")")
     if sweeping and modes and modes != ["poisson"]:
         raise InferSimError("--rate-sweep and --max-rate-under-slo vary a Poisson rate; drop " + modes[0])
-    _check_search_flags(args, sweeping)
     if not modes and not sweeping:
         raise InferSimError("give a load: --rate R (--request-rate), --concurrency N (--max-concurrency), --offline, "
                             "--trace FILE or --workload FILE")
@@ -222,11 +222,10 @@ def _check_search_flags(args: argparse.Namespace, sweeping: bool) -> None:
 
 def write_requests(path: str, records: list[dict[str, Any]], args: argparse.Namespace | None = None) -> None:
     """Per-request records to `path`, never over one of the files the run read (`args`: its flags)."""
-    from infersim.base.outputs import check_output_path, inputs_of
+    from infersim.base.outputs import RUN_INPUT_FLAGS, check_output_path, inputs_of
 
     files = {"--trace": "trace", "--workload": "workload", "--lengths-from": "lengths_from",
-             "--dataset-path": "dataset_path", "--config": "config", "--model": "model", "--hardware": "hardware",
-             "--engine": "engine", "--calibration": "calibration"}
+             "--dataset-path": "dataset_path", **RUN_INPUT_FLAGS}
     check_output_path(path, "--requests-out", inputs_of(args, files) if args is not None else None)
     try:
         with open(path, "w", newline="") as fh:
