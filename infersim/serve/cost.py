@@ -2,8 +2,9 @@
 
 How a step is composed. One iteration of an engine instance holds `c` prefill chunks (q_i new
 prompt tokens on top of p_i cached ones) and `n` decode requests with contexts ctx_j. It is priced
-by `build_step_plan` + `run_stage` (the stage engine stays the only place that prices a step, the
-engine card's software overhead included) over per-GPU sequences:
+by `build_step_plan` + `stage_time_by_bound` (run_stage's time without its per-operation results; the
+stage engine stays the only place that prices a step, the engine card's software overhead included)
+over per-GPU sequences:
   - prefill chunks as c sequences of q = T / c new tokens each (T = sum q_i) attending to
     kv = the token-weighted mean of (p_i + q_i): GEMMs, norms and collectives see the total T,
     attention sees each chunk's own context (exact for one chunk, the common case);
@@ -55,8 +56,8 @@ from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.costing.memo import PricingMemo
-from infersim.engine.energy import stage_energy
-from infersim.engine.stage import run_stage
+from infersim.engine.energy import kinds_of_bounds, step_joules
+from infersim.engine.stage import stage_time_by_bound
 from infersim.modules.step import build_step_plan
 from infersim.shapes.kernels import KernelTables
 from infersim.shapes.plan import SequenceBatch
@@ -250,10 +251,10 @@ class StepCoster:
         cfg = self.inputs
         plan = build_step_plan(cfg.model, cfg.deployment, seqs, self.sms, stage=stage_name,
                                expert_tokens_per_gpu=expert_tokens, graph_padding=padding, memo=self.pricing)
-        stage = run_stage(plan, cfg.hardware, cfg.tables, self.engine, self.pricing)
-        seconds = stage.step_time_s
+        # the step's time and its seconds per bound, without per-operation results (none is shown)
+        seconds, by_bound = stage_time_by_bound(plan, cfg.hardware, cfg.tables, self.engine, self.pricing)
         power = cfg.hardware.power
-        joules = stage_energy(stage, power).joules if power is not None else 0.0
+        joules = step_joules(kinds_of_bounds(by_bound), seconds, power)[0] if power is not None else 0.0
         if draft is not None:
             draft_s = self._draft_seconds(*draft)
             # the drafter runs the same kinds of kernels on the same GPUs: its time draws the
