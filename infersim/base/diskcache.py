@@ -22,9 +22,9 @@ check is a miss: it is deleted and computed again. The checksum finds damage, no
 others' files out is the directory's owner and mode.
 
 The directory is bounded: after each write, when InferSim's files take more than the cap
-(INFERSIM_CACHE_MAX_MB, default 256 MB; entries are a few KB of YAML, up to ~20 MB of indexed kernel
-tables), the least recently used are deleted, oldest first, until they take at most three quarters
-of it. Reading an entry marks it used (at most once a day). Pruning and `infersim cache clear`
+(INFERSIM_CACHE_MAX_MB, default 256 MB; entries are a few KB of YAML, up to ~12 MB of indexed kernel
+tables: all 27 aiconfigurator sets take ~175 MB), the least recently used are deleted, oldest first,
+until they take at most three quarters of it. Reading an entry marks it used (at most once a day). Pruning and `infersim cache clear`
 delete only files whose names InferSim writes (ENTRY_NAME, TEMPORARY_NAME, and EARLIER_NAME: the
 names of earlier versions' entries): a user's files in a directory named by INFERSIM_CACHE_DIR stay.
 """

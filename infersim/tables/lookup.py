@@ -244,7 +244,7 @@ class MfuTables:
             card_peak = hw.peak.flops.get(dtype)
             if not peak or not card_peak:
                 continue
-            first = bisect.bisect_right(moved, hw.peak.l2_bytes)  # the rows moving more than L2 holds
+            first = bisect.bisect_right(moved, hw.peak.l2_bytes)  # the step of the first row beyond L2
             # a row fails when moved > latency_us * 1e-6 * peak / card_peak * bandwidth, i.e. when
             # its bytes per us exceed `limit`; the margin leaves a row at the limit (up to rounding)
             # to the full check
@@ -482,15 +482,12 @@ class MfuTables:
 
 def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
                   ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
-    """dtype -> (bytes moved by its rows, ascending; at each, the most bytes per microsecond of the
-    rows moving at least that much): what check_hardware needs to pass a card without the rows."""
+    """dtype -> (bytes, rates) for check_hardware: over the rows by bytes moved, the most bytes per us of the rows
+    from each on, in its few dozen steps (rates[i] up to the step's last row, which moves bytes[i])."""
     by_dtype: dict[str, list[tuple[float, float]]] = {}
     for dtype, latency_us, moved, _where in rows:
         rate = moved / latency_us if latency_us > 0 else math.inf  # inf: always fully checked
-        pairs = by_dtype.get(dtype)
-        if pairs is None:
-            pairs = by_dtype[dtype] = []
-        pairs.append((moved, rate))
+        by_dtype.setdefault(dtype, []).append((moved, rate))
     fastest_rows = {}
     for dtype, pairs in by_dtype.items():
         # by bytes, then rate: two sorts by one float each, which cost less than one by the pair
@@ -498,7 +495,8 @@ def _fastest_rows(rows: Iterable[tuple[str, float, float, str]]
         pairs.sort(key=itemgetter(0))
         fastest = list(accumulate([rate for _, rate in reversed(pairs)], max, initial=-math.inf))[1:]
         fastest.reverse()
-        fastest_rows[dtype] = (tuple([moved for moved, _ in pairs]), tuple(fastest))
+        steps = [i for i, rate in enumerate(fastest) if i == len(fastest) - 1 or fastest[i + 1] != rate]
+        fastest_rows[dtype] = (tuple([pairs[i][0] for i in steps]), tuple([fastest[i] for i in steps]))
     return fastest_rows
 
 

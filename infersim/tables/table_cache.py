@@ -5,10 +5,10 @@ Reading and indexing aiconfigurator's H100 tables takes 1.6 s. An indexed table 
 of plain data, from which the next process rebuilds it (`TableParts`):
 
   index   one line of JSON: the entry's key; the provenance, as provenance.yaml's fields; the
-          collective and elementwise series; each data type's fastest rows for the hardware check;
+          collective and elementwise series; each data type's fastest rates (in steps) for the hardware check;
           and where each grid, and the rows the full hardware check reads, lie in the blobs after it
   blobs   one JSON document per grid (its axes, peak, work limits, best efficiency, table, point
-          count and the nested levels of its points), and one of the rows
+          count and the nested levels of its points), and one of the rows (in runs of one file each)
 
 A run looks up a handful of a table set's grids (82 for the H20's, 2,145 for aiconfigurator's H100):
 each grid is decoded when first asked for (`KeptGrids`; decoding all of the H20's would cost 5 ms),
@@ -56,7 +56,7 @@ from infersim.tables.interpolation import (
 )
 
 KIND = "tables"
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2
 #: the package's folders whose code shapes what is kept (see the module docstring)
 CODE_FOLDERS = ("tables", "shapes", "base")
 #: interpolations a kept grid may name (one not registered here is not kept)
@@ -138,6 +138,21 @@ def _plain_grid(grid: Any) -> dict[str, Any]:
             "root": _plain_node(kernel_grid.root)}
 
 
+def _grouped_rows(rows: Iterable[HbmRow]) -> list[list[Any]]:
+    """The rows as runs of one file: [file part of `where`, [[dtype, latency_us, bytes, line part],
+    ...]], in order (a table set's ~90,000 rows name a few dozen files; each row naming its file
+    again would be most of the entry)."""
+    runs: list[list[Any]] = []
+    for dtype, latency_us, moved, where in rows:
+        head, sep, tail = where.rpartition(":")
+        prefix = head + sep
+        line: int | str = int(tail) if tail.isdigit() and str(int(tail)) == tail else tail
+        if not runs or runs[-1][0] != prefix:
+            runs.append([prefix, []])
+        runs[-1][1].append([dtype, latency_us, moved, line])
+    return runs
+
+
 def encode(key: str, parts: TableParts) -> bytes:
     """The entry's payload: the index line, then the blobs (module docstring)."""
     blobs, grids, offset = [], [], 0
@@ -146,7 +161,7 @@ def encode(key: str, parts: TableParts) -> bytes:
         grids.append([list(grid_key), offset, len(blob)])
         blobs.append(blob)
         offset += len(blob)
-    rows = _dumps([list(row) for row in parts.hbm_rows])
+    rows = _dumps(_grouped_rows(parts.hbm_rows))
     index = {"key": key, "provenance": dataclasses.asdict(parts.provenance),
              "collectives": [[kind, ranks, points, table] for (kind, ranks), (points, table) in parts.collectives.items()],
              "elementwise": [[op, dtype, points, table] for (op, dtype), (points, table) in parts.elementwise.items()],
@@ -292,9 +307,16 @@ def decode_grid(key: GridKey, blob: bytes, interpolation_name: str, make_grid: C
 
 
 def decode_rows(blob: bytes) -> tuple[HbmRow, ...]:
-    """The rows the hardware check reads, checked."""
-    return tuple((_text(dtype, "dtype"), _number(latency, "latency"), _number(moved, "bytes"), _text(where, "where"))
-                 for dtype, latency, moved, where in (_list(row, "row", 4) for row in _list(json.loads(blob), "rows")))
+    """The rows the hardware check reads (as _grouped_rows keeps them), checked."""
+    rows = []
+    for run in _list(json.loads(blob), "rows"):
+        prefix, items = _list(run, "run of rows", 2)
+        prefix = _text(prefix, "file of rows")
+        for dtype, latency, moved, line in (_list(row, "row", 4) for row in _list(items, "rows")):
+            _check(isinstance(line, (int, str)) and not isinstance(line, bool), "line")
+            rows.append((_text(dtype, "dtype"), _number(latency, "latency"), _number(moved, "bytes"),
+                         prefix + str(line)))
+    return tuple(rows)
 
 
 # ---------------------------------------------------------------------------------------------
