@@ -36,6 +36,7 @@ class Experiment:
     notes: tuple[str, ...] = ()
     config: str | None = None  # a run config file that names the deployment (benchmark results), else built here
     trace: Any = None  # a traced module (infersim.calibrate.traces.TracedModule): measured kernel time, not serving
+    source: str = ""  # the file (and line or experiment) it was read from: what a message about it names
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,10 @@ def _card_of(experiment: Mapping[str, Any], key: str, given: str | None) -> str 
     return None
 
 
-def _config_engine(config: str | None) -> str:
+def _bench_config(config: str) -> Any:
     from infersim.run.config import load_run_config
 
-    return load_run_config(str(config)).engine.name
+    return load_run_config(config)
 
 
 def _refuse_other_engine(backend: str, engine: str, where: str, config: str) -> None:
@@ -98,6 +99,39 @@ def _refuse_other_engine(backend: str, engine: str, where: str, config: str) -> 
                             f"runs {engine}: give a config of the engine the benchmark ran")
 
 
+def _names_of(card: Any) -> set[str]:
+    """The names a model card goes by, folded: its own, and the HF ids (whole and repository part)
+    of its checkpoints."""
+    from infersim.cards.names import fold, repo_part
+
+    ids = [i for i in (card.checkpoint, *card.quantized_checkpoints.values()) if i]
+    return {fold(card.name), *(fold(i) for i in ids), *(fold(repo_part(i)) for i in ids)}
+
+
+def _refuse_other_model(model_id: str, card: Any, where: str, config: str) -> None:
+    """A result of another model than the config's would fit the constants to runs the simulation
+    does not replay. The result names its model by the id the server was started with, the config by
+    a card: the id is the same model where it (or its last part) is the card's name or one of its
+    checkpoints' HF ids, and another where `compare --bench-result` would read it as another bundled
+    card than the config's bundled one. An id no bundled card answers to (a fine-tune, a local
+    checkpoint), or a config on a card of the user's own, cannot be told apart and is not refused."""
+    from infersim.cards.names import fold, repo_part
+    from infersim.cards.registry import bundled_names, match_bundled, served_model_name
+
+    if not model_id or {fold(model_id), fold(repo_part(model_id))} & _names_of(card):
+        return
+    try:
+        found = match_bundled(served_model_name(model_id)[0], "models")
+    except InferSimError:  # an id several cards answer to, or a format not priced: no one card it names
+        return
+    if found is None or found.card == card.name or card.name not in bundled_names("models"):
+        return
+    checkpoint = f" (checkpoint {card.checkpoint})" if card.checkpoint else ""
+    raise InferSimError(f"{where}: the result's model_id '{model_id}' names the bundled model {found.card} "
+                        f"({found.how}), but --config {config} runs {card.name}{checkpoint}: give a config of the "
+                        "model the benchmark served")
+
+
 def load_bench_results(paths: list[Path], config: str | None) -> list[Experiment]:
     """Each result of `vllm bench serve` / `sglang.bench_serving` files as an experiment of one
     whole run (its load replayed as infersim.serve.bench_result does), on the run config `config`."""
@@ -108,24 +142,108 @@ def load_bench_results(paths: list[Path], config: str | None) -> list[Experiment
     )
     from infersim.trace.bench import read_result_objects
 
-    if paths and config is None:
+    if not paths:
+        return []
+    if config is None:
         raise InferSimError("--bench-result: give --config RUN.yaml, the model, GPUs and engine the benchmark ran")
-    engine = _config_engine(config) if paths else ""
+    run_config = _bench_config(config)
     experiments = []
     for path in paths:
         for line, data in read_result_objects(path):
+            where = f"{path}: line {line}"
             if not is_serving_result(data):
-                raise InferSimError(f"{path}: line {line}: not a vllm bench serve or sglang.bench_serving result")
+                raise InferSimError(f"{where}: not a vllm bench serve or sglang.bench_serving result")
             result = parse_serving_result(data, str(path), line)
-            _refuse_other_engine(result.backend, engine, f"{path}: line {line}", str(config))
+            _refuse_other_engine(result.backend, run_config.engine.name, where, str(config))
+            _refuse_other_model(result.model_id, run_config.model, where, str(config))
             measured = tuple((WHOLE_RUN, metric, result.measured[key]) for metric, key in METRICS.items()
                              if result.measured.get(key))
             if not measured:
-                raise InferSimError(f"{path}: line {line}: none of {', '.join(METRICS.values())} measured")
+                raise InferSimError(f"{where}: none of {', '.join(METRICS.values())} measured")
             options, notes = serve_options(result)
             experiments.append(Experiment(f"{path.name}:{line}", result.model_id or "", 0, options, measured,
-                                          tuple(notes), config))
+                                          tuple(notes), config, source=where))
     return experiments
+
+
+#: the `vllm:` counts infersim.serve.trainval converts with int(), and the least each may be
+_VLLM_COUNTS = (("max_num_seqs", 1), ("max_num_batched_tokens", 1), ("gpu_kv_cache_blocks", 1),
+                ("cpu_kv_offload_blocks", 0))
+#: the `workload:` counts it passes on (a length may also be a distribution: a mapping, checked later)
+_WORKLOAD_COUNTS = (("num_unique_system_prompts", 1), ("num_users_per_system_prompt", 1), ("system_prompt_len", 0),
+                    ("question_len", 1), ("output_len", 1))
+
+
+def _counted(stanza: Mapping[str, Any], name: str, counts: tuple[tuple[str, int], ...], where: str) -> dict[str, Any]:
+    from infersim.cards.schema import check_number
+
+    out = dict(stanza)
+    for key, least in counts:
+        if stanza.get(key) is not None and not isinstance(stanza[key], Mapping):
+            out[key] = int(check_number(stanza[key], where, f"{name}.{key}", whole=True, ge=least))
+    return out
+
+
+def _checked_stages(workload: dict[str, Any], where: str) -> None:
+    from infersim.cards.schema import check_number
+
+    stages = workload.get("stages")
+    if not isinstance(stages, list):
+        return  # trainval_workload says there are none
+    checked = []
+    for index, stage in enumerate(stages):
+        if isinstance(stage, Mapping):
+            stage = dict(stage)
+            for key in ("rate_rps", "duration_s"):
+                if stage.get(key) is not None:
+                    stage[key] = float(check_number(stage[key], where, f"workload.stages[{index}].{key}", gt=0))
+        checked.append(stage)
+    workload["stages"] = checked
+
+
+def _checked(run: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`run` with the numbers infersim.serve.trainval converts (with int() and float(), or reads as
+    they come) passed through the number rule first: a bad one is refused naming the file, its key and
+    its value, rather than by int() or, later, by the simulation under the name of a serving option."""
+    from infersim.cards.schema import check_number
+
+    out = dict(run)
+    for name, counts in (("vllm", _VLLM_COUNTS), ("workload", _WORKLOAD_COUNTS)):
+        stanza = run.get(name)
+        if not isinstance(stanza, Mapping):
+            raise InferSimError(f"{where}: no '{name}' stanza (got {echo(stanza)})")
+        out[name] = _counted(stanza, name, counts, where)
+    _checked_stages(out["workload"], where)
+    hf_config = run.get("hf_config")
+    if hf_config is not None:
+        if not isinstance(hf_config, Mapping):
+            raise InferSimError(f"{where}: hf_config: expected a mapping (got {echo(hf_config)})")
+        positions = hf_config.get("max_position_embeddings")
+        if positions is not None:  # a context holds at least a token in and one out
+            out["hf_config"] = {**hf_config, "max_position_embeddings":
+                                int(check_number(positions, where, "hf_config.max_position_embeddings", whole=True,
+                                                 ge=2))}
+    return out
+
+
+def _experiment(run: Mapping[str, Any], index: int, where: str, max_stage_s: float | None) -> Experiment:
+    """One experiment of a reference file (`run`, its `index`-th), its serving options checked as the
+    simulation will read them; `where` names the file and the experiment."""
+    from infersim.serve.trainval import trainval_options
+    from infersim.serve.workload_spec import parse_workload
+
+    tp = run.get("tp", 1)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise InferSimError(f"{where}: tp: expected a whole number of GPUs (got {echo(tp)})")
+    try:
+        # multi-turn rounds as the runs of this format sent them: fixed-length requests
+        # (the same expansion as validate's trainval source, infersim.serve.trainval.FIXED_ROUNDS_NOTE)
+        options = trainval_options(_checked(run, where), max_stage_s, session_context=False)
+    except (KeyError, TypeError) as exc:
+        raise InferSimError(f"{where}: workload or vllm stanza incomplete ({exc})") from None
+    parse_workload(options["workload"], f"{where}: workload")  # the rest of the workload, before any run
+    return Experiment(str(run.get("id", index)), run["model"], tp, options, _measured(run, where),
+                      tuple(options["workload"].get("notes", ())), source=where)
 
 
 def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
@@ -134,7 +252,6 @@ def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
     used where the files do not."""
     from infersim.base.errors import ConfigError
     from infersim.cards.schema import load_yaml
-    from infersim.serve.trainval import trainval_options
 
     experiments: list[Experiment] = []
     cards: set[tuple[str, str]] = set()
@@ -153,10 +270,10 @@ def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
             raise InferSimError(f"--reference {path}: expected 'experiments:', a list of measured serving runs "
                                 "(the form of vllm_serving_trainval.yaml)")
         for index, run in enumerate(runs):
-            where = f"{path.name}: experiments[{index}]"
             if not isinstance(run, Mapping) or not isinstance(run.get("model"), str):
-                raise InferSimError(f"{where}: expected a mapping with model, tp, vllm, workload, measured")
-            where = f"{path.name}: experiment {run.get('id', index)}"
+                raise InferSimError(f"{path}: experiments[{index}]: expected a mapping with model, tp, vllm, "
+                                    "workload, measured")
+            where = f"{path}: experiment {run.get('id', index)}"
             if "id" in run:  # a run given twice would count twice in the fit
                 key = str(run["id"])
                 if key in seen:
@@ -169,17 +286,7 @@ def load_reference(paths: list[Path], hardware: str | None, engine: str | None,
                 raise InferSimError(f"{where}: names no bundled {'GPU' if gpu is None else 'engine'} card; give "
                                     f"{missing} (e.g. --hardware h100-sxm --engine vllm@0.15)")
             cards.add((gpu, eng))
-            tp = run.get("tp", 1)
-            if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-                raise InferSimError(f"{where}: tp: expected a whole number of GPUs (got {echo(tp)})")
-            try:
-                # multi-turn rounds as the runs of this format sent them: fixed-length requests
-                # (the same expansion as validate's trainval source, infersim.serve.trainval.FIXED_ROUNDS_NOTE)
-                options = trainval_options(run, max_stage_s, session_context=False)
-            except (KeyError, TypeError) as exc:
-                raise InferSimError(f"{where}: workload or vllm stanza incomplete ({exc})") from None
-            experiments.append(Experiment(str(run.get("id", index)), run["model"], tp, options,
-                                          _measured(run, where), tuple(options["workload"].get("notes", ()))))
+            experiments.append(_experiment(run, index, where, max_stage_s))
     if len(cards) > 1:
         raise InferSimError("--reference: the experiments name several GPU/engine cards "
                             f"({', '.join(sorted(f'{g} + {e}' for g, e in cards))}); a profile is fitted per GPU and "

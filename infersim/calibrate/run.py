@@ -85,6 +85,10 @@ def _configs(reference: Reference) -> tuple[list[Any], list[Experiment], list[st
         except NotPossible as exc:
             skipped.append(f"{experiment.id}: {exc}")
             continue
+        except InferSimError as exc:  # a value the simulation refuses came from the experiment's file
+            if not experiment.source:
+                raise
+            raise InferSimError(f"{experiment.source}: {exc}") from None
         configs.append(config)
         kept.append(experiment)
     cards = {(c.hardware.name, c.engine.name, c.engine.version) for c in configs}

@@ -30,6 +30,7 @@ from typing import Any
 
 from infersim.cards.schema import check_number
 from infersim.base.errors import MISSING, ConfigError, InferSimError
+from infersim.serve.workload import MAX_REQUESTS
 from infersim.trace.bench import MetricComparison
 
 VLLM = "vllm bench serve"
@@ -135,6 +136,9 @@ def parse_serving_result(data: dict[str, Any], source: str, line: int) -> Servin
     completed = int(number("completed", whole=True))
     if completed < 1:
         raise InferSimError(f"{where}: no completed requests, nothing to compare")
+    if completed > MAX_REQUESTS:  # every completed request is replayed
+        raise ConfigError(where, "completed", data["completed"], f"more than the {MAX_REQUESTS:,} requests a serving "
+                          "run simulates")
     cap = data.get("max_concurrency")
     measured = {}
     for _label, _unit, key, others, _summary in METRICS:
@@ -143,6 +147,8 @@ def parse_serving_result(data: dict[str, Any], source: str, line: int) -> Servin
                 measured[key] = float(check_number(data[name], where, name, ge=0))
                 break
     num_prompts = data.get("num_prompts")
+    if num_prompts is not None and check_number(num_prompts, where, "num_prompts", whole=True, gt=0) < completed:
+        raise ConfigError(where, "num_prompts", num_prompts, f"fewer requests sent than the {completed:,} completed")
     return ServingResult(
         tool=tool, line=line, backend=_text(data, "backend", where) or _text(data, "endpoint_type", where),
         model_id=_text(data, "model_id", where), request_rate=_rate(data.get("request_rate"), where),

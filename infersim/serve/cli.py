@@ -10,10 +10,8 @@ import re
 import sys
 from typing import Any
 
-import yaml
-
-from infersim.base.plaindata import parse_flag_value
-from infersim.base.errors import InferSimError
+from infersim.base.plaindata import loads_yaml, parse_flag_value
+from infersim.base.errors import ConfigError, InferSimError
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -66,13 +64,14 @@ def parse_slos(texts: list[str] | str) -> dict[str, float]:
 def _length(text: str | None, name: str) -> Any:
     if text is None:
         return None
-    parse_flag_value(text, f"--{name}")  # the length and nesting rule, before YAML's own parser
+    # the length and nesting rule and a key given twice, each its own message; parse_flag_value takes
+    # text YAML cannot read for text, which a length is not
+    parse_flag_value(text, f"--{name}")
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        return loads_yaml(text, f"--{name} {text!r}")
+    except ConfigError:
         raise InferSimError(f"--{name} {text!r}: expected a number or a mapping like "
                             "'{dist: lognormal, mean: 2000, std: 800}'") from None
-    return value
 
 
 def read_workload_file(path: str) -> dict[str, Any]:

@@ -33,6 +33,9 @@ COLUMN_NAMES = {
     "prefix_id": ("prefix_id",),
     "prefix_tokens": ("prefix_tokens",),
 }
+#: every name of the fields that have several: a JSONL row holding more than three of them gives one of
+#: those three fields under two names, and only such a row is searched for which
+_ALIASED_NAMES = frozenset(name for names in COLUMN_NAMES.values() if len(names) > 1 for name in names)
 
 
 def _columns(header: list[str], p: Path) -> dict[str, str | None]:
@@ -230,6 +233,16 @@ def _json_cells(record: dict[str, Any]) -> tuple[Any, Any, Any]:
     return first("arrival_s"), first("input_tokens"), first("output_tokens")
 
 
+def _refuse_two_names(p: Path, number: int, record: dict[str, Any]) -> None:
+    """A JSONL row that gives one field under two of its names (arrival_s and timestamp) is refused,
+    as a CSV header that does: which of them holds the field is not guessed."""
+    for field_, names in COLUMN_NAMES.items():
+        given = [name for name in names if name in record]
+        if len(given) > 1:
+            raise InferSimError(f"trace {p}: row {number}: keys {given[0]!r} and {given[1]!r} both name {field_}; "
+                                "keep one")
+
+
 def _rows_jsonl(p: Path, fh: Any) -> Iterator[tuple[int, dict[str, Any]]]:
     for number, line in enumerate(fh, 1):
         if not line.strip():
@@ -237,6 +250,9 @@ def _rows_jsonl(p: Path, fh: Any) -> Iterator[tuple[int, dict[str, Any]]]:
         record = loads_json(line, f"trace {p}: row {number}")
         if not isinstance(record, dict):
             raise InferSimError(f"trace {p}: row {number}: expected a JSON object, got {echo(record)}")
+        # a row holding three of these names or fewer that gives a field twice lacks another: refused for that
+        if len(record) > 3 and len(_ALIASED_NAMES.intersection(record)) > 3:
+            _refuse_two_names(p, number, record)
         yield number, record
 
 

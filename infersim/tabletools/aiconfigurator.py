@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-import yaml
-
-from infersim.base.errors import InferSimError
+from infersim.base.errors import ConfigError, InferSimError
+from infersim.cards.schema import load_yaml
 from infersim.tabletools.aiconfigurator_convert import (
     convert_collectives,
     convert_context_attention,
@@ -136,18 +135,41 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """One of aiconfigurator's YAML files as a mapping ({} where empty), read as InferSim reads its
+    own: text that is not UTF-8, a key given twice or nesting too deep is one message naming the file."""
+    data = load_yaml(path, "aiconfigurator file")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", data, "expected a mapping")
+    return data
+
+
+def _section(mapping: dict[str, Any], key: str, path: Path, field_: str) -> dict[str, Any]:
+    """`mapping[key]`, a mapping ({} where absent or empty); anything else is refused naming `field_`."""
+    value = mapping.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(str(path), field_, value, "expected a mapping")
+    return value
+
+
 def current_versions(systems_dir: Path) -> dict[tuple[str, str], str]:
     """(system, framework) -> the engine version aiconfigurator calls `current` (query_versions.yaml)."""
     path = systems_dir / "query_versions.yaml"
     if not path.is_file():
         return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    defaults = data.get("defaults") or {}
-    overrides = data.get("overrides") or {}
+    data = _read_yaml(path)
+    defaults = _section(data, "defaults", path, "defaults")
+    overrides = _section(data, "overrides", path, "overrides")
     result: dict[tuple[str, str], str] = {}
     for system in SYSTEMS.values():
         for framework in FRAMEWORKS:
-            slot = (overrides.get(system) or {}).get(framework) or defaults.get(framework) or {}
+            slot = (_section(_section(overrides, system, path, f"overrides.{system}"), framework, path,
+                             f"overrides.{system}.{framework}")
+                    or _section(defaults, framework, path, f"defaults.{framework}"))
             if slot.get("current"):
                 result[(system, framework)] = str(slot["current"])
     return result
@@ -163,7 +185,7 @@ def elementwise_rule(systems_dir: Path, system: str) -> tuple[float | None, floa
     path = systems_dir / f"{system}.yaml"
     if not path.is_file():
         return None, None, ""
-    gpu = (yaml.safe_load(path.read_text()) or {}).get("gpu") or {}
+    gpu = _section(_read_yaml(path), "gpu", path, "gpu")
     factor = gpu.get("mem_bw_empirical_scaling_factor")
     if not isinstance(factor, (int, float)) or not 0 < factor <= 1:
         return None, None, ""
@@ -200,8 +222,8 @@ def collection_status(directory: Path, stem: str) -> str:
     path = directory / "collection_meta.yaml"
     if not path.is_file():
         return "no collection_meta.yaml"
-    meta = yaml.safe_load(path.read_text()) or {}
-    table = ((meta.get("tables") or {}).get(stem) or {})
+    meta = _read_yaml(path)
+    table = _section(_section(meta, "tables", path, "tables"), stem, path, f"tables.{stem}")
     return f"{meta.get('provenance', 'unstated')}/{table.get('status', 'unstated')}"
 
 

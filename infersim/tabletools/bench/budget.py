@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 
+from infersim.base.plaindata import JsonError, loads_json
+
 SUMMARY_FORMAT = "infersim-gpu-stage-summary-1"
 
 #: the states of a part, in a summary: complete (every item done), cut (items left out for time, some done),
@@ -148,9 +150,10 @@ class StageSummary:
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:
-    """A summary file, or None where it is missing or unreadable (a run killed before its first write)."""
+    """A summary file, or None where it is missing or unreadable (a run killed before its first write;
+    or text that is not UTF-8, not JSON, nested too deep or giving a key twice: not this writer's)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = loads_json(Path(path).read_text(encoding="utf-8"), str(path))
+    except (OSError, ValueError, JsonError):
         return None
     return data if isinstance(data, dict) and data.get("format") == SUMMARY_FORMAT else None
