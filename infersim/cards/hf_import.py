@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -325,6 +326,15 @@ def card_from_hf_file(path: Path, name: str | None = None) -> dict[str, Any]:
 
 
 _NAME_CHARS = re.compile(r"[^a-z0-9._+-]+")
+#: the longest card name (`cards import-hf --name` takes 1 to 128 characters: it becomes a file name)
+MAX_CARD_NAME = 128
+
+
+def _name_rule(text: str) -> str:
+    """`text` as a card name: accents dropped (é -> e), lower case, each run of characters a card
+    name cannot hold as one '-', no punctuation at the ends, at most MAX_CARD_NAME characters."""
+    plain = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    return _NAME_CHARS.sub("-", plain.lower()).strip("-._+")[:MAX_CARD_NAME].rstrip("-._+")
 
 
 def _card_name_of(text: str) -> str:
@@ -332,19 +342,21 @@ def _card_name_of(text: str) -> str:
     last = text.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
     if last.startswith("models--"):  # the HF hub cache's directory of a repository: models--Org--Name
         last = last.split("--")[-1]
-    return _NAME_CHARS.sub("-", last.lower()).strip("-._")
+    return _name_rule(last)
 
 
 def default_card_name(path: Path, config: dict[str, Any] | None = None) -> str:
     """The card name of an HF config file: its file name less the config suffix
     (qwen3-8B_config.json -> qwen3-8b); for a file named just config.json, the model it belongs to:
     its `_name_or_path` (meta-llama/Llama-3.1-70B -> llama-3.1-70b), else its directory (the
-    repository directory of the HF hub cache for a snapshot), else "model"."""
+    repository directory of the HF hub cache for a snapshot), else "model". Every name follows the
+    rule `--name` is held to, so a card written under it can be named on a command line: characters
+    a name cannot hold become '-' ("My Model é.json" -> my-model-e)."""
     stem = path.name
     for suffix in (".json", "_config", "-config", "config"):
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
-    stem = stem.strip("_-").lower()
+    stem = _name_rule(stem)
     if stem:
         return stem
     candidates = [str(config.get("_name_or_path") or "")] if isinstance(config, dict) else []

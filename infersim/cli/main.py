@@ -161,11 +161,25 @@ def load_config_from_args(args: argparse.Namespace, extra_overrides: Sequence[st
     """The run config a command's --config, direct flags (infersim.run.flags) and --set name."""
     from infersim.run.config import load_run_config
 
-    energy = [f"energy.{key}={value!r}" for key, value in (("usd_per_kwh", getattr(args, "usd_per_kwh", None)),
-                                                           ("pue", getattr(args, "pue", None))) if value is not None]
-    return load_run_config(getattr(args, "config", None),
-                           [*getattr(args, "overrides", ()), *energy, *extra_overrides],
+    return load_run_config(getattr(args, "config", None), [*command_overrides(args), *extra_overrides],
                            getattr(args, "mfu_tables", None), flags_from_args(args))
+
+
+def command_overrides(args: argparse.Namespace) -> list[str]:
+    """A command's --set overrides, with the fields its energy flags set (--usd-per-kwh is
+    energy.usd_per_kwh). A flag and a --set of the same field is refused naming both: which one
+    is meant is not guessed."""
+    overrides = list(getattr(args, "overrides", ()))
+    for key in ("usd_per_kwh", "pue"):
+        value = getattr(args, key, None)
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        for text in overrides:
+            if text.split("=", 1)[0].strip() == f"energy.{key}":
+                raise InferSimError(f"{flag} {value:g} and --set {shorten(text)}: both set energy.{key}; give one")
+        overrides.append(f"energy.{key}={value!r}")
+    return overrides
 
 
 def print_notes(config: RunConfig) -> None:

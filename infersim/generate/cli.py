@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
+
+from infersim.base.errors import InferSimError, shorten
+
+if TYPE_CHECKING:
+    from infersim.generate.spec import GenerateSpec
 
 WEIGHT_FORMATS = ("bf16", "fp16", "fp8", "int8", "int4", "fp4")
 
@@ -13,8 +19,14 @@ def _generate(args: argparse.Namespace) -> int:
     from infersim.generate.simulate import simulate_generation
     from infersim.generate.spec import load_generate_config
 
+    for flag in ("usd_per_kwh", "pue"):
+        if getattr(args, flag, None) is not None:
+            raise InferSimError(f"--{flag.replace('_', '-')} {getattr(args, flag):g}: generate reports no energy or "
+                                "cost, so the price would be ignored; drop it (the main command, sweep and pareto "
+                                "price energy)")
     overrides = list(args.overrides)
     if args.weights:
+        _check_weights_once(args.weights, overrides)
         overrides.append(f"deployment.precision.weights={args.weights}")
     flags = {"batch": args.batch, "prompt_len": args.prompt_len, "gen_len": args.gen_len, "offload": args.offload,
              "offload_device": args.offload_device, "prefetch": args.prefetch}
@@ -23,6 +35,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     config, gen = load_generate_config(args.config, overrides, args.mfu_tables,
                                        {k: v for k, v in flags.items() if v is not None}, flags_from_args(args))
+    _check_offload_device(args.offload_device, gen)
     print_notes(config)
     result = simulate_generation(config, gen)
     if args.format == "json":
@@ -32,6 +45,24 @@ def _generate(args: argparse.Namespace) -> int:
     else:
         print(to_text(result))
     return 0
+
+
+def _check_weights_once(weights: str, overrides: list[str]) -> None:
+    """--weights is --set deployment.precision.weights: both at once is one field given twice."""
+    for text in overrides:
+        if text.split("=", 1)[0].strip() == "deployment.precision.weights":
+            raise InferSimError(f"--weights {weights} and --set {shorten(text)}: both set deployment.precision.weights; "
+                                "give one")
+
+
+def _check_offload_device(device: str | None, gen: GenerateSpec) -> None:
+    """--offload-device says where offloaded weights live: with no weights offloaded it would be
+    ignored without a word."""
+    if device is not None and not gen.weights_offloaded:
+        offloaded = "only the KV cache (which always goes to CPU memory)" if gen.kv_offloaded else "nothing"
+        raise InferSimError(f"--offload-device {device}: says where offloaded weights live, but the run offloads "
+                            f"{offloaded}: add weights to --offload (--offload weights or weights,kv), or drop "
+                            "--offload-device")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

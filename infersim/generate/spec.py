@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from infersim.cards.schema import build, spec
-from infersim.run.config import RunConfig, config_from_mapping, parse_override, read_run_mapping
+from infersim.run.config import RunConfig, config_from_mapping, parse_overrides, read_run_mapping
 from infersim.base.errors import MISSING, ConfigError
 from infersim.run.flags import RunFlags
 from infersim.base.sharding import shard
@@ -66,14 +66,19 @@ class GenerateSpec:
         return ", ".join(parts)
 
 
-def parse_offload(value: Any) -> Any:
-    """'weights,kv' / 'none' / a list -> a list of targets (the schema checks the names)."""
+def parse_offload(value: Any, where: str = "") -> Any:
+    """'weights,kv' / 'none' / a list -> a list of targets (the schema checks the names). 'none'
+    listed with a target is refused: which of the two is meant is not guessed."""
     if value is None:
         return []
     if isinstance(value, str):
         value = [part.strip() for part in value.split(",")]
     if isinstance(value, (list, tuple)):
         items = [v for v in value if v not in ("", "none")]
+        if items and "none" in value:
+            raise ConfigError(where, f"{SECTION}.offload", list(value),
+                              "'none' (everything on the GPU) listed with what to offload: give 'none' alone, or "
+                              "only the targets (weights, kv)")
         if all(v in ("weights", "kv") for v in items):
             return [t for t in ("weights", "kv") if t in items]  # one order, no repeats
         return items  # the schema names the bad entry
@@ -102,8 +107,7 @@ def config_and_spec(raw: dict[str, Any], source: str, overrides: list[str] | tup
     if not isinstance(section, dict):
         raise ConfigError(source, SECTION, section, "expected a mapping of generate fields")
     core_overrides = []
-    for text in overrides:
-        dotted, value = parse_override(text)
+    for dotted, value, text in parse_overrides(overrides):  # a field given twice is refused here, generate.* too
         if dotted[0] == SECTION:
             if len(dotted) != 2:
                 raise ConfigError(source, ".".join(dotted), value, "generate fields are one level deep (generate.batch=64)")
@@ -115,7 +119,7 @@ def config_and_spec(raw: dict[str, Any], source: str, overrides: list[str] | tup
             section[key] = value
     where = source + (" with --set overrides" if overrides else "") + (" and command-line flags" if flags else "")
     if "offload" in section:
-        section["offload"] = parse_offload(section["offload"])
+        section["offload"] = parse_offload(section["offload"], where)
     gen = build(GenerateSpec, section, where, SECTION)
     config = config_from_mapping(raw, source, core_overrides, mfu_tables, base=base, flags=run_flags)
     if config.deployment.weight_offload != "none":

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from infersim.base.errors import ConfigError, InferSimError
+from infersim.base.plaindata import JsonError, loads_json
 from infersim.plot.backend import Drawing
 
 #: figures that can be drawn from each kind of result; the first is drawn unless --kind says otherwise
@@ -62,24 +62,53 @@ def load_result(path: str) -> dict[str, Any]:
         except OSError as exc:
             raise InferSimError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if path.lower().endswith(".csv"):
-        try:
-            rows = list(csv.DictReader(io.StringIO(text)))
-        except csv.Error as exc:
-            raise InferSimError(f"{name}: not a CSV file ({exc})") from None
-        if not rows:
-            raise InferSimError(f"{name}: the CSV file has no rows")
-        return {"rows": rows, "source_file": name}
+        return {"rows": _sweep_csv_rows(text, name), "source_file": name}
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InferSimError(f"{name}: not JSON ({exc.msg} at line {exc.lineno}); "
-                            "save results with --format json (or a sweep's --out FILE.json)") from None
-    except (ValueError, RecursionError):  # an integer of more than 4,300 digits; nesting too deep
-        raise InferSimError(f"{name}: holds a number too long or nesting too deep to read") from None
+        data = loads_json(text, name)  # a key given twice, nesting too deep, a number too long: one message
+    except JsonError as exc:
+        hint = "" if exc.too_deep or ": not JSON" not in str(exc) else \
+            "; save results with --format json (or a sweep's --out FILE.json)"
+        raise InferSimError(f"{exc}{hint}") from None
     if not isinstance(data, dict):
         raise InferSimError(f"{name}: expected a JSON object at the top level")
     check_numbers(data, name)
     return data
+
+
+#: the columns every row of a sweep's (or pareto's) CSV has: a CSV without them is another file
+SWEEP_COLUMNS = ("status", "tpot_ms")
+
+
+def _sweep_csv_rows(text: str, name: str) -> list[dict[str, str]]:
+    """The rows of a sweep's CSV. Another CSV (a serve --requests-out file) is refused: drawn as a
+    sweep it made a picture of 'configurations' that are requests."""
+    try:
+        reader = csv.reader(io.StringIO(text))
+        header = next(reader, None)
+        records = list(reader)
+    except csv.Error as exc:
+        raise InferSimError(f"{name}: not a CSV file ({exc})") from None
+    if header is None:
+        raise InferSimError(f"{name}: the CSV file is empty")
+    missing = [c for c in SWEEP_COLUMNS if c not in header]
+    if missing:
+        looks = " (its columns are serve --requests-out records: draw serving from serve --format json, with " \
+                "--include-requests for the TTFT/TPOT histograms)" if "arrival_s" in header else ""
+        raise InferSimError(f"{name}: not a sweep's CSV: no column {', '.join(missing)}{looks}; plot reads a CSV only "
+                            "as sweep or pareto --out FILE.csv writes it")
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise InferSimError(f"{name}: the header names column {twice[0]!r} twice: which is meant is not guessed")
+    rows = []
+    for number_, cells in enumerate(records, start=2):
+        if not cells:
+            continue  # a blank line, as csv.DictReader skips it
+        if len(cells) != len(header):
+            raise InferSimError(f"{name}: line {number_}: {len(cells)} cells under a header of {len(header)} columns")
+        rows.append(dict(zip(header, cells)))
+    if not rows:
+        raise InferSimError(f"{name}: the CSV file has no rows")
+    return rows
 
 
 #: keys whose values the commands write as numbers (or null): a result whose such field holds text,

@@ -33,6 +33,11 @@ STAGES = ("prefill", "decode")
 SWEEP_BOUNDS = {"compute": "compute", "memory bandwidth": "memory", "memory": "memory",
                 "communication": "comm", "comm": "comm", "overhead": "overhead"}
 
+#: a sweep row whose bound is missing or none the figures name: its own colour, said in the legend
+#: (not the overhead grey, which would say the row is overhead-bound)
+UNRECORDED_BOUND = "unrecorded"
+SWEEP_COLOURS = {**BOUND_COLOURS, UNRECORDED_BOUND: "#d9d9d9"}
+
 #: a sweep breakdown draws at most this many configurations (one bar each), so labels stay legible
 MAX_SWEEP_BARS = 40
 
@@ -91,12 +96,13 @@ def breakdown_title(data: Mapping[str, Any]) -> str:
 
 
 def _bound_legend(figure: Any, bounds: Sequence[str],
-                  title: str = "colour: what bounds the module (most of its time)") -> None:
+                  title: str = "colour: what bounds the module (most of its time)", extra: Sequence[Any] = ()) -> None:
     """One legend for the figure, below the panels, so it never covers a bar or a label."""
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor=BOUND_COLOURS[b], edgecolor="white", label=f"{b}-bound")
-               for b in BOUND_COLOURS if b in bounds]
+    handles = [Patch(facecolor=SWEEP_COLOURS[b], edgecolor="white",
+                     label="bound not recorded" if b == UNRECORDED_BOUND else f"{b}-bound")
+               for b in SWEEP_COLOURS if b in bounds] + list(extra)
     figure.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
                   title=title, title_fontsize=8)
 
@@ -170,8 +176,10 @@ def configuration_label(row: Mapping[str, Any], axes: Sequence[str]) -> str:
 
 
 def draw_sweep_breakdown(data: Mapping[str, Any]) -> Drawing:
-    """Sweep "breakdown": the metric per configuration, coloured by its decode bound (module doc)."""
-    from infersim.plot.sweep import sweep_axes, sweep_rows
+    """Sweep "breakdown": the metric per configuration, coloured by its decode bound (module doc).
+    A configuration that does not fit in memory is hatched and counted in the legend: its TPOT is
+    no speed that can happen. A row without the metric gets no bar and says so."""
+    from infersim.plot.sweep import fits, sweep_axes, sweep_rows
 
     rows = [r for r in sweep_rows(data) if r.get("status", "ok") == "ok" and number(r.get("tpot_ms")) is not None]
     if not rows:
@@ -183,21 +191,41 @@ def draw_sweep_breakdown(data: Mapping[str, Any]) -> Drawing:
     figure, axes = plt.subplots(len(metrics), 1, figsize=(max(7.0, 0.32 * len(shown) + 3), 3.2 * len(metrics) + 1.6),
                                 squeeze=False)
     labels = [configuration_label(r, axes_names) for r in shown]
+    bounds = [SWEEP_BOUNDS.get(str(r.get("bound")), UNRECORDED_BOUND) for r in shown]
+    fit = [fits(r) for r in shown]
     drawn: dict[str, Any] = {"kind": "breakdown", "source": "sweep", "labels": labels, "metrics": {},
-                             "bounds": [], "rows_in_sweep": len(rows)}
-    bounds = [SWEEP_BOUNDS.get(str(r.get("bound")), "overhead") for r in shown]
-    drawn["bounds"] = bounds
+                             "bounds": bounds, "fits": fit, "rows_in_sweep": len(rows)}
     for ax, metric in zip(axes[:, 0], metrics):
-        values = [number(r.get(metric)) or 0.0 for r in shown]
-        ax.bar(range(len(shown)), values, color=[BOUND_COLOURS[b] for b in bounds], edgecolor="white")
+        drawn["metrics"][metric] = _sweep_bars(ax, shown, metric, bounds, fit)
         ax.set_ylabel("TPOT (ms)" if metric == "tpot_ms" else "TTFT (ms)")
         ax.set_xticks(range(len(shown)))
         ax.set_xticklabels(labels if ax is axes[-1, 0] else [], rotation=60, ha="right", fontsize=7)
         ax.grid(axis="y", alpha=0.3)
-        drawn["metrics"][metric] = values
-    _bound_legend(figure, sorted(set(bounds)), "colour: what bounds the configuration's decode step")
+    unfit = fit.count(False)
+    extra = []
+    if unfit:
+        from matplotlib.patches import Patch
+
+        extra.append(Patch(facecolor="white", edgecolor="#555555", hatch="///",
+                           label=f"does not fit in memory ({unfit} of {len(shown)}): no speed that can happen"))
+    _bound_legend(figure, sorted(set(bounds)), "colour: what bounds the configuration's decode step", extra)
     more = f" (first {len(shown)} of {len(rows)})" if len(rows) > len(shown) else ""
     config = Path(str(data.get("config") or data.get("source_file") or "?")).name
     figure.suptitle(f"sweep of {config}: one bar per configuration{more}", fontsize=9)
     figure.tight_layout(rect=(0, 0.08, 1, 1))
     return Drawing(figure, drawn)
+
+
+def _sweep_bars(ax: Any, rows: Sequence[Mapping[str, Any]], metric: str, bounds: Sequence[str],
+                fit: Sequence[bool]) -> list[float | None]:
+    """One bar per row of `metric` (None where the row has none: no bar, a 'no value' mark)."""
+    values = [number(r.get(metric)) for r in rows]
+    bars = ax.bar(range(len(rows)), [v if v is not None else 0.0 for v in values],
+                  color=[SWEEP_COLOURS[b] for b in bounds], edgecolor="white")
+    for i, (bar, value, fits_) in enumerate(zip(bars, values, fit)):
+        if not fits_:
+            bar.set_hatch("///")
+            bar.set_alpha(0.5)
+        if value is None:
+            ax.annotate("no value", (i, 0), ha="center", va="bottom", rotation=90, fontsize=6)
+    return values

@@ -56,12 +56,14 @@ def plot_command(args: argparse.Namespace) -> int:
         check_picture_path(args.out, inputs=inputs)
     data = load_result(args.result)
     figure_kind = choose_figure(data, args.kind, args.result)
+    _check_figure_options(args, figure_kind)
     out = args.out or default_picture_path(args.result, figure_kind)
     check_picture_path(out, inputs=inputs)
     # a picture the user named may be replaced; one InferSim named says when it replaces a file
     note = f" ({figure_kind})" if args.out else replacing(out, figure_kind)
     try:
-        drawing = draw(data, figure_kind, STAGE_CHOICES[args.stage], args.metric, args.x, args.series, args.where)
+        drawing = draw(data, figure_kind, STAGE_CHOICES[args.stage or "both"], args.metric or "tpot_ms", args.x,
+                       args.series, args.where)
     except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
         # the file is arbitrary JSON: a value of the wrong shape where the figure reads it is bad input
         raise InferSimError(f"{args.result}: cannot draw a {figure_kind} figure from it: a value is not what the "
@@ -69,6 +71,19 @@ def plot_command(args: argparse.Namespace) -> int:
     save_figure(drawing.figure, out)
     print(f"wrote {out}{note}")
     return 0
+
+
+def _check_figure_options(args: argparse.Namespace, figure_kind: str) -> None:
+    """An option only another figure reads is refused, not ignored: a breakdown drawn with
+    --metric tgs still shows TPOT."""
+    given = [("--metric", args.metric), ("--x", args.x), ("--series", args.series),
+             ("--where", " ".join(args.where) or None)] if figure_kind != "sweep" else []
+    given += [("--stage", args.stage)] if figure_kind != "roofline" else []
+    for flag, value in given:
+        if value is not None:
+            reader = "roofline" if flag == "--stage" else "sweep"
+            raise InferSimError(f"{flag} {value}: only the {reader} figure reads it, and {args.result} is drawn as "
+                                f"{figure_kind}: drop {flag}, or give --kind {reader} where the file draws as one")
 
 
 def roofline_command(args: argparse.Namespace) -> int:
@@ -98,8 +113,9 @@ def register(subparsers: Any) -> None:
     plot.add_argument("--out", default=None, metavar="FILE",
                       help="picture to write: .png, .svg or .pdf (default: RESULT-<figure>.png beside RESULT)")
     plot.add_argument("--kind", choices=FIGURE_KINDS, default=None, help="figure to draw (default: from the data)")
-    plot.add_argument("--stage", choices=tuple(STAGE_CHOICES), default="both", help="roofline: stages to draw")
-    plot.add_argument("--metric", default="tpot_ms", help="sweep: the metric on the y axis (default tpot_ms)")
+    plot.add_argument("--stage", choices=tuple(STAGE_CHOICES), default=None,
+                      help="roofline: stages to draw (default both)")
+    plot.add_argument("--metric", default=None, help="sweep: the metric on the y axis (default tpot_ms)")
     plot.add_argument("--x", default=None, metavar="FIELD",
                       help="sweep: the field on the x axis (default: the first swept field with several values)")
     plot.add_argument("--series", default=None, metavar="FIELD",

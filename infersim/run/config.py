@@ -29,10 +29,10 @@ from infersim.cards.deployment import (
     with_engine_defaults,
 )
 from infersim.base.plaindata import parse_flag_value
-from infersim.base.errors import MISSING, ConfigError, InferSimError
+from infersim.base.errors import MISSING, ConfigError, InferSimError, echo, shorten
 from infersim.shapes.kernels import KernelTables, NoTables
 from infersim.tables.libraries import KernelLibraries, restrict_to_libraries
-from infersim.run.flags import RunFlags, base_mapping, fit_layout, flag_fields
+from infersim.run.flags import RunFlags, base_mapping, fit_layout, flag_fields, refuse_layout_overrides
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +120,81 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(path):
         raise InferSimError(f"--set '{text}': empty part in field name '{key}'")
     return path, parse_flag_value(raw, f"--set {key.strip()}=")
+
+
+#: mapping entries looked at per --set value when listing the fields it sets: a YAML alias can nest
+#: one mapping in another many times over, and 100,000 characters of it can stand for billions
+_LEAF_BUDGET = 10_000
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _fields_set(path: tuple[str, ...], value: Any) -> list[tuple[tuple[str, ...], Any]]:
+    """The (dotted field, value) pairs one --set writes: its field, or each leaf of the mapping it
+    gives (`deployment.attention={tp: 2}` writes deployment.attention.tp). Past the budget, the
+    field itself."""
+    out: list[tuple[tuple[str, ...], Any]] = []
+    stack: list[tuple[tuple[str, ...], Any]] = [(path, value)]
+    seen = 0
+    while stack:
+        where, item = stack.pop()
+        seen += 1
+        if seen > _LEAF_BUDGET:
+            return [(path, value)]
+        if isinstance(item, dict) and item:
+            stack.extend((where + (str(key),), child) for key, child in item.items())
+        else:
+            out.append((where, item))
+    return out
+
+
+def _same_value(first: tuple[Any, str], second: tuple[Any, str]) -> bool:
+    """Whether two --set values of one field are the same: the same text, or equal scalars of one
+    type (1 and 1.0, or 1 and true, are not the same). Containers are not compared: a YAML alias
+    can make their comparison take for ever."""
+    (a, a_text), (b, b_text) = first, second
+    if a_text.strip() == b_text.strip():
+        return True
+    return isinstance(a, _SCALARS) and type(a) is type(b) and a == b
+
+
+#: a --set of one of these names a card (`model=qwen3-8b`): the fields set on it before or after
+#: (`model.num_hidden_layers=4`) apply to the card it names, whichever order they come in
+_CARD_HEADS = frozenset({("model",), ("hardware",), ("engine",)})
+
+
+def parse_overrides(texts: list[str] | tuple[str, ...]) -> list[tuple[list[str], Any, str]]:
+    """Every `--set FIELD=VALUE` parsed: (dotted path, value, text). A field given twice with
+    different values is refused naming both, and so is a section replaced by a later --set after
+    an earlier one set a field in it: the last silently winning hides a typo or a stale flag. A
+    card named and one of its fields (`model=qwen3-8b`, `model.num_hidden_layers=4`) are two fields."""
+    parsed = []
+    first: dict[tuple[str, ...], tuple[Any, str]] = {}
+    for text in texts:
+        path, value = parse_override(text)
+        fields = _fields_set(tuple(path), value)
+        _check_replaced(tuple(path), {field for field, _ in fields}, first, text)
+        for field, item in fields:
+            earlier = first.setdefault(field, (item, text))
+            if not _same_value(earlier, (item, text)):
+                raise InferSimError(
+                    f"--set {shorten(text)}: field '{'.'.join(field)}' is also set by --set {shorten(earlier[1])} "
+                    f"({echo(earlier[0])}, then {echo(item)}): which is meant is not guessed; give it once")
+        parsed.append((path, value, text))
+    return parsed
+
+
+def _check_replaced(path: tuple[str, ...], fields: set[tuple[str, ...]],
+                    earlier: dict[tuple[str, ...], tuple[Any, str]], text: str) -> None:
+    """Refuse a --set that replaces a section in which an earlier --set set a field its value
+    does not hold (that field would be dropped)."""
+    if path in _CARD_HEADS:
+        return
+    for field, (_value, before) in earlier.items():
+        if len(field) > len(path) and field[:len(path)] == path and field not in fields:
+            raise InferSimError(
+                f"--set {shorten(text)}: replaces section '{'.'.join(path)}', which drops field "
+                f"'{'.'.join(field)}' that --set {shorten(before)} gave before it: give that field inside the "
+                "section's value, or set the section's fields one by one")
 
 
 def _set_dotted(data: dict[str, Any], path: list[str], value: Any, text: str) -> None:
@@ -325,13 +400,13 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     file_model = raw.get("model")
     command_line: set[str] = set()
     if flags is not None:
-        for dotted, value in flag_fields(flags).items():
-            _set_dotted(raw, dotted.split("."), value, f"--{dotted}")
-            if dotted.startswith("deployment."):
-                command_line.add(dotted[len("deployment."):])
+        for name, value in flag_fields(flags).items():
+            _set_dotted(raw, name.split("."), value, f"--{name}")
+            if name.startswith("deployment."):
+                command_line.add(name[len("deployment."):])
     card_overrides: dict[str, list[tuple[list[str], Any, str]]] = {"model": [], "hardware": [], "engine": []}
-    for text in overrides:
-        dotted, value = parse_override(text)
+    parsed = parse_overrides(overrides)
+    for dotted, value, text in parsed:
         head = dotted[0]
         if head in card_overrides and len(dotted) > 1 and not isinstance(raw.get(head), dict):
             card_overrides[head].append((dotted[1:], value, text))
@@ -365,6 +440,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     dep_spec = with_engine_defaults(dep_spec, named, model, engine)
     dep_spec = with_checkpoint_precision(dep_spec, named, model, hardware)
     deployment = complete_layout(dep_spec, model, hardware, where)
+    refuse_layout_overrides(flags, parsed, deployment)
     hardware_changed = bool(card_overrides["hardware"]) or not isinstance(spec_.hardware, str)
     tables, engine, tables_source, tables_note = _kernel_tables(
         mfu_tables if mfu_tables is not None else spec_.mfu_tables, hardware_changed, spec_.kernel_libraries,

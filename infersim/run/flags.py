@@ -73,6 +73,56 @@ class RunFlags:
         return any(getattr(self, f.name) is not None for f in fields(self))
 
 
+def _layout_fields_decided(flags: RunFlags) -> dict[str, str]:
+    """Deployment fields (dotted under deployment) that fit_layout builds from the layout flags -> the
+    flag that decides each: the attention and FFN groups are built afresh (their DP sizes derived,
+    the FFN split from TP and EP), attention TP, EP and PP kept from the config where their flag is
+    not given."""
+    tp = f"--tp {flags.tp}" if flags.tp is not None else "the layout flags"
+    decided = {"attention.tp": tp, "attention.dp": "the layout flags (--dp-attention)", "ffn.tp": tp,
+               "ffn.dp": "the layout flags", "ffn.ep": "the layout flags", "pp": "the layout flags"}
+    for name, field_, value in (("tp", "attention.tp", flags.tp), ("ep", "ffn.ep", flags.ep), ("pp", "pp", flags.pp)):
+        if value is not None:
+            decided[field_] = f"--{name} {value}"
+    return decided
+
+
+def _deployment_leaves(rest: list[str], value: Any) -> list[tuple[str, Any]]:
+    """(dotted field under deployment, value) of what one --set below `deployment` gives: its field, or
+    the fields of the mapping it gives (deployment.attention={tp: 4}, deployment={pp: 2})."""
+    if rest and not isinstance(value, dict):
+        return [(".".join(rest), value)]
+    if not isinstance(value, dict):
+        return []
+    out: list[tuple[str, Any]] = []
+    for key, item in value.items():
+        out += _deployment_leaves([*rest, str(key)], item) if isinstance(item, dict) else [(".".join([*rest, str(key)]), item)]
+    return out
+
+
+def refuse_layout_overrides(flags: RunFlags | None, overrides: list[tuple[list[str], Any, str]],
+                            dep: Deployment) -> None:
+    """Refuse a --set of a layout field (path, value, text: infersim.run.config.parse_overrides)
+    whose value the completed deployment `dep` does not have because the layout flags decided it
+    otherwise (fit_layout): the command line would name a layout the run does not have. A --set that
+    agrees with the flags' layout stands."""
+    if flags is None or not flags.layout:
+        return
+    decided = _layout_fields_decided(flags)
+    for path, value, text in overrides:
+        if path[0] != "deployment":
+            continue
+        for field_, given in _deployment_leaves(path[1:], value):
+            if field_ not in decided:
+                continue
+            actual: Any = dep
+            for part in field_.split("."):
+                actual = getattr(actual, part)
+            if actual != given:
+                raise InferSimError(f"--set {text}: deployment.{field_} {given!r}, but {decided[field_]} gives the run "
+                                    f"{actual!r}; give the layout by the layout flags or by --set, not both")
+
+
 def flag_fields(flags: RunFlags) -> dict[str, Any]:
     """The run-config fields (dotted) the non-layout flags set."""
     out: dict[str, Any] = {}

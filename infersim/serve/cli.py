@@ -282,7 +282,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from infersim.cli.main import print_notes
     from infersim.run.config import load_run_config
-    from infersim.cli.main import flags_from_args
+    from infersim.cli.main import command_overrides, flags_from_args
     from infersim.serve import report
     from infersim.serve.api import simulate_serving
 
@@ -293,7 +293,7 @@ def _serve(args: argparse.Namespace) -> int:
                             "--max-rate-under-slo run many; run `infersim serve --rate R` at the rate whose requests "
                             "you want")
     flags = replace(flags_from_args(args), isl=_request_length(args.isl, "isl"), osl=_request_length(args.osl, "osl"))
-    config = load_run_config(args.config, args.overrides, args.mfu_tables, flags)
+    config = load_run_config(args.config, command_overrides(args), args.mfu_tables, flags)
     print_notes(config)
     options = with_config_lengths(args, options, config)
     launch = _launch_plan(config, options) if args.emit_launch else None

@@ -150,7 +150,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="GPU counts to search (default 1..64 = 1,2,4,...,64)")
     pareto.add_argument("--plot", default=None, metavar="PNG", help="draw the frontier (needs the plot extra)")
     pareto.add_argument("--all", action="store_true",
-                        help="--out: write every feasible point with an on_frontier column, not only the frontier")
+                        help="--out writes every feasible point with an on_frontier column, not only the frontier "
+                             "(needs --out; the printed tables are the frontiers either way)")
     pareto.add_argument("--objective", choices=("cost", "energy"), default="cost",
                         help="what the frontier minimises against per-request speed: cost (USD per million output "
                              "tokens, default) or energy (the decode step's J per output token; docs/energy.md)")
@@ -188,7 +189,7 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
     elif args.batch is not None:
         raise InferSimError("--batch is for the layout search (--gpus); in a sweep vary "
                             "workload.decode_batch_per_gpu with --grid")
-    from infersim.cli.main import flags_from_args, print_notes
+    from infersim.cli.main import command_overrides, flags_from_args, print_notes
 
     flags, grid = card_lists_as_grid(flags_from_args(args), list(args.grid))
     axes = parse_grid(grid, searched=search is not None)
@@ -197,7 +198,7 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
     if args.price_per_gpu_hour is not None and not args.price_per_gpu_hour > 0:
         raise InferSimError(f"--price-per-gpu-hour must be positive (got {args.price_per_gpu_hour})")
 
-    base = load_base(args.config, args.overrides, args.mfu_tables, flags)
+    base = load_base(args.config, command_overrides(args), args.mfu_tables, flags)
     print_notes(base.config)
     return SweepSpec(base, tuple(axes), search, prefill=args.prefill or targets.needs_prefill,
                      price_per_gpu_hour=args.price_per_gpu_hour)
@@ -425,6 +426,11 @@ def _empty_frontier(result: SweepResult, targets: Targets, energy: bool) -> Infe
 
 
 def pareto_command(args: argparse.Namespace) -> int:
+    if args.all and not args.out:
+        # --all shapes the file only: printing every feasible point of a search is thousands of lines
+        raise InferSimError("--all: chooses what --out writes (every feasible point, marked on_frontier), and no "
+                            "--out is given: add --out FILE.csv, .json or .parquet (the printed tables are the "
+                            "frontiers either way)")
     check_output_path(args.out)
     check_plot_path(args.plot, need_matplotlib=False)  # matplotlib is asked for after the frontier is printed
     _check_outputs(args, "--out", "--plot")

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from infersim.base.errors import InferSimError, NotPossible
+from infersim.base.errors import InferSimError, NotPossible, shorten
 
 EPILOG = """\
 --trace takes a Kineto trace (.json or .json.gz), a directory of per-rank files as SGLang writes
@@ -231,6 +231,19 @@ def run_compare(args: argparse.Namespace) -> int:
 # infersim mfu from-trace (registered by infersim.tabletools.cli)
 
 
+#: the workload fields `mfu from-trace` takes from the trace's steps (TracedWorkload.overrides)
+TRACED_FIELDS = ("isl", "osl", "prefill_tokens_per_gpu", "decode_batch_per_gpu")
+
+
+def _refuse_traced_fields(overrides: list[str]) -> None:
+    """A --set of a workload field the trace gives: the tables are learned at the traced steps' sizes."""
+    for text in overrides:
+        field = text.split("=", 1)[0].strip()
+        if field == "workload" or (field.startswith("workload.") and field[len("workload."):] in TRACED_FIELDS):
+            raise InferSimError(f"--set {shorten(text)}: the workload's lengths and batch are the trace's (its steps' "
+                                f"prompt and output lengths and batch: {', '.join(TRACED_FIELDS)}); drop it")
+
+
 def run_from_trace(args: argparse.Namespace, command: str) -> int:
     """Learn a kernel-table directory from a trace, write it, and check it against the trace."""
     from infersim.run.config import load_run_config
@@ -249,6 +262,7 @@ def run_from_trace(args: argparse.Namespace, command: str) -> int:
     from infersim.tables.output import check_output_dir
 
     regions = tuple(name.strip() for name in (args.step_regions or "").split(",") if name.strip())
+    _refuse_traced_fields(args.overrides)
     load_run_config(args.config, args.overrides, "none")  # a bad config fails before a large trace is read
     check_output_dir(Path(args.out), getattr(args, "force", False))  # and a refused --out before it
     run = read_traced_run(args.trace, args.rank, regions, args.rules)
