@@ -72,3 +72,15 @@ def test_pareto_all_with_out_writes_every_feasible_point(capsys, tmp_path) -> No
     every = json.loads(files["all"].read_text())["rows"]
     assert len(every) > len(front) and all(r["on_frontier"] for r in front)
     assert sorted(r["tpot_ms"] for r in every if r["on_frontier"]) == sorted(r["tpot_ms"] for r in front)
+
+
+def test_a_file_naming_nvme_without_weights_offloaded_says_it_is_not_used() -> None:
+    from test_generate_metrics import TINY, generate, gpu, mapping
+
+    hardware = gpu(flops=100e12, hbm_bandwidth=1e12, peak__hbm_bytes=80e9, host_memory_bytes=1e12, nvme_bandwidth=5e9)
+    common = dict(model=TINY, hardware=hardware, batch=2, prompt_len=8, gen_len=2)
+    kv_only = generate(mapping(**common, offload="kv", offload_device="nvme"))
+    assert "offload_device nvme not used: no weights are offloaded (the KV cache is offloaded to CPU memory)" \
+        in kv_only.notes
+    weights = generate(mapping(**common, offload="weights", offload_device="nvme"))
+    assert not any("offload_device" in note for note in weights.notes)

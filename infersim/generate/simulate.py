@@ -368,6 +368,9 @@ def _notes(config: RunConfig, gen: GenerateSpec, stream: _Streaming, steps: int)
                    f"{config.hardware.derates.pcie_efficiency:g})"
                    + (f"; weights read from NVMe at {stream.nvme / GB:.1f} GB/s" if stream.nvme else "")
                    + ("; next layer prefetched during compute" if gen.prefetch else "; no prefetch"))
+    if gen.offload_device == "nvme" and not gen.weights_offloaded:
+        out.append("offload_device nvme not used: no weights are offloaded"
+                   + (" (the KV cache is offloaded to CPU memory)" if gen.kv_offloaded else ""))
     if stream.dequant_bpw:
         out.append(f"{prec.weight_dtype} weights stream with their group scales ({stream.stored_bpw:.4g} bytes/weight) "
                    f"and are dequantized to {prec.gemm} on the GPU before the GEMMs")
