@@ -110,8 +110,12 @@ def run_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
     tp = dep.attention.tp
     step = prefill_step_tokens(workload, engine, hw, dep)
     if workload.isl <= step * tp:
-        return run_stage(with_offload(build_stage_plan("prefill", model, dep, workload, step, sms, memo=memo), offload),
-                         hw, tables, engine, memo)
+        if workload.prefill_tokens_per_gpu:
+            plan = build_stage_plan("prefill", model, dep, workload, step, sms, memo=memo)
+        else:  # one prompt, its own tokens: the group's ceil(isl / tp) x tp would add a prompt of the rounding
+            plan = build_step_plan(model, dep, (SequenceBatch(1, workload.isl, workload.isl, across_tp=tp > 1),), sms,
+                                   stage="prefill", memo=memo)
+        return run_stage(with_offload(plan, offload), hw, tables, engine, memo)
     step *= tp  # the group's chunk
     count = -(-workload.isl // step)
     if count > MAX_PRICED_CHUNKS:
