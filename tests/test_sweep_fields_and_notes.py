@@ -1,0 +1,51 @@
+"""A sweep says what its command line does not: a field the grid varies given again by a flag or
+--set is refused (it would not be used), a hardware axis times every point on the roofline with a
+note, and a layout search names the MoE path its expert-TP layouts take."""
+
+from __future__ import annotations
+
+import pytest
+from test_hostile_cli import one_line_error, run
+
+SWEEP = ("sweep", "--workers", "1")
+
+
+@pytest.mark.parametrize("given, axis", [
+    (("--isl", "300"), "workload.isl=100,200"),
+    (("--set", "workload.isl=300"), "workload.isl=100,200"),
+    (("--tp", "2"), "deployment.attention.tp=1,2"),
+    (("--set", "deployment.attention={tp: 2}"), "deployment.attention.tp=1,2"),
+    (("--osl", "8"), "workload.osl=16,32"),
+])
+def test_a_field_on_the_grid_and_given_again_is_refused(capsys, given, axis) -> None:
+    code, out, err = run(capsys, *SWEEP, "--config", "qwen3-30b.yaml", *given, "--grid", axis)
+    assert code == 2 and not out
+    field = axis.split("=")[0]
+    one_line_error(err, f"and --grid {field}=...", f"the grid sets {field} at every point", "give the values once")
+
+
+def test_a_card_and_the_fields_inside_it_go_together(capsys) -> None:
+    code, out, err = run(capsys, *SWEEP, "--model", "qwen3-8b", "--hardware", "h100", "--grid",
+                         "model.num_key_value_heads=2,4", "--grid", "workload.decode_batch_per_gpu=8")
+    assert code == 0 and "error" not in err
+    code, _out, err = run(capsys, *SWEEP, "--model", "qwen3-8b", "--hardware", "h100", "--grid", "hardware=h200")
+    assert code == 2
+    one_line_error(err, "--hardware h100 and --grid hardware=...")
+
+
+def test_a_hardware_axis_says_it_times_on_the_roofline(capsys) -> None:
+    code, out, err = run(capsys, *SWEEP, "--model", "qwen3-8b", "--hardware", "h100,h200", "--grid",
+                         "workload.decode_batch_per_gpu=8")
+    assert code == 0
+    assert "note: --grid hardware: every point is timed on the roofline, without measured kernel tables" in err
+    assert "aiconfigurator/h100-sxm/sglang-0.5.14 for h100-sxm" in err
+    code, out, err = run(capsys, *SWEEP, "--model", "qwen3-8b", "--hardware", "h100", "--grid",
+                         "workload.decode_batch_per_gpu=8,16")
+    assert code == 0 and "roofline" not in err  # one device: its tables, nothing to say
+
+
+def test_a_layout_search_names_the_moe_path_of_expert_tp(capsys) -> None:
+    code, _out, err = run(capsys, "pareto", "--config", "qwen3-30b.yaml", "--gpus", "1..2", "--workers", "1")
+    assert code == 0
+    assert ("note: layout search: layouts with expert TP (FFN TP > 1) run moe_comm all-gather (tokens gathered onto "
+            "every shard), the others the config's all-to-all") in err
