@@ -220,8 +220,10 @@ def _check_search_flags(args: argparse.Namespace, sweeping: bool) -> None:
 
 
 def write_requests(path: str, records: list[dict[str, Any]], args: argparse.Namespace | None = None) -> None:
-    """Per-request records to `path`, never over one of the files the run read (`args`: its flags)."""
+    """Per-request records (of the completed requests) to `path`, never over one of the files the run
+    read (`args`: its flags)."""
     from infersim.base.outputs import RUN_INPUT_FLAGS, check_output_path, inputs_of
+    from infersim.serve.metrics import REQUEST_FIELDS
 
     files = {"--trace": "trace", "--workload": "workload", "--lengths-from": "lengths_from",
              "--dataset-path": "dataset_path", **RUN_INPUT_FLAGS}
@@ -229,7 +231,7 @@ def write_requests(path: str, records: list[dict[str, Any]], args: argparse.Name
     try:
         with open(path, "w", newline="") as fh:
             if path.endswith(".csv"):
-                writer = csv.DictWriter(fh, fieldnames=list(records[0]))
+                writer = csv.DictWriter(fh, fieldnames=list(records[0]) if records else REQUEST_FIELDS)
                 writer.writeheader()
                 writer.writerows(records)
             else:
@@ -325,8 +327,8 @@ def _serve(args: argparse.Namespace) -> int:
     if calibration is not None:
         summary["calibration"] = calibration
     records = summary.pop("requests", None) if not args.include_requests else summary.get("requests")
-    if args.requests_out and records:
-        write_requests(args.requests_out, records, args)
+    if args.requests_out:  # written whatever completed: a stale file of an earlier run is not left behind
+        write_requests(args.requests_out, records or [], args)
     if args.format == "json":
         print(json.dumps({"run": run_block(config, options), **summary, **_launch_json(launch)}, indent=2))
     else:

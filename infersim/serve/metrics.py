@@ -112,6 +112,11 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
     out["little"] = _little(result, served)  # the time integral holds every simulated request
     out.update(_pools(result, duration))
     _load_and_warnings(result, out)
+    if not whole.completed:
+        out.setdefault("warnings", []).append(
+            f"no request completed ({whole.rejected:,} rejected as too long, {whole.dropped:,} left waiting): the "
+            "latencies and throughputs are 0 (as vllm bench serve writes a run without a completed request), not "
+            "measurements")
     if result.stages:
         out["stages"] = [_stage(result, run, result.outcomes.stages.get(run.index)) for run in result.stages]
     out["energy"] = serving_energy(result, duration)
@@ -219,6 +224,11 @@ def _stage(result: ServeResult, run: Any, s: StageOutcomes | None) -> dict[str, 
     if load is not None:
         row.update(_load_json(load))
     return row
+
+
+#: the fields of a completed request's record (request_record), in order
+REQUEST_FIELDS = ("id", "arrival_s", "input_tokens", "output_tokens", "cached_tokens", "instance", "scheduled_s",
+                  "first_token_s", "finish_s", "queue_ms", "ttft_ms", "tpot_ms", "e2el_ms", "preemptions")
 
 
 def request_record(r: Any) -> dict[str, Any]:

@@ -224,6 +224,9 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
     mean_isl, mean_osl = workload_means(spec)
     pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, spec.total_requests, prices=prices)
     notes = list(spec.notes)
+    if spec.max_model_len and opts.max_model_len and spec.max_model_len != opts.max_model_len:
+        raise InferSimError(f"max_model_len {opts.max_model_len:,} (--max-model-len or the options) and the workload's "
+                            f"max_model_len {spec.max_model_len:,}: give one")
     limit = spec.max_model_len or opts.max_model_len
     if limit is None and (spec.data.multi_turn or spec.data.type == "sessions"):
         limit = pool.settings.kv_capacity_tokens

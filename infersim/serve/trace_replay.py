@@ -17,7 +17,7 @@ import random
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,8 @@ def _timestamp(value: Any, where: str) -> float:
                 if dot and not (frac.isdigit() and frac.isascii()):
                     raise ValueError
                 stamp = datetime.fromisoformat(head)
+                if stamp.tzinfo is None:  # the same arrivals on every machine, whatever its time zone
+                    stamp = stamp.replace(tzinfo=timezone.utc)
                 seconds = stamp.timestamp() + (float("0." + frac) if frac else 0.0)
             except (ValueError, OverflowError, OSError):
                 raise InferSimError(f"{where}: {echo(text)} is neither seconds nor a date-time") from None
