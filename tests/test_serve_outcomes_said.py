@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO_ROOT, TEST_CACHE_DIR
 from test_hostile_cli import one_line_error, run
 
@@ -46,3 +47,15 @@ def test_trace_date_times_read_the_same_in_every_time_zone(tmp_path) -> None:
                               env={**os.environ, "TZ": zone, "INFERSIM_CACHE_DIR": TEST_CACHE_DIR}, check=True)
         spans.append(next(line for line in done.stdout.splitlines() if line.startswith("THROUGHPUT")))
     assert spans[0] == spans[1] == "THROUGHPUT  over 1.05 s on 1 GPU(s)"
+
+
+def test_an_option_given_twice_under_its_two_names_is_refused(capsys) -> None:
+    for first, second in ((("--rate", "4"), ("--request-rate", "6")), (("--num-requests", "50"), ("--num-prompts", "70")),
+                          (("--random-input-len", "500"), ("--isl", "300"))):
+        with pytest.raises(SystemExit) as stopped:  # argparse's own error exit
+            run(capsys, *SERVE, *first, *second)
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{second[0]} " in err and f"and {first[0]} " in err and "one option given twice" in err
+    code, out, _err = run(capsys, *SERVE, "--rate", "4", "--request-rate", "4", "--num-requests", "20")
+    assert code == 0 and "Poisson 4 req/s" in out  # the same value twice: one option, once

@@ -354,11 +354,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def add_option_aliases(parser: argparse.ArgumentParser, aliases: dict[str, str]) -> None:
     """Make each alias (e.g. vllm bench serve's --request-rate) another name of an option the
-    parser has (--rate): one option, so help lists both names and either sets it."""
+    parser has (--rate): one option, so help lists both names and either sets it. Given twice with
+    different values (`--rate 4 --request-rate 6`) it is refused: the last one winning hides which
+    was meant."""
     for alias, option in aliases.items():
         action = parser._option_string_actions[option]  # argparse's own table of option names
         action.option_strings.append(alias)
         parser._option_string_actions[alias] = action
+        if not getattr(action, "given_once", False):
+            action.__class__ = _given_once(type(action))
+
+
+def _given_once(store: type) -> type:
+    """argparse's action class `store`, refusing a second, different value in one parse (the first
+    is kept on the parse's namespace, beside the option's value)."""
+
+    def __call__(self: Any, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        mark = f"_given_{self.dest}"
+        earlier = getattr(namespace, mark, None)
+        if earlier is not None and earlier[1] != values:
+            parser.error(f"{option_string} {values} and {earlier[0]} {earlier[1]}: one option given twice "
+                         "(under two names or one); give it once")
+        setattr(namespace, mark, (option_string, values))
+        store.__call__(self, parser, namespace, values, option_string)
+
+    return type(f"GivenOnce{store.__name__}", (store,), {"__call__": __call__, "given_once": True})
 
 
 def number_arg(whole: bool = False, gt: float | None = None, ge: float | None = None) -> Callable[[str], float]:
