@@ -209,8 +209,6 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
     print_notes(base.config)
     spec = SweepSpec(base, tuple(axes), search, prefill=args.prefill or targets.needs_prefill,
                      price_per_gpu_hour=args.price_per_gpu_hour)
-    for note in sweep_notes(spec):
-        print(f"infersim: note: {note}", file=sys.stderr)
     return spec
 
 
@@ -299,6 +297,14 @@ def base_cards_from_grid(flags: RunFlags, axes: Sequence[Any]) -> RunFlags:
 
 
 def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
+    """The sweep run on the chosen executor; then what it did that its command line does not say."""
+    result = _run_on(args, spec)
+    for note in sweep_notes(spec):
+        print(f"infersim: note: {note}", file=sys.stderr)
+    return result
+
+
+def _run_on(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
     kind = args.executor
     if kind == "processes":
         return run_sweep(spec, workers=args.workers, progress=args.progress)
