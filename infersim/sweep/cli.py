@@ -7,7 +7,6 @@ import dataclasses
 import sys
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from infersim.cli.main import number_arg
@@ -15,7 +14,7 @@ from infersim.cards.schema import check_number
 from infersim.base.errors import ConfigError, InferSimError, NotPossible, echo, shorten
 from infersim.base.outputs import check_output_path as check_output_file, inputs_of
 from infersim.run.energy import unavailable_reason
-from infersim.run.flags import RunFlags, flag_fields
+from infersim.run.flags import RunFlags
 from infersim.sweep.analysis import (
     Targets,
     best_per_variant,
@@ -27,8 +26,8 @@ from infersim.sweep.analysis import (
     point_of,
     variant_axes,
 )
-from infersim.shapes.kernels import NoTables
 from infersim.sweep.evaluate import Row, Search, SweepSpec
+from infersim.sweep.notes import refuse_fields_given_twice, sweep_notes
 from infersim.sweep.grid import expand_values, parse_grid
 from infersim.sweep.output import (
     answer_line,
@@ -199,7 +198,7 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
     # a --model/--hardware list is the axis itself (card_lists_as_grid), not a card beside it
     single = dataclasses.replace(given, **{name: None for name in ("model", "hardware")
                                            if "," in str(getattr(given, name) or "")})
-    _refuse_fields_given_twice(axes, single, command_overrides(args))
+    refuse_fields_given_twice(axes, single, command_overrides(args))
     if args.config is None:
         flags = base_cards_from_grid(flags, axes)
     if args.price_per_gpu_hour is not None and not args.price_per_gpu_hour > 0:
@@ -210,66 +209,6 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
     spec = SweepSpec(base, tuple(axes), search, prefill=args.prefill or targets.needs_prefill,
                      price_per_gpu_hour=args.price_per_gpu_hour)
     return spec
-
-
-#: the run-config field each direct flag sets -> the flag (the layout flags' fields besides)
-FLAG_OF_FIELD = {"model": "--model", "hardware": "--hardware", "engine": "--engine", "calibration": "--calibration",
-                 "deployment.num_gpus": "--num-gpus", "deployment.num_nodes": "--num-nodes", "workload.isl": "--isl",
-                 "workload.osl": "--osl", "workload.decode_batch_per_gpu": "--batch-per-gpu",
-                 "deployment.precision.kv_cache": "--kv-cache-dtype", "deployment.precision.gemm": "--precision",
-                 "deployment.precision.weights": "--precision"}
-#: a card named by these is the base of the fields set inside it: both may be given
-CARD_FIELDS = ("model", "hardware", "engine")
-
-
-def _flag_fields(flags: RunFlags) -> dict[str, str]:
-    """Run-config field (dotted) -> the flag that sets it, with its value."""
-    named = {field: f"{FLAG_OF_FIELD[field]} {shorten(str(value))}" for field, value in flag_fields(flags).items()}
-    for name, field, value in (("tp", "deployment.attention.tp", flags.tp), ("ep", "deployment.ffn.ep", flags.ep),
-                               ("pp", "deployment.pp", flags.pp),
-                               ("dp-attention", "deployment.attention.dp", flags.dp_attention)):
-        if value is not None:
-            named[field] = f"--{name} {value}"
-    return named
-
-
-def _overlaps(field: str, axis: str) -> bool:
-    """Whether setting `field` and varying `axis` name the same value (a card and a field inside it do not)."""
-    if field == axis:
-        return True
-    if axis.startswith(field + "."):
-        return field not in CARD_FIELDS
-    return field.startswith(axis + ".") and axis not in CARD_FIELDS
-
-
-def _refuse_fields_given_twice(axes: Sequence[Any], flags: RunFlags, overrides: list[str]) -> None:
-    """A field the grid varies is set at every point: a flag or --set of it (or of a section holding
-    it, or a field inside it) would be dropped without a word."""
-    given = _flag_fields(flags)
-    for text in overrides:
-        given.setdefault(text.split("=", 1)[0].strip(), f"--set {shorten(text)}")
-    for axis in axes:
-        for field, flag in given.items():
-            if _overlaps(field, axis.path):
-                raise InferSimError(f"{flag} and --grid {axis.path}=...: the grid sets {axis.path} at every point, "
-                                    f"so {flag.split()[0]} would not be used; give the values once (in --grid)")
-
-
-def sweep_notes(spec: SweepSpec) -> list[str]:
-    """What a sweep does that its command line does not say: kernel tables dropped for a hardware
-    axis, and the MoE path a layout search gives expert-TP layouts."""
-    notes = []
-    config = spec.base.config
-    hardware_axes = [a.path for a in spec.axes if a.path.split(".")[0] == "hardware"]
-    if config.tables_auto and hardware_axes and not isinstance(config.tables, NoTables):
-        notes.append(f"--grid {hardware_axes[0]}: every point is timed on the roofline, without measured kernel "
-                     f"tables: the bundled tables are chosen per device and engine ({'/'.join(Path(config.tables_source).parts[-3:])} for "
-                     f"{config.hardware.name}), and one set would time the other or changed devices wrongly; "
-                     "run each device on its own for table times")
-    if spec.search is not None and config.model.is_moe and config.deployment.moe_comm != "all-gather":
-        notes.append(f"layout search: layouts with expert TP (FFN TP > 1) run moe_comm all-gather (tokens gathered "
-                     f"onto every shard), the others the config's {config.deployment.moe_comm}")
-    return notes
 
 
 def card_lists_as_grid(flags: RunFlags, grid: list[str]) -> tuple[RunFlags, list[str]]:

@@ -1,0 +1,75 @@
+"""What a sweep's command line does not say: a field given both on the grid and by a flag or --set
+(refused: the grid's value would win at every point), and what the run does that the user did not
+ask for (said in notes: kernel tables dropped for a hardware axis, the MoE path of expert-TP
+layouts in a layout search)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from infersim.base.errors import InferSimError, shorten
+from infersim.run.flags import RunFlags, flag_fields
+from infersim.shapes.kernels import NoTables
+from infersim.sweep.evaluate import SweepSpec
+
+
+#: the run-config field each direct flag sets -> the flag (the layout flags' fields besides)
+FLAG_OF_FIELD = {"model": "--model", "hardware": "--hardware", "engine": "--engine", "calibration": "--calibration",
+                 "deployment.num_gpus": "--num-gpus", "deployment.num_nodes": "--num-nodes", "workload.isl": "--isl",
+                 "workload.osl": "--osl", "workload.decode_batch_per_gpu": "--batch-per-gpu",
+                 "deployment.precision.kv_cache": "--kv-cache-dtype", "deployment.precision.gemm": "--precision",
+                 "deployment.precision.weights": "--precision"}
+#: a card named by these is the base of the fields set inside it: both may be given
+CARD_FIELDS = ("model", "hardware", "engine")
+
+
+def _flag_fields(flags: RunFlags) -> dict[str, str]:
+    """Run-config field (dotted) -> the flag that sets it, with its value."""
+    named = {field: f"{FLAG_OF_FIELD[field]} {shorten(str(value))}" for field, value in flag_fields(flags).items()}
+    for name, field, value in (("tp", "deployment.attention.tp", flags.tp), ("ep", "deployment.ffn.ep", flags.ep),
+                               ("pp", "deployment.pp", flags.pp),
+                               ("dp-attention", "deployment.attention.dp", flags.dp_attention)):
+        if value is not None:
+            named[field] = f"--{name} {value}"
+    return named
+
+
+def _overlaps(field: str, axis: str) -> bool:
+    """Whether setting `field` and varying `axis` name the same value (a card and a field inside it do not)."""
+    if field == axis:
+        return True
+    if axis.startswith(field + "."):
+        return field not in CARD_FIELDS
+    return field.startswith(axis + ".") and axis not in CARD_FIELDS
+
+
+def refuse_fields_given_twice(axes: Sequence[Any], flags: RunFlags, overrides: list[str]) -> None:
+    """A field the grid varies is set at every point: a flag or --set of it (or of a section holding
+    it, or a field inside it) would be dropped without a word."""
+    given = _flag_fields(flags)
+    for text in overrides:
+        given.setdefault(text.split("=", 1)[0].strip(), f"--set {shorten(text)}")
+    for axis in axes:
+        for field, flag in given.items():
+            if _overlaps(field, axis.path):
+                raise InferSimError(f"{flag} and --grid {axis.path}=...: the grid sets {axis.path} at every point, "
+                                    f"so {flag.split()[0]} would not be used; give the values once (in --grid)")
+
+
+def sweep_notes(spec: SweepSpec) -> list[str]:
+    """What a sweep does that its command line does not say: kernel tables dropped for a hardware
+    axis, and the MoE path a layout search gives expert-TP layouts."""
+    notes = []
+    config = spec.base.config
+    hardware_axes = [a.path for a in spec.axes if a.path.split(".")[0] == "hardware"]
+    if config.tables_auto and hardware_axes and not isinstance(config.tables, NoTables):
+        notes.append(f"--grid {hardware_axes[0]}: every point is timed on the roofline, without measured kernel "
+                     f"tables: the bundled tables are chosen per device and engine ({'/'.join(Path(config.tables_source).parts[-3:])} for "
+                     f"{config.hardware.name}), and one set would time the other or changed devices wrongly; "
+                     "run each device on its own for table times")
+    if spec.search is not None and config.model.is_moe and config.deployment.moe_comm != "all-gather":
+        notes.append(f"layout search: layouts with expert TP (FFN TP > 1) run moe_comm all-gather (tokens gathered "
+                     f"onto every shard), the others the config's {config.deployment.moe_comm}")
+    return notes
