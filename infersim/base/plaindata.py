@@ -207,20 +207,83 @@ class _TooDeep(Exception):
 
 _UNIQUE_KEY_LOADER: Any = None
 
+# Numbers in YAML text have one meaning, whichever YAML version its writer had in mind. PyYAML reads
+# YAML 1.1, where `010` is octal 8 and `1:30` is 90 (base 60); YAML 1.2, Python's int() and the
+# direct flags (`--isl 010`) read `010` as 10 and `1:30` is no number at all. So: digits alone are
+# decimal, leading zeros or not; a base is only ever said by a prefix (0b, 0o, 0x: no YAML reads
+# those otherwise); `_` groups digits (1_000, as YAML 1.1 and Python read it); a colon never makes a
+# number: `1:30` stays text, which a number field refuses naming the value. Floats are PyYAML's,
+# less the base-60 form (an exponent without a dot or sign stays text, read by the schema's rule).
+_YAML_INT = re.compile(r"""^[-+]?(?:0b[0-1_]*[0-1][0-1_]*
+                          |0o[0-7_]*[0-7][0-7_]*
+                          |0x[0-9a-fA-F_]*[0-9a-fA-F][0-9a-fA-F_]*
+                          |[0-9][0-9_]*)$""", re.X)
+_YAML_FLOAT = re.compile(r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?
+                            |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                            |[-+]?\.(?:inf|Inf|INF)
+                            |\.(?:nan|NaN|NAN))$""", re.X)
+_YAML_INT_TAG = "tag:yaml.org,2002:int"
+_YAML_FLOAT_TAG = "tag:yaml.org,2002:float"
+_INT_BASES = {"0b": 2, "0o": 8, "0x": 16}
+
+
+def _yaml_number_resolvers(inherited: dict[Any, list[tuple[str, Any]]]) -> dict[Any, list[tuple[str, Any]]]:
+    """A copy of a loader's implicit resolver table (the inherited lists are PyYAML's own, shared by
+    every SafeLoader: never changed in place) with the int and float forms above."""
+    forms = {_YAML_INT_TAG: _YAML_INT, _YAML_FLOAT_TAG: _YAML_FLOAT}
+    return {first: [(tag, forms.get(tag, regexp)) for tag, regexp in entries] for first, entries in inherited.items()}
+
+
+def _not_a_number(yaml: Any, node: Any, what: str) -> Exception:
+    return yaml.constructor.ConstructorError(None, None, f"{node.value!r} is not {what}", node.start_mark)
+
+
+def _construct_int(loader: Any, node: Any) -> int:
+    """An integer by the rule above; also for an explicit `!!int`, whose text no resolver checked."""
+    import yaml
+
+    text = loader.construct_scalar(node)
+    if not _YAML_INT.match(text):
+        raise _not_a_number(yaml, node, "an integer (decimal digits, or 0b, 0o or 0x and digits)")
+    digits = text.replace("_", "")
+    sign = -1 if digits[0] == "-" else 1
+    digits = digits.lstrip("+-")
+    base = _INT_BASES.get(digits[:2], 10)
+    # ValueError past Python's 4,300-digit limit passes through: the caller words it
+    return sign * int(digits if base == 10 else digits[2:], base)
+
+
+def _construct_float(loader: Any, node: Any) -> float:
+    """A float by PyYAML's rule, refusing the base-60 form an explicit `!!float` could still give."""
+    import yaml
+
+    text = loader.construct_scalar(node)
+    if ":" in text:
+        raise _not_a_number(yaml, node, "a number (base-60 forms such as 1:30 are not read)")
+    try:
+        value: float = yaml.constructor.SafeConstructor.construct_yaml_float(loader, node)
+    except (ValueError, IndexError):  # `!!float abc`, `!!float ""`
+        raise _not_a_number(yaml, node, "a number") from None
+    return value
+
 
 def _unique_key_loader() -> Any:
     """PyYAML's safe loader (libyaml's parser where PyYAML has it: ~10x faster; the same safe tag
-    set) refusing a key given twice in one mapping with a ConfigError naming the loader's `source`,
-    the key's path and the lines of both."""
+    set) reading numbers by the rule above, refusing a key given twice in one mapping with a
+    ConfigError naming the loader's `source`, the key's path and the lines of both."""
     global _UNIQUE_KEY_LOADER
     if _UNIQUE_KEY_LOADER is not None:
         return _UNIQUE_KEY_LOADER
     import yaml  # here: importing PyYAML is ~10 ms, and a plain run finds its files parsed already
 
     merge_tag = "tag:yaml.org,2002:merge"
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    class UniqueKeyLoader(base):  # type: ignore[misc,valid-type]
         source = ""
+        # resolving and constructing run in Python even under libyaml's parser: the speed is kept
+        yaml_implicit_resolvers = _yaml_number_resolvers(base.yaml_implicit_resolvers)
+        yaml_constructors = {**base.yaml_constructors, _YAML_INT_TAG: _construct_int, _YAML_FLOAT_TAG: _construct_float}
 
         def __init__(self, stream: str) -> None:
             super().__init__(stream)

@@ -160,14 +160,15 @@ def load_yaml(path: Path, what: str = "file") -> Any:
 # file's path, holding the path, its whole text and the parsed data as JSON, used only while the text
 # is the same (so an edit is seen at once, whatever the file's mtime says, and rewrites that one
 # entry). Each entry names the checks its text passed (_PARSED_YAML_RULES), and is used only under
-# the same checks: data that passed other checks (a key given twice let through) is parsed afresh.
+# the same checks: data that passed other checks (a key given twice let through, `010` read as
+# octal) is parsed afresh.
 # Kept only where JSON gives back exactly what PyYAML parsed (a file holding e.g. a date, or a mapping
 # with a number for a key, is parsed every time), and read back only when its structure holds:
 # anything else is a damaged entry, deleted. A plain run then reads its config and three cards
 # without importing PyYAML, reading only their own entries. What the data then says is checked by
 # `build`, as for a file parsed afresh.
 _PARSED_YAML_MAX_TEXT = 16_384  # characters: cards and configs are a few KB; bigger files are parsed
-_PARSED_YAML_RULES = "unique keys, bounded nesting"
+_PARSED_YAML_RULES = "unique keys, bounded nesting, one reading of numbers"
 
 
 def _parsed_yaml_entry(path: Path) -> tuple[str, str]:

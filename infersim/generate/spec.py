@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from infersim.cards.deployment import Deployment
 from infersim.cards.schema import build, spec
 from infersim.run.config import RunConfig, config_from_mapping, parse_overrides, read_run_mapping
 from infersim.base.errors import MISSING, ConfigError
 from infersim.run.flags import RunFlags
-from infersim.base.sharding import shard
 
 OffloadTarget = Literal["weights", "kv"]
 SECTION = "generate"
@@ -160,10 +160,7 @@ def resolve_spec(gen: GenerateSpec, config: RunConfig, source: str) -> GenerateS
     if dep.pp != 1:
         raise ConfigError(source, "deployment.pp", dep.pp,
                           "generate runs one static batch through all layers; pipeline parallelism is not modelled here")
-    try:
-        shard(batch, dep.num_gpus, "generate.batch", "deployment.num_gpus")
-    except Exception as exc:  # LayoutError: say which field to change
-        raise ConfigError(source, f"{SECTION}.batch", batch, str(exc)) from None
+    _check_batch_split(batch, dep, source)
     if gen.weights_offloaded and gen.offload_device == "nvme" and config.hardware.nvme_bandwidth <= 0:
         raise ConfigError(source, f"{SECTION}.offload_device", "nvme",
                           f"hardware card {config.hardware.name} has no NVMe (nvme_bandwidth is 0)")
@@ -171,3 +168,21 @@ def resolve_spec(gen: GenerateSpec, config: RunConfig, source: str) -> GenerateS
         raise ConfigError(source, f"{SECTION}.offload", list(gen.offload),
                           f"hardware card {config.hardware.name} gives no host memory (host_memory_bytes is 0)")
     return replace(gen, batch=batch, prompt_len=prompt_len, gen_len=gen_len)
+
+
+def _check_batch_split(batch: int, dep: Deployment, source: str) -> None:
+    """The batch splits evenly over the attention-DP replicas, each of which runs its own share; and
+    over every GPU, because the simulation prices one GPU's equal share of the sequences
+    (infersim.generate.simulate: batch / num_gpus per GPU), though an attention-TP group could run any
+    number of them."""
+    replicas = dep.attention.dp or dep.gpus_per_stage // dep.attention.tp
+    if batch % replicas:
+        raise ConfigError(source, f"{SECTION}.batch", batch,
+                          f"does not split over the {replicas} attention-DP replicas (deployment.attention.dp): each "
+                          f"replica runs its own equal share; give a multiple of {replicas}")
+    if batch % dep.num_gpus:
+        tp = dep.attention.tp
+        raise ConfigError(source, f"{SECTION}.batch", batch,
+                          f"{SECTION}.batch ({batch}) is not divisible by deployment.num_gpus ({dep.num_gpus}): generate "
+                          f"prices one GPU's equal share of the sequences, so each attention-TP group of {tp} GPUs "
+                          f"(deployment.attention.tp) runs a multiple of {tp}; give a multiple of {dep.num_gpus}")
