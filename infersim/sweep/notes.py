@@ -65,8 +65,9 @@ def sweep_notes(spec: SweepSpec) -> list[str]:
     config = spec.base.config
     hardware_axes = [a.path for a in spec.axes if a.path.split(".")[0] == "hardware"]
     if config.tables_auto and hardware_axes and not isinstance(config.tables, NoTables):
+        tables = "/".join(Path(config.tables_source).parts[-3:])  # mfu_tables/<source>/<device>[/<engine>]
         notes.append(f"--grid {hardware_axes[0]}: every point is timed on the roofline, without measured kernel "
-                     f"tables: the bundled tables are chosen per device and engine ({'/'.join(Path(config.tables_source).parts[-3:])} for "
+                     f"tables: the bundled tables are chosen per device and engine ({tables} for "
                      f"{config.hardware.name}), and one set would time the other or changed devices wrongly; "
                      "run each device on its own for table times")
     if spec.search is not None and config.model.is_moe and config.deployment.moe_comm != "all-gather":
