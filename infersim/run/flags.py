@@ -96,7 +96,8 @@ def _deployment_leaves(rest: list[str], value: Any) -> list[tuple[str, Any]]:
         return []
     out: list[tuple[str, Any]] = []
     for key, item in value.items():
-        out += _deployment_leaves([*rest, str(key)], item) if isinstance(item, dict) else [(".".join([*rest, str(key)]), item)]
+        path = [*rest, str(key)]
+        out += _deployment_leaves(path, item) if isinstance(item, dict) else [(".".join(path), item)]
     return out
 
 
