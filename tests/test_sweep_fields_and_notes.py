@@ -49,3 +49,9 @@ def test_a_layout_search_names_the_moe_path_of_expert_tp(capsys) -> None:
     assert code == 0
     assert ("note: layout search: layouts with expert TP (FFN TP > 1) run moe_comm all-gather (tokens gathered onto "
             "every shard), the others the config's all-to-all") in err
+
+
+def test_a_card_the_grid_cannot_load_is_refused_before_the_run(capsys) -> None:
+    code, out, err = run(capsys, *SWEEP, "--config", "qwen3-30b.yaml", "--grid", "hardware=h20,nonexist")
+    assert code == 2 and not out
+    one_line_error(err, "--grid hardware=nonexist: hardware 'nonexist' not found")

@@ -205,10 +205,27 @@ def _spec(args: argparse.Namespace, gpus: str | None, targets: Targets) -> Sweep
         raise InferSimError(f"--price-per-gpu-hour must be positive (got {args.price_per_gpu_hour})")
 
     base = load_base(args.config, command_overrides(args), args.mfu_tables, flags)
+    _refuse_unknown_cards(axes, base.base_dir)
     print_notes(base.config)
     spec = SweepSpec(base, tuple(axes), search, prefill=args.prefill or targets.needs_prefill,
                      price_per_gpu_hour=args.price_per_gpu_hour)
     return spec
+
+
+def _refuse_unknown_cards(axes: Sequence[Any], base_dir: str | None) -> None:
+    """A card the grid names that cannot be loaded (a misspelt name, a missing file) is the command
+    line's error, refused before the run as the main command refuses it, not a rejected row."""
+    from pathlib import Path
+
+    from infersim.run.config import load_hardware_card, load_model_card
+
+    for axis in axes:
+        loader = {"model": load_model_card, "hardware": load_hardware_card}.get(axis.path)
+        for value in axis.values if loader is not None else ():
+            try:
+                loader(value, Path(base_dir) if base_dir else None)
+            except InferSimError as exc:
+                raise InferSimError(f"--grid {axis.path}={shorten(str(value))}: {exc}") from None
 
 
 def card_lists_as_grid(flags: RunFlags, grid: list[str]) -> tuple[RunFlags, list[str]]:
