@@ -59,3 +59,12 @@ def test_an_option_given_twice_under_its_two_names_is_refused(capsys) -> None:
         assert f"{second[0]} " in err and f"and {first[0]} " in err and "one option given twice" in err
     code, out, _err = run(capsys, *SERVE, "--rate", "4", "--request-rate", "4", "--num-requests", "20")
     assert code == 0 and "Poisson 4 req/s" in out  # the same value twice: one option, once
+
+
+def test_a_router_with_one_replica_is_refused(capsys) -> None:
+    code, out, err = run(capsys, *SERVE, "--offline", "--num-requests", "20", "--router", "least-loaded")
+    assert code == 2 and not out
+    one_line_error(err, "--router least-loaded: chooses which of the --replicas instances", "there is one")
+    code, out, _err = run(capsys, *SERVE, "--offline", "--num-requests", "20", "--router", "least-loaded",
+                          "--replicas", "2")
+    assert code == 0 and "2 x 1 GPU(s)" in out

@@ -115,7 +115,8 @@ def _workload_options(args: argparse.Namespace) -> dict[str, Any] | None:
     spec = parsed_workload(form, f"--workload {args.workload}" if args.workload is not None else
                            f"--dataset-name {args.dataset_name or 'random'}")
     refuse_unread_by_stages(args, spec)
-    options: dict[str, Any] = {"workload": spec, "seed": args.seed, "replicas": args.replicas, "router": args.router}
+    options: dict[str, Any] = {"workload": spec, "seed": args.seed, "replicas": args.replicas,
+                               "router": args.router or "round-robin"}
     if args.slo_percentile not in (50, 90, 99):
         options["percentiles"] = [args.slo_percentile]
     return options
@@ -182,7 +183,7 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         raise InferSimError("give a load: --rate R (--request-rate), --concurrency N (--max-concurrency), --offline, "
                             "--trace FILE or --workload FILE")
     options: dict[str, Any] = {"mode": modes[0] if modes else "poisson", "seed": args.seed, "replicas": args.replicas,
-                               "router": args.router}
+                               "router": args.router or "round-robin"}
     if args.num_requests is not None:  # else: a trace replays every row, other loads 1000 requests
         options["num_requests"] = args.num_requests
     given = {"rate": args.rate, "concurrency": args.concurrency, "trace": args.trace,
@@ -214,6 +215,9 @@ def _check_search_flags(args: argparse.Namespace, sweeping: bool) -> None:
             if value is not None:
                 raise InferSimError(f"{flag} {value}: runs the points of --rate-sweep or --max-rate-under-slo; a "
                                     "single serving run uses neither")
+    if args.router is not None and args.replicas == 1 and args.disaggregate is None:  # xPyD pools route too
+        raise InferSimError(f"--router {args.router}: chooses which of the --replicas instances takes a request, and "
+                            "there is one; give --replicas N")
     if args.trace is None and args.trace_time_scale is not None:
         raise InferSimError(f"--trace-time-scale {args.trace_time_scale:g} scales a --trace's arrival times; "
                             "there is no --trace")
@@ -523,9 +527,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--burstiness", type=_number(gt=0), default=None, help="gamma shape of Poisson gaps (1 = Poisson)")
     p.add_argument("--seed", type=_number(whole=True, ge=0), default=0, help="random seed (default 0)")
     p.add_argument("--replicas", type=_number(whole=True, gt=0), default=1, help="data-parallel copies of the deployment behind a router")
-    p.add_argument("--router", choices=("round-robin", "least-loaded", "cache-aware"), default="round-robin",
-                   help="how requests reach replicas (cache-aware: where most of the prompt is cached, as SGLang's "
-                        "router; staged workloads only)")
+    p.add_argument("--router", choices=("round-robin", "least-loaded", "cache-aware"), default=None,
+                   help="how requests reach --replicas (default round-robin; cache-aware: where most of the prompt is "
+                        "cached, as SGLang's router; staged workloads only)")
     p.add_argument("--max-waiting", type=_number(whole=True, ge=0), default=None,
                    help="open loop: requests an instance's queue holds before further arrivals are left waiting "
                         "(the overload guard; default 10000, 0: no bound)")
