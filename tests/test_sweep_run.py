@@ -169,7 +169,11 @@ def test_workers_beyond_the_cpus_and_the_chunks_are_not_started(spec, serial, mo
     monkeypatch.setattr(workers, "available_cpus", lambda: 2)
     assert workers.pool_workers(None, 10) == (2, "")
     assert workers.pool_workers(1, 10) == (1, "")
-    assert workers.pool_workers(100_000, 1) == (1, "")  # one task: one worker, nothing cut that was needed
+    assert workers.pool_workers(None, 1) == (1, "")  # the default: as many as there is work for, nothing to say
+    assert workers.pool_workers(100_000, 1) == (1, "--workers 100000: 2 CPUs available here; 1 chunk of work to "
+                                                   "share; 1 worker process started")
+    assert workers.pool_workers(2, 1) == (1, "--workers 2: 1 chunk of work to share; 1 worker process started")
+    assert workers.pool_workers(2, 2) == (2, "")
     assert workers.pool_workers(100_000, 10) == (2, "--workers 100000: 2 CPUs available here; 2 worker processes started")
     stream = io.StringIO()
     result = run_sweep(spec, workers=100_000, chunk_units=spec.units // 2 + 1, stream=stream, progress=False)

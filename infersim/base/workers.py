@@ -45,10 +45,15 @@ def pool_workers(requested: int | None, tasks: int) -> tuple[int, str]:
     processes than CPUs only take turns on them, each holding its own copy of the cards and tables;
     and a pool started with fork starts every worker at once, used or not."""
     cpus = available_cpus()
-    workers = min(requested or cpus, max(tasks, 1))
-    if workers <= cpus:
+    chunks = max(tasks, 1)
+    workers = min(requested or cpus, chunks, cpus)
+    if requested is None or workers >= requested:
         return workers, ""
-    return cpus, f"--workers {requested}: {cpus} CPU{'s' if cpus != 1 else ''} available here; {cpus} worker processes started"
+    limits = [f"{cpus} CPU{'s' if cpus != 1 else ''} available here"] if requested > cpus else []
+    if requested > chunks and chunks < cpus:
+        limits.append(f"{chunks:,} chunk{'s' if chunks != 1 else ''} of work to share")
+    started = f"{workers} worker process{'es' if workers != 1 else ''} started"
+    return workers, f"--workers {requested}: {'; '.join(limits)}; {started}"
 
 
 def worker_pool(workers: int) -> cf.ProcessPoolExecutor:
