@@ -68,3 +68,15 @@ def test_a_router_with_one_replica_is_refused(capsys) -> None:
     code, out, _err = run(capsys, *SERVE, "--offline", "--num-requests", "20", "--router", "least-loaded",
                           "--replicas", "2")
     assert code == 0 and "2 x 1 GPU(s)" in out
+
+
+def test_the_dataset_defaults_a_load_takes_are_said(capsys) -> None:
+    code, out, _err = run(capsys, *SERVE, "--dataset-name", "prefix_repetition", "--request-rate", "4",
+                          "--num-prompts", "20", "--prefix-repetition-num-prefixes", "2")
+    assert code == 0
+    assert ("not given, so vllm bench serve's defaults: --prefix-repetition-prefix-len 256, "
+            "--prefix-repetition-suffix-len 256, --prefix-repetition-output-len 128") in out
+    code, out, _err = run(capsys, *SERVE, "--dataset-name", "generated-shared-prefix", "--request-rate", "4",
+                          "--gsp-num-groups", "2", "--gsp-prompts-per-group", "2", "--gsp-system-prompt-len", "64",
+                          "--gsp-question-len", "16", "--gsp-output-len", "8")
+    assert code == 0 and "not given, so" not in out  # every flag given: nothing taken from the tool

@@ -124,7 +124,15 @@ def _lengths_note(unset: list[str], used: dict[str, int], sglang: bool, from_con
     return said + f"the config's {keys} ({bench}'s own default{'s are' if plural else ' is'} {defaults})"
 
 
-def _pick(args: argparse.Namespace, prefix: str, defaults: dict[str, int]) -> dict[str, int]:
+def _pick(args: argparse.Namespace, prefix: str, defaults: dict[str, int], notes: list[str]) -> dict[str, int]:
+    """The dataset's flags, each the tool's default where not given (said in a note, as the random
+    dataset's lengths are)."""
+    unset = [key for key in defaults if getattr(args, f"{prefix}_{key}") is None]
+    if unset:
+        tool = "vllm bench serve" if prefix == "prefix_repetition" else "sglang.bench_serving"
+        flag = "--" + prefix.replace("_", "-")
+        notes.append(f"not given, so {tool}'s default" + ("s" if len(unset) > 1 else "") + ": "
+                     + ", ".join(f"{flag}-{key.replace('_', '-')} {defaults[key]}" for key in unset))
     return {key: int(getattr(args, f"{prefix}_{key}") if getattr(args, f"{prefix}_{key}") is not None else value)
             for key, value in defaults.items()}
 
@@ -137,10 +145,10 @@ def _data(args: argparse.Namespace, lengths: tuple[int, int] | None,
     if name == "random":
         return _random_data(args, lengths, notes), None
     if name == "prefix_repetition":
-        picked = _pick(args, "prefix_repetition", PREFIX_REPETITION)
+        picked = _pick(args, "prefix_repetition", PREFIX_REPETITION, notes)
         return {"type": "prefix_repetition", **picked}, _repetition_count(args, picked["num_prefixes"], notes)
     if name == "generated-shared-prefix":
-        gsp = _pick(args, "gsp", GSP)
+        gsp = _pick(args, "gsp", GSP, notes)
         if gsp["num_groups"] * gsp["prompts_per_group"] > MAX_PROMPTS:
             raise InferSimError(f"--gsp-num-groups {gsp['num_groups']:,} x --gsp-prompts-per-group "
                                 f"{gsp['prompts_per_group']:,} = {gsp['num_groups'] * gsp['prompts_per_group']:,} "
