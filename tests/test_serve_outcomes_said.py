@@ -80,3 +80,9 @@ def test_the_dataset_defaults_a_load_takes_are_said(capsys) -> None:
                           "--gsp-num-groups", "2", "--gsp-prompts-per-group", "2", "--gsp-system-prompt-len", "64",
                           "--gsp-question-len", "16", "--gsp-output-len", "8")
     assert code == 0 and "not given, so" not in out  # every flag given: nothing taken from the tool
+
+
+def test_a_trace_shorter_than_the_requests_asked_for_says_so(capsys) -> None:
+    code, out, _err = run(capsys, *SERVE, "--trace", str(REPO_ROOT / "docs" / "examples" / "azure-style-trace.csv"),
+                          "--num-requests", "100")
+    assert code == 0 and "azure-style-trace.csv: 40 rows, fewer than num_requests 100: all 40 replayed" in out

@@ -307,6 +307,7 @@ class TraceReplay:
     rows: TraceRows
     count: int
     time_scale: float = 1.0
+    asked: int | None = None  # num_requests, when given
 
     def __iter__(self) -> Iterator[Request]:
         rows, scale = self.rows, self.time_scale
@@ -320,6 +321,9 @@ class TraceReplay:
 
     def note(self) -> str | None:
         dropped = len(self.rows) - self.count
+        if self.asked is not None and self.asked > self.count:
+            return (f"trace {self.rows.path}: {len(self.rows):,} rows, fewer than num_requests {self.asked:,}: all "
+                    f"{self.count:,} replayed")
         if not dropped:
             return None
         return (f"trace {self.rows.path}: replaying the first {self.count:,} of its {len(self.rows):,} rows by arrival "
@@ -343,7 +347,7 @@ def trace_replay(path: str | Path, num_requests: int | None = None, time_scale: 
     span = (rows.arrival[rows.index(count - 1)] - rows.arrival[rows.index(0)]) * scale
     if not span <= MAX_SPAN_S:
         raise span_error(f"trace {rows.path} (rows {rows.index(0) + 1:,} to {rows.index(count - 1) + 1:,})", span)
-    return TraceReplay(rows, count, scale)
+    return TraceReplay(rows, count, scale, None if num_requests is None else int(num_requests))
 
 
 def load_trace(path: str | Path, num_requests: int | None = None, time_scale: float = 1.0) -> list[Request]:
