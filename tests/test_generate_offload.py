@@ -128,8 +128,8 @@ def test_bad_input_is_one_clear_error(field, value, expected):
 def test_bad_layouts_and_cards():
     raw = mapping(batch=3, prompt_len=8, gen_len=2)
     raw["deployment"].update({"num_gpus": 2, "attention": {"tp": 2}, "ffn": {"tp": 2}})
-    with pytest.raises(InferSimError, match=r"generate.batch.*\(3\) is not divisible by deployment.num_gpus \(2\)"):
-        generate(raw)
+    with pytest.raises(InferSimError, match=r"generate.batch.*\(value: 3\).*2 attention-DP replicas"):
+        generate(raw | {"deployment": raw["deployment"] | {"attention": {"tp": 1}, "ffn": {"tp": 1}}})
     with pytest.raises(ConfigError, match="has no NVMe"):
         generate(mapping(hardware=gpu(nvme_bandwidth=0), batch=1, prompt_len=8, gen_len=2, offload="weights",
                          offload_device="nvme"))

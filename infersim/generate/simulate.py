@@ -36,8 +36,8 @@ from infersim.generate.spec import GenerateSpec
 from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, NoTables
 from infersim.run.memory import kv_bytes_per_token, total_parameters
 from infersim.cards import categories as cat
-from infersim.modules.step import build_stage_plan
-from infersim.shapes.plan import LayerGroup, StagePlan
+from infersim.modules.step import build_stage_plan, build_step_plan
+from infersim.shapes.plan import LayerGroup, SequenceBatch, StagePlan
 from infersim.costing.timing import kernel_cost
 from infersim.base.units import GB, dtype_bytes
 from infersim.costing.weight_offload import host_link_bytes_per_s
@@ -286,7 +286,7 @@ def _memory(config: RunConfig, gen: GenerateSpec, plan: StagePlan, stream: _Stre
     else:
         gpu_weights = stored
     # one GPU holds its heads' share of the KV of every sequence of its attention TP group
-    sequences = int(gen.batch or 0) // dep.num_gpus * dep.attention.tp
+    sequences = replica_batch(config, gen)
     kv_all = kv_bytes_per_token(model, dep.precision.kv_cache, dep.attention.tp) * sequences * context
     # kv_bytes_per_token counts the layers whose KV grows with the context: full (not windowed) attention
     kv_layers = sum(g.layers for g in plan.groups
@@ -377,11 +377,50 @@ def _notes(config: RunConfig, gen: GenerateSpec, stream: _Streaming, steps: int)
     elif stream.stored_bpw != dtype_bytes(prec.weight_dtype):
         out.append(f"{prec.weight_dtype} weights on the GPU: fused weight-only GEMMs "
                    f"({stream.stored_bpw:.4g} bytes/weight with group scales)")
+    tp, sequences = config.deployment.attention.tp, replica_batch(config, gen)
+    if sequences % tp:
+        # the core prices whole token rows per GPU: the group's GEMMs carry a multiple of tp rows
+        prompt_rows = sequences * int(gen.prompt_len or 0)
+        rows = [f"{-(-prompt_rows // tp) * tp} prefill rows for {prompt_rows:,} prompt tokens"] if prompt_rows % tp else []
+        if steps:
+            rows.append(f"{-(-sequences // tp) * tp} rows per decode step")
+        if rows:
+            out.append(f"each attention-TP group of {tp} GPUs runs {sequences} of the batch's sequences (not a multiple "
+                       f"of {tp}): attention is priced for them, the GEMMs for " + " and ".join(rows)
+                       + " (whole rows per GPU)")
     if config.deployment.overlap != "none":
         out.append("two-batch overlap in the config is not used: a static-batch generation runs one batch")
     if isinstance(config.tables, NoTables):
         out.append("no measured MFU tables in use: every kernel time is a roofline estimate")
     return out
+
+
+def replica_batch(config: RunConfig, gen: GenerateSpec) -> int:
+    """Sequences one attention-DP replica runs: the batch is split over the replicas only (each
+    attention-TP group runs all of its replica's; spec.resolve_spec checked that they divide)."""
+    dep = config.deployment
+    return int(gen.batch or 0) // (dep.attention.dp or dep.gpus_per_stage // dep.attention.tp)
+
+
+def _pass_plan(stage: str, config: RunConfig, dep: Deployment, gen: GenerateSpec, kv_len: int, sms: int,
+               memo: PricingMemo | None = None) -> StagePlan:
+    """The plan of one pass over a replica's sequences (prefill: kv_len = prompt_len; decode: the
+    positions the newest token attends). The core's unit is one GPU's equal share; where the
+    replica's sequences do not divide over its attention-TP group they are given as the group's
+    (SequenceBatch across_tp): attention runs each of them, and each GPU's GEMM rows are the group's
+    tokens over tp rounded up (said in the notes)."""
+    model, tp, sequences = config.model, dep.attention.tp, replica_batch(config, gen)
+    if sequences % tp == 0:
+        if stage == "prefill":
+            return build_stage_plan("prefill", model, dep, Workload(isl=kv_len, osl=int(gen.gen_len or 0)),
+                                    sequences // tp * kv_len, sms)
+        # the core's decode step attends ISL + OSL/2 positions: ISL = kv_len - 1, OSL = 2 gives exactly kv_len
+        return build_stage_plan("decode", model, dep, Workload(isl=kv_len - 1, osl=2), sequences // tp, sms, memo=memo)
+    q_len = kv_len if stage == "prefill" else 1
+    # a static KV cache is allocated as the core's decode step allocates it for the same workload
+    capacity = kv_len + 1 if stage == "decode" and dep.model_code.kv_cache == "static" else 0
+    group = SequenceBatch(sequences, q_len, kv_len, across_tp=True, kv_capacity=capacity)
+    return build_step_plan(model, dep, (group,), sms, stage="prefill" if stage == "prefill" else "decode", memo=memo)
 
 
 def simulate_generation(config: RunConfig, gen: GenerateSpec) -> GenerationResult:
@@ -396,13 +435,11 @@ def simulate_generation(config: RunConfig, gen: GenerateSpec) -> GenerationResul
         raise InferSimError(f"generate: routed experts stored {expert_format} and other weights {prec.weight_dtype} "
                             "(deployment.precision.expert_weights) are not modelled for whole generations yet; "
                             "use one weight format (--weights) or `infersim --config` for steady-state numbers")
-    model, hw, tables = config.model, config.hardware, config.tables
+    hw, tables = config.hardware, config.tables
     dep = _compute_deployment(config, gen)
     stream = _streaming(config, gen)
-    per_gpu = gen.batch // config.deployment.num_gpus
     sms = hw.derates.deepep_normal_sms
-    prompt = Workload(isl=gen.prompt_len, osl=gen.gen_len)
-    plan = build_stage_plan("prefill", model, dep, prompt, per_gpu * gen.prompt_len, sms)
+    plan = _pass_plan("prefill", config, dep, gen, gen.prompt_len, sms)
     memory = _memory(config, gen, plan, stream)
     check_fits(memory, config, gen)
     prefill = _pass("prefill", plan, run_stage(plan, hw, tables, config.engine), config, gen, stream, gen.prompt_len)
@@ -410,8 +447,7 @@ def simulate_generation(config: RunConfig, gen: GenerateSpec) -> GenerationResul
     memo = PricingMemo()  # the decode steps share all but their attention core
     for j in range(1, gen.gen_len):
         kv_len = gen.prompt_len + j  # the prompt, the first token from prefill, and the j - 1 decoded since
-        # the core's decode step attends ISL + OSL/2 positions: ISL = kv_len - 1, OSL = 2 gives exactly kv_len
-        step_plan = build_stage_plan("decode", model, dep, Workload(isl=kv_len - 1, osl=2), per_gpu, sms, memo=memo)
+        step_plan = _pass_plan("decode", config, dep, gen, kv_len, sms, memo)
         steps.append(_pass("decode", step_plan, run_stage(step_plan, hw, tables, config.engine, memo), config, gen,
                            stream, kv_len))
     return GenerationResult(config, gen, memory, prefill, tuple(steps), stream.pcie, stream.nvme,

@@ -171,18 +171,10 @@ def resolve_spec(gen: GenerateSpec, config: RunConfig, source: str) -> GenerateS
 
 
 def _check_batch_split(batch: int, dep: Deployment, source: str) -> None:
-    """The batch splits evenly over the attention-DP replicas, each of which runs its own share; and
-    over every GPU, because the simulation prices one GPU's equal share of the sequences
-    (infersim.generate.simulate: batch / num_gpus per GPU), though an attention-TP group could run any
-    number of them."""
+    """The batch splits evenly over the attention-DP replicas, each of which runs its own share (an
+    attention-TP group runs any number of sequences: its GPUs split heads, not sequences)."""
     replicas = dep.attention.dp or dep.gpus_per_stage // dep.attention.tp
     if batch % replicas:
         raise ConfigError(source, f"{SECTION}.batch", batch,
                           f"does not split over the {replicas} attention-DP replicas (deployment.attention.dp): each "
                           f"replica runs its own equal share; give a multiple of {replicas}")
-    if batch % dep.num_gpus:
-        tp = dep.attention.tp
-        raise ConfigError(source, f"{SECTION}.batch", batch,
-                          f"{SECTION}.batch ({batch}) is not divisible by deployment.num_gpus ({dep.num_gpus}): generate "
-                          f"prices one GPU's equal share of the sequences, so each attention-TP group of {tp} GPUs "
-                          f"(deployment.attention.tp) runs a multiple of {tp}; give a multiple of {dep.num_gpus}")
