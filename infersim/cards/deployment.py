@@ -243,7 +243,7 @@ def dense_ffn_tp(dep: Deployment | FfnDeployment) -> int:
     return max(dep.ffn.tp, dep.attention.tp)
 
 
-def _attention_dp(dep: Deployment) -> int:
+def attention_dp(dep: Deployment) -> int:
     """The attention-DP size a deployment names or implies: its stage's GPUs over attention TP
     (complete_layout checks that they divide)."""
     return dep.attention.dp or dep.gpus_per_stage // dep.attention.tp
@@ -313,7 +313,7 @@ def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCa
             comm = "all-gather"
         elif model.is_moe and engine.all_to_all_needs_ep_above_topk and dep.ffn.ep <= model.num_experts_per_tok:
             comm = "all-gather"
-        elif model.is_moe and engine.all_to_all_needs_attention_dp and _attention_dp(dep) <= 1:
+        elif model.is_moe and engine.all_to_all_needs_attention_dp and attention_dp(dep) <= 1:
             comm = "all-gather"
         else:
             comm = engine.moe_comm or DEFAULT_MOE_COMM
@@ -403,7 +403,7 @@ def _check_machine(dep: Deployment, model: ModelCard, hw: HardwareCard, fail: An
 def _check_groups(dep: Deployment, per_stage: int, fail: Any) -> tuple[int, int]:
     """Attention TP x DP and FFN TP x EP x DP against the GPUs of a stage; the (derived) DP sizes."""
     attn, ffn = dep.attention, dep.ffn
-    attn_dp = _attention_dp(dep)
+    attn_dp = attention_dp(dep)
     stage_text = f"the {per_stage} GPUs of a pipeline stage (num_gpus {dep.num_gpus} / pp {dep.pp})"
     if attn.tp * attn_dp != per_stage:
         if not attn.dp:  # dp follows from tp: say what tp cannot do, not 'dp 0'

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from infersim.run.config import RunConfig
-from infersim.cards.deployment import Deployment, Workload
+from infersim.cards.deployment import Deployment, Workload, attention_dp
 from infersim.costing.memo import PricingMemo
 from infersim.engine.stage import StageResult, run_stage
 from infersim.base.errors import InferSimError, NotPossible
@@ -398,8 +398,7 @@ def _notes(config: RunConfig, gen: GenerateSpec, stream: _Streaming, steps: int)
 def replica_batch(config: RunConfig, gen: GenerateSpec) -> int:
     """Sequences one attention-DP replica runs: the batch is split over the replicas only (each
     attention-TP group runs all of its replica's; spec.resolve_spec checked that they divide)."""
-    dep = config.deployment
-    return int(gen.batch or 0) // (dep.attention.dp or dep.gpus_per_stage // dep.attention.tp)
+    return int(gen.batch or 0) // attention_dp(config.deployment)
 
 
 def _pass_plan(stage: str, config: RunConfig, dep: Deployment, gen: GenerateSpec, kv_len: int, sms: int,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from infersim.cards.deployment import Deployment
+from infersim.cards.deployment import Deployment, attention_dp
 from infersim.cards.schema import build, spec
 from infersim.run.config import RunConfig, config_from_mapping, parse_overrides, read_run_mapping
 from infersim.base.errors import MISSING, ConfigError
@@ -173,7 +173,7 @@ def resolve_spec(gen: GenerateSpec, config: RunConfig, source: str) -> GenerateS
 def _check_batch_split(batch: int, dep: Deployment, source: str) -> None:
     """The batch splits evenly over the attention-DP replicas, each of which runs its own share (an
     attention-TP group runs any number of sequences: its GPUs split heads, not sequences)."""
-    replicas = dep.attention.dp or dep.gpus_per_stage // dep.attention.tp
+    replicas = attention_dp(dep)
     if batch % replicas:
         raise ConfigError(source, f"{SECTION}.batch", batch,
                           f"does not split over the {replicas} attention-DP replicas (deployment.attention.dp): each "

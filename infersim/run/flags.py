@@ -73,6 +73,15 @@ class RunFlags:
         return any(getattr(self, f.name) is not None for f in fields(self))
 
 
+#: each layout flag (its RunFlags attribute) and the deployment field it gives
+LAYOUT_FLAG_FIELDS = (("tp", "attention.tp"), ("ep", "ffn.ep"), ("pp", "pp"), ("dp_attention", "attention.dp"))
+
+
+def flag_name(attribute: str) -> str:
+    """The command-line flag of a RunFlags attribute (dp_attention -> --dp-attention)."""
+    return "--" + attribute.replace("_", "-")
+
+
 def _layout_fields_decided(flags: RunFlags) -> dict[str, str]:
     """Deployment fields (dotted under deployment) that fit_layout builds from the layout flags -> the
     flag that decides each: the attention and FFN groups are built afresh (their DP sizes derived,
@@ -81,9 +90,10 @@ def _layout_fields_decided(flags: RunFlags) -> dict[str, str]:
     tp = f"--tp {flags.tp}" if flags.tp is not None else "the layout flags"
     decided = {"attention.tp": tp, "attention.dp": "the layout flags (--dp-attention)", "ffn.tp": tp,
                "ffn.dp": "the layout flags", "ffn.ep": "the layout flags", "pp": "the layout flags"}
-    for name, field_, value in (("tp", "attention.tp", flags.tp), ("ep", "ffn.ep", flags.ep), ("pp", "pp", flags.pp)):
+    for attribute, field_ in LAYOUT_FLAG_FIELDS:
+        value = getattr(flags, attribute)
         if value is not None:
-            decided[field_] = f"--{name} {value}"
+            decided[field_] = f"{flag_name(attribute)} {value}"
     return decided
 
 
@@ -122,6 +132,14 @@ def refuse_layout_overrides(flags: RunFlags | None, overrides: list[tuple[list[s
             if actual != given:
                 raise InferSimError(f"--set {text}: deployment.{field_} {given!r}, but {decided[field_]} gives the run "
                                     f"{actual!r}; give the layout by the layout flags or by --set, not both")
+
+
+#: the run-config field each non-layout flag sets (flag_fields) -> the flag
+FLAG_OF_FIELD = {"model": "--model", "hardware": "--hardware", "engine": "--engine", "calibration": "--calibration",
+                 "deployment.num_gpus": "--num-gpus", "deployment.num_nodes": "--num-nodes", "workload.isl": "--isl",
+                 "workload.osl": "--osl", "workload.decode_batch_per_gpu": "--batch-per-gpu",
+                 "deployment.precision.kv_cache": "--kv-cache-dtype", "deployment.precision.gemm": "--precision",
+                 "deployment.precision.weights": "--precision"}
 
 
 def flag_fields(flags: RunFlags) -> dict[str, Any]:

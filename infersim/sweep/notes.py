@@ -10,17 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from infersim.base.errors import InferSimError, shorten
-from infersim.run.flags import RunFlags, flag_fields
+from infersim.run.flags import FLAG_OF_FIELD, LAYOUT_FLAG_FIELDS, RunFlags, flag_fields, flag_name
 from infersim.shapes.kernels import NoTables
 from infersim.sweep.evaluate import SweepSpec
 
 
-#: the run-config field each direct flag sets -> the flag (the layout flags' fields besides)
-FLAG_OF_FIELD = {"model": "--model", "hardware": "--hardware", "engine": "--engine", "calibration": "--calibration",
-                 "deployment.num_gpus": "--num-gpus", "deployment.num_nodes": "--num-nodes", "workload.isl": "--isl",
-                 "workload.osl": "--osl", "workload.decode_batch_per_gpu": "--batch-per-gpu",
-                 "deployment.precision.kv_cache": "--kv-cache-dtype", "deployment.precision.gemm": "--precision",
-                 "deployment.precision.weights": "--precision"}
 #: a card named by these is the base of the fields set inside it: both may be given
 CARD_FIELDS = ("model", "hardware", "engine")
 
@@ -28,11 +22,10 @@ CARD_FIELDS = ("model", "hardware", "engine")
 def _flag_fields(flags: RunFlags) -> dict[str, str]:
     """Run-config field (dotted) -> the flag that sets it, with its value."""
     named = {field: f"{FLAG_OF_FIELD[field]} {shorten(str(value))}" for field, value in flag_fields(flags).items()}
-    for name, field, value in (("tp", "deployment.attention.tp", flags.tp), ("ep", "deployment.ffn.ep", flags.ep),
-                               ("pp", "deployment.pp", flags.pp),
-                               ("dp-attention", "deployment.attention.dp", flags.dp_attention)):
+    for attribute, field in LAYOUT_FLAG_FIELDS:
+        value = getattr(flags, attribute)
         if value is not None:
-            named[field] = f"--{name} {value}"
+            named[f"deployment.{field}"] = f"{flag_name(attribute)} {value}"
     return named
 
 
