@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core_fixtures import FREE_ENGINE, TINY_MODEL, make_config, run_mapping
-from infersim.cards.engine import EngineCard, MemoryTier, step_overhead, tier_value, validate_engine
+from infersim.cards.engine import EngineCard, step_overhead, validate_engine
+from infersim.cards.engine_scheduler import MemoryTier, tier_value
 from infersim.cards.registry import bundled_names
 from infersim.cards.schema import build
 from infersim.cli.main import main

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infersim.cards.engine import tier_value
+from infersim.cards.engine_scheduler import tier_value
 from infersim.cli.main import main
 from infersim.run.config import load_run_config
 from infersim.base.errors import ConfigError, InferSimError

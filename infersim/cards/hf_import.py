@@ -35,6 +35,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "num_attention_heads": ("num_attention_heads", "n_head"),
     "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"),
     "vocab_size": ("vocab_size", "padded_vocab_size"),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length"),
     "intermediate_size": ("intermediate_size", "ffn_dim", "ffn_hidden_size", "n_inner"),
     "num_experts": ("num_experts", "n_routed_experts", "num_routed_experts", "num_local_experts", "moe_num_experts"),
     "num_experts_per_tok": ("num_experts_per_tok", "moe_top_k", "top_k"),

@@ -43,6 +43,9 @@ class ModelCard:
     num_key_value_heads: int = spec(doc="K/V heads (= query heads for MHA, 1 for MQA); ignored for MLA", gt=0)
     head_dim: int = spec(doc="per-head dimension of Q/K/V (MHA/GQA)", gt=0)
     vocab_size: int = spec(doc="vocabulary size (embedding and LM-head rows)", gt=0)
+    max_position_embeddings: int = spec(
+        0, doc="context length: the longest sequence (prompt + output tokens) the model takes; vLLM's max_model_len and "
+               "SGLang's context length default to it and refuse longer requests (0: not stated)", ge=0, le=1 << 40)
     intermediate_size: int = spec(0, doc="dense FFN width (dense layers and dense models)", ge=0)
     ffn_activation: Literal["swiglu", "geglu", "gelu", "relu", "relu2"] = spec(
         "swiglu", doc="swiglu/geglu: gated MLP with 3 matrices; gelu/relu/relu2: plain MLP with 2")

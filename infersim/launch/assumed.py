@@ -146,7 +146,8 @@ def assumed_for_pool(config: RunConfig, settings: SchedulerSettings, role: Liter
     """A serving pool: its scheduler settings (per instance), shared over the instance's attention-DP ranks."""
     dp = config.deployment.attention.dp
     budget = 0 if settings.token_budget >= UNLIMITED_BUDGET else settings.token_budget // dp
-    cap = -(-settings.max_running // dp) if settings.max_running else 0
+    # a cap the engine derives from its pool by itself is left to it
+    cap = -(-settings.max_running // dp) if settings.max_running and not settings.cap_derived_by_engine else 0
     engine, hw = config.engine, config.hardware
     return Assumed(role, instances, config, budget, settings.chunked and budget > 0, cap, settings.prefix_cache,
                    settings.mixed, static_fraction(run_memory(config)),

@@ -85,7 +85,7 @@ def _scheduler(a: Assumed, args: Arguments, dp_attention: bool, dp: int, parts: 
     if a.running_cap:
         args.add("--max-running-requests", a.running_cap * ranks, "running requests (x DP ranks)")
     else:
-        parts.note("running requests: bounded by the KV pool, as SGLang does by default")
+        parts.note("running requests: SGLang's own cap from its KV pool and the context length, as by default")
     args.add("--mem-fraction-static", round(a.static_fraction, 3), "GPU memory share for weights and KV")
     args.realise("--page-size", engine.scheduler.page_size, "KV page size")
     args.realise("--disable-radix-cache", not a.prefix_cache, "prefix cache off")

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from infersim.cards.engine import EngineCard, tier_value
+from infersim.cards.engine import EngineCard
+from infersim.cards.engine_scheduler import tier_value
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
 from infersim.cards.deployment import Deployment, Workload, dense_ffn_tp
@@ -257,9 +258,6 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
             engine_chunk = engine.chunk_tokens(hw.peak.hbm_bytes)
             activations = max(activations, mem.reserved_per_chunk_token_bytes * max(engine_chunk, 2048))
         reserved = max(mem.reserved_bytes + activations, tier_value(mem.reserved_min_bytes, hw.peak.hbm_bytes))
-        # a cap per engine instance; batch B per GPU means tp x pp x B requests in an instance
-        cap_instance = engine.max_running_requests(hw.peak.hbm_bytes)
-        cap = max(1, cap_instance // (dep.attention.tp * dep.pp)) if cap_instance else 0
     else:
         activations = activation_bytes(model, dep, step_tokens)
         reserved = activations
@@ -280,6 +278,11 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
             resident = weights - offloaded.bytes_per_gpu
     free = usable - reserved - resident
     capacity = free * kv_fraction if free > 0 else free
+    if engine is not None:
+        # a cap per engine instance; batch B per GPU means tp x pp x B requests in an instance
+        pool_tokens = int(capacity // kv_gpu) if capacity > 0 and kv_gpu > 0 else 0
+        cap_instance = engine.running_cap(hw.peak.hbm_bytes, pool_tokens, model.max_position_embeddings)
+        cap = max(1, cap_instance // (dep.attention.tp * dep.pp)) if cap_instance else 0
     kv_fit = int(capacity // per_request) if capacity > 0 else 0
     max_batch = min(kv_fit, cap) if cap else kv_fit
     if capacity <= 0:

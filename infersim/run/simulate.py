@@ -217,12 +217,27 @@ def _single_prompt_prefill(config: RunConfig, offload: WeightOffload | None,
     return single
 
 
+def beyond_context(config: RunConfig) -> str:
+    """What is wrong when one request (prompt + output) is longer than the model's context length;
+    empty when it is not, or the model card states none."""
+    context, limit = config.workload.isl + config.workload.osl, config.model.max_position_embeddings
+    if not limit or context <= limit:
+        return ""
+    return (f"a request of {context:,} tokens (ISL {config.workload.isl:,} + OSL {config.workload.osl:,}) is longer "
+            f"than model {config.model.name}'s context of {limit:,} tokens (max_position_embeddings)")
+
+
 def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[str]:
     """Each memory limit the run breaks, with the numbers: weights against HBM, one request's KV
     cache, the decode batch's KV cache, the prefill step's KV cache."""
     out: list[str] = []
     workload, dep = config.workload, config.deployment
     left = memory.hbm_bytes - memory.reserved_bytes
+    beyond = beyond_context(config)
+    if beyond and config.engine.scheduler.refuses_beyond_context:
+        out.append(f"{beyond}: {config.engine.name} refuses such requests (its max_model_len / context length "
+                   "defaults to the model's); fix: shorter requests (--isl/--osl), or a model card with a longer "
+                   "context (--set model.max_position_embeddings=N where the model takes it, e.g. with rope scaling)")
     offload = memory.weight_offload
     if offload is not None and not offload.fits_host:
         out.append(f"{offload.bytes_per_gpu / GB:,.2f} GB of weights per GPU must stay in host memory, but hardware "
@@ -345,6 +360,9 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
         edges = sorted({op.detail for s in stages for op in s.operations if op.detail.startswith("outside table")})
         out.extend(edges)
     # memory limits the run breaks are not warnings: they are SimulationResult.unfit
+    beyond = beyond_context(config)
+    if beyond and not config.engine.scheduler.refuses_beyond_context:
+        out.append(f"{beyond}: {config.engine.name} runs it, but the model was not trained on positions that far")
     if workload.decode_batch_per_gpu == "max":
         limit = ("the engine's running-request cap" if memory.binding_limit == "running-request cap"
                  else "what fits in memory")

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from infersim.cards.engine import EngineCard, FutureTokenReservation, OfflineLimits
+from infersim.cards.engine import EngineCard, OfflineLimits
+from infersim.cards.engine_scheduler import FutureTokenReservation
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment
@@ -58,6 +59,8 @@ class SchedulerSettings:
     # managers/scheduler.py event_loop_overlap (it launches the next batch, then waits on the last)
     intake_one_step_ahead: bool = False
     client_lag_s: float = 0.0  # the API server's time outside the engine core: every token reaches the client later
+    # the engine derives max_running from its KV pool by itself (SGLang): a launch need not set it
+    cap_derived_by_engine: bool = False
 
     def describe(self) -> str:
         cap = str(self.max_running) if self.max_running else "KV-bound"
@@ -149,15 +152,29 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     # its tokens, so a request of mean length is charged its whole footprint (Llama-4's chunked
     # layers hold every token of a 2k-token request: 3 of its 4 layers)
     per_token = memory.kv_bytes_per_token_per_gpu + memory.bounded_bytes_per_request_per_gpu / max(1, memory.request_context)
-    capacity = int(memory.kv_capacity_bytes / per_token) * dp if per_token > 0 else 1 << 40
+    page = engine.page_size(hw, config.model.is_mla)
+    # the pool is allocated in whole pages (vLLM's blocks: num_gpu_blocks x block_size tokens)
+    capacity = int(memory.kv_capacity_bytes / per_token) // page * page * dp if per_token > 0 else 1 << 40
+    derived = sched.running_cap_from_pool is not None and not (offline and engine.offline_limits is not None)
+    if derived:
+        cap = derived_running_cap(config, capacity)
     return SchedulerSettings(
         token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,
-        admission=sched.kv_admission, page_size=engine.page_size(hw, config.model.is_mla), chunked=chunked,
+        admission=sched.kv_admission, page_size=page, chunked=chunked,
         prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
         reservation=sched.future_reservation if sched.kv_admission == "on-demand" else None, origin=origin,
         max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp,
         intake_one_step_ahead=engine.overheads.overlap_scheduler,
-        client_lag_s=0.0 if prefill_only else engine.overheads.api_server_latency)
+        client_lag_s=0.0 if prefill_only else engine.overheads.api_server_latency, cap_derived_by_engine=derived)
+
+
+def derived_running_cap(config: RunConfig, pool_tokens: int) -> int:
+    """The running-request cap of an instance whose KV pool holds `pool_tokens` tokens, where the
+    engine derives it from its pool (SGLang): per scheduler, i.e. per attention-DP rank, from that
+    rank's share of the pool."""
+    dp = config.deployment.attention.dp
+    hbm = config.hardware.peak.hbm_bytes
+    return config.engine.running_cap(hbm, pool_tokens // dp, config.model.max_position_embeddings) * dp
 
 
 def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: float = 0.0,

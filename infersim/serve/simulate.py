@@ -51,7 +51,7 @@ from infersim.serve.outcomes import Outcomes
 from infersim.serve.overload import StageLoad, assess_stage
 from infersim.serve.cost import StepCoster, StepPriceBook
 from infersim.serve.scheduler import Instance, RequestState
-from infersim.serve.settings import SchedulerSettings, settings_from_engine, with_host_tier
+from infersim.serve.settings import SchedulerSettings, derived_running_cap, settings_from_engine, with_host_tier
 from infersim.serve.arrivals import Arrivals, build_requests, listed_arrivals
 from infersim.serve.driver import Driver, StageRun
 from infersim.serve.options import ServeOptions
@@ -119,7 +119,7 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     settings = settings_from_engine(config, mean_isl, mean_osl, opts.mode == "offline", opts.prefix_cache,
                                     prefill_only)
     if opts.max_running_requests:
-        settings = replace(settings, max_running=opts.max_running_requests,
+        settings = replace(settings, max_running=opts.max_running_requests, cap_derived_by_engine=False,
                            origin=settings.origin + f"; running cap {opts.max_running_requests} given")
     if opts.max_num_tokens:
         settings = replace(settings, token_budget=opts.max_num_tokens,
@@ -127,6 +127,8 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     if opts.kv_capacity_tokens:
         settings = replace(settings, kv_capacity_tokens=opts.kv_capacity_tokens,
                            origin=settings.origin + f"; KV pool {opts.kv_capacity_tokens:,} tokens given")
+        if settings.cap_derived_by_engine:
+            settings = replace(settings, max_running=derived_running_cap(config, opts.kv_capacity_tokens))
     if opts.host_kv_bytes or opts.host_kv_tokens:
         settings = with_host_tier(settings, config, opts.host_kv_bytes, opts.host_kv_tokens)
     coster = StepCoster(config, opts.bucket_width, prices)

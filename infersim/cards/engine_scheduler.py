@@ -1,0 +1,110 @@
+"""The scheduler and memory sections of an engine card: values an engine picks by GPU memory
+(tiers), how it batches and admits work, caps running requests and divides GPU memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from infersim.cards.schema import spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryTier:
+    """One tier of a value an engine chooses by GPU memory: `value` from `min_gpu_bytes` of HBM up."""
+
+    min_gpu_bytes: float = spec(doc="the value applies to GPUs with at least this much HBM, bytes", ge=0)
+    value: float = spec(doc="the value for those GPUs", ge=0)
+    min_tp: int = spec(1, doc="... and to engines of at least this TP size (attention TP x attention DP, SGLang's "
+                              "tp_size; SGLang picks its CUDA-graph limit by it too)", gt=0)
+
+
+def tier_value(tiers: tuple[MemoryTier, ...], hbm_bytes: float, tp: int = 1) -> float:
+    """The value of the largest tier (by min_gpu_bytes, then min_tp) whose floors the GPU's HBM and
+    the engine's TP size `tp` reach."""
+    chosen = [t for t in tiers if t.min_gpu_bytes <= hbm_bytes and t.min_tp <= tp]
+    return max(chosen, key=lambda t: (t.min_gpu_bytes, t.min_tp)).value if chosen else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FutureTokenReservation:
+    """KV an on-demand scheduler holds back for running requests' future tokens (SGLang's
+    new_token_ratio): per request min(remaining output, cap_tokens) x ratio, the ratio decaying
+    linearly from initial_ratio to initial_ratio x final_fraction over decay_steps decode steps and
+    jumping back after a retraction."""
+
+    initial_ratio: float = spec(doc="ratio at start and after a retraction", gt=0, le=1)
+    final_fraction: float = spec(doc="the ratio decays to this fraction of initial_ratio", gt=0, le=1)
+    decay_steps: int = spec(doc="decode steps over which the ratio decays", gt=0)
+    cap_tokens: int = spec(doc="at most this many future tokens are reserved per running request", gt=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunningCapFromPool:
+    """A running-request cap an engine derives from its KV pool and the model's context length
+    (SGLang's max_num_reqs), per scheduler (an attention-DP rank's TP group):
+    min(clamp(pool / context x requests_per_context, min_requests, max_requests), pool / pool_tokens_per_request)."""
+
+    requests_per_context: int = spec(doc="requests allowed per context length of KV pool, before the clamp", gt=0)
+    min_requests: int = spec(doc="the clamp's lower end", gt=0)
+    max_requests: int = spec(doc="the clamp's upper end", gt=0)
+    pool_tokens_per_request: int = spec(doc="the cap never exceeds the pool's tokens divided by this", gt=0)
+    unstated_context_tokens: int = spec(
+        doc="context length the engine assumes when the model's config states none, tokens", gt=0)
+
+    def cap(self, pool_tokens: int, context_tokens: int) -> int:
+        """Running requests one scheduler admits with a pool of `pool_tokens` for a model whose
+        context is `context_tokens` (0: not stated)."""
+        context = context_tokens or self.unstated_context_tokens
+        clamped = min(max(pool_tokens * self.requests_per_context // context, self.min_requests), self.max_requests)
+        return max(1, min(clamped, pool_tokens // self.pool_tokens_per_request))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scheduler:
+    """How the engine batches and admits work: chunk budget, running-request cap, KV admission."""
+
+    chunked_prefill_tokens: tuple[MemoryTier, ...] = spec(
+        doc="prompt tokens one step processes per GPU (the chunk budget; longer prompts run as several "
+            "chunks), by GPU memory; 0 = no chunking (a whole prompt per step)")
+    chunk_divided_by_attention_dp: bool = spec(
+        False, doc="the budget is for the whole DP-attention group and divided by its DP size (SGLang)")
+    max_running_requests: tuple[MemoryTier, ...] = spec(
+        default_factory=tuple, doc="cap on concurrently running requests per engine instance, by GPU memory "
+                                   "(0 or absent = bounded by the KV cache only)")
+    running_cap_from_pool: RunningCapFromPool | None = spec(
+        None, doc="a further cap on running requests that the engine derives from its KV pool and the model's "
+                  "context length (SGLang); none: no such cap")
+    refuses_beyond_context: bool = spec(
+        False, doc="requests longer (prompt + output tokens) than the model's context length "
+                   "(max_position_embeddings) are refused by default, as the server's max_model_len / context "
+                   "length defaults to it; false: the engine runs them")
+    mixed_batches: bool = spec(doc="prefill chunks and decode requests share one forward pass")
+    policy: Literal["prefill-first", "decode-first"] = spec(
+        doc="which work a step takes first when both wait")
+    kv_admission: Literal["reserve-full", "on-demand"] = spec(
+        doc="reserve-full: a request is admitted only if its whole ISL + OSL KV fits (never evicted); "
+            "on-demand: blocks are taken as tokens arrive and running requests are preempted when they run out")
+    page_size: int = spec(doc="KV-cache page (block) size, tokens", gt=0)
+    prefix_cache: bool = spec(doc="prefix (radix / block) cache on by default")
+    future_reservation: FutureTokenReservation | None = spec(
+        None, doc="on-demand admission: KV held back for running requests' future tokens (none = no reservation)")
+    host_kv_tier: str | None = spec(
+        None, doc="how a server enables a host-memory (CPU) tier of the prefix cache, which holds what the GPU "
+                  "cache evicts (none: the engine has no such tier); off unless a run gives it host memory")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryPolicy:
+    """How the engine divides GPU memory between weights, reserves, activations and the KV cache."""
+
+    gpu_memory_utilization: float = spec(
+        doc="share of HBM the engine uses at all (weights, KV, activations, graphs)", gt=0, le=1)
+    reserved_bytes: float = spec(doc="fixed memory outside weights and KV: CUDA context, NCCL buffers, graphs, bytes", ge=0)
+    reserved_per_chunk_token_bytes: float = spec(
+        0.0, doc="activation memory the engine reserves per token of its chunk budget, bytes (0 = use the "
+                 "model's own activation estimate)", ge=0)
+    reserved_min_bytes: tuple[MemoryTier, ...] = spec(
+        default_factory=tuple, doc="the engine never reserves less than this outside weights and KV, by GPU memory, bytes")
+    kv_fraction_of_free: float = spec(
+        1.0, doc="share of the memory left after weights, activations and reserve that becomes KV cache", gt=0, le=1)

@@ -1,0 +1,120 @@
+"""The model's context length (max_position_embeddings): imported from HF configs, refused beyond it
+by the engines whose server refuses it, and SGLang's running-request cap derived from its KV pool
+and that context (model_runner.py: min(pool // 2, min(max(pool / context x 512, 2048), 4096)))."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infersim.cards.engine_scheduler import RunningCapFromPool
+from infersim.cards.hf_import import card_fields_from_hf
+from infersim.cards.deployment import Workload
+from infersim.cli.main import main
+from infersim.run.config import config_from_mapping, load_engine_card, load_model_card
+from infersim.run.memory import memory_budget
+from infersim.serve.settings import settings_from_engine
+
+SGLANG_RULE = RunningCapFromPool(requests_per_context=512, min_requests=2048, max_requests=4096,
+                                 pool_tokens_per_request=2, unstated_context_tokens=2048)
+ONE_GPU = {"num_gpus": 1, "attention": {"tp": 1}, "ffn": {"tp": 1}}
+TINY_HF = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 128, "intermediate_size": 128}
+
+
+def test_importer_reads_the_context_length_under_its_names():
+    assert card_fields_from_hf({**TINY_HF, "max_position_embeddings": 8192}, "t.json", "t")[
+        "max_position_embeddings"] == 8192
+    assert card_fields_from_hf({**TINY_HF, "n_positions": 1024}, "t.json", "t")["max_position_embeddings"] == 1024
+    assert "max_position_embeddings" not in card_fields_from_hf(TINY_HF, "t.json", "t")  # not stated: not guessed
+
+
+def test_bundled_cards_carry_their_context():
+    assert load_model_card("qwen3-8b")[0].max_position_embeddings == 40960
+    assert load_model_card("llama-2-7b")[0].max_position_embeddings == 4096
+    assert load_model_card("bloom-176b")[0].max_position_embeddings == 0  # its HF config states none
+
+
+@pytest.mark.parametrize(("pool", "context", "cap"), [
+    (500_000, 40960, 4096),   # 500,000 / 40,960 x 512 = 6,250: clamped to 4,096
+    (100_000, 131072, 2048),  # 390: raised to 2,048
+    (3_000, 40960, 1500),     # 2,048, but never more than half the pool
+    (10_000, 0, 2500),        # context not stated: 2,048 tokens, 10,000 / 2,048 x 512 = 2,500
+])
+def test_sglang_running_cap_by_hand(pool, context, cap):
+    assert SGLANG_RULE.cap(pool, context) == cap
+
+
+@given(st.integers(2, 10**8), st.integers(2, 10**8), st.integers(0, 10**7))
+def test_sglang_running_cap_is_bounded_and_grows_with_the_pool(pool, more, context):
+    cap = SGLANG_RULE.cap(pool, context)
+    assert 1 <= cap <= 4096 and cap <= pool // 2
+    assert SGLANG_RULE.cap(pool + more, context) >= cap
+
+
+def test_sglang_cards_cap_running_requests_by_their_pool_but_vllm_by_its_tier():
+    sglang = load_engine_card("sglang")[0]
+    assert sglang.running_cap(141e9, 500_000, 40960) == 4096
+    vllm = load_engine_card("vllm")[0]
+    assert vllm.running_cap(141e9, 500_000, 40960) == 1024  # max_num_seqs; no pool rule
+
+
+def test_the_largest_batch_of_a_small_model_under_sglang_is_its_cap():
+    config = config_from_mapping({"model": "qwen3-0.6b", "hardware": "h200", "engine": "sglang", "deployment": ONE_GPU,
+                                  "workload": {"isl": 16, "osl": 16}}, "test", mfu_tables="none")
+    model, hw, dep = config.model, config.hardware, config.deployment
+    memory = memory_budget(model, hw, dep, Workload(isl=16, osl=16, decode_batch_per_gpu="max"), None,
+                           config.engine, 8192)
+    assert memory.kv_fit_batch_per_gpu > 4096  # ~1.2 M tokens of pool: 37,000 such requests would fit
+    assert (memory.running_cap_per_gpu, memory.max_batch_per_gpu, memory.binding_limit) == \
+        (4096, 4096, "running-request cap")
+
+
+def test_serving_under_sglang_caps_each_instance():
+    config = config_from_mapping({"model": "qwen3-8b", "hardware": "h100", "engine": "sglang", "deployment": ONE_GPU,
+                                  "workload": {"isl": 1000, "osl": 200}}, "test", mfu_tables="none")
+    settings = settings_from_engine(config, 1000, 200, offline=False)
+    pool = settings.kv_capacity_tokens
+    assert pool > 2 * 4096 and settings.max_running == min(max(pool * 512 // 40960, 2048), 4096)
+
+
+def test_a_request_beyond_the_context_is_refused_where_the_server_refuses_it(capsys):
+    args = ["--model", "qwen3-8b", "--hardware", "h100", "--isl", "40000", "--osl", "2000"]
+    assert main([*args, "--engine", "vllm"]) == 1
+    captured = capsys.readouterr()
+    assert "a request of 42,000 tokens (ISL 40,000 + OSL 2,000) is longer than model qwen3-8b's context of " \
+           "40,960 tokens" in captured.out
+    assert "vllm refuses such requests" in captured.out and "does not fit" in captured.err
+    assert main([*args, "--engine", "huggingface"]) == 0
+    out = capsys.readouterr().out
+    assert "huggingface runs it, but the model was not trained on positions that far" in out
+    assert main(["--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm", "--isl", "38960",
+                 "--osl", "2000"]) == 0  # exactly the context
+    assert "context of" not in capsys.readouterr().out
+
+
+def test_a_vllm_pool_is_whole_blocks_of_16_tokens():
+    config = config_from_mapping({"model": "qwen3-8b", "hardware": "h100", "engine": "vllm", "deployment": ONE_GPU,
+                                  "workload": {"isl": 1000, "osl": 200}}, "test", mfu_tables="none")
+    settings = settings_from_engine(config, 1000, 200, offline=False)
+    memory = memory_budget(config.model, config.hardware, config.deployment, config.workload, None, config.engine,
+                           8192)
+    tokens = int(memory.kv_capacity_bytes / memory.kv_bytes_per_token_per_gpu)
+    assert settings.page_size == 16 and settings.kv_capacity_tokens == tokens // 16 * 16
+
+
+def test_a_given_pool_gives_sglang_its_own_cap_and_a_launch_leaves_the_cap_to_it():
+    from infersim.launch.assumed import assumed_for_pool
+    from infersim.serve.settings import derived_running_cap
+
+    config = config_from_mapping({"model": "qwen3-8b", "hardware": "h100", "engine": "sglang", "deployment": ONE_GPU,
+                                  "workload": {"isl": 1000, "osl": 200}}, "test", mfu_tables="none")
+    assert derived_running_cap(config, 3000) == 1500  # half the pool: below the 2,048 floor
+    settings = settings_from_engine(config, 1000, 200, offline=False)
+    assert settings.cap_derived_by_engine and assumed_for_pool(config, settings, "server", 1).running_cap == 0
+    vllm = config_from_mapping({"model": "qwen3-8b", "hardware": "h100", "engine": "vllm", "deployment": ONE_GPU,
+                                "workload": {"isl": 1000, "osl": 200}}, "test", mfu_tables="none")
+    vllm_settings = settings_from_engine(vllm, 1000, 200, offline=False)
+    assert not vllm_settings.cap_derived_by_engine
+    assert assumed_for_pool(vllm, vllm_settings, "server", 1).running_cap == 1024
