@@ -435,7 +435,11 @@ def _import(tmp_path: Path, config: dict) -> dict:
                                       "ignore": ["lm_head"]}},
      {"method": "compressed-tensors", "weights": "fp8", "activations": "fp8"}),
     ({**BASE, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}},
-     {"method": "bitsandbytes", "weights": "int4"}),
+     {"method": "bitsandbytes", "weights": "int4", "detail": "bitsandbytes fp4 (bnb_4bit_quant_type not stated: "
+      "transformers' default) 4-bit, weight-only (dequantised to bf16 for each GEMM)"}),
+    ({**BASE, "quantization_config": {"quant_method": "bitsandbytes", "bnb_4bit_quant_type": "nf4"}},
+     {"method": "bitsandbytes", "weights": "int4", "detail": "bitsandbytes nf4 4-bit, weight-only (dequantised to "
+      "bf16 for each GEMM)"}),
     ({**BASE, "quantization_config": {"quant_method": "fp8", "ignored_layers": ["model.layers.*.self_attn",
                                                                                   "model.layers.*.mlp"]}},
      {"weights": "bf16", "activations": "fp8"}),  # every linear excluded: stored unquantised

@@ -293,7 +293,9 @@ def _compressed_tensors_scheme(qc: dict[str, Any], source: str, method: str) -> 
 def _bitsandbytes_scheme(qc: dict[str, Any], source: str, method: str) -> _Scheme:
     four = bool(qc.get("load_in_4bit")) or str(qc.get("bnb_4bit_quant_type", "")).lower() in ("nf4", "fp4")
     weights, group = ("int4", 64) if four else ("int8", 0)
-    detail = ("bitsandbytes " + (f"{qc.get('bnb_4bit_quant_type', 'nf4')} 4-bit" if four else "LLM.int8()")
+    # transformers' BitsAndBytesConfig: bnb_4bit_quant_type defaults to fp4 (priced alike: 4-bit blocks of 64)
+    kind = qc.get("bnb_4bit_quant_type") or "fp4 (bnb_4bit_quant_type not stated: transformers' default)"
+    detail = ("bitsandbytes " + (f"{kind} 4-bit" if four else "LLM.int8()")
               + ", weight-only (dequantised to bf16 for each GEMM)")
     return _Scheme(weights, None, group, False, detail)
 
