@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from infersim.cards.deployment import Deployment
 from infersim.cards.engine import EngineCard
+from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.base.errors import InferSimError
 from infersim.run.memory import MemoryResult, memory_budget
@@ -85,9 +87,13 @@ class Layout:
 
 
 def layout_of(config: RunConfig) -> Layout:
-    dep = config.deployment
+    return layout_from(config.deployment, config.model)
+
+
+def layout_from(dep: Deployment, model: ModelCard) -> Layout:
+    """The layout of a completed deployment (DP sizes derived)."""
     return Layout(dep.attention.tp, dep.attention.dp, dep.ffn.tp, dep.ffn.ep, dep.pp, dep.num_gpus, dep.num_nodes,
-                  config.model.is_moe)
+                  model.is_moe)
 
 
 def capture_sizes(engine: EngineCard, hbm_bytes: float, engine_tp: int, running_cap: int) -> tuple[int, ...]:

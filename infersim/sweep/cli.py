@@ -255,7 +255,7 @@ def base_cards_from_grid(flags: RunFlags, axes: Sequence[Any]) -> RunFlags:
 def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
     """The sweep run on the chosen executor; then what it did that its command line does not say."""
     result = _run_on(args, spec)
-    for note in sweep_notes(spec):
+    for note in sweep_notes(spec, result.unlaunchable):
         print(f"infersim: note: {note}", file=sys.stderr)
     return result
 
@@ -342,6 +342,7 @@ def _meta(args: argparse.Namespace, spec: SweepSpec, result: SweepResult, target
         "rejected": result.rejected,
         "unfit_skipped": result.unfit,
         "rejection_reasons": result.problems,
+        "unlaunchable": result.unlaunchable,
     }
 
 

@@ -1,0 +1,96 @@
+"""What a layout search proposes and what a bundled example runs are what the engine can launch.
+
+The layout search keeps to the launch module's own rule of what each engine's flags express (each
+speller's check_layout, which spelling a command passes first): every searched layout it keeps
+spells a command, the ones it leaves out are counted in a note with the reason, and every bundled
+example config emits its own launch command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infersim.cli.main import main
+from infersim.launch.build import layout_check, plan_for_config
+from infersim.launch.common import LaunchRefusal
+from infersim.run.flags import RunFlags
+from infersim.sweep import Search, SweepSpec, load_base, run_sweep
+from infersim.sweep.evaluate import row_config
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+#: bundled configs whose launch command is refused, with the reason the refusal names (none today)
+REFUSED: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_every_bundled_config_emits_its_own_launch_command(name, capsys):
+    code = main(["--config", name, "--emit-launch"])
+    out, err = capsys.readouterr()
+    if name in REFUSED:
+        assert code == 2 and REFUSED[name] in err
+        return
+    assert code == 0, err
+    assert "\nLAUNCH  " in out and "infersim: error" not in err
+
+
+def _search(engine: str, model: str, gpus: tuple[int, ...]) -> SweepSpec:
+    base = load_base(None, [], None, RunFlags(model=model, hardware="h100", engine=engine))
+    return SweepSpec(base, search=Search(gpus=gpus, batches=(8,), include_max_batch=False))
+
+
+@pytest.mark.parametrize("engine,model", [
+    ("vllm", "qwen3-30b-a3b"), ("vllm@0.11", "qwen3-8b"), ("sglang", "qwen3-30b-a3b"), ("trtllm", "qwen3-30b-a3b"),
+])
+def test_a_layout_search_keeps_only_layouts_the_engine_can_launch(engine, model):
+    spec = _search(engine, model, (8,))
+    result = run_sweep(spec, workers=1)
+    rows = [r for r in result.rows if r.ok]
+    assert rows and result.unlaunchable, "8 GPUs hold layouts every engine refuses (e.g. FFN TP2 x EP4 under DP2)"
+    check = layout_check(spec.base.config.engine)
+    assert check is not None
+    layouts = {(r.attn_tp, r.ffn_tp, r.ffn_ep, r.pp): r for r in rows}
+    for row in layouts.values():
+        config = row_config(spec, row)
+        check(config.deployment, config.model)  # the rule the search kept to
+        plan = plan_for_config(config, row.batch)  # and the command it stands for
+        assert plan.commands
+    # the search left nothing out that the rule would have kept: every refused layout is refused again
+    assert sum(result.unlaunchable.values()) == sum(
+        n for reasons in result.by_point.values() for why, n in reasons.items() if "cannot launch it" in why)
+
+
+def test_pareto_on_vllm_proposes_no_layout_it_cannot_launch_and_says_how_many_it_left_out(capsys):
+    assert main(["pareto", "--model", "qwen3-30b-a3b", "--hardware", "h100", "--engine", "vllm", "--gpus", "8",
+                 "--batch", "8,64", "--executor", "serial", "--no-progress", "--emit-launch"]) == 0
+    out, err = capsys.readouterr()
+    launches = [line for line in out.splitlines() if line.startswith("LAUNCH  ")]
+    assert launches and not [line for line in launches if ": none: " in line]
+    note = next(line for line in err.splitlines() if "layouts left out" in line)
+    # attention TP x DP x FFN TP x EP on 8 GPUs (PP 1, 2, 4, 8) that vLLM has no flags for: an expert TP x EP
+    # split other than EP over every GPU, and FFN groups other than the attention TP group or the whole stage
+    assert "engine vllm 0.33.0 cannot launch" in note
+    assert "any other expert TP x EP split has no vLLM spelling" in note
+    left_out = int(note.split("layout search: ")[1].split(" ")[0])
+    assert left_out > 0
+
+
+def test_the_rule_refuses_what_the_speller_refuses_with_the_same_reason():
+    spec = _search("vllm", "qwen3-30b-a3b", (8,))
+    base = spec.base.config
+    from dataclasses import replace
+
+    from infersim.cards.deployment import AttentionLayout, FfnLayout, complete_layout
+
+    dep = complete_layout(replace(base.deployment, num_gpus=8, attention=AttentionLayout(tp=4, dp=0),
+                                  ffn=FfnLayout(tp=2, ep=4, dp=0), moe_comm="all-gather"),
+                          base.model, base.hardware, "")
+    check = layout_check(base.engine)
+    assert check is not None
+    with pytest.raises(LaunchRefusal) as refused:
+        check(dep, base.model)
+    with pytest.raises(LaunchRefusal) as spelled:
+        plan_for_config(replace(base, deployment=dep), 8)
+    assert refused.value.why == spelled.value.why
+    assert "FFN TP2 x EP4" in str(spelled.value)
