@@ -94,3 +94,71 @@ def test_the_rule_refuses_what_the_speller_refuses_with_the_same_reason():
         plan_for_config(replace(base, deployment=dep), 8)
     assert refused.value.why == spelled.value.why
     assert "FFN TP2 x EP4" in str(spelled.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# --num-gpus alone on a dense model: DP replicas, simulated and launched as the same thing
+
+
+def _dense_run(engine: str, **flags):
+    from infersim.run.config import load_run_config
+    from infersim.run.simulate import simulate
+
+    config = load_run_config(None, flags.pop("overrides", []), None,
+                             RunFlags(model="qwen3-8b", hardware="h100", engine=engine, **flags))
+    return config, simulate(config)
+
+
+def _operations(result) -> set[str]:
+    return {op.name for stage in (result.prefill, result.decode) for op in stage.operations}
+
+
+@pytest.mark.parametrize("engine,replicas_flag,absent", [
+    ("vllm", "--data-parallel-size", "--enable-expert-parallel"),
+    ("sglang", "--dp", "--enable-dp-attention"),
+])
+def test_num_gpus_alone_on_a_dense_model_runs_independent_replicas_as_the_command_launches_them(
+        engine, replicas_flag, absent):
+    from infersim.launch.build import plan_for_run
+
+    config, result = _dense_run(engine, num_gpus=8)
+    dep = config.deployment
+    assert (dep.attention.tp, dep.attention.dp, dep.ffn.tp, dep.ffn.dp) == (1, 8, 1, 8)
+    # each replica computes its own logits: no LM head gathered over the 8 ranks, no DP-gather step
+    assert dep.lm_head == "per-rank"
+    assert not {"lm_head_gather", "logits_all_gather"} & _operations(result)
+    assert any("8 independent replicas of the model" in note for note in config.notes)
+    argv = list(plan_for_run(result).commands[0].argv)
+    assert argv[argv.index(replicas_flag) + 1] == "8" and absent not in argv
+    if engine == "sglang":
+        # without DP attention SGLang does not divide --chunked-prefill-size by --dp: the card's 8192 per replica
+        assert argv[argv.index("--chunked-prefill-size") + 1] == "8192"
+
+
+def test_sglang_dp_attention_on_a_dense_model_still_gathers_its_lm_head():
+    from infersim.launch.build import plan_for_run
+
+    config, result = _dense_run("sglang", num_gpus=8, overrides=["deployment.attention.dp=8", "deployment.ffn.tp=8"])
+    assert config.deployment.lm_head == "gathered"
+    assert {"lm_head_gather", "logits_all_gather"} <= _operations(result)
+    assert not any("independent replicas" in note for note in config.notes)
+    argv = list(plan_for_run(result).commands[0].argv)
+    assert "--enable-dp-attention" in argv
+    assert argv[argv.index("--chunked-prefill-size") + 1] == "8192"  # 1024 per DP rank x 8: the server's figure
+
+
+def test_a_gathered_lm_head_named_on_replicas_is_refused_with_why(capsys):
+    code = main(["--model", "qwen3-8b", "--hardware", "h100", "--engine", "sglang", "--num-gpus", "8",
+                 "--set", "deployment.lm_head=gathered"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "deployment.lm_head" in err and "8 independent replicas, each computing its own logits" in err
+
+
+def test_emit_launch_on_a_deployment_that_does_not_fit_is_one_message(capsys):
+    code = main(["--model", "llama-3.1-70b", "--hardware", "h100", "--num-gpus", "1", "--engine", "vllm",
+                 "--emit-launch"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "LAUNCH" not in out
+    lines = [line for line in err.splitlines() if line.startswith("infersim:") and "note:" not in line]
+    assert len(lines) == 1 and lines[0].startswith("infersim: does not fit (so --emit-launch has no command for it): ")

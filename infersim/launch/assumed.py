@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from infersim.cards.deployment import Deployment
+from infersim.cards.deployment import Deployment, dp_attention_ranks, server_tp
 from infersim.cards.engine import EngineCard
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
@@ -138,12 +138,12 @@ def assumed_for_batch(config: RunConfig, batch_per_gpu: int, memory: MemoryResul
         budget = config.workload.prefill_tokens_per_gpu * dep.attention.tp
         origin = f"token budget {budget} from workload.prefill_tokens_per_gpu"
     else:
-        budget = engine.chunk_tokens(hbm, dep.attention.dp)
+        budget = engine.chunk_tokens(hbm, dp_attention_ranks(dep))
         origin = f"token budget from engine card {engine.name} {engine.version}"
     cap = batch_per_gpu * dep.attention.tp * dep.pp
     return Assumed("server", 1, config, budget, budget > 0, cap, engine.scheduler.prefix_cache,
                    engine.scheduler.mixed_batches, static_fraction(memory),
-                   capture_sizes(engine, hbm, dep.gpus_per_stage, cap),
+                   capture_sizes(engine, hbm, server_tp(dep), cap),
                    origin + f"; running cap {cap}: the simulated decode batch of {batch_per_gpu} per GPU", lookahead)
 
 
@@ -156,7 +156,7 @@ def assumed_for_pool(config: RunConfig, settings: SchedulerSettings, role: Liter
     engine, hw = config.engine, config.hardware
     return Assumed(role, instances, config, budget, settings.chunked and budget > 0, cap, settings.prefix_cache,
                    settings.mixed, static_fraction(run_memory(config)),
-                   capture_sizes(engine, hw.peak.hbm_bytes, config.deployment.gpus_per_stage, cap), settings.origin)
+                   capture_sizes(engine, hw.peak.hbm_bytes, server_tp(config.deployment), cap), settings.origin)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ sends requests through both.
 
 from __future__ import annotations
 
-from infersim.cards.deployment import Deployment
+from infersim.cards.deployment import Deployment, server_tp
 from infersim.cards.model import ModelCard
 from infersim.launch.assumed import Assumed, Layout, layout_from, layout_of
 from infersim.launch.common import (
@@ -141,7 +141,7 @@ def _graphs(a: Assumed, args: Arguments, parts: PlanParts) -> None:
         args.derived_default(name, sizes, "CUDA-graph batch sizes")
     else:
         args.add(name, list(sizes), "CUDA-graph batch sizes")
-    limit = a.engine.graph_max_batch(a.config.hardware.peak.hbm_bytes, a.config.deployment.gpus_per_stage)
+    limit = a.engine.graph_max_batch(a.config.hardware.peak.hbm_bytes, server_tp(a.config.deployment))
     if sizes[-1] < limit:
         parts.note(f"CUDA graphs up to batch {sizes[-1]} (engine card {a.engine.name}: up to {limit}; a scheduler never "
                    f"runs more than its running cap {a.running_cap})")
