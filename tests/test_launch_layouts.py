@@ -76,6 +76,17 @@ def test_pareto_on_vllm_proposes_no_layout_it_cannot_launch_and_says_how_many_it
     assert left_out > 0
 
 
+def test_a_search_whose_every_layout_the_engine_cannot_launch_says_so(capsys):
+    # TensorRT-LLM servers span one node here (a multi-node one starts under MPI, not emitted): 16 H100s have none
+    code = main(["pareto", "--model", "qwen3-8b", "--hardware", "h100", "--engine", "trtllm", "--gpus", "16",
+                 "--batch", "8", "--executor", "serial", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "multi-node TensorRT-LLM server starts under MPI" in err
+    assert "empty Pareto frontier: no configuration could be simulated: " in err
+    assert "searched layouts left out that engine trtllm 1.0 cannot launch" in err
+
+
 def test_the_rule_refuses_what_the_speller_refuses_with_the_same_reason():
     spec = _search("vllm", "qwen3-30b-a3b", (8,))
     base = spec.base.config
