@@ -202,7 +202,8 @@ def test_published_validation_within_targets(tables, mean_bound):
 def test_expert_tp_without_gathering_tokens_is_refused(capsys):
     # a TP-sharded expert needs every token of its group; an all-to-all only moves routed copies
     err = error_of(capsys, "--config", "qwen3-30b.yaml", "--set", "deployment.attention.tp=4",
-                   "--set", "deployment.attention.dp=1", "--set", "deployment.ffn.tp=4", "--set", "deployment.ffn.ep=1")
+                   "--set", "deployment.attention.dp=1", "--set", "deployment.ffn.tp=4", "--set", "deployment.ffn.ep=1",
+                   "--set", "deployment.moe_comm=all-to-all")
     assert "deployment.moe_comm" in err and "'all-to-all'" in err and "needs moe_comm: all-gather" in err
     assert main(["--config", "qwen3-30b.yaml", "--format", "json", "--set", "deployment.attention.tp=4",
                  "--set", "deployment.attention.dp=1", "--set", "deployment.ffn.tp=4", "--set", "deployment.ffn.ep=1",

@@ -308,7 +308,8 @@ def test_vllm_tp_across_nodes_needs_nnodes_which_0_11_lacks():
 
 @pytest.mark.parametrize("engine,flags,why", [
     ("vllm", dict(model="qwen3-30b-a3b", hardware="h100", num_gpus=8, tp=4, dp_attention=2,
-                  overrides=["deployment.ffn.tp=2", "deployment.ffn.ep=4"]), "FFN TP2 x EP4 has no vLLM spelling"),
+                  overrides=["deployment.ffn.tp=2", "deployment.ffn.ep=4"]),
+     "FFN TP2 x EP4, PP1 .*any other expert TP x EP split has no vLLM spelling"),
     ("vllm", dict(model="llama-3.1-8b", hardware="h100", num_gpus=8,
                   overrides=["deployment.attention.tp=2", "deployment.attention.dp=4", "deployment.ffn.tp=8"]),
      "a dense FFN shared by data-parallel attention ranks"),

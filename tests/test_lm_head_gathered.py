@@ -74,10 +74,10 @@ def test_the_gathered_head_costs_its_all_gather_in_the_step():
 
 
 def test_a_vocab_that_does_not_split_over_the_group_is_named(capsys):
-    # a vocab of 151,937 rows does not split over a DP3 group (attention TP1 x DP3)
+    # a vocab of 151,937 rows does not split over a DP3 group (attention TP1 x DP3 sharing an FFN TP3 group)
     with pytest.raises(InferSimError, match="deployment.lm_head.*vocab_size"):
         simulate(load_run_config("configs/qwen3-30b.yaml", [
-            "deployment.num_gpus=3", "deployment.attention.dp=3", "deployment.ffn.ep=1", "deployment.ffn.dp=3",
+            "deployment.num_gpus=3", "deployment.attention.dp=3", "deployment.ffn.ep=1", "deployment.ffn.tp=3",
             "model.vocab_size=151937"]))
     assert main(["--config", "configs/qwen3-30b.yaml", "--format", "json", "--set", "deployment.lm_head=per-rank"]) == 0
     assert json.loads(capsys.readouterr().out)["deployment"]["lm_head"] == "per-rank"

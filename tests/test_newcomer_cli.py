@@ -186,7 +186,7 @@ def test_flags_override_the_config_and_set_overrides_the_flags(capsys: pytest.Ca
     dep = data["deployment"]
     # the config's 4 GPUs are kept (they divide by TP2: attention DP2); its moe_comm goes with its layout
     assert (dep["num_gpus"], dep["attention"], dep["ffn"]["ep"]) == (4, {"tp": 2, "dp": 2}, 2)
-    assert any(note.startswith("deployment.moe_comm all-to-all of the config file dropped") for note in data["notes"])
+    assert any(note.startswith("deployment.moe_comm all-gather of the config file dropped") for note in data["notes"])
 
 
 def test_gpus_beyond_a_node_fill_nodes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -87,7 +87,7 @@ def test_breakdown_bars_are_the_module_times_of_the_json(run: dict[str, Any]) ->
     assert prefill["moe_experts"]["bound"] == "compute"
     assert decode["attn_core"]["time_ms"] == pytest.approx(run["decode"]["module_totals_us"]["attn_core"] / 1e3)
     assert decode["attn_core"]["bound"] == "memory"
-    assert decode["dispatch"]["bound"] == "comm" and decode["overhead"]["bound"] == "overhead"
+    assert decode["dp_gather"]["bound"] == "comm" and decode["overhead"]["bound"] == "overhead"
     # largest first, as the text report orders its table
     times = [s["time_ms"] for s in drawn["stages"]["prefill"]["segments"]]
     assert times == sorted(times, reverse=True)
@@ -149,7 +149,7 @@ def test_roofline_points_sit_at_each_module_intensity_and_rate(run: dict[str, An
     assert drawn["ridge"]["intensity"] == pytest.approx(148e12 / 4.0e12)
     assert drawn["ridge"]["derated_intensity"] == pytest.approx(148e12 * 0.88 / (4.0e12 * 0.75))
     assert "elementwise (no FLOPs)" in drawn["left_out"]["decode"]
-    assert "dispatch (communication)" in drawn["left_out"]["decode"]
+    assert "dp_gather (communication)" in drawn["left_out"]["decode"]
 
 
 def test_roofline_ceilings_datasheet_and_derated(run: dict[str, Any]) -> None:

@@ -45,10 +45,11 @@ def test_a_hardware_axis_says_it_times_on_the_roofline(capsys) -> None:
 
 
 def test_a_layout_search_names_the_moe_path_of_expert_tp(capsys) -> None:
-    code, _out, err = run(capsys, "pareto", "--config", "qwen3-30b.yaml", "--gpus", "1..2", "--workers", "1")
+    code, _out, err = run(capsys, "pareto", "--config", "qwen3-30b.yaml", "--set", "deployment.moe_comm=deepep-low-latency",
+                          "--gpus", "1..2", "--workers", "1")
     assert code == 0
     assert ("note: layout search: layouts with expert TP (FFN TP > 1) run moe_comm all-gather (tokens gathered onto "
-            "every shard), the others the config's all-to-all") in err
+            "every shard), the others the config's deepep-low-latency") in err
 
 
 def test_a_card_the_grid_cannot_load_is_refused_before_the_run(capsys) -> None:

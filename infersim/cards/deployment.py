@@ -249,6 +249,26 @@ def attention_dp(dep: Deployment) -> int:
     return dep.attention.dp or dep.gpus_per_stage // dep.attention.tp
 
 
+def dp_replicas(dep: Deployment) -> bool:
+    """Attention-DP ranks that each own an FFN group (FFN TP x EP = attention TP): independent copies of
+    the model, no token crossing between them (vLLM --data-parallel-size on a dense model, SGLang --dp
+    without --enable-dp-attention), unlike DP attention, where the ranks share the FFN group."""
+    return attention_dp(dep) > 1 and dep.ffn.tp * dep.ffn.ep == dep.attention.tp
+
+
+def dp_attention_ranks(dep: Deployment) -> int:
+    """The attention-DP ranks that run DP attention, sharing an FFN group: 1 for DP replicas (or no DP).
+    Engines divide a server-wide token budget by it (SGLang under --enable-dp-attention), and a
+    server's TP size (SGLang's tp_size, which its CUDA-graph limits go by) is attention TP times it."""
+    return 1 if dp_replicas(dep) else attention_dp(dep)
+
+
+def server_tp(dep: Deployment) -> int:
+    """One engine server's TP size per pipeline stage (SGLang's tp_size): attention TP x the DP-attention
+    ranks; a DP replica's own attention TP group."""
+    return dep.attention.tp * dp_attention_ranks(dep)
+
+
 def named_deployment_fields(raw: Any) -> frozenset[str]:
     """The engine-derived deployment fields a run's deployment section names itself, and its
     precision fields as precision.<field> (the rest follow the checkpoint: with_checkpoint_precision)."""
@@ -305,7 +325,8 @@ def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCa
     afresh (a sweep derives them again for every variant): moe_comm (all-gather when the experts
     are TP-sharded, the only path such experts can take, or when the engine runs all-to-all only
     past top-k EP ranks, or only under attention DP, and the layout has neither; else the engine's
-    default MoE path, else all-to-all), lm_head (the engine's LM head under attention DP) and
+    default MoE path, else all-to-all), lm_head (the engine's LM head under attention DP; per-rank
+    for DP replicas, which run none) and
     shared_experts (where the engine puts shared experts on the gathered MoE path)."""
     if "moe_comm" not in named:
         comm: MoeComm
@@ -319,8 +340,11 @@ def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCa
             comm = engine.moe_comm or DEFAULT_MOE_COMM
         if comm != dep.moe_comm:
             dep = replace(dep, moe_comm=comm)
-    if "lm_head" not in named and dep.lm_head != engine.lm_head_under_attention_dp:
-        dep = replace(dep, lm_head=engine.lm_head_under_attention_dp)
+    if "lm_head" not in named:
+        # replicas run no DP attention: each computes its own logits, whatever the engine does under DP attention
+        lm_head = "per-rank" if dp_replicas(dep) else engine.lm_head_under_attention_dp
+        if dep.lm_head != lm_head:
+            dep = replace(dep, lm_head=lm_head)
     if "shared_experts" not in named and dep.shared_experts != engine.shared_experts_under_gather:
         dep = replace(dep, shared_experts=engine.shared_experts_under_gather)
     if "model_code" not in named and dep.model_code != engine.model_code:
@@ -482,6 +506,11 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
     _check_heads(model, attn.tp, fail)
     _check_experts(dep, model, fail)
     if dep.lm_head == "gathered" and attn_dp > 1 and not model.tie_word_embeddings:
+        if dp_replicas(replace(dep, attention=replace(attn, dp=attn_dp))):
+            raise fail("deployment.lm_head", dep.lm_head,
+                       f"a gathered LM head gathers the tokens of attention-DP ranks that share an FFN group; "
+                       f"attention DP{attn_dp} with FFN TP x EP = attention TP ({attn.tp}) is {attn_dp} independent "
+                       "replicas, each computing its own logits (lm_head: per-rank)")
         try:
             shard(model.vocab_size, attn.tp * attn_dp, "vocab_size", "attention.tp x attention.dp")
         except LayoutError as exc:

@@ -246,15 +246,16 @@ def run_command(args: argparse.Namespace) -> int:
         save_figure(draw(to_json_data(result), "breakdown").figure, plot_path)
         print(f"wrote {plot_path}", file=sys.stderr)  # stderr: stdout stays the report (or clean JSON)
     if not result.fits:
-        print(f"infersim: does not fit: {result.unfit[0]}", file=sys.stderr)
+        no_command = " (so --emit-launch has no command for it)" if getattr(args, "emit_launch", False) else ""
+        print(f"infersim: does not fit{no_command}: {result.unfit[0]}", file=sys.stderr)
         return 1
     return 0
 
 
 def _launch_plan(result: Any) -> Any:
-    """The launch plan of a simulated run (None, announced, when the run does not fit: nothing to launch)."""
+    """The launch plan of a simulated run (None when the run does not fit: nothing to launch, said with
+    the reason it does not fit)."""
     if not result.fits:
-        print("infersim: --emit-launch: no command for a deployment that does not fit", file=sys.stderr)
         return None
     from infersim.launch.build import plan_for_run
 

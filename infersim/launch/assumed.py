@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from infersim.cards.deployment import Deployment, dp_attention_ranks, server_tp
 from infersim.cards.engine import EngineCard
+from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.base.errors import InferSimError
 from infersim.run.memory import MemoryResult, memory_budget
@@ -85,9 +87,13 @@ class Layout:
 
 
 def layout_of(config: RunConfig) -> Layout:
-    dep = config.deployment
+    return layout_from(config.deployment, config.model)
+
+
+def layout_from(dep: Deployment, model: ModelCard) -> Layout:
+    """The layout of a completed deployment (DP sizes derived)."""
     return Layout(dep.attention.tp, dep.attention.dp, dep.ffn.tp, dep.ffn.ep, dep.pp, dep.num_gpus, dep.num_nodes,
-                  config.model.is_moe)
+                  model.is_moe)
 
 
 def capture_sizes(engine: EngineCard, hbm_bytes: float, engine_tp: int, running_cap: int) -> tuple[int, ...]:
@@ -132,12 +138,12 @@ def assumed_for_batch(config: RunConfig, batch_per_gpu: int, memory: MemoryResul
         budget = config.workload.prefill_tokens_per_gpu * dep.attention.tp
         origin = f"token budget {budget} from workload.prefill_tokens_per_gpu"
     else:
-        budget = engine.chunk_tokens(hbm, dep.attention.dp)
+        budget = engine.chunk_tokens(hbm, dp_attention_ranks(dep))
         origin = f"token budget from engine card {engine.name} {engine.version}"
     cap = batch_per_gpu * dep.attention.tp * dep.pp
     return Assumed("server", 1, config, budget, budget > 0, cap, engine.scheduler.prefix_cache,
                    engine.scheduler.mixed_batches, static_fraction(memory),
-                   capture_sizes(engine, hbm, dep.gpus_per_stage, cap),
+                   capture_sizes(engine, hbm, server_tp(dep), cap),
                    origin + f"; running cap {cap}: the simulated decode batch of {batch_per_gpu} per GPU", lookahead)
 
 
@@ -151,7 +157,7 @@ def assumed_for_pool(config: RunConfig, settings: SchedulerSettings, role: Liter
     engine, hw = config.engine, config.hardware
     return Assumed(role, instances, config, budget, settings.chunked and budget > 0, cap, settings.prefix_cache,
                    settings.mixed, static_fraction(run_memory(config)),
-                   capture_sizes(engine, hw.peak.hbm_bytes, config.deployment.gpus_per_stage, cap), settings.origin)
+                   capture_sizes(engine, hw.peak.hbm_bytes, server_tp(config.deployment), cap), settings.origin)
 
 
 @dataclass(frozen=True)

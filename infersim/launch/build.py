@@ -7,9 +7,14 @@ cannot express is one error naming why.
 
 from __future__ import annotations
 
+import functools
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from infersim.cards.deployment import Deployment
+from infersim.cards.engine import EngineCard
+from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.base.errors import InferSimError
 from infersim.launch.assumed import Assumed, assumed_for_batch, assumed_for_pool
@@ -30,6 +35,19 @@ def _speller(framework: str) -> Any:
         raise InferSimError(f"--emit-launch: engine framework {framework!r} has no server to launch "
                             f"(launch commands exist for {', '.join(SPELLERS)})")
     return importlib.import_module(SPELLERS[framework])
+
+
+def layout_check(engine: EngineCard) -> Callable[[Deployment, ModelCard], object] | None:
+    """The engine's own rule of what its flags can express, on a completed deployment: the speller's
+    check_layout, which every command it spells passes first (it raises a LaunchRefusal). None where the
+    engine has no server to launch, or no parser data at or below its version (no command can be spelled)."""
+    if engine.framework not in SPELLERS:
+        return None
+    try:
+        data = parser_for(engine.framework, engine.version).data
+    except InferSimError:
+        return None
+    return functools.partial(_speller(engine.framework).check_layout, data=data)
 
 
 def _plan(servers: list[Assumed], label: str = "") -> LaunchPlan:

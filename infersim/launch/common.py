@@ -12,8 +12,19 @@ from infersim.launch.plan import Arguments, PlanParts
 HEAD = "$HEAD_IP"
 
 
-def refuse(data: ParserData, layout_text: str, why: str) -> InferSimError:
-    return InferSimError(f"--emit-launch: {data.title} cannot run {layout_text}: {why}")
+class LaunchRefusal(InferSimError):
+    """What an engine's flags cannot express: `what` names it (a layout, a path), `why` says why in words
+    that do not repeat it, so that equal reasons of different layouts group together (a layout search)."""
+
+    def __init__(self, title: str, what: str, why: str) -> None:
+        self.title = title
+        self.what = what
+        self.why = why
+        super().__init__(f"--emit-launch: {title} cannot run {what}: {why}")
+
+
+def refuse(data: ParserData, layout_text: str, why: str) -> LaunchRefusal:
+    return LaunchRefusal(data.title, layout_text, why)
 
 
 def check_common(a: Assumed, data: ParserData) -> None:

@@ -11,7 +11,9 @@ disaggregation: --disaggregation-mode prefill / decode, and sglang-router in fro
 
 from __future__ import annotations
 
-from infersim.launch.assumed import Assumed, Layout, layout_of
+from infersim.cards.deployment import Deployment
+from infersim.cards.model import ModelCard
+from infersim.launch.assumed import Assumed, Layout, layout_from, layout_of
 from infersim.launch.common import (
     HEAD,
     check_common,
@@ -40,14 +42,24 @@ def parallel_sizes(layout: Layout, data: ParserData) -> tuple[int, int, bool, in
     return layout.attn_tp, layout.attn_dp, False, layout.ffn_ep
 
 
+def check_layout(dep: Deployment, model: ModelCard, data: ParserData) -> tuple[int, int, bool, int]:
+    """(--tp, --dp, --enable-dp-attention, --ep) of a completed deployment, or the refusal of what in its
+    layout or MoE path SGLang cannot express (the rule a layout search keeps to as well)."""
+    sizes = parallel_sizes(layout_from(dep, model), data)
+    if model.is_moe and dep.moe_comm == "all-to-all":
+        # python/sglang/srt/server_args.py --moe-a2a-backend: none (tokens gathered or replicated, outputs
+        # reduced) or deepep in 0.5.2; main (001067f) adds mooncake, nixl, mori, pplx, flashinfer, ...
+        # (MOE_A2A_BACKEND_CHOICES), none of them NCCL's all-to-all
+        raise refuse(data, "moe_comm all-to-all", "SGLang has no NCCL all-to-all MoE path: tokens are gathered "
+                                                  "(--moe-a2a-backend none) or sent with DeepEP")
+    return sizes
+
+
 def _moe(a: Assumed, args: Arguments, layout: Layout, dp_attention: bool) -> None:
-    dep, data = a.config.deployment, args.data
+    dep = a.config.deployment
     if not layout.is_moe:
         return
     comm = dep.moe_comm
-    if comm == "all-to-all":
-        raise refuse(data, "moe_comm all-to-all", "SGLang has no NCCL all-to-all MoE path: tokens are gathered "
-                                                  "(--moe-a2a-backend none) or sent with DeepEP")
     if comm.startswith("deepep"):
         args.add("--moe-a2a-backend", "deepep", "MoE dispatch")
         args.add("--deepep-mode", "normal" if comm == "deepep-normal" else "low_latency", "DeepEP mode")
@@ -113,7 +125,7 @@ def _server_args(a: Assumed, data: ParserData, parts: PlanParts, port: int) -> t
     args = Arguments(data.server, data, a.role)
     checkpoint(a, args, parts, online_fp8=True)
     layout = layout_of(a.config)
-    tp, dp, dp_attention, ep = parallel_sizes(layout, data)
+    tp, dp, dp_attention, ep = check_layout(a.config.deployment, a.config.model, data)
     args.realise("--tp", tp, "TP size (attention TP x DP)")
     if dp_attention:
         args.add("--enable-dp-attention", True, "DP attention")

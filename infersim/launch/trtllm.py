@@ -11,7 +11,9 @@ disaggregated) are not in the parser data and are refused.
 
 from __future__ import annotations
 
-from infersim.launch.assumed import Assumed, Layout, layout_of
+from infersim.cards.deployment import Deployment
+from infersim.cards.model import ModelCard
+from infersim.launch.assumed import Assumed, Layout, layout_from, layout_of
 from infersim.launch.common import (
     check_common,
     checkpoint,
@@ -43,22 +45,29 @@ def parallel_sizes(layout: Layout, data: ParserData) -> tuple[int, bool, int]:
     raise refuse(data, text, "TensorRT-LLM runs the FFN over the whole --tp_size group")
 
 
-def _unsupported(a: Assumed, data: ParserData) -> None:
-    dep = a.config.deployment
+def check_layout(dep: Deployment, model: ModelCard, data: ParserData) -> tuple[int, bool, int]:
+    """(--tp_size, enable_attention_dp, --ep_size) of a completed deployment, or the refusal of what in its
+    layout, node span, MoE path or LM head TensorRT-LLM cannot express (the rule a layout search keeps to)."""
+    sizes = parallel_sizes(layout_from(dep, model), data)
     if dep.num_nodes > 1:
         raise refuse(data, f"{dep.num_nodes} nodes", "a multi-node TensorRT-LLM server starts under MPI "
                                                      "(trtllm-llmapi-launch), which InferSim does not emit")
+    if model.is_moe and dep.moe_comm.startswith("deepep"):
+        raise refuse(data, f"moe_comm {dep.moe_comm}", "TensorRT-LLM has no DeepEP path")
+    if dep.attention.dp > 1 and dep.lm_head == "gathered" and not model.tie_word_embeddings:
+        raise refuse(data, "lm_head gathered", "TensorRT-LLM computes each attention-DP rank's logits on its own")
+    return sizes
+
+
+def _unsupported(a: Assumed, data: ParserData) -> None:
+    dep = a.config.deployment
     if a.role != "server":
         raise refuse(data, "PD disaggregation", "its disaggregated serving (trtllm-serve disaggregated) is not in "
                                                 "InferSim's parser data")
     if dep.overlap == "two-batch":
         raise refuse(data, "two-batch overlap", "no such option is in InferSim's parser data of it")
-    if a.config.model.is_moe and dep.moe_comm.startswith("deepep"):
-        raise refuse(data, f"moe_comm {dep.moe_comm}", "TensorRT-LLM has no DeepEP path")
     if a.config.model.is_moe and dep.moe.load_balance == "eplb":
         raise refuse(data, "EPLB", "its expert load balancer is not in InferSim's parser data")
-    if dep.attention.dp > 1 and dep.lm_head == "gathered" and not a.config.model.tie_word_embeddings:
-        raise refuse(data, "lm_head gathered", "TensorRT-LLM computes each attention-DP rank's logits on its own")
     if speculative(a, data)[0]:
         raise refuse(data, "speculative decoding", "its speculative_config is not in InferSim's parser data")
     if not a.engine.overheads.decode_cuda_graph:
@@ -86,12 +95,12 @@ def _scheduler(a: Assumed, args: Arguments, parts: PlanParts) -> None:
 
 
 def spell(a: Assumed, data: ParserData, parts: PlanParts, port: int = 0) -> None:
+    tp, attention_dp, ep = check_layout(a.config.deployment, a.config.model, data)
     _unsupported(a, data)
     check_common(a, data)
     args = Arguments(data.server, data, a.role)
     checkpoint(a, args, parts, online_fp8=False)
     layout = layout_of(a.config)
-    tp, attention_dp, ep = parallel_sizes(layout, data)
     args.realise("--backend", "pytorch", "PyTorch backend")
     args.realise("--tp_size", tp, "TP size")
     args.realise("--pp_size", layout.pp, "pipeline stages")

@@ -13,7 +13,9 @@ sends requests through both.
 
 from __future__ import annotations
 
-from infersim.launch.assumed import Assumed, Layout, layout_of
+from infersim.cards.deployment import Deployment, server_tp
+from infersim.cards.model import ModelCard
+from infersim.launch.assumed import Assumed, Layout, layout_from, layout_of
 from infersim.launch.common import (
     HEAD,
     check_common,
@@ -53,28 +55,65 @@ def parallel_sizes(layout: Layout, data: ParserData) -> tuple[int, int, bool]:
         return tp, dp, False
     if layout.ffn_ep == group:
         return tp, dp, True
-    raise refuse(data, text, f"vLLM's expert parallelism spans all {group} TP x DP GPUs with expert TP 1 "
-                             f"(--enable-expert-parallel); FFN TP{layout.ffn_tp} x EP{layout.ffn_ep} has no vLLM spelling")
+    raise refuse(data, text, "vLLM's expert parallelism spans all TP x DP GPUs with expert TP 1 "
+                             "(--enable-expert-parallel): any other expert TP x EP split has no vLLM spelling")
 
 
-def _moe(a: Assumed, args: Arguments, layout: Layout, dp: int, ep: bool, parts: PlanParts) -> None:
-    dep, data = a.config.deployment, args.data
-    if not layout.is_moe:
-        return
-    dispatching = ep and dp > 1  # vLLM dispatches tokens between ranks only across DP ranks with EP
+def moe_backend(dep: Deployment, model: ModelCard, dp: int, ep: bool, data: ParserData) -> str:
+    """vLLM's all2all backend for the deployment's MoE path ('' where it dispatches no tokens between
+    ranks), or the refusal of a path it has no backend for."""
+    if not model.is_moe:
+        return ""
     comm = dep.moe_comm
-    if not dispatching:
+    if not (ep and dp > 1):  # vLLM dispatches tokens between ranks only across DP ranks with EP
         if comm.startswith("deepep"):
             raise refuse(data, f"moe_comm {comm}", "vLLM dispatches with DeepEP only between data-parallel ranks with "
                                                    "expert parallelism (--data-parallel-size > 1)")
-        return
+        return ""
     if comm not in MOE_BACKENDS:
         raise refuse(data, f"moe_comm {comm}", "vLLM has no NCCL all-to-all MoE path (its backends: "
                                                + ", ".join(sorted(MOE_BACKENDS.values())) + ")")
-    name = "--all2all-backend" if args.program.has("--all2all-backend") else "VLLM_ALL2ALL_BACKEND"
-    args.realise(name, MOE_BACKENDS[comm], "MoE dispatch")
-    if dep.attention.dp > 1 and dep.lm_head == "gathered" and not a.config.model.tie_word_embeddings:
+    if dep.lm_head == "gathered" and not model.tie_word_embeddings:
         raise refuse(data, "lm_head gathered", "vLLM computes each data-parallel rank's logits on its own (per-rank)")
+    return MOE_BACKENDS[comm]
+
+
+def node_split(layout: Layout, dp: int, data: ParserData) -> int:
+    """How a server spans its nodes: 0 on one node or with a TP x PP group spanning them (--nnodes), else
+    the data-parallel ranks each node runs (--data-parallel-size-local); refused where neither holds."""
+    nodes = layout.num_nodes
+    if nodes == 1:
+        return 0
+    per_node = layout.gpus_per_node
+    group = layout.attn_tp * layout.pp
+    local = per_node // group if per_node % group == 0 else 0
+    if dp > 1 and local and dp == local * nodes:
+        return local
+    if dp == 1 and data.server.has("--nnodes"):
+        return 0
+    raise refuse(data, layout.describe(), f"vLLM {data.version} spans nodes with whole data-parallel ranks on "
+                                          "each node, or (0.15 and later) with one TP x PP group over them "
+                                          "(--nnodes); a Ray cluster is not emitted")
+
+
+def check_layout(dep: Deployment, model: ModelCard, data: ParserData) -> tuple[int, int, bool]:
+    """(--tensor-parallel-size, --data-parallel-size, --enable-expert-parallel) of a completed deployment,
+    or the refusal of what in its layout, MoE path or node span vLLM cannot express (the rule a layout
+    search keeps to as well)."""
+    layout = layout_from(dep, model)
+    tp, dp, ep = parallel_sizes(layout, data)
+    moe_backend(dep, model, dp, ep, data)
+    node_split(layout, dp, data)
+    return tp, dp, ep
+
+
+def _moe(a: Assumed, args: Arguments, dp: int, ep: bool) -> None:
+    dep = a.config.deployment
+    backend = moe_backend(dep, a.config.model, dp, ep, args.data)
+    if not backend:
+        return
+    name = "--all2all-backend" if args.program.has("--all2all-backend") else "VLLM_ALL2ALL_BACKEND"
+    args.realise(name, backend, "MoE dispatch")
     if dep.moe.load_balance == "eplb":
         args.add("--enable-eplb", True, "expert-parallel load balancer")
         args.add("--eplb-config", {"num_redundant_experts": dep.moe.redundant_experts},
@@ -102,7 +141,7 @@ def _graphs(a: Assumed, args: Arguments, parts: PlanParts) -> None:
         args.derived_default(name, sizes, "CUDA-graph batch sizes")
     else:
         args.add(name, list(sizes), "CUDA-graph batch sizes")
-    limit = a.engine.graph_max_batch(a.config.hardware.peak.hbm_bytes, a.config.deployment.gpus_per_stage)
+    limit = a.engine.graph_max_batch(a.config.hardware.peak.hbm_bytes, server_tp(a.config.deployment))
     if sizes[-1] < limit:
         parts.note(f"CUDA graphs up to batch {sizes[-1]} (engine card {a.engine.name}: up to {limit}; a scheduler never "
                    f"runs more than its running cap {a.running_cap})")
@@ -143,13 +182,13 @@ def _server_args(a: Assumed, data: ParserData, parts: PlanParts, port: int) -> t
     args = Arguments(data.server, data, a.role)
     checkpoint(a, args, parts, online_fp8=True)
     layout = layout_of(a.config)
-    tp, dp, ep = parallel_sizes(layout, data)
+    tp, dp, ep = check_layout(a.config.deployment, a.config.model, data)
     args.realise("--tensor-parallel-size", tp, "attention TP")
     args.realise("--data-parallel-size", dp, "data-parallel ranks")
     args.realise("--pipeline-parallel-size", layout.pp, "pipeline stages")
     if layout.is_moe:
         args.realise("--enable-expert-parallel", ep, "expert parallelism (EP = TP x DP)")
-    _moe(a, args, layout, dp, ep, parts)
+    _moe(a, args, dp, ep)
     args.realise("--enable-dbo", a.config.deployment.overlap == "two-batch", "two-batch overlap")
     args.realise("--kv-cache-dtype", kv_cache_format(a, data, {"fp8": "fp8"}), "KV-cache format")
     _scheduler(a, args, parts)
@@ -164,15 +203,12 @@ def _server_args(a: Assumed, data: ParserData, parts: PlanParts, port: int) -> t
 
 def _nodes(a: Assumed, args: Arguments, layout: Layout, dp: int, parts: PlanParts) -> None:
     """One command per node: DP ranks by node, or a TP/PP group spanning the nodes (--nnodes)."""
-    data = args.data
     nodes = node_hosts(a)
     if len(nodes) == 1:
         parts.take(args, where_text(a, a.role))
         return
-    per_node = layout.gpus_per_node
-    group = layout.attn_tp * layout.pp
-    local = per_node // group if per_node % group == 0 else 0
-    if dp > 1 and local and dp == local * len(nodes):
+    local = node_split(layout, dp, args.data)
+    if local:
         args.add("--data-parallel-size-local", local)
         args.add("--data-parallel-address", HEAD)
         followers = [args.copy() for _ in nodes[1:]]
@@ -183,21 +219,16 @@ def _nodes(a: Assumed, args: Arguments, layout: Layout, dp: int, parts: PlanPart
             parts.take(node_args, where_text(a, a.role, node), record=False)
         parts.note(f"HEAD_IP: node 0's address; each node runs {local} data-parallel rank(s)")
         return
-    if dp == 1 and args.program.has("--nnodes"):
-        args.add("--nnodes", len(nodes))
-        args.add("--master-addr", HEAD)
-        followers = [args.copy() for _ in nodes[1:]]
-        args.add("--node-rank", 0)
-        parts.take(args, where_text(a, a.role, nodes[0]))
-        for rank, (node, node_args) in enumerate(zip(nodes[1:], followers), start=1):
-            node_args.add("--node-rank", rank)
-            node_args.add("--headless")
-            parts.take(node_args, where_text(a, a.role, node), record=False)
-        parts.note("HEAD_IP: node 0's address (the TP x PP group spans the nodes)")
-        return
-    raise refuse(data, layout.describe(), f"a TP x PP group of {group} GPUs on nodes of {per_node}: vLLM "
-                                          f"{data.version} spans nodes with data-parallel ranks per node, or "
-                                          "(0.15 and later) with --nnodes; a Ray cluster is not emitted")
+    args.add("--nnodes", len(nodes))
+    args.add("--master-addr", HEAD)
+    followers = [args.copy() for _ in nodes[1:]]
+    args.add("--node-rank", 0)
+    parts.take(args, where_text(a, a.role, nodes[0]))
+    for rank, (node, node_args) in enumerate(zip(nodes[1:], followers), start=1):
+        node_args.add("--node-rank", rank)
+        node_args.add("--headless")
+        parts.take(node_args, where_text(a, a.role, node), record=False)
+    parts.note("HEAD_IP: node 0's address (the TP x PP group spans the nodes)")
 
 
 def spell(a: Assumed, data: ParserData, parts: PlanParts, port: int = 0) -> None:

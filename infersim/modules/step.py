@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.engine import elementwise_code
-from infersim.cards.deployment import Deployment, FfnDeployment, MixerDeployment, Workload
+from infersim.cards.deployment import Deployment, FfnDeployment, MixerDeployment, Workload, server_tp
 from infersim.costing.memo import FreshPieces, Piece, PieceScope, PricingMemo, pieces_for
 from infersim.base.errors import InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
@@ -318,7 +318,7 @@ def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micr
     else:
         groups, per_step = _layers_framed(model, inputs, ctx, frame, memo), frame.per_step
     return StagePlan(ctx.stage, groups, per_step, micro_batches, sms, tokens_per_gpu,
-                     requests_per_gpu, attention_tp=dep.attention.tp, engine_tp=dep.gpus_per_stage)
+                     requests_per_gpu, attention_tp=dep.attention.tp, engine_tp=server_tp(dep))
 
 
 def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[SequenceBatch, ...], comm_sms: int,

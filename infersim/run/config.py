@@ -32,7 +32,7 @@ from infersim.base.plaindata import parse_flag_value
 from infersim.base.errors import MISSING, ConfigError, InferSimError, echo, shorten
 from infersim.shapes.kernels import KernelTables, NoTables
 from infersim.tables.libraries import KernelLibraries, restrict_to_libraries
-from infersim.run.flags import RunFlags, base_mapping, fit_layout, flag_fields, refuse_layout_overrides
+from infersim.run.flags import RunFlags, base_mapping, fit_layout, flag_fields, refuse_layout_overrides, replicas_note
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -441,6 +441,7 @@ def config_from_mapping(raw: dict[str, Any], source: str, overrides: list[str] |
     dep_spec = with_checkpoint_precision(dep_spec, named, model, hardware)
     deployment = complete_layout(dep_spec, model, hardware, where)
     refuse_layout_overrides(flags, parsed, deployment)
+    notes += [note for note in (replicas_note(deployment, model),) if note]
     hardware_changed = bool(card_overrides["hardware"]) or not isinstance(spec_.hardware, str)
     tables, engine, tables_source, tables_note = _kernel_tables(
         mfu_tables if mfu_tables is not None else spec_.mfu_tables, hardware_changed, spec_.kernel_libraries,

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from infersim.cards.deployment import DEFAULT_MOE_COMM, AttentionLayout, Deployment, FfnLayout
+from infersim.cards.deployment import DEFAULT_MOE_COMM, AttentionLayout, Deployment, FfnLayout, dp_replicas
 from infersim.base.errors import InferSimError
 
 if TYPE_CHECKING:
@@ -280,3 +280,19 @@ def _check_node_flags(flags: RunFlags, dep: Deployment, hw: HardwareCard, nodes_
     if flags.num_gpus is not None and not nodes_written:
         raise InferSimError(f"--num-gpus {dep.num_gpus}: more than one {hw.name} node's {per_node} GPUs, and not "
                             f"whole nodes of {per_node}")
+
+
+def replicas_note(dep: Deployment, model: ModelCard) -> str:
+    """What a layout of DP replicas runs ('' for any other layout): independent copies of the model,
+    as vLLM's --data-parallel-size on a dense model and SGLang's --dp without --enable-dp-attention
+    launch them, not DP attention."""
+    if not dp_replicas(dep):
+        return ""
+    dp, tp = dep.attention.dp, dep.attention.tp
+    stage = dep.gpus_per_stage
+    shared = f"--dp-attention {dp} --ep {stage}" if model.is_moe else f"--dp-attention {dp} with deployment.ffn.tp {stage}"
+    return (f"attention DP{dp} with FFN TP{dep.ffn.tp}" + (f" x EP{dep.ffn.ep}" if dep.ffn.ep > 1 else "")
+            + f" = attention TP{tp}: {dp} independent replicas of the model, each with its own scheduler and LM head "
+            "and no communication between them (vLLM --data-parallel-size, SGLang --dp without --enable-dp-attention); "
+            f"DP attention, one FFN group shared by the DP ranks, is {shared}")
+

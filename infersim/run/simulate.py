@@ -9,7 +9,7 @@ from infersim.cards.engine import EngineCard
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
-from infersim.cards.deployment import Deployment, Workload
+from infersim.cards.deployment import Deployment, Workload, dp_attention_ranks, server_tp
 from infersim.engine.stage import StageResult, run_stage, sequential_steps, stage_time, stage_time_by_bound
 from infersim.shapes.kernels import Bound, KernelTables, NoTables, Source
 from infersim.run.memory import MemoryResult, memory_budget
@@ -82,7 +82,7 @@ def prefill_step_tokens(workload: Workload, engine: EngineCard, hw: HardwareCard
     group (the budget is the group's: one scheduler feeds it)."""
     if workload.prefill_tokens_per_gpu:
         return workload.prefill_tokens_per_gpu
-    budget = engine.chunk_tokens(hw.peak.hbm_bytes, dep.attention.dp)
+    budget = engine.chunk_tokens(hw.peak.hbm_bytes, dp_attention_ranks(dep))
     group_step = min(workload.isl, budget) if budget else workload.isl
     return -(-group_step // dep.attention.tp)
 
@@ -142,7 +142,8 @@ def _decode_plan(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: 
                  memo: PricingMemo | None = None) -> tuple[StagePlan, int]:
     """The decode step of `batch` requests per GPU and the batch its CUDA graph computes: padded up
     to the engine's next captured size (attention reads the real requests' caches only)."""
-    padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes, dep.attention.tp, dep.gpus_per_stage, hw)
+    padded = engine.graph_padded_batch(batch, hw.peak.hbm_bytes, dep.attention.tp,
+                                      server_tp(dep), hw)
     if dep.overlap == "two-batch" and padded % 2:
         padded += 1  # two equal micro-batches
     plan = build_stage_plan("decode", model, dep, workload, padded, hw.derates.deepep_normal_sms, real_batch=batch,

@@ -25,7 +25,7 @@ from infersim.cards.engine import EngineCard, OfflineLimits
 from infersim.cards.engine_scheduler import FutureTokenReservation
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
-from infersim.cards.deployment import Deployment
+from infersim.cards.deployment import Deployment, dp_attention_ranks
 from infersim.base.errors import InferSimError, NotPossible
 from infersim.base.units import dtype_bytes
 
@@ -127,7 +127,7 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     sched = engine.scheduler
     dp = dep.attention.dp
     hbm = hw.peak.hbm_bytes
-    per_gpu = engine.chunk_tokens(hbm, dp)  # per attention-DP rank
+    per_gpu = engine.chunk_tokens(hbm, dp_attention_ranks(dep))  # per attention-DP rank
     budget = per_gpu * dp if per_gpu else 0  # the instance's DP ranks each take a budget per step
     cap = engine.max_running_requests(hbm)
     chunked = budget > 0

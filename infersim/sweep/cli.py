@@ -255,7 +255,7 @@ def base_cards_from_grid(flags: RunFlags, axes: Sequence[Any]) -> RunFlags:
 def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
     """The sweep run on the chosen executor; then what it did that its command line does not say."""
     result = _run_on(args, spec)
-    for note in sweep_notes(spec):
+    for note in sweep_notes(spec, result.unlaunchable):
         print(f"infersim: note: {note}", file=sys.stderr)
     return result
 
@@ -306,8 +306,13 @@ def _problems(result: SweepResult, limit: int = 4) -> str:
 
 def _nothing_simulated(result: SweepResult) -> InferSimError:
     """Why a sweep simulated nothing: the validator rejected every row (bad input), or no searched
-    batch fits in memory (exit status 1)."""
+    layout the engine can launch or batch fits in memory (exit status 1)."""
     parts = []
+    left_out = sum(result.unlaunchable.values())
+    if left_out:
+        engine = result.spec.base.config.engine
+        parts.append(f"{left_out:,} searched layouts left out that engine {engine.name} {engine.version} cannot launch "
+                     "(the note above says why)")
     if result.rejected:
         parts.append(f"{result.rejected:,} rejected by the validator ({_problems(result)})")
     if result.unfit:
@@ -315,7 +320,8 @@ def _nothing_simulated(result: SweepResult) -> InferSimError:
     if not parts:
         parts.append("the grid and the layout search produced no configuration")
     message = "no configuration could be simulated: " + "; ".join(parts)
-    return InferSimError(message) if result.rejected and not result.unfit else NotPossible(message)
+    bad_input = result.rejected and not result.unfit and not left_out
+    return InferSimError(message) if bad_input else NotPossible(message)
 
 
 def _interrupted(result: SweepResult, out: str | None) -> int:
@@ -342,6 +348,7 @@ def _meta(args: argparse.Namespace, spec: SweepSpec, result: SweepResult, target
         "rejected": result.rejected,
         "unfit_skipped": result.unfit,
         "rejection_reasons": result.problems,
+        "unlaunchable": result.unlaunchable,
     }
 
 

@@ -28,6 +28,9 @@ from typing import Any, NamedTuple
 
 import dataclasses
 
+from infersim.cards.deployment import Deployment, Workload
+from infersim.cards.hardware import HardwareCard
+from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig, with_variant
 from infersim.cards.power import Electricity, Power
 from infersim.costing.memo import PricingMemo
@@ -38,6 +41,8 @@ from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
 from infersim.run.simulate import decode_time_by_bound, prefill_step_tokens, run_prefill, simulate
 from infersim.run.speculative import drafter_memory
+from infersim.launch.build import layout_check
+from infersim.launch.common import LaunchRefusal
 from infersim.sweep.grid import GridAxis, grid_point, grid_size
 from infersim.sweep.variants import Base, Deriver, problem_text, with_layout
 
@@ -246,6 +251,14 @@ class ChunkResult:
     problems: dict[str, int] = field(default_factory=dict)  # rejection reason -> count
     # grid point -> why searched layouts of it gave no row (rejection reason, or UNFIT) -> count
     by_point: dict[int, dict[str, int]] = field(default_factory=dict)
+    # why the engine cannot launch them -> searched layouts left out (the launch module's rule)
+    unlaunchable: dict[str, int] = field(default_factory=dict)
+
+    def leave_out(self, point: int, why: str, engine: str) -> None:
+        """A searched layout the engine cannot launch: counted by why, and noted for its grid point."""
+        if why in self.unlaunchable or len(self.unlaunchable) < 64:
+            self.unlaunchable[why] = self.unlaunchable.get(why, 0) + 1
+        self.note(point, f"{engine} cannot launch it: {why}")
 
     def reject(self, problem: str, point: int | None = None) -> None:
         self.rejected += 1
@@ -271,6 +284,9 @@ class ChunkResult:
         for point, reasons in other.by_point.items():
             for reason, count in reasons.items():
                 self.note(point, reason, count)
+        for why, count in other.unlaunchable.items():
+            if why in self.unlaunchable or len(self.unlaunchable) < 64:
+                self.unlaunchable[why] = self.unlaunchable.get(why, 0) + count
 
 
 class Evaluator:
@@ -294,6 +310,8 @@ class Evaluator:
         self.engine = spec.base.config.engine
         # the plan pieces and kernel costs every point of the sweep shares, for this evaluator's life
         self.memo = PricingMemo()
+        # a layout search proposes only layouts the engine can launch: the launch module's own rule
+        self.launchable = layout_check(self.engine) if spec.search is not None else None
 
     # -- pieces ----------------------------------------------------------------------------
 
@@ -400,6 +418,21 @@ class Evaluator:
             out.reject(problem)
             out.rows.append(_rejected(point, problem))
 
+    def _searched(self, point: int, out: ChunkResult, layout: Deployment, model: ModelCard, hw: HardwareCard,
+                  work: Workload, run: RunConfig) -> tuple[Deployment, MemoryResult] | None:
+        """A searched layout completed and its memory accounted, or None (counted): one the validator
+        rejects, or one the engine cannot launch (left out by the launch module's rule)."""
+        try:
+            dep = self.deriver.complete(layout, model, hw)
+            if self.launchable is not None:
+                self.launchable(dep, model)
+            return dep, self._memory_for(model, hw, dep, work, run)
+        except LaunchRefusal as exc:
+            out.leave_out(point, exc.why, exc.title)
+        except InferSimError as exc:
+            out.reject(problem_text(exc), point)
+        return None
+
     def _search(self, point: int, sub: int, out: ChunkResult) -> None:
         search = self.spec.search
         assert search is not None
@@ -435,13 +468,11 @@ class Evaluator:
             for ffn_tp in tps:
                 eps = divisors(per_stage // ffn_tp) if model.is_moe else [1]
                 for ep in eps:
-                    try:
-                        dep = self.deriver.complete(
-                            with_layout(base_dep, num_gpus, nodes, pp, attn_tp, ffn_tp, ep), model, hw)
-                        mem = self._memory_for(model, hw, dep, work, run)
-                    except InferSimError as exc:
-                        out.reject(problem_text(exc), point)
+                    layout = with_layout(base_dep, num_gpus, nodes, pp, attn_tp, ffn_tp, ep)
+                    searched = self._searched(point, out, layout, model, hw, work, run)
+                    if searched is None:
                         continue
+                    dep, mem = searched
                     fit = mem.max_batch_per_gpu if mem.kv_capacity_bytes > 0 else 0
                     if dep.weight_offload != "none":
                         fit = largest  # each row's own simulation offloads what its batch needs and says if it fits

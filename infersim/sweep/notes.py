@@ -51,10 +51,29 @@ def refuse_fields_given_twice(axes: Sequence[Any], flags: RunFlags, overrides: l
                                     f"so {flag.split()[0]} would not be used; give the values once (in --grid)")
 
 
-def sweep_notes(spec: SweepSpec) -> list[str]:
+def unlaunchable_note(spec: SweepSpec, unlaunchable: dict[str, int], limit: int = 3) -> str:
+    """How many searched layouts the search left out because the engine cannot launch them, and why
+    ('' where none was)."""
+    if not unlaunchable:
+        return ""
+    engine = spec.base.config.engine
+    total = sum(unlaunchable.values())
+    top = sorted(unlaunchable.items(), key=lambda kv: -kv[1])
+    reasons = "; ".join(f"{n:,} x {why}" for why, n in top[:limit])
+    more = f"; {len(top) - limit} more reason(s)" if len(top) > limit else ""
+    return (f"layout search: {total:,} layout{'s' if total != 1 else ''} left out that engine {engine.name} "
+            f"{engine.version} cannot launch (the rule --emit-launch spells commands by, docs/launch.md): "
+            f"{reasons}{more}")
+
+
+def sweep_notes(spec: SweepSpec, unlaunchable: dict[str, int] | None = None) -> list[str]:
     """What a sweep does that its command line does not say: kernel tables dropped for a hardware
-    axis, and the MoE path a layout search gives expert-TP layouts."""
+    axis, the MoE path a layout search gives expert-TP layouts, and the searched layouts left out
+    because the engine cannot launch them (`unlaunchable`: SweepResult.unlaunchable)."""
     notes = []
+    left_out = unlaunchable_note(spec, unlaunchable or {})
+    if left_out:
+        notes.append(left_out)
     config = spec.base.config
     hardware_axes = [a.path for a in spec.axes if a.path.split(".")[0] == "hardware"]
     if config.tables_auto and hardware_axes and not isinstance(config.tables, NoTables):

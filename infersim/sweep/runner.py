@@ -49,6 +49,8 @@ class SweepResult:
     interrupted_by: str = ""  # "SIGINT" (Ctrl-C) or "SIGTERM" when interrupted
     # grid point -> why its searched layouts gave no row (rejections, batches that do not fit) -> count
     by_point: dict[int, dict[str, int]] = field(default_factory=dict)
+    # why the engine cannot launch them -> searched layouts the search left out (ChunkResult.unlaunchable)
+    unlaunchable: dict[str, int] = field(default_factory=dict)
 
     @property
     def simulated(self) -> int:
@@ -275,7 +277,7 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
         merged.merge(results[begin])
     return SweepResult(spec, merged.rows, total, merged.units, merged.rejected, merged.unfit, merged.problems,
                        interrupted, time.perf_counter() - start, 0 if executor is not None else n_workers,
-                       interrupted_by, merged.by_point)
+                       interrupted_by, merged.by_point, merged.unlaunchable)
 
 
 def _run_on_pool(spec: SweepSpec, executor: cf.Executor | None, n_workers: int, ranges: list[tuple[int, int]],
