@@ -205,6 +205,9 @@ def _stage(result: ServeResult, run: Any, s: StageOutcomes | None) -> dict[str, 
     spec = run.spec
     row: dict[str, Any] = {"stage": run.index, "rate": spec.rate, "duration_s": spec.duration_s,
                            "concurrency": spec.concurrency, "start_s": run.start_s, "end_s": run.end_s}
+    ramp = result.options.workload.ramp if result.options.workload is not None else None
+    if ramp is not None:  # the stage's rate is the ramp's
+        row["ramp"] = {"strategy": ramp.strategy, "start_rps": ramp.start_rps, "end_rps": ramp.end_rps}
     if s is None:
         row.update({"num_prompts": 0, "completed": 0})
         return row

@@ -89,7 +89,9 @@ def stages_text(stages: list[dict[str, Any]]) -> str:
     """Per-stage metrics, as inference-perf reports each stage."""
     rows = []
     for st in stages:
-        load = f"{st['rate']:g}/s" if st.get("rate") is not None else f"{st.get('concurrency')} clients"
+        ramp = st.get("ramp")
+        load = (f"{st['rate']:g}/s" if st.get("rate") is not None else
+                f"ramp {ramp['start_rps']:g} to {ramp['end_rps']:g}/s" if ramp else f"{st.get('concurrency')} clients")
         if st.get("duration_s") is not None:
             load += f" x {st['duration_s']:g} s"
         rows.append([str(st["stage"]), load, f"{st['num_prompts']:,}", f"{st['completed']:,}",

@@ -238,7 +238,8 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
         inst.max_waiting = opts.max_waiting
     driver = Driver(pool.instances, traffic, outcomes, opts.router, opts.max_waiting)
     runs = driver.run(spec)
-    result = ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes + traffic.notes, runs)
+    result = ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes + traffic.notes + traffic.length_notes(),
+                         runs)
     outside = outcomes.not_counted.requests
     if outside:
         result.notes.append(f"{outside:,} requests sent in the stages' lead-ins and tails (lead_s, tail_s) were "

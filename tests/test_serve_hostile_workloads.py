@@ -1,0 +1,109 @@
+"""Hostile workload files, traces and flags for `infersim serve`, end to end: what the run does that was
+not asked is said under NOTES, and what it cannot read as written is refused in one line naming the
+file, key and value."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from test_hostile_cli import one_line_error, run
+
+SERVE = ("serve", "--config", "serve-llama-8b-h100.yaml")
+
+
+def workload_file(tmp_path: Path, data: dict, load: dict | None = None) -> str:
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump({"load": load or {"stages": [{"rate": 50, "num_requests": 200}]}, "data": data}))
+    return str(path)
+
+
+def serve_json(capsys: pytest.CaptureFixture[str], *flags: str) -> dict:
+    code, out, err = run(capsys, *SERVE, *flags, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+# -- lengths a workload file's distributions clip are said, as --isl/--osl ones are
+
+
+def test_a_workload_files_clipped_lengths_are_said_with_their_count(capsys, tmp_path) -> None:
+    path = workload_file(tmp_path, {"type": "random", "input": {"dist": "normal", "mean": 100, "std": 200},
+                                    "output": {"dist": "normal", "mean": 20, "std": 40, "max": 25}})
+    data = serve_json(capsys, "--workload", path, "--include-requests")
+    records = data["requests"]
+    assert len(records) == 200
+    raised_inputs = sum(1 for r in records if r["input_tokens"] == 1)
+    cut_outputs = sum(1 for r in records if r["output_tokens"] == 25)
+    notes = {note.split(":")[0]: note for note in data["notes"]}
+    raised = re.search(r"(\d+) of 200 draws fell below min 1 and were raised to it", notes["workload.data.input"])
+    cut = re.search(r"(\d+) of 200 draws exceeded max 25 and were cut to it", notes["workload.data.output"])
+    assert raised and cut
+    # a length of 1 (25) is a draw raised (cut) to it, or one of the few that round to it (std 200: about
+    # 200 x 0.002 expected in [0.5, 1.5); std 40: about 200 x 0.01 in (24.5, 25.5])
+    assert raised_inputs - 3 <= int(raised.group(1)) <= raised_inputs and int(raised.group(1)) > 30
+    assert cut_outputs - 6 <= int(cut.group(1)) <= cut_outputs and int(cut.group(1)) > 30
+    realised = sum(r["input_tokens"] for r in records) / 200
+    assert f"realised mean {realised:,.1f} tokens where the normal distribution's mean is 100" in \
+        notes["workload.data.input"]
+
+
+def test_a_workload_file_whose_lengths_are_not_clipped_says_nothing_of_them(capsys, tmp_path) -> None:
+    path = workload_file(tmp_path, {"type": "random", "input": {"dist": "normal", "mean": 1000, "std": 10},
+                                    "output": {"dist": "uniform", "min": 5, "max": 9}})
+    data = serve_json(capsys, "--workload", path)
+    assert not any("workload.data" in note for note in data.get("notes", []))
+
+
+# -- a ramp sets its stage's rate; a rate of the stage's own is refused, not dropped
+
+RAMP = {"strategy": "linear", "start_rps": 1, "end_rps": 4}
+RANDOM = {"type": "random", "input": 100, "output": 10}
+
+
+def test_a_ramps_stage_rate_is_refused_naming_the_file_key_and_value(capsys, tmp_path) -> None:
+    path = workload_file(tmp_path, RANDOM, {"timer": "vllm", "ramp_up": RAMP,
+                                            "stages": [{"rate": 50, "num_requests": 100}]})
+    code, _out, err = run(capsys, *SERVE, "--workload", path)
+    assert code == 2
+    one_line_error(err, f"--workload {path}: workload.load.stages[0].rate: 50 with load.ramp_up",
+                   "the ramp sets the rate", "give the stage num_requests only")
+
+
+def test_a_ramp_sends_at_the_rates_it_ramps_through(capsys, tmp_path) -> None:
+    path = workload_file(tmp_path, RANDOM, {"timer": "vllm", "ramp_up": RAMP, "stages": [{"num_requests": 400}]})
+    data = serve_json(capsys, "--workload", path, "--include-requests")
+    last = max(r["arrival_s"] for r in data["requests"])
+    # request i's gap is exponential at 1 + 3 i / 399 req/s: the sends span sum(1 / rate) (its sd ~ 1.5 s)
+    expected = sum(1 / (1 + 3 * i / 399) for i in range(400))
+    assert last == pytest.approx(expected, rel=0.06)
+    stage = data["stages"][0]
+    assert stage["rate"] is None and stage["ramp"] == {"strategy": "linear", "start_rps": 1.0, "end_rps": 4.0}
+
+
+# -- the pause between stages: 0 or more seconds, within the serving clock
+
+
+@pytest.mark.parametrize("value, parts", [
+    (-1, ("workload.load.interval_s: -1", "at least 0")),
+    (1e14, ("workload.load.interval_s: 100000000000000.0", "1 pause(s) of 1e+14 s", "beyond the 9.01e+09 s",
+            "a pause at most 9.01e+09 s")),
+    ("soon", ("workload.load.interval_s: 'soon'", "expected a number")),
+])
+def test_an_interval_out_of_range_is_refused(capsys, tmp_path, value, parts) -> None:
+    path = workload_file(tmp_path, RANDOM, {"stages": [{"rate": 5, "num_requests": 5}] * 2, "interval_s": value})
+    code, _out, err = run(capsys, *SERVE, "--workload", path)
+    assert code == 2
+    one_line_error(err, f"--workload {path}: ", *parts)
+
+
+def test_an_interval_pauses_between_stages(capsys, tmp_path) -> None:
+    starts = []
+    for interval in (0, 7.5):
+        path = workload_file(tmp_path, RANDOM, {"stages": [{"rate": 5, "num_requests": 5}] * 2, "interval_s": interval})
+        stages = serve_json(capsys, "--workload", path)["stages"]
+        starts.append(stages[1]["start_s"] - stages[0]["end_s"])
+    assert starts == pytest.approx([0.0, 7.5])
