@@ -107,3 +107,52 @@ def test_an_interval_pauses_between_stages(capsys, tmp_path) -> None:
         stages = serve_json(capsys, "--workload", path)["stages"]
         starts.append(stages[1]["start_s"] - stages[0]["end_s"])
     assert starts == pytest.approx([0.0, 7.5])
+
+
+# -- a trace's cells the replay would not read: unknown columns said, cells it cannot place refused
+
+
+def test_a_traces_unknown_columns_and_keys_are_named_under_notes(capsys, tmp_path) -> None:
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("arrival_s,input_tokens,output_tokens,user,prefixid\n0,100,10,a,x\n0.5,200,20,b,y\n")
+    data = serve_json(capsys, "--trace", str(csv_path))
+    assert (data["completed"], data["total_input_tokens"]) == (2, 300)
+    assert any(note.startswith(f"trace {csv_path}: not read: columns 'user', 'prefixid' (") and
+               "prefix_id: prefix_id" in note for note in data["notes"])
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text('{"arrival_s": 0, "input_tokens": 100, "output_tokens": 10}\n'
+                     '{"arrival_s": 0.5, "input_tokens": 200, "output_tokens": 20, "model": "m"}\n')
+    data = serve_json(capsys, "--trace", str(jsonl))
+    assert any(note.startswith(f"trace {jsonl}: not read: column 'model' (") for note in data["notes"])
+    data = serve_json(capsys, "--rate", "2", "--num-requests", "3", "--lengths-from", str(csv_path))
+    assert any(note.startswith(f"trace {csv_path}: not read: columns 'user', 'prefixid'") for note in data["notes"])
+
+
+def test_a_trace_read_whole_has_no_such_note(capsys) -> None:
+    data = serve_json(capsys, "--trace", "docs/examples/azure-style-trace.csv")
+    assert not any("not read" in note for note in data.get("notes", []))
+
+
+@pytest.mark.parametrize("name, body, parts", [
+    ("t.csv", "arrival_s,input_tokens,output_tokens\n0,100,10\n0.1,100,10,7\n",
+     ("row 2: 4 cells where the header names 3 columns (cell 4: '7')", "not guessed")),
+    ("t.csv", "arrival_s,input_tokens,output_tokens,prefix_tokens\n0,100,10,50\n",
+     ("column prefix_tokens (column 4) without a prefix_id column", "add prefix_id")),
+    ("t.csv", "arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,10,s,50\n0.1,100,10,,50\n",
+     ("row 2, column prefix_tokens: '50' without a prefix_id", "give the row a prefix_id")),
+    ("t.jsonl", '{"arrival_s": 0, "input_tokens": 100, "output_tokens": 10, "prefix_tokens": 50}\n',
+     ("row 1, column prefix_tokens: 50 without a prefix_id",)),
+])
+def test_trace_cells_the_replay_cannot_place_are_refused(capsys, tmp_path, name, body, parts) -> None:
+    path = tmp_path / name
+    path.write_text(body)
+    code, _out, err = run(capsys, *SERVE, "--trace", str(path))
+    assert code == 2
+    one_line_error(err, f"trace {path}: ", *parts)
+
+
+def test_a_trailing_comma_and_a_zero_prefix_without_an_id_are_read(capsys, tmp_path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,10,,0,\n0.5,200,20,,\n")
+    data = serve_json(capsys, "--trace", str(path))
+    assert (data["completed"], data["total_input_tokens"], data["total_output_tokens"]) == (2, 300, 30)
