@@ -156,3 +156,34 @@ def test_a_trailing_comma_and_a_zero_prefix_without_an_id_are_read(capsys, tmp_p
     path.write_text("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,10,,0,\n0.5,200,20,,\n")
     data = serve_json(capsys, "--trace", str(path))
     assert (data["completed"], data["total_input_tokens"], data["total_output_tokens"]) == (2, 300, 30)
+
+
+# -- a distribution key the distribution does not read is refused, naming the key and the dist
+
+
+@pytest.mark.parametrize("spec, parts", [
+    ("{dist: uniform, min: 10, max: 20, std: 5}", ("isl: dist uniform reads min, max, not 'std'", "drop it")),
+    ("{dist: uniform, mean: 15, min: 10, max: 20}", ("dist uniform reads min, max, not 'mean'",)),
+    ("{dist: fixed, mean: 100, std: 10}", ("dist fixed reads mean, not 'std'", "a fixed length is its mean")),
+    ("{mean: 100, min: 1, max: 50}", ("dist fixed reads mean, not 'min', 'max'", "drop them")),
+    ("{dist: poisson, mean: 100, std: 3}", ("dist poisson reads mean, min, max, not 'std'", "its variance is its mean")),
+])
+def test_a_distribution_key_its_dist_does_not_read_is_refused(capsys, spec, parts) -> None:
+    code, _out, err = run(capsys, *SERVE, "--rate", "2", "--num-requests", "5", "--isl", spec)
+    assert code == 2
+    one_line_error(err, *parts)
+
+
+def test_a_workload_files_unread_distribution_key_names_the_file_and_key(capsys, tmp_path) -> None:
+    path = workload_file(tmp_path, {"type": "random", "input": 100,
+                                    "output": {"dist": "uniform", "min": 5, "max": 9, "std": 2}})
+    code, _out, err = run(capsys, *SERVE, "--workload", path)
+    assert code == 2
+    one_line_error(err, f"--workload {path}: workload.data.output: dist uniform reads min, max, not 'std'")
+
+
+def test_every_key_a_distribution_reads_is_taken(capsys) -> None:
+    data = serve_json(capsys, "--rate", "2", "--num-requests", "40", "--isl", "{dist: poisson, mean: 100, min: 90, "
+                      "max: 110}", "--osl", "{dist: skew_normal, mean: 20, std: 4, skew: 2, min: 10, max: 30}",
+                      "--include-requests")
+    assert all(90 <= r["input_tokens"] <= 110 and 10 <= r["output_tokens"] <= 30 for r in data["requests"])

@@ -173,6 +173,17 @@ class LengthTally:
 
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical", "skew_normal", "poisson")
+#: the keys each distribution reads (empirical: its own, checked by empirical_dist), and why a key it does
+#: not read has no meaning for it: such a key is refused, not dropped
+_SHAPED = ("mean", "std", "min", "max")
+DIST_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
+    "fixed": (("mean",), "a fixed length is its mean, every draw"),
+    "uniform": (("min", "max"), "it draws whole numbers from min to max, each as likely"),
+    "normal": (_SHAPED, ""),
+    "lognormal": (_SHAPED, ""),
+    "skew_normal": (_SHAPED + ("skew",), ""),
+    "poisson": (("mean", "min", "max"), "its variance is its mean"),
+}
 MAX_EMPIRICAL = 10_000_000  # lengths an empirical distribution may list
 
 
@@ -198,6 +209,11 @@ def length_dist(spec: Any, name: str) -> LengthDist:
                             "(skew for skew_normal; or dist: empirical with file or values)")
     if dist not in DISTRIBUTIONS:
         raise InferSimError(f"{name}.dist: {echo(dist)} is not one of {', '.join(DISTRIBUTIONS)}")
+    used, why = DIST_KEYS[dist]
+    unused = [str(key) for key in spec if key != "dist" and key not in used]
+    if unused:
+        raise InferSimError(f"{name}: dist {dist} reads {', '.join(used)}, not {', '.join(map(repr, unused))} ({why}); "
+                            f"drop {'it' if len(unused) == 1 else 'them'}")
 
     def number(key: str, default: float | None, **bounds: Any) -> float:
         value = spec.get(key, default)
