@@ -187,3 +187,36 @@ def test_every_key_a_distribution_reads_is_taken(capsys) -> None:
                       "max: 110}", "--osl", "{dist: skew_normal, mean: 20, std: 4, skew: 2, min: 10, max: 30}",
                       "--include-requests")
     assert all(90 <= r["input_tokens"] <= 110 and 10 <= r["output_tokens"] <= 30 for r in data["requests"])
+
+
+# -- the overload line says what it measured
+
+
+def test_an_overload_with_no_admission_to_time_says_its_capacity_was_not_measured(capsys) -> None:
+    flags = ("--rate", "1000", "--num-requests", "30", "--isl", "100000", "--osl", "1000", "--max-waiting", "1")
+    data = serve_json(capsys, *flags)
+    load = data["load"]
+    assert load["overloaded"] and load["saturated_capacity_rps"] is None
+    assert load["saturated_capacity_unmeasured"] == ("no request was admitted over the second half of the arrivals, "
+                                                     "so no admission rate to take")
+    code, out, err = run(capsys, *SERVE, *flags)
+    assert code == 0
+    assert "saturated capacity 0.000" not in out and "served 0 req/s" not in err
+    assert ("saturated capacity not measured (no request was admitted over the second half of the arrivals, so no "
+            "admission rate to take); 2 requests admitted, 28 left waiting") in out
+    assert "its engines could not keep up (saturated capacity not measured: no request was admitted" in err
+
+
+def test_backlog_growth_rounding_is_zero(capsys) -> None:
+    from infersim.serve.overload import Timeline, assess_stage
+
+    # 37 requests admitted as they arrive: the second half's counts match to the last bin share
+    data = serve_json(capsys, "--rate", "3", "--num-requests", "37", "--isl", "300", "--osl", "20")
+    assert data["load"]["backlog_growth"] == 0.0 and data["load"]["arrived_second_half"] > 18
+    timeline = Timeline()
+    for i in range(1000):
+        timeline.request(0.0137 * i, 0.0137 * i)
+    load = assess_stage(timeline, 0, 0.0, 0.0137 * 999, 1000, 0)
+    assert load.backlog_growth == 0.0 and not load.overloaded
+    timeline.arrival(10.0)  # one request arrived in the second half and never admitted is one, not rounding
+    assert assess_stage(timeline, 0, 0.0, 0.0137 * 999, 1001, 0).backlog_growth == pytest.approx(1.0)

@@ -197,6 +197,9 @@ def _load_and_warnings(result: ServeResult, out: dict[str, Any]) -> None:
     }
     if len(result.loads) == 1:
         out["load"].update({k: v for k, v in _load_json(result.loads[0]).items() if k not in out["load"]})
+    unmeasured = [load.capacity_unmeasured for load in overloaded if load.capacity_unmeasured]
+    if out["load"]["saturated_capacity_rps"] is None and unmeasured:
+        out["load"]["saturated_capacity_unmeasured"] = unmeasured[0]
     if overloaded:
         out["warnings"] = [warning_text(load, result.options.max_waiting) for load in overloaded]
 

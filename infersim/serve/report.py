@@ -44,7 +44,9 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
         capacity = load_info.get("saturated_capacity_rps")
         offered = load_info.get("offered_rps")
         lines.append(f"  OVERLOADED: offered {offered:,.3f} req/s" if offered is not None else "  OVERLOADED")
-        lines[-1] += (f", saturated capacity {capacity:,.3f} req/s" if capacity is not None else "") + (
+        unmeasured = load_info.get("saturated_capacity_unmeasured")
+        lines[-1] += (f", saturated capacity {capacity:,.3f} req/s" if capacity is not None else
+                      f", saturated capacity not measured ({unmeasured})" if unmeasured else "") + (
             f"; {load_info['admitted']:,} requests admitted, {load_info['left_waiting']:,} left waiting")
     lines.append("")
     rows = []
