@@ -220,3 +220,35 @@ def test_backlog_growth_rounding_is_zero(capsys) -> None:
     assert load.backlog_growth == 0.0 and not load.overloaded
     timeline.arrival(10.0)  # one request arrived in the second half and never admitted is one, not rounding
     assert assess_stage(timeline, 0, 0.0, 0.0137 * 999, 1001, 0).backlog_growth == pytest.approx(1.0)
+
+
+# -- one rule for a request too long for the KV pool: on arrival and in the scheduler
+
+
+@pytest.mark.parametrize("engine, longest", [
+    ("trtllm", 992),  # reserve-full in pages of 32: 31 whole pages of a 1,000-token pool
+    ("vllm", 993),  # on-demand in pages of 16: 993 - 1 tokens of context at the last step + 7.5 mean page slack
+    ("sglang", 1001),  # on-demand in pages of 1: the last step's context, 1,000 tokens
+])
+def test_a_request_too_long_for_the_pool_is_treated_alike_on_arrival_and_in_the_scheduler(engine, longest) -> None:
+    from infersim.base.errors import NotPossible
+    from infersim.serve.api import simulate_serving
+    from test_serve_workloads import config
+
+    spec = config(engine)
+    for total in (longest, longest + 1):
+        fits = total == longest
+        # a conversation whose turn holds `total` tokens: rejected on arrival where it cannot run alone
+        form = {"load": {"stages": [{"rate": 1, "num_requests": 1}]},
+                "data": {"type": "sessions", "system_prompt_len": 0, "turns": 1, "question_len": total - 10,
+                         "output_len": 10}}
+        staged = simulate_serving(spec, {"workload": form, "kv_capacity_tokens": 1000})
+        assert (staged["completed"], staged.get("rejected", 0)) == ((1, 0) if fits else (0, 1))
+        # the same request in a Poisson stream (no arrival check): the scheduler runs it, or refuses it by the rule
+        stream = {"mode": "poisson", "rate": 1, "num_requests": 1, "isl": total - 10, "osl": 10,
+                  "kv_capacity_tokens": 1000}
+        if fits:
+            assert simulate_serving(spec, stream)["completed"] == 1
+        else:
+            with pytest.raises(NotPossible, match=f"the longest request it runs holds {longest:,} tokens"):
+                simulate_serving(spec, stream)

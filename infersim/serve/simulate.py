@@ -229,9 +229,11 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
                             f"max_model_len {spec.max_model_len:,}: give one")
     limit = spec.max_model_len or opts.max_model_len
     if limit is None and (spec.data.multi_turn or spec.data.type == "sessions"):
-        limit = pool.settings.kv_capacity_tokens
-        notes.append(f"max_model_len not given: conversations grow, and a request longer than the KV pool "
-                     f"({limit:,} tokens) is rejected on arrival, as a server whose context fits its pool would")
+        limit = pool.settings.longest_request_tokens()  # the rule the scheduler refuses a request by
+        notes.append(f"max_model_len not given: conversations grow, and a request longer than the KV pool of "
+                     f"{pool.settings.kv_capacity_tokens:,} tokens holds alone ({limit:,} tokens: "
+                     f"{pool.settings.admission} in pages of {pool.settings.page_size}) is rejected on arrival, as a "
+                     "server whose context fits its pool would")
     traffic = Traffic(spec, opts.seed, limit, outcomes.reject)
     for inst in pool.instances:
         inst.sink = outcomes.add
