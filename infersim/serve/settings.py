@@ -78,10 +78,11 @@ class SchedulerSettings:
         """NotPossible for a request that does not fit alone (fits_alone)."""
         tokens = input_tokens + output_tokens
         if not self.fits_alone(tokens):
-            raise NotPossible(f"request {request}: {input_tokens:,} + {output_tokens:,} tokens need "
-                              f"{self.peak_kv_tokens(tokens):,.6g} tokens of KV cache alone ({self.admission} in pages "
-                              f"of {self.page_size}), more than the instance's {self.kv_capacity_tokens:,}; the longest "
-                              f"request it runs holds {self.longest_request_tokens():,} tokens")
+            peak = self.peak_kv_tokens(tokens)
+            raise NotPossible(f"request {request}: {input_tokens:,} + {output_tokens:,} tokens do not fit in the "
+                              f"instance's KV cache of {self.kv_capacity_tokens:,} tokens: alone they need "
+                              f"{int(peak):,}{'.5' if peak % 1 else ''} ({self.admission} in pages of {self.page_size}); "
+                              f"the longest request it runs holds {self.longest_request_tokens():,} tokens")
 
     def longest_request_tokens(self) -> int:
         """The most tokens (prompt + output) a request that fits alone holds (fits_alone)."""
