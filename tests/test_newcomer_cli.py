@@ -250,7 +250,7 @@ def test_serve_takes_the_benchmark_tools_names() -> None:
     assert _serve_options(["--max-concurrency", "16"])["concurrency"] == 16
     capped = _serve_options(["--request-rate", "20", "--max-concurrency", "8"])
     assert (capped["mode"], capped["rate"], capped["concurrency"]) == ("poisson", 20.0, 8)
-    assert _serve_options(["--rate", "4", "--slo", "ttft=1s", "--slo-percentile", "99.9"])["percentiles"] == [99.9]
+    assert _serve_options(["--max-rate-under-slo", "--slo", "ttft=1s", "--slo-percentile", "99.9"])["percentiles"] == [99.9]
 
 
 def test_slo_percentile_any_value_between_0_and_100(capsys: pytest.CaptureFixture[str]) -> None:

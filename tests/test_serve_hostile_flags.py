@@ -213,10 +213,13 @@ def test_repeated_slo_flags_are_merged(capsys) -> None:
     assert data["slo"] == {"ttft_ms": 2000.0, "tpot_ms": 50.0}
 
 
-def test_slo_percentile_reaches_a_workloads_summary(capsys, tmp_path) -> None:
+def test_slo_percentile_without_the_slo_search_is_refused(capsys, tmp_path) -> None:
     path = workload(tmp_path, {"type": "random", "input": 100, "output": 10})
-    data = serve_json(capsys, "--workload", path, "--slo-percentile", "95")
-    assert data["p95_ttft_ms"] <= data["p99_ttft_ms"]
+    for load in (("--workload", path), ("--rate", "2", "--slo", "ttft=2s"), ("--rate-sweep", "2,4")):
+        code, _out, err = run(capsys, *SERVE, *load, "--slo-percentile", "95")
+        assert code == 2
+        one_line_error(err, "--slo-percentile 95: the percentile of TTFT and TPOT that --max-rate-under-slo holds",
+                       "drop it, or add --max-rate-under-slo")
 
 
 def test_requests_out_writes_jsonl(capsys, tmp_path) -> None:

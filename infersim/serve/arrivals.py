@@ -56,7 +56,7 @@ def generated_arrivals(make: Callable[[tuple[LengthTally, LengthTally] | None], 
         count += 1
         total_isl += r.input_tokens
         total_osl += r.output_tokens
-    notes = [] if lengths is not None else [n for n in (t.note() for t in tallies) if n]
+    notes = lengths.notes() if lengths is not None else [n for n in (t.note() for t in tallies) if n]
 
     def again() -> Iterator[Request]:
         stream = make(None)
@@ -70,8 +70,7 @@ def build_requests(config: RunConfig, opts: ServeOptions) -> Arrivals:
     if opts.mode == "trace":
         replay = trace_replay(opts.trace, opts.num_requests, opts.trace_time_scale)
         mean_isl, mean_osl = replay.mean_lengths()
-        note = replay.note()
-        return Arrivals(replay.__iter__, replay.count, mean_isl, mean_osl, [note] if note else [])
+        return Arrivals(replay.__iter__, replay.count, mean_isl, mean_osl, replay.notes())
     isl = opts.isl or length_dist(config.workload.isl, "workload.isl")
     osl = opts.osl or length_dist(config.workload.osl, "workload.osl")
     count = opts.num_requests or DEFAULT_REQUESTS

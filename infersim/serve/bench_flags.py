@@ -194,7 +194,7 @@ def workload_from_flags(args: argparse.Namespace, lengths: tuple[int, int] | Non
             raise InferSimError("--ramp-up-strategy (vllm bench serve) needs --ramp-up-start-rps and --ramp-up-end-rps")
         ramp = {"strategy": args.ramp_up_strategy, "start_rps": args.ramp_up_start_rps, "end_rps": args.ramp_up_end_rps}
     if ramp is not None:
-        stage = {"rate": args.ramp_up_start_rps, "num_requests": count}
+        stage = {"num_requests": count}  # the ramp sets the rate
     elif args.rate is not None and args.concurrency is None:
         stage = {"rate": args.rate, "num_requests": count}
     elif args.concurrency is not None and args.rate is None:

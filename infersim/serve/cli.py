@@ -13,6 +13,8 @@ from typing import Any
 from infersim.base.plaindata import loads_yaml, parse_flag_value
 from infersim.base.errors import ConfigError, InferSimError
 
+#: the percentile of TTFT and TPOT the SLO search holds to its limits unless told (MLPerf Server: p99)
+DEFAULT_SLO_PERCENTILE = 99.0
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
@@ -117,8 +119,6 @@ def _workload_options(args: argparse.Namespace) -> dict[str, Any] | None:
     refuse_unread_by_stages(args, spec)
     options: dict[str, Any] = {"workload": spec, "seed": args.seed, "replicas": args.replicas,
                                "router": args.router or "round-robin"}
-    if args.slo_percentile not in (50, 90, 99):
-        options["percentiles"] = [args.slo_percentile]
     return options
 
 
@@ -196,8 +196,8 @@ def _legacy_options(args: argparse.Namespace) -> dict[str, Any]:
         options["concurrency"] = args.concurrency
     if args.slo:
         options["slo"] = parse_slos(args.slo)
-    if args.slo_percentile not in (50, 90, 99):
-        options["percentiles"] = [args.slo_percentile]
+    if args.slo_percentile is not None and args.slo_percentile not in (50, 90, 99):
+        options["percentiles"] = [args.slo_percentile]  # the search reads its runs' summaries at it
     if args.disaggregate:
         options["disaggregate"] = args.disaggregate
     return options
@@ -210,6 +210,11 @@ def _check_search_flags(args: argparse.Namespace, sweeping: bool) -> None:
     if sweeping and args.rate is not None:
         raise InferSimError(f"--rate {args.rate:g} with {search}: the search chooses the rates; drop --rate (or the "
                             "search, to simulate one rate); --concurrency N caps every searched rate at N in flight")
+    if args.slo_percentile is not None and not args.max_rate_under_slo:
+        raise InferSimError(f"--slo-percentile {args.slo_percentile:g}: the percentile of TTFT and TPOT that "
+                            "--max-rate-under-slo holds to the --slo limits, and there is no such search (a run's "
+                            "goodput, and a sweep's SLO met, count the requests that meet --slo each; p50, p90 and "
+                            "p99 are reported); drop it, or add --max-rate-under-slo")
     if not sweeping:
         for flag, value in (("--executor", args.executor), ("--workers", args.workers)):
             if value is not None:
@@ -432,7 +437,8 @@ def _slo_search(args: argparse.Namespace, config: Any, options: dict[str, Any], 
         raise InferSimError("--max-rate-under-slo needs --slo ttft=...,tpot=...")
     with progress_note("the offline run that bounds the search"):
         offline = simulate_serving(config, {**options, "mode": "offline", "rate": None})
-    found = max_rate_under_slo(runner, offline, slo.get("ttft_s"), slo.get("tpot_s"), args.slo_percentile)
+    found = max_rate_under_slo(runner, offline, slo.get("ttft_s"), slo.get("tpot_s"),
+                               args.slo_percentile if args.slo_percentile is not None else DEFAULT_SLO_PERCENTILE)
     out["max_rate_under_slo"] = found
     if not found.get("interrupted"):
         text.append(report.slo_search_text(found))
@@ -546,9 +552,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rate-sweep", default=None, metavar="START:STOP:STEP",
                    help="Poisson rates to sweep (e.g. 1:16:1 or 2,4,8): the throughput-latency curve")
     p.add_argument("--max-rate-under-slo", action="store_true", help="find the highest Poisson rate meeting --slo")
-    p.add_argument("--slo-percentile", type=_percentile, default=99.0, metavar="Q",
-                   help="percentile of TTFT and TPOT the SLO search holds to its limits, any value in (0, 100) "
-                        "(default 99, as MLPerf)")
+    p.add_argument("--slo-percentile", type=_percentile, default=None, metavar="Q",
+                   help="percentile of TTFT and TPOT that --max-rate-under-slo holds to its limits, any value in "
+                        f"(0, 100) (default {DEFAULT_SLO_PERCENTILE:g}, as MLPerf); read by that search only")
     p.add_argument("--workers", type=_number(whole=True, gt=0), default=None, help="worker processes for searches (default: all CPUs)")
     p.add_argument("--executor", default=None, metavar="dask://HOST:PORT", help="run search points on a Dask cluster")
     p.add_argument("--requests-out", default=None, metavar="FILE", help="write per-request records (.jsonl or .csv)")

@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 
 from infersim.base.errors import InferSimError
 from infersim.serve.profiles import stage_times
-from infersim.serve.workload import LengthDist, Request
+from infersim.serve.workload import LengthDist, LengthTally, Request
 from infersim.serve.workload_spec import MAX_TURNS, DataSpec, StageSpec, WorkloadSpec
 
 
@@ -76,7 +76,10 @@ class Traffic:
         self.limit = limit
         self.reject = reject
         self.next_id = 0
-        self.prompts = _draw_prompts(self.data, seed) if self.data.type == "shared_prefix" else None
+        # what each length distribution's draws came to: clipped draws are said under NOTES, as a
+        # --isl/--osl distribution's are
+        self.tallies: dict[str, LengthTally] = {}
+        self.prompts = _draw_prompts(self.data, seed, self._draw) if self.data.type == "shared_prefix" else None
         # multi-turn / sessions state, per stage
         self.context: dict[int, tuple[tuple, int]] = {}  # session -> (segments, tokens)
         self.sessions: dict[int, list] = {}  # sessions (think time): id -> [group, turns left, turn, rng]
@@ -130,6 +133,23 @@ class Traffic:
             return self._multi_turn(stage, count) if self.data.multi_turn else self._shared(stage, count)
         return self._session_starts(stage, count)
 
+    def _draw(self, key: str, dist: LengthDist, rng: random.Random) -> int:
+        """One length of workload.data.`key` (the same draw as dist.draw), tallied."""
+        if dist.dist not in ("normal", "lognormal"):  # the only ones whose draws are clipped unasked
+            return dist.draw(rng)
+        tally = self.tallies.get(key)
+        if tally is None:
+            tally = self.tallies[key] = LengthTally(f"workload.data.{key}", dist)
+        raw = dist.raw(rng)
+        value = dist.clip(raw)
+        tally.add(raw, value)
+        return value
+
+    def length_notes(self) -> list[str]:
+        """A sentence for each length distribution whose draws are not what it asked for (clipped to
+        min/max, or a tail too heavy for the draws made)."""
+        return [note for note in (t.note() for t in self.tallies.values()) if note]
+
     def _new_id(self) -> int:
         self.next_id += 1
         return self.next_id - 1
@@ -140,8 +160,8 @@ class Traffic:
         rng = random.Random(_seed(self.seed, stage, 2))
         prefix = ((("prefix", 0), data.prefix_tokens),) if data.prefix_tokens else ()
         for _ in range(count):
-            yield Request(self._new_id(), 0.0, data.prefix_tokens + data.input.draw(rng), data.output.draw(rng),
-                          segments=prefix, stage=stage)
+            yield Request(self._new_id(), 0.0, data.prefix_tokens + self._draw("input", data.input, rng),
+                          self._draw("output", data.output, rng), segments=prefix, stage=stage)
 
     def _repetition(self, stage: int, count: int) -> Iterator[Request]:
         data = self.data
@@ -151,7 +171,8 @@ class Traffic:
         rng.shuffle(order)  # type: ignore[arg-type]
         out_rng = random.Random(_seed(self.seed, stage, 4))
         for p in order:
-            yield Request(self._new_id(), 0.0, data.prefix_len + data.suffix_len, data.output.draw(out_rng),
+            yield Request(self._new_id(), 0.0, data.prefix_len + data.suffix_len, self._draw("output_len", data.output,
+                                                                                              out_rng),
                           segments=((("rep", p), data.prefix_len),), stage=stage)
 
     def _prompt(self, index: int) -> tuple[tuple, int, int]:
@@ -189,12 +210,12 @@ class Traffic:
         assert data.turns is not None and data.system_prompt_len is not None
         rng = random.Random(_seed(self.seed, stage, 5))
         # session j takes system prompt j mod num_system_prompts: prompts past the stage's count are never sent
-        system = [data.system_prompt_len.draw(rng) if data.system_prompt_len.mean else 0
+        system = [self._draw("system_prompt_len", data.system_prompt_len, rng) if data.system_prompt_len.mean else 0
                   for _ in range(min(data.num_groups, count))]
         for j in range(count):
             session = self._new_id()
             group = j % data.num_groups
-            turns = data.turns.draw(rng)
+            turns = data.turns.draw(rng)  # a count of turns, not tokens: within MAX_TURNS, checked below
             if turns > MAX_TURNS:
                 raise InferSimError(f"workload.data.turns {data.turns.describe()}: drew {turns:,} turns for a session; "
                                     f"a session runs at most {MAX_TURNS:,} (give the distribution a max)")
@@ -207,7 +228,7 @@ class Traffic:
         assert data.question_len is not None and data.output is not None
         state = self.sessions[session]
         turn, rng = state[1], state[2]
-        question, out = data.question_len.draw(rng), data.output.draw(rng)
+        question, out = self._draw("question_len", data.question_len, rng), self._draw("output_len", data.output, rng)
         context, tokens = self.context[session]
         segments = context + ((("sq", session, turn), question),)
         req = Request(self._new_id(), 0.0, tokens + question, out, segments=segments,
@@ -302,23 +323,22 @@ def _present(segments: tuple) -> tuple:
     return tuple(s for s in segments if s[1] > 0)
 
 
-def _draw_prompts(data: DataSpec, seed: int) -> _Prompts:
+def _draw_prompts(data: DataSpec, seed: int, draw: Callable[[str, LengthDist, random.Random], int]) -> _Prompts:
     """The shared-prefix generator's prompts: lengths drawn once per group (system prompt) and per
     prompt (question, output), in a seeded shuffled order, as inference-perf draws them."""
     assert data.system_prompt_len is not None and data.question_len is not None and data.output is not None
     rng = random.Random(_seed(seed, 0, 6))
-    system = array("q", (_draw(data.system_prompt_len, rng) for _ in range(data.num_groups)))
+    system_len = data.system_prompt_len
+    system = array("q", (0 if system_len.dist == "fixed" and system_len.mean == 0 else
+                         draw("system_prompt_len", system_len, rng) for _ in range(data.num_groups)))
     group, question, output = array("q"), array("q"), array("q")
     for g in range(data.num_groups):
         for _ in range(data.prompts_per_group):
             group.append(g)
-            question.append(data.question_len.draw(rng))
-            output.append(data.output.draw(rng))
+            question.append(draw("question_len", data.question_len, rng))
+            output.append(draw("output_len", data.output, rng))
     order = list(range(len(group)))
     rng.shuffle(order)
     return _Prompts(array("q", (group[i] for i in order)), system, array("q", (question[i] for i in order)),
                     array("q", (output[i] for i in order)))
 
-
-def _draw(dist: LengthDist, rng: random.Random) -> int:
-    return 0 if dist.dist == "fixed" and dist.mean == 0 else dist.draw(rng)

@@ -197,6 +197,9 @@ def _load_and_warnings(result: ServeResult, out: dict[str, Any]) -> None:
     }
     if len(result.loads) == 1:
         out["load"].update({k: v for k, v in _load_json(result.loads[0]).items() if k not in out["load"]})
+    unmeasured = [load.capacity_unmeasured for load in overloaded if load.capacity_unmeasured]
+    if out["load"]["saturated_capacity_rps"] is None and unmeasured:
+        out["load"]["saturated_capacity_unmeasured"] = unmeasured[0]
     if overloaded:
         out["warnings"] = [warning_text(load, result.options.max_waiting) for load in overloaded]
 
@@ -205,6 +208,9 @@ def _stage(result: ServeResult, run: Any, s: StageOutcomes | None) -> dict[str, 
     spec = run.spec
     row: dict[str, Any] = {"stage": run.index, "rate": spec.rate, "duration_s": spec.duration_s,
                            "concurrency": spec.concurrency, "start_s": run.start_s, "end_s": run.end_s}
+    ramp = result.options.workload.ramp if result.options.workload is not None else None
+    if ramp is not None:  # the stage's rate is the ramp's
+        row["ramp"] = {"strategy": ramp.strategy, "start_rps": ramp.start_rps, "end_rps": ramp.end_rps}
     if s is None:
         row.update({"num_prompts": 0, "completed": 0})
         return row

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 
 GROWTH_SHARE = 0.05
 NOISE_SIGMAS = 3.0
+#: a window's counts are sums of bin shares, so arrivals and admissions that match come out a few
+#: float64 roundings apart (1e-13 of a request); a difference this small beside them is rounding
+ROUNDING = 1e-9
 TIMELINE_BINS = 2048
 _FIRST_WIDTH = 1e-3  # seconds
 
@@ -92,7 +95,16 @@ class StageLoad:
     backlog_growth: float  # arrivals - admissions over the second half
     dropped: int
     overloaded: bool
-    saturated_capacity_rps: float | None  # admission rate over the second half, when overloaded
+    saturated_capacity_rps: float | None  # admission rate over the second half, when overloaded and measured
+
+    @property
+    def capacity_unmeasured(self) -> str | None:
+        """Why an overloaded stage has no saturated capacity (None: it has one, or is not overloaded)."""
+        if not self.overloaded or self.saturated_capacity_rps is not None:
+            return None
+        if self.end_s <= self.start_s:
+            return "every request arrived at one instant, leaving no second half of the arrivals to time admissions over"
+        return "no request was admitted over the second half of the arrivals, so no admission rate to take"
 
 
 def assess_stage(timeline: Timeline, stage: int, start: float, end: float, requests: int, dropped: int,
@@ -102,8 +114,11 @@ def assess_stage(timeline: Timeline, stage: int, start: float, end: float, reque
     arrived = timeline.count("arrivals", mid, end)
     admitted = timeline.count("admissions", mid, end)
     growth = arrived - admitted
+    if abs(growth) <= ROUNDING * max(arrived, admitted, 1.0):
+        growth = 0.0
     overloaded = dropped > 0 or (arrived > 0 and growth > max(GROWTH_SHARE * arrived, NOISE_SIGMAS * math.sqrt(arrived)))
-    capacity = admitted / (end - mid) if overloaded and end > mid else None
+    # no admission over the half measures no rate: the capacity is then unknown, not zero
+    capacity = admitted / (end - mid) if overloaded and end > mid and admitted > 0 else None
     if offered_rps is None:
         offered_rps = requests / (end - start) if end > start else None
     return StageLoad(stage, start, end, offered_rps, arrived, admitted, growth, dropped, overloaded, capacity)
@@ -113,7 +128,8 @@ def warning_text(load: StageLoad, max_waiting: int) -> str:
     """One sentence for an overloaded stage."""
     what = f"stage {load.stage}" if load.stage >= 0 else "the load"
     served = (f"its engines served {load.saturated_capacity_rps:,.3g} req/s at saturation"
-              if load.saturated_capacity_rps is not None else "its engines could not keep up")
+              if load.saturated_capacity_rps is not None else
+              f"its engines could not keep up (saturated capacity not measured: {load.capacity_unmeasured})")
     offered = f"{load.offered_rps:,.3g} req/s" if load.offered_rps is not None else "its requests at one instant"
     text = (f"overloaded: {what} offered {offered}; {served}; over the second half of its "
             f"arrivals the queue grew by {load.backlog_growth:,.0f} of {load.arrived_second_half:,.0f} requests")

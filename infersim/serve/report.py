@@ -44,7 +44,9 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
         capacity = load_info.get("saturated_capacity_rps")
         offered = load_info.get("offered_rps")
         lines.append(f"  OVERLOADED: offered {offered:,.3f} req/s" if offered is not None else "  OVERLOADED")
-        lines[-1] += (f", saturated capacity {capacity:,.3f} req/s" if capacity is not None else "") + (
+        unmeasured = load_info.get("saturated_capacity_unmeasured")
+        lines[-1] += (f", saturated capacity {capacity:,.3f} req/s" if capacity is not None else
+                      f", saturated capacity not measured ({unmeasured})" if unmeasured else "") + (
             f"; {load_info['admitted']:,} requests admitted, {load_info['left_waiting']:,} left waiting")
     lines.append("")
     rows = []
@@ -89,7 +91,9 @@ def stages_text(stages: list[dict[str, Any]]) -> str:
     """Per-stage metrics, as inference-perf reports each stage."""
     rows = []
     for st in stages:
-        load = f"{st['rate']:g}/s" if st.get("rate") is not None else f"{st.get('concurrency')} clients"
+        ramp = st.get("ramp")
+        load = (f"{st['rate']:g}/s" if st.get("rate") is not None else
+                f"ramp {ramp['start_rps']:g} to {ramp['end_rps']:g}/s" if ramp else f"{st.get('concurrency')} clients")
         if st.get("duration_s") is not None:
             load += f" x {st['duration_s']:g} s"
         rows.append([str(st["stage"]), load, f"{st['num_prompts']:,}", f"{st['completed']:,}",

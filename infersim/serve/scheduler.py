@@ -259,19 +259,19 @@ class Instance:
         remaining_out = r.req.output_tokens - r.generated
         if s.admission == "reserve-full":
             charge = float(self._pages(r.prompt_total - cached + remaining_out))
-            return None if self.kv_fixed + charge + pin_tokens > s.kv_capacity_tokens else charge
-        charge = float(r.prompt_total - cached) + self.slack
-        need = self.kv_used() + charge + pin_tokens
-        if s.reservation:
-            reserve = max(0, self.reserve_base - self.n_dec * self.k) + min(remaining_out, self._reserve_cap)
-            need += self.ratio * reserve
-        if need > s.kv_capacity_tokens:
-            if not (self.n_dec == 0 and not self.prefilling):
-                return None
-            if r.prompt_total - cached + remaining_out > s.kv_capacity_tokens:
-                raise NotPossible(f"request {r.req.id}: {r.prompt_total} + {remaining_out} tokens do not fit "
-                                  f"in the instance's KV cache of {s.kv_capacity_tokens:,} tokens")
-        return charge
+            need = self.kv_fixed + charge + pin_tokens
+        else:
+            charge = float(r.prompt_total - cached) + self.slack
+            need = self.kv_used() + charge + pin_tokens
+            if s.reservation:
+                reserve = max(0, self.reserve_base - self.n_dec * self.k) + min(remaining_out, self._reserve_cap)
+                need += self.ratio * reserve
+        if not (self.n_dec or self.prefilling):  # alone, it runs now or never (SchedulerSettings.fits_alone)
+            # a prefill instance holds a prompt until its first token, and hands it on
+            s.refuse_unfit(r.req.id, r.req.input_tokens,
+                           1 if self.prefill_only and s.admission == "on-demand" else r.req.output_tokens)
+            return None if need > s.kv_capacity_tokens and s.admission == "reserve-full" else charge
+        return None if need > s.kv_capacity_tokens else charge
 
     def _take(self, r: RequestState, cached: int, found: Match | None, charge: float) -> None:
         """Admit r (popped from waiting)."""

@@ -19,6 +19,7 @@ host link in parallel at the hardware card's PCIe bandwidth x efficiency.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from infersim.cards.engine import EngineCard, OfflineLimits
@@ -61,6 +62,36 @@ class SchedulerSettings:
     client_lag_s: float = 0.0  # the API server's time outside the engine core: every token reaches the client later
     # the engine derives max_running from its KV pool by itself (SGLang): a launch need not set it
     cap_derived_by_engine: bool = False
+
+    def peak_kv_tokens(self, tokens: int) -> float:
+        """KV the scheduler holds for a request of `tokens` (prompt + output) running alone, at its
+        largest: reserve-full reserves whole pages for all of them at admission; on-demand holds the
+        context before its last decode step (tokens - 1) and the mean slack of a part-filled page,
+        as infersim.serve.scheduler charges them."""
+        if self.admission == "reserve-full":
+            return float(round_up(tokens, self.page_size))
+        return tokens - 1 + (self.page_size - 1) / 2
+
+    def fits_alone(self, tokens: int) -> bool:
+        """Does a request of `tokens` (prompt + output) fit the KV pool with nothing else running? The
+        one rule for rejecting a request on arrival and for refusing one the scheduler cannot run."""
+        return self.peak_kv_tokens(tokens) <= self.kv_capacity_tokens
+
+    def refuse_unfit(self, request: int, input_tokens: int, output_tokens: int) -> None:
+        """NotPossible for a request that does not fit alone (fits_alone)."""
+        tokens = input_tokens + output_tokens
+        if not self.fits_alone(tokens):
+            peak = self.peak_kv_tokens(tokens)
+            raise NotPossible(f"request {request}: {input_tokens:,} + {output_tokens:,} tokens do not fit in the "
+                              f"instance's KV cache of {self.kv_capacity_tokens:,} tokens: alone they need "
+                              f"{int(peak):,}{'.5' if peak % 1 else ''} ({self.admission} in pages of {self.page_size}); "
+                              f"the longest request it runs holds {self.longest_request_tokens():,} tokens")
+
+    def longest_request_tokens(self) -> int:
+        """The most tokens (prompt + output) a request that fits alone holds (fits_alone)."""
+        if self.admission == "reserve-full":
+            return self.kv_capacity_tokens // self.page_size * self.page_size
+        return int(math.floor(self.kv_capacity_tokens + 1 - (self.page_size - 1) / 2))
 
     def describe(self) -> str:
         cap = str(self.max_running) if self.max_running else "KV-bound"

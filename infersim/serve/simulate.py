@@ -231,16 +231,19 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
                             f"max_model_len {spec.max_model_len:,}: give one")
     limit = spec.max_model_len or opts.max_model_len
     if limit is None and (spec.data.multi_turn or spec.data.type == "sessions"):
-        limit = pool.settings.kv_capacity_tokens
-        notes.append(f"max_model_len not given: conversations grow, and a request longer than the KV pool "
-                     f"({limit:,} tokens) is rejected on arrival, as a server whose context fits its pool would")
+        limit = pool.settings.longest_request_tokens()  # the rule the scheduler refuses a request by
+        notes.append(f"max_model_len not given: conversations grow, and a request longer than the KV pool of "
+                     f"{pool.settings.kv_capacity_tokens:,} tokens holds alone ({limit:,} tokens: "
+                     f"{pool.settings.admission} in pages of {pool.settings.page_size}) is rejected on arrival, as a "
+                     "server whose context fits its pool would")
     traffic = Traffic(spec, opts.seed, limit, outcomes.reject)
     for inst in pool.instances:
         inst.sink = outcomes.add
         inst.max_waiting = opts.max_waiting
     driver = Driver(pool.instances, traffic, outcomes, opts.router, opts.max_waiting)
     runs = driver.run(spec)
-    result = ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes + traffic.notes, runs)
+    result = ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes + traffic.notes + traffic.length_notes(),
+                         runs)
     outside = outcomes.not_counted.requests
     if outside:
         result.notes.append(f"{outside:,} requests sent in the stages' lead-ins and tails (lead_s, tail_s) were "

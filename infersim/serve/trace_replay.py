@@ -33,6 +33,8 @@ COLUMN_NAMES = {
     "prefix_id": ("prefix_id",),
     "prefix_tokens": ("prefix_tokens",),
 }
+#: every name a trace's fields go by: a column or key outside them is not read (said under NOTES)
+_KNOWN_NAMES = frozenset(name for names in COLUMN_NAMES.values() for name in names)
 #: every name of the fields that have several: a JSONL row holding more than three of them gives one of
 #: those three fields under two names, and only such a row is searched for which
 _ALIASED_NAMES = frozenset(name for names in COLUMN_NAMES.values() if len(names) > 1 for name in names)
@@ -54,6 +56,10 @@ def _columns(header: list[str], p: Path) -> dict[str, str | None]:
             raise InferSimError(f"trace {p}: columns {given[0]!r} and {given[1]!r} (columns {where[given[0]]} and "
                                 f"{where[given[1]]}) both name {field_}; keep one")
         columns[field_] = given[0] if given else None
+    if columns["prefix_tokens"] is not None and columns["prefix_id"] is None:
+        raise InferSimError(f"trace {p}: column prefix_tokens (column {where['prefix_tokens']}) without a prefix_id "
+                            "column: which rows share those tokens is not said; add prefix_id (rows naming the same "
+                            "one share their first prefix_tokens tokens) or drop prefix_tokens")
     return columns
 
 
@@ -108,6 +114,16 @@ class TraceRows:
     prefix_tokens: array = field(default_factory=lambda: array("q"))
     prefix_names: list[str] = field(default_factory=list)
     order: array | None = None  # row indices by arrival time (None: the file is in order)
+    unread: dict[str, None] = field(default_factory=dict)  # columns (JSONL keys) not read, in order of appearance
+
+    def unread_note(self) -> str | None:
+        """The columns the trace holds that are not read, named, else None."""
+        if not self.unread:
+            return None
+        names = ", ".join(repr(name) for name in self.unread)
+        accepted = "; ".join(f"{field_}: {', '.join(names_)}" for field_, names_ in COLUMN_NAMES.items())
+        return (f"trace {self.path}: not read: {'column' if len(self.unread) == 1 else 'columns'} {names} (a trace's "
+                f"fields and the names they are read under: {accepted})")
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -179,36 +195,15 @@ def read_trace(path: str | Path) -> TraceRows:
     rows = TraceRows(str(p))
     prefix_ids: dict[str, int] = {}
     jsonl = p.suffix in (".jsonl", ".json")
-    number = 0
+    reached = [0]  # the last row read, for the messages of errors the readers raise
     try:
         with p.open(encoding="utf-8", newline="" if not jsonl else None) as fh:
-            if jsonl:
-                for number, record in _rows_jsonl(p, fh):
-                    if "prefix_id" in record or not _fast_row(rows, *_json_cells(record)):
-                        _add_row(rows, p, number, record.get, None, prefix_ids)
-            else:
-                reader = csv.reader(fh)  # read once, front to back: a pipe works too
-                header = [h.strip() for h in next(reader, None) or ()]
-                columns = _columns(header, p)
-                for required in ("arrival_s", "input_tokens", "output_tokens"):
-                    if header and columns[required] is None:
-                        raise InferSimError(f"trace {p}: no column for {required} (accepted names: "
-                                            f"{', '.join(COLUMN_NAMES[required])})")
-                positions = {name: i for i, name in enumerate(header)}
-                width = len(header)
-                at, it, ot = (positions.get(columns[f] or "", 0) for f in ("arrival_s", "input_tokens", "output_tokens"))
-                plain = columns["prefix_id"] is None
-                for number, cells in enumerate(reader, 1):
-                    if not cells:
-                        continue
-                    if plain and len(cells) >= width and _fast_row(rows, cells[at], cells[it], cells[ot]):
-                        continue
-                    _add_row(rows, p, number, _csv_getter(positions, cells), columns, prefix_ids)
+            (_read_jsonl if jsonl else _read_csv)(rows, p, fh, prefix_ids, reached)
     except UnicodeDecodeError as exc:
         raise InferSimError(f"trace {p}: not a UTF-8 text file (byte {exc.object[exc.start:exc.start + 1]!r} "
-                            f"after row {number}): a JSONL or CSV trace is text") from None
+                            f"after row {reached[0]}): a JSONL or CSV trace is text") from None
     except csv.Error as exc:
-        raise InferSimError(f"trace {p}: row {number + 1}: not a CSV row ({exc})") from None
+        raise InferSimError(f"trace {p}: row {reached[0] + 1}: not a CSV row ({exc})") from None
     except OSError as exc:
         raise InferSimError(f"trace {p}: cannot read: {exc.strerror or exc}") from None
     if not len(rows):
@@ -216,6 +211,50 @@ def read_trace(path: str | Path) -> TraceRows:
     rows.prefix_names = list(prefix_ids)
     rows.sort()
     return rows
+
+
+def _read_jsonl(rows: TraceRows, p: Path, fh: Any, prefix_ids: dict[str, int], reached: list[int]) -> None:
+    for number, record in _rows_jsonl(p, fh):
+        reached[0] = number
+        if len(record) > 3:  # three keys that give the row's three fields leave none unread
+            rows.unread.update(dict.fromkeys(key for key in record if key not in _KNOWN_NAMES))
+        if "prefix_id" in record or "prefix_tokens" in record or not _fast_row(rows, *_json_cells(record)):
+            _add_row(rows, p, number, record.get, None, prefix_ids)
+
+
+def _read_csv(rows: TraceRows, p: Path, fh: Any, prefix_ids: dict[str, int], reached: list[int]) -> None:
+    reader = csv.reader(fh)  # read once, front to back: a pipe works too
+    header = [h.strip() for h in next(reader, None) or ()]
+    columns = _columns(header, p)
+    for required in ("arrival_s", "input_tokens", "output_tokens"):
+        if header and columns[required] is None:
+            raise InferSimError(f"trace {p}: no column for {required} (accepted names: "
+                                f"{', '.join(COLUMN_NAMES[required])})")
+    positions = {name: i for i, name in enumerate(header)}
+    rows.unread.update(dict.fromkeys(name or f"(column {i + 1}, no name)" for i, name in enumerate(header)
+                                     if name not in _KNOWN_NAMES))
+    width = len(header)
+    at, it, ot = (positions.get(columns[f] or "", 0) for f in ("arrival_s", "input_tokens", "output_tokens"))
+    plain = columns["prefix_id"] is None
+    for number, cells in enumerate(reader, 1):
+        reached[0] = number
+        if not cells:
+            continue
+        if len(cells) > width:
+            _refuse_extra_cells(p, number, cells, width)
+        if plain and len(cells) == width and _fast_row(rows, cells[at], cells[it], cells[ot]):
+            continue
+        _add_row(rows, p, number, _csv_getter(positions, cells), columns, prefix_ids)
+
+
+def _refuse_extra_cells(p: Path, number: int, cells: list[str], width: int) -> None:
+    """A row with more cells than the header names: which column holds what is not guessed (empty cells
+    past the header, a trailing comma, hold nothing and pass)."""
+    extra = [i for i in range(width, len(cells)) if cells[i].strip()]
+    if extra:
+        raise InferSimError(f"trace {p}: row {number}: {len(cells)} cells where the header names {width} columns "
+                            f"(cell {extra[0] + 1}: {echo(cells[extra[0]])}); which column each cell holds is not "
+                            "guessed: name every column in the header")
 
 
 def _csv_getter(positions: dict[str, int], cells: list[str]) -> Callable[[str], Any]:
@@ -282,7 +321,9 @@ def _add_row(rows: TraceRows, p: Path, number: int, get: Callable[[str], Any],
     prefix, prefix_tokens = -1, 0
     pid_column = name_of("prefix_id")
     pid = get(pid_column) if pid_column else None
-    if pid not in (None, ""):
+    if pid in (None, ""):
+        _refuse_lone_prefix_tokens(p, number, name_of("prefix_tokens"), get)
+    else:
         pid = str(pid)
         ptok_column = name_of("prefix_tokens")
         if ptok_column is None or get(ptok_column) in (None, ""):
@@ -297,6 +338,18 @@ def _add_row(rows: TraceRows, p: Path, number: int, get: Callable[[str], Any],
     rows.osl.append(osl)
     rows.prefix.append(prefix)
     rows.prefix_tokens.append(prefix_tokens)
+
+
+def _refuse_lone_prefix_tokens(p: Path, number: int, column: str | None, get: Callable[[str], Any]) -> None:
+    """prefix_tokens in a row without a prefix_id names no tokens that other rows share: refused."""
+    value = get(column) if column else None
+    if value is None or (isinstance(value, str) and not value.strip()) or (value == 0 and not isinstance(value, bool)):
+        return
+    if isinstance(value, str) and value.strip() == "0":
+        return
+    raise InferSimError(f"trace {p}: row {number}, column prefix_tokens: {echo(value)} without a prefix_id: which rows "
+                        "share those tokens is not said; give the row a prefix_id (rows naming the same one share "
+                        "their first prefix_tokens tokens) or drop prefix_tokens")
 
 
 @dataclass(frozen=True)
@@ -319,7 +372,11 @@ class TraceReplay:
             yield Request(k, (rows.arrival[i] - start) * scale, rows.isl[i], rows.osl[i],
                           names[prefix] if prefix >= 0 else "", rows.prefix_tokens[i])
 
-    def note(self) -> str | None:
+    def notes(self) -> list[str]:
+        """What the replay left out of the trace: rows past num_requests, columns not read."""
+        return [note for note in (self._cut_note(), self.rows.unread_note()) if note]
+
+    def _cut_note(self) -> str | None:
         dropped = len(self.rows) - self.count
         if self.asked is not None and self.asked > self.count:
             return (f"trace {self.rows.path}: {len(self.rows):,} rows, fewer than num_requests {self.asked:,}: all "
@@ -361,6 +418,10 @@ class TraceLengths:
 
     rows: TraceRows
     seed: int
+
+    def notes(self) -> list[str]:
+        note = self.rows.unread_note()
+        return [note] if note else []
 
     def apply(self, requests: Iterable[Request]) -> Iterator[Request]:
         rows = self.rows

@@ -173,6 +173,17 @@ class LengthTally:
 
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical", "skew_normal", "poisson")
+#: the keys each distribution reads (empirical: its own, checked by empirical_dist), and why a key it does
+#: not read has no meaning for it: such a key is refused, not dropped
+_SHAPED = ("mean", "std", "min", "max")
+DIST_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
+    "fixed": (("mean",), "a fixed length is its mean, every draw"),
+    "uniform": (("min", "max"), "it draws whole numbers from min to max, each as likely"),
+    "normal": (_SHAPED, ""),
+    "lognormal": (_SHAPED, ""),
+    "skew_normal": (_SHAPED + ("skew",), ""),
+    "poisson": (("mean", "min", "max"), "its variance is its mean"),
+}
 MAX_EMPIRICAL = 10_000_000  # lengths an empirical distribution may list
 
 
@@ -191,13 +202,7 @@ def length_dist(spec: Any, name: str) -> LengthDist:
     dist = spec.get("dist", "fixed")
     if dist == "empirical":
         return empirical_dist(spec, name)
-    unknown = sorted(map(str, set(spec) - {"dist", "mean", "std", "min", "max"} - ({"skew"} if dist == "skew_normal"
-                                                                               else set())))
-    if unknown:
-        raise InferSimError(f"{name}: unknown key(s) {unknown}; expected dist, mean, std, min, max "
-                            "(skew for skew_normal; or dist: empirical with file or values)")
-    if dist not in DISTRIBUTIONS:
-        raise InferSimError(f"{name}.dist: {echo(dist)} is not one of {', '.join(DISTRIBUTIONS)}")
+    _check_dist_keys(spec, dist, name)
 
     def number(key: str, default: float | None, **bounds: Any) -> float:
         value = spec.get(key, default)
@@ -223,6 +228,22 @@ def length_dist(spec: Any, name: str) -> LengthDist:
         raise InferSimError(f"{name}.mean: a fixed length must be a whole number (got {mean:g})")
     skew = number("skew", 0.0) if dist == "skew_normal" else 0.0
     return LengthDist(dist, mean, std, int(low), int(high), skew=skew)
+
+
+def _check_dist_keys(spec: Mapping[str, Any], dist: Any, name: str) -> None:
+    """The keys of a {dist, ...} length: known, of a known dist, and each read by that dist."""
+    unknown = sorted(map(str, set(spec) - {"dist", "mean", "std", "min", "max"} - ({"skew"} if dist == "skew_normal"
+                                                                               else set())))
+    if unknown:
+        raise InferSimError(f"{name}: unknown key(s) {unknown}; expected dist, mean, std, min, max "
+                            "(skew for skew_normal; or dist: empirical with file or values)")
+    if dist not in DISTRIBUTIONS:
+        raise InferSimError(f"{name}.dist: {echo(dist)} is not one of {', '.join(DISTRIBUTIONS)}")
+    used, why = DIST_KEYS[dist]
+    unused = [str(key) for key in spec if key != "dist" and key not in used]
+    if unused:
+        raise InferSimError(f"{name}: dist {dist} reads {', '.join(used)}, not {', '.join(map(repr, unused))} ({why}); "
+                            f"drop {'it' if len(unused) == 1 else 'them'}")
 
 
 def poisson_draw(rng: random.Random, mean: float) -> int:

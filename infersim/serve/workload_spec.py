@@ -8,7 +8,8 @@
         - {rate: 6, num_requests: 3600}                  # or a count
         - {concurrency: 32, num_requests: 1000}          # or a closed loop
         - {rate: 1, duration_s: 120, lead_s: 60, tail_s: 60}   # 60 s more at the rate before and after, not counted
-      ramp_up: {strategy: linear, start_rps: 1, end_rps: 20}   # vllm timer, one stage of num_requests
+      ramp_up: {strategy: linear, start_rps: 1, end_rps: 20}   # vllm timer, one stage of num_requests (no rate:
+                                                               # the ramp sets it)
       interval_s: 1                                      # pause between stages
     data:                                                # one of
       type: random              input: LEN, output: LEN, prefix_tokens: 0 (shared by every request)
@@ -35,7 +36,7 @@ from typing import Any
 
 from infersim.base.errors import InferSimError, echo
 from infersim.serve.profiles import RAMPS, TIMERS, Ramp
-from infersim.serve.workload import MAX_REQUESTS, LengthDist, check_rate, length_dist
+from infersim.serve.workload import MAX_REQUESTS, MAX_SPAN_S, LengthDist, check_rate, length_dist
 
 DATA_TYPES = ("random", "prefix_repetition", "shared_prefix", "sessions")
 #: most prompts a shared_prefix generator holds: every prompt's lengths are drawn and the list is
@@ -77,7 +78,9 @@ class StageSpec:
     def describe(self) -> str:
         if self.concurrency is not None:
             return f"{self.count:,} requests from {self.concurrency} clients"
-        what = f"{self.rate:g}/s" if self.rate is not None else "ramp"
+        if self.rate is None:  # a ramp's stage: the workload names the ramp
+            return f"{self.count:,} sent"
+        what = f"{self.rate:g}/s"
         what += f" for {self.duration_s:g} s" if self.duration_s is not None else f", {self.count:,} sent"
         if self.windowed:
             what += f" (counted; {self.lead_s:g} s before and {self.tail_s:g} s after at that rate, not counted)"
@@ -178,8 +181,11 @@ def _seconds(value: Any, where: str, positive: bool = True) -> float:
         raise InferSimError(f"{where}: {echo(value)}: {exc.problem}") from None
 
 
-def parse_stage(spec: Any, where: str) -> StageSpec:
+def parse_stage(spec: Any, where: str, ramped: bool = False) -> StageSpec:
+    """One stage; `ramped`: the load's ramp_up sets its rate, and the stage gives its num_requests only."""
     s = _keys(spec, where, {"rate", "duration_s", "num_requests", "concurrency", "lead_s", "tail_s"})
+    if ramped:
+        return _ramped_stage(s, where)
     rate = check_rate(s["rate"], f"{where}.rate") if s.get("rate") is not None else None
     duration = _seconds(s["duration_s"], f"{where}.duration_s") if s.get("duration_s") is not None else None
     count = _whole(s["num_requests"], f"{where}.num_requests") if s.get("num_requests") is not None else None
@@ -202,6 +208,22 @@ def parse_stage(spec: Any, where: str) -> StageSpec:
         raise InferSimError(f"{where}: {stage.sent().count:,} requests with lead_s and tail_s (int(rate x "
                             f"(lead_s + duration_s + tail_s))); a stage sends at most {MAX_REQUESTS:,}")
     return stage
+
+
+def _ramped_stage(s: Mapping[str, Any], where: str) -> StageSpec:
+    """The one stage of a ramp (vllm bench serve's --ramp-up-strategy): num_requests sent at the rate the
+    ramp reaches, request by request; a rate, duration or concurrency of its own would not be read."""
+    for key, why in (("rate", "the ramp sets the rate, from start_rps to end_rps (vllm bench serve refuses "
+                              "--request-rate with a ramp)"),
+                     ("duration_s", "the ramp sends num_requests, however long they take"),
+                     ("concurrency", "a ramp is an open loop"), ("lead_s", "a ramp has no lead-in"),
+                     ("tail_s", "a ramp has no tail")):
+        if s.get(key) is not None:
+            raise InferSimError(f"{where}.{key}: {echo(s[key])} with load.ramp_up: {why}; give the stage "
+                                "num_requests only")
+    if s.get("num_requests") is None:
+        raise InferSimError(f"{where}: a stage under load.ramp_up gives num_requests (the ramp sets the rate)")
+    return StageSpec(num_requests=_whole(s["num_requests"], f"{where}.num_requests"))
 
 
 def _think_time(value: Any, where: str) -> ThinkTime:
@@ -308,11 +330,11 @@ def parse_workload(spec: Any, where: str = "workload") -> WorkloadSpec:
     stages_raw = load["stages"]
     if not isinstance(stages_raw, list) or not stages_raw:
         raise InferSimError(f"{where}.load.stages: expected a list of one or more stages (got {echo(stages_raw)})")
-    stages = tuple(parse_stage(st, f"{where}.load.stages[{i}]") for i, st in enumerate(stages_raw))
     ramp = _ramp(load["ramp_up"], f"{where}.load.ramp_up") if load.get("ramp_up") is not None else None
-    if ramp is not None and (timer != "vllm" or len(stages) != 1 or stages[0].num_requests is None):
+    if ramp is not None and (timer != "vllm" or len(stages_raw) != 1):
         raise InferSimError(f"{where}.load.ramp_up: a ramp (vllm bench serve's) takes timer vllm and one stage of "
                             "num_requests")
+    stages = tuple(parse_stage(st, f"{where}.load.stages[{i}]", ramp is not None) for i, st in enumerate(stages_raw))
     if timer == "constant" and any(st.duration_s is None for st in stages if st.concurrency is None):
         raise InferSimError(f"{where}.load: timer constant spreads a stage over its duration_s; give each stage one")
     burst = _seconds(load.get("burstiness", 1.0), f"{where}.load.burstiness")
@@ -322,9 +344,21 @@ def parse_workload(spec: Any, where: str = "workload") -> WorkloadSpec:
         raise InferSimError(f"{where}.notes: expected a list of sentences (got {echo(notes)})")
     data = parse_data(s["data"], f"{where}.data")
     stages, fitted = _fit_stages(stages, data, where)
-    return WorkloadSpec(stages, data, timer, burst, ramp,
-                        _seconds(load.get("interval_s", 1.0), f"{where}.load.interval_s", positive=False), max_len,
-                        tuple(notes) + tuple(fitted))
+    interval = _interval(load.get("interval_s", 1.0), len(stages), f"{where}.load.interval_s")
+    return WorkloadSpec(stages, data, timer, burst, ramp, interval, max_len, tuple(notes) + tuple(fitted))
+
+
+def _interval(value: Any, stages: int, where: str) -> float:
+    """The pause between stages: 0 or more seconds, and the pauses together within the serving clock's
+    span (MAX_SPAN_S), where the run's later stages would start past what it resolves."""
+    interval = _seconds(value, where, positive=False)
+    pauses = max(stages - 1, 1)
+    if interval * pauses > MAX_SPAN_S:
+        raise InferSimError(f"{where}: {echo(value)}: {pauses:,} pause(s) of {interval:.3g} s between stages span "
+                            f"{interval * pauses:.3g} s, beyond the {MAX_SPAN_S:.3g} s (285 years) the serving clock "
+                            "resolves to a microsecond (float64 seconds); a pause at most "
+                            f"{MAX_SPAN_S / pauses:.3g} s")
+    return interval
 
 
 def _fit_stages(stages: tuple[StageSpec, ...], data: DataSpec, where: str) -> tuple[tuple[StageSpec, ...], list[str]]:
