@@ -118,3 +118,18 @@ def test_a_given_pool_gives_sglang_its_own_cap_and_a_launch_leaves_the_cap_to_it
     vllm_settings = settings_from_engine(vllm, 1000, 200, offline=False)
     assert not vllm_settings.cap_derived_by_engine
     assert assumed_for_pool(vllm, vllm_settings, "server", 1).running_cap == 1024
+
+
+def test_serve_rejects_requests_beyond_the_context_as_the_server_does(capsys):
+    import json
+
+    args = ["serve", "--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm", "--rate", "2",
+            "--num-requests", "6", "--osl", "2000", "--isl", "40000", "--format", "json"]
+    main(args)
+    out = json.loads(capsys.readouterr().out)
+    assert (out["rejected"], out["completed"]) == (6, 0)
+    assert "6 requests longer (prompt + output) than model qwen3-8b's context of 40,960 tokens were rejected on " \
+           "arrival: max_model_len not given, vllm defaults it to the model's max_position_embeddings" in out["notes"]
+    assert main([*args, "--max-model-len", "50000"]) == 0  # a longer max_model_len given: taken
+    out = json.loads(capsys.readouterr().out)
+    assert (out.get("rejected", 0), out["completed"]) == (0, 6) and not any("context of" in n for n in out.get("notes", []))

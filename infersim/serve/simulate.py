@@ -164,8 +164,11 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
         arrivals = listed_arrivals(arrivals)
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
     requests = arrivals.requests()
-    if opts.max_model_len is not None:
-        requests = _admissible(requests, opts.max_model_len, outcomes)
+    default_limit = context_limit(config) if opts.max_model_len is None else None
+    limit = opts.max_model_len or default_limit
+    refused: list[int] = []
+    if limit is not None:
+        requests = _admissible(requests, limit, outcomes, refused)
     states = (RequestState(r) for r in requests)
     if opts.disaggregate is not None:
         if opts.mode == "poisson" and opts.concurrency:
@@ -189,14 +192,33 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
             inst.run()
     else:
         _feed(instances, ((i % len(instances), st) for i, st in enumerate(states)))
-    return _with_loads(ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, list(arrivals.notes)))
+    notes = list(arrivals.notes)
+    if default_limit and refused:
+        notes.append(_beyond_context_note(config, len(refused)))
+    return _with_loads(ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes))
 
 
-def _admissible(requests: Iterable[Request], max_model_len: int, outcomes: Outcomes) -> Iterator[Request]:
-    """The requests a server with this context limit takes; the others are rejected on arrival."""
+def context_limit(config: RunConfig) -> int | None:
+    """The server's own max_model_len when none is given: the model's context length, where the engine
+    refuses longer requests (engine card scheduler.refuses_beyond_context); None: no limit."""
+    limit = config.model.max_position_embeddings
+    return limit if limit and config.engine.scheduler.refuses_beyond_context else None
+
+
+def _beyond_context_note(config: RunConfig, refused: int) -> str:
+    return (f"{refused:,} requests longer (prompt + output) than model {config.model.name}'s context of "
+            f"{config.model.max_position_embeddings:,} tokens were rejected on arrival: max_model_len not given, "
+            f"{config.engine.name} defaults it to the model's max_position_embeddings")
+
+
+def _admissible(requests: Iterable[Request], max_model_len: int, outcomes: Outcomes,
+                refused: list[int]) -> Iterator[Request]:
+    """The requests a server with this context limit takes; the others are rejected on arrival (their
+    indices appended to `refused`)."""
     for req in requests:
         if req.input_tokens + req.output_tokens > max_model_len:
             outcomes.reject(req)
+            refused.append(req.id)
             continue
         yield req
 
@@ -230,12 +252,20 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
         raise InferSimError(f"max_model_len {opts.max_model_len:,} (--max-model-len or the options) and the workload's "
                             f"max_model_len {spec.max_model_len:,}: give one")
     limit = spec.max_model_len or opts.max_model_len
-    if limit is None and (spec.data.multi_turn or spec.data.type == "sessions"):
-        limit = pool.settings.longest_request_tokens()  # the rule the scheduler refuses a request by
-        notes.append(f"max_model_len not given: conversations grow, and a request longer than the KV pool of "
-                     f"{pool.settings.kv_capacity_tokens:,} tokens holds alone ({limit:,} tokens: "
-                     f"{pool.settings.admission} in pages of {pool.settings.page_size}) is rejected on arrival, as a "
-                     "server whose context fits its pool would")
+    if limit is None:
+        limit = context_limit(config)
+        if limit is not None:
+            notes.append(f"max_model_len not given: {config.engine.name} defaults it to model {config.model.name}'s "
+                         f"context, {limit:,} tokens (max_position_embeddings); longer requests are rejected on arrival")
+    if spec.max_model_len is None and opts.max_model_len is None and (spec.data.multi_turn
+                                                                       or spec.data.type == "sessions"):
+        longest = pool.settings.longest_request_tokens()  # the rule the scheduler refuses a request by
+        if limit is None or longest < limit:
+            limit = longest
+            notes.append(f"conversations grow, and a request longer than the KV pool of "
+                         f"{pool.settings.kv_capacity_tokens:,} tokens holds alone ({limit:,} tokens: "
+                         f"{pool.settings.admission} in pages of {pool.settings.page_size}) is rejected on arrival, "
+                         "as a server whose context fits its pool would")
     traffic = Traffic(spec, opts.seed, limit, outcomes.reject)
     for inst in pool.instances:
         inst.sink = outcomes.add
