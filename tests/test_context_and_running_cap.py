@@ -133,3 +133,71 @@ def test_serve_rejects_requests_beyond_the_context_as_the_server_does(capsys):
     assert main([*args, "--max-model-len", "50000"]) == 0  # a longer max_model_len given: taken
     out = json.loads(capsys.readouterr().out)
     assert (out.get("rejected", 0), out["completed"]) == (0, 6) and not any("context of" in n for n in out.get("notes", []))
+
+
+def test_sglang_refuses_a_request_that_fills_the_context_but_vllm_takes_it(capsys):
+    args = ["--model", "llama-2-7b", "--hardware", "h100", "--isl", "3996", "--osl", "100"]
+    assert main([*args, "--engine", "vllm"]) == 0  # 4,096 tokens: vLLM refuses only longer ones
+    capsys.readouterr()
+    assert main([*args, "--engine", "sglang"]) == 1  # tokenizer_manager: input + max_new_tokens >= context_len
+    assert "a request of 4,096 tokens (ISL 3,996 + OSL 100) fills model llama-2-7b's context of 4,096 tokens" \
+        in capsys.readouterr().out
+    assert load_engine_card("sglang")[0].longest_request(4096) == 4095
+    assert load_engine_card("vllm")[0].longest_request(4096) == 4096
+
+
+def test_generate_refuses_beyond_the_context_where_the_server_does(capsys):
+    args = ["generate", "--model", "llama-2-7b", "--hardware", "h100", "--prompt-len", "8000", "--gen-len", "200",
+            "--batch", "1"]
+    assert main([*args, "--engine", "vllm"]) == 1
+    err = capsys.readouterr().err
+    assert "a request of 8,200 tokens (ISL 8,000 + OSL 200) is longer than model llama-2-7b's context of 4,096 " \
+           "tokens (max_position_embeddings), which vllm refuses. Try: shorter prompts or generations" in err
+    assert main([*args, "--engine", "huggingface"]) == 0
+    assert "huggingface runs it, but the model was not trained on positions that far" in capsys.readouterr().out
+
+
+def test_a_rope_scaling_factor_stretches_the_imported_context():
+    linear = {**TINY_HF, "max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}
+    assert card_fields_from_hf(linear, "t.json", "t")["max_position_embeddings"] == 16384
+    yarn = {**TINY_HF, "max_position_embeddings": 40960,
+            "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}}
+    assert card_fields_from_hf(yarn, "t.json", "t")["max_position_embeddings"] == 40960  # the engines disagree
+    llama3 = {**TINY_HF, "max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8}}
+    assert card_fields_from_hf(llama3, "t.json", "t")["max_position_embeddings"] == 131072
+
+
+def test_a_clamp_whose_ends_cross_is_refused(capsys):
+    code = main(["--model", "llama-3.1-8b", "--hardware", "h100", "--engine", "sglang",
+                 "--set", "engine.scheduler.running_cap_from_pool.min_requests=5000"])
+    err = capsys.readouterr().err
+    assert code == 2 and "running_cap_from_pool.min_requests" in err and "above max_requests (4096)" in err
+
+
+def test_a_batch_above_the_default_cap_fits_and_says_the_cap_to_raise(capsys):
+    args = ["--model", "llama-3.1-8b", "--hardware", "h100", "--engine", "vllm", "--isl", "100", "--osl", "100"]
+    assert main([*args, "--batch-per-gpu", "1100"]) == 0  # max_num_seqs 1,024 by default; the KV cache holds 2,350
+    assert "decode batch 1,100 per GPU is above vllm's default running-request cap (1,024 per GPU)" \
+        in capsys.readouterr().out
+    assert main([*args, "--batch-per-gpu", "3000"]) == 1
+    assert "at most 2,350 requests per GPU fit" in capsys.readouterr().out
+
+
+def test_a_model_card_without_a_context_is_said(capsys):
+    assert main(["--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm",
+                 "--set", "model.max_position_embeddings=0"]) == 0
+    assert "model card llama-2-7b states no context length (max_position_embeddings)" in capsys.readouterr().out
+
+
+def test_a_max_model_len_is_sglangs_context_for_its_cap(capsys):
+    import json
+
+    args = ["serve", "--model", "llama-3.1-8b", "--hardware", "h100", "--engine", "sglang", "--rate", "2",
+            "--num-requests", "4", "--isl", "1000", "--osl", "100", "--format", "json"]
+    main(args)
+    default = json.loads(capsys.readouterr().out)["pools"][0]
+    main([*args, "--max-model-len", "8192"])
+    given = json.loads(capsys.readouterr().out)["pools"][0]
+    pool = default["kv_capacity_tokens"]
+    assert default["max_running_requests"] == min(max(pool * 512 // 131072, 2048), 4096) < 4096
+    assert given["max_running_requests"] == 4096  # pool / 8,192 x 512 is far above the clamp

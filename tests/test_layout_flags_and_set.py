@@ -23,7 +23,7 @@ MODEL = ("--model", "qwen3-8b", "--hardware", "h100-sxm")
 def test_a_layout_field_given_by_flag_and_set_is_refused(capsys, flags, override, decided) -> None:
     code, out, err = run(capsys, *MODEL, *flags, "--set", override)
     assert code == 2 and not out
-    one_line_error(err, f"--set {override}", f"but {decided} gives the run", "not both")
+    one_line_error(err, f"--set {override}", f"decided by {decided}", "not both")
 
 
 def test_a_field_the_flags_leave_alone_or_agree_with_is_set(capsys) -> None:

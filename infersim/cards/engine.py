@@ -266,6 +266,11 @@ class EngineCard:
         """Cap on running requests per engine instance (0 = none but the KV cache)."""
         return _tier_int(self.scheduler.max_running_requests, hbm_bytes, 1)
 
+    def longest_request(self, context_tokens: int) -> int:
+        """The most tokens (prompt + output) one request may hold on a server of a model whose context
+        is `context_tokens` (0: not stated, no limit): the context less what the server keeps free."""
+        return max(0, context_tokens - self.scheduler.context_reserved_tokens) if context_tokens else 0
+
     def running_cap(self, hbm_bytes: float, pool_tokens: int, context_tokens: int) -> int:
         """Cap on running requests of one scheduler whose KV pool holds `pool_tokens` tokens, for a
         model of context `context_tokens` (0: not stated): the card's cap by GPU memory and the one
@@ -506,6 +511,10 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
         if r.start > r.stop:
             raise ConfigError(source, f"overheads.cuda_graph_batch_sizes[{i}]", {"start": r.start, "stop": r.stop},
                               "start is above stop: a capture range runs upwards (start <= stop)")
+    rule = card.scheduler.running_cap_from_pool
+    if rule is not None and rule.min_requests > rule.max_requests:
+        raise ConfigError(source, "scheduler.running_cap_from_pool.min_requests", rule.min_requests,
+                          f"above max_requests ({rule.max_requests}): the clamp's lower end must not pass its upper end")
     chunk_floor = min(t.min_gpu_bytes for t in card.scheduler.chunked_prefill_tokens)
     if chunk_floor > 0:
         # engines pick the chunk by GPU memory: a GPU below every tier would silently get no chunking

@@ -75,6 +75,9 @@ class Scheduler:
     running_cap_from_pool: RunningCapFromPool | None = spec(
         None, doc="a further cap on running requests that the engine derives from its KV pool and the model's "
                   "context length (SGLang); none: no such cap")
+    context_reserved_tokens: int = spec(
+        0, doc="tokens of the context a request must leave unused to be taken: 1 where the server refuses "
+               "prompt + output >= the context length (SGLang), 0 where it refuses only > (vLLM)", ge=0, le=1 << 20)
     refuses_beyond_context: bool = spec(
         False, doc="requests longer (prompt + output tokens) than the model's context length "
                    "(max_position_embeddings) are refused by default, as the server's max_model_len / context "

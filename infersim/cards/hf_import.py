@@ -129,6 +129,7 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
         fields["imported_as"] = family.name
         model_type = family.name  # the family's rules, not the unknown architecture's
     config = _count_fields(config, fields, source)
+    _scaled_context(config, fields)
 
     prefix = model_type.split("_")[0] if model_type else ""
     # transformers' PretrainedConfig ties the LM head to the embedding unless a config says otherwise
@@ -152,6 +153,25 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     if quantization is not None:
         fields["quantization"] = quantization
     return fields
+
+
+def _scaled_context(config: dict[str, Any], fields: dict[str, Any]) -> None:
+    """The context a RoPE scaling stretches the config's positions to, where vLLM and SGLang agree on
+    it: both multiply by rope_scaling.factor unless the scaling names its original length or is
+    Llama-3's (vllm config/model.py _get_and_verify_max_len, sglang hf_transformers_utils.py
+    get_context_length); YaRN with an original length they read differently, and the config's own
+    value stands."""
+    scaling = config.get("rope_scaling")
+    context = fields.get("max_position_embeddings")
+    if not isinstance(scaling, dict) or not context:
+        return
+    kind = str(scaling.get("rope_type") or scaling.get("type") or "")
+    factor = scaling.get("factor")
+    if ("original_max_position_embeddings" in scaling or kind in ("llama3", "su", "longrope")
+            or isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 1):
+        return
+    fields["max_position_embeddings"] = int(context * factor)
+    fields["source"] += f"; context {context:,} x rope_scaling {kind or 'factor'} {factor:g}"
 
 
 def _count_fields(config: dict[str, Any], fields: dict[str, Any], source: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from infersim.costing.host_transfer import (
 from infersim.generate.spec import GenerateSpec
 from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, NoTables
 from infersim.run.memory import kv_bytes_per_token, total_parameters
+from infersim.run.simulate import beyond_context, context_warnings
 from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.shapes.plan import LayerGroup, SequenceBatch, StagePlan
@@ -344,6 +345,10 @@ def check_fits(memory: GenerationMemory, config: RunConfig, gen: GenerateSpec) -
             f"host memory needs {_gb(memory.host_bytes)} per GPU (offloaded weights "
             f"{_gb(memory.host_weights_bytes)}, offloaded KV cache {_gb(memory.host_kv_bytes)}) but "
             f"{hw.name} gives {_gb(memory.host_capacity_bytes)} (host_memory_bytes)")
+    lengths = _with_lengths(config, gen)
+    beyond = beyond_context(lengths)
+    if beyond and config.engine.scheduler.refuses_beyond_context:
+        problems.append(f"{beyond}, which {config.engine.name} refuses")
     if not problems:
         return
     hints = []
@@ -353,15 +358,24 @@ def check_fits(memory: GenerationMemory, config: RunConfig, gen: GenerateSpec) -
         hints.append("offload the KV cache")
     if not memory.fits_host and gen.weights_offloaded and gen.offload_device == "cpu":
         hints.append("stream the weights from NVMe (offload_device: nvme)")
-    hints.append("lower the batch")
+    if not (memory.fits_gpu and memory.fits_host):
+        hints.append("lower the batch")
+    if beyond and config.engine.scheduler.refuses_beyond_context:
+        hints.append("shorter prompts or generations (--prompt-len, --gen-len)")
     raise DoesNotFit(f"does not fit ({config.model.name}, batch {gen.batch} x {gen.prompt_len}+{gen.gen_len} tokens): "
                      + "; ".join(problems) + ". Try: " + ", or ".join(hints))
+
+
+def _with_lengths(config: RunConfig, gen: GenerateSpec) -> RunConfig:
+    """`config` with the generation's prompt and output lengths as its workload's (for the context checks)."""
+    return replace(config, workload=replace(config.workload, isl=int(gen.prompt_len or 1), osl=int(gen.gen_len or 1)))
 
 
 def _notes(config: RunConfig, gen: GenerateSpec, stream: _Streaming, steps: int) -> list[str]:
     prec = config.deployment.precision
     out = [f"decode timed step by step: {steps} steps at KV length {gen.prompt_len + 1}..{gen.prompt_len + steps}"
            if steps else "gen_len 1: the only token comes from prefill; no decode steps"]
+    out.extend(context_warnings(_with_lengths(config, gen)))
     if gen.offload:
         out.append(f"host link: {stream.pcie / GB:.1f} GB/s achievable host-to-device (pcie_bandwidth "
                    f"{config.hardware.peak.pcie_bandwidth / GB:.0f} GB/s x pcie_efficiency "

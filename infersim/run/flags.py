@@ -130,8 +130,8 @@ def refuse_layout_overrides(flags: RunFlags | None, overrides: list[tuple[list[s
             for part in field_.split("."):
                 actual = getattr(actual, part)
             if actual != given:
-                raise InferSimError(f"--set {text}: deployment.{field_} {given!r}, but {decided[field_]} gives the run "
-                                    f"{actual!r}; give the layout by the layout flags or by --set, not both")
+                raise InferSimError(f"--set {text}: deployment.{field_} {given!r}, but the run has {actual!r}, decided by "
+                                    f"{decided[field_]}; give the layout by the layout flags or by --set, not both")
 
 
 #: the run-config field each non-layout flag sets (flag_fields) -> the flag
@@ -290,7 +290,9 @@ def replicas_note(dep: Deployment, model: ModelCard) -> str:
         return ""
     dp, tp = dep.attention.dp, dep.attention.tp
     stage = dep.gpus_per_stage
-    shared = f"--dp-attention {dp} --ep {stage}" if model.is_moe else f"--dp-attention {dp} with deployment.ffn.tp {stage}"
+    shared = (f"--dp-attention {dp} --ep {stage}" if model.is_moe else
+              f"--set deployment.num_gpus={dep.num_gpus} --set deployment.attention.dp={dp} "
+              f"--set deployment.ffn.tp={stage} (the layout given by --set alone)")
     return (f"attention DP{dp} with FFN TP{dep.ffn.tp}" + (f" x EP{dep.ffn.ep}" if dep.ffn.ep > 1 else "")
             + f" = attention TP{tp}: {dp} independent replicas of the model, each with its own scheduler and LM head "
             "and no communication between them (vLLM --data-parallel-size, SGLang --dp without --enable-dp-attention); "

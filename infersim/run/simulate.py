@@ -218,14 +218,28 @@ def _single_prompt_prefill(config: RunConfig, offload: WeightOffload | None,
     return single
 
 
+def context_warnings(config: RunConfig) -> list[str]:
+    """What the run's request length against the model's context is worth a word about, where it is
+    not a refusal (fit_problems): an engine that runs it anyway, or a model card that states none."""
+    beyond = beyond_context(config)
+    if beyond and not config.engine.scheduler.refuses_beyond_context:
+        return [f"{beyond}: {config.engine.name} runs it, but the model was not trained on positions that far"]
+    if not config.model.max_position_embeddings and config.engine.scheduler.refuses_beyond_context:
+        return [f"model card {config.model.name} states no context length (max_position_embeddings): the request "
+                f"length is not checked against it ({config.engine.name} takes its context from the model's config, "
+                "2,048 tokens where the config states none)"]
+    return []
+
+
 def beyond_context(config: RunConfig) -> str:
     """What is wrong when one request (prompt + output) is longer than the model's context length;
     empty when it is not, or the model card states none."""
     context, limit = config.workload.isl + config.workload.osl, config.model.max_position_embeddings
-    if not limit or context <= limit:
+    if not limit or context <= config.engine.longest_request(limit):
         return ""
-    return (f"a request of {context:,} tokens (ISL {config.workload.isl:,} + OSL {config.workload.osl:,}) is longer "
-            f"than model {config.model.name}'s context of {limit:,} tokens (max_position_embeddings)")
+    what = "is longer than" if context > limit else "fills"
+    return (f"a request of {context:,} tokens (ISL {config.workload.isl:,} + OSL {config.workload.osl:,}) {what} "
+            f"model {config.model.name}'s context of {limit:,} tokens (max_position_embeddings)")
 
 
 def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[str]:
@@ -236,8 +250,10 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
     left = memory.hbm_bytes - memory.reserved_bytes
     beyond = beyond_context(config)
     if beyond and config.engine.scheduler.refuses_beyond_context:
-        out.append(f"{beyond}: {config.engine.name} refuses such requests (its max_model_len / context length "
-                   "defaults to the model's); fix: shorter requests (--isl/--osl), or a model card with a longer "
+        reserved = config.engine.scheduler.context_reserved_tokens
+        out.append(f"{beyond}: {config.engine.name} refuses such requests (its longest request defaults to the "
+                   f"model's context{f' less {reserved}: prompt + output must stay below it' if reserved else ''}); "
+                   "fix: shorter requests (--isl/--osl), or a model card with a longer "
                    "context (--set model.max_position_embeddings=N where the model takes it, e.g. with rope scaling)")
     offload = memory.weight_offload
     if offload is not None and not offload.fits_host:
@@ -262,9 +278,9 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
                    f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB; "
                    f"fix: shorter requests (--isl/--osl), an fp8 KV cache (--kv-cache-dtype fp8), or "
                    f"{_more_gpus_hint(config, memory, left, per_request).removeprefix('fix: ')}")
-    elif batch > memory.max_batch_per_gpu:  # also 'max' under two-batch overlap when only 1 request fits
+    elif batch > memory.kv_fit_batch_per_gpu:  # also 'max' under two-batch overlap when only 1 request fits
         need = batch * per_request
-        fit = memory.max_batch_per_gpu
+        fit = memory.kv_fit_batch_per_gpu
         out.append(f"decode batch {batch:,} per GPU needs {need / GB:,.2f} GB of KV cache per GPU ({memory.request_context:,} "
                    f"tokens each), but {capacity / GB:,.2f} GB are left after the weights: over by "
                    f"{(need - capacity) / GB:,.2f} GB; at most {fit:,} requests per GPU fit; fix: a batch of at most "
@@ -361,9 +377,11 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
         edges = sorted({op.detail for s in stages for op in s.operations if op.detail.startswith("outside table")})
         out.extend(edges)
     # memory limits the run breaks are not warnings: they are SimulationResult.unfit
-    beyond = beyond_context(config)
-    if beyond and not config.engine.scheduler.refuses_beyond_context:
-        out.append(f"{beyond}: {config.engine.name} runs it, but the model was not trained on positions that far")
+    if memory.running_cap_per_gpu and memory.running_cap_per_gpu < batch <= memory.kv_fit_batch_per_gpu:
+        out.append(f"decode batch {batch:,} per GPU is above {config.engine.name}'s default running-request cap "
+                   f"({memory.running_cap_per_gpu:,} per GPU): a server runs it only with a larger cap "
+                   "(vLLM --max-num-seqs, SGLang --max-running-requests; --emit-launch sets it)")
+    out.extend(context_warnings(config))
     if workload.decode_batch_per_gpu == "max":
         limit = ("the engine's running-request cap" if memory.binding_limit == "running-request cap"
                  else "what fits in memory")

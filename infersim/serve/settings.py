@@ -199,13 +199,15 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         client_lag_s=0.0 if prefill_only else engine.overheads.api_server_latency, cap_derived_by_engine=derived)
 
 
-def derived_running_cap(config: RunConfig, pool_tokens: int) -> int:
+def derived_running_cap(config: RunConfig, pool_tokens: int, context_tokens: int | None = None) -> int:
     """The running-request cap of an instance whose KV pool holds `pool_tokens` tokens, where the
     engine derives it from its pool (SGLang): per scheduler, i.e. per attention-DP rank, from that
-    rank's share of the pool."""
+    rank's share of the pool; its context is the model's unless a max_model_len (SGLang's
+    --context-length) gives `context_tokens`."""
     dp = config.deployment.attention.dp
     hbm = config.hardware.peak.hbm_bytes
-    return config.engine.running_cap(hbm, pool_tokens // dp, config.model.max_position_embeddings) * dp
+    context = context_tokens or config.model.max_position_embeddings
+    return config.engine.running_cap(hbm, pool_tokens // dp, context) * dp
 
 
 def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: float = 0.0,

@@ -127,8 +127,9 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     if opts.kv_capacity_tokens:
         settings = replace(settings, kv_capacity_tokens=opts.kv_capacity_tokens,
                            origin=settings.origin + f"; KV pool {opts.kv_capacity_tokens:,} tokens given")
-        if settings.cap_derived_by_engine:
-            settings = replace(settings, max_running=derived_running_cap(config, opts.kv_capacity_tokens))
+    context = (opts.workload.max_model_len if opts.workload is not None else None) or opts.max_model_len
+    if settings.cap_derived_by_engine and (opts.kv_capacity_tokens or context):
+        settings = replace(settings, max_running=derived_running_cap(config, settings.kv_capacity_tokens, context))
     if opts.host_kv_bytes or opts.host_kv_tokens:
         settings = with_host_tier(settings, config, opts.host_kv_bytes, opts.host_kv_tokens)
     coster = StepCoster(config, opts.bucket_width, prices)
@@ -201,7 +202,7 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
 def context_limit(config: RunConfig) -> int | None:
     """The server's own max_model_len when none is given: the model's context length, where the engine
     refuses longer requests (engine card scheduler.refuses_beyond_context); None: no limit."""
-    limit = config.model.max_position_embeddings
+    limit = config.engine.longest_request(config.model.max_position_embeddings)
     return limit if limit and config.engine.scheduler.refuses_beyond_context else None
 
 
