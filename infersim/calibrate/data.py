@@ -99,32 +99,13 @@ def _refuse_other_engine(backend: str, engine: str, where: str, config: str) -> 
                             f"runs {engine}: give a config of the engine the benchmark ran")
 
 
-def _names_of(card: Any) -> set[str]:
-    """The names a model card goes by, folded: its own, and the HF ids (whole and repository part)
-    of its checkpoints."""
-    from infersim.cards.names import fold, repo_part
-
-    ids = [i for i in (card.checkpoint, *card.quantized_checkpoints.values()) if i]
-    return {fold(card.name), *(fold(i) for i in ids), *(fold(repo_part(i)) for i in ids)}
-
-
 def _refuse_other_model(model_id: str, card: Any, where: str, config: str) -> None:
     """A result of another model than the config's would fit the constants to runs the simulation
-    does not replay. The result names its model by the id the server was started with, the config by
-    a card: the id is the same model where it (or its last part) is the card's name or one of its
-    checkpoints' HF ids, and another where `compare --bench-result` would read it as another bundled
-    card than the config's bundled one. An id no bundled card answers to (a fine-tune, a local
-    checkpoint), or a config on a card of the user's own, cannot be told apart and is not refused."""
-    from infersim.cards.names import fold, repo_part
-    from infersim.cards.registry import bundled_names, match_bundled, served_model_name
+    does not replay (infersim.cards.registry.other_bundled_model tells)."""
+    from infersim.cards.registry import other_bundled_model
 
-    if not model_id or {fold(model_id), fold(repo_part(model_id))} & _names_of(card):
-        return
-    try:
-        found = match_bundled(served_model_name(model_id)[0], "models")
-    except InferSimError:  # an id several cards answer to, or a format not priced: no one card it names
-        return
-    if found is None or found.card == card.name or card.name not in bundled_names("models"):
+    found = other_bundled_model(model_id, card)
+    if found is None:
         return
     checkpoint = f" (checkpoint {card.checkpoint})" if card.checkpoint else ""
     raise InferSimError(f"{where}: the result's model_id '{model_id}' names the bundled model {found.card} "

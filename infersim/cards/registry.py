@@ -297,3 +297,22 @@ def resolve(name_or_path: str, kind: str, relative_to: Path | None = None) -> Pa
     """Turn a bundled name (or a forgiving spelling of one, see forgiving_name) or a path into an
     existing file path, or explain what was tried."""
     return resolve_name(name_or_path, kind, relative_to)[0]
+
+
+def other_bundled_model(model_id: str, card: Any) -> NameMatch | None:
+    """The bundled model card a benchmark result's model_id names where it is not `card`'s model
+    (None: the same model, or one that cannot be told apart). The id is the same model where it (or
+    its last part) is the card's name or one of its checkpoints' HF ids, and another where it reads as
+    another bundled card than `card`, a bundled one. An id no bundled card answers to (a fine-tune, a
+    local checkpoint), or a card of the user's own, cannot be told apart."""
+    ids = [i for i in (card.checkpoint, *card.quantized_checkpoints.values()) if i]
+    names = {fold(card.name), *(fold(i) for i in ids), *(fold(repo_part(i)) for i in ids)}
+    if not model_id or {fold(model_id), fold(repo_part(model_id))} & names:
+        return None
+    try:
+        found = match_bundled(served_model_name(model_id)[0], "models")
+    except InferSimError:  # an id several cards answer to, or a format not priced: no one card it names
+        return None
+    if found is None or found.card == card.name or card.name not in bundled_names("models"):
+        return None
+    return found

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from infersim.cards.schema import check_number
-from infersim.base.errors import MISSING, ConfigError, InferSimError
+from infersim.base.errors import MISSING, ConfigError, InferSimError, NotPossible
 from infersim.serve.workload import MAX_REQUESTS
 from infersim.trace.bench import MetricComparison
 
@@ -231,6 +231,13 @@ def compare_serving(result: ServingResult, config: Any, options: dict[str, Any],
     from infersim.serve.api import simulate_serving
 
     summary = simulate_serving(config, options)
+    rejected = int(summary.get("rejected") or 0)
+    if rejected:
+        why = [n for n in summary.get("notes", []) if "rejected" in n] or summary.get("warnings", [])[:1]
+        if not summary.get("completed"):
+            raise NotPossible(f"the simulated server rejected all {rejected:,} requests on arrival, where the "
+                              f"benchmark completed {result.completed:,}: " + "; ".join(why))
+        notes = [*notes, f"the simulated server rejected {rejected:,} requests on arrival: " + "; ".join(why)]
     rows = tuple(MetricComparison(label, unit, result.measured[key], float(summary[mine]))
                  for label, unit, key, _others, mine in METRICS
                  if key in result.measured and summary.get(mine) is not None)

@@ -216,9 +216,21 @@ def _compare_serving(args: argparse.Namespace, objects: list[tuple[int, Any]], r
         config = load_run_config(args.config, args.overrides, args.mfu_tables,
                                  replace(flags, isl=round(result.mean_input_len), osl=round(result.mean_output_len)))
         print_notes(config)
+        _refuse_other_model(result.model_id, config.model, f"{args.bench_result}: line {line}")
         comparison = compare_serving(result, config, options, notes + load_notes, serve_title(config, options))
         results.append(serving_comparison_json(args.bench_result, comparison))
         texts.append(serving_comparison_text(args.bench_result, comparison))
+
+
+def _refuse_other_model(model_id: str, card: Any, where: str) -> None:
+    """A comparison of a result of one model with a simulation of another measures nothing."""
+    from infersim.cards.registry import other_bundled_model
+
+    found = other_bundled_model(model_id, card)
+    if found is not None:
+        raise InferSimError(f"{where}: the result's model_id '{model_id}' names the bundled model {found.card} "
+                            f"({found.how}), but the simulated run is of {card.name}: give --model {found.card} "
+                            "(or a --config of it) to compare like with like")
 
 
 def run_compare(args: argparse.Namespace) -> int:
