@@ -13,18 +13,20 @@ Read from each tool's source (`--bench-tool` says whose flags they are; vllm by 
   --dataset-name prefix_repetition   vllm: --prefix-repetition-num-prefixes prefixes of
                           --prefix-repetition-prefix-len tokens, each followed by
                           --prefix-repetition-suffix-len tokens of its own, output
-                          --prefix-repetition-output-len (defaults 10, 256, 256, 128)
+                          --prefix-repetition-output-len
   --dataset-name generated-shared-prefix   sglang: --gsp-num-groups system prompts of
                           --gsp-system-prompt-len tokens, --gsp-prompts-per-group questions of
                           --gsp-question-len tokens after each, output --gsp-output-len, every prompt
-                          sent once, shuffled (defaults 64, 16, 2048, 128, 256)
+                          sent once, shuffled
   --dataset-name sharegpt  a conversation file's lengths need its tokenizer: give them as a trace of
                           (input, output) token counts (--dataset-path FILE, read as --lengths-from)
 Sends: --request-rate with --burstiness (vllm: gamma gaps rescaled to end at n / rate, or a
 --ramp-up-strategy from --ramp-up-start-rps to --ramp-up-end-rps; sglang: exponential gaps),
 --max-concurrency alone (a closed loop), or --offline (every request at once), --num-prompts requests.
 Without --random-input-len/--random-output-len the random dataset takes the run config's workload
-lengths (`workload_from_flags`' `lengths`), said in a note.
+lengths (`workload_from_flags`' `lengths`), said in a note. Each tool's defaults, how it spreads the
+random lengths, spaces its sends and which datasets it generates are data: engines/bench/*.yaml
+(infersim.serve.bench_tools), each value beside the tool's source line.
 
 `refuse_unread_flags` (end of this module) refuses every `serve` flag the chosen load would not read,
 these and the others alike.
@@ -38,13 +40,11 @@ import os
 from typing import Any
 
 from infersim.base.errors import InferSimError, shorten
+from infersim.serve.bench_tools import WORKLOAD_KEYS, BenchTool, GeneratedDataset, bench_tools, generated_dataset
 from infersim.serve.workload_spec import MAX_PROMPTS
 
+#: --dataset-name's choices: random and sharegpt, and the generated datasets of engines/bench/*.yaml
 DATASETS = ("random", "prefix_repetition", "generated-shared-prefix", "sharegpt")
-VLLM_RANDOM = (1024, 128)  # vllm bench serve --random-input-len / --random-output-len defaults
-SGLANG_RANDOM = (1024, 1024)
-PREFIX_REPETITION = {"num_prefixes": 10, "prefix_len": 256, "suffix_len": 256, "output_len": 128}
-GSP = {"num_groups": 64, "prompts_per_group": 16, "system_prompt_len": 2048, "question_len": 128, "output_len": 256}
 DATASET_FLAGS = ("dataset_name", "random_range_ratio", "random_prefix_len", "prefix_repetition_prefix_len",
                  "prefix_repetition_suffix_len", "prefix_repetition_num_prefixes", "prefix_repetition_output_len",
                  "gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len", "gsp_question_len",
@@ -84,19 +84,19 @@ def _whole_length(text: str | None, default: int, flag: str) -> int:
     return int(value)
 
 
-def _random_data(args: argparse.Namespace, lengths: tuple[int, int] | None, notes: list[str]) -> dict[str, Any]:
-    sglang = args.bench_tool == "sglang"
-    tool = SGLANG_RANDOM if sglang else VLLM_RANDOM
-    defaults = lengths or tool
+def _random_data(args: argparse.Namespace, tool: BenchTool, lengths: tuple[int, int] | None,
+                 notes: list[str]) -> dict[str, Any]:
+    random = tool.random
+    defaults = lengths or (random.input_len, random.output_len)
     length = _whole_length(args.isl, defaults[0], "--random-input-len")
     output = _whole_length(args.osl, defaults[1], "--random-output-len")
     unset = [kind for kind, given in (("input", args.isl), ("output", args.osl)) if given is None]
     if unset:
-        notes.append(_lengths_note(unset, {"input": length, "output": output}, sglang, lengths is not None))
-    r = args.random_range_ratio or 0.0
-    if not sglang and not 0 <= r < 1:
-        raise InferSimError(f"--random-range-ratio {r:g}: vllm bench serve takes 0 <= r < 1")
-    if sglang:
+        notes.append(_lengths_note(unset, {"input": length, "output": output}, tool, lengths is not None))
+    r = args.random_range_ratio if args.random_range_ratio is not None else random.range_ratio
+    if random.spread == "around" and not 0 <= r < 1:
+        raise InferSimError(f"--random-range-ratio {r:g}: {tool.program} takes 0 <= r < 1")
+    if random.spread == "below":
         lo_in, hi_in = max(1, int(length * r)), length
         lo_out, hi_out = max(1, int(output * r)), output
     else:
@@ -106,76 +106,83 @@ def _random_data(args: argparse.Namespace, lengths: tuple[int, int] | None, note
     def dist(lo: int, hi: int) -> Any:
         return lo if lo == hi else {"dist": "uniform", "min": max(1, lo), "max": hi}
 
+    prefix = args.random_prefix_len if args.random_prefix_len is not None else random.prefix_len
     return {"type": "random", "input": dist(lo_in, hi_in), "output": dist(lo_out, hi_out),
-            "prefix_tokens": int(args.random_prefix_len or 0)}
+            "prefix_tokens": int(prefix)}
 
 
-def _lengths_note(unset: list[str], used: dict[str, int], sglang: bool, from_config: bool) -> str:
+def _lengths_note(unset: list[str], used: dict[str, int], tool: BenchTool, from_config: bool) -> str:
     """Which random-dataset lengths no flag gave, and where the ones used came from."""
-    bench = "sglang.bench_serving" if sglang else "vllm bench serve"
-    tool = dict(zip(("input", "output"), SGLANG_RANDOM if sglang else VLLM_RANDOM))
+    own = {"input": tool.random.input_len, "output": tool.random.output_len}
     plural = len(unset) > 1
     said = (" and ".join(f"--random-{kind}-len" for kind in unset) + " not given: "
             + " and ".join(f"{kind} length {used[kind]:,}" for kind in unset) + " tokens, ")
     if not from_config:
-        return said + f"{bench}'s default{'s' if plural else ''}"
+        return said + f"{tool.program}'s default{'s' if plural else ''}"
     keys = " and ".join(f"workload.{'isl' if kind == 'input' else 'osl'}" for kind in unset)
-    defaults = " and ".join(f"{tool[kind]:,}" for kind in unset)
-    return said + f"the config's {keys} ({bench}'s own default{'s are' if plural else ' is'} {defaults})"
+    defaults = " and ".join(f"{own[kind]:,}" for kind in unset)
+    return said + f"the config's {keys} ({tool.program}'s own default{'s are' if plural else ' is'} {defaults})"
 
 
-def _pick(args: argparse.Namespace, prefix: str, defaults: dict[str, int], notes: list[str]) -> dict[str, int]:
+def _pick(args: argparse.Namespace, tool: BenchTool, dataset: GeneratedDataset, notes: list[str]) -> dict[str, int]:
     """The dataset's flags, each the tool's default where not given (said in a note, as the random
     dataset's lengths are)."""
-    unset = [key for key in defaults if getattr(args, f"{prefix}_{key}") is None]
+    given = {key: getattr(args, dataset.attribute(key)) for key in dataset.defaults}
+    unset = [key for key, value in given.items() if value is None]
     if unset:
-        tool = "vllm bench serve" if prefix == "prefix_repetition" else "sglang.bench_serving"
-        flag = "--" + prefix.replace("_", "-")
-        notes.append(f"not given, so {tool}'s default" + ("s" if len(unset) > 1 else "") + ": "
-                     + ", ".join(f"{flag}-{key.replace('_', '-')} {defaults[key]}" for key in unset))
-    return {key: int(getattr(args, f"{prefix}_{key}") if getattr(args, f"{prefix}_{key}") is not None else value)
-            for key, value in defaults.items()}
+        notes.append(f"not given, so {tool.program}'s default" + ("s" if len(unset) > 1 else "") + ": "
+                     + ", ".join(f"{dataset.flag(key)} {dataset.defaults[key]}" for key in unset))
+    return {key: int(value if value is not None else dataset.defaults[key]) for key, value in given.items()}
 
 
-def _data(args: argparse.Namespace, lengths: tuple[int, int] | None,
+def _data(args: argparse.Namespace, tools: dict[str, BenchTool], lengths: tuple[int, int] | None,
           notes: list[str]) -> tuple[dict[str, Any], int | None]:
     """(data form, requests it fixes: generated-shared-prefix sends each prompt once, prefix_repetition
     a whole number of prompts per prefix)."""
     name = args.dataset_name or "random"
     if name == "random":
-        return _random_data(args, lengths, notes), None
-    if name == "prefix_repetition":
-        picked = _pick(args, "prefix_repetition", PREFIX_REPETITION, notes)
-        return {"type": "prefix_repetition", **picked}, _repetition_count(args, picked["num_prefixes"], notes)
-    if name == "generated-shared-prefix":
-        gsp = _pick(args, "gsp", GSP, notes)
-        if gsp["num_groups"] * gsp["prompts_per_group"] > MAX_PROMPTS:
-            raise InferSimError(f"--gsp-num-groups {gsp['num_groups']:,} x --gsp-prompts-per-group "
-                                f"{gsp['prompts_per_group']:,} = {gsp['num_groups'] * gsp['prompts_per_group']:,} "
-                                f"prompts; at most {MAX_PROMPTS:,} (every prompt is drawn and the list shuffled "
-                                "before the first request is sent)")
-        return {"type": "shared_prefix", "num_groups": gsp["num_groups"], "prompts_per_group": gsp["prompts_per_group"],
-                "system_prompt_len": gsp["system_prompt_len"], "question_len": gsp["question_len"],
-                "output_len": gsp["output_len"], "order": "once"}, gsp["num_groups"] * gsp["prompts_per_group"]
-    raise InferSimError("--dataset-name sharegpt: a conversation file's token counts need its tokenizer; give its "
-                        "(input, output) lengths as a trace with --lengths-from (or --dataset-path TRACE)")
+        return _random_data(args, tools[args.bench_tool], lengths, notes), None
+    found = generated_dataset(name, tuple(tools.values()))
+    if found is None:
+        raise InferSimError("--dataset-name sharegpt: a conversation file's token counts need its tokenizer; give its "
+                            "(input, output) lengths as a trace with --lengths-from (or --dataset-path TRACE)")
+    tool, dataset = found
+    picked = _pick(args, tool, dataset, notes)
+    if dataset.workload == "prefix_repetition":
+        return {"type": "prefix_repetition", **picked}, _repetition_count(args, tool, dataset, picked["num_prefixes"],
+                                                                          notes)
+    return _shared_prefix_data(dataset, picked)
 
 
-def _repetition_count(args: argparse.Namespace, prefixes: int, notes: list[str]) -> int:
+def _shared_prefix_data(dataset: GeneratedDataset, gsp: dict[str, int]) -> tuple[dict[str, Any], int]:
+    """Every prompt of every group, sent once (shuffled): the prompts fix the requests."""
+    prompts = gsp["num_groups"] * gsp["prompts_per_group"]
+    if prompts > MAX_PROMPTS:
+        raise InferSimError(f"{dataset.flag('num_groups')} {gsp['num_groups']:,} x {dataset.flag('prompts_per_group')} "
+                            f"{gsp['prompts_per_group']:,} = {prompts:,} prompts; at most {MAX_PROMPTS:,} (every "
+                            "prompt is drawn and the list shuffled before the first request is sent)")
+    return {"type": "shared_prefix", "num_groups": gsp["num_groups"], "prompts_per_group": gsp["prompts_per_group"],
+            "system_prompt_len": gsp["system_prompt_len"], "question_len": gsp["question_len"],
+            "output_len": gsp["output_len"], "order": "once"}, prompts
+
+
+def _repetition_count(args: argparse.Namespace, tool: BenchTool, dataset: GeneratedDataset, prefixes: int,
+                      notes: list[str]) -> int:
     """vllm bench serve's PrefixRepetitionRandomDataset makes num_prompts // num_prefixes prompts per
     prefix (refusing fewer prompts than prefixes) and sends those: a whole multiple of the prefixes."""
-    asked = int(args.num_requests or 1000)
-    given = "" if args.prefix_repetition_num_prefixes is not None else " (its default)"
+    asked = int(args.num_requests or tool.num_prompts)
+    flag = dataset.flag("num_prefixes")
+    given = "" if getattr(args, dataset.attribute("num_prefixes")) is not None else " (its default)"
     if prefixes < 1:
-        raise InferSimError(f"--prefix-repetition-num-prefixes {prefixes}: at least 1 prefix")
+        raise InferSimError(f"{flag} {prefixes}: at least 1 prefix")
     if asked < prefixes:
-        raise InferSimError(f"--num-prompts {asked:,} with --prefix-repetition-num-prefixes {prefixes:,}{given}: "
-                            "vllm bench serve makes num_prompts // num_prefixes prompts per prefix and refuses fewer "
+        raise InferSimError(f"--num-prompts {asked:,} with {flag} {prefixes:,}{given}: "
+                            f"{tool.program} makes num_prompts // num_prefixes prompts per prefix and refuses fewer "
                             f"prompts than prefixes; give --num-prompts >= {prefixes:,}")
     sent = asked // prefixes * prefixes
     if sent != asked:
-        notes.append(f"--num-prompts {asked:,} with --prefix-repetition-num-prefixes {prefixes:,}{given}: "
-                     f"{sent:,} requests sent, {asked // prefixes:,} per prefix (vllm bench serve makes num_prompts "
+        notes.append(f"--num-prompts {asked:,} with {flag} {prefixes:,}{given}: "
+                     f"{sent:,} requests sent, {asked // prefixes:,} per prefix ({tool.program} makes num_prompts "
                      "// num_prefixes prompts per prefix)")
     return sent
 
@@ -185,12 +192,13 @@ def workload_from_flags(args: argparse.Namespace, lengths: tuple[int, int] | Non
     random dataset's (input, output) lengths where its flags give none (the run config's workload;
     None: the bench tool's own defaults). Both are named in the form's notes."""
     notes: list[str] = []
-    data, fixed_count = _data(args, lengths, notes)
-    count = fixed_count or int(args.num_requests or 1000)
-    sglang = args.bench_tool == "sglang"
+    tools = {tool.tool: tool for tool in bench_tools()}
+    tool = tools[args.bench_tool]
+    data, fixed_count = _data(args, tools, lengths, notes)
+    count = fixed_count or int(args.num_requests or tool.num_prompts)
     ramp = None
     if args.ramp_up_strategy is not None:
-        if sglang or args.ramp_up_start_rps is None or args.ramp_up_end_rps is None:
+        if not tool.ramp_up or args.ramp_up_start_rps is None or args.ramp_up_end_rps is None:
             raise InferSimError("--ramp-up-strategy (vllm bench serve) needs --ramp-up-start-rps and --ramp-up-end-rps")
         ramp = {"strategy": args.ramp_up_strategy, "start_rps": args.ramp_up_start_rps, "end_rps": args.ramp_up_end_rps}
     if ramp is not None:
@@ -204,13 +212,11 @@ def workload_from_flags(args: argparse.Namespace, lengths: tuple[int, int] | Non
     else:
         raise InferSimError("with the benchmark dataset flags give one load: --request-rate, --max-concurrency, "
                             "--offline or a ramp-up (a rate with a concurrency cap is not modelled for them)")
-    load: dict[str, Any] = {"timer": "poisson" if sglang else "vllm", "stages": [stage],
-                            "burstiness": args.burstiness or 1.0}
+    load: dict[str, Any] = {"timer": tool.arrivals, "stages": [stage], "burstiness": args.burstiness or tool.burstiness}
     if ramp is not None:
         load["ramp_up"] = ramp
-    if args.dataset_name == "generated-shared-prefix" and args.num_requests is not None and \
-            args.num_requests != fixed_count:
-        notes.append(f"generated-shared-prefix sends each of its {fixed_count:,} prompts once; --num-prompts "
+    if data["type"] == "shared_prefix" and args.num_requests is not None and args.num_requests != fixed_count:
+        notes.append(f"{args.dataset_name} sends each of its {fixed_count:,} prompts once; --num-prompts "
                      f"{int(args.num_requests):,} not used")
     return {"load": load, "data": data, "notes": notes}
 
@@ -224,19 +230,27 @@ def workload_from_flags(args: argparse.Namespace, lengths: tuple[int, int] | Non
 # arrival times and lengths, --lengths-from's (and --dataset-path's) the lengths; --burstiness
 # shapes Poisson gaps and --max-waiting bounds an open loop's queue.
 
-#: each dataset's own flags (the argparse names)
-DATASET_OWN = {
-    "random": ("random_range_ratio", "random_prefix_len"),
-    "prefix_repetition": ("prefix_repetition_prefix_len", "prefix_repetition_suffix_len",
-                          "prefix_repetition_num_prefixes", "prefix_repetition_output_len"),
-    "generated-shared-prefix": ("gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len",
-                                "gsp_question_len", "gsp_output_len"),
-    "sharegpt": ("dataset_path",),
-}
-#: the flags a dataset other than random builds its prompts and outputs from, in place of --isl/--osl
-DATASET_LENGTHS = {"prefix_repetition": ("--prefix-repetition-prefix-len and --prefix-repetition-suffix-len",
-                                         "--prefix-repetition-output-len"),
-                   "generated-shared-prefix": ("--gsp-system-prompt-len and --gsp-question-len", "--gsp-output-len")}
+def dataset_own_flags(tools: tuple[BenchTool, ...]) -> dict[str, tuple[str, ...]]:
+    """Each dataset's own flags (the argparse names): the random dataset's, each generated
+    dataset's (engines/bench/*.yaml), sharegpt's file."""
+    own: dict[str, tuple[str, ...]] = {"random": ("random_range_ratio", "random_prefix_len")}
+    for tool in tools:
+        for dataset in tool.datasets:
+            own[dataset.name] = tuple(dataset.attribute(key) for key in dataset.defaults)
+    own["sharegpt"] = ("dataset_path",)
+    return own
+
+
+def dataset_length_flags(tools: tuple[BenchTool, ...]) -> dict[str, tuple[str, str]]:
+    """The flags a generated dataset builds its prompts and outputs from, in place of --isl/--osl."""
+    found = {}
+    for tool in tools:
+        for dataset in tool.datasets:
+            _keys, inputs, output = WORKLOAD_KEYS[dataset.workload]
+            found[dataset.name] = (" and ".join(dataset.flag(key) for key in inputs), dataset.flag(output))
+    return found
+
+
 LENGTH_FLAGS = (("isl", "--isl (--random-input-len)"), ("osl", "--osl (--random-output-len)"))
 
 
@@ -273,13 +287,15 @@ def _dataset_flags(args: argparse.Namespace) -> None:
         return
     name = args.dataset_name or "random"
     chosen = f"--dataset-name {name}" if args.dataset_name else "the random dataset (no --dataset-name)"
-    for dataset, own in DATASET_OWN.items():
+    tools = bench_tools()
+    for dataset, own in dataset_own_flags(tools).items():
         given = [attr for attr in own if getattr(args, attr, None) is not None] if dataset != name else []
         if given:
             raise InferSimError(f"{_flag(given[0])} {_shown(getattr(args, given[0]))}: a flag of --dataset-name "
                                 f"{dataset}; the load is {chosen}")
-    if name in DATASET_LENGTHS:
-        for (attr, flag), instead in zip(LENGTH_FLAGS, DATASET_LENGTHS[name]):
+    lengths = dataset_length_flags(tools)
+    if name in lengths:
+        for (attr, flag), instead in zip(LENGTH_FLAGS, lengths[name]):
             if getattr(args, attr) is not None:
                 raise InferSimError(f"{flag} {_shown(getattr(args, attr))}: the random dataset's length; "
                                     f"--dataset-name {name} builds its requests from {instead}")

@@ -157,7 +157,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def with_config_lengths(args: argparse.Namespace, options: dict[str, Any], config: Any) -> dict[str, Any]:
     """The random dataset's lengths where --random-input-len/--random-output-len give none: the run
     config's workload (the lengths the user's config describes), named in a note; vllm bench serve's
-    own defaults (1024 and 128) describe no config."""
+    own defaults (engines/bench/vllm-bench-serve.yaml) describe no config."""
     from infersim.serve.bench_flags import uses_dataset_flags, workload_from_flags
 
     if args.workload is not None or not uses_dataset_flags(args) or (args.dataset_name or "random") != "random":
