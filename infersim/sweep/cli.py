@@ -568,6 +568,8 @@ def _pareto_plot(path: str, spec: SweepSpec, curves: list[tuple[str, list[Row], 
         f"${spec.price_per_gpu_hour or cfg.hardware.usd_per_gpu_hour:.2f}/GPU-hour"
     if objective == "energy":
         hardware = "energy of the decode step"
+    elif any(r.cost_includes_energy for _label, points, _front in curves for r in points):
+        hardware += f" + energy at ${cfg.electricity.usd_per_kwh:g}/kWh x PUE {cfg.electricity.pue:g}"
     on = "" if "hardware" in paths else f" on {cfg.hardware.name}"
     title = (f"{model}{on}: ISL {cfg.workload.isl}, OSL {cfg.workload.osl}, {hardware}"
              + (f"; {targets.describe()}" if targets.any else ""))
