@@ -569,7 +569,8 @@ def _pareto_plot(path: str, spec: SweepSpec, curves: list[tuple[str, list[Row], 
     if objective == "energy":
         hardware = "energy of the decode step"
     elif any(r.cost_includes_energy for _label, points, _front in curves for r in points):
-        hardware += f" + energy at ${cfg.electricity.usd_per_kwh:g}/kWh x PUE {cfg.electricity.pue:g}"
+        pue = f" x PUE {cfg.electricity.pue:g}" if cfg.electricity.pue != 1 else ""
+        hardware += f" + energy at ${cfg.electricity.usd_per_kwh:g}/kWh{pue}"
     on = "" if "hardware" in paths else f" on {cfg.hardware.name}"
     title = (f"{model}{on}: ISL {cfg.workload.isl}, OSL {cfg.workload.osl}, {hardware}"
              + (f"; {targets.describe()}" if targets.any else ""))
