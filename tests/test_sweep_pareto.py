@@ -61,10 +61,13 @@ def test_frontier_points_are_non_dominated_and_dropped_points_dominated(searched
     ys = [point_of(f)[1] for f in front]
     assert xs == sorted(xs, reverse=True) and ys == sorted(ys, reverse=True)
     assert all(a > b for a, b in zip(ys, ys[1:]))
-    # the axes are the issue's: x = 1/TPOT, y = price * GPUs / (3600 * total tokens/s) * 1e6
+    # x = 1/TPOT, y = price * GPUs / (3600 * total tokens/s) * 1e6 + the decode step's energy per
+    # million output tokens (the H20 card has power facts): J/token x 1e6 / 3.6e6 J/kWh x $0.0804/kWh x PUE 1
     for f in front:
         assert point_of(f)[0] == pytest.approx(1 / f.tpot_s)
-        assert point_of(f)[1] == pytest.approx(1.18125 * f.num_gpus / (3600 * f.tgs * f.num_gpus) * 1e6)
+        energy = f.joules_per_token * 1e6 / 3.6e6 * 0.0804
+        assert energy > 0 and f.energy_usd_per_mtok == pytest.approx(energy)
+        assert point_of(f)[1] == pytest.approx(1.18125 * f.num_gpus / (3600 * f.tgs * f.num_gpus) * 1e6 + energy)
 
 
 def test_frontier_under_a_target_is_the_frontier_of_the_feasible_points(searched):

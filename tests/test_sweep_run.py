@@ -46,7 +46,8 @@ def test_rows_equal_simulate_with_the_same_overrides(spec, serial):
         result = simulate(load_run_config(CONFIG, _overrides(spec, row.point)))
         assert row.tpot_s == pytest.approx(result.decode.step_time_s, rel=1e-12)
         assert row.tgs == pytest.approx(result.decode.tgs, rel=1e-12)
-        assert row.ttft_s == pytest.approx(result.prefill.step_time_s, rel=1e-12)
+        assert row.ttft_s == pytest.approx(result.single_request_ttft_s, rel=1e-12)
+        assert row.prefill_step_s == pytest.approx(result.prefill.step_time_s, rel=1e-12)
         assert row.batch == result.decode.tokens_per_gpu
         assert row.max_batch == result.memory.max_batch_per_gpu
         assert row.fits == (result.memory.fits and row.batch <= result.memory.max_batch_per_gpu)

@@ -6,7 +6,8 @@ per configuration) or a .csv file (one row per configuration; the swept fields a
 before `status`). Rejected rows are left out.
 
 - metric (`--metric`, default `tpot_ms`): any numeric column, e.g. tpot_ms, ttft_ms, tgs,
-  user_tokens_per_s, total_tokens_per_s, cost_per_mtok_usd, max_batch_per_gpu.
+  user_tokens_per_s, total_tokens_per_s, total_cost_per_mtok_usd (the tables' $/Mtok: GPU-hours +
+  energy), cost_per_mtok_usd (GPU-hours alone), max_batch_per_gpu.
 - x (`--x`, default: the first swept field with more than one value): a swept field or any
   column (batch_per_gpu, num_gpus); a unique suffix is enough (`ep` for deployment.ffn.ep).
 - series (`--series`, default: the next swept field with more than one value): one line per value.
@@ -32,12 +33,15 @@ from infersim.plot.common import number
 
 METRIC_LABELS = {
     "tpot_ms": "TPOT (ms)",
-    "ttft_ms": "TTFT (ms)",
+    "ttft_ms": "single-request TTFT (ms)",
+    "prefill_step_ms": "prefill step (ms)",
     "tgs": "decode throughput (tokens/GPU/s)",
     "prefill_tgs": "prefill throughput (tokens/GPU/s)",
     "user_tokens_per_s": "output speed per request (tokens/s)",
     "total_tokens_per_s": "total output throughput (tokens/s)",
-    "cost_per_mtok_usd": "cost (USD per million output tokens)",
+    "cost_per_mtok_usd": "GPU-hours cost (USD per million output tokens)",
+    "total_cost_per_mtok_usd": "cost (USD per million output tokens)",
+    "cost_with_energy_per_mtok_usd": "GPU-hours + energy cost (USD per million output tokens)",
     "max_batch_per_gpu": "largest decode batch that fits (requests/GPU)",
     "kv_capacity_gb": "KV cache space per GPU (GB)",
     "weights_gb": "weights per GPU (GB)",

@@ -6,7 +6,9 @@ parallel layout, overlap, MoE communication or batch are alternative deployments
 deployment is the feasible one with the most decode tokens per GPU per second.
 
 Feasible: simulated, the batch's KV cache fits, and every given target holds
-(TPOT <= --target-tpot-ms, TTFT <= --target-ttft-ms, decode TGS >= --target-tgs). Each test is a
+(TPOT <= --target-tpot-ms, TTFT <= --target-ttft-ms, decode TGS >= --target-tgs). The TTFT is the
+single-request TTFT (one prompt alone on an idle server, as the main report's), not the workload's
+prefill step when that packs several prompts. Each test is a
 threshold on one number, so tightening a target can only remove rows from the feasible set.
 
 The binding constraint of a best deployment is what stops the same layout from running a larger
@@ -16,7 +18,9 @@ otherwise (the largest batch tried is the best) what dominates its decode step: 
 "memory bandwidth", "communication" or "overhead" (launch and scheduler time).
 
 Pareto frontier (per variant): x = per-request output speed 1/TPOT (tokens/s per user, higher is
-better), y = USD per million output tokens (lower is better). A point is kept unless another point
+better), y = USD per million output tokens (lower is better): the decode step's GPU-hours plus its
+energy at the run's electricity price and PUE (Row.total_cost_per_mtok; the GPU-hours alone where
+the hardware card has no power facts). A point is kept unless another point
 is at least as good on both and better on one; among points equal on both, one representative
 is kept (the one with the fewest GPUs). So every dropped point is weakly dominated by a kept one.
 """
@@ -202,7 +206,7 @@ def dominates(p: tuple[float, float], q: tuple[float, float]) -> bool:
 
 
 def point_of(row: Row) -> tuple[float, float]:
-    return (row.user_tps, row.cost_per_mtok)
+    return (row.user_tps, row.total_cost_per_mtok)
 
 
 def energy_point(row: Row) -> tuple[float, float]:
@@ -236,7 +240,7 @@ class Choice:
 
 def _cheapest_key(row: Row) -> tuple[float, float, int]:
     # cheapest per million output tokens; then faster per request; then fewer GPUs
-    return (row.cost_per_mtok, -row.user_tps, row.num_gpus)
+    return (row.total_cost_per_mtok, -row.user_tps, row.num_gpus)
 
 
 def all_variants(spec: SweepSpec) -> list[tuple[Any, ...]]:
@@ -290,7 +294,7 @@ def cheapest_per_variant(spec: SweepSpec, rows: Sequence[Row], targets: Targets,
     out = []
     for variant in all_variants(spec):
         group = groups.get(variant, [])
-        ok = [r for r in group if feasible(r, targets) and not math.isnan(r.cost_per_mtok)]
+        ok = [r for r in group if feasible(r, targets) and not math.isnan(r.total_cost_per_mtok)]
         if ok:
             out.append(Choice(variant, min(ok, key=_cheapest_key)))
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from infersim.sweep.output import (
     answer_line,
     best_record,
     choices_text,
+    cost_legend,
     deployment_words,
     best_table,
     check_output_path,
@@ -86,14 +88,19 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tp", type=number_arg(whole=True, gt=0), default=8, help="largest attention/FFN TP degree searched (default 8)")
     p.add_argument("--target-tpot-ms", type=number_arg(gt=0), default=None, metavar="MS", help="TPOT target (at most)")
     p.add_argument("--target-ttft-ms", type=number_arg(gt=0), default=None, metavar="MS",
-                   help="TTFT target (at most); simulates prefill too")
+                   help="TTFT target (at most): the single-request TTFT, one prompt alone on an idle server "
+                        "(the main report's); simulates prefill too")
     p.add_argument("--target-tgs", type=number_arg(ge=0), default=None, metavar="TGS",
                    help="decode throughput target, tokens per GPU per second (at least)")
     p.add_argument("--target-user-tps", type=number_arg(gt=0), default=None, metavar="TPS",
                    help="per-request output speed target, tokens/s per user (at least; TPOT <= 1000/TPS ms)")
-    p.add_argument("--prefill", action="store_true", help="also simulate prefill (TTFT column)")
+    p.add_argument("--prefill", action="store_true",
+                   help="also simulate prefill (TTFT column: the single-request TTFT; --out also writes the "
+                        "workload's prefill step, prefill_step_ms)")
     p.add_argument("--price-per-gpu-hour", type=number_arg(gt=0), default=None, metavar="USD",
-                   help="GPU price for cost per million tokens (default: the hardware card's usd_per_gpu_hour)")
+                   help="GPU price for cost per million tokens (default: the hardware card's usd_per_gpu_hour); "
+                        "$/Mtok is the decode step's GPU-hours plus its energy at --usd-per-kwh x --pue where "
+                        "the hardware card has power facts")
     p.add_argument("--out", default=None, metavar="FILE", help="write results to FILE: .csv, .json or .parquet")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="worker processes (default: CPUs available; small sweeps run in process; 1 = in process); "
@@ -140,7 +147,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Search parallel layouts (TP, DP attention, EP, PP), GPU counts and decode batches and "
                     "print the Pareto frontier of per-request output speed (tokens/s per user = 1/TPOT) "
                     "against cost per million output tokens = price_per_gpu_hour * GPUs / (3600 * total "
-                    "output tokens/s) * 1e6.",
+                    "output tokens/s) * 1e6 + the decode step's energy per million output tokens at "
+                    "--usd-per-kwh x --pue (the energy only where the hardware card has power facts).",
         epilog=SEARCH_HELP + "\n" + GRID_HELP + textwrap.dedent("""
             With --grid, each variant gets its own frontier (and its own curve in --plot).
             example:
@@ -358,7 +366,8 @@ def _sorted_rows(rows: Sequence[Row], order: str) -> list[Row]:
     if order == "tpot":
         return sorted(rows, key=lambda r: r.tpot_s if r.ok else float("inf"))
     if order == "cost":
-        return sorted(rows, key=lambda r: r.cost_per_mtok if r.ok and r.cost_per_mtok == r.cost_per_mtok else float("inf"))
+        return sorted(rows, key=lambda r: r.total_cost_per_mtok if r.ok and not math.isnan(r.total_cost_per_mtok)
+                      else float("inf"))
     return list(rows)
 
 
@@ -419,6 +428,8 @@ def sweep_command(args: argparse.Namespace) -> int:
     print(rows_table(spec, shown, targets, spec.prefill, show_cost, on_cards=on_cards))
     if len(rows) > limit:
         print(f"... {len(rows) - limit:,} more rows (--rows all to print them, --out FILE to save them)")
+    if show_cost:
+        print(cost_legend(spec, rows))
     if result.rejected:
         print(f"\nrejected by the validator: {_problems(result)}")
     deployments_vary = spec.search is not None or any(a.is_deployment for a in spec.axes)
@@ -529,6 +540,8 @@ def _print_frontiers(spec: SweepSpec, result: SweepResult, fronts: dict[tuple[An
     energy = objective == "energy"
     v_axes = variant_axes(spec)
     curves = []
+    if any(r.ok and r.price > 0 for r in result.rows):
+        print(cost_legend(spec, result.rows))
     for variant, front in fronts.items():
         if not front:
             continue  # listed with its reason under CHEAPEST POINT PER ...
@@ -555,12 +568,15 @@ def _pareto_plot(path: str, spec: SweepSpec, curves: list[tuple[str, list[Row], 
         f"${spec.price_per_gpu_hour or cfg.hardware.usd_per_gpu_hour:.2f}/GPU-hour"
     if objective == "energy":
         hardware = "energy of the decode step"
+    elif any(r.cost_includes_energy for _label, points, _front in curves for r in points):
+        pue = f" x PUE {cfg.electricity.pue:g}" if cfg.electricity.pue != 1 else ""
+        hardware += f" + energy at ${cfg.electricity.usd_per_kwh:g}/kWh{pue}"
     on = "" if "hardware" in paths else f" on {cfg.hardware.name}"
     title = (f"{model}{on}: ISL {cfg.workload.isl}, OSL {cfg.workload.osl}, {hardware}"
              + (f"; {targets.describe()}" if targets.any else ""))
     chosen = None
     if best is not None:
         goal = f"cheapest meeting {targets.describe()}" if targets.any else "cheapest"
-        chosen = (best.row, f"{goal}: {deployment_words(spec, best)}, ${best.row.cost_per_mtok:.3f}/M tokens")
+        chosen = (best.row, f"{goal}: {deployment_words(spec, best)}, ${best.row.total_cost_per_mtok:.3f}/M tokens")
     plot_frontier(path, curves, title, chosen, objective)
     print(f"\nwrote {path}")

@@ -12,7 +12,9 @@ any range of them from the spec alone:
   (even batches only under two-batch overlap, which splits the batch in two).
 
 Only decode is simulated unless the spec asks for prefill (a TTFT target needs it); prefill does
-not depend on the decode batch, so it is simulated once per layout. The fast path calls the same
+not depend on the decode batch, so it is simulated once per layout: the workload's prefill step
+and, where that step packs several prompts (workload.prefill_tokens_per_gpu), one prompt alone,
+whose time is the row's TTFT (SimulationResult.single_request_ttft_s). The fast path calls the same
 functions `simulate()` does (memory_budget, run_prefill, run_decode as decode_time), minus the work a sweep
 does not need.
 """
@@ -73,8 +75,8 @@ class Row(NamedTuple):
     batch: int  # decode requests per GPU
     tpot_s: float
     tgs: float  # decode tokens per GPU per second
-    ttft_s: float  # NaN unless prefill was simulated
-    prefill_tgs: float
+    ttft_s: float  # single-request TTFT (one prompt alone + the API server); NaN unless prefill was simulated
+    prefill_tgs: float  # prompt tokens per GPU per second of the workload's prefill step
     bound: str  # what dominates the decode step: compute, memory bandwidth, communication, overhead
     fits: bool  # the batch's KV cache fits beside the weights
     max_batch: int  # the largest decode batch per GPU that fits
@@ -88,6 +90,9 @@ class Row(NamedTuple):
     joules_per_token: float = NAN
     watts_per_gpu: float = NAN
     energy_usd_per_mtok: float = NAN
+    # the workload's prefill step: all the prompts it packs (workload.prefill_tokens_per_gpu) together;
+    # NaN unless prefill was simulated
+    prefill_step_s: float = NAN
 
     @property
     def ok(self) -> bool:
@@ -100,7 +105,7 @@ class Row(NamedTuple):
 
     @property
     def cost_per_mtok(self) -> float:
-        """USD per million output tokens: price * GPUs / (3600 * total tokens/s) * 1e6."""
+        """The GPU-hours alone, USD per million output tokens: price * GPUs / (3600 * total tokens/s) * 1e6."""
         if not self.price or not self.tgs or math.isnan(self.tgs):
             return NAN
         return self.price * self.num_gpus / (3600.0 * self.tgs * self.num_gpus) * 1e6
@@ -109,6 +114,18 @@ class Row(NamedTuple):
     def cost_with_energy_per_mtok(self) -> float:
         """USD per million output tokens: the GPU-hours and the decode step's energy."""
         return self.cost_per_mtok + self.energy_usd_per_mtok
+
+    @property
+    def cost_includes_energy(self) -> bool:
+        """Whether total_cost_per_mtok counts the energy (the hardware card has power facts)."""
+        return not math.isnan(self.energy_usd_per_mtok)
+
+    @property
+    def total_cost_per_mtok(self) -> float:
+        """What a user pays per million output tokens of the decode step (the tables' $/Mtok and the
+        Pareto cost): the GPU-hours plus the energy at the run's electricity price and PUE, or the
+        GPU-hours alone where the hardware card has no power facts (cost_includes_energy)."""
+        return self.cost_with_energy_per_mtok if self.cost_includes_energy else self.cost_per_mtok
 
 
 NO_ENERGY = (NAN, NAN, NAN)
@@ -303,7 +320,7 @@ class Evaluator:
         self._memory: MemoryResult | None = None
         self._memories: dict[tuple, tuple] = {}
         self._prefill_key: tuple | None = None
-        self._prefill: StageResult | None = None
+        self._prefill: tuple[StageResult, StageResult] | None = None
         # speculative decoding changes decode, prefill (drafter prefill) and memory (drafter):
         # such sweeps take the full simulate() path for every point
         self.speculative = spec.base.config.speculative is not None
@@ -339,41 +356,55 @@ class Evaluator:
             self._memory_key = key
         return self._memory
 
-    def _prefill_for(self, model, hw, dep, work) -> StageResult:
+    def _prefill_for(self, model, hw, dep, work) -> tuple[StageResult, StageResult]:
+        """(the workload's prefill step, one prompt's prefill alone): the same result twice unless the
+        step packs several prompts (as simulate's single_prompt)."""
         key = (model, hw, dep, work.isl, work.prefill_tokens_per_gpu)
         if key != self._prefill_key:
-            self._prefill = run_prefill(model, hw, dep, work, self.tables, self.engine, memo=self.memo)
+            step = run_prefill(model, hw, dep, work, self.tables, self.engine, memo=self.memo)
+            single = step
+            if work.prefill_tokens_per_gpu:
+                one = dataclasses.replace(work, prefill_tokens_per_gpu=0)
+                if prefill_step_tokens(one, self.engine, hw, dep) != work.prefill_tokens_per_gpu:
+                    single = run_prefill(model, hw, dep, one, self.tables, self.engine, memo=self.memo)
+            self._prefill = (step, single)
             self._prefill_key = key
+        assert self._prefill is not None
         return self._prefill
 
     def _row(self, point, model, hw, dep, work, batch, mem, price, run) -> Row:
+        # (single-request TTFT, prefill step's tokens per GPU per second, prefill step time): NaNs
+        # unless the spec simulates prefill
+        prefill = (NAN, NAN, NAN)
         if self.speculative or dep.weight_offload != "none":
             # weight offload: the fast path does not stream weights, and the offload is sized for this batch
             full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)),
                             self.memo)
-            decode, prefill = full.decode, full.prefill
+            decode = full.decode
             tpot, tgs, bound = decode.tpot_s, decode.tgs, decode.bound
             kinds = seconds_by_kind(decode)
             step = decode.step_time_s
             if dep.weight_offload != "none":
                 mem = full.memory
+            if self.spec.prefill:
+                prefill = (full.single_request_ttft_s, full.prefill.tgs, full.prefill.step_time_s)
         else:
             step, tgs, by_bound = decode_time_by_bound(model, hw, dep, work, batch, self.tables, self.engine,
                                                        memo=self.memo)
             tpot, bound = step, max(by_bound, key=by_bound.__getitem__)
             # the seconds by kind of draw only where the card has power facts (else no energy column)
             kinds = kinds_of_bounds(by_bound) if hw.power is not None else {}
-            prefill = self._prefill_for(model, hw, dep, work) if self.spec.prefill else None
+            if self.spec.prefill:
+                packed, single = self._prefill_for(model, hw, dep, work)
+                # as SimulationResult.single_request_ttft_s: one prompt alone, plus the API server's time
+                prefill = (single.step_time_s + self.engine.overheads.api_server_latency, packed.tgs,
+                           packed.step_time_s)
         energy = NO_ENERGY if hw.power is None else _energy(hw.power, kinds, step, tgs * step, run.electricity)
-        if prefill is not None and self.spec.prefill:
-            ttft, ptgs = prefill.step_time_s, prefill.tgs
-        else:
-            ttft = ptgs = NAN
         fits = mem.fits and 1 <= batch <= mem.max_batch_per_gpu  # mem.fits: also host memory under weight offload
         return Row(point, dep.num_gpus, dep.num_nodes, dep.pp, dep.attention.tp, dep.attention.dp, dep.ffn.tp,
-                   dep.ffn.ep, dep.ffn.dp, batch, tpot, tgs, ttft, ptgs,
+                   dep.ffn.ep, dep.ffn.dp, batch, tpot, tgs, prefill[0], prefill[1],
                    BOUND_NAMES[bound], fits, mem.max_batch_per_gpu, mem.kv_capacity_bytes,
-                   mem.weights_bytes, price, "", *energy)
+                   mem.weights_bytes, price, "", *energy, prefill[2])
 
     def _price(self, hw) -> float:
         p = self.spec.price_per_gpu_hour

@@ -77,11 +77,17 @@ def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None,
         "batch_per_gpu": row.batch or None,
         "tpot_ms": _num(row.tpot_s * 1e3), "user_tokens_per_s": _num(row.user_tps), "tgs": _num(row.tgs),
         "total_tokens_per_s": _num(row.tgs * row.num_gpus) if row.ok else None,
-        "ttft_ms": _num(row.ttft_s * 1e3), "prefill_tgs": _num(row.prefill_tgs),
+        # ttft_ms: one prompt alone (the main report's single_request_ttft_ms); prefill_step_ms and
+        # prefill_tgs: the workload's prefill step, all the prompts it packs together
+        "ttft_ms": _num(row.ttft_s * 1e3), "prefill_step_ms": _num(row.prefill_step_s * 1e3),
+        "prefill_tgs": _num(row.prefill_tgs),
         "cost_per_mtok_usd": _num(row.cost_per_mtok), "price_per_gpu_hour": row.price or None,
         "joules_per_token": _num(row.joules_per_token), "watts_per_gpu": _num(row.watts_per_gpu),
         "energy_cost_per_mtok_usd": _num(row.energy_usd_per_mtok),
         "cost_with_energy_per_mtok_usd": _num(row.cost_with_energy_per_mtok),
+        # the tables' $/Mtok and the Pareto cost: GPU-hours + energy, or GPU-hours alone without power facts
+        "total_cost_per_mtok_usd": _num(row.total_cost_per_mtok),
+        "cost_includes_energy": row.cost_includes_energy if row.ok else None,
         "bound": row.bound or None, "fits": row.fits if row.ok else None,
         "max_batch_per_gpu": row.max_batch if row.ok else None,
         "kv_capacity_gb": _num(row.kv_capacity_bytes / GB), "weights_gb": _num(row.weights_bytes / GB),
@@ -173,7 +179,7 @@ def rows_table(spec: SweepSpec, rows: Sequence[Row], targets: Targets, show_pref
             if on_cards is not None:
                 line.append(_fmt(cards.ttft_s * 1e3, 1) if cards is not None else "-")
         if show_cost:
-            line.append(_fmt(row.cost_per_mtok, 3))
+            line.append(_fmt(row.total_cost_per_mtok, 3))
         if show_energy:
             line.append(_fmt(row.joules_per_token, 3))
         line += [row.bound, "yes" if row.fits else f"no (max {row.max_batch})"]
@@ -221,12 +227,42 @@ def best_table(spec: SweepSpec, bests: Sequence[Best], axes: Sequence[int], show
             if show_prefill:
                 line.append(_fmt(row.ttft_s * 1e3, 1))
             if show_cost:
-                line.append(_fmt(row.cost_per_mtok, 3))
+                line.append(_fmt(row.total_cost_per_mtok, 3))
             if show_energy:
                 line.append(_fmt(row.joules_per_token, 3))
             line += [best.binding, f"{best.feasible}/{best.candidates}"]
         body.append(line)
     return tabulate(body, headers=headers, disable_numparse=True)
+
+
+def cost_legend(spec: SweepSpec, rows: Sequence[Row]) -> str:
+    """What the tables' $/Mtok counts: the decode step's GPU-hours at the price used, plus its energy
+    at the run's electricity price and PUE where the hardware card has power facts (as the main
+    report's cost line), or the GPU-hours alone, said so, where it has none."""
+    paths = {a.path for a in spec.axes}
+    if spec.price_per_gpu_hour is not None:
+        price = f"${spec.price_per_gpu_hour:g}/GPU-hour (--price-per-gpu-hour)"
+    elif "hardware" in paths:
+        price = "each card's usd_per_gpu_hour"
+    else:
+        price = f"${spec.base.config.hardware.usd_per_gpu_hour:g}/GPU-hour"
+    electricity = spec.base.config.electricity
+    if any(p.startswith("energy.") for p in paths):
+        energy = "energy at each row's electricity price and PUE"
+    else:
+        pue = f"PUE {electricity.pue:g}" + (" (GPU boards only)" if electricity.pue == 1 else "")
+        energy = f"energy at ${electricity.usd_per_kwh:g}/kWh x {pue}"
+    simulated = [r for r in rows if r.ok]
+    with_energy = sum(r.cost_includes_energy for r in simulated)
+    head = "$/Mtok: USD per million output tokens of the decode step: GPU-hours at " + price
+    if simulated and with_energy == len(simulated):
+        return f"{head} + {energy}"
+    if with_energy:
+        return (f"{head} + {energy}; GPU-hours alone on hardware without power facts (the rows without J/tok; "
+                "docs/energy.md)")
+    names = sorted({str(spec.values(r.point)[i]) for r in simulated for i, a in enumerate(spec.axes)
+                    if a.path == "hardware"}) or [spec.base.config.hardware.name]
+    return f"{head} alone: hardware card {', '.join(names)} has no power facts, so no energy (docs/energy.md)"
 
 
 def deployment_words(spec: SweepSpec, choice: Choice) -> str:
@@ -247,7 +283,7 @@ def answer_line(spec: SweepSpec, best: Choice, targets: Targets) -> str:
     assert row is not None
     goal = (f"cheapest meeting {targets.describe()}" if targets.any else
             "cheapest of all (no speed target; --target-user-tps or --target-tpot-ms sets one)")
-    return (f"answer: {goal}: {deployment_words(spec, best)}: ${row.cost_per_mtok:.3f}/M output tokens "
+    return (f"answer: {goal}: {deployment_words(spec, best)}: ${row.total_cost_per_mtok:.3f}/M output tokens "
             f"({row.user_tps:,.1f} tok/s/user, TPOT {row.tpot_s * 1e3:,.2f} ms, {row.tgs:,.0f} tokens/GPU/s)")
 
 
@@ -255,9 +291,9 @@ def choices_text(spec: SweepSpec, choices: Sequence[Choice], targets: Targets) -
     """The cheapest point of each variant, cheapest first; then the variants with none, and why."""
     axes = variant_axes(spec)
     what = ", ".join(spec.axes[i].label for i in axes) or "run"
-    found = sorted((c for c in choices if c.row is not None), key=lambda c: c.row.cost_per_mtok)  # type: ignore[union-attr]
+    found = sorted((c for c in choices if c.row is not None), key=lambda c: c.row.total_cost_per_mtok)  # type: ignore[union-attr]
     body = [[_value_text(v) for v in c.variant] + [c.row.num_gpus, c.row.num_nodes, layout_text(c.row), c.row.batch,
-                                                   _fmt(c.row.user_tps, 1), _fmt(c.row.cost_per_mtok, 3),
+                                                   _fmt(c.row.user_tps, 1), _fmt(c.row.total_cost_per_mtok, 3),
                                                    _fmt(c.row.tpot_s * 1e3)]
             for c in found if c.row is not None]
     headers = [spec.axes[i].label for i in axes] + ["GPUs", "nodes", "layout", "batch", "tok/s/user", "$/Mtok",
@@ -285,9 +321,9 @@ def frontier_table(spec: SweepSpec, frontier: Sequence[Row], show_prefill: bool,
     body = []
     for row in frontier:
         if objective == "cost":
-            values = [_fmt(row.cost_per_mtok, 3)] + ([_fmt(row.joules_per_token, 3)] if energy else [])
+            values = [_fmt(row.total_cost_per_mtok, 3)] + ([_fmt(row.joules_per_token, 3)] if energy else [])
         else:
-            values = [_fmt(row.joules_per_token, 3), _fmt(row.watts_per_gpu, 0), _fmt(row.cost_per_mtok, 3)]
+            values = [_fmt(row.joules_per_token, 3), _fmt(row.watts_per_gpu, 0), _fmt(row.total_cost_per_mtok, 3)]
         cards = _on_cards(on_cards, row) if on_cards is not None else None
         line = [_fmt(row.user_tps, 1), *values, _fmt(row.tpot_s * 1e3)]
         if on_cards is not None:
@@ -379,7 +415,7 @@ def plot_frontier(path: str, curves: Sequence[tuple[str, Sequence[Row], Sequence
 def frontier_figure(curves: Sequence[tuple[str, Sequence[Row], Sequence[Row]]], title: str,
                     chosen: tuple[Row, str] | None, plt: Any, objective: str = "cost") -> Any:
     """The frontier picture (see plot_frontier) as a matplotlib figure."""
-    y_of = (lambda r: r.joules_per_token) if objective == "energy" else (lambda r: r.cost_per_mtok)
+    y_of = (lambda r: r.joules_per_token) if objective == "energy" else (lambda r: r.total_cost_per_mtok)
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     labels: list[tuple[float, float, str, str]] = []
