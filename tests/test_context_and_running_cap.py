@@ -201,3 +201,19 @@ def test_a_max_model_len_is_sglangs_context_for_its_cap(capsys):
     pool = default["kv_capacity_tokens"]
     assert default["max_running_requests"] == min(max(pool * 512 // 131072, 2048), 4096) < 4096
     assert given["max_running_requests"] == 4096  # pool / 8,192 x 512 is far above the clamp
+
+
+def test_sweeps_reject_variants_whose_requests_the_server_refuses(capsys, tmp_path):
+    import json
+
+    out = tmp_path / "sweep.json"
+    assert main(["sweep", "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm", "--num-gpus", "1",
+                 "--grid", "workload.isl=1000,3900", "--osl", "200", "--workers", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert rows[0]["fits"] and rows[1]["status"] == "rejected"
+    assert rows[1]["problem"] == ("a request of 4,100 tokens (ISL 3,900 + OSL 200) is longer than model llama-2-7b's "
+                                 "context of 4,096 tokens (max_position_embeddings): vllm refuses such requests")
+    capsys.readouterr()
+    code = main(["pareto", "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm", "--gpus", "1,2",
+                 "--isl", "8000", "--osl", "200", "--batch", "1,8", "--workers", "1"])
+    assert code != 0 and "longer than model llama-2-7b's context of 4,096 tokens" in capsys.readouterr().err

@@ -234,12 +234,17 @@ def context_warnings(config: RunConfig) -> list[str]:
 def beyond_context(config: RunConfig) -> str:
     """What is wrong when one request (prompt + output) is longer than the model's context length;
     empty when it is not, or the model card states none."""
-    context, limit = config.workload.isl + config.workload.osl, config.model.max_position_embeddings
-    if not limit or context <= config.engine.longest_request(limit):
+    return request_beyond_context(config.model, config.engine, config.workload.isl, config.workload.osl)
+
+
+def request_beyond_context(model: ModelCard, engine: EngineCard, isl: int, osl: int) -> str:
+    """beyond_context of a request of `isl` + `osl` tokens on `engine` serving `model`."""
+    context, limit = isl + osl, model.max_position_embeddings
+    if not limit or context <= engine.longest_request(limit):
         return ""
     what = "is longer than" if context > limit else "fills"
-    return (f"a request of {context:,} tokens (ISL {config.workload.isl:,} + OSL {config.workload.osl:,}) {what} "
-            f"model {config.model.name}'s context of {limit:,} tokens (max_position_embeddings)")
+    return (f"a request of {context:,} tokens (ISL {isl:,} + OSL {osl:,}) {what} model {model.name}'s context of "
+            f"{limit:,} tokens (max_position_embeddings)")
 
 
 def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import dataclasses
 
 from infersim.cards.deployment import Deployment, Workload
+from infersim.cards.engine import EngineCard
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig, with_variant
@@ -41,7 +42,8 @@ from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
-from infersim.run.simulate import decode_time_by_bound, prefill_step_tokens, run_prefill, simulate
+from infersim.run.simulate import (decode_time_by_bound, prefill_step_tokens, request_beyond_context, run_prefill,
+                                   simulate)
 from infersim.run.speculative import drafter_memory
 from infersim.launch.build import layout_check
 from infersim.launch.common import LaunchRefusal
@@ -306,6 +308,14 @@ class ChunkResult:
                 self.unlaunchable[why] = self.unlaunchable.get(why, 0) + count
 
 
+def _refuse_beyond_context(model: ModelCard, engine: EngineCard, work: Workload) -> None:
+    """A variant whose requests the engine's server refuses (longer than the model's context) has no
+    row to time: it is rejected, as the main run does not fit (run.simulate.fit_problems)."""
+    beyond = request_beyond_context(model, engine, work.isl, work.osl)
+    if beyond and engine.scheduler.refuses_beyond_context:
+        raise InferSimError(f"{beyond}: {engine.name} refuses such requests")
+
+
 class Evaluator:
     """Evaluates ranges of units of one spec; keeps its caches between calls (one per process)."""
 
@@ -434,6 +444,7 @@ class Evaluator:
         try:
             # run_base is cached: the same object for every point with these values
             model, hw, dep, run, work = self.deriver.parts(values)
+            _refuse_beyond_context(model, run.engine, work)
             mem = self._memory_for(model, hw, dep, work, run)
             batch = work.decode_batch_per_gpu
             if batch == "max":
@@ -475,6 +486,7 @@ class Evaluator:
             base_dep = self.deriver.deployment(values)
             work = self.deriver.workload(values)
             run = self.deriver.run_base(values)
+            _refuse_beyond_context(model, run.engine, work)
         except InferSimError as exc:  # the variant itself is invalid: report it once per point
             if sub == 0:
                 problem = problem_text(exc)
