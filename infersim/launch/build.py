@@ -30,9 +30,10 @@ SPELLERS = {"vllm": "infersim.launch.vllm", "sglang": "infersim.launch.sglang", 
 PD_PORTS = {"vllm": (8100, 8200, 8000), "sglang": (30000, 30001, 8000), "trtllm": (8001, 8002, 8000)}
 
 
-def _speller(framework: str) -> Any:
+def _speller(framework: str, engine: str = "") -> Any:
     if framework not in SPELLERS:
-        raise InferSimError(f"--emit-launch: engine framework {framework!r} has no server to launch "
+        who = f"engine {engine} (framework {framework})" if engine and engine != framework else f"engine {framework}"
+        raise InferSimError(f"--emit-launch: {who} has no server to launch "
                             f"(launch commands exist for {', '.join(SPELLERS)})")
     return importlib.import_module(SPELLERS[framework])
 
@@ -52,7 +53,7 @@ def layout_check(engine: EngineCard) -> Callable[[Deployment, ModelCard], object
 
 def _plan(servers: list[Assumed], label: str = "") -> LaunchPlan:
     engine = servers[0].engine
-    speller = _speller(engine.framework)
+    speller = _speller(engine.framework, engine.name)
     chosen = parser_for(engine.framework, engine.version)
     parts = PlanParts()
     if len(servers) == 1:
