@@ -1,0 +1,61 @@
+"""infersim serve and the model's context length (max_position_embeddings): a max_model_len above it,
+requests served past it, rate searches whose requests the context refuses; ramps that decrease; trace
+rows resolved without a word; the overload warning's wording."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infersim.run.config import config_from_mapping
+from infersim.serve.api import simulate_serving
+
+ONE_GPU = {"num_gpus": 1, "attention": {"tp": 1}, "ffn": {"tp": 1}}
+
+
+def _config(engine: str, model: str = "llama-2-7b") -> Any:
+    return config_from_mapping({"model": model, "hardware": "h100", "engine": engine, "deployment": ONE_GPU,
+                                "workload": {"isl": 1000, "osl": 100}}, "test", mfu_tables="none")
+
+
+# llama-2-7b's context is 4,096 tokens; 3,000 + 100 fit it, 5,000 + 100 do not
+MIXED = {"mode": "poisson", "rate": 2, "num_requests": 6, "osl": 100,
+         "isl": {"dist": "uniform", "min": 3000, "max": 5000}}
+
+
+@pytest.mark.parametrize("engine, override", [("vllm", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+                                              ("sglang", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")])
+def test_a_max_model_len_above_the_context_is_said_with_the_engines_override(engine, override):
+    summary = simulate_serving(_config(engine), {**MIXED, "max_model_len": 8000, "requests": True})
+    longer = sum(r["input_tokens"] + r["output_tokens"] > 4096 for r in summary["requests"])
+    assert 0 < longer < 6 and summary["completed"] == 6
+    note = [n for n in summary["notes"] if n.startswith("max_model_len 8,000")]
+    assert note == [f"max_model_len 8,000 is above model llama-2-7b's context of 4,096 tokens "
+                    f"(max_position_embeddings): {engine} starts with it only when {override} is set, and the "
+                    f"model's output quality past its trained context is not assured; {longer:,} requests longer "
+                    "than that (prompt + output) were served"]
+
+
+def test_a_max_model_len_within_the_context_says_nothing_of_it():
+    summary = simulate_serving(_config("vllm"), {**MIXED, "max_model_len": 4000})
+    assert not any("max_position_embeddings" in n for n in summary.get("notes", []))
+
+
+def test_a_workload_files_max_model_len_above_the_context_is_said_too():
+    workload = {"data": {"type": "random", "input": 3000, "output": 100}, "max_model_len": 6000,
+                "load": {"stages": [{"rate": 2, "num_requests": 4}]}}
+    summary = simulate_serving(_config("vllm"), {"workload": workload})
+    assert any(n.startswith("max_model_len 6,000 is above model llama-2-7b's context of 4,096 tokens")
+               and "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in n for n in summary["notes"])
+
+
+def test_an_engine_that_runs_beyond_the_context_says_how_many_requests_did():
+    summary = simulate_serving(_config("huggingface"), {**MIXED, "requests": True})
+    longer = sum(r["input_tokens"] + r["output_tokens"] > 4096 for r in summary["requests"])
+    assert 0 < longer < 6 and summary["completed"] == 6 and not summary.get("rejected")
+    assert f"{longer:,} requests longer (prompt + output) than model llama-2-7b's context of 4,096 tokens " \
+           "(max_position_embeddings) were served: huggingface runs them, but the model was not trained on " \
+           "positions that far" in summary["notes"]
+    within = simulate_serving(_config("huggingface"), {**MIXED, "isl": 2000})
+    assert not any("max_position_embeddings" in n for n in within.get("notes", []))
