@@ -59,3 +59,48 @@ def test_an_engine_that_runs_beyond_the_context_says_how_many_requests_did():
            "positions that far" in summary["notes"]
     within = simulate_serving(_config("huggingface"), {**MIXED, "isl": 2000})
     assert not any("max_position_embeddings" in n for n in within.get("notes", []))
+
+
+def _search(options: dict[str, Any], sweep: list[float] | None = None) -> Any:
+    from infersim.serve.search import RateRunner, max_rate_under_slo, rate_sweep
+
+    config = _config("vllm")
+    with RateRunner(config, options, workers=1, progress=False) as runner:
+        if sweep is not None:
+            return rate_sweep(runner, sweep)
+        offline = simulate_serving(config, {**options, "mode": "offline"})
+        return max_rate_under_slo(runner, offline, 2.0, None)
+
+
+ALL_TOO_LONG = {"num_requests": 8, "isl": 5000, "osl": 100}
+
+
+@pytest.mark.parametrize("sweep, search", [(None, "--max-rate-under-slo"), ([1.0, 2.0], "--rate-sweep")])
+def test_a_rate_search_whose_every_request_is_rejected_says_why(sweep, search):
+    from infersim.base.errors import NotPossible
+
+    with pytest.raises(NotPossible) as caught:
+        _search(ALL_TOO_LONG, sweep)
+    assert str(caught.value) == (
+        f"{search}: at any rate, every one of the 8 requests is rejected on arrival as longer (prompt + output) than "
+        "model llama-2-7b's context of 4,096 tokens (max_position_embeddings), the max_model_len vllm defaults to: "
+        "no rate serves a request; give shorter requests (--isl/--osl) or a longer --max-model-len")
+
+
+def test_a_rate_search_says_how_many_requests_were_rejected_at_each_rate():
+    from infersim.serve.report import slo_search_text, sweep_text
+
+    options = {"num_requests": 8, "osl": 100, "isl": {"dist": "uniform", "min": 3000, "max": 5000},
+               "slo": {"ttft_s": 2.0}}
+    offline = simulate_serving(_config("vllm"), {**options, "mode": "offline"})
+    too_long = offline["rejected"]
+    assert 0 < too_long < 8 and offline["completed"] == 8 - too_long
+    line = (f"  {too_long} of the 8 requests were rejected on arrival as longer (prompt + output) than model "
+            "llama-2-7b's context of 4,096 tokens (max_position_embeddings), the max_model_len vllm defaults to, at "
+            "every rate; the figures are of the others")
+    found = _search(options)
+    assert [p["rejected"] for p in found["probes"]] == [too_long] * len(found["probes"])
+    assert slo_search_text(found).endswith("\n" + line)
+    rows = _search(options, [1.0, 2.0])
+    assert [r["rejected"] for r in rows] == [too_long, too_long] and sweep_text(rows).endswith("\n" + line)
+    assert "rejected" not in sweep_text(_search({**options, "isl": 2000}, [1.0]))

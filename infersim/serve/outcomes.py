@@ -89,6 +89,7 @@ class Outcomes:
         # the model's context length: completed requests longer (prompt + output) are counted in beyond_context
         self.context_tokens: float = math.inf
         self.beyond_context = 0
+        self.admits = ""  # the longest request the server takes, for what it rejects ("" when no limit)
 
     def stage(self, index: int) -> StageOutcomes:
         last = self._last

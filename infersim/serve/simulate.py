@@ -171,6 +171,7 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
     refused: list[int] = []
     if limit is not None:
         requests = _admissible(requests, limit, outcomes, refused)
+        outcomes.admits = _admits(config, limit, default_limit is None)
     states = (RequestState(r) for r in requests)
     if opts.disaggregate is not None:
         if opts.mode == "poisson" and opts.concurrency:
@@ -204,6 +205,14 @@ def context_limit(config: RunConfig) -> int | None:
     refuses longer requests (engine card scheduler.refuses_beyond_context); None: no limit."""
     limit = config.model.max_position_embeddings
     return limit if limit and config.engine.scheduler.refuses_beyond_context else None
+
+
+def _admits(config: RunConfig, limit: int, given: bool) -> str:
+    """What the server admits, for the requests it rejects: 'longer (prompt + output) than ...'."""
+    if given:
+        return f"max_model_len {limit:,}"
+    return (f"model {config.model.name}'s context of {limit:,} tokens (max_position_embeddings), the max_model_len "
+            f"{config.engine.name} defaults to")
 
 
 def _limit_notes(config: RunConfig, max_model_len: int | None, default_limit: int | None, refused: list[int],
@@ -284,9 +293,12 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
         raise InferSimError(f"max_model_len {opts.max_model_len:,} (--max-model-len or the options) and the workload's "
                             f"max_model_len {spec.max_model_len:,}: give one")
     limit = spec.max_model_len or opts.max_model_len
-    if limit is None:
+    if limit is not None:
+        outcomes.admits = _admits(config, limit, True)
+    else:
         limit = context_limit(config)
         if limit is not None:
+            outcomes.admits = _admits(config, limit, False)
             notes.append(f"max_model_len not given: {config.engine.name} defaults it to model {config.model.name}'s "
                          f"context, {limit:,} tokens (max_position_embeddings); longer requests are rejected on arrival")
     if spec.max_model_len is None and opts.max_model_len is None and (spec.data.multi_turn
@@ -294,6 +306,7 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
         longest = pool.settings.longest_request_tokens()  # the rule the scheduler refuses a request by
         if limit is None or longest < limit:
             limit = longest
+            outcomes.admits = f"the {limit:,} tokens one request may hold of the KV pool"
             notes.append(f"conversations grow, and a request longer than the KV pool of "
                          f"{pool.settings.kv_capacity_tokens:,} tokens holds alone ({limit:,} tokens: "
                          f"{pool.settings.admission} in pages of {pool.settings.page_size}) is rejected on arrival, "
