@@ -104,3 +104,21 @@ def test_a_rate_search_says_how_many_requests_were_rejected_at_each_rate():
     rows = _search(options, [1.0, 2.0])
     assert [r["rejected"] for r in rows] == [too_long, too_long] and sweep_text(rows).endswith("\n" + line)
     assert "rejected" not in sweep_text(_search({**options, "isl": 2000}, [1.0]))
+
+
+def test_a_decreasing_ramp_is_refused_naming_its_rates(capsys):
+    from infersim.base.errors import InferSimError
+    from infersim.cli.main import main
+
+    workload = {"data": {"type": "random", "input": 500, "output": 50},
+                "load": {"timer": "vllm", "ramp_up": {"strategy": "linear", "start_rps": 20, "end_rps": 1},
+                         "stages": [{"num_requests": 10}]}}
+    with pytest.raises(InferSimError, match=r"workload\.load\.ramp_up: start_rps 20 is above end_rps 1 .*vllm bench "
+                                            r"serve refuses a start above the end"):
+        simulate_serving(_config("vllm"), {"workload": workload})
+    rising = {**workload, "load": {**workload["load"], "ramp_up": {"strategy": "linear", "start_rps": 1, "end_rps": 1}}}
+    assert simulate_serving(_config("vllm"), {"workload": rising})["completed"] == 10  # vllm takes start == end
+    code = main(["serve", "--config", "serve-llama-8b-h100.yaml", "--num-requests", "20", "--isl", "500", "--osl", "50",
+                 "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "10", "--ramp-up-end-rps", "1"])
+    assert code == 2 and "start_rps 10 is above end_rps 1 (--ramp-up-start-rps / --ramp-up-end-rps)" in \
+        capsys.readouterr().err
