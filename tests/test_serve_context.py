@@ -122,3 +122,39 @@ def test_a_decreasing_ramp_is_refused_naming_its_rates(capsys):
                  "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "10", "--ramp-up-end-rps", "1"])
     assert code == 2 and "start_rps 10 is above end_rps 1 (--ramp-up-start-rps / --ramp-up-end-rps)" in \
         capsys.readouterr().err
+
+
+def _trace(tmp_path: Any, text: str) -> str:
+    path = tmp_path / "trace.csv"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_prefix_id_given_two_prefix_token_counts_is_refused_naming_both_rows(tmp_path):
+    from infersim.base.errors import InferSimError
+    from infersim.serve.trace_replay import read_trace
+
+    path = _trace(tmp_path, "arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n"
+                            "0,100,10,a,50\n1,120,10,b,20\n2,100,10,a,80\n3,100,10,b,20\n")
+    with pytest.raises(InferSimError) as caught:
+        read_trace(path)
+    assert str(caught.value) == (f"trace {path}: prefix_id 'a' has prefix_tokens 50 in row 1 and 80 in row 3: rows "
+                                 "naming a prefix_id share its first prefix_tokens tokens, one count; give them one "
+                                 "value, or different prefix_ids")
+    agreeing = _trace(tmp_path, "arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n"
+                                "0,100,10,a,50\n1,120,10,b,20\n2,100,10,a,50\n")
+    assert list(read_trace(agreeing).prefix_tokens) == [50, 20, 50]
+
+
+def test_a_trace_reordered_or_shifted_says_so(tmp_path):
+    from infersim.serve.trace_replay import trace_replay
+
+    path = _trace(tmp_path, "arrival_s,input_tokens,output_tokens\n-2,100,10\n1,120,10\n-1.5,100,10\n3,100,10\n")
+    replay = trace_replay(path)
+    assert [r.arrival_s for r in replay] == [0.0, 0.5, 3.0, 5.0]
+    assert replay.notes() == [
+        f"trace {path}: arrival times are not in file order: replayed by arrival time, 2 of 4 rows moved from their "
+        "place in the file",
+        f"trace {path}: arrivals from -2 s, before 0: replayed relative to the first, every arrival shifted by +2 s"]
+    in_order = _trace(tmp_path, "arrival_s,input_tokens,output_tokens\n5,100,10\n6,120,10\n")
+    assert trace_replay(in_order).notes() == []
