@@ -158,3 +158,23 @@ def test_a_trace_reordered_or_shifted_says_so(tmp_path):
         f"trace {path}: arrivals from -2 s, before 0: replayed relative to the first, every arrival shifted by +2 s"]
     in_order = _trace(tmp_path, "arrival_s,input_tokens,output_tokens\n5,100,10\n6,120,10\n")
     assert trace_replay(in_order).notes() == []
+
+
+def test_the_overload_warning_writes_rates_as_the_overloaded_line_and_says_what_a_bounded_queue_did():
+    from infersim.serve.overload import StageLoad, warning_text
+
+    bounded = StageLoad(-1, 0.0, 0.2, 1000.0, 110.0, 17.0, 93.0, 131, True, 163.955)
+    text = warning_text(bounded, 20)
+    assert text.startswith("overloaded: the load offered 1,000.000 req/s; its engines served 163.955 req/s at "
+                           "saturation; over the second half of its arrivals 93 of the 110 requests arriving were not "
+                           "admitted; 131 requests found the queue full (max_waiting 20 per instance)")
+    unbounded = StageLoad(-1, 0.0, 0.2, 1000.0, 110.0, 17.0, 93.0, 0, True, 163.955)
+    assert "the queue grew by 93 of 110 requests. Latencies" in warning_text(unbounded, 0)
+
+
+def test_a_one_row_trace_is_one_request(tmp_path, capsys):
+    from infersim.cli.main import main
+
+    path = _trace(tmp_path, "arrival_s,input_tokens,output_tokens\n0,100,10\n")
+    assert main(["serve", "--config", "serve-llama-8b-h100.yaml", "--trace", path]) == 0
+    assert "  load:        1 request, trace replay; 100 input and 10 output tokens" in capsys.readouterr().out

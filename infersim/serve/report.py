@@ -23,7 +23,7 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
     load = {"poisson": f"Poisson {s.get('request_rate', 0):g} req/s{capped}", "concurrency": f"closed loop, "
             f"{s.get('max_concurrency')} clients", "offline": "offline (all requests at t = 0)",
             "trace": "trace replay", "workload": s.get("workload", "workload")}[mode]
-    done = f"{s['completed']:,} requests"
+    done = f"{s['completed']:,} request" + ("" if s["completed"] == 1 else "s")
     if s.get("failed"):
         done = (f"{s['completed']:,} of {s['num_prompts']:,} requests completed ({s['rejected']:,} rejected as too "
                 f"long, {s['left_waiting']:,} left waiting)")
