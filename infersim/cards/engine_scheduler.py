@@ -82,6 +82,9 @@ class Scheduler:
         False, doc="requests longer (prompt + output tokens) than the model's context length "
                    "(max_position_embeddings) are refused by default, as the server's max_model_len / context "
                    "length defaults to it; false: the engine runs them")
+    long_context_override: str | None = spec(
+        None, doc="the environment setting without which the server refuses to start with a max_model_len / "
+                  "context length above the model's max_position_embeddings (none: not known to the card)")
     mixed_batches: bool = spec(doc="prefill chunks and decode requests share one forward pass")
     policy: Literal["prefill-first", "decode-first"] = spec(
         doc="which work a step takes first when both wait")

@@ -98,6 +98,8 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
     if whole.rejected or whole.dropped:
         out["rejected"] = whole.rejected
         out["left_waiting"] = whole.dropped
+    if whole.rejected and result.outcomes.admits:
+        out["rejected_as_longer_than"] = result.outcomes.admits
     if opts.workload is not None:
         out["workload"] = opts.workload.describe()
     if opts.mode == "poisson":

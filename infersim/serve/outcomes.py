@@ -86,6 +86,10 @@ class Outcomes:
         self._last: StageOutcomes | None = None
         # requests sent in a stage's lead-in or tail (StageSpec.lead_s, tail_s): simulated, in no stage
         self.not_counted = StageOutcomes(NOT_COUNTED)
+        # the model's context length: completed requests longer (prompt + output) are counted in beyond_context
+        self.context_tokens: float = math.inf
+        self.beyond_context = 0
+        self.admits = ""  # the longest request the server takes, for what it rejects ("" when no limit)
 
     def stage(self, index: int) -> StageOutcomes:
         last = self._last
@@ -134,6 +138,8 @@ class Outcomes:
             s.good += 1
         s.input_tokens += req.input_tokens
         s.output_tokens += out
+        if req.input_tokens + out > self.context_tokens:
+            self.beyond_context += 1
         if r.cached:
             s.cached_tokens += r.cached
             s.host_cached_tokens += r.host_cached

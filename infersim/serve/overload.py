@@ -127,12 +127,15 @@ def assess_stage(timeline: Timeline, stage: int, start: float, end: float, reque
 def warning_text(load: StageLoad, max_waiting: int) -> str:
     """One sentence for an overloaded stage."""
     what = f"stage {load.stage}" if load.stage >= 0 else "the load"
-    served = (f"its engines served {load.saturated_capacity_rps:,.3g} req/s at saturation"
+    served = (f"its engines served {load.saturated_capacity_rps:,.3f} req/s at saturation"
               if load.saturated_capacity_rps is not None else
               f"its engines could not keep up (saturated capacity not measured: {load.capacity_unmeasured})")
-    offered = f"{load.offered_rps:,.3g} req/s" if load.offered_rps is not None else "its requests at one instant"
-    text = (f"overloaded: {what} offered {offered}; {served}; over the second half of its "
-            f"arrivals the queue grew by {load.backlog_growth:,.0f} of {load.arrived_second_half:,.0f} requests")
+    offered = f"{load.offered_rps:,.3f} req/s" if load.offered_rps is not None else "its requests at one instant"
+    growth, arrived = f"{load.backlog_growth:,.0f}", f"{load.arrived_second_half:,.0f}"
+    # a bounded queue does not grow past max_waiting: what outgrows it is left waiting (counted below)
+    behind = (f"{growth} of the {arrived} requests arriving were not admitted" if load.dropped else
+              f"the queue grew by {growth} of {arrived} requests")
+    text = f"overloaded: {what} offered {offered}; {served}; over the second half of its arrivals {behind}"
     if load.dropped:
         return text + (f"; {load.dropped:,} requests found the queue full (max_waiting {max_waiting:,} per instance) "
                        "and were left waiting, never admitted. The latencies are those of a queue held at that bound, "

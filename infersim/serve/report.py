@@ -23,7 +23,7 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
     load = {"poisson": f"Poisson {s.get('request_rate', 0):g} req/s{capped}", "concurrency": f"closed loop, "
             f"{s.get('max_concurrency')} clients", "offline": "offline (all requests at t = 0)",
             "trace": "trace replay", "workload": s.get("workload", "workload")}[mode]
-    done = f"{s['completed']:,} requests"
+    done = f"{s['completed']:,} request" + ("" if s["completed"] == 1 else "s")
     if s.get("failed"):
         done = (f"{s['completed']:,} of {s['num_prompts']:,} requests completed ({s['rejected']:,} rejected as too "
                 f"long, {s['left_waiting']:,} left waiting)")
@@ -113,7 +113,23 @@ def sweep_text(rows: list[dict[str, Any]]) -> str:
               f"{r['slo_attainment']:.1%}" if r.get("slo_attainment") is not None else "-"] for r in rows]
     return "RATE SWEEP (Poisson)\n" + tabulate(
         table, headers=["rate", "req/s", "out tok/s", "per GPU", "p50 TTFT", "p99 TTFT", "p50 TPOT", "p99 TPOT",
-                        "mean E2E", "SLO met"], tablefmt="simple", disable_numparse=True)
+                        "mean E2E", "SLO met"], tablefmt="simple", disable_numparse=True) + rejected_text(
+        rows, next((r["rejected_as_longer_than"] for r in rows if r.get("rejected_as_longer_than")), None))
+
+
+def rejected_text(rows: list[dict[str, Any]], longer: str | None) -> str:
+    """A line under a rate search: the requests rejected on arrival at each rate (none: "")."""
+    if not any(r.get("rejected") for r in rows):
+        return ""
+    why = f" as longer (prompt + output) than {longer}" if longer else ""
+    counts = {(r.get("rejected", 0), r["num_prompts"]) for r in rows}
+    if len(counts) == 1:
+        rejected, sent = counts.pop()
+        return (f"\n  {rejected:,} of the {sent:,} requests were rejected on arrival{why}, at every rate; the "
+                "figures are of the others")
+    return (f"\n  requests rejected on arrival{why}, by rate: "
+            + ", ".join(f"{r['rate']:g}: {r.get('rejected', 0):,} of {r['num_prompts']:,}" for r in rows)
+            + "; the figures are of the others")
 
 
 def slo_search_text(found: dict[str, Any]) -> str:
@@ -128,7 +144,7 @@ def slo_search_text(found: dict[str, Any]) -> str:
              f"{key} TTFT {s[f'{key}_ttft_ms']:,.1f} ms, {key} TPOT {s[f'{key}_tpot_ms']:,.2f} ms",
              "  probes: " + ", ".join(f"{p['rate']:.3g}{'+' if p['met'] else 'x'}" for p in found["probes"])
              + "   (+ met, x missed)"]
-    return "\n".join(lines)
+    return "\n".join(lines) + rejected_text(found["probes"], found.get("rejected_as_longer_than"))
 
 
 def _value(value: float, unit: str) -> str:

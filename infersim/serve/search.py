@@ -140,7 +140,27 @@ def parse_rate_range(text: str) -> list[float]:
 
 def rate_sweep(runner: RateRunner, rates: list[float]) -> list[dict[str, Any]]:
     rows = runner.run(list(rates), "rates")
+    if rows and all(_all_rejected(row) for row in rows):
+        _refuse_all_rejected(rows[0], "--rate-sweep")
     return [{"rate": rate, **row} for rate, row in zip(rates, rows)]
+
+
+def _all_rejected(summary: dict[str, Any]) -> bool:
+    return summary["num_prompts"] > 0 and summary.get("rejected", 0) == summary["num_prompts"]
+
+
+def _refuse_all_rejected(summary: dict[str, Any], search: str) -> None:
+    """A search whose every request the server rejects on arrival has nothing to measure at any rate."""
+    longer = summary.get("rejected_as_longer_than")
+    why = f" as longer (prompt + output) than {longer}" if longer else ""
+    raise NotPossible(f"{search}: at any rate, every one of the {summary['num_prompts']:,} requests is rejected on "
+                      f"arrival{why}: no rate serves a request; give shorter requests (--isl/--osl) or a longer "
+                      "--max-model-len")
+
+
+def rejected_at(summary: dict[str, Any]) -> int:
+    """Requests a run rejected on arrival (longer than the server admits)."""
+    return int(summary.get("rejected", 0))
 
 
 def slo_met(summary: dict[str, Any], ttft_s: float | None, tpot_s: float | None, percentile: float) -> bool:
@@ -154,12 +174,15 @@ def max_rate_under_slo(runner: RateRunner, offline_summary: dict[str, Any], ttft
                        tpot_s: float | None, percentile: float = 99, tolerance: float = 0.02, probes: int | None = None,
                        max_rounds: int = 12, note: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The highest Poisson rate whose `percentile` TTFT and TPOT meet the limits (see module docstring).
-    Returns {"max_rate", "summary" (at that rate), "probes": [{"rate", "met", p.._ttft_ms, p.._tpot_ms}]}."""
+    Returns {"max_rate", "summary" (at that rate), "probes": [{"rate", "met", p.._ttft_ms, p.._tpot_ms, num_prompts,
+    rejected}]}, and "rejected_as_longer_than" where the server rejects some requests on arrival."""
     if ttft_s is None and tpot_s is None:
         raise InferSimError("--max-rate-under-slo needs an SLO: --slo ttft=2s,tpot=50ms")
     if not 0 < percentile < 100:
         raise InferSimError(f"SLO percentile must be in (0, 100) (got {percentile:g})")
     key = percentile_key(percentile)
+    if _all_rejected(offline_summary):
+        _refuse_all_rejected(offline_summary, "--max-rate-under-slo")
     capacity = offline_summary["request_throughput"]
     lo, hi = capacity / 100, capacity
     history: list[dict[str, Any]] = []
@@ -167,7 +190,8 @@ def max_rate_under_slo(runner: RateRunner, offline_summary: dict[str, Any], ttft
     def record(rate: float, row: dict[str, Any]) -> bool:
         met = slo_met(row, ttft_s, tpot_s, percentile)
         history.append({"rate": rate, "met": met, f"{key}_ttft_ms": row[f"{key}_ttft_ms"],
-                        f"{key}_tpot_ms": row[f"{key}_tpot_ms"]})
+                        f"{key}_tpot_ms": row[f"{key}_tpot_ms"], "num_prompts": row["num_prompts"],
+                        "rejected": rejected_at(row)})
         return met
 
     def probe(rates: list[float]) -> list[tuple[float, bool, dict[str, Any]]]:
@@ -179,9 +203,13 @@ def max_rate_under_slo(runner: RateRunner, offline_summary: dict[str, Any], ttft
             raise
         return [(rate, record(rate, row), row) for rate, row in zip(rates, rows)]
 
+    longer = offline_summary.get("rejected_as_longer_than")
     try:
-        return _search_rate(probe, runner, lo, hi, key, ttft_s, tpot_s, capacity, percentile, history, tolerance,
+        found = _search_rate(probe, runner, lo, hi, key, ttft_s, tpot_s, capacity, percentile, history, tolerance,
                             probes, max_rounds, note)
+        if longer:
+            found["rejected_as_longer_than"] = longer
+        return found
     except RunInterrupted as exc:
         met = [h for h in history if h["met"]]
         failed = [h["rate"] for h in history if not h["met"]]

@@ -158,6 +158,8 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
     """One serving run; `prices`: the caller's step prices, shared by its runs (infersim.serve.cost)."""
     slo = opts.slo
     outcomes = Outcomes(keep_records, slo.ttft_s if slo else None, slo.tpot_s if slo else None)
+    if config.model.max_position_embeddings:
+        outcomes.context_tokens = config.model.max_position_embeddings
     if opts.workload is not None:
         return _run_workload(config, opts, outcomes, prices)
     arrivals = build_requests(config, opts)
@@ -170,12 +172,14 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
     refused: list[int] = []
     if limit is not None:
         requests = _admissible(requests, limit, outcomes, refused)
+        outcomes.admits = _admits(config, limit, default_limit is None)
     states = (RequestState(r) for r in requests)
     if opts.disaggregate is not None:
         if opts.mode == "poisson" and opts.concurrency:
             raise InferSimError("serve: a request rate with a concurrency cap is not modelled with PD disaggregation; "
                                 "give one of them")
         result = _run_disaggregated(config, opts, arrivals, states, outcomes, prices)
+        result.notes.extend(_limit_notes(config, opts.max_model_len, default_limit, refused, outcomes))
         return _with_loads(result)
     pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, arrivals.count, prices=prices)
     instances = pool.instances
@@ -193,9 +197,7 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
             inst.run()
     else:
         _feed(instances, ((i % len(instances), st) for i, st in enumerate(states)))
-    notes = list(arrivals.notes)
-    if default_limit and refused:
-        notes.append(_beyond_context_note(config, len(refused)))
+    notes = list(arrivals.notes) + _limit_notes(config, opts.max_model_len, default_limit, refused, outcomes)
     return _with_loads(ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes))
 
 
@@ -206,10 +208,49 @@ def context_limit(config: RunConfig) -> int | None:
     return limit if limit and config.engine.scheduler.refuses_beyond_context else None
 
 
+def _admits(config: RunConfig, limit: int, given: bool) -> str:
+    """What the server admits, for the requests it rejects: 'longer (prompt + output) than ...'."""
+    if given:
+        return f"max_model_len {limit:,}"
+    return (f"model {config.model.name}'s context of {limit:,} tokens (max_position_embeddings), the max_model_len "
+            f"{config.engine.name} defaults to")
+
+
+def _limit_notes(config: RunConfig, max_model_len: int | None, default_limit: int | None, refused: list[int],
+                 outcomes: Outcomes) -> list[str]:
+    notes = [_beyond_context_note(config, len(refused))] if default_limit and refused else []
+    return notes + context_notes(config, max_model_len, outcomes)
+
+
 def _beyond_context_note(config: RunConfig, refused: int) -> str:
     return (f"{refused:,} requests longer (prompt + output) than model {config.model.name}'s context of "
             f"{config.model.max_position_embeddings:,} tokens were rejected on arrival: max_model_len not given, "
             f"{config.engine.name} defaults it to the model's max_position_embeddings")
+
+
+def context_notes(config: RunConfig, max_model_len: int | None, outcomes: Outcomes) -> list[str]:
+    """What a run says of the model's context length: a max_model_len given above it (an engine that
+    refuses beyond the context starts only with its override setting), and the requests served past it."""
+    context = config.model.max_position_embeddings
+    if not context:
+        return []
+    engine, model = config.engine.name, config.model.name
+    served = (f"{outcomes.beyond_context:,} requests longer (prompt + output) than model {model}'s context of "
+              f"{context:,} tokens (max_position_embeddings) were served")
+    if not config.engine.scheduler.refuses_beyond_context:
+        if not outcomes.beyond_context:
+            return []
+        return [f"{served}: {engine} runs them, but the model was not trained on positions that far"]
+    if max_model_len is None or max_model_len <= context:
+        return []
+    override = config.engine.scheduler.long_context_override
+    start = (f"{engine} starts with it only when {override} is set" if override else
+             f"{engine} may refuse to start with it (engine card {engine} names no setting that allows it)")
+    past = (f"; {outcomes.beyond_context:,} requests longer than that (prompt + output) were served"
+            if outcomes.beyond_context else "")
+    return [f"max_model_len {max_model_len:,} is above model {model}'s context of {context:,} tokens "
+            f"(max_position_embeddings): {start}, and the model's output quality past its trained context is not "
+            f"assured{past}"]
 
 
 def _admissible(requests: Iterable[Request], max_model_len: int, outcomes: Outcomes,
@@ -253,9 +294,12 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
         raise InferSimError(f"max_model_len {opts.max_model_len:,} (--max-model-len or the options) and the workload's "
                             f"max_model_len {spec.max_model_len:,}: give one")
     limit = spec.max_model_len or opts.max_model_len
-    if limit is None:
+    if limit is not None:
+        outcomes.admits = _admits(config, limit, True)
+    else:
         limit = context_limit(config)
         if limit is not None:
+            outcomes.admits = _admits(config, limit, False)
             notes.append(f"max_model_len not given: {config.engine.name} defaults it to model {config.model.name}'s "
                          f"context, {limit:,} tokens (max_position_embeddings); longer requests are rejected on arrival")
     if spec.max_model_len is None and opts.max_model_len is None and (spec.data.multi_turn
@@ -263,6 +307,7 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
         longest = pool.settings.longest_request_tokens()  # the rule the scheduler refuses a request by
         if limit is None or longest < limit:
             limit = longest
+            outcomes.admits = f"the {limit:,} tokens one request may hold of the KV pool"
             notes.append(f"conversations grow, and a request longer than the KV pool of "
                          f"{pool.settings.kv_capacity_tokens:,} tokens holds alone ({limit:,} tokens: "
                          f"{pool.settings.admission} in pages of {pool.settings.page_size}) is rejected on arrival, "
@@ -275,6 +320,7 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
     runs = driver.run(spec)
     result = ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes + traffic.notes + traffic.length_notes(),
                          runs)
+    result.notes.extend(context_notes(config, spec.max_model_len or opts.max_model_len, outcomes))
     outside = outcomes.not_counted.requests
     if outside:
         result.notes.append(f"{outside:,} requests sent in the stages' lead-ins and tails (lead_s, tail_s) were "

@@ -102,6 +102,10 @@ def _tokens(value: Any, where: str, minimum: int = 1) -> int:
     return int(number)
 
 
+#: a trace's prefix ids: name -> (index, the first row naming it, its prefix_tokens there)
+PrefixIds = dict[str, tuple[int, int, int]]
+
+
 @dataclass
 class TraceRows:
     """A trace's rows as typed columns in file order (about 40 bytes a row), and the replay order."""
@@ -136,6 +140,14 @@ class TraceRows:
         arrival = self.arrival
         if any(arrival[i] > arrival[i + 1] for i in range(len(arrival) - 1)):
             self.order = array("q", sorted(range(len(arrival)), key=arrival.__getitem__))  # stable: ties by row
+
+    def order_note(self) -> str | None:
+        """Rows the replay takes out of file order (arrival times not ascending), counted, else None."""
+        if self.order is None:
+            return None
+        moved = sum(1 for k, i in enumerate(self.order) if k != i)
+        return (f"trace {self.path}: arrival times are not in file order: replayed by arrival time, {moved:,} of "
+                f"{len(self):,} rows moved from their place in the file")
 
 
 def _plain_count(cell: Any) -> int | None:
@@ -193,7 +205,7 @@ def read_trace(path: str | Path) -> TraceRows:
     if not p.exists():
         raise InferSimError(f"trace {path}: no such file")
     rows = TraceRows(str(p))
-    prefix_ids: dict[str, int] = {}
+    prefix_ids: PrefixIds = {}
     jsonl = p.suffix in (".jsonl", ".json")
     reached = [0]  # the last row read, for the messages of errors the readers raise
     try:
@@ -213,7 +225,7 @@ def read_trace(path: str | Path) -> TraceRows:
     return rows
 
 
-def _read_jsonl(rows: TraceRows, p: Path, fh: Any, prefix_ids: dict[str, int], reached: list[int]) -> None:
+def _read_jsonl(rows: TraceRows, p: Path, fh: Any, prefix_ids: PrefixIds, reached: list[int]) -> None:
     for number, record in _rows_jsonl(p, fh):
         reached[0] = number
         if len(record) > 3:  # three keys that give the row's three fields leave none unread
@@ -222,7 +234,7 @@ def _read_jsonl(rows: TraceRows, p: Path, fh: Any, prefix_ids: dict[str, int], r
             _add_row(rows, p, number, record.get, None, prefix_ids)
 
 
-def _read_csv(rows: TraceRows, p: Path, fh: Any, prefix_ids: dict[str, int], reached: list[int]) -> None:
+def _read_csv(rows: TraceRows, p: Path, fh: Any, prefix_ids: PrefixIds, reached: list[int]) -> None:
     reader = csv.reader(fh)  # read once, front to back: a pipe works too
     header = [h.strip() for h in next(reader, None) or ()]
     columns = _columns(header, p)
@@ -298,7 +310,7 @@ def _rows_jsonl(p: Path, fh: Any) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _add_row(rows: TraceRows, p: Path, number: int, get: Callable[[str], Any],
-             columns: dict[str, str | None] | None, prefix_ids: dict[str, int]) -> None:
+             columns: dict[str, str | None] | None, prefix_ids: PrefixIds) -> None:
     def name_of(field_: str) -> str | None:
         if columns is not None:
             return columns[field_]
@@ -332,7 +344,11 @@ def _add_row(rows: TraceRows, p: Path, number: int, get: Callable[[str], Any],
         if prefix_tokens > isl:
             raise InferSimError(f"trace {p}: row {number}, column prefix_tokens: {prefix_tokens} is more than "
                                 f"the row's {isl} input tokens")
-        prefix = prefix_ids.setdefault(pid, len(prefix_ids))
+        prefix, first_row, first_tokens = prefix_ids.setdefault(pid, (len(prefix_ids), number, prefix_tokens))
+        if first_tokens != prefix_tokens:
+            raise InferSimError(f"trace {p}: prefix_id {echo(pid)} has prefix_tokens {first_tokens} in row {first_row} "
+                                f"and {prefix_tokens} in row {number}: rows naming a prefix_id share its first "
+                                "prefix_tokens tokens, one count; give them one value, or different prefix_ids")
     rows.arrival.append(arrival)
     rows.isl.append(isl)
     rows.osl.append(osl)
@@ -373,8 +389,17 @@ class TraceReplay:
                           names[prefix] if prefix >= 0 else "", rows.prefix_tokens[i])
 
     def notes(self) -> list[str]:
-        """What the replay left out of the trace: rows past num_requests, columns not read."""
-        return [note for note in (self._cut_note(), self.rows.unread_note()) if note]
+        """What the replay did to the trace: rows reordered by arrival time, times shifted to start at 0,
+        rows past num_requests left out, columns not read."""
+        return [note for note in (self.rows.order_note(), self._shift_note(), self._cut_note(), self.rows.unread_note())
+                if note]
+
+    def _shift_note(self) -> str | None:
+        first = self.rows.arrival[self.rows.index(0)]
+        if first >= 0:
+            return None
+        return (f"trace {self.rows.path}: arrivals from {first:,.6g} s, before 0: replayed relative to the first, every "
+                f"arrival shifted by +{-first:,.6g} s")
 
     def _cut_note(self) -> str | None:
         dropped = len(self.rows) - self.count

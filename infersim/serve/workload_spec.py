@@ -315,7 +315,12 @@ def _ramp(spec: Any, where: str) -> Ramp:
     s = _keys(spec, where, {"strategy", "start_rps", "end_rps"}, ("strategy", "start_rps", "end_rps"))
     if s["strategy"] not in RAMPS:
         raise InferSimError(f"{where}.strategy: {echo(s['strategy'])} is not one of {', '.join(RAMPS)}")
-    return Ramp(s["strategy"], check_rate(s["start_rps"], f"{where}.start_rps"), check_rate(s["end_rps"], f"{where}.end_rps"))
+    start, end = check_rate(s["start_rps"], f"{where}.start_rps"), check_rate(s["end_rps"], f"{where}.end_rps")
+    if start > end:  # vllm benchmarks/serve.py main_async(): "Ramp-up start RPS must be less than end RPS"
+        raise InferSimError(f"{where}: start_rps {start:g} is above end_rps {end:g} (--ramp-up-start-rps / "
+                            "--ramp-up-end-rps): a ramp-up rises from its start to its end, and vllm bench serve "
+                            "refuses a start above the end")
+    return Ramp(s["strategy"], start, end)
 
 
 def parse_workload(spec: Any, where: str = "workload") -> WorkloadSpec:
