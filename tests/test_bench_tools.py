@@ -18,35 +18,27 @@ from infersim.serve.bench_flags import DATASET_FLAGS, DATASETS, dataset_length_f
 from infersim.serve.bench_tools import TOOL_FILES, bench_tool, bench_tools, data_dir
 
 
-def test_vllm_bench_serve_defaults_are_vllms_own() -> None:
+@pytest.mark.parametrize(("name", "tool_facts", "random_facts", "dataset_facts", "defaults"), [
     # vllm 0.15.1 vllm/benchmarks/datasets.py add_dataset_parser (the same in 0.33.0,
     # vllm/benchmarks/datasets/datasets.py) and vllm/benchmarks/serve.py add_cli_args
-    tool = bench_tool("vllm")
-    assert (tool.program, tool.num_prompts, tool.burstiness, tool.arrivals, tool.ramp_up) == \
-        ("vllm bench serve", 1000, 1.0, "vllm", True)
-    random = tool.random
-    assert (random.input_len, random.output_len, random.range_ratio, random.prefix_len, random.spread) == \
-        (1024, 128, 0.0, 0, "around")
-    (dataset,) = tool.datasets
-    assert (dataset.name, dataset.flag_prefix, dataset.workload) == \
-        ("prefix_repetition", "--prefix-repetition-", "prefix_repetition")
-    assert dataset.defaults == {"prefix_len": 256, "suffix_len": 256, "num_prefixes": 10, "output_len": 128}
-
-
-def test_sglang_bench_serving_defaults_are_sglangs_own() -> None:
+    ("vllm", ("vllm bench serve", 1000, 1.0, "vllm", True), (1024, 128, 0.0, 0, "around"),
+     ("prefix_repetition", "--prefix-repetition-", "prefix_repetition"),
+     {"prefix_len": 256, "suffix_len": 256, "num_prefixes": 10, "output_len": 128}),
     # sglang 0.5.23 sglang/benchmark/serving.py (what sglang/bench_serving.py re-exports): --num-prompts
     # 1000, --random-input-len 1024, --random-output-len 1024, --random-range-ratio 0.0, --gsp-* 64, 16,
     # 2048, 128, 256; exponential gaps, no ramp-up, no --random-prefix-len
-    tool = bench_tool("sglang")
-    assert (tool.program, tool.num_prompts, tool.burstiness, tool.arrivals, tool.ramp_up) == \
-        ("sglang.bench_serving", 1000, 1.0, "poisson", False)
+    ("sglang", ("sglang.bench_serving", 1000, 1.0, "poisson", False), (1024, 1024, 0.0, 0, "below"),
+     ("generated-shared-prefix", "--gsp-", "shared_prefix"),
+     {"num_groups": 64, "prompts_per_group": 16, "system_prompt_len": 2048, "question_len": 128, "output_len": 256}),
+])
+def test_bench_tool_defaults_are_the_tools_own(name, tool_facts, random_facts, dataset_facts, defaults) -> None:
+    tool = bench_tool(name)
+    assert (tool.program, tool.num_prompts, tool.burstiness, tool.arrivals, tool.ramp_up) == tool_facts
     random = tool.random
-    assert (random.input_len, random.output_len, random.range_ratio, random.prefix_len, random.spread) == \
-        (1024, 1024, 0.0, 0, "below")
+    assert (random.input_len, random.output_len, random.range_ratio, random.prefix_len, random.spread) == random_facts
     (dataset,) = tool.datasets
-    assert (dataset.name, dataset.flag_prefix, dataset.workload) == ("generated-shared-prefix", "--gsp-", "shared_prefix")
-    assert dataset.defaults == {"num_groups": 64, "prompts_per_group": 16, "system_prompt_len": 2048,
-                                "question_len": 128, "output_len": 256}
+    assert (dataset.name, dataset.flag_prefix, dataset.workload) == dataset_facts
+    assert dataset.defaults == defaults
 
 
 def test_every_bench_file_names_its_source_beside_each_default() -> None:
