@@ -149,3 +149,12 @@ def test_a_reference_value_is_named_by_file_experiment_and_key(tmp_path: Path, o
     with pytest.raises(InferSimError) as caught:
         load_reference([reference], "h100-sxm", "vllm@0.15", 120.0)
     assert str(caught.value).startswith(f"{reference}: experiment {FIRST}: {named}"), str(caught.value)
+
+
+def test_a_run_whose_requests_are_all_rejected_says_why(tmp_path: Path, vllm_config: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    completed = json.loads(RESULT.read_text())["completed"]
+    # 200,000 + 200 tokens per request: longer than Llama-3.1-8B's 131,072-token context, which vLLM refuses
+    result = _result(tmp_path, total_input_tokens=200_000 * completed, total_output_tokens=200 * completed)
+    err = error_of(capsys, "calibrate", "--bench-result", str(result), "--config", str(vllm_config), code=1)
+    assert "no request completed" in err and "context of 131,072 tokens were rejected on arrival" in err

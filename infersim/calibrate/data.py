@@ -306,7 +306,9 @@ def predict_experiment(config: Any, experiment: Experiment) -> dict[tuple[str, s
                 raise NotPossible(f"experiment {experiment.id}: the simulated run has no {stage}")
             predicted = stages[index].get(METRICS[metric])
         if not predicted or predicted <= 0:
+            why = [w for w in summary.get("warnings", []) if "no request completed" in w]
+            why += [n for n in summary.get("notes", []) if "rejected" in n]
             raise NotPossible(f"experiment {experiment.id}: no {METRICS[metric]} predicted for {stage} "
-                              "(no request completed)")
+                              f"({'; '.join(why) if why else 'no request completed'})")
         out[(stage, metric)] = float(predicted)
     return out
