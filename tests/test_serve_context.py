@@ -178,3 +178,12 @@ def test_a_one_row_trace_is_one_request(tmp_path, capsys):
     path = _trace(tmp_path, "arrival_s,input_tokens,output_tokens\n0,100,10\n")
     assert main(["serve", "--config", "serve-llama-8b-h100.yaml", "--trace", path]) == 0
     assert "  load:        1 request, trace replay; 100 input and 10 output tokens" in capsys.readouterr().out
+
+
+def test_a_max_model_len_below_two_tokens_is_refused_by_the_api_as_by_the_flag() -> None:
+    from infersim.base.errors import InferSimError
+    from infersim.serve.options import parse_options
+
+    with pytest.raises(InferSimError, match="max_model_len must be a whole number >= 2"):
+        parse_options({"max_model_len": 1, "rate": 1})
+    assert parse_options({"max_model_len": 2, "rate": 1}).max_model_len == 2

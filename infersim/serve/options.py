@@ -210,6 +210,15 @@ def _checked_misc(options: dict[str, Any]) -> dict[str, Any]:
             "host_kv_tokens": int(_number(options.get("host_kv_tokens", 0), "host_kv_tokens", whole=True, ge=0))}
 
 
+def _context_length(options: dict[str, Any]) -> int | None:
+    """max_model_len: at least 2 tokens, a one-token prompt and its one output token (as --max-model-len)."""
+    length = _optional_int(options, "max_model_len")
+    if length is not None and length < 2:
+        raise InferSimError(f"max_model_len must be a whole number >= 2: a request holds a prompt token and an "
+                            f"output token (got {length})")
+    return length
+
+
 def _optional_int(options: dict[str, Any], name: str) -> int | None:
     return _positive_int(options[name], name) if options.get(name) is not None else None
 
@@ -250,5 +259,5 @@ def parse_options(options: dict[str, Any]) -> ServeOptions:
         slo=_slo(options.get("slo")), disaggregate=disagg,
         max_running_requests=_optional_int(options, "max_running_requests"),
         lengths_trace=options.get("lengths_trace"), max_num_tokens=_optional_int(options, "max_num_tokens"),
-        workload=workload, max_model_len=_optional_int(options, "max_model_len"),
+        workload=workload, max_model_len=_context_length(options),
         kv_capacity_tokens=_optional_int(options, "kv_capacity_tokens"), **_checked_misc(options))
