@@ -187,3 +187,13 @@ def test_a_max_model_len_below_two_tokens_is_refused_by_the_api_as_by_the_flag()
     with pytest.raises(InferSimError, match="max_model_len must be a whole number >= 2"):
         parse_options({"max_model_len": 1, "rate": 1})
     assert parse_options({"max_model_len": 2, "rate": 1}).max_model_len == 2
+
+
+def test_one_admitted_request_is_one_request_on_the_overloaded_line() -> None:
+    from infersim.serve.report import summary_text
+
+    summary = simulate_serving(_config("vllm"), {"rate": 1, "num_requests": 2, "isl": 100, "osl": 10})
+    for admitted, words in ((1, "; 1 request admitted, 3 left waiting"), (2, "; 2 requests admitted, 3 left waiting")):
+        summary["load"] = {"overloaded": True, "offered_rps": 5.0, "saturated_capacity_rps": 0.5,
+                           "admitted": admitted, "left_waiting": 3}
+        assert words in summary_text(summary)

@@ -47,7 +47,8 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
         unmeasured = load_info.get("saturated_capacity_unmeasured")
         lines[-1] += (f", saturated capacity {capacity:,.3f} req/s" if capacity is not None else
                       f", saturated capacity not measured ({unmeasured})" if unmeasured else "") + (
-            f"; {load_info['admitted']:,} requests admitted, {load_info['left_waiting']:,} left waiting")
+            f"; {load_info['admitted']:,} request{'' if load_info['admitted'] == 1 else 's'} admitted, "
+            f"{load_info['left_waiting']:,} left waiting")
     lines.append("")
     rows = []
     for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"),
