@@ -206,16 +206,24 @@ def _single_prompt_prefill(config: RunConfig, offload: WeightOffload | None,
                            memo: PricingMemo | None = None) -> StageResult | None:
     """The prefill of one prompt alone, where the workload's prefill step packs several
     (prefill_tokens_per_gpu); None when the step is one prompt already."""
-    workload, dep, hw, engine = config.workload, config.deployment, config.hardware, config.engine
+    single = single_prompt_prefill(config.model, config.hardware, config.deployment, config.workload, config.tables,
+                                   config.engine, offload, memo)
+    if single is not None and config.speculative is not None:
+        one = replace(config.workload, prefill_tokens_per_gpu=0)
+        single = with_draft_prefill(replace(config, workload=one), single)[0]
+    return single
+
+
+def single_prompt_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload,
+                          tables: KernelTables, engine: EngineCard, offload: WeightOffload | None = None,
+                          memo: PricingMemo | None = None) -> StageResult | None:
+    """_single_prompt_prefill of the run's parts, without a speculative drafter (a sweep's fast path)."""
     if not workload.prefill_tokens_per_gpu:
         return None
     one = replace(workload, prefill_tokens_per_gpu=0)
     if prefill_step_tokens(one, engine, hw, dep) == workload.prefill_tokens_per_gpu:
         return None
-    single = run_prefill(config.model, hw, dep, one, config.tables, engine, offload, memo)
-    if config.speculative is not None:
-        single = with_draft_prefill(replace(config, workload=one), single)[0]
-    return single
+    return run_prefill(model, hw, dep, one, tables, engine, offload, memo)
 
 
 def context_warnings(config: RunConfig) -> list[str]:
@@ -227,7 +235,7 @@ def context_warnings(config: RunConfig) -> list[str]:
     if not config.model.max_position_embeddings and config.engine.scheduler.refuses_beyond_context:
         return [f"model card {config.model.name} states no context length (max_position_embeddings): the request "
                 f"length is not checked against it ({config.engine.name} takes its context from the model's config, "
-                "2,048 tokens where the config states none)"]
+                "and a default of its own where the config states none)"]
     return []
 
 

@@ -169,9 +169,8 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
     requests = arrivals.requests()
     default_limit = context_limit(config) if opts.max_model_len is None else None
     limit = opts.max_model_len or default_limit
-    refused: list[int] = []
     if limit is not None:
-        requests = _admissible(requests, limit, outcomes, refused)
+        requests = _admissible(requests, limit, outcomes)
         outcomes.admits = _admits(config, limit, default_limit is None)
     states = (RequestState(r) for r in requests)
     if opts.disaggregate is not None:
@@ -179,7 +178,7 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
             raise InferSimError("serve: a request rate with a concurrency cap is not modelled with PD disaggregation; "
                                 "give one of them")
         result = _run_disaggregated(config, opts, arrivals, states, outcomes, prices)
-        result.notes.extend(_limit_notes(config, opts.max_model_len, default_limit, refused, outcomes))
+        result.notes.extend(_limit_notes(config, opts.max_model_len, default_limit, outcomes))
         return _with_loads(result)
     pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, arrivals.count, prices=prices)
     instances = pool.instances
@@ -197,7 +196,7 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
             inst.run()
     else:
         _feed(instances, ((i % len(instances), st) for i, st in enumerate(states)))
-    notes = list(arrivals.notes) + _limit_notes(config, opts.max_model_len, default_limit, refused, outcomes)
+    notes = list(arrivals.notes) + _limit_notes(config, opts.max_model_len, default_limit, outcomes)
     return _with_loads(ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes))
 
 
@@ -216,9 +215,11 @@ def _admits(config: RunConfig, limit: int, given: bool) -> str:
             f"{config.engine.name} defaults to")
 
 
-def _limit_notes(config: RunConfig, max_model_len: int | None, default_limit: int | None, refused: list[int],
+def _limit_notes(config: RunConfig, max_model_len: int | None, default_limit: int | None,
                  outcomes: Outcomes) -> list[str]:
-    notes = [_beyond_context_note(config, len(refused))] if default_limit and refused else []
+    # a request stream's only refusals on arrival are the context limit's (_admissible)
+    refused = outcomes.whole().rejected
+    notes = [_beyond_context_note(config, refused)] if default_limit and refused else []
     return notes + context_notes(config, max_model_len, outcomes)
 
 
@@ -253,14 +254,11 @@ def context_notes(config: RunConfig, max_model_len: int | None, outcomes: Outcom
             f"assured{past}"]
 
 
-def _admissible(requests: Iterable[Request], max_model_len: int, outcomes: Outcomes,
-                refused: list[int]) -> Iterator[Request]:
-    """The requests a server with this context limit takes; the others are rejected on arrival (their
-    indices appended to `refused`)."""
+def _admissible(requests: Iterable[Request], max_model_len: int, outcomes: Outcomes) -> Iterator[Request]:
+    """The requests a server with this context limit takes; the others are rejected on arrival."""
     for req in requests:
         if req.input_tokens + req.output_tokens > max_model_len:
             outcomes.reject(req)
-            refused.append(req.id)
             continue
         yield req
 

@@ -43,7 +43,7 @@ from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
 from infersim.run.simulate import (decode_time_by_bound, prefill_step_tokens, request_beyond_context, run_prefill,
-                                   simulate)
+                                   simulate, single_prompt_prefill)
 from infersim.run.speculative import drafter_memory
 from infersim.launch.build import layout_check
 from infersim.launch.common import LaunchRefusal
@@ -372,12 +372,8 @@ class Evaluator:
         key = (model, hw, dep, work.isl, work.prefill_tokens_per_gpu)
         if key != self._prefill_key:
             step = run_prefill(model, hw, dep, work, self.tables, self.engine, memo=self.memo)
-            single = step
-            if work.prefill_tokens_per_gpu:
-                one = dataclasses.replace(work, prefill_tokens_per_gpu=0)
-                if prefill_step_tokens(one, self.engine, hw, dep) != work.prefill_tokens_per_gpu:
-                    single = run_prefill(model, hw, dep, one, self.tables, self.engine, memo=self.memo)
-            self._prefill = (step, single)
+            single = single_prompt_prefill(model, hw, dep, work, self.tables, self.engine, memo=self.memo)
+            self._prefill = (step, single or step)
             self._prefill_key = key
         assert self._prefill is not None
         return self._prefill
