@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from infersim.base.records import cheap_init
 from typing import Any, Literal
 
 from infersim.cards.engine_platform import AttentionBackendChoice, FusionPass, GraphCaptureRule, Vendor
@@ -401,7 +402,8 @@ class StepOverhead:
     detail: str
 
 
-@dataclass(frozen=True)
+@cheap_init
+@dataclass(frozen=True, slots=True)
 class StepPieces:
     """What a step's graph coverage depends on beyond its requests: the GPU (`hw`: its kernel time
     for the work outside the graph, its capture ceiling), the scheduler's tokens in the step, and

@@ -29,12 +29,14 @@ from infersim.shapes.kernels import Bound
 KIND_OF_BOUND = {Bound.COMPUTE: "compute", Bound.MEMORY: "memory", Bound.COMM: "communication",
                  Bound.OVERHEAD: "idle", Bound.HOST_LINK: "idle"}
 KINDS = ("compute", "memory", "communication", "idle")
+#: the power card's field holding the draw of each kind of work
+DRAW_FIELD = {"compute": "compute_bound", "memory": "memory_bound", "communication": "communication_bound",
+              "idle": "idle"}
 
 
 def draw(power: Power, kind: str) -> float:
     """Watts one GPU draws while doing `kind` of work."""
-    return {"compute": power.compute_bound, "memory": power.memory_bound,
-            "communication": power.communication_bound, "idle": power.idle}[kind]
+    return getattr(power, DRAW_FIELD[kind])
 
 
 @dataclass(frozen=True)

@@ -227,9 +227,14 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine
         layer_kernels += layers * group_kernels
         fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, priced)
         break_kernels += layers * breaks
+        group_start = serial
+        if mb == 1 and not queue and results is None:  # the time alone: no phases, launches or results
+            serial = _group_seconds(priced, fused, layers, by_bound, serial)
+            if plan.offload_bytes_per_layer:
+                layer_s.append((serial - group_start) / layers)
+            continue
         timed: list[tuple[bool, float]] = []
         launched: list[tuple[int, float]] = []
-        group_start = serial
         for op, cost, seconds in priced:
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else seconds
@@ -252,6 +257,19 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine
         if plan.offload_bytes_per_layer:
             layer_s.append((serial - group_start) / layers)
     return _Layers(serial, schedule, runs, layer_kernels, layer_s, break_kernels)
+
+
+def _group_seconds(priced: Sequence[Priced], fused: Collection[str], layers: int,
+                   by_bound: dict[Bound, float], serial: float) -> float:
+    """`serial` seconds with one micro-batch's pass over a group's `layers` layers added, each
+    operation's seconds also added to its bound in `by_bound`: _walk_layers' sums for a single
+    micro-batch (the same products, added in the same order)."""
+    for op, cost, seconds in priced:
+        time_s = (0.0 if op.name in fused else seconds) * layers
+        serial += time_s
+        bound = cost.bound
+        by_bound[bound] = by_bound.get(bound, 0.0) + time_s
+    return serial
 
 
 def _group_result(group: LayerGroup, op: Operation, cost: Cost, is_fused: bool, time_s: float, per_layer: float,

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from infersim.base.records import cheap_init
 
 from infersim.cards.hardware import CollectiveLatency, HardwareCard
 from infersim.base.errors import MISSING, ConfigError
@@ -66,6 +67,7 @@ _RING_LL_BW = 0.5             # Ring LL: busBw x 0.5 (then capped at llMaxBw)
 _RING_LL128_BW = 0.92         # Ring LL128: busBw x 0.92
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class IntraNodeLink:
     """The link a group of GPUs of one node talks over, and what each GPU reaches on it."""

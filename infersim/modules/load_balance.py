@@ -98,6 +98,7 @@ import heapq
 import math
 import random
 from dataclasses import dataclass
+from infersim.base.records import cheap_init
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -115,7 +116,8 @@ PLACEMENT_SAMPLES = 256
 PLACEMENT_SEED = 0
 
 
-@dataclass(frozen=True)
+@cheap_init
+@dataclass(frozen=True, slots=True)
 class MoeBalance:
     """Load of the most loaded EP rank of one MoE layer, relative to the mean rank."""
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from infersim.base.records import cheap_init
 from typing import Literal
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"]
 CommImplementation = Literal["nccl", "deepep-normal", "deepep-low-latency"]
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class CollectiveShape:
     """A collective over `ranks` GPUs, `ranks_per_node` of them in each node.
@@ -53,6 +55,7 @@ def prob_group_hit(num_experts: int, experts_in_group: float, topk: int) -> floa
     return 1.0 - miss
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class TokenExchangeShape:
     """EP dispatch (tokens to their experts' GPUs) or combine (expert outputs back), per GPU.

@@ -13,6 +13,7 @@ to free than one with an instance dictionary.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from infersim.base.records import cheap_init
 from enum import Enum
 from operator import attrgetter
 from typing import Literal, Protocol
@@ -40,6 +41,7 @@ class Source(str, Enum):
     MIXED = "mixed"  # a sum of several sources
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Cost:
     """FLOPs, bytes moved and time of one kernel (or a sum of kernels), with what bounds it."""
@@ -56,6 +58,7 @@ class Cost:
 # Shapes
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class GemmShape:
     """C[m, n] = A[m, k] @ W[k, n]: activations A (m tokens), weights W.
@@ -83,6 +86,7 @@ class GemmShape:
         )
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class GroupedGemmShape:
     """One projection of the routed experts on one GPU, as a grouped GEMM over its local experts.
@@ -157,6 +161,7 @@ class GroupedGemmShape:
         )
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class AttentionShape:
     """Core attention softmax(QK^T)V for `batch` sequences on one GPU.
@@ -239,6 +244,7 @@ def causal_pairs(q_len: int, kv_len: int) -> float:
     return (first + kv_len) * q_len / 2.0
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class IndexerShape:
     """DeepSeek sparse attention's lightning indexer for `batch` sequences on one GPU:
@@ -275,6 +281,7 @@ class IndexerShape:
         return self.batch * (keys + queries + logits)
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class LinearAttentionShape:
     """One phase of a linear-attention / state-space mixer for `batch` sequences on one GPU.
@@ -389,6 +396,7 @@ class LinearAttentionShape:
         return T * (2 * bc + 2 * H * dv * act + H * 4.0) + states  # recurrent
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class MemoryBoundShape:
     """Elementwise and reduction kernels (norms, rotary, activation, router softmax, embedding
@@ -487,6 +495,7 @@ AnyShape = KernelShape | CommShape
 # Measured tables: what the simulator asks of them (implemented in infersim.tables)
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class TableHit:
     """A kernel time read from a measured table.

@@ -10,6 +10,7 @@ operations for every configuration, and slotted ones are cheaper to build and to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from infersim.base.records import cheap_init
 from typing import Literal
 
 from infersim.shapes.kernels import AnyShape
@@ -17,6 +18,7 @@ from infersim.shapes.kernels import AnyShape
 Stage = Literal["prefill", "decode"]
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Operation:
     """One kernel of a layer or step: its name, module category and shape."""
@@ -27,6 +29,7 @@ class Operation:
     count: int = 1  # identical kernels of this shape per layer
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class LayerGroup:
     """Identical layers (`layers` of them) and the operations each runs."""
@@ -36,6 +39,7 @@ class LayerGroup:
     operations: tuple[Operation, ...]
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class SequenceBatch:
     """`count` sequences of q_len new tokens attending to kv_len positions.
@@ -70,6 +74,7 @@ class SequenceBatch:
         return "decode" if step_stage == "decode" or (self.q_len == 1 and self.kv_len > 1) else "prefill"
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class StageContext:
     """The per-GPU workload of one (micro-)batch of a stage, as the module builders see it."""
@@ -98,6 +103,7 @@ class StageContext:
         return weighted / tokens if tokens else 1.0
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class FfnContext:
     """The part of a StageContext a layer's FFN is built from (infersim.modules.ffn's builders read
@@ -122,6 +128,7 @@ class FfnContext:
         return self.expert_tokens_per_gpu or float(self.tokens_per_gpu)
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class StagePlan:
     """Everything one prefill or decode step runs: its layer groups and once-per-step operations."""

@@ -31,6 +31,7 @@ import math
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 from dataclasses import dataclass
+from infersim.base.records import cheap_init
 from typing import NamedTuple
 from collections.abc import Callable
 
@@ -70,6 +71,7 @@ DEFAULT_INTERPOLATION = TIME_IN_WORK_ENVELOPE
 # Ragged multilinear grid
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Clamp:
     """A requested coordinate outside the range of the table row it fell in."""
@@ -97,6 +99,7 @@ class GridNode:
     children: tuple[GridNode | Leaf, ...]
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class GridValue:
     """Interpolation result: time at the table's peak (in range) and efficiency (edge: at the clamp)."""
