@@ -40,6 +40,7 @@ class Assumed:
     graph_sizes: tuple[int, ...]  # decode batches captured as CUDA graphs, per attention-DP rank
     origin: str  # where the budget and the cap come from
     lookahead: int = 0  # speculative decoding: tokens drafted per step (0: none, or the config's own)
+    max_model_len: int = 0  # longest request (prompt + output) the run admitted (0: the engine's default, the model's context)
 
     @property
     def engine(self) -> EngineCard:
@@ -148,8 +149,9 @@ def assumed_for_batch(config: RunConfig, batch_per_gpu: int, memory: MemoryResul
 
 
 def assumed_for_pool(config: RunConfig, settings: SchedulerSettings, role: Literal["server", "prefill", "decode"],
-                     instances: int) -> Assumed:
-    """A serving pool: its scheduler settings (per instance), shared over the instance's attention-DP ranks."""
+                     instances: int, max_model_len: int = 0) -> Assumed:
+    """A serving pool: its scheduler settings (per instance), shared over the instance's attention-DP ranks;
+    `max_model_len` the serving run's own (0: none given, the engine's default)."""
     dp = config.deployment.attention.dp
     budget = 0 if settings.token_budget >= UNLIMITED_BUDGET else settings.token_budget // dp
     # a cap the engine derives from its pool by itself is left to it
@@ -157,7 +159,8 @@ def assumed_for_pool(config: RunConfig, settings: SchedulerSettings, role: Liter
     engine, hw = config.engine, config.hardware
     return Assumed(role, instances, config, budget, settings.chunked and budget > 0, cap, settings.prefix_cache,
                    settings.mixed, static_fraction(run_memory(config)),
-                   capture_sizes(engine, hw.peak.hbm_bytes, server_tp(config.deployment), cap), settings.origin)
+                   capture_sizes(engine, hw.peak.hbm_bytes, server_tp(config.deployment), cap), settings.origin,
+                   max_model_len=max_model_len)
 
 
 @dataclass(frozen=True)

@@ -89,9 +89,11 @@ def plan_for_config(config: RunConfig, batch_per_gpu: int, label: str = "") -> L
     return _plan([assumed_for_batch(config, batch_per_gpu)], label)
 
 
-def plan_for_pools(pools: list[Any]) -> LaunchPlan:
+def plan_for_pools(pools: list[Any], max_model_len: int | None = None) -> LaunchPlan:
     """The commands of a serving run's pools (infersim.serve.simulate.Pool): one server, replicas of it,
-    or a prefill and a decode pool and the router between them."""
-    servers = [assumed_for_pool(p.config, p.settings, "server" if p.name == "colocated" else p.name, p.count)
-               for p in pools]
+    or a prefill and a decode pool and the router between them. `max_model_len`: the serving run's
+    (every server admits what the simulation admitted); None leaves it to the engine, whose default is
+    the model's context, as the simulation's is."""
+    servers = [assumed_for_pool(p.config, p.settings, "server" if p.name == "colocated" else p.name, p.count,
+                                max_model_len or 0) for p in pools]
     return _plan(servers)

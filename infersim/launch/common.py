@@ -64,6 +64,58 @@ def kv_cache_format(a: Assumed, data: ParserData, spellings: dict[str, str]) -> 
     return spellings[kv]
 
 
+def context_limit(a: Assumed, args: Arguments, parts: PlanParts, name: str) -> None:
+    """The serving run's max_model_len as the engine's context flag `name`, at the value that makes the
+    engine admit what the simulation admitted (prompt + output <= max_model_len): the engine card's
+    context_reserved_tokens above it where the engine refuses prompt + output >= its context length
+    (SGLang). Above the model's context the engine starts only with the card's override setting.
+    Without a max_model_len nothing is set: the engine's default is the model's context, the
+    simulation's too."""
+    limit = a.max_model_len
+    if not limit:
+        return
+    reserved = a.engine.scheduler.context_reserved_tokens
+    value = limit + reserved
+    fact = "longest request, prompt + output tokens"
+    if reserved:
+        fact = (f"longest request {limit} tokens, prompt + output ({args.data.title} refuses prompt + output >= "
+                f"{name}, so {limit} + {reserved})")
+    args.add(name, value, fact)
+    _above_context(a, args, parts, f"{name} {value:,}", value)
+
+
+def _above_context(a: Assumed, args: Arguments, parts: PlanParts, flag_text: str, value: int) -> None:
+    """The engine card's override setting (scheduler.long_context_override, VARIABLE=VALUE) where the
+    context flag's value is above the model's context (max_position_embeddings), which the engine
+    refuses to start with otherwise; a note where the card names none, or the model card no context."""
+    engine, model = a.engine, a.config.model
+    context = model.max_position_embeddings
+    override = engine.scheduler.long_context_override
+    if context and value <= context:
+        return
+    if not context:
+        if override:
+            parts.note(f"model card {model.name} states no context length (max_position_embeddings 0): if {flag_text} "
+                       f"is above the checkpoint's, {args.data.title} starts only with {override}")
+        return
+    above = f"{flag_text} is above model {model.name}'s context of {context:,} tokens (max_position_embeddings)"
+    if not override:
+        parts.note(f"{above}: engine card {engine.name} names no setting that lets {args.data.title} start with it, "
+                   "and it may refuse to")
+        return
+    variable, _, setting = override.partition("=")
+    if not (variable and setting):
+        raise InferSimError(f"--emit-launch: engine card {engine.name}: scheduler.long_context_override {override!r} "
+                            "is not VARIABLE=VALUE")
+    args.add(variable, setting, f"context above the model's {context:,} tokens allowed")
+    if a.max_model_len <= context:
+        kept = value - a.max_model_len
+        parts.note(f"{above} only by the {kept} token{'s' if kept > 1 else ''} {args.data.title} keeps free: {override} "
+                   "lets it start, and no request it admits goes past the model's context")
+    else:
+        parts.note(f"{above}: {override} lets it start; the model's output past its trained context is not assured")
+
+
 def speculative(a: Assumed, data: ParserData) -> tuple[str, int, str]:
     """(method 'mtp' or 'draft', lookahead k, draft checkpoint) of the run's speculative decoding, or
     ('', 0, '') without."""

@@ -18,6 +18,7 @@ from infersim.launch.common import (
     HEAD,
     check_common,
     checkpoint,
+    context_limit,
     kv_cache_format,
     node_hosts,
     refuse,
@@ -137,6 +138,7 @@ def _server_args(a: Assumed, data: ParserData, parts: PlanParts, port: int) -> t
     args.realise("--enable-two-batch-overlap", a.config.deployment.overlap == "two-batch", "two-batch overlap")
     args.realise("--kv-cache-dtype", kv_cache_format(a, data, {"fp8": "fp8_e4m3"}), "KV-cache format")
     _scheduler(a, args, dp_attention, dp, parts)
+    context_limit(a, args, parts, "--context-length")
     _graphs(a, args, dp)
     _speculative(a, args)
     if a.role != "server":

@@ -17,6 +17,7 @@ from infersim.launch.assumed import Assumed, Layout, layout_from, layout_of
 from infersim.launch.common import (
     check_common,
     checkpoint,
+    context_limit,
     kv_cache_format,
     refuse,
     speculative,
@@ -111,6 +112,7 @@ def spell(a: Assumed, data: ParserData, parts: PlanParts, port: int = 0) -> None
     args.realise("enable_attention_dp", attention_dp, "attention DP")
     args.realise("kv_cache_config.dtype", kv_cache_format(a, data, {"fp8": "fp8"}), "KV-cache format")
     _scheduler(a, args, parts)
+    context_limit(a, args, parts, "--max_seq_len")
     if port:
         args.realise("--port", port, "port")
     parts.take(args, where_text(a, a.role), OPTIONS_FILE)

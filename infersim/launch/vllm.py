@@ -20,6 +20,7 @@ from infersim.launch.common import (
     HEAD,
     check_common,
     checkpoint,
+    context_limit,
     kv_cache_format,
     node_hosts,
     refuse,
@@ -192,6 +193,7 @@ def _server_args(a: Assumed, data: ParserData, parts: PlanParts, port: int) -> t
     args.realise("--enable-dbo", a.config.deployment.overlap == "two-batch", "two-batch overlap")
     args.realise("--kv-cache-dtype", kv_cache_format(a, data, {"fp8": "fp8"}), "KV-cache format")
     _scheduler(a, args, parts)
+    context_limit(a, args, parts, "--max-model-len")
     _graphs(a, args, parts)
     _speculative(a, args)
     if a.role != "server":

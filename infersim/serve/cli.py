@@ -347,12 +347,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _launch_plan(config: Any, options: dict[str, Any]) -> Any:
-    """The commands that realise the serving run's pools (built, not run: the settings are the same)."""
+    """The commands that realise the serving run's pools (built, not run: the settings are the same),
+    with the run's max_model_len (--max-model-len, or the workload's), which each server then admits."""
     from infersim.launch.build import plan_for_pools
     from infersim.serve.options import parse_options
     from infersim.serve.simulate import serving_pools
 
-    return plan_for_pools(serving_pools(config, parse_options(dict(options))))
+    opts = parse_options(dict(options))
+    limit = opts.max_model_len or (opts.workload.max_model_len if opts.workload is not None else None)
+    return plan_for_pools(serving_pools(config, opts), limit)
 
 
 def _launch_json(launch: Any) -> dict[str, Any]:
