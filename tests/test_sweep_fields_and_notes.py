@@ -56,3 +56,24 @@ def test_a_card_the_grid_cannot_load_is_refused_before_the_run(capsys) -> None:
     code, out, err = run(capsys, *SWEEP, "--config", "qwen3-30b.yaml", "--grid", "hardware=h20,nonexist")
     assert code == 2 and not out
     one_line_error(err, "--grid hardware=nonexist: hardware 'nonexist' not found")
+
+
+def test_a_batch_above_the_default_running_cap_fits_where_the_kv_cache_holds_it(capsys, tmp_path) -> None:
+    """As the main run: SGLang's default cap for qwen3-30b on four H20s at 64 + 64 tokens is 4,096
+    requests per GPU, the KV cache holds 5,740: 5,000 fits (a launch raises the cap), 6,000 does not."""
+    import json
+
+    out_file = tmp_path / "cap.json"
+    code, out, err = run(capsys, *SWEEP, "--config", "qwen3-30b.yaml", "--isl", "64", "--osl", "64", "--grid",
+                         "workload.decode_batch_per_gpu=4000,5000,6000", "--out", str(out_file))
+    assert code == 0
+    rows = {r["workload.decode_batch_per_gpu"]: r for r in json.loads(out_file.read_text())["rows"]}
+    assert [(rows[b]["fits"], rows[b]["max_batch_per_gpu"], rows[b]["default_running_cap_per_gpu"])
+            for b in (4000, 5000, 6000)] == [(True, 5740, 4096), (True, 5740, 4096), (False, 5740, 4096)]
+    assert ("note: 2 configurations run a decode batch above sglang's default running-request cap (4,096 per GPU): "
+            "they fit where the KV cache holds the batch, and a server runs them only with a larger cap") in err
+    assert "no (max 5740)" in out and "KV capacity" in out
+    # the largest batch the run itself allows ("max") stays at the engine's default cap
+    code, out, err = run(capsys, *SWEEP, "--config", "qwen3-30b.yaml", "--isl", "64", "--osl", "64", "--grid",
+                         "workload.decode_batch_per_gpu=max")
+    assert code == 0 and " 4096 " in out and "above sglang's default" not in err

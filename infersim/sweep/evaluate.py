@@ -81,7 +81,7 @@ class Row(NamedTuple):
     prefill_tgs: float  # prompt tokens per GPU per second of the workload's prefill step
     bound: str  # what dominates the decode step: compute, memory bandwidth, communication, overhead
     fits: bool  # the batch's KV cache fits beside the weights
-    max_batch: int  # the largest decode batch per GPU that fits
+    max_batch: int  # the largest decode batch per GPU that fits (whose KV cache fits)
     kv_capacity_bytes: float
     weights_bytes: float
     price: float  # USD per GPU-hour used for cost (0 = unknown)
@@ -95,6 +95,14 @@ class Row(NamedTuple):
     # the workload's prefill step: all the prompts it packs (workload.prefill_tokens_per_gpu) together;
     # NaN unless prefill was simulated
     prefill_step_s: float = NAN
+    # the engine's default running-request cap per GPU (0 = none): a batch above it fits where the
+    # KV cache holds it, and a server runs it with a larger cap (--emit-launch sets one)
+    running_cap: int = 0
+
+    @property
+    def above_running_cap(self) -> bool:
+        """A simulated batch above the engine's default running-request cap."""
+        return self.ok and 0 < self.running_cap < self.batch
 
     @property
     def ok(self) -> bool:
@@ -406,11 +414,13 @@ class Evaluator:
                 prefill = (single.step_time_s + self.engine.overheads.api_server_latency, packed.tgs,
                            packed.step_time_s)
         energy = NO_ENERGY if hw.power is None else _energy(hw.power, kinds, step, tgs * step, run.electricity)
-        fits = mem.fits and 1 <= batch <= mem.max_batch_per_gpu  # mem.fits: also host memory under weight offload
+        # as the main run: a batch fits where its KV cache does (mem.fits: also host memory under weight
+        # offload); the engine's default running-request cap is a launch setting, said beside the row
+        fits = mem.fits and 1 <= batch <= mem.kv_fit_batch_per_gpu
         return Row(point, dep.num_gpus, dep.num_nodes, dep.pp, dep.attention.tp, dep.attention.dp, dep.ffn.tp,
                    dep.ffn.ep, dep.ffn.dp, batch, tpot, tgs, prefill[0], prefill[1],
-                   BOUND_NAMES[bound], fits, mem.max_batch_per_gpu, mem.kv_capacity_bytes,
-                   mem.weights_bytes, price, "", *energy, prefill[2])
+                   BOUND_NAMES[bound], fits, mem.kv_fit_batch_per_gpu, mem.kv_capacity_bytes,
+                   mem.weights_bytes, price, "", *energy, prefill[2], mem.running_cap_per_gpu)
 
     def _price(self, hw) -> float:
         p = self.spec.price_per_gpu_hour
@@ -447,7 +457,7 @@ class Evaluator:
                 batch = max(mem.max_batch_per_gpu, 1)
                 if dep.overlap == "two-batch" and batch > 1:
                     batch -= batch % 2
-            if self.spec.skip_unfit and not (mem.kv_capacity_bytes > 0 and batch <= mem.max_batch_per_gpu):
+            if self.spec.skip_unfit and not (mem.kv_capacity_bytes > 0 and batch <= mem.kv_fit_batch_per_gpu):
                 out.unfit += 1
                 return
             out.rows.append(self._row(point, model, hw, dep, work, batch, mem, self._price(hw), run))
@@ -512,7 +522,7 @@ class Evaluator:
                     if searched is None:
                         continue
                     dep, mem = searched
-                    fit = mem.max_batch_per_gpu if mem.kv_capacity_bytes > 0 else 0
+                    fit = mem.kv_fit_batch_per_gpu if mem.kv_capacity_bytes > 0 else 0
                     if dep.weight_offload != "none":
                         fit = largest  # each row's own simulation offloads what its batch needs and says if it fits
                     batches = [b for b in search.batches if b <= fit]

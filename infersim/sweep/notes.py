@@ -12,7 +12,7 @@ from typing import Any
 from infersim.base.errors import InferSimError, shorten
 from infersim.run.flags import FLAG_OF_FIELD, LAYOUT_FLAG_FIELDS, RunFlags, flag_fields, flag_name
 from infersim.shapes.kernels import NoTables
-from infersim.sweep.evaluate import SweepSpec
+from infersim.sweep.evaluate import Row, SweepSpec
 
 
 #: a card named by these is the base of the fields set inside it: both may be given
@@ -66,14 +66,35 @@ def unlaunchable_note(spec: SweepSpec, unlaunchable: dict[str, int], limit: int 
             f"{reasons}{more}")
 
 
-def sweep_notes(spec: SweepSpec, unlaunchable: dict[str, int] | None = None) -> list[str]:
+def above_cap_note(spec: SweepSpec, rows: Sequence[Row]) -> str:
+    """How many simulated configurations run a decode batch above the engine's default running-request
+    cap (each fits where its KV cache holds the batch, as the main run does) and what their server
+    needs ('' where none does)."""
+    above = [row for row in rows if row.above_running_cap]
+    if not above:
+        return ""
+    engine = spec.base.config.engine
+    caps = sorted({row.running_cap for row in above})
+    cap_text = f"{caps[0]:,}" if len(caps) == 1 else f"{caps[0]:,}-{caps[-1]:,}"
+    count = f"{len(above):,} configuration{'s' if len(above) != 1 else ''}"
+    return (f"{count} run a decode batch above {engine.name}'s default running-request cap ({cap_text} per GPU): "
+            "they fit where the KV cache holds the batch, and a server runs them only with a larger cap "
+            "(vLLM --max-num-seqs, SGLang --max-running-requests; --emit-launch sets it)")
+
+
+def sweep_notes(spec: SweepSpec, unlaunchable: dict[str, int] | None = None,
+                rows: Sequence[Row] = ()) -> list[str]:
     """What a sweep does that its command line does not say: kernel tables dropped for a hardware
-    axis, the MoE path a layout search gives expert-TP layouts, and the searched layouts left out
-    because the engine cannot launch them (`unlaunchable`: SweepResult.unlaunchable)."""
+    axis, the MoE path a layout search gives expert-TP layouts, the searched layouts left out
+    because the engine cannot launch them (`unlaunchable`: SweepResult.unlaunchable), and the
+    `rows` whose batch is above the engine's default running-request cap."""
     notes = []
     left_out = unlaunchable_note(spec, unlaunchable or {})
     if left_out:
         notes.append(left_out)
+    above = above_cap_note(spec, rows)
+    if above:
+        notes.append(above)
     config = spec.base.config
     hardware_axes = [a.path for a in spec.axes if a.path.split(".")[0] == "hardware"]
     if config.tables_auto and hardware_axes and not isinstance(config.tables, NoTables):

@@ -90,6 +90,8 @@ def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None,
         "cost_includes_energy": row.cost_includes_energy if row.ok else None,
         "bound": row.bound or None, "fits": row.fits if row.ok else None,
         "max_batch_per_gpu": row.max_batch if row.ok else None,
+        # the engine's default running-request cap per GPU: a batch above it needs a larger cap at launch
+        "default_running_cap_per_gpu": (row.running_cap or None) if row.ok else None,
         "kv_capacity_gb": _num(row.kv_capacity_bytes / GB), "weights_gb": _num(row.weights_bytes / GB),
     })
     if on_cards is not None:
