@@ -316,11 +316,17 @@ def _ramp(spec: Any, where: str) -> Ramp:
     if s["strategy"] not in RAMPS:
         raise InferSimError(f"{where}.strategy: {echo(s['strategy'])} is not one of {', '.join(RAMPS)}")
     start, end = check_rate(s["start_rps"], f"{where}.start_rps"), check_rate(s["end_rps"], f"{where}.end_rps")
-    if start > end:  # vllm benchmarks/serve.py main_async(): "Ramp-up start RPS must be less than end RPS"
-        raise InferSimError(f"{where}: start_rps {start:g} is above end_rps {end:g} (--ramp-up-start-rps / "
-                            "--ramp-up-end-rps): a ramp-up rises from its start to its end, and vllm bench serve "
-                            "refuses a start above the end")
+    check_ramp_rises(start, end, f"{where}: start_rps {start:g} is above end_rps {end:g} (--ramp-up-start-rps / "
+                     "--ramp-up-end-rps)")
     return Ramp(s["strategy"], start, end)
+
+
+def check_ramp_rises(start: float, end: float, given: str) -> None:
+    """Refuse a ramp-up whose start rate is above its end; `given` names the two rates as the user
+    wrote them (the workload's keys, or the --ramp-up flags)."""
+    if start > end:  # vllm benchmarks/serve.py main_async(): "Ramp-up start RPS must be less than end RPS"
+        raise InferSimError(f"{given}: a ramp-up rises from its start to its end, and vllm bench serve refuses a "
+                            "start above the end")
 
 
 def parse_workload(spec: Any, where: str = "workload") -> WorkloadSpec:
