@@ -51,7 +51,7 @@ from infersim.serve.outcomes import Outcomes
 from infersim.serve.overload import StageLoad, assess_stage
 from infersim.serve.cost import StepCoster, StepPriceBook
 from infersim.serve.scheduler import Instance, RequestState
-from infersim.serve.settings import SchedulerSettings, derived_running_cap, settings_from_engine, with_host_tier
+from infersim.serve.settings import GivenLimits, SchedulerSettings, settings_from_engine, with_host_tier
 from infersim.serve.arrivals import Arrivals, build_requests, listed_arrivals
 from infersim.serve.driver import Driver, StageRun
 from infersim.serve.options import ServeOptions
@@ -116,20 +116,10 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     """A pool of `count` instances, of which the first min(count, requests) are built: a request
     occupies one instance at a time, so no router ever reaches an instance past the requests'
     number (round-robin by construction; least-loaded always finds an empty one among them)."""
-    settings = settings_from_engine(config, mean_isl, mean_osl, opts.mode == "offline", opts.prefix_cache,
-                                    prefill_only)
-    if opts.max_running_requests:
-        settings = replace(settings, max_running=opts.max_running_requests, cap_derived_by_engine=False,
-                           origin=settings.origin + f"; running cap {opts.max_running_requests} given")
-    if opts.max_num_tokens:
-        settings = replace(settings, token_budget=opts.max_num_tokens,
-                           origin=settings.origin + f"; token budget {opts.max_num_tokens} given")
-    if opts.kv_capacity_tokens:
-        settings = replace(settings, kv_capacity_tokens=opts.kv_capacity_tokens,
-                           origin=settings.origin + f"; KV pool {opts.kv_capacity_tokens:,} tokens given")
     context = (opts.workload.max_model_len if opts.workload is not None else None) or opts.max_model_len
-    if settings.cap_derived_by_engine and (opts.kv_capacity_tokens or context):
-        settings = replace(settings, max_running=derived_running_cap(config, settings.kv_capacity_tokens, context))
+    given = GivenLimits(opts.max_running_requests, opts.max_num_tokens, opts.kv_capacity_tokens, context)
+    settings = settings_from_engine(config, mean_isl, mean_osl, opts.mode == "offline", opts.prefix_cache,
+                                    prefill_only, given)
     if opts.host_kv_bytes or opts.host_kv_tokens:
         settings = with_host_tier(settings, config, opts.host_kv_bytes, opts.host_kv_tokens)
     coster = StepCoster(config, opts.bucket_width, prices)
