@@ -40,6 +40,7 @@ import os
 from typing import Any
 
 from infersim.base.errors import InferSimError, shorten
+from infersim.base.texttable import counted
 from infersim.serve.bench_tools import WORKLOAD_KEYS, BenchTool, GeneratedDataset, bench_tools, generated_dataset
 from infersim.serve.workload_spec import MAX_PROMPTS, check_ramp_rises
 
@@ -219,7 +220,7 @@ def workload_from_flags(args: argparse.Namespace, lengths: tuple[int, int] | Non
     if ramp is not None:
         load["ramp_up"] = ramp
     if data["type"] == "shared_prefix" and args.num_requests is not None and args.num_requests != fixed_count:
-        notes.append(f"{args.dataset_name} sends each of its {fixed_count:,} prompts once; --num-prompts "
+        notes.append(f"{args.dataset_name} sends each of its {counted(fixed_count, 'prompt')} once; --num-prompts "
                      f"{int(args.num_requests):,} not used")
     return {"load": load, "data": data, "notes": notes}
 
