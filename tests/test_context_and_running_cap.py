@@ -207,6 +207,18 @@ def test_a_max_model_len_is_sglangs_context_for_its_cap(capsys):
     assert given["max_running_requests"] == 4096  # pool / 8,192 x 512 is far above the clamp
 
 
+def test_sglangs_cap_is_of_a_given_pool_and_a_max_model_len_together():
+    from infersim.serve.api import simulate_serving
+
+    config = config_from_mapping({"model": "qwen3-8b", "hardware": "h100", "engine": "sglang", "deployment": ONE_GPU,
+                                  "workload": {"isl": 1000, "osl": 100}}, "test", mfu_tables="none")
+    load = {"rate": 2, "num_requests": 2, "isl": 1000, "osl": 100}
+    caps = [simulate_serving(config, {**load, **given})["pools"][0]["max_running_requests"]
+            for given in ({"kv_capacity_tokens": 20_000}, {"kv_capacity_tokens": 20_000, "max_model_len": 4000})]
+    # 20,000 / 40,960 (the model's context) x 512 = 250, raised to 2,048; 20,000 / 4,000 x 512 = 2,560
+    assert caps == [2048, 2560]
+
+
 def test_sweeps_reject_variants_whose_requests_the_server_refuses(capsys, tmp_path):
     import json
 

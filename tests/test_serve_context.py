@@ -106,22 +106,34 @@ def test_a_rate_search_says_how_many_requests_were_rejected_at_each_rate():
     assert "rejected" not in sweep_text(_search({**options, "isl": 2000}, [1.0]))
 
 
-def test_a_decreasing_ramp_is_refused_naming_its_rates(capsys):
+RISES = "a ramp-up rises from its start to its end, and vllm bench serve refuses a start above the end"
+
+
+def test_a_decreasing_ramp_is_refused_naming_its_rates(capsys, tmp_path):
+    import yaml
+
     from infersim.base.errors import InferSimError
     from infersim.cli.main import main
 
     workload = {"data": {"type": "random", "input": 500, "output": 50},
                 "load": {"timer": "vllm", "ramp_up": {"strategy": "linear", "start_rps": 20, "end_rps": 1},
                          "stages": [{"num_requests": 10}]}}
-    with pytest.raises(InferSimError, match=r"workload\.load\.ramp_up: start_rps 20 is above end_rps 1 .*vllm bench "
-                                            r"serve refuses a start above the end"):
+    keys = f"workload.load.ramp_up: start_rps 20 is above end_rps 1 (--ramp-up-start-rps / --ramp-up-end-rps): {RISES}"
+    with pytest.raises(InferSimError) as refused:
         simulate_serving(_config("vllm"), {"workload": workload})
+    assert str(refused.value) == keys
     rising = {**workload, "load": {**workload["load"], "ramp_up": {"strategy": "linear", "start_rps": 1, "end_rps": 1}}}
     assert simulate_serving(_config("vllm"), {"workload": rising})["completed"] == 10  # vllm takes start == end
-    code = main(["serve", "--config", "serve-llama-8b-h100.yaml", "--num-requests", "20", "--isl", "500", "--osl", "50",
-                 "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "10", "--ramp-up-end-rps", "1"])
-    assert code == 2 and "start_rps 10 is above end_rps 1 (--ramp-up-start-rps / --ramp-up-end-rps)" in \
-        capsys.readouterr().err
+    path = tmp_path / "ramp.yaml"
+    path.write_text(yaml.safe_dump(workload))
+    assert main(["serve", "--config", "serve-llama-8b-h100.yaml", "--workload", str(path)]) == 2
+    assert capsys.readouterr().err == f"infersim: error: --workload {path}: {keys}\n"
+    # the flags are named as given, not as the workload keys they become
+    flags = f"infersim: error: --ramp-up-start-rps 10 > --ramp-up-end-rps 1: {RISES}\n"
+    for load in (["--isl", "500", "--osl", "50"], ["--dataset-name", "random"]):
+        assert main(["serve", "--config", "serve-llama-8b-h100.yaml", "--num-requests", "20", *load,
+                     "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "10", "--ramp-up-end-rps", "1"]) == 2
+        assert capsys.readouterr().err == flags
 
 
 def _trace(tmp_path: Any, text: str) -> str:

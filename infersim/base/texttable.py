@@ -1,12 +1,18 @@
 """A plain-text table in tabulate's "simple" layout (left-aligned text columns, a dashed rule under
 the headers, two spaces between columns), for the main report: importing tabulate (and the
 package metadata and wide-character tables it loads) costs more than the whole simulation of a
-plain run. Other commands keep using tabulate."""
+plain run. Other commands keep using tabulate. And a count with its noun (`counted`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+
+def counted(n: int, thing: str, things: str = "") -> str:
+    """`n` with its noun, singular for one: '1 request', '0 requests', '2,048 requests'; `things` is
+    the plural where it is not `thing` + 's'."""
+    return f"{n:,} {thing if n == 1 else things or thing + 's'}"
 
 
 def simple_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:

@@ -40,8 +40,9 @@ import os
 from typing import Any
 
 from infersim.base.errors import InferSimError, shorten
+from infersim.base.texttable import counted
 from infersim.serve.bench_tools import WORKLOAD_KEYS, BenchTool, GeneratedDataset, bench_tools, generated_dataset
-from infersim.serve.workload_spec import MAX_PROMPTS
+from infersim.serve.workload_spec import MAX_PROMPTS, check_ramp_rises
 
 #: --dataset-name's choices: random and sharegpt, and the generated datasets of engines/bench/*.yaml
 DATASETS = ("random", "prefix_repetition", "generated-shared-prefix", "sharegpt")
@@ -200,7 +201,10 @@ def workload_from_flags(args: argparse.Namespace, lengths: tuple[int, int] | Non
     if args.ramp_up_strategy is not None:
         if not tool.ramp_up or args.ramp_up_start_rps is None or args.ramp_up_end_rps is None:
             raise InferSimError("--ramp-up-strategy (vllm bench serve) needs --ramp-up-start-rps and --ramp-up-end-rps")
-        ramp = {"strategy": args.ramp_up_strategy, "start_rps": args.ramp_up_start_rps, "end_rps": args.ramp_up_end_rps}
+        start, end = args.ramp_up_start_rps, args.ramp_up_end_rps
+        # checked here, under the flags' names: the form's keys (load.ramp_up) are not what the user wrote
+        check_ramp_rises(start, end, f"--ramp-up-start-rps {_shown(start)} > --ramp-up-end-rps {_shown(end)}")
+        ramp = {"strategy": args.ramp_up_strategy, "start_rps": start, "end_rps": end}
     if ramp is not None:
         stage = {"num_requests": count}  # the ramp sets the rate
     elif args.rate is not None and args.concurrency is None:
@@ -216,7 +220,7 @@ def workload_from_flags(args: argparse.Namespace, lengths: tuple[int, int] | Non
     if ramp is not None:
         load["ramp_up"] = ramp
     if data["type"] == "shared_prefix" and args.num_requests is not None and args.num_requests != fixed_count:
-        notes.append(f"{args.dataset_name} sends each of its {fixed_count:,} prompts once; --num-prompts "
+        notes.append(f"{args.dataset_name} sends each of its {counted(fixed_count, 'prompt')} once; --num-prompts "
                      f"{int(args.num_requests):,} not used")
     return {"load": load, "data": data, "notes": notes}
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from infersim.cards.schema import check_number
 from infersim.base.errors import MISSING, ConfigError, InferSimError, NotPossible
+from infersim.base.texttable import counted
 from infersim.serve.workload import MAX_REQUESTS
 from infersim.trace.bench import MetricComparison
 
@@ -76,7 +77,7 @@ class ServingResult:
     @property
     def load(self) -> str:
         if math.isinf(self.request_rate):
-            return (f"{self.max_concurrency} concurrent clients" if self.max_concurrency
+            return (counted(self.max_concurrency, "concurrent client") if self.max_concurrency
                     else "all requests at once (offline)")
         burst = f", burstiness {self.burstiness:g}" if self.burstiness != 1 else ""
         cap = f", at most {self.max_concurrency} in flight" if self.max_concurrency else ""
@@ -237,7 +238,7 @@ def compare_serving(result: ServingResult, config: Any, options: dict[str, Any],
         if not summary.get("completed"):
             raise NotPossible(f"the simulated server rejected all {rejected:,} requests on arrival, where the "
                               f"benchmark completed {result.completed:,}: " + "; ".join(why))
-        notes = [*notes, f"the simulated server rejected {rejected:,} requests on arrival: " + "; ".join(why)]
+        notes = [*notes, f"the simulated server rejected {counted(rejected, 'request')} on arrival: " + "; ".join(why)]
     rows = tuple(MetricComparison(label, unit, result.measured[key], float(summary[mine]))
                  for label, unit, key, _others, mine in METRICS
                  if key in result.measured and summary.get(mine) is not None)

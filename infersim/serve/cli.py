@@ -12,6 +12,7 @@ from typing import Any
 
 from infersim.base.plaindata import loads_yaml, parse_flag_value
 from infersim.base.errors import ConfigError, InferSimError
+from infersim.base.texttable import counted
 
 #: the percentile of TTFT and TPOT the SLO search holds to its limits unless told (MLPerf Server: p99)
 DEFAULT_SLO_PERCENTILE = 99.0
@@ -276,8 +277,7 @@ def serve_title(config: Any, options: dict[str, Any]) -> str:
         load = f"Poisson {options.get('rate', 0):g} req/s" + (
             f", at most {options['concurrency']} in flight" if options.get("concurrency") else "")
     elif mode == "concurrency":
-        clients = options.get("concurrency")
-        load = f"{clients} concurrent client{'s' if clients != 1 else ''}"
+        load = counted(options["concurrency"], "concurrent client")
     elif mode == "workload" or options.get("workload") is not None:
         from infersim.serve.workload_spec import parse_workload
 
@@ -318,7 +318,7 @@ def _serve(args: argparse.Namespace) -> int:
         if args.rate_sweep is not None or args.max_rate_under_slo:
             return _search(args, config, options, executor, launch)
         count = options.get("num_requests")
-        with progress_note("the serving run" + (f" of {count:,} requests" if count else "")):
+        with progress_note("the serving run" + (f" of {counted(count, 'request')}" if count else "")):
             summary = simulate_serving(config, {**options, "requests": want_records})
     except OSError as exc:  # the Dask scheduler went away mid-search (CommClosedError is an OSError)
         if client is None:
@@ -420,7 +420,7 @@ def _rate_sweep(text_range: str, runner: Any, out: dict[str, Any], text: list[st
     except RunInterrupted as exc:
         rows = [{"rate": rate, **row} for rate, row in exc.finished]
         out["rate_sweep"] = rows
-        text.append(f"PARTIAL: interrupted after {len(rows)} of {len(rates)} rates\n"
+        text.append(f"PARTIAL: interrupted after {len(rows)} of {counted(len(rates), 'rate')}\n"
                     + (report.sweep_text(rows) if rows else "no rate finished"))
         return exc.by
     out["rate_sweep"] = rows
@@ -450,7 +450,7 @@ def _slo_search(args: argparse.Namespace, config: Any, options: dict[str, Any], 
     known = (f"at least {best:.3f} req/s meets it" if best is not None else "no probed rate met it yet") + \
         (f"; {below:.3f} req/s misses it" if below is not None else "")
     text.append(f"PARTIAL: the search for the highest rate under the SLO was interrupted after "
-                f"{len(found['probes'])} probes: {known}\n  probes: "
+                f"{counted(len(found['probes']), 'probe')}: {known}\n  probes: "
                 + (", ".join(f"{p['rate']:.3g}{'+' if p['met'] else 'x'}" for p in found["probes"]) or "none")
                 + "   (+ met, x missed)")
     return str(found["interrupted"])

@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from infersim.base.texttable import counted
+
 GROWTH_SHARE = 0.05
 NOISE_SIGMAS = 3.0
 #: a window's counts are sums of bin shares, so arrivals and admissions that match come out a few
@@ -131,13 +133,14 @@ def warning_text(load: StageLoad, max_waiting: int) -> str:
               if load.saturated_capacity_rps is not None else
               f"its engines could not keep up (saturated capacity not measured: {load.capacity_unmeasured})")
     offered = f"{load.offered_rps:,.3f} req/s" if load.offered_rps is not None else "its requests at one instant"
-    growth, arrived = f"{load.backlog_growth:,.0f}", f"{load.arrived_second_half:,.0f}"
+    # the timeline pro-rates the bins a half cuts, so its counts are fractional: written as whole requests
+    growth, arrived = round(load.backlog_growth), counted(round(load.arrived_second_half), "request")
     # a bounded queue does not grow past max_waiting: what outgrows it is left waiting (counted below)
-    behind = (f"{growth} of the {arrived} requests arriving were not admitted" if load.dropped else
-              f"the queue grew by {growth} of {arrived} requests")
+    behind = (f"{growth:,} of the {arrived} arriving {'was' if growth == 1 else 'were'} not admitted" if load.dropped
+              else f"the queue grew by {growth:,} of {arrived}")
     text = f"overloaded: {what} offered {offered}; {served}; over the second half of its arrivals {behind}"
     if load.dropped:
-        return text + (f"; {load.dropped:,} requests found the queue full (max_waiting {max_waiting:,} per instance) "
-                       "and were left waiting, never admitted. The latencies are those of a queue held at that bound, "
-                       "not predictions of a steady state")
+        return text + (f"; {counted(load.dropped, 'request')} found the queue full (max_waiting {max_waiting:,} per "
+                       f"instance) and {'was' if load.dropped == 1 else 'were'} left waiting, never admitted. The "
+                       "latencies are those of a queue held at that bound, not predictions of a steady state")
     return text + ". Latencies of an overloaded run grow with its length: they are not predictions of a steady state"

@@ -6,6 +6,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from infersim.base.texttable import counted
 from infersim.serve.energy import energy_text
 from infersim.serve.metrics import percentile_key
 
@@ -20,13 +21,15 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
         lines.append(title)
     mode = s["mode"]
     capped = f", at most {s['max_concurrency']} in flight" if mode == "poisson" and s.get("max_concurrency") else ""
-    load = {"poisson": f"Poisson {s.get('request_rate', 0):g} req/s{capped}", "concurrency": f"closed loop, "
-            f"{s.get('max_concurrency')} clients", "offline": "offline (all requests at t = 0)",
-            "trace": "trace replay", "workload": s.get("workload", "workload")}[mode]
-    done = f"{s['completed']:,} request" + ("" if s["completed"] == 1 else "s")
+    if mode == "concurrency":
+        load = f"closed loop, {counted(s['max_concurrency'], 'client')}"
+    else:
+        load = {"poisson": f"Poisson {s.get('request_rate', 0):g} req/s{capped}", "offline": "offline (all requests at "
+                "t = 0)", "trace": "trace replay", "workload": s.get("workload", "workload")}[mode]
+    done = counted(s["completed"], "request")
     if s.get("failed"):
-        done = (f"{s['completed']:,} of {s['num_prompts']:,} requests completed ({s['rejected']:,} rejected as too "
-                f"long, {s['left_waiting']:,} left waiting)")
+        done = (f"{s['completed']:,} of {counted(s['num_prompts'], 'request')} completed ({s['rejected']:,} rejected "
+                f"as too long, {s['left_waiting']:,} left waiting)")
     lines.append(f"  load:        {done}, {load}; {s['total_input_tokens']:,} input and "
                  f"{s['total_output_tokens']:,} output tokens")
     for pool in s["pools"]:
@@ -47,7 +50,7 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
         unmeasured = load_info.get("saturated_capacity_unmeasured")
         lines[-1] += (f", saturated capacity {capacity:,.3f} req/s" if capacity is not None else
                       f", saturated capacity not measured ({unmeasured})" if unmeasured else "") + (
-            f"; {load_info['admitted']:,} request{'' if load_info['admitted'] == 1 else 's'} admitted, "
+            f"; {counted(load_info['admitted'], 'request')} admitted, "
             f"{load_info['left_waiting']:,} left waiting")
     lines.append("")
     rows = []
@@ -61,16 +64,17 @@ def summary_text(s: dict[str, Any], title: str = "") -> str:
     lines.append("")
     kv = ", ".join(f"{p['role']} KV use mean {p['kv_utilization_mean']:.1%} peak {p['kv_utilization_peak']:.1%}, "
                    f"busy {p['busy_fraction']:.1%}" for p in s["pools"])
-    lines.append(f"ENGINE  {kv}; preemptions {s['preemptions']:,}; {s['steps']:,} steps simulated in "
-                 f"{s['iterations']:,} iterations")
+    lines.append(f"ENGINE  {kv}; preemptions {s['preemptions']:,}; {counted(s['steps'], 'step')} simulated in "
+                 f"{counted(s['iterations'], 'iteration')}")
     if s.get("prefix_cache_hit_rate"):
         lines.append(f"  prefix cache: {s['prefix_cache_hit_rate']:.1%} of prompt tokens found cached"
                      + (f" ({s['host_cache_hit_rate']:.1%} from the host tier)" if s.get("host_cache_hit_rate") else "")
-                     + f"; {sum(p['prefix_cache_evicted_tokens'] for p in s['pools']):,} tokens evicted")
+                     + f"; {counted(sum(p['prefix_cache_evicted_tokens'] for p in s['pools']), 'token')} evicted")
     for pool in s["pools"]:
         spec = pool.get("speculative")
         if spec:
-            lines.append(f"  speculative decoding ({pool['role']}): {spec['lookahead']} tokens drafted a step"
+            lines.append(f"  speculative decoding ({pool['role']}): {counted(spec['lookahead'], 'token')} drafted a "
+                         "step"
                          + (" (lookahead auto)" if spec["lookahead_auto"] else "")
                          + f", {spec['expected_tokens_per_step']:.2f} expected per step")
     little = s["little"]
@@ -94,7 +98,8 @@ def stages_text(stages: list[dict[str, Any]]) -> str:
     for st in stages:
         ramp = st.get("ramp")
         load = (f"{st['rate']:g}/s" if st.get("rate") is not None else
-                f"ramp {ramp['start_rps']:g} to {ramp['end_rps']:g}/s" if ramp else f"{st.get('concurrency')} clients")
+                f"ramp {ramp['start_rps']:g} to {ramp['end_rps']:g}/s" if ramp else
+                counted(st.get("concurrency"), "client"))
         if st.get("duration_s") is not None:
             load += f" x {st['duration_s']:g} s"
         rows.append([str(st["stage"]), load, f"{st['num_prompts']:,}", f"{st['completed']:,}",
@@ -126,8 +131,8 @@ def rejected_text(rows: list[dict[str, Any]], longer: str | None) -> str:
     counts = {(r.get("rejected", 0), r["num_prompts"]) for r in rows}
     if len(counts) == 1:
         rejected, sent = counts.pop()
-        return (f"\n  {rejected:,} of the {sent:,} requests were rejected on arrival{why}, at every rate; the "
-                "figures are of the others")
+        return (f"\n  {rejected:,} of the {counted(sent, 'request')} {'was' if rejected == 1 else 'were'} rejected "
+                f"on arrival{why}, at every rate; the figures are of the others")
     return (f"\n  requests rejected on arrival{why}, by rate: "
             + ", ".join(f"{r['rate']:g}: {r.get('rejected', 0):,} of {r['num_prompts']:,}" for r in rows)
             + "; the figures are of the others")
@@ -161,8 +166,8 @@ def serving_comparison_text(source: str, comparison: Any) -> str:
     lines = [f"InferSim compare: {what} against infersim serve at the same load",
              f"  measured:   {result.backend or 'unknown backend'}"
              + (f", {result.model_id}" if result.model_id else "")
-             + f"; {result.load}; {result.completed:,} requests, mean input {result.mean_input_len:,.1f} and output "
-               f"{result.mean_output_len:,.1f} tokens",
+             + f"; {result.load}; {counted(result.completed, 'request')}, mean input {result.mean_input_len:,.1f} and "
+               f"output {result.mean_output_len:,.1f} tokens",
              f"  predicted:  {comparison.predicted_title}", ""]
     rows = []
     for row in comparison.rows:

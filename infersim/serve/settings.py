@@ -143,9 +143,23 @@ def offline_limits(config: RunConfig, isl: float, osl: float) -> tuple[int, int]
     return limits.rounded(raw_batch, limits.batch_rounding), limits.rounded(raw_tokens, limits.token_rounding)
 
 
+@dataclass(frozen=True)
+class GivenLimits:
+    """What a run gives one instance in place of its engine card's: a running cap, a per-step token
+    budget and a KV pool (a measured one), tokens; and the context length the server takes
+    (max_model_len; None: the model's max_position_embeddings)."""
+
+    max_running: int | None = None
+    token_budget: int | None = None
+    pool_tokens: int | None = None
+    context_tokens: int | None = None
+
+
 def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, offline: bool,
-                         prefix_cache: bool | None = None, prefill_only: bool = False) -> SchedulerSettings:
-    """Scheduler settings of one instance of `config`'s deployment under its engine card."""
+                         prefix_cache: bool | None = None, prefill_only: bool = False,
+                         given: GivenLimits = GivenLimits()) -> SchedulerSettings:
+    """Scheduler settings of one instance of `config`'s deployment under its engine card, with what
+    the run `given` in place of the card's."""
     from infersim.cards.deployment import Workload
     from infersim.run.memory import memory_budget
     from infersim.run.speculative import drafter_memory
@@ -187,9 +201,7 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     # the pool is allocated in whole pages (vLLM's blocks: num_gpu_blocks x block_size tokens)
     capacity = int(memory.kv_capacity_bytes / per_token) // page * page * dp if per_token > 0 else 1 << 40
     derived = sched.running_cap_from_pool is not None and not (offline and engine.offline_limits is not None)
-    if derived:
-        cap = derived_running_cap(config, capacity)
-    return SchedulerSettings(
+    settings = SchedulerSettings(
         token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,
         admission=sched.kv_admission, page_size=page, chunked=chunked,
         prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
@@ -197,6 +209,25 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp,
         intake_one_step_ahead=engine.overheads.overlap_scheduler,
         client_lag_s=0.0 if prefill_only else engine.overheads.api_server_latency, cap_derived_by_engine=derived)
+    return _with_given(settings, config, given)
+
+
+def _with_given(settings: SchedulerSettings, config: RunConfig, given: GivenLimits) -> SchedulerSettings:
+    """`settings` with what the run gives, each said in the origin; an engine that derives its running
+    cap from its pool (SGLang) derives it here, once, from the final pool and context."""
+    if given.max_running:
+        settings = replace(settings, max_running=given.max_running, cap_derived_by_engine=False,
+                           origin=settings.origin + f"; running cap {given.max_running} given")
+    if given.token_budget:
+        settings = replace(settings, token_budget=given.token_budget,
+                           origin=settings.origin + f"; token budget {given.token_budget} given")
+    if given.pool_tokens:
+        settings = replace(settings, kv_capacity_tokens=given.pool_tokens,
+                           origin=settings.origin + f"; KV pool {given.pool_tokens:,} tokens given")
+    if settings.cap_derived_by_engine:
+        settings = replace(settings, max_running=derived_running_cap(config, settings.kv_capacity_tokens,
+                                                                     given.context_tokens))
+    return settings
 
 
 def derived_running_cap(config: RunConfig, pool_tokens: int, context_tokens: int | None = None) -> int:

@@ -46,12 +46,13 @@ from infersim.cards.deployment import (
     with_engine_defaults,
 )
 from infersim.base.errors import InferSimError
+from infersim.base.texttable import counted
 from infersim.modules.comm import p2p_bandwidth
 from infersim.serve.outcomes import Outcomes
 from infersim.serve.overload import StageLoad, assess_stage
 from infersim.serve.cost import StepCoster, StepPriceBook
 from infersim.serve.scheduler import Instance, RequestState
-from infersim.serve.settings import SchedulerSettings, derived_running_cap, settings_from_engine, with_host_tier
+from infersim.serve.settings import GivenLimits, SchedulerSettings, settings_from_engine, with_host_tier
 from infersim.serve.arrivals import Arrivals, build_requests, listed_arrivals
 from infersim.serve.driver import Driver, StageRun
 from infersim.serve.options import ServeOptions
@@ -116,20 +117,10 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     """A pool of `count` instances, of which the first min(count, requests) are built: a request
     occupies one instance at a time, so no router ever reaches an instance past the requests'
     number (round-robin by construction; least-loaded always finds an empty one among them)."""
-    settings = settings_from_engine(config, mean_isl, mean_osl, opts.mode == "offline", opts.prefix_cache,
-                                    prefill_only)
-    if opts.max_running_requests:
-        settings = replace(settings, max_running=opts.max_running_requests, cap_derived_by_engine=False,
-                           origin=settings.origin + f"; running cap {opts.max_running_requests} given")
-    if opts.max_num_tokens:
-        settings = replace(settings, token_budget=opts.max_num_tokens,
-                           origin=settings.origin + f"; token budget {opts.max_num_tokens} given")
-    if opts.kv_capacity_tokens:
-        settings = replace(settings, kv_capacity_tokens=opts.kv_capacity_tokens,
-                           origin=settings.origin + f"; KV pool {opts.kv_capacity_tokens:,} tokens given")
     context = (opts.workload.max_model_len if opts.workload is not None else None) or opts.max_model_len
-    if settings.cap_derived_by_engine and (opts.kv_capacity_tokens or context):
-        settings = replace(settings, max_running=derived_running_cap(config, settings.kv_capacity_tokens, context))
+    given = GivenLimits(opts.max_running_requests, opts.max_num_tokens, opts.kv_capacity_tokens, context)
+    settings = settings_from_engine(config, mean_isl, mean_osl, opts.mode == "offline", opts.prefix_cache,
+                                    prefill_only, given)
     if opts.host_kv_bytes or opts.host_kv_tokens:
         settings = with_host_tier(settings, config, opts.host_kv_bytes, opts.host_kv_tokens)
     coster = StepCoster(config, opts.bucket_width, prices)
@@ -224,9 +215,9 @@ def _limit_notes(config: RunConfig, max_model_len: int | None, default_limit: in
 
 
 def _beyond_context_note(config: RunConfig, refused: int) -> str:
-    return (f"{refused:,} requests longer (prompt + output) than model {config.model.name}'s context of "
-            f"{config.model.max_position_embeddings:,} tokens were rejected on arrival: max_model_len not given, "
-            f"{config.engine.name} defaults it to the model's max_position_embeddings")
+    return (f"{counted(refused, 'request')} longer (prompt + output) than model {config.model.name}'s context of "
+            f"{config.model.max_position_embeddings:,} tokens {'was' if refused == 1 else 'were'} rejected on arrival: "
+            f"max_model_len not given, {config.engine.name} defaults it to the model's max_position_embeddings")
 
 
 def context_notes(config: RunConfig, max_model_len: int | None, outcomes: Outcomes) -> list[str]:
@@ -236,19 +227,21 @@ def context_notes(config: RunConfig, max_model_len: int | None, outcomes: Outcom
     if not context:
         return []
     engine, model = config.engine.name, config.model.name
-    served = (f"{outcomes.beyond_context:,} requests longer (prompt + output) than model {model}'s context of "
-              f"{context:,} tokens (max_position_embeddings) were served")
+    beyond = outcomes.beyond_context
+    served = (f"{counted(beyond, 'request')} longer (prompt + output) than model {model}'s context of "
+              f"{context:,} tokens (max_position_embeddings) {'was' if beyond == 1 else 'were'} served")
     if not config.engine.scheduler.refuses_beyond_context:
-        if not outcomes.beyond_context:
+        if not beyond:
             return []
-        return [f"{served}: {engine} runs them, but the model was not trained on positions that far"]
+        return [f"{served}: {engine} runs {'it' if beyond == 1 else 'them'}, but the model was not trained on "
+                "positions that far"]
     if max_model_len is None or max_model_len <= context:
         return []
     override = config.engine.scheduler.long_context_override
     start = (f"{engine} starts with it only when {override} is set" if override else
              f"{engine} may refuse to start with it (engine card {engine} names no setting that allows it)")
-    past = (f"; {outcomes.beyond_context:,} requests longer than that (prompt + output) were served"
-            if outcomes.beyond_context else "")
+    past = (f"; {counted(beyond, 'request')} longer than that (prompt + output) {'was' if beyond == 1 else 'were'} "
+            "served" if beyond else "")
     return [f"max_model_len {max_model_len:,} is above model {model}'s context of {context:,} tokens "
             f"(max_position_embeddings): {start}, and the model's output quality past its trained context is not "
             f"assured{past}"]
@@ -321,9 +314,9 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
     result.notes.extend(context_notes(config, spec.max_model_len or opts.max_model_len, outcomes))
     outside = outcomes.not_counted.requests
     if outside:
-        result.notes.append(f"{outside:,} requests sent in the stages' lead-ins and tails (lead_s, tail_s) were "
-                            "simulated and kept out of every count and latency; the run's throughput, energy and "
-                            "engine lines include them")
+        result.notes.append(f"{counted(outside, 'request')} sent in the stages' lead-ins and tails (lead_s, tail_s) "
+                            f"{'was' if outside == 1 else 'were'} simulated and kept out of every count and latency; "
+                            f"the run's throughput, energy and engine lines include {'it' if outside == 1 else 'them'}")
     for run in runs:
         stage = outcomes.stages.get(run.index)
         if stage is None or not stage.requests or run.spec.concurrency is not None:

@@ -24,6 +24,7 @@ from typing import Any
 from infersim.cards.schema import MAX_COUNT, MAX_MAGNITUDE, MIN_MAGNITUDE, check_number
 from infersim.base.plaindata import loads_json
 from infersim.base.errors import ConfigError, InferSimError, echo
+from infersim.base.texttable import counted
 from infersim.serve.workload import MAX_REQUESTS, MAX_SPAN_S, Request, span_error
 
 COLUMN_NAMES = {
@@ -404,12 +405,12 @@ class TraceReplay:
     def _cut_note(self) -> str | None:
         dropped = len(self.rows) - self.count
         if self.asked is not None and self.asked > self.count:
-            return (f"trace {self.rows.path}: {len(self.rows):,} rows, fewer than num_requests {self.asked:,}: all "
-                    f"{self.count:,} replayed")
+            return (f"trace {self.rows.path}: {counted(len(self.rows), 'row')}, fewer than num_requests "
+                    f"{self.asked:,}: all {self.count:,} replayed")
         if not dropped:
             return None
         return (f"trace {self.rows.path}: replaying the first {self.count:,} of its {len(self.rows):,} rows by arrival "
-                f"time (num_requests); {dropped:,} rows dropped")
+                f"time (num_requests); {counted(dropped, 'row')} dropped")
 
     def mean_lengths(self) -> tuple[float, float]:
         rows = self.rows

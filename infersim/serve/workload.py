@@ -36,6 +36,7 @@ from typing import Any
 
 from infersim.cards.schema import MAX_COUNT, check_number
 from infersim.base.errors import ConfigError, InferSimError, echo
+from infersim.base.texttable import counted
 
 #: latest arrival (seconds after the run's start) the serving clock resolves to a microsecond:
 #: float64 holds whole numbers exactly up to 2^53, so 2^53 us (285 years) of simulated time
@@ -124,7 +125,7 @@ class LengthDist:
         if self.dist == "uniform":
             return f"uniform {self.low:,}..{self.high:,}"
         if self.dist == "empirical":
-            return f"empirical ({len(self.values):,} lengths of {self.source}, mean {self.mean:,.6g})"
+            return f"empirical ({counted(len(self.values), 'length')} of {self.source}, mean {self.mean:,.6g})"
         return f"{self.dist} mean {self.mean:,.6g}, std {self.std:,.6g}"
 
 
@@ -163,9 +164,11 @@ class LengthTally:
             return None
         parts = []
         if self.raised:
-            parts.append(f"{self.raised:,} of {self.count:,} draws fell below min {d.low:,} and were raised to it")
+            parts.append(f"{self.raised:,} of {counted(self.count, 'draw')} fell below min {d.low:,} and "
+                         f"{'was' if self.raised == 1 else 'were'} raised to it")
         if self.cut:
-            parts.append(f"{self.cut:,} of {self.count:,} draws exceeded max {d.high or MAX_COUNT:,} and were cut to it")
+            parts.append(f"{self.cut:,} of {counted(self.count, 'draw')} exceeded max {d.high or MAX_COUNT:,} and "
+                         f"{'was' if self.cut == 1 else 'were'} cut to it")
         if not parts:
             parts.append("the tail is too heavy for this many draws")
         return (f"{self.name}: realised mean {self.mean:,.1f} tokens where the {d.dist} distribution's mean is "

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infersim.base.errors import InferSimError, echo
+from infersim.base.texttable import counted
 from infersim.serve.profiles import RAMPS, TIMERS, Ramp
 from infersim.serve.workload import MAX_REQUESTS, MAX_SPAN_S, LengthDist, check_rate, length_dist
 
@@ -77,7 +78,7 @@ class StageSpec:
 
     def describe(self) -> str:
         if self.concurrency is not None:
-            return f"{self.count:,} requests from {self.concurrency} clients"
+            return f"{counted(self.count, 'request')} from {counted(self.concurrency, 'client')}"
         if self.rate is None:  # a ramp's stage: the workload names the ramp
             return f"{self.count:,} sent"
         what = f"{self.rate:g}/s"
@@ -135,10 +136,10 @@ class WorkloadSpec:
     def describe(self) -> str:
         d = self.data
         what = {"random": "random lengths" + (f" after a shared {d.prefix_tokens:,}-token prefix" if d.prefix_tokens else ""),
-                "prefix_repetition": f"{d.num_prefixes:,} repeated prefixes",
+                "prefix_repetition": counted(d.num_prefixes, "repeated prefix", "repeated prefixes"),
                 "shared_prefix": f"{d.num_groups:,} x {d.prompts_per_group:,} shared-prefix prompts"
                                  + (", multi-turn" if d.multi_turn else ""),
-                "sessions": f"chat sessions, {d.num_groups:,} system prompt(s)"}[d.type]
+                "sessions": f"chat sessions, {counted(d.num_groups, 'system prompt')}"}[d.type]
         stages = ", then ".join(s.describe() for s in self.stages)
         ramp = f", ramp {self.ramp.strategy} {self.ramp.start_rps:g} to {self.ramp.end_rps:g}/s" if self.ramp else ""
         return f"{what}; {self.timer} timer: {stages}{ramp}"
@@ -316,11 +317,17 @@ def _ramp(spec: Any, where: str) -> Ramp:
     if s["strategy"] not in RAMPS:
         raise InferSimError(f"{where}.strategy: {echo(s['strategy'])} is not one of {', '.join(RAMPS)}")
     start, end = check_rate(s["start_rps"], f"{where}.start_rps"), check_rate(s["end_rps"], f"{where}.end_rps")
-    if start > end:  # vllm benchmarks/serve.py main_async(): "Ramp-up start RPS must be less than end RPS"
-        raise InferSimError(f"{where}: start_rps {start:g} is above end_rps {end:g} (--ramp-up-start-rps / "
-                            "--ramp-up-end-rps): a ramp-up rises from its start to its end, and vllm bench serve "
-                            "refuses a start above the end")
+    check_ramp_rises(start, end, f"{where}: start_rps {start:g} is above end_rps {end:g} (--ramp-up-start-rps / "
+                     "--ramp-up-end-rps)")
     return Ramp(s["strategy"], start, end)
+
+
+def check_ramp_rises(start: float, end: float, given: str) -> None:
+    """Refuse a ramp-up whose start rate is above its end; `given` names the two rates as the user
+    wrote them (the workload's keys, or the --ramp-up flags)."""
+    if start > end:  # vllm benchmarks/serve.py main_async(): "Ramp-up start RPS must be less than end RPS"
+        raise InferSimError(f"{given}: a ramp-up rises from its start to its end, and vllm bench serve refuses a "
+                            "start above the end")
 
 
 def parse_workload(spec: Any, where: str = "workload") -> WorkloadSpec:
