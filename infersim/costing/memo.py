@@ -106,15 +106,21 @@ class _PairCosts:
             cost = shapes[shape] = kernel_cost(shape, self.hw, self.tables)
         return cost
 
-    def operation(self, op: Operation) -> Priced:
-        cost = self.cost(op.shape)
-        return op, cost, cost.seconds * op.count
-
     def piece(self, piece: Piece) -> tuple[Piece, tuple[Priced, ...], int]:
         """`piece` priced operation by operation, kept by its identity (the entry holds it)."""
         if len(self.pieces) >= MAX_PIECES:
             _drop_older_half(self.pieces)
-        entry = self.pieces[id(piece)] = (piece, tuple(map(self.operation, piece)), sum(map(operation_kernels, piece)))
+        shapes = self.shapes
+        priced = []
+        for op in piece:
+            try:
+                cost = shapes.get(op.shape)
+            except TypeError:  # an unhashable shape: self.cost prices it without keeping it
+                cost = None
+            if cost is None:
+                cost = self.cost(op.shape)
+            priced.append((op, cost, cost.seconds * op.count))
+        entry = self.pieces[id(piece)] = (piece, tuple(priced), sum(map(operation_kernels, piece)))
         return entry
 
 

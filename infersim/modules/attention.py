@@ -44,35 +44,33 @@ INDEX_KEY_SCALE_BYTES = 4.0  # ... with one fp32 scale per key (DeepSeek-V3.2 in
 def _core_shapes(model: ModelCard, dep: MixerDeployment, ctx: StageContext, heads: int, window: int = 0) -> list[Operation]:
     tp = dep.attention.tp
     prec = dep.precision
+    dtype, kv_dtype = prec.attention, prec.kv_cache
     ops = []
     for i, seqs in enumerate(ctx.sequences_per_gpu):
         stage = seqs.kernel_stage(ctx.stage)
-        common = dict(stage=stage, batch=seqs.group_count(tp), q_len=seqs.q_len, kv_len=seqs.kv_len,
-                      dtype=prec.attention, kv_dtype=prec.kv_cache)
-        if window:
-            common["window"] = window
+        batch, q_len, kv_len = seqs.group_count(tp), seqs.q_len, seqs.kv_len
         if model.is_sparse_attention:
-            shape = AttentionShape(kind="mla_sparse", num_heads=heads, num_kv_heads=1,
-                                   qk_head_dim=model.kv_lora_rank + model.qk_rope_head_dim,
-                                   v_head_dim=model.kv_lora_rank, rope_dim=model.qk_rope_head_dim,
-                                   topk=model.index_topk, **common)
+            shape = AttentionShape("mla_sparse", stage, batch, q_len, kv_len, heads, 1,
+                                   model.kv_lora_rank + model.qk_rope_head_dim, model.kv_lora_rank,
+                                   rope_dim=model.qk_rope_head_dim, window=window, dtype=dtype, kv_dtype=kv_dtype,
+                                   topk=model.index_topk)
         elif model.is_mla and stage == "decode" and dep.model_code.mla == "absorbed":
-            shape = AttentionShape(kind="mla", num_heads=heads, num_kv_heads=1,
-                                   qk_head_dim=model.kv_lora_rank + model.qk_rope_head_dim,
-                                   v_head_dim=model.kv_lora_rank, rope_dim=model.qk_rope_head_dim, **common)
+            shape = AttentionShape("mla", stage, batch, q_len, kv_len, heads, 1,
+                                   model.kv_lora_rank + model.qk_rope_head_dim, model.kv_lora_rank,
+                                   rope_dim=model.qk_rope_head_dim, window=window, dtype=dtype, kv_dtype=kv_dtype)
         elif model.is_mla:
-            shape = AttentionShape(kind="mha", num_heads=heads, num_kv_heads=heads,
-                                   qk_head_dim=model.qk_head_dim, v_head_dim=model.v_head_dim,
-                                   rope_dim=model.qk_rope_head_dim, **common)
+            shape = AttentionShape("mha", stage, batch, q_len, kv_len, heads, heads, model.qk_head_dim,
+                                   model.v_head_dim, rope_dim=model.qk_rope_head_dim, window=window, dtype=dtype,
+                                   kv_dtype=kv_dtype)
         else:
             kv_heads = heads_per_rank(model.num_key_value_heads, tp)
             if stage == "decode" and seqs.kv_capacity:
                 # a static cache under torch.compile: SDPA gets a mask, so HF repeats K and V to every query
                 # head (no enable_gqa), and attends over the whole allocated cache
-                common["kv_len"] = seqs.kv_capacity
+                kv_len = seqs.kv_capacity
                 kv_heads = heads
-            shape = AttentionShape(kind="mha", num_heads=heads, num_kv_heads=kv_heads,
-                                   qk_head_dim=model.head_dim, v_head_dim=model.head_dim, **common)
+            shape = AttentionShape("mha", stage, batch, q_len, kv_len, heads, kv_heads, model.head_dim,
+                                   model.head_dim, window=window, dtype=dtype, kv_dtype=kv_dtype)
         ops.append(Operation("attn_core" if i == 0 else f"attn_core_{i}", cat.ATTN_CORE, shape))
     return ops
 
