@@ -166,7 +166,11 @@ def test_a_rope_scaling_factor_stretches_the_imported_context():
     assert card_fields_from_hf(linear, "t.json", "t")["max_position_embeddings"] == 16384
     yarn = {**TINY_HF, "max_position_embeddings": 40960,
             "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}}
-    assert card_fields_from_hf(yarn, "t.json", "t")["max_position_embeddings"] == 40960  # the engines disagree
+    fields = card_fields_from_hf(yarn, "t.json", "t")
+    assert fields["max_position_embeddings"] == 40960  # the engines disagree, and the card's source says so
+    assert fields["source"].endswith("; context: the config's max_position_embeddings 40,960, as SGLang takes it; "
+                                     "vLLM takes YaRN's original_max_position_embeddings x factor = 131,072 "
+                                     "(--set model.max_position_embeddings=N for a vLLM run that relies on it)")
     llama3 = {**TINY_HF, "max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8}}
     assert card_fields_from_hf(llama3, "t.json", "t")["max_position_embeddings"] == 131072
 

@@ -167,8 +167,15 @@ def _scaled_context(config: dict[str, Any], fields: dict[str, Any]) -> None:
         return
     kind = str(scaling.get("rope_type") or scaling.get("type") or "")
     factor = scaling.get("factor")
-    if ("original_max_position_embeddings" in scaling or kind in ("llama3", "su", "longrope")
-            or isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 1):
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 1:
+        return
+    original = scaling.get("original_max_position_embeddings")
+    if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and original > 0:
+        fields["source"] += (f"; context: the config's max_position_embeddings {context:,}, as SGLang takes it; vLLM "
+                             f"takes YaRN's original_max_position_embeddings x factor = {int(original * factor):,} "
+                             "(--set model.max_position_embeddings=N for a vLLM run that relies on it)")
+        return
+    if original is not None or kind in ("llama3", "su", "longrope"):
         return
     fields["max_position_embeddings"] = int(context * factor)
     fields["source"] += f"; context {context:,} x rope_scaling {kind or 'factor'} {factor:g}"
