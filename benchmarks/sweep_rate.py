@@ -21,6 +21,7 @@ warm-up only), for telling slower code from a slower machine.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -82,10 +83,16 @@ def warm_up_only(index: int, quick: bool) -> None:
 def instructions(index: int, quick: bool) -> tuple[int, float]:
     """(configurations, interpreter instructions per configuration) of case `index` under callgrind."""
     counts = []
+    quick_flag = ["--quick"] if quick else []
+    # a fixed hash seed, and the bytecode compiled by a run before the two counted ones (else the
+    # first counted run alone would pay for compiling what changed since the last run)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    subprocess.run([sys.executable, __file__, "--warm-up-only", str(index)] + quick_flag, check=True, env=env,
+                   capture_output=True)
     for flag in ("--one", "--warm-up-only"):
         done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                               __file__, flag, str(index)] + (["--quick"] if quick else []),
-                              check=True, capture_output=True, text=True)
+                               __file__, flag, str(index)] + quick_flag,
+                              check=True, capture_output=True, text=True, env=env)
         counts.append(int(done.stderr.split("Collected :")[1].split()[0]))
         if flag == "--one":
             simulated = int(done.stdout.split()[0])
