@@ -77,3 +77,16 @@ def test_a_batch_above_the_default_running_cap_fits_where_the_kv_cache_holds_it(
     code, out, err = run(capsys, *SWEEP, "--config", "qwen3-30b.yaml", "--isl", "64", "--osl", "64", "--grid",
                          "workload.decode_batch_per_gpu=max")
     assert code == 0 and " 4096 " in out and "above sglang's default" not in err
+
+
+def test_a_tpot_that_falls_as_the_batch_grows_is_explained(capsys) -> None:
+    """vLLM's H100 GEMM table times ffn_up_proj of Qwen3-8B at 40 rows (batch 33, padded to the
+    captured size 40) faster than at 32: the note names the operation, its two times and sources."""
+    code, out, err = run(capsys, *SWEEP, "--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm",
+                         "--grid", "workload.decode_batch_per_gpu=31,32,33")
+    assert code == 0
+    assert ("note: TPOT falls as the batch grows at 1 place (on one layout, from one batch to the next); the "
+            "largest: 11.02 ms at batch 32, 10.67 ms at 33, mostly ffn_up_proj (dense layers): 2.934 ms per step "
+            "at batch 32, interpolated from vllm-0.24.0/gemm_bf16.csv.gz; 2.538 ms at batch 33 (computed as 40, a "
+            "captured CUDA-graph size), interpolated from vllm-0.24.0/gemm_bf16.csv.gz (measured times need not "
+            "grow with the size") in err  # 1 place: 31 -> 32 rises

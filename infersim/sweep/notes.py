@@ -13,6 +13,7 @@ from infersim.base.errors import InferSimError, shorten
 from infersim.run.flags import FLAG_OF_FIELD, LAYOUT_FLAG_FIELDS, RunFlags, flag_fields, flag_name
 from infersim.shapes.kernels import NoTables
 from infersim.sweep.evaluate import Row, SweepSpec
+from infersim.sweep.falling import falling_tpot_note
 
 
 #: a card named by these is the base of the fields set inside it: both may be given
@@ -86,8 +87,9 @@ def sweep_notes(spec: SweepSpec, unlaunchable: dict[str, int] | None = None,
                 rows: Sequence[Row] = ()) -> list[str]:
     """What a sweep does that its command line does not say: kernel tables dropped for a hardware
     axis, the MoE path a layout search gives expert-TP layouts, the searched layouts left out
-    because the engine cannot launch them (`unlaunchable`: SweepResult.unlaunchable), and the
-    `rows` whose batch is above the engine's default running-request cap."""
+    because the engine cannot launch them (`unlaunchable`: SweepResult.unlaunchable), the `rows`
+    whose batch is above the engine's default running-request cap, and where their TPOT falls as the
+    batch grows."""
     notes = []
     left_out = unlaunchable_note(spec, unlaunchable or {})
     if left_out:
@@ -95,6 +97,9 @@ def sweep_notes(spec: SweepSpec, unlaunchable: dict[str, int] | None = None,
     above = above_cap_note(spec, rows)
     if above:
         notes.append(above)
+    falling = falling_tpot_note(spec, rows)
+    if falling:
+        notes.append(falling)
     config = spec.base.config
     hardware_axes = [a.path for a in spec.axes if a.path.split(".")[0] == "hardware"]
     if config.tables_auto and hardware_axes and not isinstance(config.tables, NoTables):
