@@ -347,7 +347,7 @@ def check_fits(memory: GenerationMemory, config: RunConfig, gen: GenerateSpec) -
             f"{hw.name} gives {_gb(memory.host_capacity_bytes)} (host_memory_bytes)")
     lengths = _with_lengths(config, gen)
     beyond = beyond_context(lengths)
-    if beyond and config.engine.scheduler.refuses_beyond_context:
+    if beyond and config.engine.context_limit.beyond != "run":
         problems.append(f"{beyond}, which {config.engine.name} refuses")
     if not problems:
         return
@@ -360,7 +360,7 @@ def check_fits(memory: GenerationMemory, config: RunConfig, gen: GenerateSpec) -
         hints.append("stream the weights from NVMe (offload_device: nvme)")
     if not (memory.fits_gpu and memory.fits_host):
         hints.append("lower the batch")
-    if beyond and config.engine.scheduler.refuses_beyond_context:
+    if beyond and config.engine.context_limit.beyond != "run":
         hints.append("shorter prompts or generations (--prompt-len, --gen-len)")
     raise DoesNotFit(f"does not fit ({config.model.name}, batch {gen.batch} x {gen.prompt_len}+{gen.gen_len} tokens): "
                      + "; ".join(problems) + ". Try: " + ", or ".join(hints))

@@ -230,9 +230,9 @@ def context_warnings(config: RunConfig) -> list[str]:
     """What the run's request length against the model's context is worth a word about, where it is
     not a refusal (fit_problems): an engine that runs it anyway, or a model card that states none."""
     beyond = beyond_context(config)
-    if beyond and not config.engine.scheduler.refuses_beyond_context:
+    if beyond and config.engine.context_limit.beyond == "run":
         return [f"{beyond}: {config.engine.name} runs it, but the model was not trained on positions that far"]
-    if not config.model.max_position_embeddings and config.engine.scheduler.refuses_beyond_context:
+    if not config.model.max_position_embeddings and config.engine.context_limit.beyond != "run":
         return [f"model card {config.model.name} states no context length (max_position_embeddings): the request "
                 f"length is not checked against it ({config.engine.name} takes its context from the model's config, "
                 "and a default of its own where the config states none)"]
@@ -262,8 +262,8 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
     workload, dep = config.workload, config.deployment
     left = memory.hbm_bytes - memory.reserved_bytes
     beyond = beyond_context(config)
-    if beyond and config.engine.scheduler.refuses_beyond_context:
-        reserved = config.engine.scheduler.context_reserved_tokens
+    if beyond and config.engine.context_limit.beyond != "run":
+        reserved = config.engine.context_limit.reserved_tokens
         out.append(f"{beyond}: {config.engine.name} refuses such requests (its longest request defaults to the "
                    f"model's context{f' less {reserved}: prompt + output must stay below it' if reserved else ''}); "
                    "fix: shorter requests (--isl/--osl), or a model card with a longer "

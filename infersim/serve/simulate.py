@@ -193,9 +193,9 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
 
 def context_limit(config: RunConfig) -> int | None:
     """The server's own max_model_len when none is given: the model's context length, where the engine
-    refuses longer requests (engine card scheduler.refuses_beyond_context); None: no limit."""
+    refuses longer requests (engine card context_limit.beyond); None: no limit."""
     limit = config.engine.longest_request(config.model.max_position_embeddings)
-    return limit if limit and config.engine.scheduler.refuses_beyond_context else None
+    return limit if limit and config.engine.context_limit.beyond != "run" else None
 
 
 def _admits(config: RunConfig, limit: int, given: bool) -> str:
@@ -230,14 +230,14 @@ def context_notes(config: RunConfig, max_model_len: int | None, outcomes: Outcom
     beyond = outcomes.beyond_context
     served = (f"{counted(beyond, 'request')} longer (prompt + output) than model {model}'s context of "
               f"{context:,} tokens (max_position_embeddings) {'was' if beyond == 1 else 'were'} served")
-    if not config.engine.scheduler.refuses_beyond_context:
+    if config.engine.context_limit.beyond == "run":
         if not beyond:
             return []
         return [f"{served}: {engine} runs {'it' if beyond == 1 else 'them'}, but the model was not trained on "
                 "positions that far"]
     if max_model_len is None or max_model_len <= context:
         return []
-    override = config.engine.scheduler.long_context_override
+    override = config.engine.context_limit.override
     start = (f"{engine} starts with it only when {override} is set" if override else
              f"{engine} may refuse to start with it (engine card {engine} names no setting that allows it)")
     past = (f"; {counted(beyond, 'request')} longer than that (prompt + output) {'was' if beyond == 1 else 'were'} "

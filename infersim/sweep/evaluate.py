@@ -320,7 +320,7 @@ def _refuse_beyond_context(model: ModelCard, engine: EngineCard, work: Workload)
     """A variant whose requests the engine's server refuses (longer than the model's context) has no
     row to time: it is rejected, as the main run does not fit (run.simulate.fit_problems)."""
     beyond = request_beyond_context(model, engine, work.isl, work.osl)
-    if beyond and engine.scheduler.refuses_beyond_context:
+    if beyond and engine.context_limit.beyond != "run":
         raise InferSimError(f"{beyond}: {engine.name} refuses such requests")
 
 

@@ -1,0 +1,69 @@
+"""An engine's context limit (engine card section context_limit): what its server does with a request
+(prompt + output) longer than its context length. vLLM 0.11 and 0.15 refuse it; vLLM 0.33 cuts its
+output to what fits (get_max_tokens) and refuses only a prompt that leaves no room, or more output
+tokens than the context; HF generate() runs past it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from core_fixtures import FREE_ENGINE
+from infersim.base.errors import ConfigError
+from infersim.cards.engine import EngineCard, validate_engine
+from infersim.cards.schema import build
+from infersim.run.config import load_engine_card
+
+
+def _card(**context_limit: object) -> EngineCard:
+    data = copy.deepcopy(FREE_ENGINE)
+    data["context_limit"] = context_limit
+    return validate_engine(build(EngineCard, data, "e.yaml"), "e.yaml")
+
+
+# -- the card section ---------------------------------------------------------------------------------
+
+
+def test_a_bad_beyond_value_is_one_message_naming_file_key_and_value():
+    with pytest.raises(ConfigError) as caught:
+        _card(beyond="truncate")
+    assert str(caught.value) == ("e.yaml: field 'context_limit.beyond' (value: 'truncate'): must be one of refuse, "
+                                 "shorten_output, run")
+
+
+@pytest.mark.parametrize("section, field, problem", [
+    ({"beyond": "refuse", "refuse_beyond": 1}, "context_limit.refuse_beyond", "unknown key"),
+    ({"beyond": "refuse", "output_margin": "two"}, "context_limit.output_margin", "expected a whole number"),
+    ({"beyond": "refuse", "refuses_long_output": 1}, "context_limit.refuses_long_output", "expected true or false"),
+    ({"beyond": "run", "output_margin": 2}, "context_limit.output_margin", "beyond run: the engine runs every"),
+    ({"beyond": "shorten_output", "reserved_tokens": 1}, "context_limit.reserved_tokens", "applies to beyond refuse"),
+    ({"beyond": "refuse", "output_margin": 3, "prompt_margin": 2}, "context_limit.output_margin",
+     "above prompt_margin (2)"),
+    ({"beyond": "refuse", "override": "VLLM_ALLOW_LONG_MAX_MODEL_LEN"}, "context_limit.override",
+     "expected VARIABLE=VALUE"),
+])
+def test_the_section_is_validated_strictly(section, field, problem):
+    with pytest.raises(ConfigError) as caught:
+        _card(**section)
+    assert caught.value.field == field and problem in caught.value.problem
+
+
+def test_a_card_without_the_section_is_refused():
+    data = copy.deepcopy(FREE_ENGINE)
+    del data["context_limit"]
+    with pytest.raises(ConfigError, match="'context_limit'.*required field is missing"):
+        build(EngineCard, data, "e.yaml")
+
+
+def test_each_bundled_engine_states_what_its_server_does():
+    rules = {name: load_engine_card(name)[0].context_limit
+             for name in ("vllm@0.11", "vllm@0.15", "vllm@0.33", "sglang@0.5", "sglang", "trtllm", "huggingface")}
+    # a context of 4,096 tokens: a 3,000-token prompt asking for 2,000 tokens; then edge cases
+    assert {name: rule.output_run(4096, 3000, 2000) for name, rule in rules.items()} == {
+        "vllm@0.11": 0, "vllm@0.15": 0, "vllm@0.33": 1096, "sglang@0.5": 0, "sglang": 0, "trtllm": 0,
+        "huggingface": 2000}
+    vllm = rules["vllm@0.33"]
+    assert (vllm.output_run(4096, 4095, 10), vllm.output_run(4096, 4096, 1), vllm.output_run(4096, 10, 4097)) == \
+        (1, 0, 0)  # a prompt must leave room for one token; more output tokens than the context are refused
+    assert rules["vllm@0.15"].output_run(4096, 3000, 1096) == 1096 and vllm.output_run(0, 90_000, 90_000) == 90_000
