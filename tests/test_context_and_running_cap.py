@@ -123,7 +123,7 @@ def test_a_given_pool_gives_sglang_its_own_cap_and_a_launch_leaves_the_cap_to_it
 def test_serve_rejects_requests_beyond_the_context_as_the_server_does(capsys):
     import json
 
-    args = ["serve", "--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm", "--rate", "2",
+    args = ["serve", "--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm@0.15", "--rate", "2",
             "--num-requests", "6", "--osl", "2000", "--isl", "40000", "--format", "json"]
     main(args)
     out = json.loads(capsys.readouterr().out)

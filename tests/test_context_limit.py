@@ -1,7 +1,8 @@
 """An engine's context limit (engine card section context_limit): what its server does with a request
 (prompt + output) longer than its context length. vLLM 0.11 and 0.15 refuse it; vLLM 0.33 cuts its
 output to what fits (get_max_tokens) and refuses only a prompt that leaves no room, or more output
-tokens than the context; HF generate() runs past it."""
+tokens than the context; HF generate() runs past it. The serving simulation admits such a request
+with the cut output and says how many were cut."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from core_fixtures import FREE_ENGINE
 from infersim.base.errors import ConfigError
 from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.schema import build
-from infersim.run.config import load_engine_card
+from infersim.run.config import config_from_mapping, load_engine_card
+from infersim.serve.api import simulate_serving
+
+
+ONE_GPU = {"num_gpus": 1, "attention": {"tp": 1}, "ffn": {"tp": 1}}
 
 
 def _card(**context_limit: object) -> EngineCard:
@@ -67,3 +72,41 @@ def test_each_bundled_engine_states_what_its_server_does():
     assert (vllm.output_run(4096, 4095, 10), vllm.output_run(4096, 4096, 1), vllm.output_run(4096, 10, 4097)) == \
         (1, 0, 0)  # a prompt must leave room for one token; more output tokens than the context are refused
     assert rules["vllm@0.15"].output_run(4096, 3000, 1096) == 1096 and vllm.output_run(0, 90_000, 90_000) == 90_000
+
+
+# -- serve ---------------------------------------------------------------------------------------------
+
+
+def _config(engine: str, model: str = "qwen3-8b") -> object:
+    return config_from_mapping({"model": model, "hardware": "h100", "engine": engine, "deployment": ONE_GPU,
+                                "workload": {"isl": 1000, "osl": 100}}, "test", mfu_tables="none")
+
+
+LONGER = {"mode": "poisson", "rate": 2, "num_requests": 6, "isl": 3000, "osl": 2000, "max_model_len": 4096}
+
+
+def test_vllm_0_33_serves_requests_longer_than_max_model_len_with_their_output_cut():
+    summary = simulate_serving(_config("vllm@0.33"), LONGER)
+    # each request: 3,000 + 2,000 tokens against 4,096: 1,096 output tokens run, 904 cut
+    assert (summary["completed"], summary["failed"], summary["total_output_tokens"]) == (6, 0, 6 * 1096)
+    assert (summary["shortened"], summary["shortened_output_tokens"]) == (6, 6 * 904)
+    assert summary["notes"] == [
+        "6 requests longer (prompt + output) than vllm 0.33.0 runs whole at a context of 4,096 tokens (max_model_len "
+        "4,096) were admitted with their output cut to the context less the prompt: 5,424 output tokens fewer in all "
+        "(engine card context_limit.beyond shorten_output)"]
+
+
+def test_vllm_0_15_rejects_them_and_0_33_rejects_a_prompt_that_leaves_no_room():
+    refused = simulate_serving(_config("vllm@0.15"), LONGER)
+    assert (refused["completed"], refused["rejected"], refused.get("shortened")) == (0, 6, None)
+    assert refused["rejected_as_longer_than"] == "max_model_len 4,096"
+    prompt = simulate_serving(_config("vllm@0.33"), {**LONGER, "isl": 4096, "osl": 10})
+    assert (prompt["completed"], prompt["rejected"], prompt.get("shortened")) == (0, 6, None)
+
+
+def test_a_workloads_requests_are_cut_as_they_arrive():
+    workload = {"data": {"type": "random", "input": 3000, "output": 2000}, "max_model_len": 4096,
+                "load": {"stages": [{"rate": 2, "num_requests": 4}]}}
+    summary = simulate_serving(_config("vllm@0.33"), {"workload": workload})
+    assert (summary["completed"], summary["total_output_tokens"], summary["shortened"]) == (4, 4 * 1096, 4)
+    assert any(n.startswith("4 requests longer (prompt + output) than vllm 0.33.0 runs whole") for n in summary["notes"])
