@@ -2,21 +2,24 @@
 (prompt + output) longer than its context length. vLLM 0.11 and 0.15 refuse it; vLLM 0.33 cuts its
 output to what fits (get_max_tokens) and refuses only a prompt that leaves no room, or more output
 tokens than the context; HF generate() runs past it. The serving simulation admits such a request
-with the cut output and says how many were cut."""
+with the cut output and says how many were cut; the main run, sweeps and generate simulate the cut
+OSL and say so."""
 
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
+from cli_helpers import run_json
 from core_fixtures import FREE_ENGINE
 from infersim.base.errors import ConfigError
 from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.schema import build
+from infersim.cli.main import main
 from infersim.run.config import config_from_mapping, load_engine_card
 from infersim.serve.api import simulate_serving
-
 
 ONE_GPU = {"num_gpus": 1, "attention": {"tp": 1}, "ffn": {"tp": 1}}
 
@@ -110,3 +113,54 @@ def test_a_workloads_requests_are_cut_as_they_arrive():
     summary = simulate_serving(_config("vllm@0.33"), {"workload": workload})
     assert (summary["completed"], summary["total_output_tokens"], summary["shortened"]) == (4, 4 * 1096, 4)
     assert any(n.startswith("4 requests longer (prompt + output) than vllm 0.33.0 runs whole") for n in summary["notes"])
+
+
+# -- run, sweep, generate ------------------------------------------------------------------------------
+
+
+def test_the_main_run_simulates_the_output_vllm_0_33_runs(capsys):
+    data = run_json(capsys, "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm@0.33", "--isl", "3900",
+                    "--osl", "200")
+    assert data["fits"] and data["workload"]["osl"] == 196  # 4,096 - 3,900
+    assert data["warnings"][0] == (
+        "a request of 4,100 tokens (ISL 3,900 + OSL 200) is longer than model llama-2-7b's context of 4,096 tokens "
+        "(max_position_embeddings): vllm 0.33.0 cuts its output to 196 tokens, what fits (prompt + output up to the "
+        "context its server defaults to, the model's; engine card context_limit.beyond shorten_output): OSL 196 "
+        "simulated, not the 200 asked for")
+    asked = run_json(capsys, "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm@0.33", "--isl", "3900",
+                     "--osl", "196")
+    assert asked["decode"] == data["decode"] and asked["memory"] == data["memory"]
+    assert main(["--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm@0.33", "--isl", "4096",
+                 "--osl", "10"]) == 1  # no room for an output token: refused
+    assert "vllm 0.33.0 refuses such requests (refused: a prompt of 4,096 tokens or more, at the context its server " \
+           "defaults to, the model's)" in capsys.readouterr().out
+
+
+def test_a_sweep_times_the_cut_output_and_says_so(capsys, tmp_path):
+    rows = {}
+    for osl in ("200", "196"):
+        out = tmp_path / f"sweep{osl}.json"
+        assert main(["sweep", "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm@0.33", "--num-gpus",
+                     "1", "--grid", "workload.isl=1000,3900", "--osl", osl, "--workers", "1", "--out", str(out)]) == 0
+        rows[osl] = json.loads(out.read_text())
+    err = capsys.readouterr().err
+    asked, cut = rows["200"], rows["196"]
+    assert [r["status"] for r in asked["rows"]] == ["ok", "ok"]
+    assert asked["rows"][1]["tpot_ms"] == cut["rows"][1]["tpot_ms"] and \
+        asked["rows"][1]["batch_per_gpu"] == cut["rows"][1]["batch_per_gpu"]
+    said = ("a request of 4,100 tokens (ISL 3,900 + OSL 200) is longer than model llama-2-7b's context of 4,096 "
+            "tokens (max_position_embeddings): vllm 0.33.0 cuts its output to 196 tokens, what fits (prompt + output up "
+            "to the context its server defaults to, the model's; engine card context_limit.beyond shorten_output)")
+    assert asked["shortened_output"] == {said: 1} and cut["shortened_output"] == {}
+    assert (f"infersim: note: 1 grid point asks for requests longer than the engine's server runs whole: its rows are "
+            f"timed with the output it cuts them to, not the OSL of the grid: 1 x {said}") in err
+
+
+def test_generate_runs_the_generation_the_engine_runs(capsys):
+    args = ["generate", "--model", "llama-2-7b", "--hardware", "h100", "--prompt-len", "3900", "--gen-len", "200",
+            "--batch", "1", "--engine"]
+    assert main([*args, "vllm@0.33"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm 0.33.0 cuts its output to 196 tokens" in out and "gen_len 196 simulated, not the 200 asked for" in out
+    assert "decode timed step by step: 195 steps at KV length 3901..4095" in out
+    assert main([*args, "vllm@0.15"]) == 1
