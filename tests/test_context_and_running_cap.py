@@ -140,15 +140,16 @@ def test_serve_rejects_requests_beyond_the_context_as_the_server_does(capsys):
         "trained context is not assured; 6 requests longer than that (prompt + output) were served"]
 
 
-def test_sglang_refuses_a_request_that_fills_the_context_but_vllm_takes_it(capsys):
+def test_sglang_0_5_2_refuses_a_request_that_fills_the_context_but_vllm_takes_it(capsys):
     args = ["--model", "llama-2-7b", "--hardware", "h100", "--isl", "3996", "--osl", "100"]
     assert main([*args, "--engine", "vllm@0.15"]) == 0  # 4,096 tokens: vLLM refuses only longer ones
     capsys.readouterr()
-    assert main([*args, "--engine", "sglang"]) == 1  # tokenizer_manager: input + max_new_tokens >= context_len
+    assert main([*args, "--engine", "sglang@0.5"]) == 1  # tokenizer_manager: input + max_new_tokens >= context_len
     assert "a request of 4,096 tokens (ISL 3,996 + OSL 100) fills model llama-2-7b's context of 4,096 tokens " \
-           "(max_position_embeddings): sglang 0.5.23 refuses such requests (refused: prompt + output above 4,095 " \
-           "tokens" in capsys.readouterr().out
-    assert load_engine_card("sglang")[0].longest_request(4096) == 4095
+           "(max_position_embeddings): sglang 0.5 refuses such requests (refused: prompt + output above 4,095 tokens" \
+        in capsys.readouterr().out
+    assert load_engine_card("sglang@0.5")[0].longest_request(4096) == 4094  # and the scheduler keeps 2 free
+    assert load_engine_card("sglang")[0].longest_request(4096) == 4094
     assert load_engine_card("vllm")[0].longest_request(4096) == 4096
 
 

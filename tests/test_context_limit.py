@@ -1,9 +1,10 @@
 """An engine's context limit (engine card section context_limit): what its server does with a request
 (prompt + output) longer than its context length. vLLM 0.11 and 0.15 refuse it; vLLM 0.33 cuts its
 output to what fits (get_max_tokens) and refuses only a prompt that leaves no room, or more output
-tokens than the context; HF generate() runs past it. The serving simulation admits such a request
-with the cut output and says how many were cut; the main run, sweeps and generate simulate the cut
-OSL and say so."""
+tokens than the context; SGLang refuses prompt + output above the context, cuts the output 2 tokens
+short of it and refuses a prompt within 6 tokens of it; HF generate() runs past it. The serving
+simulation admits such a request with the cut output and says how many were cut; the main run, sweeps
+and generate simulate the cut OSL and say so."""
 
 from __future__ import annotations
 
@@ -71,9 +72,12 @@ def test_each_bundled_engine_states_what_its_server_does():
     assert {name: rule.output_run(4096, 3000, 2000) for name, rule in rules.items()} == {
         "vllm@0.11": 0, "vllm@0.15": 0, "vllm@0.33": 1096, "sglang@0.5": 0, "sglang": 0, "trtllm": 0,
         "huggingface": 2000}
-    vllm = rules["vllm@0.33"]
+    vllm, sglang, older = rules["vllm@0.33"], rules["sglang"], rules["sglang@0.5"]
     assert (vllm.output_run(4096, 4095, 10), vllm.output_run(4096, 4096, 1), vllm.output_run(4096, 10, 4097)) == \
         (1, 0, 0)  # a prompt must leave room for one token; more output tokens than the context are refused
+    assert (sglang.output_run(4096, 3996, 100), sglang.output_run(4096, 3996, 101)) == (98, 0)
+    assert (sglang.output_run(4096, 4089, 7), sglang.output_run(4096, 4090, 1)) == (5, 0)  # prompts of 4,090+ refused
+    assert (older.output_run(4096, 3996, 99), older.output_run(4096, 3996, 100)) == (98, 0)  # >= the context refused
     assert rules["vllm@0.15"].output_run(4096, 3000, 1096) == 1096 and vllm.output_run(0, 90_000, 90_000) == 90_000
 
 
@@ -105,6 +109,24 @@ def test_vllm_0_15_rejects_them_and_0_33_rejects_a_prompt_that_leaves_no_room():
     assert refused["rejected_as_longer_than"] == "max_model_len 4,096"
     prompt = simulate_serving(_config("vllm@0.33"), {**LONGER, "isl": 4096, "osl": 10})
     assert (prompt["completed"], prompt["rejected"], prompt.get("shortened")) == (0, 6, None)
+
+
+def test_sglang_cuts_the_output_two_tokens_short_of_the_context_and_refuses_prompts_within_six():
+    # llama-2-7b's context is 4,096 tokens, SGLang's context_len when none is given
+    config = _config("sglang", "llama-2-7b")
+    cut = simulate_serving(config, {"mode": "poisson", "rate": 2, "num_requests": 4, "isl": 3996, "osl": 100})
+    assert (cut["completed"], cut["total_output_tokens"], cut["shortened_output_tokens"]) == (4, 4 * 98, 4 * 2)
+    assert cut["notes"] == [
+        "4 requests longer (prompt + output) than sglang 0.5.23 runs whole at a context of 4,096 tokens (model "
+        "llama-2-7b's context of 4,096 tokens (max_position_embeddings), the max_model_len sglang defaults to, or "
+        "with a prompt of 4,090 tokens or more) were admitted with their output cut to the context less the prompt "
+        "and the 2 tokens it keeps free: 8 output tokens fewer in all (engine card context_limit.beyond refuse)"]
+    near = simulate_serving(config, {"mode": "poisson", "rate": 2, "num_requests": 4, "isl": 4090, "osl": 1})
+    assert (near["completed"], near["rejected"]) == (0, 4)
+    assert near["notes"][0] == (
+        "4 requests longer (prompt + output) than model llama-2-7b's context of 4,096 tokens, or with a prompt of "
+        "4,090 tokens or more, were rejected on arrival: max_model_len not given, sglang defaults it to the model's "
+        "max_position_embeddings")
 
 
 def test_a_workloads_requests_are_cut_as_they_arrive():
