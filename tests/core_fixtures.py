@@ -81,6 +81,7 @@ FREE_ENGINE: dict[str, Any] = {
     "scheduler": {"chunked_prefill_tokens": [{"min_gpu_bytes": 0, "value": 0}], "mixed_batches": True,
                   "policy": "decode-first", "kv_admission": "on-demand", "page_size": 1, "prefix_cache": False},
     "memory": {"gpu_memory_utilization": 1.0, "reserved_bytes": 1e9, "reserved_per_chunk_token_bytes": 1e-9},
+    "context_limit": {"beyond": "run"},
 }
 
 

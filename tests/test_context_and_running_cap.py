@@ -81,15 +81,16 @@ def test_serving_under_sglang_caps_each_instance():
 
 def test_a_request_beyond_the_context_is_refused_where_the_server_refuses_it(capsys):
     args = ["--model", "qwen3-8b", "--hardware", "h100", "--isl", "40000", "--osl", "2000"]
-    assert main([*args, "--engine", "vllm"]) == 1
+    assert main([*args, "--engine", "vllm@0.15"]) == 1  # engine/serving.py:1083: prompt + max_tokens > max_model_len
     captured = capsys.readouterr()
-    assert "a request of 42,000 tokens (ISL 40,000 + OSL 2,000) is longer than model qwen3-8b's context of " \
-           "40,960 tokens" in captured.out
-    assert "vllm refuses such requests" in captured.out and "does not fit" in captured.err
+    assert "a request of 42,000 tokens (ISL 40,000 + OSL 2,000) is longer than model qwen3-8b's context of 40,960 " \
+           "tokens (max_position_embeddings): vllm 0.15.1 refuses such requests (refused: prompt + output above " \
+           "40,960 tokens, at the context its server defaults to, the model's); fix: shorter requests" in captured.out
+    assert "does not fit" in captured.err
     assert main([*args, "--engine", "huggingface"]) == 0
     out = capsys.readouterr().out
     assert "huggingface runs it, but the model was not trained on positions that far" in out
-    assert main(["--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm", "--isl", "38960",
+    assert main(["--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm@0.15", "--isl", "38960",
                  "--osl", "2000"]) == 0  # exactly the context
     assert "context of" not in capsys.readouterr().out
 
@@ -123,7 +124,7 @@ def test_a_given_pool_gives_sglang_its_own_cap_and_a_launch_leaves_the_cap_to_it
 def test_serve_rejects_requests_beyond_the_context_as_the_server_does(capsys):
     import json
 
-    args = ["serve", "--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm", "--rate", "2",
+    args = ["serve", "--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm@0.15", "--rate", "2",
             "--num-requests", "6", "--osl", "2000", "--isl", "40000", "--format", "json"]
     main(args)
     out = json.loads(capsys.readouterr().out)
@@ -139,24 +140,27 @@ def test_serve_rejects_requests_beyond_the_context_as_the_server_does(capsys):
         "trained context is not assured; 6 requests longer than that (prompt + output) were served"]
 
 
-def test_sglang_refuses_a_request_that_fills_the_context_but_vllm_takes_it(capsys):
+def test_sglang_0_5_2_refuses_a_request_that_fills_the_context_but_vllm_takes_it(capsys):
     args = ["--model", "llama-2-7b", "--hardware", "h100", "--isl", "3996", "--osl", "100"]
-    assert main([*args, "--engine", "vllm"]) == 0  # 4,096 tokens: vLLM refuses only longer ones
+    assert main([*args, "--engine", "vllm@0.15"]) == 0  # 4,096 tokens: vLLM refuses only longer ones
     capsys.readouterr()
-    assert main([*args, "--engine", "sglang"]) == 1  # tokenizer_manager: input + max_new_tokens >= context_len
-    assert "a request of 4,096 tokens (ISL 3,996 + OSL 100) fills model llama-2-7b's context of 4,096 tokens" \
+    assert main([*args, "--engine", "sglang@0.5"]) == 1  # tokenizer_manager: input + max_new_tokens >= context_len
+    assert "a request of 4,096 tokens (ISL 3,996 + OSL 100) fills model llama-2-7b's context of 4,096 tokens " \
+           "(max_position_embeddings): sglang 0.5 refuses such requests (refused: prompt + output above 4,095 tokens" \
         in capsys.readouterr().out
-    assert load_engine_card("sglang")[0].longest_request(4096) == 4095
+    assert load_engine_card("sglang@0.5")[0].longest_request(4096) == 4094  # and the scheduler keeps 2 free
+    assert load_engine_card("sglang")[0].longest_request(4096) == 4094
     assert load_engine_card("vllm")[0].longest_request(4096) == 4096
 
 
 def test_generate_refuses_beyond_the_context_where_the_server_does(capsys):
     args = ["generate", "--model", "llama-2-7b", "--hardware", "h100", "--prompt-len", "8000", "--gen-len", "200",
             "--batch", "1"]
-    assert main([*args, "--engine", "vllm"]) == 1
+    assert main([*args, "--engine", "vllm@0.15"]) == 1
     err = capsys.readouterr().err
     assert "a request of 8,200 tokens (ISL 8,000 + OSL 200) is longer than model llama-2-7b's context of 4,096 " \
-           "tokens (max_position_embeddings), which vllm refuses. Try: shorter prompts or generations" in err
+           "tokens (max_position_embeddings): vllm 0.15.1 refuses such requests (refused: a prompt of 4,096 tokens or " \
+           "more, at the context its server defaults to, the model's). Try: shorter prompts or generations" in err
     assert main([*args, "--engine", "huggingface"]) == 0
     assert "huggingface runs it, but the model was not trained on positions that far" in capsys.readouterr().out
 
@@ -227,12 +231,14 @@ def test_sweeps_reject_variants_whose_requests_the_server_refuses(capsys, tmp_pa
     import json
 
     out = tmp_path / "sweep.json"
-    assert main(["sweep", "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm", "--num-gpus", "1",
+    assert main(["sweep", "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm@0.15", "--num-gpus", "1",
                  "--grid", "workload.isl=1000,3900", "--osl", "200", "--workers", "1", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert rows[0]["fits"] and rows[1]["status"] == "rejected"
     assert rows[1]["problem"] == ("a request of 4,100 tokens (ISL 3,900 + OSL 200) is longer than model llama-2-7b's "
-                                 "context of 4,096 tokens (max_position_embeddings): vllm refuses such requests")
+                                 "context of 4,096 tokens (max_position_embeddings): vllm 0.15.1 refuses such requests "
+                                 "(refused: prompt + output above 4,096 tokens, at the context its server defaults "
+                                 "to, the model's)")
     capsys.readouterr()
     code = main(["pareto", "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm", "--gpus", "1,2",
                  "--isl", "8000", "--osl", "200", "--batch", "1,8", "--workers", "1"])

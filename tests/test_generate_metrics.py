@@ -66,6 +66,7 @@ TOY_ENGINE: dict[str, Any] = {
     "scheduler": {"chunked_prefill_tokens": [{"min_gpu_bytes": 0, "value": 0}], "mixed_batches": False,
                   "policy": "prefill-first", "kv_admission": "reserve-full", "page_size": 1, "prefix_cache": False},
     "memory": {"gpu_memory_utilization": 1.0, "reserved_bytes": 1e8},
+    "context_limit": {"beyond": "run"},
 }
 
 

@@ -33,7 +33,7 @@ def value_of(argv: list[str], flag: str) -> str:
 @pytest.mark.parametrize("engine,flag,value", [
     ("vllm", "--max-model-len", "8192"),
     ("vllm@0.11", "--max-model-len", "8192"),
-    ("sglang", "--context-length", "8193"),  # SGLang refuses prompt + output >= it: 8193 admits up to 8192
+    ("sglang", "--context-length", "8194"),  # SGLang cuts the output 2 tokens short of it: 8194 runs 8192 whole
     ("trtllm", "--max_seq_len", "8192"),
 ])
 def test_the_server_carries_the_runs_max_model_len_in_its_own_flag(capsys, engine, flag, value):
@@ -44,15 +44,15 @@ def test_the_server_carries_the_runs_max_model_len_in_its_own_flag(capsys, engin
     setting = next(s for s in launch["settings"] if s["argument"] == flag)
     assert (setting["value"], setting["how"]) == (int(value), "set")
     if engine == "sglang":
-        assert setting["fact"] == ("longest request 8192 tokens, prompt + output (SGLang 0.5.2 refuses prompt + "
-                                   "output >= --context-length, so 8192 + 1)")
+        assert setting["fact"] == ("longest request run whole 8192 tokens, prompt + output (sglang 0.5.23 cuts a "
+                                   "request's output to end 2 tokens short of --context-length, so 8192 + 2)")
     else:
         assert setting["fact"] == "longest request, prompt + output tokens"
 
 
 @pytest.mark.parametrize("engine,flag,value,env", [
     ("vllm", "--max-model-len", "65536", {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}),
-    ("sglang", "--context-length", "65537", {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}),
+    ("sglang", "--context-length", "65538", {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}),
     ("trtllm", "--max_seq_len", "65536", {}),  # engine card trtllm names no override: a note says so
 ])
 def test_above_the_models_context_the_engines_override_is_set(capsys, engine, flag, value, env):
@@ -69,12 +69,14 @@ def test_above_the_models_context_the_engines_override_is_set(capsys, engine, fl
                "refuse to" in launch["notes"]
 
 
-def test_at_the_models_context_sglang_needs_its_override_for_the_one_token_it_keeps_free(capsys):
+def test_at_the_models_context_sglang_needs_its_override_for_the_two_tokens_it_keeps_free(capsys):
     sglang = launched(capsys, "sglang", "--max-model-len", "40960")
     server = sglang["commands"][0]
-    assert value_of(server["argv"], "--context-length") == "40961"
+    assert value_of(server["argv"], "--context-length") == "40962"
     assert server["env"] == {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
-    assert any("only by the 1 token SGLang 0.5.2 keeps free" in note for note in sglang["notes"])
+    assert any("only by the 2 tokens SGLang 0.5.2 keeps free" in note for note in sglang["notes"])
+    older = launched(capsys, "sglang@0.5", "--max-model-len", "8192")["commands"][0]  # 0.5.2: reserved 1, margin 2
+    assert value_of(older["argv"], "--context-length") == "8194"
     vllm = launched(capsys, "vllm", "--max-model-len", "40960")["commands"][0]
     assert value_of(vllm["argv"], "--max-model-len") == "40960" and vllm["env"] == {}
 
@@ -91,7 +93,7 @@ def test_both_pd_sides_carry_it_and_the_router_does_not(capsys):
     launch = run_json(capsys, "serve", "--config", "qwen3-30b.yaml", "--engine", "sglang", "--rate", "4",
                       "--num-requests", "8", "--disaggregate", "1P1D", "--max-model-len", "8192", "--emit-launch")["launch"]
     prefill, decode, router = (c["argv"] for c in launch["commands"])
-    assert value_of(prefill, "--context-length") == value_of(decode, "--context-length") == "8193"
+    assert value_of(prefill, "--context-length") == value_of(decode, "--context-length") == "8194"
     assert "--context-length" not in router
 
 
@@ -114,7 +116,7 @@ def test_every_engine_cards_override_is_an_environment_variable_of_its_parser_da
     cards = [load_engine_card(name)[0] for name in bundled_names("engines")]
     checked = 0
     for card in cards:
-        override = card.scheduler.long_context_override
+        override = card.context_limit.override
         if not override:
             continue
         variable, _, value = override.partition("=")

@@ -32,7 +32,7 @@ def test_one_client_sending_one_request_is_said_in_the_singular(capsys):
 
 
 def test_one_request_beyond_the_context_is_one_in_the_load_line_and_the_note(capsys):
-    assert main(["serve", "--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm", "--rate", "2",
+    assert main(["serve", "--model", "qwen3-8b", "--hardware", "h100", "--engine", "vllm@0.15", "--rate", "2",
                  "--num-requests", "1", "--isl", "40000", "--osl", "2000"]) == 0
     out = capsys.readouterr().out
     assert "  load:        0 of 1 request completed (1 rejected as too long, 0 left waiting), Poisson 2 req/s" in out

@@ -61,12 +61,13 @@ def test_unbounded_workload_sizes_are_refused_at_once(capsys, tmp_path, data, st
 
 def test_sessions_draw_only_the_system_prompts_they_use() -> None:
     from infersim.serve.datasets import Traffic
+    from infersim.serve.outcomes import Outcomes
     from infersim.serve.workload_spec import parse_workload
 
     spec = parse_workload({"load": {"stages": [{"rate": 1, "num_requests": 5}]},
                            "data": {**SESSIONS, "num_system_prompts": 10**12, "turns": 3,
                                     "system_prompt_len": {"dist": "uniform", "min": 10, "max": 20}}})
-    traffic = Traffic(spec, 0, None, lambda _req: None)
+    traffic = Traffic(spec, 0, None, Outcomes())
     started = time.perf_counter()
     firsts = list(traffic.stage_requests(0, spec.stages[0], 0.0))
     assert time.perf_counter() - started < 5  # not 10^12 draws

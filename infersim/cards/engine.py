@@ -32,7 +32,7 @@ from infersim.base.records import cheap_init
 from typing import Any, Literal
 
 from infersim.cards.engine_platform import AttentionBackendChoice, FusionPass, GraphCaptureRule, Vendor
-from infersim.cards.engine_scheduler import MemoryPolicy, MemoryTier, Scheduler, tier_value
+from infersim.cards.engine_scheduler import ContextLimit, MemoryPolicy, MemoryTier, Scheduler, tier_value
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.schema import spec
 from infersim.base.errors import MISSING, ConfigError
@@ -183,6 +183,9 @@ class EngineCard:
     overheads: Overheads = spec(doc="how per-step software overhead arises")
     scheduler: Scheduler = spec(doc="continuous-batching scheduler facts")
     memory: MemoryPolicy = spec(doc="how the engine sizes its KV cache")
+    context_limit: ContextLimit = spec(
+        doc="what the server does with a request longer than its context length (refuse it, cut its output, or run "
+            "it), with the tokens it keeps free and the setting that lets it start above the model's context")
     model_code: ModelCode = spec(default_factory=ModelCode, doc="which kernels the engine's model code launches")
     fused_operations: tuple[str, ...] = spec(
         default_factory=tuple, doc="plan operations (by name, e.g. rope_kv_store) this engine runs inside a "
@@ -268,9 +271,9 @@ class EngineCard:
         return _tier_int(self.scheduler.max_running_requests, hbm_bytes, 1)
 
     def longest_request(self, context_tokens: int) -> int:
-        """The most tokens (prompt + output) one request may hold on a server of a model whose context
-        is `context_tokens` (0: not stated, no limit): the context less what the server keeps free."""
-        return max(0, context_tokens - self.scheduler.context_reserved_tokens) if context_tokens else 0
+        """The most tokens (prompt + output) one request the server runs whole may hold at a context
+        of `context_tokens` (0: not stated, no limit): the context less what the server keeps free."""
+        return max(0, context_tokens - self.context_limit.kept_free()) if context_tokens else 0
 
     def running_cap(self, hbm_bytes: float, pool_tokens: int, context_tokens: int) -> int:
         """Cap on running requests of one scheduler whose KV pool holds `pool_tokens` tokens, for a
@@ -524,6 +527,7 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
                                                                        card.scheduler.chunked_prefill_tokens],
                           f"no tier covers GPUs below {chunk_floor:g} bytes of HBM: give a tier with min_gpu_bytes: 0 "
                           "(value 0 = no chunking)")
+    _validate_context_limit(card.context_limit, source)
     from infersim.cards.engine_platform import check_operation_names, validate_platform_fields
 
     check_operation_names(card.fused_operations, "fused_operations", source)
@@ -534,3 +538,28 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
                           "or cuda_graph_capture)")
     validate_platform_fields(card, source)
     return card
+
+
+def _validate_context_limit(rule: ContextLimit, source: str) -> None:
+    """The context section's values that only make sense together."""
+    if rule.beyond == "run":
+        given = [(name, getattr(rule, name)) for name in ("reserved_tokens", "output_margin", "prompt_margin",
+                                                          "refuses_long_output") if getattr(rule, name)]
+        if given:
+            name, value = given[0]
+            raise ConfigError(source, f"context_limit.{name}", value,
+                              "beyond run: the engine runs every request as asked, so nothing is refused, kept free "
+                              "or cut (leave it out, or say what the engine does with beyond refuse / shorten_output)")
+    if rule.beyond == "shorten_output" and rule.reserved_tokens:
+        raise ConfigError(source, "context_limit.reserved_tokens", rule.reserved_tokens,
+                          "applies to beyond refuse only (a shortening engine keeps tokens free with output_margin)")
+    if rule.output_margin > rule.prompt_margin:
+        raise ConfigError(source, "context_limit.output_margin", rule.output_margin,
+                          f"above prompt_margin ({rule.prompt_margin}): a prompt the engine takes would leave no "
+                          "output token; a prompt of the context less output_margin tokens or more must be refused")
+    override = rule.override
+    if override is not None:
+        variable, _, setting = override.partition("=")
+        if not (variable.strip() and setting.strip()) or variable != variable.strip() or " " in variable:
+            raise ConfigError(source, "context_limit.override", override, "expected VARIABLE=VALUE (an environment "
+                              "setting, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)")

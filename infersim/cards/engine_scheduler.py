@@ -61,6 +61,65 @@ class RunningCapFromPool:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ContextLimit:
+    """What the engine's server does with a request (prompt + output tokens) longer than its context
+    length: the model's max_position_embeddings unless the server is given another (vLLM
+    --max-model-len, SGLang --context-length, TensorRT-LLM --max_seq_len). The rule, at a context of
+    C tokens, for a request of P prompt and O output tokens:
+      refused  where P >= C - prompt_margin, or O > C (refuses_long_output), or, with beyond
+               refuse, P + O > C - reserved_tokens;
+      else it runs with min(O, C - output_margin - P) output tokens.
+    beyond run: every request runs as asked."""
+
+    beyond: Literal["refuse", "shorten_output", "run"] = spec(
+        doc="refuse: a request whose prompt + output is above the context is refused whole; shorten_output: "
+            "only a prompt that leaves no room is refused, a longer request runs with its output cut to what fits; "
+            "run: the engine runs every request, past the model's context too")
+    reserved_tokens: int = spec(
+        0, doc="beyond refuse: a request is refused where prompt + output is above the context less this many "
+               "tokens (1: refused at prompt + output >= the context)", ge=0, le=1 << 20)
+    output_margin: int = spec(
+        0, doc="the engine cuts a request's output so that prompt + output stays this many tokens below the context "
+               "(0: up to the context)", ge=0, le=1 << 20)
+    prompt_margin: int = spec(
+        0, doc="a prompt of the context less this many tokens or more is refused (0: a prompt must leave room for "
+               "one output token)", ge=0, le=1 << 20)
+    refuses_long_output: bool = spec(
+        False, doc="a request asking for more output tokens than the context is refused, whatever its prompt")
+    override: str | None = spec(
+        None, doc="the environment setting (VARIABLE=VALUE) without which the server refuses to start with a "
+                  "context length above the model's max_position_embeddings (none: not known to the card)")
+
+    def output_run(self, context: int, prompt: int, output: int) -> int:
+        """Output tokens the engine runs of a request of `prompt` + `output` tokens at a context of
+        `context` tokens (0: none stated, the request runs as asked); 0 where it refuses the request."""
+        if not context or self.beyond == "run":
+            return output
+        if self.refusal(context, prompt, output):
+            return 0
+        return min(output, context - self.output_margin - prompt)
+
+    def refusal(self, context: int, prompt: int, output: int) -> str:
+        """What the engine refuses that a request of `prompt` + `output` tokens is, at a context of
+        `context` tokens ("" where it takes the request), e.g. "a prompt of 4,090 tokens or more"."""
+        if not context or self.beyond == "run":
+            return ""
+        if prompt >= context - self.prompt_margin:
+            return f"a prompt of {context - self.prompt_margin:,} tokens or more"
+        if self.refuses_long_output and output > context:
+            return f"more than {context:,} output tokens, whatever the prompt"
+        if self.beyond == "refuse" and prompt + output > context - self.reserved_tokens:
+            return f"prompt + output above {context - self.reserved_tokens:,} tokens"
+        return ""
+
+    def kept_free(self) -> int:
+        """Tokens of the context that a request run whole leaves unused: the longest request the
+        engine runs whole at a context of C tokens holds C - kept_free() (prompts within
+        prompt_margin of C aside)."""
+        return max(self.reserved_tokens, self.output_margin) if self.beyond != "run" else 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Scheduler:
     """How the engine batches and admits work: chunk budget, running-request cap, KV admission."""
 
@@ -75,16 +134,6 @@ class Scheduler:
     running_cap_from_pool: RunningCapFromPool | None = spec(
         None, doc="a further cap on running requests that the engine derives from its KV pool and the model's "
                   "context length (SGLang); none: no such cap")
-    context_reserved_tokens: int = spec(
-        0, doc="tokens of the context a request must leave unused to be taken: 1 where the server refuses "
-               "prompt + output >= the context length (SGLang), 0 where it refuses only > (vLLM)", ge=0, le=1 << 20)
-    refuses_beyond_context: bool = spec(
-        False, doc="requests longer (prompt + output tokens) than the model's context length "
-                   "(max_position_embeddings) are refused by default, as the server's max_model_len / context "
-                   "length defaults to it; false: the engine runs them")
-    long_context_override: str | None = spec(
-        None, doc="the environment setting without which the server refuses to start with a max_model_len / "
-                  "context length above the model's max_position_embeddings (none: not known to the card)")
     mixed_batches: bool = spec(doc="prefill chunks and decode requests share one forward pass")
     policy: Literal["prefill-first", "decode-first"] = spec(
         doc="which work a step takes first when both wait")

@@ -35,7 +35,7 @@ from infersim.costing.host_transfer import (
 from infersim.generate.spec import GenerateSpec
 from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, NoTables
 from infersim.run.memory import kv_bytes_per_token, total_parameters
-from infersim.run.simulate import beyond_context, context_warnings
+from infersim.run.simulate import context_warnings, served_osl
 from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.shapes.plan import LayerGroup, SequenceBatch, StagePlan
@@ -345,10 +345,9 @@ def check_fits(memory: GenerationMemory, config: RunConfig, gen: GenerateSpec) -
             f"host memory needs {_gb(memory.host_bytes)} per GPU (offloaded weights "
             f"{_gb(memory.host_weights_bytes)}, offloaded KV cache {_gb(memory.host_kv_bytes)}) but "
             f"{hw.name} gives {_gb(memory.host_capacity_bytes)} (host_memory_bytes)")
-    lengths = _with_lengths(config, gen)
-    beyond = beyond_context(lengths)
-    if beyond and config.engine.scheduler.refuses_beyond_context:
-        problems.append(f"{beyond}, which {config.engine.name} refuses")
+    served, refused = served_osl(config.model, config.engine, int(gen.prompt_len or 1), int(gen.gen_len or 1))
+    if not served:
+        problems.append(refused)
     if not problems:
         return
     hints = []
@@ -360,7 +359,7 @@ def check_fits(memory: GenerationMemory, config: RunConfig, gen: GenerateSpec) -
         hints.append("stream the weights from NVMe (offload_device: nvme)")
     if not (memory.fits_gpu and memory.fits_host):
         hints.append("lower the batch")
-    if beyond and config.engine.scheduler.refuses_beyond_context:
+    if not served:
         hints.append("shorter prompts or generations (--prompt-len, --gen-len)")
     raise DoesNotFit(f"does not fit ({config.model.name}, batch {gen.batch} x {gen.prompt_len}+{gen.gen_len} tokens): "
                      + "; ".join(problems) + ". Try: " + ", or ".join(hints))
@@ -371,10 +370,22 @@ def _with_lengths(config: RunConfig, gen: GenerateSpec) -> RunConfig:
     return replace(config, workload=replace(config.workload, isl=int(gen.prompt_len or 1), osl=int(gen.gen_len or 1)))
 
 
-def _notes(config: RunConfig, gen: GenerateSpec, stream: _Streaming, steps: int) -> list[str]:
+def within_context(config: RunConfig, gen: GenerateSpec) -> tuple[GenerateSpec, str]:
+    """The generation as the engine runs it: gen_len cut to what the engine's server runs where the
+    request is longer than it runs whole (said in the notes; run.simulate.served_osl), else as given
+    (a refused request does not fit: check_fits)."""
+    prompt, asked = int(gen.prompt_len or 1), int(gen.gen_len or 1)
+    served, said = served_osl(config.model, config.engine, prompt, asked)
+    if not served or served == asked:
+        return gen, ""
+    return replace(gen, gen_len=served), f"{said}: gen_len {served:,} simulated, not the {asked:,} asked for"
+
+
+def _notes(config: RunConfig, gen: GenerateSpec, stream: _Streaming, steps: int, shortened: str = "") -> list[str]:
     prec = config.deployment.precision
-    out = [f"decode timed step by step: {steps} steps at KV length {gen.prompt_len + 1}..{gen.prompt_len + steps}"
-           if steps else "gen_len 1: the only token comes from prefill; no decode steps"]
+    out = [shortened] if shortened else []
+    out.append(f"decode timed step by step: {steps} steps at KV length {gen.prompt_len + 1}..{gen.prompt_len + steps}"
+               if steps else "gen_len 1: the only token comes from prefill; no decode steps")
     out.extend(context_warnings(_with_lengths(config, gen)))
     if gen.offload:
         out.append(f"host link: {stream.pcie / GB:.1f} GB/s achievable host-to-device (pcie_bandwidth "
@@ -438,7 +449,9 @@ def _pass_plan(stage: str, config: RunConfig, dep: Deployment, gen: GenerateSpec
 
 def simulate_generation(config: RunConfig, gen: GenerateSpec) -> GenerationResult:
     """Prefill of batch x prompt_len tokens, then gen_len - 1 decode steps, each at its own KV length.
-    `gen` must be resolved (spec.resolve_spec). Raises DoesNotFit when memory is too small."""
+    `gen` must be resolved (spec.resolve_spec). Raises DoesNotFit when memory is too small. A request
+    longer than the engine's server runs whole runs as the server runs it (within_context)."""
+    gen, shortened = within_context(config, gen)
     if not gen.batch or not gen.prompt_len or not gen.gen_len:
         raise InferSimError("generate: batch, prompt_len and gen_len must be set (resolve the spec first)")
     prec = config.deployment.precision
@@ -465,4 +478,4 @@ def simulate_generation(config: RunConfig, gen: GenerateSpec) -> GenerationResul
                            stream, kv_len))
     return GenerationResult(config, gen, memory, prefill, tuple(steps), stream.pcie, stream.nvme,
                             f"{config.deployment.precision.weight_dtype} -> {config.deployment.precision.gemm}"
-                            if stream.dequant_bpw else "", tuple(_notes(config, gen, stream, len(steps))))
+                            if stream.dequant_bpw else "", tuple(_notes(config, gen, stream, len(steps), shortened)))

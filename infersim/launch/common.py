@@ -66,31 +66,36 @@ def kv_cache_format(a: Assumed, data: ParserData, spellings: dict[str, str]) -> 
 
 def context_limit(a: Assumed, args: Arguments, parts: PlanParts, name: str) -> None:
     """The serving run's max_model_len as the engine's context flag `name`, at the value that makes the
-    engine admit what the simulation admitted (prompt + output <= max_model_len): the engine card's
-    context_reserved_tokens above it where the engine refuses prompt + output >= its context length
-    (SGLang). Above the model's context the engine starts only with the card's override setting.
-    Without a max_model_len nothing is set: the engine's default is the model's context, the
-    simulation's too."""
+    engine run whole what the simulation ran whole (prompt + output <= max_model_len): the tokens the
+    engine card's context_limit keeps free above it where the engine refuses prompt + output >= its
+    context length or cuts the output short of it (SGLang); the simulation serves at that value
+    (infersim.serve.admission). Above the model's context the engine starts only with the card's
+    override setting. Without a max_model_len nothing is set: the engine's default is the model's
+    context, the simulation's too."""
     limit = a.max_model_len
     if not limit:
         return
-    reserved = a.engine.scheduler.context_reserved_tokens
-    value = limit + reserved
+    rule, engine = a.engine.context_limit, a.engine
+    kept = rule.kept_free()
+    value = limit + kept
     fact = "longest request, prompt + output tokens"
-    if reserved:
-        fact = (f"longest request {limit} tokens, prompt + output ({args.data.title} refuses prompt + output >= "
-                f"{name}, so {limit} + {reserved})")
+    if kept:
+        why = (f"cuts a request's output to end {rule.output_margin} tokens short of {name}"
+               if rule.output_margin >= rule.reserved_tokens else
+               f"refuses prompt + output above {name} less {rule.reserved_tokens}")
+        fact = (f"longest request run whole {limit} tokens, prompt + output ({engine.name} {engine.version} {why}, "
+                f"so {limit} + {kept})")
     args.add(name, value, fact)
     _above_context(a, args, parts, f"{name} {value:,}", value)
 
 
 def _above_context(a: Assumed, args: Arguments, parts: PlanParts, flag_text: str, value: int) -> None:
-    """The engine card's override setting (scheduler.long_context_override, VARIABLE=VALUE) where the
+    """The engine card's override setting (context_limit.override, VARIABLE=VALUE) where the
     context flag's value is above the model's context (max_position_embeddings), which the engine
     refuses to start with otherwise; a note where the card names none, or the model card no context."""
     engine, model = a.engine, a.config.model
     context = model.max_position_embeddings
-    override = engine.scheduler.long_context_override
+    override = engine.context_limit.override
     if context and value <= context:
         return
     if not context:
@@ -105,7 +110,7 @@ def _above_context(a: Assumed, args: Arguments, parts: PlanParts, flag_text: str
         return
     variable, _, setting = override.partition("=")
     if not (variable and setting):
-        raise InferSimError(f"--emit-launch: engine card {engine.name}: scheduler.long_context_override {override!r} "
+        raise InferSimError(f"--emit-launch: engine card {engine.name}: context_limit.override {override!r} "
                             "is not VARIABLE=VALUE")
     args.add(variable, setting, f"context above the model's {context:,} tokens allowed")
     if a.max_model_len <= context:

@@ -185,7 +185,9 @@ def decode_time_by_bound(model: ModelCard, hw: HardwareCard, dep: Deployment, wo
 
 def simulate(config: RunConfig, memo: PricingMemo | None = None) -> SimulationResult:
     """One configuration priced plainly, or through `memo` when a caller that runs many (a sweep)
-    passes its PricingMemo (the same numbers: tests/test_pricing_memo.py)."""
+    passes its PricingMemo (the same numbers: tests/test_pricing_memo.py). A request longer than the
+    engine's server runs whole is simulated as the server runs it (within_context)."""
+    config, shortened = within_context(config)
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
     speculative = None
     memory = memory_budget(model, hw, dep, workload, drafter_memory(config), config.engine,
@@ -198,8 +200,9 @@ def simulate(config: RunConfig, memo: PricingMemo | None = None) -> SimulationRe
         prefill, decode, speculative = run_speculative(config, prefill, batch, memo)
     else:
         decode = run_decode(model, hw, dep, workload, batch, config.tables, config.engine, offload, memo)
-    return SimulationResult(config, prefill, decode, memory, tuple(_warnings(config, memory, batch, prefill, decode)),
-                            speculative, tuple(fit_problems(config, memory, batch)), single)
+    warnings = ([shortened] if shortened else []) + _warnings(config, memory, batch, prefill, decode)
+    return SimulationResult(config, prefill, decode, memory, tuple(warnings), speculative,
+                            tuple(fit_problems(config, memory, batch)), single)
 
 
 def _single_prompt_prefill(config: RunConfig, offload: WeightOffload | None,
@@ -228,11 +231,13 @@ def single_prompt_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, w
 
 def context_warnings(config: RunConfig) -> list[str]:
     """What the run's request length against the model's context is worth a word about, where it is
-    not a refusal (fit_problems): an engine that runs it anyway, or a model card that states none."""
+    not a refusal (fit_problems) or a shortened output (within_context): an engine that runs it
+    anyway, or a model card that states none."""
+    rule = config.engine.context_limit
     beyond = beyond_context(config)
-    if beyond and not config.engine.scheduler.refuses_beyond_context:
+    if beyond and rule.beyond == "run":
         return [f"{beyond}: {config.engine.name} runs it, but the model was not trained on positions that far"]
-    if not config.model.max_position_embeddings and config.engine.scheduler.refuses_beyond_context:
+    if not config.model.max_position_embeddings and rule.beyond != "run":
         return [f"model card {config.model.name} states no context length (max_position_embeddings): the request "
                 f"length is not checked against it ({config.engine.name} takes its context from the model's config, "
                 "and a default of its own where the config states none)"]
@@ -246,13 +251,52 @@ def beyond_context(config: RunConfig) -> str:
 
 
 def request_beyond_context(model: ModelCard, engine: EngineCard, isl: int, osl: int) -> str:
-    """beyond_context of a request of `isl` + `osl` tokens on `engine` serving `model`."""
+    """beyond_context of a request of `isl` + `osl` tokens on `engine` serving `model`: longer than
+    the context, filling it (the engine keeps tokens of it free), or with a prompt the engine finds
+    too close to it; empty where the engine's server runs the request whole."""
     context, limit = isl + osl, model.max_position_embeddings
-    if not limit or context <= engine.longest_request(limit):
+    if not limit:
         return ""
-    what = "is longer than" if context > limit else "fills"
-    return (f"a request of {context:,} tokens (ISL {isl:,} + OSL {osl:,}) {what} model {model.name}'s context of "
-            f"{limit:,} tokens (max_position_embeddings)")
+    request = f"a request of {context:,} tokens (ISL {isl:,} + OSL {osl:,})"
+    of_model = f"model {model.name}'s context of {limit:,} tokens (max_position_embeddings)"
+    if context > limit:
+        return f"{request} is longer than {of_model}"
+    if context > engine.longest_request(limit):
+        return f"{request} fills {of_model}"
+    if engine.context_limit.refusal(limit, isl, osl):
+        return f"{request} has a prompt {limit - isl:,} tokens short of {of_model}"
+    return ""
+
+
+def served_osl(model: ModelCard, engine: EngineCard, isl: int, osl: int) -> tuple[int, str]:
+    """(output tokens `engine`'s server runs of a request of `isl` + `osl` tokens at the model's
+    context, what is said of it): (osl, "") where it runs the request as asked (or the engine runs
+    past the context: context_warnings); (0, why) where it refuses it; (n, what) where it cuts the
+    output to n tokens (engine card context_limit)."""
+    what = request_beyond_context(model, engine, isl, osl)
+    rule, limit = engine.context_limit, model.max_position_embeddings
+    if not what or rule.beyond == "run":
+        return osl, ""
+    served = rule.output_run(limit, isl, osl)
+    if not served:
+        return 0, (f"{what}: {engine.name} {engine.version} refuses such requests (refused: {rule.refusal(limit, isl, osl)}, at the "
+                   "context its server defaults to, the model's)")
+    kept = f", {rule.output_margin} tokens short of it" if rule.output_margin else ""
+    return served, (f"{what}: {engine.name} {engine.version} cuts its output to {served:,} tokens, what fits (prompt + "
+                    f"output up to the context its server defaults to, the model's{kept}; engine card "
+                    f"context_limit.beyond {rule.beyond})")
+
+
+def within_context(config: RunConfig) -> tuple[RunConfig, str]:
+    """The run as the engine's server takes it: its workload's OSL cut to what the engine runs where
+    the request is longer than it runs whole (a warning says so), else the run as given (a refused
+    request is a fit problem)."""
+    workload = config.workload
+    served, said = served_osl(config.model, config.engine, workload.isl, workload.osl)
+    if not served or served == workload.osl:
+        return config, ""
+    return (replace(config, workload=replace(workload, osl=served)),
+            f"{said}: OSL {served:,} simulated, not the {workload.osl:,} asked for")
 
 
 def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[str]:
@@ -261,13 +305,10 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
     out: list[str] = []
     workload, dep = config.workload, config.deployment
     left = memory.hbm_bytes - memory.reserved_bytes
-    beyond = beyond_context(config)
-    if beyond and config.engine.scheduler.refuses_beyond_context:
-        reserved = config.engine.scheduler.context_reserved_tokens
-        out.append(f"{beyond}: {config.engine.name} refuses such requests (its longest request defaults to the "
-                   f"model's context{f' less {reserved}: prompt + output must stay below it' if reserved else ''}); "
-                   "fix: shorter requests (--isl/--osl), or a model card with a longer "
-                   "context (--set model.max_position_embeddings=N where the model takes it, e.g. with rope scaling)")
+    served, refused = served_osl(config.model, config.engine, workload.isl, workload.osl)
+    if not served:
+        out.append(f"{refused}; fix: shorter requests (--isl/--osl), or a model card with a longer context (--set "
+                   "model.max_position_embeddings=N where the model takes it, e.g. with rope scaling)")
     offload = memory.weight_offload
     if offload is not None and not offload.fits_host:
         out.append(f"{offload.bytes_per_gpu / GB:,.2f} GB of weights per GPU must stay in host memory, but hardware "

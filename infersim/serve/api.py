@@ -31,7 +31,8 @@ Options (all optional but what the mode needs):
                   (e.g. MLPerf's gpu_batch_size); default: engine card, or trtllm-bench's heuristic offline
   max_waiting     open loop: requests an instance's queue holds before arrivals are left waiting
                   (default 10,000; 0: no bound; infersim.serve.overload)
-  max_model_len   requests longer than this (prompt + output tokens) are rejected on arrival
+  max_model_len   requests longer than this (prompt + output tokens) are rejected on arrival, or admitted
+                  with their output cut where the engine does that (engine card context_limit)
   host_kv_bytes, host_kv_tokens
                   a host (CPU) tier of the prefix cache per instance, where the engine card has one
   kv_capacity_tokens

@@ -543,7 +543,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="open loop: requests an instance's queue holds before further arrivals are left waiting "
                         "(the overload guard; default 10000, 0: no bound)")
     p.add_argument("--max-model-len", type=_number(whole=True, gt=1), default=None,
-                   help="longest request (prompt + output tokens) the server takes; longer ones are rejected")
+                   help="longest request (prompt + output tokens) the server runs whole; longer ones are rejected "
+                        "or, where the engine cuts them (vLLM 0.33), admitted with their output cut to fit")
     p.add_argument("--host-kv-bytes", type=_number(gt=0), default=None,
                    help="host (CPU) memory per instance for a host tier of the prefix cache, bytes (e.g. 100e9), "
                         "where the engine card says how the engine enables one")

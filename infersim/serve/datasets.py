@@ -34,7 +34,9 @@ Data types (infersim.serve.workload_spec), each read from its tool's source:
 Token identity: a system prompt is ("sys", g), a question ("q", g, j) or ("sq", session, turn), an
 answer ("out", ...): requests naming the same segments at the same place share those tokens in the
 prefix cache. Output lengths are what the request asks for (max_tokens; the benchmarks ignore EOS).
-A request longer than `limit` (prompt + output > max_model_len) is rejected on arrival.
+A request longer than the server runs whole (`admission`, infersim.serve.admission: max_model_len) is
+rejected on arrival, or admitted with its output cut to fit where the engine's server does that; a
+conversation then holds the output it got.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from infersim.base.errors import InferSimError
+from infersim.serve.admission import Admission
+from infersim.serve.outcomes import Outcomes
 from infersim.serve.profiles import stage_times
 from infersim.serve.workload import LengthDist, LengthTally, Request
 from infersim.serve.workload_spec import MAX_TURNS, DataSpec, StageSpec, WorkloadSpec
@@ -68,13 +72,12 @@ class _Prompts:
 class Traffic:
     """The requests of a workload, one stage at a time, and the sessions' follow-ups."""
 
-    def __init__(self, spec: WorkloadSpec, seed: int, limit: int | None,
-                 reject: Callable[[Request], None]) -> None:
+    def __init__(self, spec: WorkloadSpec, seed: int, admission: Admission | None, outcomes: Outcomes) -> None:
         self.spec = spec
         self.data: DataSpec = spec.data
         self.seed = seed
-        self.limit = limit
-        self.reject = reject
+        self.admission = admission
+        self.outcomes = outcomes
         self.next_id = 0
         # what each length distribution's draws came to: clipped draws are said under NOTES, as a
         # --isl/--osl distribution's are
@@ -108,11 +111,17 @@ class Traffic:
         lead = int((stage.rate or 0.0) * stage.lead_s)
         counted = range(lead, lead + stage.count) if stage.windowed else range(count)
         for i, (t, req) in enumerate(zip(times, contents)):
-            req = replace(req, arrival_s=start + t, counted=i in counted)
-            if self.limit is not None and req.input_tokens + req.output_tokens > self.limit:
-                self.reject(req)
-                continue
-            yield req
+            taken = self._taken(replace(req, arrival_s=start + t, counted=i in counted))
+            if taken is not None:
+                yield taken
+
+    def _taken(self, req: Request) -> Request | None:
+        """`req` as the server admits it (its output cut to fit), or None where it rejects it (reported)."""
+        return req if self.admission is None else self.admission.take(req, self.outcomes)
+
+    def _served(self, input_tokens: int, output_tokens: int) -> int:
+        """Output tokens the server runs of a request (0: it rejects it), counted nowhere."""
+        return output_tokens if self.admission is None else self.admission.output(input_tokens, output_tokens)
 
     def _stage_count(self, stage: StageSpec) -> int:
         data = self.data
@@ -201,8 +210,9 @@ class Traffic:
             context, context_tokens = self.context.get(user, ((), 0))
             req = Request(self._new_id(), 0.0, context_tokens + tokens, out, segments=_present(context + own),
                           output_key=("out", stage, user, turn), stage=stage, session=user)
-            if self.limit is None or req.input_tokens + out <= self.limit:
-                self.context[user] = (req.segments + ((req.output_key, out),), req.input_tokens + out)
+            served = self._served(req.input_tokens, out)
+            if served:  # the conversation goes on with the answer the server gave
+                self.context[user] = (req.segments + ((req.output_key, served),), req.input_tokens + served)
             yield req
 
     def _session_starts(self, stage: int, count: int) -> Iterator[Request]:
@@ -235,7 +245,8 @@ class Traffic:
                       output_key=("out", session, turn), stage=stage, session=session)
         state[0] -= 1
         state[1] += 1
-        self.context[session] = (segments + ((req.output_key, out),), tokens + question + out)
+        served = self._served(req.input_tokens, out) or out  # a rejected turn ends its session: its context is unused
+        self.context[session] = (segments + ((req.output_key, served),), tokens + question + served)
         return req
 
     # -- what follows a finished request ---------------------------------------------------------------
@@ -260,9 +271,8 @@ class Traffic:
         if think is not None and think.mean_s > 0:
             wait = state[2].expovariate(1.0 / think.mean_s) if think.exponential else think.mean_s
         # a session started in a stage's lead-in or tail goes on uncounted
-        nxt = replace(self._turn(req.stage, req.session), arrival_s=finish + wait, counted=req.counted)
-        if self.limit is not None and nxt.input_tokens + nxt.output_tokens > self.limit:
-            self.reject(nxt)
+        nxt = self._taken(replace(self._turn(req.stage, req.session), arrival_s=finish + wait, counted=req.counted))
+        if nxt is None:
             self.sessions.pop(req.session, None)
             self.context.pop(req.session, None)
             return []

@@ -100,6 +100,9 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
         out["left_waiting"] = whole.dropped
     if whole.rejected and result.outcomes.admits:
         out["rejected_as_longer_than"] = result.outcomes.admits
+    if result.outcomes.shortened:  # admitted with the output cut to fit the server's context (said under NOTES)
+        out["shortened"] = result.outcomes.shortened
+        out["shortened_output_tokens"] = result.outcomes.shortened_tokens
     if opts.workload is not None:
         out["workload"] = opts.workload.describe()
     if opts.mode == "poisson":

@@ -72,7 +72,7 @@ class ServeOptions:
     percentiles: tuple[float, ...] = ()  # TTFT and TPOT percentiles the summary adds to p50/p90/p99
     workload: WorkloadSpec | None = None  # staged workload (mode workload; infersim.serve.workload_spec)
     max_waiting: int = DEFAULT_MAX_WAITING  # open loop: queue bound per instance (0: none)
-    max_model_len: int | None = None  # longer requests (prompt + output) are rejected on arrival
+    max_model_len: int | None = None  # longer requests (prompt + output) are rejected on arrival, or cut to fit
     host_kv_bytes: float = 0.0  # host (CPU) tier of the prefix cache per instance, bytes
     host_kv_tokens: int = 0  # ... or its capacity in tokens (a measured pool)
     kv_capacity_tokens: int | None = None  # overrides the KV pool per instance (a measured pool), tokens

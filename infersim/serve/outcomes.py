@@ -1,7 +1,8 @@
 """What a serving run keeps of its requests: per load stage, latency samples and totals.
 
-Every request ends one of three ways: it completes; the server rejects it when it arrives (its
-prompt and output exceed the context the server admits, max_model_len); or it is still waiting, not
+Every request ends one of three ways: it completes (with its output cut to fit, where the engine's
+server does that to a request longer than its context: `shortened`); the server rejects it when it
+arrives (longer than the context the server admits, max_model_len); or it is still waiting, not
 admitted, when the run stops taking requests into a full queue (`max_waiting`, the overload guard).
 A finished request leaves its TTFT, TPOT, E2E and queueing time in `Samples` (bounded memory; see
 infersim.serve.quantiles), the steps' inter-token gaps go to the stage's `itl` samples, and its
@@ -90,6 +91,10 @@ class Outcomes:
         self.context_tokens: float = math.inf
         self.beyond_context = 0
         self.admits = ""  # the longest request the server takes, for what it rejects ("" when no limit)
+        # requests the server admitted with their output cut to fit its context, and the output tokens cut
+        # (every simulated request, counted or not: infersim.serve.admission)
+        self.shortened = 0
+        self.shortened_tokens = 0
 
     def stage(self, index: int) -> StageOutcomes:
         last = self._last
@@ -173,6 +178,11 @@ class Outcomes:
         s.rejected += 1
         s.arrived(req.arrival_s)
         self.timeline.request(req.arrival_s, req.arrival_s)
+
+    def shorten(self, cut: int) -> None:
+        """A request the server admits with `cut` fewer output tokens than it asked for."""
+        self.shortened += 1
+        self.shortened_tokens += cut
 
     def drop(self, req: Request) -> None:
         """A request that arrived at a full queue and was never admitted."""

@@ -48,6 +48,7 @@ from infersim.cards.deployment import (
 from infersim.base.errors import InferSimError
 from infersim.base.texttable import counted
 from infersim.modules.comm import p2p_bandwidth
+from infersim.serve.admission import Admission, pool_admission, server_admission, shortened_note
 from infersim.serve.outcomes import Outcomes
 from infersim.serve.overload import StageLoad, assess_stage
 from infersim.serve.cost import StepCoster, StepPriceBook
@@ -158,18 +159,17 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
         arrivals = listed_arrivals(arrivals)
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
     requests = arrivals.requests()
-    default_limit = context_limit(config) if opts.max_model_len is None else None
-    limit = opts.max_model_len or default_limit
-    if limit is not None:
-        requests = _admissible(requests, limit, outcomes)
-        outcomes.admits = _admits(config, limit, default_limit is None)
+    admission = server_admission(config, opts.max_model_len)
+    if admission is not None:
+        requests = _admissible(requests, admission, outcomes)
+        outcomes.admits = admission.admits
     states = (RequestState(r) for r in requests)
     if opts.disaggregate is not None:
         if opts.mode == "poisson" and opts.concurrency:
             raise InferSimError("serve: a request rate with a concurrency cap is not modelled with PD disaggregation; "
                                 "give one of them")
         result = _run_disaggregated(config, opts, arrivals, states, outcomes, prices)
-        result.notes.extend(_limit_notes(config, opts.max_model_len, default_limit, outcomes))
+        result.notes.extend(_limit_notes(config, opts.max_model_len, admission, outcomes))
         return _with_loads(result)
     pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, arrivals.count, prices=prices)
     instances = pool.instances
@@ -187,37 +187,28 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
             inst.run()
     else:
         _feed(instances, ((i % len(instances), st) for i, st in enumerate(states)))
-    notes = list(arrivals.notes) + _limit_notes(config, opts.max_model_len, default_limit, outcomes)
+    notes = list(arrivals.notes) + _limit_notes(config, opts.max_model_len, admission, outcomes)
     return _with_loads(ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes))
 
 
-def context_limit(config: RunConfig) -> int | None:
-    """The server's own max_model_len when none is given: the model's context length, where the engine
-    refuses longer requests (engine card scheduler.refuses_beyond_context); None: no limit."""
-    limit = config.engine.longest_request(config.model.max_position_embeddings)
-    return limit if limit and config.engine.scheduler.refuses_beyond_context else None
-
-
-def _admits(config: RunConfig, limit: int, given: bool) -> str:
-    """What the server admits, for the requests it rejects: 'longer (prompt + output) than ...'."""
-    if given:
-        return f"max_model_len {limit:,}"
-    return (f"model {config.model.name}'s context of {limit:,} tokens (max_position_embeddings), the max_model_len "
-            f"{config.engine.name} defaults to")
-
-
-def _limit_notes(config: RunConfig, max_model_len: int | None, default_limit: int | None,
+def _limit_notes(config: RunConfig, max_model_len: int | None, admission: Admission | None,
                  outcomes: Outcomes) -> list[str]:
     # a request stream's only refusals on arrival are the context limit's (_admissible)
     refused = outcomes.whole().rejected
-    notes = [_beyond_context_note(config, refused)] if default_limit and refused else []
+    notes = [_beyond_context_note(config, refused)] if admission is not None and not max_model_len and refused else []
+    if admission is not None:
+        notes.extend(shortened_note(config, admission, outcomes))
     return notes + context_notes(config, max_model_len, outcomes)
 
 
 def _beyond_context_note(config: RunConfig, refused: int) -> str:
+    rule, engine, context = config.engine.context_limit, config.engine.name, config.model.max_position_embeddings
+    kept = (f" less the {rule.reserved_tokens} token{'s' if rule.reserved_tokens > 1 else ''} {engine} keeps free"
+            if rule.reserved_tokens else "")
+    prompt = f", or with a prompt of {context - rule.prompt_margin:,} tokens or more," if rule.prompt_margin else ""
     return (f"{counted(refused, 'request')} longer (prompt + output) than model {config.model.name}'s context of "
-            f"{config.model.max_position_embeddings:,} tokens {'was' if refused == 1 else 'were'} rejected on arrival: "
-            f"max_model_len not given, {config.engine.name} defaults it to the model's max_position_embeddings")
+            f"{context:,} tokens{kept}{prompt} {'was' if refused == 1 else 'were'} rejected on arrival: "
+            f"max_model_len not given, {engine} defaults it to the model's max_position_embeddings")
 
 
 def context_notes(config: RunConfig, max_model_len: int | None, outcomes: Outcomes) -> list[str]:
@@ -230,14 +221,14 @@ def context_notes(config: RunConfig, max_model_len: int | None, outcomes: Outcom
     beyond = outcomes.beyond_context
     served = (f"{counted(beyond, 'request')} longer (prompt + output) than model {model}'s context of "
               f"{context:,} tokens (max_position_embeddings) {'was' if beyond == 1 else 'were'} served")
-    if not config.engine.scheduler.refuses_beyond_context:
+    if config.engine.context_limit.beyond == "run":
         if not beyond:
             return []
         return [f"{served}: {engine} runs {'it' if beyond == 1 else 'them'}, but the model was not trained on "
                 "positions that far"]
     if max_model_len is None or max_model_len <= context:
         return []
-    override = config.engine.scheduler.long_context_override
+    override = config.engine.context_limit.override
     start = (f"{engine} starts with it only when {override} is set" if override else
              f"{engine} may refuse to start with it (engine card {engine} names no setting that allows it)")
     past = (f"; {counted(beyond, 'request')} longer than that (prompt + output) {'was' if beyond == 1 else 'were'} "
@@ -247,13 +238,13 @@ def context_notes(config: RunConfig, max_model_len: int | None, outcomes: Outcom
             f"assured{past}"]
 
 
-def _admissible(requests: Iterable[Request], max_model_len: int, outcomes: Outcomes) -> Iterator[Request]:
-    """The requests a server with this context limit takes; the others are rejected on arrival."""
+def _admissible(requests: Iterable[Request], admission: Admission, outcomes: Outcomes) -> Iterator[Request]:
+    """The requests a server with this context limit takes, as it runs them (an output cut to fit);
+    the others are rejected on arrival."""
     for req in requests:
-        if req.input_tokens + req.output_tokens > max_model_len:
-            outcomes.reject(req)
-            continue
-        yield req
+        taken = admission.take(req, outcomes)
+        if taken is not None:
+            yield taken
 
 
 def _with_loads(result: ServeResult) -> ServeResult:
@@ -284,26 +275,25 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
     if spec.max_model_len and opts.max_model_len and spec.max_model_len != opts.max_model_len:
         raise InferSimError(f"max_model_len {opts.max_model_len:,} (--max-model-len or the options) and the workload's "
                             f"max_model_len {spec.max_model_len:,}: give one")
-    limit = spec.max_model_len or opts.max_model_len
-    if limit is not None:
-        outcomes.admits = _admits(config, limit, True)
-    else:
-        limit = context_limit(config)
-        if limit is not None:
-            outcomes.admits = _admits(config, limit, False)
-            notes.append(f"max_model_len not given: {config.engine.name} defaults it to model {config.model.name}'s "
-                         f"context, {limit:,} tokens (max_position_embeddings); longer requests are rejected on arrival")
-    if spec.max_model_len is None and opts.max_model_len is None and (spec.data.multi_turn
-                                                                       or spec.data.type == "sessions"):
+    given = spec.max_model_len or opts.max_model_len
+    admission = server_admission(config, given)
+    if admission is not None and not given:
+        rule = config.engine.context_limit
+        longer = ("admitted with their output cut to fit (a prompt that leaves no room is rejected on arrival)"
+                  if rule.beyond == "shorten_output" else "rejected on arrival")
+        notes.append(f"max_model_len not given: {config.engine.name} defaults it to model {config.model.name}'s "
+                     f"context, {admission.context:,} tokens (max_position_embeddings); longer requests are {longer}")
+    if not given and (spec.data.multi_turn or spec.data.type == "sessions"):
         longest = pool.settings.longest_request_tokens()  # the rule the scheduler refuses a request by
-        if limit is None or longest < limit:
-            limit = longest
-            outcomes.admits = f"the {limit:,} tokens one request may hold of the KV pool"
+        if admission is None or longest < admission.longest():
+            admission = pool_admission(longest)
             notes.append(f"conversations grow, and a request longer than the KV pool of "
-                         f"{pool.settings.kv_capacity_tokens:,} tokens holds alone ({limit:,} tokens: "
+                         f"{pool.settings.kv_capacity_tokens:,} tokens holds alone ({longest:,} tokens: "
                          f"{pool.settings.admission} in pages of {pool.settings.page_size}) is rejected on arrival, "
                          "as a server whose context fits its pool would")
-    traffic = Traffic(spec, opts.seed, limit, outcomes.reject)
+    if admission is not None:
+        outcomes.admits = admission.admits
+    traffic = Traffic(spec, opts.seed, admission, outcomes)
     for inst in pool.instances:
         inst.sink = outcomes.add
         inst.max_waiting = opts.max_waiting
@@ -311,7 +301,9 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
     runs = driver.run(spec)
     result = ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes + traffic.notes + traffic.length_notes(),
                          runs)
-    result.notes.extend(context_notes(config, spec.max_model_len or opts.max_model_len, outcomes))
+    if admission is not None:
+        result.notes.extend(shortened_note(config, admission, outcomes))
+    result.notes.extend(context_notes(config, given, outcomes))
     outside = outcomes.not_counted.requests
     if outside:
         result.notes.append(f"{counted(outside, 'request')} sent in the stages' lead-ins and tails (lead_s, tail_s) "

@@ -18,7 +18,7 @@
                                 multi_turn: false, order: cycle | once | fresh
       type: sessions            num_system_prompts, system_prompt_len, turns, question_len, output_len,
                                 think_time_s
-    max_model_len: N            # longer requests are rejected on arrival, as a server does
+    max_model_len: N            # longer requests are rejected on arrival or cut, as the engine's server does
 
 LEN is a whole number or a length distribution (infersim.serve.workload.length_dist: fixed,
 uniform, normal, lognormal with min/max, empirical from a file); think_time_s a number of seconds

@@ -263,7 +263,7 @@ def base_cards_from_grid(flags: RunFlags, axes: Sequence[Any]) -> RunFlags:
 def _run(args: argparse.Namespace, spec: SweepSpec) -> SweepResult:
     """The sweep run on the chosen executor; then what it did that its command line does not say."""
     result = _run_on(args, spec)
-    for note in sweep_notes(spec, result.unlaunchable, result.rows):
+    for note in sweep_notes(spec, result.unlaunchable, result.rows, result.shortened):
         print(f"infersim: note: {note}", file=sys.stderr)
     return result
 
@@ -357,6 +357,7 @@ def _meta(args: argparse.Namespace, spec: SweepSpec, result: SweepResult, target
         "unfit_skipped": result.unfit,
         "rejection_reasons": result.problems,
         "unlaunchable": result.unlaunchable,
+        "shortened_output": result.shortened,
     }
 
 

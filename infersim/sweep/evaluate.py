@@ -42,7 +42,7 @@ from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
-from infersim.run.simulate import (decode_time_by_bound, prefill_step_tokens, request_beyond_context, run_prefill,
+from infersim.run.simulate import (decode_time_by_bound, prefill_step_tokens, run_prefill, served_osl,
                                    simulate, single_prompt_prefill)
 from infersim.run.speculative import drafter_memory
 from infersim.launch.build import layout_check
@@ -280,6 +280,9 @@ class ChunkResult:
     by_point: dict[int, dict[str, int]] = field(default_factory=dict)
     # why the engine cannot launch them -> searched layouts left out (the launch module's rule)
     unlaunchable: dict[str, int] = field(default_factory=dict)
+    # what the engine's server does to a request longer than it runs whole -> grid points timed with the
+    # output it cuts such a request to (_refuse_beyond_context)
+    shortened: dict[str, int] = field(default_factory=dict)
 
     def leave_out(self, point: int, why: str, engine: str) -> None:
         """A searched layout the engine cannot launch: counted by why, and noted for its grid point."""
@@ -314,14 +317,26 @@ class ChunkResult:
         for why, count in other.unlaunchable.items():
             if why in self.unlaunchable or len(self.unlaunchable) < 64:
                 self.unlaunchable[why] = self.unlaunchable.get(why, 0) + count
+        for said, count in other.shortened.items():
+            if said in self.shortened or len(self.shortened) < 64:
+                self.shortened[said] = self.shortened.get(said, 0) + count
 
 
-def _refuse_beyond_context(model: ModelCard, engine: EngineCard, work: Workload) -> None:
-    """A variant whose requests the engine's server refuses (longer than the model's context) has no
-    row to time: it is rejected, as the main run does not fit (run.simulate.fit_problems)."""
-    beyond = request_beyond_context(model, engine, work.isl, work.osl)
-    if beyond and engine.scheduler.refuses_beyond_context:
-        raise InferSimError(f"{beyond}: {engine.name} refuses such requests")
+def _refuse_beyond_context(model: ModelCard, engine: EngineCard, work: Workload,
+                           out: ChunkResult | None = None) -> Workload:
+    """The variant's workload as the engine's server takes it (run.simulate.served_osl). One whose
+    requests it refuses (longer than the model's context) has no row to time: it is rejected, as the
+    main run does not fit. One whose output it cuts to fit is timed with the cut OSL, as the main run
+    simulates it, and counted in `out` for the sweep's note (per grid point: the caller passes `out`
+    once per point)."""
+    served, said = served_osl(model, engine, work.isl, work.osl)
+    if not served:
+        raise InferSimError(said)
+    if served == work.osl:
+        return work
+    if out is not None and (said in out.shortened or len(out.shortened) < 64):
+        out.shortened[said] = out.shortened.get(said, 0) + 1
+    return dataclasses.replace(work, osl=served)
 
 
 class Evaluator:
@@ -450,7 +465,7 @@ class Evaluator:
         try:
             # run_base is cached: the same object for every point with these values
             model, hw, dep, run, work = self.deriver.parts(values)
-            _refuse_beyond_context(model, run.engine, work)
+            work = _refuse_beyond_context(model, run.engine, work, out)
             mem = self._memory_for(model, hw, dep, work, run)
             batch = work.decode_batch_per_gpu
             if batch == "max":
@@ -492,7 +507,7 @@ class Evaluator:
             base_dep = self.deriver.deployment(values)
             work = self.deriver.workload(values)
             run = self.deriver.run_base(values)
-            _refuse_beyond_context(model, run.engine, work)
+            work = _refuse_beyond_context(model, run.engine, work, out if sub == 0 else None)
         except InferSimError as exc:  # the variant itself is invalid: report it once per point
             if sub == 0:
                 problem = problem_text(exc)

@@ -83,17 +83,35 @@ def above_cap_note(spec: SweepSpec, rows: Sequence[Row]) -> str:
             "(vLLM --max-num-seqs, SGLang --max-running-requests; --emit-launch sets it)")
 
 
+def shortened_note(shortened: dict[str, int], limit: int = 3) -> str:
+    """How many grid points ask for requests longer than the engine's server runs whole, which it
+    runs with their output cut (SweepResult.shortened), and what it cuts them to ('' where none does)."""
+    if not shortened:
+        return ""
+    total = sum(shortened.values())
+    top = sorted(shortened.items(), key=lambda kv: -kv[1])
+    said = "; ".join(f"{n:,} x {what}" for what, n in top[:limit])
+    more = f"; {len(top) - limit} more" if len(top) > limit else ""
+    return (f"{total:,} grid point{'s' if total != 1 else ''} ask{'s' if total == 1 else ''} for requests longer than "
+            f"the engine's server runs whole: {'its rows are' if total == 1 else 'their rows are'} timed with the "
+            f"output it cuts them to, not the OSL of the grid: {said}{more}")
+
+
 def sweep_notes(spec: SweepSpec, unlaunchable: dict[str, int] | None = None,
-                rows: Sequence[Row] = ()) -> list[str]:
+                rows: Sequence[Row] = (), shortened: dict[str, int] | None = None) -> list[str]:
     """What a sweep does that its command line does not say: kernel tables dropped for a hardware
     axis, the MoE path a layout search gives expert-TP layouts, the searched layouts left out
     because the engine cannot launch them (`unlaunchable`: SweepResult.unlaunchable), the `rows`
-    whose batch is above the engine's default running-request cap, and where their TPOT falls as the
-    batch grows."""
+    whose batch is above the engine's default running-request cap, where their TPOT falls as the
+    batch grows, and the grid points whose requests the engine runs with their output cut
+    (`shortened`: SweepResult.shortened)."""
     notes = []
     left_out = unlaunchable_note(spec, unlaunchable or {})
     if left_out:
         notes.append(left_out)
+    cut = shortened_note(shortened or {})
+    if cut:
+        notes.append(cut)
     above = above_cap_note(spec, rows)
     if above:
         notes.append(above)

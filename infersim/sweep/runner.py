@@ -51,6 +51,9 @@ class SweepResult:
     by_point: dict[int, dict[str, int]] = field(default_factory=dict)
     # why the engine cannot launch them -> searched layouts the search left out (ChunkResult.unlaunchable)
     unlaunchable: dict[str, int] = field(default_factory=dict)
+    # what the engine's server does to a request longer than it runs whole -> grid points timed with the
+    # output it cuts such a request to (ChunkResult.shortened)
+    shortened: dict[str, int] = field(default_factory=dict)
 
     @property
     def simulated(self) -> int:
@@ -277,7 +280,7 @@ def run_sweep(spec: SweepSpec, executor: cf.Executor | None = None, workers: int
         merged.merge(results[begin])
     return SweepResult(spec, merged.rows, total, merged.units, merged.rejected, merged.unfit, merged.problems,
                        interrupted, time.perf_counter() - start, 0 if executor is not None else n_workers,
-                       interrupted_by, merged.by_point, merged.unlaunchable)
+                       interrupted_by, merged.by_point, merged.unlaunchable, merged.shortened)
 
 
 def _run_on_pool(spec: SweepSpec, executor: cf.Executor | None, n_workers: int, ranges: list[tuple[int, int]],
