@@ -13,19 +13,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from infersim.base.errors import InferSimError
 from infersim.base.units import MS
 from infersim.sweep.analysis import layout_key
 from infersim.sweep.evaluate import Row, SweepSpec, row_config
+from infersim.sweep.variants import problem_text
 
 #: a fall smaller than this share of the TPOT is rounding, not a fall
 MIN_FALL = 1e-9
 
 
 def falling_pairs(spec: SweepSpec, rows: Sequence[Row]) -> list[tuple[Row, Row]]:
-    """(smaller batch, next larger batch) on one layout whose TPOT is lower at the larger batch."""
+    """(smaller batch, next larger batch) on one layout, both fitting, whose TPOT is lower at the
+    larger batch."""
     by_layout: dict[tuple[Any, ...], list[Row]] = {}
     for row in rows:
-        if row.ok and row.tpot_s > 0:
+        if row.ok and row.fits and row.tpot_s > 0:
             by_layout.setdefault(layout_key(spec, row), []).append(row)
     pairs = []
     for group in by_layout.values():
@@ -56,15 +59,18 @@ def falling_tpot_note(spec: SweepSpec, rows: Sequence[Row]) -> str:
     if not pairs:
         return ""
     low, high = max(pairs, key=lambda p: (p[0].tpot_s - p[1].tpot_s) / p[0].tpot_s)
-    before, low_padded = _decode_operations(spec, low)
-    after, high_padded = _decode_operations(spec, high)
+    places = f"{len(pairs):,} place{'s' if len(pairs) != 1 else ''}"
+    fall = (f"TPOT falls as the batch grows at {places} (on one layout, from one batch to the next); the largest: "
+            f"{low.tpot_s / MS:,.2f} ms at batch {low.batch:,}, {high.tpot_s / MS:,.2f} ms at {high.batch:,}")
+    try:
+        before, low_padded = _decode_operations(spec, low)
+        after, high_padded = _decode_operations(spec, high)
+    except InferSimError as exc:  # the rows were simulated: a plain run of them should not fail
+        return f"{fall} (not explained: {problem_text(exc)})"
     shared = [key for key in before if key in after]
     key = min(shared, key=lambda k: after[k].time_s - before[k].time_s)
     op_low, op_high = before[key], after[key]
-    places = f"{len(pairs):,} place{'s' if len(pairs) != 1 else ''}"
-    return (f"TPOT falls as the batch grows at {places} (on one layout, from one batch to the next); the largest: "
-            f"{low.tpot_s / MS:,.2f} ms at batch {low.batch:,}, {high.tpot_s / MS:,.2f} ms at {high.batch:,}, mostly "
-            f"{key[1]} ({key[0]}): {op_low.time_s / MS:,.3f} ms per step at {_computed(low, low_padded)}, "
+    return (f"{fall}, mostly {key[1]} ({key[0]}): {op_low.time_s / MS:,.3f} ms per step at {_computed(low, low_padded)}, "
             f"{op_low.detail or op_low.source.value}; {op_high.time_s / MS:,.3f} ms at "
             f"{_computed(high, high_padded)}, {op_high.detail or op_high.source.value} (measured times need not "
             "grow with the size: the library picks another kernel or tiling at another size)")
