@@ -175,6 +175,10 @@ def test_a_rope_scaling_factor_stretches_the_imported_context():
     assert fields["source"].endswith("; context: the config's max_position_embeddings 40,960, as SGLang takes it; "
                                      "vLLM takes YaRN's original_max_position_embeddings x factor = 131,072 "
                                      "(--set model.max_position_embeddings=N for a vLLM run that relies on it)")
+    agreed = {**TINY_HF, "max_position_embeddings": 163840,
+              "rope_scaling": {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}}
+    fields = card_fields_from_hf(agreed, "t.json", "t")  # DeepSeek-V3's: both engines take 163,840
+    assert fields["max_position_embeddings"] == 163840 and "context" not in fields["source"]
     llama3 = {**TINY_HF, "max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8}}
     assert card_fields_from_hf(llama3, "t.json", "t")["max_position_embeddings"] == 131072
 

@@ -171,6 +171,8 @@ def _scaled_context(config: dict[str, Any], fields: dict[str, Any]) -> None:
         return
     original = scaling.get("original_max_position_embeddings")
     if kind == "yarn" and isinstance(original, int) and not isinstance(original, bool) and original > 0:
+        if int(original * factor) == context:  # both engines take the config's value (DeepSeek-V3: 4,096 x 40)
+            return
         fields["source"] += (f"; context: the config's max_position_embeddings {context:,}, as SGLang takes it; vLLM "
                              f"takes YaRN's original_max_position_embeddings x factor = {int(original * factor):,} "
                              "(--set model.max_position_embeddings=N for a vLLM run that relies on it)")
