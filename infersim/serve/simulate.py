@@ -118,7 +118,10 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     """A pool of `count` instances, of which the first min(count, requests) are built: a request
     occupies one instance at a time, so no router ever reaches an instance past the requests'
     number (round-robin by construction; least-loaded always finds an empty one among them)."""
-    context = (opts.workload.max_model_len if opts.workload is not None else None) or opts.max_model_len
+    limit = (opts.workload.max_model_len if opts.workload is not None else None) or opts.max_model_len
+    # the context the server runs at: the max_model_len and what the engine keeps free of it (the value
+    # --emit-launch gives its flag, SGLang's --context-length), as server_admission takes it
+    context = limit + config.engine.context_limit.kept_free() if limit else None
     given = GivenLimits(opts.max_running_requests, opts.max_num_tokens, opts.kv_capacity_tokens, context)
     settings = settings_from_engine(config, mean_isl, mean_osl, opts.mode == "offline", opts.prefix_cache,
                                     prefill_only, given)
