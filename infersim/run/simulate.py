@@ -229,6 +229,12 @@ def single_prompt_prefill(model: ModelCard, hw: HardwareCard, dep: Deployment, w
     return run_prefill(model, hw, dep, one, tables, engine, offload, memo)
 
 
+def runs_past_context(engine: str, requests: int = 1) -> str:
+    """What is said of `requests` requests longer than the model's context that `engine` runs anyway
+    (the main run's warning, serve's note)."""
+    return f"{engine} runs {'it' if requests == 1 else 'them'}, but the model was not trained on positions that far"
+
+
 def context_warnings(config: RunConfig) -> list[str]:
     """What the run's request length against the model's context is worth a word about, where it is
     not a refusal (fit_problems) or a shortened output (within_context): an engine that runs it
@@ -236,7 +242,7 @@ def context_warnings(config: RunConfig) -> list[str]:
     rule = config.engine.context_limit
     beyond = beyond_context(config)
     if beyond and rule.beyond == "run":
-        return [f"{beyond}: {config.engine.name} runs it, but the model was not trained on positions that far"]
+        return [f"{beyond}: {runs_past_context(config.engine.name)}"]
     if not config.model.max_position_embeddings and rule.beyond != "run":
         return [f"model card {config.model.name} states no context length (max_position_embeddings): the request "
                 f"length is not checked against it ({config.engine.name} takes its context from the model's config, "

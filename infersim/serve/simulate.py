@@ -39,6 +39,7 @@ from itertools import count
 from typing import Any
 
 from infersim.run.config import RunConfig, with_variant
+from infersim.run.simulate import runs_past_context
 from infersim.cards.deployment import (
     complete_layout,
     named_deployment_fields,
@@ -227,8 +228,7 @@ def context_notes(config: RunConfig, max_model_len: int | None, outcomes: Outcom
     if config.engine.context_limit.beyond == "run":
         if not beyond:
             return []
-        return [f"{served}: {engine} runs {'it' if beyond == 1 else 'them'}, but the model was not trained on "
-                "positions that far"]
+        return [f"{served}: {runs_past_context(engine, beyond)}"]
     if max_model_len is None or max_model_len <= context:
         return []
     override = config.engine.context_limit.override
