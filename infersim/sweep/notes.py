@@ -58,13 +58,17 @@ def unlaunchable_note(spec: SweepSpec, unlaunchable: dict[str, int], limit: int 
     if not unlaunchable:
         return ""
     engine = spec.base.config.engine
-    total = sum(unlaunchable.values())
-    top = sorted(unlaunchable.items(), key=lambda kv: -kv[1])
-    reasons = "; ".join(f"{n:,} x {why}" for why, n in top[:limit])
-    more = f"; {len(top) - limit} more reason(s)" if len(top) > limit else ""
+    total, reasons = _tally(unlaunchable, limit, " reason(s)")
     return (f"layout search: {total:,} layout{'s' if total != 1 else ''} left out that engine {engine.name} "
-            f"{engine.version} cannot launch (the rule --emit-launch spells commands by, docs/launch.md): "
-            f"{reasons}{more}")
+            f"{engine.version} cannot launch (the rule --emit-launch spells commands by, docs/launch.md): {reasons}")
+
+
+def _tally(counts: dict[str, int], limit: int, more_of: str = "") -> tuple[int, str]:
+    """(the counts' total, the `limit` most counted as 'N x what; ...', and how many more there are)."""
+    top = sorted(counts.items(), key=lambda kv: -kv[1])
+    said = "; ".join(f"{n:,} x {what}" for what, n in top[:limit])
+    more = f"; {len(top) - limit} more{more_of}" if len(top) > limit else ""
+    return sum(counts.values()), said + more
 
 
 def above_cap_note(spec: SweepSpec, rows: Sequence[Row]) -> str:
@@ -88,13 +92,10 @@ def shortened_note(shortened: dict[str, int], limit: int = 3) -> str:
     runs with their output cut (SweepResult.shortened), and what it cuts them to ('' where none does)."""
     if not shortened:
         return ""
-    total = sum(shortened.values())
-    top = sorted(shortened.items(), key=lambda kv: -kv[1])
-    said = "; ".join(f"{n:,} x {what}" for what, n in top[:limit])
-    more = f"; {len(top) - limit} more" if len(top) > limit else ""
+    total, said = _tally(shortened, limit)
     return (f"{total:,} grid point{'s' if total != 1 else ''} ask{'s' if total == 1 else ''} for requests longer than "
             f"the engine's server runs whole: {'its rows are' if total == 1 else 'their rows are'} timed with the "
-            f"output it cuts them to, not the OSL of the grid: {said}{more}")
+            f"output it cuts them to, not the OSL of the grid: {said}")
 
 
 def sweep_notes(spec: SweepSpec, unlaunchable: dict[str, int] | None = None,
