@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from infersim.base.records import cheap_init
 from typing import Any, Literal
 
+from infersim.base.records import cheap_init
 from infersim.cards.engine_platform import AttentionBackendChoice, FusionPass, GraphCaptureRule, Vendor
 from infersim.cards.engine_scheduler import ContextLimit, MemoryPolicy, MemoryTier, Scheduler, tier_value
 from infersim.cards.hardware import HardwareCard

@@ -112,6 +112,12 @@ class ContextLimit:
             return f"prompt + output above {context - self.reserved_tokens:,} tokens"
         return ""
 
+    def server_context(self, max_model_len: int) -> int:
+        """The context length a server given `max_model_len` runs at so that a request of
+        max_model_len tokens runs whole: max_model_len plus what the engine keeps free (the value
+        --emit-launch gives the engine's context flag, and serve's admission)."""
+        return max_model_len + self.kept_free()
+
     def kept_free(self) -> int:
         """Tokens of the context that a request run whole leaves unused: the longest request the
         engine runs whole at a context of C tokens holds C - kept_free() (prompts within

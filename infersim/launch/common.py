@@ -77,7 +77,7 @@ def context_limit(a: Assumed, args: Arguments, parts: PlanParts, name: str) -> N
         return
     rule, engine = a.engine.context_limit, a.engine
     kept = rule.kept_free()
-    value = limit + kept
+    value = rule.server_context(limit)
     fact = "longest request, prompt + output tokens"
     if kept:
         why = (f"cuts a request's output to end {rule.output_margin} tokens short of {name}"

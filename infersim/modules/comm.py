@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from infersim.base.records import cheap_init
 
+from infersim.base.records import cheap_init
 from infersim.cards.hardware import CollectiveLatency, HardwareCard
 from infersim.base.errors import MISSING, ConfigError
 from infersim.shapes.comm_shapes import CollectiveShape, CommShape, TokenExchangeShape

@@ -98,9 +98,10 @@ import heapq
 import math
 import random
 from dataclasses import dataclass
-from infersim.base.records import cheap_init
 from functools import lru_cache
 from typing import Any, Literal
+
+from infersim.base.records import cheap_init
 
 Policy = Literal["ideal", "statistical", "eplb"]
 

@@ -51,7 +51,7 @@ class SimulationResult:
         """Time to first token of one request on an idle server: its prompt's prefill alone (what a
         benchmark's TTFT tends to at low load, before queueing and batching with other prompts), plus
         the engine's API-server time (0 unless calibrated), which a client sees too."""
-        return (self.single_prompt or self.prefill).step_time_s + self.config.engine.overheads.api_server_latency
+        return single_request_ttft(self.single_prompt or self.prefill, self.config.engine)
 
     @property
     def prompts_per_prefill_step(self) -> float:
@@ -181,6 +181,17 @@ def decode_time_by_bound(model: ModelCard, hw: HardwareCard, dep: Deployment, wo
     plan = _decode_plan(model, hw, dep, workload, batch, engine, None, memo)[0]
     step, by_bound = stage_time_by_bound(plan, hw, tables, engine, memo)
     return step, batch / step, by_bound
+
+
+#: what a server needs to run a decode batch above its engine's default running-request cap
+LARGER_CAP = ("only with a larger cap (vLLM --max-num-seqs, SGLang --max-running-requests; --emit-launch "
+              "sets it)")
+
+
+def single_request_ttft(prompt_alone: StageResult, engine: EngineCard) -> float:
+    """SimulationResult.single_request_ttft_s of a prompt's prefill alone: its step plus the engine's
+    API-server time (what a sweep row's TTFT is too)."""
+    return prompt_alone.step_time_s + engine.overheads.api_server_latency
 
 
 def simulate(config: RunConfig, memo: PricingMemo | None = None) -> SimulationResult:
@@ -439,8 +450,7 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
     # memory limits the run breaks are not warnings: they are SimulationResult.unfit
     if memory.running_cap_per_gpu and memory.running_cap_per_gpu < batch <= memory.kv_fit_batch_per_gpu:
         out.append(f"decode batch {batch:,} per GPU is above {config.engine.name}'s default running-request cap "
-                   f"({memory.running_cap_per_gpu:,} per GPU): a server runs it only with a larger cap "
-                   "(vLLM --max-num-seqs, SGLang --max-running-requests; --emit-launch sets it)")
+                   f"({memory.running_cap_per_gpu:,} per GPU): a server runs it {LARGER_CAP}")
     out.extend(context_warnings(config))
     if workload.decode_batch_per_gpu == "max":
         limit = ("the engine's running-request cap" if memory.binding_limit == "running-request cap"

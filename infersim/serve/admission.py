@@ -61,15 +61,21 @@ def server_admission(config: RunConfig, max_model_len: int | None) -> Admission 
     if max_model_len:
         if rule.beyond == "run":
             return Admission(max_model_len, REFUSE_LONGER, f"max_model_len {max_model_len:,}")
-        context = max_model_len + rule.kept_free()
+        context = rule.server_context(max_model_len)
         return Admission(context, rule, f"max_model_len {max_model_len:,}" + _prompt_clause(rule, context))
     context = model.max_position_embeddings
     if not context or rule.beyond == "run":
         return None
-    kept = (f" less the {rule.reserved_tokens} token{'s' if rule.reserved_tokens > 1 else ''} {engine} keeps free"
-            if rule.reserved_tokens else "")
     return Admission(context, rule, f"model {model.name}'s context of {context:,} tokens (max_position_embeddings)"
-                                    f"{kept}, the max_model_len {engine} defaults to" + _prompt_clause(rule, context))
+                                    f"{kept_free_clause(rule, engine)}, the max_model_len {engine} defaults to"
+                                    + _prompt_clause(rule, context))
+
+
+def kept_free_clause(rule: ContextLimit, engine: str) -> str:
+    """' less the N tokens ENGINE keeps free' where the engine refuses a request short of the context
+    (context_limit.reserved_tokens), else ''."""
+    tokens = rule.reserved_tokens
+    return f" less the {tokens} token{'s' if tokens > 1 else ''} {engine} keeps free" if tokens else ""
 
 
 def pool_admission(longest: int) -> Admission:

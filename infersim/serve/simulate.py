@@ -49,7 +49,8 @@ from infersim.cards.deployment import (
 from infersim.base.errors import InferSimError
 from infersim.base.texttable import counted
 from infersim.modules.comm import p2p_bandwidth
-from infersim.serve.admission import Admission, pool_admission, server_admission, shortened_note
+from infersim.serve.admission import (Admission, kept_free_clause, pool_admission, server_admission,
+                                     shortened_note)
 from infersim.serve.outcomes import Outcomes
 from infersim.serve.overload import StageLoad, assess_stage
 from infersim.serve.cost import StepCoster, StepPriceBook
@@ -120,9 +121,7 @@ def _pool(name: str, config: RunConfig, count: int, opts: ServeOptions, mean_isl
     occupies one instance at a time, so no router ever reaches an instance past the requests'
     number (round-robin by construction; least-loaded always finds an empty one among them)."""
     limit = (opts.workload.max_model_len if opts.workload is not None else None) or opts.max_model_len
-    # the context the server runs at: the max_model_len and what the engine keeps free of it (the value
-    # --emit-launch gives its flag, SGLang's --context-length), as server_admission takes it
-    context = limit + config.engine.context_limit.kept_free() if limit else None
+    context = config.engine.context_limit.server_context(limit) if limit else None  # as server_admission
     given = GivenLimits(opts.max_running_requests, opts.max_num_tokens, opts.kv_capacity_tokens, context)
     settings = settings_from_engine(config, mean_isl, mean_osl, opts.mode == "offline", opts.prefix_cache,
                                     prefill_only, given)
@@ -207,8 +206,7 @@ def _limit_notes(config: RunConfig, max_model_len: int | None, admission: Admiss
 
 def _beyond_context_note(config: RunConfig, refused: int) -> str:
     rule, engine, context = config.engine.context_limit, config.engine.name, config.model.max_position_embeddings
-    kept = (f" less the {rule.reserved_tokens} token{'s' if rule.reserved_tokens > 1 else ''} {engine} keeps free"
-            if rule.reserved_tokens else "")
+    kept = kept_free_clause(rule, engine)
     prompt = f", or with a prompt of {context - rule.prompt_margin:,} tokens or more," if rule.prompt_margin else ""
     return (f"{counted(refused, 'request')} longer (prompt + output) than model {config.model.name}'s context of "
             f"{context:,} tokens{kept}{prompt} {'was' if refused == 1 else 'were'} rejected on arrival: "

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from infersim.base.records import cheap_init
 from typing import Literal
+
+from infersim.base.records import cheap_init
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"]
 CommImplementation = Literal["nccl", "deepep-normal", "deepep-low-latency"]

@@ -13,11 +13,11 @@ to free than one with an instance dictionary.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from infersim.base.records import cheap_init
 from enum import Enum
 from operator import attrgetter
 from typing import Literal, Protocol
 
+from infersim.base.records import cheap_init
 from infersim.shapes.comm_shapes import CommShape
 from infersim.base.units import dtype_bytes
 

@@ -10,9 +10,9 @@ operations for every configuration, and slotted ones are cheaper to build and to
 from __future__ import annotations
 
 from dataclasses import dataclass
-from infersim.base.records import cheap_init
 from typing import Literal
 
+from infersim.base.records import cheap_init
 from infersim.shapes.kernels import AnyShape
 
 Stage = Literal["prefill", "decode"]

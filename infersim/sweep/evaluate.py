@@ -43,7 +43,7 @@ from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
 from infersim.run.simulate import (decode_time_by_bound, prefill_step_tokens, run_prefill, served_osl,
-                                   simulate, single_prompt_prefill)
+                                   simulate, single_prompt_prefill, single_request_ttft)
 from infersim.run.speculative import drafter_memory
 from infersim.launch.build import layout_check
 from infersim.launch.common import LaunchRefusal
@@ -286,40 +286,38 @@ class ChunkResult:
 
     def leave_out(self, point: int, why: str, engine: str) -> None:
         """A searched layout the engine cannot launch: counted by why, and noted for its grid point."""
-        if why in self.unlaunchable or len(self.unlaunchable) < 64:
-            self.unlaunchable[why] = self.unlaunchable.get(why, 0) + 1
+        _count(self.unlaunchable, why)
         self.note(point, f"{engine} cannot launch it: {why}")
 
     def reject(self, problem: str, point: int | None = None) -> None:
         self.rejected += 1
-        if problem in self.problems or len(self.problems) < 64:
-            self.problems[problem] = self.problems.get(problem, 0) + 1
+        _count(self.problems, problem)
         if point is not None:
             self.note(point, problem)
 
     def note(self, point: int, reason: str, count: int = 1) -> None:
         """Count why a searched layout of a grid point gave no row (at most 16 reasons per point)."""
-        mine = self.by_point.setdefault(point, {})
-        if reason in mine or len(mine) < 16:
-            mine[reason] = mine.get(reason, 0) + count
+        _count(self.by_point.setdefault(point, {}), reason, count, kinds=16)
 
     def merge(self, other: ChunkResult) -> None:
         self.rows.extend(other.rows)
         self.units += other.units
         self.rejected += other.rejected
         self.unfit += other.unfit
-        for k, v in other.problems.items():
-            if k in self.problems or len(self.problems) < 64:
-                self.problems[k] = self.problems.get(k, 0) + v
         for point, reasons in other.by_point.items():
             for reason, count in reasons.items():
                 self.note(point, reason, count)
-        for why, count in other.unlaunchable.items():
-            if why in self.unlaunchable or len(self.unlaunchable) < 64:
-                self.unlaunchable[why] = self.unlaunchable.get(why, 0) + count
-        for said, count in other.shortened.items():
-            if said in self.shortened or len(self.shortened) < 64:
-                self.shortened[said] = self.shortened.get(said, 0) + count
+        for mine, theirs in ((self.problems, other.problems), (self.unlaunchable, other.unlaunchable),
+                             (self.shortened, other.shortened)):
+            for what, count in theirs.items():
+                _count(mine, what, count)
+
+
+def _count(table: dict[str, int], what: str, count: int = 1, kinds: int = 64) -> None:
+    """Add `count` to `what` in `table`, which keeps at most `kinds` kinds (a sweep's reasons are few;
+    a bug's messages could be many)."""
+    if what in table or len(table) < kinds:
+        table[what] = table.get(what, 0) + count
 
 
 def _refuse_beyond_context(model: ModelCard, engine: EngineCard, work: Workload,
@@ -334,8 +332,8 @@ def _refuse_beyond_context(model: ModelCard, engine: EngineCard, work: Workload,
         raise InferSimError(said)
     if served == work.osl:
         return work
-    if out is not None and (said in out.shortened or len(out.shortened) < 64):
-        out.shortened[said] = out.shortened.get(said, 0) + 1
+    if out is not None:
+        _count(out.shortened, said)
     return dataclasses.replace(work, osl=served)
 
 
@@ -425,9 +423,7 @@ class Evaluator:
             kinds = kinds_of_bounds(by_bound) if hw.power is not None else {}
             if self.spec.prefill:
                 packed, single = self._prefill_for(model, hw, dep, work)
-                # as SimulationResult.single_request_ttft_s: one prompt alone, plus the API server's time
-                prefill = (single.step_time_s + self.engine.overheads.api_server_latency, packed.tgs,
-                           packed.step_time_s)
+                prefill = (single_request_ttft(single, self.engine), packed.tgs, packed.step_time_s)
         energy = NO_ENERGY if hw.power is None else _energy(hw.power, kinds, step, tgs * step, run.electricity)
         # as the main run: a batch fits where its KV cache does (mem.fits: also host memory under weight
         # offload); the engine's default running-request cap is a launch setting, said beside the row

@@ -31,9 +31,10 @@ import math
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 from dataclasses import dataclass
-from infersim.base.records import cheap_init
 from typing import NamedTuple
 from collections.abc import Callable
+
+from infersim.base.records import cheap_init
 
 _RELATIVE_TOLERANCE = 1e-9  # coordinates this close (relatively) are the same grid point
 
