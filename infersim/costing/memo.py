@@ -24,36 +24,33 @@ What is kept, and on what key:
   FFN context, micro-batches and logit rows they were built from, so that the next plan of other
   sequences over the same tokens (another context length, a real batch padded to the same
   CUDA-graph size) asks only for its cores.
-- layers (`layer`): a layer's pieces joined into its operation tuple; the memo remembers which
-  pieces the last RECENT_LAYERS joined tuples are made of (by the tuple's identity, the tuple
-  held), so that pricing a layer right after its plan is built prices each of its pieces once.
-- kernel costs (`priced`), per (hardware card, tables) pair (held, so their identities cannot be
-  reused either): the cost of each kernel shape (by hash and equality), and each piece's operations
-  with their costs and the kernels it launches (by the piece's identity, the piece held).
+- kernel costs (`part`), per (hardware card, tables) pair (held, so their identities cannot be
+  reused either): the cost of each kernel shape (by hash and equality), and each part of a plan (a
+  piece) priced: its operations with their costs, the kernels it launches and its sums (PricedPart;
+  by the piece's identity, the piece held), so that a step whose layers share all but their cores
+  with the last one adds up only the cores' operations.
 
 Bounds: MAX_PIECES pieces over all scopes (and as many scopes), RECENT_SCOPES scopes found by
-identity (and records made of as many deployments), RECENT_LAYERS layers, MAX_PAIRS (card, tables)
-pairs and, per pair, MAX_SHAPES shape costs and MAX_PIECES priced pieces. A table that reaches its
-bound drops its older half (insertion order; at the pieces' bound, each scope its older half) and
-goes on: a dropped entry is rebuilt when asked for again, which costs time, never a different
-number (a layer priced after its entry is dropped is priced shape by shape). A sweep of one
+identity (and records made of as many deployments), MAX_PAIRS (card, tables) pairs and, per pair,
+MAX_SHAPES shape costs and MAX_PIECES priced pieces. A table that reaches its bound drops its older
+half (insertion order; at the pieces' bound, each scope its older half) and goes on: a dropped
+entry is rebuilt when asked for again, which costs time, never a different number. A sweep of one
 hardware card and table set keeps some tens of MB at the bounds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from itertools import chain, islice
+from collections.abc import Callable, Collection, Hashable
+from itertools import islice
 from typing import Any, TypeVar
 
 from infersim.cards.hardware import HardwareCard
 from infersim.costing.timing import kernel_cost
-from infersim.shapes.kernels import AnyShape, Cost, KernelTables
+from infersim.shapes.kernels import AnyShape, Bound, Cost, KernelTables
 from infersim.shapes.plan import Operation
 
 MAX_PIECES = 4096
 RECENT_SCOPES = 64
-RECENT_LAYERS = 16  # a plan (at most a few layer kinds) is priced right after it is built
 MAX_PAIRS = 8
 MAX_SHAPES = 100_000
 
@@ -62,6 +59,8 @@ Piece = tuple[Operation, ...]
 # an operation priced: the operation, the cost of one of its kernels and the seconds of its `count`
 # kernels (what a step's walk adds up)
 Priced = tuple[Operation, Cost, float]
+# a part's seconds, and its seconds per bound in order of first appearance, with some operations fused away
+PartSums = tuple[float, tuple[tuple[Bound, float], ...]]
 
 
 def _drop_older_half(table: dict[Any, Any]) -> None:
@@ -76,23 +75,63 @@ def operation_kernels(op: Operation) -> int:
     return op.count * getattr(op.shape, "kernels", 1)
 
 
-def priced_operation(op: Operation, hw: HardwareCard, tables: KernelTables) -> Priced:
-    """`op` priced without a memo."""
-    cost = kernel_cost(op.shape, hw, tables)
-    return op, cost, cost.seconds * op.count
+class PricedPart:
+    """A part of a plan (a tuple of operations one builder returned) priced on one (hardware card,
+    tables) pair: each operation with its cost and seconds, the kernels it launches, and its sums.
+
+    A part's sums are the one way a step adds up its operations: its operations' seconds in order
+    (those an engine fuses away count 0), per part; the stage engine then adds the parts of a layer
+    in order (infersim.engine.stage). Every path (a sweep row's time, the detailed result) takes
+    them from here, so that they agree to the last bit whether or not the part was kept."""
+
+    __slots__ = ("operations", "priced", "kernels", "_sums")
+
+    def __init__(self, operations: Piece, priced: tuple[Priced, ...]) -> None:
+        self.operations = operations  # held where kept by identity: the identity stays the part's
+        self.priced = priced
+        self.kernels = sum(map(operation_kernels, operations))
+        self._sums: dict[Hashable, PartSums] = {}
+
+    def sums(self, fused: Collection[str]) -> PartSums:
+        """(seconds, seconds per bound) of the part with the operations named in `fused` taking
+        none: kept per fused set (a tuple or frozenset: an engine card's, a fusion pass's)."""
+        kept = self._sums.get(fused)  # type: ignore[call-overload]
+        if kept is None:
+            kept = self._sums[fused] = _part_sums(self.priced, fused)  # type: ignore[index]
+        return kept
+
+
+def _part_sums(priced: tuple[Priced, ...], fused: Collection[str]) -> PartSums:
+    total = 0.0
+    bounds: dict[Bound, float] = {}
+    for op, cost, seconds in priced:
+        if op.name in fused:
+            seconds = 0.0
+        total += seconds
+        bound = cost.bound
+        bounds[bound] = bounds.get(bound, 0.0) + seconds
+    return total, tuple(bounds.items())
+
+
+def priced_part(operations: Piece, hw: HardwareCard, tables: KernelTables) -> PricedPart:
+    """`operations` priced without a memo."""
+    priced = []
+    for op in operations:
+        cost = kernel_cost(op.shape, hw, tables)
+        priced.append((op, cost, cost.seconds * op.count))
+    return PricedPart(operations, tuple(priced))
 
 
 class _PairCosts:
     """The costs kept for one (hardware card, tables) pair."""
 
-    __slots__ = ("hw", "tables", "shapes", "pieces")
+    __slots__ = ("hw", "tables", "shapes", "parts")
 
     def __init__(self, hw: HardwareCard, tables: KernelTables) -> None:
         self.hw = hw  # held: the pair is keyed by these objects' identities
         self.tables = tables
         self.shapes: dict[AnyShape, Cost] = {}
-        # id(piece) -> (the piece, held; its operations priced, in order; the kernels it launches)
-        self.pieces: dict[int, tuple[Piece, tuple[Priced, ...], int]] = {}
+        self.parts: dict[int, PricedPart] = {}  # id(part) -> the part priced (which holds the part)
 
     def cost(self, shape: AnyShape) -> Cost:
         shapes = self.shapes
@@ -106,13 +145,13 @@ class _PairCosts:
             cost = shapes[shape] = kernel_cost(shape, self.hw, self.tables)
         return cost
 
-    def piece(self, piece: Piece) -> tuple[Piece, tuple[Priced, ...], int]:
-        """`piece` priced operation by operation, kept by its identity (the entry holds it)."""
-        if len(self.pieces) >= MAX_PIECES:
-            _drop_older_half(self.pieces)
+    def part(self, operations: Piece) -> PricedPart:
+        """`operations` priced operation by operation, kept by its identity (the entry holds it)."""
+        if len(self.parts) >= MAX_PIECES:
+            _drop_older_half(self.parts)
         shapes = self.shapes
         priced = []
-        for op in piece:
+        for op in operations:
             try:
                 cost = shapes.get(op.shape)
             except TypeError:  # an unhashable shape: self.cost prices it without keeping it
@@ -120,7 +159,7 @@ class _PairCosts:
             if cost is None:
                 cost = self.cost(op.shape)
             priced.append((op, cost, cost.seconds * op.count))
-        entry = self.pieces[id(piece)] = (piece, tuple(priced), sum(map(operation_kernels, piece)))
+        entry = self.parts[id(operations)] = PricedPart(operations, tuple(priced))
         return entry
 
 
@@ -167,16 +206,15 @@ def pieces_for(memo: PricingMemo | None, *leading: Hashable) -> PieceScope | Fre
 
 
 class PricingMemo:
-    """Plan pieces, layers and kernel costs kept for one owner (see the module's docstring)."""
+    """Plan pieces and kernel costs kept for one owner (see the module's docstring)."""
 
-    __slots__ = ("_scopes", "_recent_scopes", "_count", "_layers", "_pairs", "_last_pair", "_derived")
+    __slots__ = ("_scopes", "_recent_scopes", "_count", "_pairs", "_last_pair", "_derived")
 
     def __init__(self) -> None:
         self._scopes: dict[tuple[Hashable, ...], PieceScope] = {}  # by the leading arguments' values
         # by the leading arguments' identities: (those arguments, held; their scope)
         self._recent_scopes: dict[tuple[int, ...], tuple[tuple[Hashable, ...], PieceScope]] = {}
         self._count = 0  # pieces kept over all scopes
-        self._layers: dict[int, tuple[Piece, tuple[Piece, ...]]] = {}  # id(joined) -> (joined, held; its pieces)
         self._pairs: dict[tuple[int, int], _PairCosts] = {}
         self._last_pair: _PairCosts | None = None
         # (make, *identities of the sources) -> (the sources, held: their identities stay theirs; what was made)
@@ -235,15 +273,6 @@ class PricingMemo:
         self._derived.clear()
         self._count = sum(len(scope.pieces) for scope in self._scopes.values())
 
-    def layer(self, parts: tuple[Piece, ...]) -> Piece:
-        """The operations of a layer made of `parts` (pieces this memo built), joined in order;
-        remembered as made of them (see the module's docstring)."""
-        joined = tuple(chain.from_iterable(parts))
-        if len(self._layers) >= RECENT_LAYERS:
-            _drop_older_half(self._layers)
-        self._layers[id(joined)] = (joined, parts)
-        return joined
-
     def _pair(self, hw: HardwareCard, tables: KernelTables) -> _PairCosts:
         """The costs kept for (hw, tables), made the last pair asked for."""
         key = (id(hw), id(tables))
@@ -255,30 +284,17 @@ class PricingMemo:
         self._last_pair = pair
         return pair
 
-    def priced(self, operations: Piece, hw: HardwareCard, tables: KernelTables) -> tuple[Sequence[Priced], int]:
-        """`operations` priced on (hw, tables), in order, and the kernels they launch. A layer this
-        memo joined is priced piece by piece, any other tuple as one piece (kept by its identity,
-        the entry holding it): each piece is priced once per pair, each kernel shape once per pair."""
+    def part(self, operations: Piece, hw: HardwareCard, tables: KernelTables) -> PricedPart:
+        """`operations` (a part of a plan) priced on (hw, tables): each part once per pair, by its
+        identity (the entry holding it), each kernel shape once per pair."""
         pair = self._last_pair
         if pair is None or pair.hw is not hw or pair.tables is not tables:
             pair = self._pair(hw, tables)
-        pieces = pair.pieces
-        layer = self._layers.get(id(operations))
-        if layer is None:
-            entry = pieces.get(id(operations)) or pair.piece(operations)
-            return entry[1], entry[2]
-        priced: list[Priced] = []
-        kernels = 0
-        for part in layer[1]:
-            _, part_priced, part_kernels = pieces.get(id(part)) or pair.piece(part)
-            priced += part_priced
-            kernels += part_kernels
-        return priced, kernels
+        return pair.parts.get(id(operations)) or pair.part(operations)
 
     def sizes(self) -> dict[str, int]:
-        """Entries kept in each table: pieces (over all scopes), scopes, layers, (card, tables)
-        pairs, and over all pairs the shape costs and the priced pieces."""
+        """Entries kept in each table: pieces (over all scopes), scopes, (card, tables) pairs, and
+        over all pairs the shape costs and the priced pieces."""
         pairs = self._pairs.values()
-        return {"pieces": self._count, "scopes": len(self._scopes), "layers": len(self._layers),
-                "pairs": len(self._pairs), "shapes": sum(len(p.shapes) for p in pairs),
-                "priced": sum(len(p.pieces) for p in pairs)}
+        return {"pieces": self._count, "scopes": len(self._scopes), "pairs": len(self._pairs),
+                "shapes": sum(len(p.shapes) for p in pairs), "priced": sum(len(p.parts) for p in pairs)}

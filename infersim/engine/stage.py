@@ -27,7 +27,7 @@ from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import Bound, Cost, KernelTables, Source
 from infersim.cards import categories as cat
 from infersim.shapes.plan import LayerGroup, Operation, StagePlan
-from infersim.costing.memo import Priced, PricingMemo, operation_kernels, priced_operation
+from infersim.costing.memo import PartSums, Priced, PricedPart, PricingMemo, operation_kernels, priced_part
 from infersim.base.units import GB, MS
 from infersim.costing.weight_offload import host_link_bytes_per_s, offload_cost
 
@@ -100,12 +100,26 @@ def combined_source(sources: Iterable[Source]) -> Source:
     return Source.MIXED if unique else Source.CARD
 
 
-def _plain_priced(operations: tuple[Operation, ...], hw: HardwareCard,
-                  tables: KernelTables) -> tuple[Sequence[Priced], int]:
-    """`operations` priced one by one, in order, and the kernels they launch (without a memo; with
-    one, PricingMemo.priced gives the same, each piece and kernel shape priced once)."""
-    return ([priced_operation(op, hw, tables) for op in operations],
-            sum(operation_kernels(op) for op in operations))
+def _priced_parts(parts: Iterable[tuple[Operation, ...]], hw: HardwareCard, tables: KernelTables,
+                  memo: PricingMemo | None) -> list[PricedPart]:
+    """Each part priced: through `memo` (each part and kernel shape priced once), or plainly."""
+    if memo is None:
+        return [priced_part(part, hw, tables) for part in parts]
+    return [memo.part(part, hw, tables) for part in parts]
+
+
+def _layer_sums(parts: list[PricedPart], fused: Collection[str]) -> PartSums:
+    """One micro-batch's pass over one layer: its parts' sums added in order (seconds, per bound)."""
+    if len(parts) == 1:
+        return parts[0].sums(fused)
+    seconds = 0.0
+    bounds: dict[Bound, float] = {}
+    for part in parts:
+        part_seconds, part_bounds = part.sums(fused)
+        seconds += part_seconds
+        for bound, time_s in part_bounds:
+            bounds[bound] = bounds.get(bound, 0.0) + time_s
+    return seconds, tuple(bounds.items())
 
 
 def two_batch_schedule(runs: list[tuple[list[tuple[bool, float]], int]]) -> float:
@@ -182,17 +196,18 @@ def group_fusions(passes: tuple[FusionPass, ...], priced: Sequence[Priced]) -> d
 
 def _group_launch_facts(engine: EngineCard | None, stage: str, passes: tuple[FusionPass, ...],
                         fused_always: tuple[str, ...],
-                        priced: Sequence[Priced]) -> tuple[Collection[str], dict[str, str], int]:
+                        parts: list[PricedPart]) -> tuple[Collection[str], dict[str, str], int]:
     """(operations folded away in one layer group, those the passes fold -> the pass that folds them,
     kernels of one layer that break a piecewise prefill graph). Only the card's fused_operations
     where the engine has no passes on this GPU and the step has no graph pieces."""
     pieces = engine is not None and stage != "decode" and engine.overheads.prefill_graph_pieces
     if engine is None or not (passes or pieces):
         return fused_always, {}, 0
+    priced = [entry for part in parts for entry in part.priced]
     folded = group_fusions(passes, priced) if passes else {}
     names = engine.overheads.graph_break_operations if pieces else ()
     breaks = sum(operation_kernels(op) for op, _, _ in priced if op.name in names) if names else 0
-    return ({*fused_always, *folded} if folded else fused_always), folded, breaks
+    return (frozenset((*fused_always, *folded)) if folded else fused_always), folded, breaks
 
 
 class _Layers(NamedTuple):
@@ -209,67 +224,66 @@ class _Layers(NamedTuple):
 def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None, queue: bool,
                  slowdown: float, by_bound: dict[Bound, float], results: list[OperationResult] | None,
                  memo: PricingMemo | None) -> _Layers:
-    """Price every layer group of the plan and add up its operations (their results to `results`)."""
+    """Price every layer group of the plan and add up its operations (their results to `results`).
+    A group's time is its layer's parts' sums (PricedPart.sums) times the micro-batches and layers,
+    whatever else the walk records."""
     mb = plan.micro_batches
     fused_always: tuple[str, ...] = engine.fused_operations if engine is not None else ()
     passes = _passes_on(engine, hw)
     break_kernels = 0
-    comm = cat.COMMUNICATION
     serial = 0.0
     schedule: list[tuple[list[tuple[bool, float]], int]] = []
     runs: list[LaunchRun] = []
     layer_kernels = 0
     layer_s: list[float] = []
+    detailed = mb != 1 or queue or results is not None
     for group in plan.groups:
         layers = group.layers
-        ops = group.operations
-        priced, group_kernels = memo.priced(ops, hw, tables) if memo is not None else _plain_priced(ops, hw, tables)
-        layer_kernels += layers * group_kernels
-        fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, priced)
+        parts = _priced_parts(group.parts, hw, tables, memo)
+        layer_kernels += layers * sum(part.kernels for part in parts)
+        fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, parts)
         break_kernels += layers * breaks
-        group_start = serial
-        if mb == 1 and not queue and results is None:  # the time alone: no phases, launches or results
-            serial = _group_seconds(priced, fused, layers, by_bound, serial)
-            if plan.offload_bytes_per_layer:
-                layer_s.append((serial - group_start) / layers)
-            continue
-        timed: list[tuple[bool, float]] = []
-        launched: list[tuple[int, float]] = []
-        for op, cost, seconds in priced:
+        seconds, bounds = _layer_sums(parts, fused)
+        group_s = seconds * mb * layers
+        serial += group_s
+        for bound, time_s in bounds:
+            by_bound[bound] = by_bound.get(bound, 0.0) + time_s * mb * layers
+        if plan.offload_bytes_per_layer:
+            layer_s.append(group_s / layers)
+        if detailed:
+            _record_group(plan, group, parts, fused, folded, engine, slowdown, queue, schedule, runs, results)
+    return _Layers(serial, schedule, runs, layer_kernels, layer_s, break_kernels)
+
+
+def _record_group(plan: StagePlan, group: LayerGroup, parts: list[PricedPart], fused: Collection[str],
+                  folded: dict[str, str], engine: EngineCard | None, slowdown: float, queue: bool,
+                  schedule: list[tuple[list[tuple[bool, float]], int]], runs: list[LaunchRun],
+                  results: list[OperationResult] | None) -> None:
+    """What the walk records of a group beyond its time: its phases for the two-batch schedule, its
+    kernels for the launch queue, each operation's result."""
+    mb = plan.micro_batches
+    layers = group.layers
+    comm = cat.COMMUNICATION
+    timed: list[tuple[bool, float]] = []
+    launched: list[tuple[int, float]] = []
+    for part in parts:
+        for op, cost, seconds in part.priced:
             is_fused = op.name in fused  # done inside the neighbouring kernel: its bytes ride on that kernel's pass
             per_micro_batch = 0.0 if is_fused else seconds
             per_layer = per_micro_batch * mb
             if mb == 2:  # only two-batch overlap schedules phases
                 is_comm = op.module in comm
                 timed.append((is_comm, per_micro_batch if is_comm else per_micro_batch * slowdown))
-            time_s = per_layer * layers
             if queue:
                 launched.append((operation_kernels(op), per_layer))
-            serial += time_s
-            by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + time_s
             if results is not None:
                 fused_by = folded.get(op.name, "") if is_fused else ""
-                results.append(_group_result(group, op, cost, is_fused, time_s, per_layer, mb, engine, fused_by))
-        if mb == 2:
-            schedule.append((_phases(timed), layers))
-        if queue:
-            runs.append(LaunchRun(tuple(launched), layers))
-        if plan.offload_bytes_per_layer:
-            layer_s.append((serial - group_start) / layers)
-    return _Layers(serial, schedule, runs, layer_kernels, layer_s, break_kernels)
-
-
-def _group_seconds(priced: Sequence[Priced], fused: Collection[str], layers: int,
-                   by_bound: dict[Bound, float], serial: float) -> float:
-    """`serial` seconds with one micro-batch's pass over a group's `layers` layers added, each
-    operation's seconds also added to its bound in `by_bound`: _walk_layers' sums for a single
-    micro-batch (the same products, added in the same order)."""
-    for op, cost, seconds in priced:
-        time_s = (0.0 if op.name in fused else seconds) * layers
-        serial += time_s
-        bound = cost.bound
-        by_bound[bound] = by_bound.get(bound, 0.0) + time_s
-    return serial
+                results.append(_group_result(group, op, cost, is_fused, per_layer * layers, per_layer, mb, engine,
+                                             fused_by))
+    if mb == 2:
+        schedule.append((_phases(timed), layers))
+    if queue:
+        runs.append(LaunchRun(tuple(launched), layers))
 
 
 def _group_result(group: LayerGroup, op: Operation, cost: Cost, is_fused: bool, time_s: float, per_layer: float,
@@ -309,23 +323,25 @@ def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: f
 def _walk_per_step(plan: StagePlan, hw: HardwareCard, tables: KernelTables, queue: bool, step: float,
                    by_bound: dict[Bound, float], results: list[OperationResult] | None, memo: PricingMemo | None
                    ) -> tuple[float, list[tuple[int, float]], list[tuple[int, float]], int]:
-    """(`step` with the per-step operations added, one by one; the kernels launched before the
-    layers and after them, for the launch queue; the kernels of the per-step operations). Those
-    before the final norm and LM head run before the layers (embedding, rotary tables, the mask),
-    the rest after them."""
+    """(`step` with the per-step operations' sum added; the kernels launched before the layers and
+    after them, for the launch queue; the kernels of the per-step operations). Those before the
+    final norm and LM head run before the layers (embedding, rotary tables, the mask), the rest
+    after them."""
     before: list[tuple[int, float]] = []
     after: list[tuple[int, float]] = []
-    ops = plan.per_step
-    priced, kernels = memo.priced(ops, hw, tables) if memo is not None else _plain_priced(ops, hw, tables)
-    for op, cost, seconds in priced:
-        if queue:
-            (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), seconds))
-        step += seconds
-        by_bound[cost.bound] = by_bound.get(cost.bound, 0.0) + seconds
-        if results is not None:
-            results.append(OperationResult(op.name, op.module, 1, seconds, seconds, cost.flops * op.count,
-                                           cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
-    return step, before, after, kernels
+    part = _priced_parts((plan.per_step,), hw, tables, memo)[0]
+    seconds, bounds = part.sums(())
+    step += seconds
+    for bound, time_s in bounds:
+        by_bound[bound] = by_bound.get(bound, 0.0) + time_s
+    if queue or results is not None:
+        for op, cost, time_s in part.priced:
+            if queue:
+                (after if after or op.module == cat.LM_HEAD else before).append((operation_kernels(op), time_s))
+            if results is not None:
+                results.append(OperationResult(op.name, op.module, 1, time_s, time_s, cost.flops * op.count,
+                                               cost.bytes * op.count, cost.bound, cost.source, cost.detail, "per step"))
+    return step, before, after, part.kernels
 
 
 def _overhead(plan: StagePlan, hw: HardwareCard, engine: EngineCard, step: float, kernels: int,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from itertools import chain
 from typing import NamedTuple
 
 from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
@@ -161,11 +160,7 @@ def _group_name(model: ModelCard, kind: str, moe: bool) -> str:
     return name + f" ({MIXER_LABELS[kind]})" if model.is_hybrid else name
 
 
-def _joined(parts: tuple[Piece, ...], memo: PricingMemo | None) -> Piece:
-    return tuple(chain.from_iterable(parts)) if memo is None else memo.layer(parts)
-
-
-def _layers_built(model: ModelCard, inputs: _PlanInputs, ctx: StageContext, memo: PricingMemo | None
+def _layers_built(model: ModelCard, inputs: _PlanInputs, ctx: StageContext
                   ) -> tuple[tuple[LayerGroup, ...], dict[str, tuple[Piece, Piece] | None], tuple[Piece, ...]]:
     """One LayerGroup per distinct (mixer, FFN) layer kind, every piece asked for; with the pieces
     around each mixer kind's core and the FFN piece of each layer kind (a frame's)."""
@@ -179,13 +174,13 @@ def _layers_built(model: ModelCard, inputs: _PlanInputs, ctx: StageContext, memo
         # the attention-output collective and the FFN (dense or MoE) of a layer, as one piece
         ffn = inputs.ffn_pieces.piece(_ffn_operations, ffn_ctx, moe)
         ffns.append(ffn)
-        groups.append(LayerGroup(_group_name(model, kind, moe), layers, _joined((*mixers[kind], ffn), memo)))
+        groups.append(LayerGroup(_group_name(model, kind, moe), layers, (*mixers[kind], ffn)))
     around = {kind: (parts[0], parts[2]) if len(parts) == 3 else None for kind, parts in mixers.items()}
     return tuple(groups), around, tuple(ffns)
 
 
-def _layers_framed(model: ModelCard, inputs: _PlanInputs, ctx: StageContext, frame: _Frame,
-                   memo: PricingMemo | None) -> tuple[LayerGroup, ...]:
+def _layers_framed(model: ModelCard, inputs: _PlanInputs, ctx: StageContext, frame: _Frame
+                   ) -> tuple[LayerGroup, ...]:
     """_layers_built's groups from a frame of the same inputs: only the cores are asked for."""
     cores: dict[str, Piece] = {}
     groups = []
@@ -195,7 +190,7 @@ def _layers_framed(model: ModelCard, inputs: _PlanInputs, ctx: StageContext, fra
             core = cores[kind] = _core_pieces(inputs, ctx, kind)
         around = frame.around_core[kind]
         parts = (core, ffn) if around is None else (around[0], core, around[1], ffn)
-        groups.append(LayerGroup(_group_name(model, kind, moe), layers, _joined(parts, memo)))
+        groups.append(LayerGroup(_group_name(model, kind, moe), layers, parts))
     return tuple(groups)
 
 
@@ -204,7 +199,7 @@ def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext,
     """One LayerGroup per distinct (mixer, FFN) layer kind, of pieces (kept in `memo` when given);
     layers of a kind share it whatever their order (order only matters for two-batch overlap,
     which pipelines layer by layer)."""
-    return _layers_built(model, _plan_inputs(model, dep, memo), ctx, memo)[0]
+    return _layers_built(model, _plan_inputs(model, dep, memo), ctx)[0]
 
 
 def _logit_rows(dep: Deployment, ctx: StageContext, micro_batches: int) -> int:
@@ -311,12 +306,12 @@ def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micr
         if last.key == key:
             frame = last.frame
     if frame is None:
-        groups, around, ffns = _layers_built(model, inputs, ctx, memo)
+        groups, around, ffns = _layers_built(model, inputs, ctx)
         per_step = _per_step(model, dep, inputs, ctx, micro_batches, logit_rows)
         if last is not None:
             last.key, last.frame = key, _Frame(around, ffns, per_step)
     else:
-        groups, per_step = _layers_framed(model, inputs, ctx, frame, memo), frame.per_step
+        groups, per_step = _layers_framed(model, inputs, ctx, frame), frame.per_step
     return StagePlan(ctx.stage, groups, per_step, micro_batches, sms, tokens_per_gpu,
                      requests_per_gpu, attention_tp=dep.attention.tp, engine_tp=server_tp(dep))
 

@@ -274,15 +274,16 @@ def request_beyond_context(model: ModelCard, engine: EngineCard, isl: int, osl: 
     context, limit = isl + osl, model.max_position_embeddings
     if not limit:
         return ""
-    request = f"a request of {context:,} tokens (ISL {isl:,} + OSL {osl:,})"
-    of_model = f"model {model.name}'s context of {limit:,} tokens (max_position_embeddings)"
     if context > limit:
-        return f"{request} is longer than {of_model}"
-    if context > engine.longest_request(limit):
-        return f"{request} fills {of_model}"
-    if engine.context_limit.refusal(limit, isl, osl):
-        return f"{request} has a prompt {limit - isl:,} tokens short of {of_model}"
-    return ""
+        what = "is longer than"
+    elif context > engine.longest_request(limit):
+        what = "fills"
+    elif engine.context_limit.refusal(limit, isl, osl):
+        what = f"has a prompt {limit - isl:,} tokens short of"
+    else:
+        return ""
+    return (f"a request of {context:,} tokens (ISL {isl:,} + OSL {osl:,}) {what} model {model.name}'s context of "
+            f"{limit:,} tokens (max_position_embeddings)")
 
 
 def served_osl(model: ModelCard, engine: EngineCard, isl: int, osl: int) -> tuple[int, str]:

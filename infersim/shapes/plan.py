@@ -1,7 +1,8 @@
 """A model step as a declarative list of operations, built once per stage; the engine walks it.
 
-Each layer kind (dense-FFN layers, MoE layers, ...) is a LayerGroup: the operations of one layer
-and how many layers share them. Per-step operations (embedding, LM head, pipeline sends) run once.
+Each layer kind (dense-FFN layers, MoE layers, ...) is a LayerGroup: the operations of one layer,
+in the parts its builders return them (a mixer's operations before its core, the core, those after
+it, the FFN), and how many layers share them. Per-step operations (embedding, LM head, pipeline sends) run once.
 New architectures add operation builders in `infersim.modules`, not branches in the engine.
 The records are slotted dataclasses (slots=True): a sweep builds a plan, its context and its new
 operations for every configuration, and slotted ones are cheaper to build and to free.
@@ -10,6 +11,7 @@ operations for every configuration, and slotted ones are cheaper to build and to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import Literal
 
 from infersim.base.records import cheap_init
@@ -32,11 +34,18 @@ class Operation:
 @cheap_init
 @dataclass(frozen=True, slots=True)
 class LayerGroup:
-    """Identical layers (`layers` of them) and the operations each runs."""
+    """Identical layers (`layers` of them) and the operations each runs, in parts: the tuples the
+    module builders return, in order. The stage engine adds a layer's time part by part (each
+    part's operations, then the parts), so a part shared by many plans is summed once."""
 
     name: str
     layers: int
-    operations: tuple[Operation, ...]
+    parts: tuple[tuple[Operation, ...], ...]
+
+    @property
+    def operations(self) -> tuple[Operation, ...]:
+        """The layer's operations in order (its parts joined)."""
+        return tuple(chain.from_iterable(self.parts))
 
 
 @cheap_init

@@ -320,14 +320,13 @@ def _count(table: dict[str, int], what: str, count: int = 1, kinds: int = 64) ->
         table[what] = table.get(what, 0) + count
 
 
-def _refuse_beyond_context(model: ModelCard, engine: EngineCard, work: Workload,
-                           out: ChunkResult | None = None) -> Workload:
-    """The variant's workload as the engine's server takes it (run.simulate.served_osl). One whose
-    requests it refuses (longer than the model's context) has no row to time: it is rejected, as the
-    main run does not fit. One whose output it cuts to fit is timed with the cut OSL, as the main run
-    simulates it, and counted in `out` for the sweep's note (per grid point: the caller passes `out`
-    once per point)."""
-    served, said = served_osl(model, engine, work.isl, work.osl)
+def _refuse_beyond_context(served_by: tuple[int, str], work: Workload, out: ChunkResult | None = None) -> Workload:
+    """The variant's workload as the engine's server takes it (`served_by`: run.simulate.served_osl
+    of its request). One whose requests it refuses (longer than the model's context) has no row to
+    time: it is rejected, as the main run does not fit. One whose output it cuts to fit is timed
+    with the cut OSL, as the main run simulates it, and counted in `out` for the sweep's note (per
+    grid point: the caller passes `out` once per point)."""
+    served, said = served_by
     if not served:
         raise InferSimError(said)
     if served == work.osl:
@@ -350,6 +349,7 @@ class Evaluator:
         self._memory_key: tuple | None = None
         self._memory: MemoryResult | None = None
         self._memories: dict[tuple, tuple] = {}
+        self._served: dict[tuple, tuple] = {}
         self._prefill_key: tuple | None = None
         self._prefill: tuple[StageResult, StageResult] | None = None
         # speculative decoding changes decode, prefill (drafter prefill) and memory (drafter):
@@ -386,6 +386,18 @@ class Evaluator:
             self._memory = entry[4]
             self._memory_key = key
         return self._memory
+
+    def _served_osl(self, model: ModelCard, engine: EngineCard, work: Workload) -> tuple[int, str]:
+        """run.simulate.served_osl of the variant's request, kept on the identities of the cards
+        (derived cards are cached, so equal ones are mostly the same object) and the lengths."""
+        key = (id(model), id(engine), work.isl, work.osl)
+        entry = self._served.get(key)
+        if entry is None:
+            if len(self._served) >= 256:
+                self._served.clear()
+            # the entry holds the cards, so their ids cannot be reused while it exists
+            entry = self._served[key] = (model, engine, served_osl(model, engine, work.isl, work.osl))
+        return entry[2]
 
     def _prefill_for(self, model, hw, dep, work) -> tuple[StageResult, StageResult]:
         """(the workload's prefill step, one prompt's prefill alone): the same result twice unless the
@@ -461,7 +473,7 @@ class Evaluator:
         try:
             # run_base is cached: the same object for every point with these values
             model, hw, dep, run, work = self.deriver.parts(values)
-            work = _refuse_beyond_context(model, run.engine, work, out)
+            work = _refuse_beyond_context(self._served_osl(model, run.engine, work), work, out)
             mem = self._memory_for(model, hw, dep, work, run)
             batch = work.decode_batch_per_gpu
             if batch == "max":
@@ -503,7 +515,7 @@ class Evaluator:
             base_dep = self.deriver.deployment(values)
             work = self.deriver.workload(values)
             run = self.deriver.run_base(values)
-            work = _refuse_beyond_context(model, run.engine, work, out if sub == 0 else None)
+            work = _refuse_beyond_context(self._served_osl(model, run.engine, work), work, out if sub == 0 else None)
         except InferSimError as exc:  # the variant itself is invalid: report it once per point
             if sub == 0:
                 problem = problem_text(exc)
