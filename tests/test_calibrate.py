@@ -230,6 +230,20 @@ def test_the_kernel_time_scale_multiplies_each_family_it_names() -> None:
     assert kernel_cost(shape, scaled_hw, NoTables()).seconds == pytest.approx(base.seconds * 1.5)
 
 
+def test_every_kernel_shape_has_a_time_scale_family() -> None:
+    """Each shape type kernel_cost prices names the KernelTimeScale field that scales it."""
+    import typing
+    from dataclasses import fields
+
+    from infersim.cards.hardware import KernelTimeScale
+    from infersim.costing.timing import _SCALE_FAMILY
+    from infersim.shapes.kernels import AnyShape
+
+    families = {f.name for f in fields(KernelTimeScale)}
+    assert set(_SCALE_FAMILY) == set(typing.get_args(AnyShape))
+    assert set(_SCALE_FAMILY.values()) == families
+
+
 # -- the trainval runs (../shared) ------------------------------------------------------------------
 
 

@@ -133,18 +133,6 @@ class _PairCosts:
         self.shapes: dict[AnyShape, Cost] = {}
         self.parts: dict[int, PricedPart] = {}  # id(part) -> the part priced (which holds the part)
 
-    def cost(self, shape: AnyShape) -> Cost:
-        shapes = self.shapes
-        try:
-            cost = shapes.get(shape)  # a miss raises nothing (a raised KeyError costs more)
-        except TypeError:  # an unhashable shape: priced, not kept
-            return kernel_cost(shape, self.hw, self.tables)
-        if cost is None:
-            if len(shapes) >= MAX_SHAPES:
-                _drop_older_half(shapes)
-            cost = shapes[shape] = kernel_cost(shape, self.hw, self.tables)
-        return cost
-
     def part(self, operations: Piece) -> PricedPart:
         """`operations` priced operation by operation, kept by its identity (the entry holds it)."""
         if len(self.parts) >= MAX_PIECES:
@@ -152,12 +140,15 @@ class _PairCosts:
         shapes = self.shapes
         priced = []
         for op in operations:
+            shape = op.shape
             try:
-                cost = shapes.get(op.shape)
-            except TypeError:  # an unhashable shape: self.cost prices it without keeping it
-                cost = None
+                cost = shapes.get(shape)
+            except TypeError:  # an unhashable shape: priced, not kept
+                cost = kernel_cost(shape, self.hw, self.tables)
             if cost is None:
-                cost = self.cost(op.shape)
+                if len(shapes) >= MAX_SHAPES:
+                    _drop_older_half(shapes)
+                cost = shapes[shape] = kernel_cost(shape, self.hw, self.tables)
             priced.append((op, cost, cost.seconds * op.count))
         entry = self.parts[id(operations)] = PricedPart(operations, tuple(priced))
         return entry

@@ -150,16 +150,18 @@ def _intensity_bound(shape: AnyShape, hw: HardwareCard, flops: float, moved: flo
     return Bound.COMPUTE if flops_done / rate >= moved / bandwidth else Bound.MEMORY
 
 
+#: the calibrated time scale (KernelTimeScale's field) of each shape type's kernel family
+_SCALE_FAMILY: dict[type, str] = {
+    CollectiveShape: "collectives", TokenExchangeShape: "collectives",
+    AttentionShape: "attention", LinearAttentionShape: "attention",
+    MemoryBoundShape: "memory",
+    GemmShape: "gemm", GroupedGemmShape: "gemm", IndexerShape: "gemm",
+}
+
+
 def _time_scale(shape: AnyShape, hw: HardwareCard) -> float:
     """The card's measured-over-predicted time of the shape's kernel family (1 unless calibrated)."""
-    scale = hw.derates.kernel_time_scale
-    if isinstance(shape, (CollectiveShape, TokenExchangeShape)):
-        return scale.collectives
-    if isinstance(shape, (AttentionShape, LinearAttentionShape)):
-        return scale.attention
-    if isinstance(shape, MemoryBoundShape):
-        return scale.memory
-    return scale.gemm
+    return getattr(hw.derates.kernel_time_scale, _SCALE_FAMILY[type(shape)])
 
 
 #: the kernels priced by FLOPs and bytes against a table or the roofline (not collectives, token
@@ -170,25 +172,27 @@ ComputeShape = GemmShape | GroupedGemmShape | AttentionShape | IndexerShape | Li
 def kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost:
     """Time of one kernel of `shape`, with its source: table, roofline at a table's edge, or roofline;
     times the card's calibrated time scale of its kernel family."""
-    cost = _kernel_cost(shape, hw, tables)
+    if isinstance(shape, MemoryBoundShape):
+        cost = _elementwise_cost(shape, hw, tables)
+    elif isinstance(shape, (CollectiveShape, TokenExchangeShape)):
+        cost = _communication_cost(shape, hw, tables)
+    else:
+        cost = _compute_kernel_cost(shape, hw, tables)
     scale = _time_scale(shape, hw)
     if scale == 1.0:
         return cost
     return replace(cost, seconds=cost.seconds * scale, detail=f"{cost.detail} x {scale:.3g} (calibrated)".lstrip())
 
 
-def _kernel_cost(shape: AnyShape, hw: HardwareCard, tables: KernelTables) -> Cost:
+def _communication_cost(shape: CollectiveShape | TokenExchangeShape, hw: HardwareCard, tables: KernelTables) -> Cost:
+    """A collective's measured table's answer, else the communication model (infersim.modules.comm)."""
     if isinstance(shape, CollectiveShape):
         hit = tables.lookup(shape, 1.0)  # collectives have no FLOPs: the peak is not used
         if hit is not None:
             source = Source.ROOFLINE if hit.method == "edge" else Source.TABLE
             return Cost(0.0, shape.bytes, hit.seconds, Bound.COMM, source,
                         f"{hit.method} from {hit.table}" + (f" ({hit.note})" if hit.note else ""))
-    if isinstance(shape, (CollectiveShape, TokenExchangeShape)):
-        return comm_cost(shape, hw)
-    if not isinstance(shape, MemoryBoundShape):
-        return _compute_kernel_cost(shape, hw, tables)
-    return _elementwise_cost(shape, hw, tables)
+    return comm_cost(shape, hw)
 
 
 def _compute_kernel_cost(shape: ComputeShape, hw: HardwareCard, tables: KernelTables) -> Cost:
