@@ -2,7 +2,8 @@
 (prompt + output) longer than its context length. vLLM 0.11 and 0.15 refuse it; vLLM 0.33 cuts its
 output to what fits (get_max_tokens) and refuses only a prompt that leaves no room, or more output
 tokens than the context; SGLang refuses prompt + output above the context, cuts the output 2 tokens
-short of it and refuses a prompt within 6 tokens of it; HF generate() runs past it. The serving
+short of it and refuses a prompt within 6 tokens of it; TensorRT-LLM 1.0 (PyTorch backend) cuts the
+output at the context and checks no prompt + output; HF generate() runs past it. The serving
 simulation admits such a request with the cut output and says how many were cut; the main run, sweeps
 and generate simulate the cut OSL and say so."""
 
@@ -70,7 +71,7 @@ def test_each_bundled_engine_states_what_its_server_does():
              for name in ("vllm@0.11", "vllm@0.15", "vllm@0.33", "sglang@0.5", "sglang", "trtllm", "huggingface")}
     # a context of 4,096 tokens: a 3,000-token prompt asking for 2,000 tokens; then edge cases
     assert {name: rule.output_run(4096, 3000, 2000) for name, rule in rules.items()} == {
-        "vllm@0.11": 0, "vllm@0.15": 0, "vllm@0.33": 1096, "sglang@0.5": 0, "sglang": 0, "trtllm": 0,
+        "vllm@0.11": 0, "vllm@0.15": 0, "vllm@0.33": 1096, "sglang@0.5": 0, "sglang": 0, "trtllm": 1096,
         "huggingface": 2000}
     vllm, sglang, older = rules["vllm@0.33"], rules["sglang"], rules["sglang@0.5"]
     assert (vllm.output_run(4096, 4095, 10), vllm.output_run(4096, 4096, 1), vllm.output_run(4096, 10, 4097)) == \
@@ -129,6 +130,20 @@ def test_sglang_cuts_the_output_two_tokens_short_of_the_context_and_refuses_prom
         "max_position_embeddings")
 
 
+def test_trtllm_serves_them_with_their_output_cut_at_max_seq_len_and_refuses_no_long_output():
+    summary = simulate_serving(_config("trtllm"), LONGER)
+    # each request: 3,000 + 2,000 tokens against 4,096: the sampler ends it at 4,096, after 1,096 output tokens
+    assert (summary["completed"], summary["failed"], summary["total_output_tokens"]) == (6, 0, 6 * 1096)
+    assert (summary["shortened"], summary["shortened_output_tokens"], summary.get("rejected", 0)) == (6, 6 * 904, 0)
+    assert summary["notes"] == [
+        "6 requests longer (prompt + output) than trtllm 1.0 runs whole at a context of 4,096 tokens (max_model_len "
+        "4,096) were admitted with their output cut to the context less the prompt: 5,424 output tokens fewer in all "
+        "(engine card context_limit.beyond shorten_output)"]
+    rule = load_engine_card("trtllm")[0].context_limit
+    assert (rule.output_run(4096, 4095, 10), rule.output_run(4096, 10, 5000), rule.output_run(4096, 4096, 1)) == \
+        (1, 4086, 0)  # more output tokens than the context are cut, not refused; a prompt of the context is not run
+
+
 def test_a_workloads_requests_are_cut_as_they_arrive():
     workload = {"data": {"type": "random", "input": 3000, "output": 2000}, "max_model_len": 4096,
                 "load": {"stages": [{"rate": 2, "num_requests": 4}]}}
@@ -156,6 +171,17 @@ def test_the_main_run_simulates_the_output_vllm_0_33_runs(capsys):
                  "--osl", "10"]) == 1  # no room for an output token: refused
     assert "vllm 0.33.0 refuses such requests (refused: a prompt of 4,096 tokens or more, at the context its server " \
            "defaults to, the model's)" in capsys.readouterr().out
+
+
+def test_the_main_run_simulates_the_output_trtllm_runs(capsys):
+    data = run_json(capsys, "--model", "llama-2-7b", "--hardware", "h100", "--engine", "trtllm", "--isl", "3900",
+                    "--osl", "200")
+    assert data["fits"] and data["workload"]["osl"] == 196  # 4,096 - 3,900
+    assert data["warnings"][0] == (
+        "a request of 4,100 tokens (ISL 3,900 + OSL 200) is longer than model llama-2-7b's context of 4,096 tokens "
+        "(max_position_embeddings): trtllm 1.0 cuts its output to 196 tokens, what fits (prompt + output up to the "
+        "context its server defaults to, the model's; engine card context_limit.beyond shorten_output): OSL 196 "
+        "simulated, not the 200 asked for")
 
 
 def test_a_sweep_times_the_cut_output_and_says_so(capsys, tmp_path):

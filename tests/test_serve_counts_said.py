@@ -3,8 +3,12 @@ warnings and its notes (infersim.base.texttable.counted)."""
 
 from __future__ import annotations
 
+import json
+
+from conftest import REPO_ROOT
 from infersim.base.texttable import counted
 from infersim.cli.main import main
+from test_hostile_cli import one_line_error, run
 
 
 def test_a_count_takes_its_noun_in_the_singular_for_one_only():
@@ -54,3 +58,29 @@ def test_one_rejection_and_one_request_left_waiting_are_said_in_the_singular():
         "no request was admitted over the second half of the arrivals, so no admission rate to take); over the "
         "second half of its arrivals 1 of the 1 request arriving was not admitted; 1 request found the queue full "
         "(max_waiting 1 per instance) and was left waiting, never admitted.")
+
+
+def test_one_group_of_one_shared_prefix_prompt_is_said_in_the_singular():
+    from infersim.serve.workload_spec import parse_workload
+
+    def said(groups: int, per_group: int) -> str:
+        data = {"type": "shared_prefix", "num_groups": groups, "prompts_per_group": per_group,
+                "system_prompt_len": 100, "question_len": 20, "output_len": 10}
+        return parse_workload({"data": data, "load": {"stages": [{"rate": 1, "num_requests": 2}]}}).describe()
+
+    assert said(1, 1) == "1 x 1 shared-prefix prompt; poisson timer: 1/s, 2 sent"
+    assert said(9, 5) == "9 x 5 shared-prefix prompts; poisson timer: 1/s, 2 sent"
+
+
+def test_compare_says_the_one_request_the_simulated_server_rejected_in_the_singular(capsys, tmp_path):
+    # one request of 6,000 + 200 tokens: longer than Llama-2-7B's 4,096-token context, which vLLM refuses
+    data = json.loads((REPO_ROOT / "docs" / "examples" / "vllm-bench-serve-llama-3.1-8b-h100-rate8.json").read_text())
+    data.update(model_id="meta-llama/Llama-2-7b-hf", tokenizer_id="meta-llama/Llama-2-7b-hf", num_prompts=1,
+                completed=1, total_input_tokens=6000, total_output_tokens=200)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run(capsys, "compare", "--bench-result", str(path), "--hardware", "h100-sxm",
+                         "--model", "llama-2-7b")
+    assert code == 1 and not out
+    one_line_error(err, "the simulated server rejected the 1 request on arrival, where the benchmark completed 1: "
+                        "1 request longer (prompt + output) than model llama-2-7b's context of 4,096 tokens")

@@ -71,7 +71,8 @@ def test_a_batch_above_the_default_running_cap_fits_where_the_kv_cache_holds_it(
     assert [(rows[b]["fits"], rows[b]["max_batch_per_gpu"], rows[b]["default_running_cap_per_gpu"])
             for b in (4000, 5000, 6000)] == [(True, 5740, 4096), (True, 5740, 4096), (False, 5740, 4096)]
     assert ("note: 2 configurations run a decode batch above sglang's default running-request cap (4,096 per GPU): "
-            "they fit where the KV cache holds the batch, and a server runs them only with a larger cap") in err
+            "they fit where the KV cache holds the batch, and a server runs them only with a larger cap "
+            "(--max-running-requests; --emit-launch sets it)") in err
     assert "no (max 5740)" in out and "KV capacity" in out
     # the largest batch the run itself allows ("max") stays at the engine's default cap
     code, out, err = run(capsys, *SWEEP, "--config", "qwen3-30b.yaml", "--isl", "64", "--osl", "64", "--grid",

@@ -26,6 +26,7 @@ routing kernels, then the experts' grouped GEMMs) takes longer than max(GPU time
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -528,6 +529,7 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
                           f"no tier covers GPUs below {chunk_floor:g} bytes of HBM: give a tier with min_gpu_bytes: 0 "
                           "(value 0 = no chunking)")
     _validate_context_limit(card.context_limit, source)
+    _validate_running_cap_flag(card, source)
     from infersim.cards.engine_platform import check_operation_names, validate_platform_fields
 
     check_operation_names(card.fused_operations, "fused_operations", source)
@@ -538,6 +540,20 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
                           "or cuda_graph_capture)")
     validate_platform_fields(card, source)
     return card
+
+
+def _validate_running_cap_flag(card: EngineCard, source: str) -> None:
+    """scheduler.running_cap_flag: a server's flag, spelled as its parser spells it (the run's warning
+    and a sweep's note name it, --emit-launch sets it)."""
+    flag = card.scheduler.running_cap_flag
+    if flag is None:
+        return
+    if card.framework == "huggingface":
+        raise ConfigError(source, "scheduler.running_cap_flag", flag,
+                          "framework huggingface runs no server, so no flag sets its running cap (leave it out)")
+    if not re.fullmatch(r"--[a-z0-9][a-z0-9_-]*", flag):
+        raise ConfigError(source, "scheduler.running_cap_flag", flag,
+                          "expected the server's command-line flag as its parser spells it, e.g. --max-num-seqs")
 
 
 def _validate_context_limit(rule: ContextLimit, source: str) -> None:

@@ -140,6 +140,10 @@ class Scheduler:
     running_cap_from_pool: RunningCapFromPool | None = spec(
         None, doc="a further cap on running requests that the engine derives from its KV pool and the model's "
                   "context length (SGLang); none: no such cap")
+    running_cap_flag: str | None = spec(
+        None, doc="the server's command-line flag that sets the running-request cap (what a batch above "
+                  "max_running_requests or running_cap_from_pool needs, e.g. --max-num-seqs); none: the engine has no "
+                  "such flag, or no server")
     mixed_batches: bool = spec(doc="prefill chunks and decode requests share one forward pass")
     policy: Literal["prefill-first", "decode-first"] = spec(
         doc="which work a step takes first when both wait")

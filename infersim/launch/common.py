@@ -27,6 +27,17 @@ def refuse(data: ParserData, layout_text: str, why: str) -> LaunchRefusal:
     return LaunchRefusal(data.title, layout_text, why)
 
 
+def running_cap_flag(a: Assumed, data: ParserData) -> str:
+    """The flag that sets the server's running-request cap, as the engine card names it
+    (scheduler.running_cap_flag; Arguments checks it against the parser data)."""
+    flag = a.engine.scheduler.running_cap_flag
+    if not flag:
+        raise InferSimError(f"--emit-launch: engine card {a.engine.name} names no flag that sets {data.title}'s "
+                            f"running-request cap (scheduler.running_cap_flag), and the simulation ran a cap of "
+                            f"{a.running_cap}: the command cannot be spelled")
+    return flag
+
+
 def check_common(a: Assumed, data: ParserData) -> None:
     """What the simulation can model and no engine flag sets."""
     dep = a.config.deployment

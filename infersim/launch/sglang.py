@@ -22,6 +22,7 @@ from infersim.launch.common import (
     kv_cache_format,
     node_hosts,
     refuse,
+    running_cap_flag,
     speculative,
 )
 from infersim.launch.common import where as where_text
@@ -96,7 +97,7 @@ def _scheduler(a: Assumed, args: Arguments, dp_attention: bool, dp: int, parts: 
             parts.note(f"the simulation capped a step at {a.token_budget} tokens without chunking; SGLang bounds an "
                        "unchunked prefill step by --max-prefill-tokens, not set here")
     if a.running_cap:
-        args.add("--max-running-requests", a.running_cap * ranks, "running requests (x DP ranks)")
+        args.add(running_cap_flag(a, args.data), a.running_cap * ranks, "running requests (x DP ranks)")
     else:
         parts.note("running requests: SGLang's own cap from its KV pool and the context length, as by default")
     args.add("--mem-fraction-static", round(a.static_fraction, 3), "GPU memory share for weights and KV")

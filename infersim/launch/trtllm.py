@@ -20,6 +20,7 @@ from infersim.launch.common import (
     context_limit,
     kv_cache_format,
     refuse,
+    running_cap_flag,
     speculative,
 )
 from infersim.launch.common import where as where_text
@@ -78,7 +79,7 @@ def _unsupported(a: Assumed, data: ParserData) -> None:
 def _scheduler(a: Assumed, args: Arguments, parts: PlanParts) -> None:
     engine = a.engine
     if a.running_cap:
-        args.add("--max_batch_size", a.running_cap, "running requests per rank")
+        args.add(running_cap_flag(a, args.data), a.running_cap, "running requests per rank")
     else:
         parts.note("running requests: TensorRT-LLM's default cap (the simulation assumed none)")
     if a.token_budget:

@@ -24,6 +24,7 @@ from infersim.launch.common import (
     kv_cache_format,
     node_hosts,
     refuse,
+    running_cap_flag,
     speculative,
 )
 from infersim.launch.common import where as where_text
@@ -151,7 +152,7 @@ def _graphs(a: Assumed, args: Arguments, parts: PlanParts) -> None:
 def _scheduler(a: Assumed, args: Arguments, parts: PlanParts) -> None:
     engine = a.engine
     if a.running_cap:
-        args.add("--max-num-seqs", a.running_cap, "running requests per DP rank")
+        args.add(running_cap_flag(a, args.data), a.running_cap, "running requests per DP rank")
     else:
         parts.note("running requests: vLLM's own default cap (the simulation assumed none)")
     if a.token_budget:

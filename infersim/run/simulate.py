@@ -183,9 +183,14 @@ def decode_time_by_bound(model: ModelCard, hw: HardwareCard, dep: Deployment, wo
     return step, batch / step, by_bound
 
 
-#: what a server needs to run a decode batch above its engine's default running-request cap
-LARGER_CAP = ("only with a larger cap (vLLM --max-num-seqs, SGLang --max-running-requests; --emit-launch "
-              "sets it)")
+def larger_cap(engine: EngineCard) -> str:
+    """What a server needs to run a decode batch above its engine's default running-request cap: the
+    flag that raises it, as the engine card names it (scheduler.running_cap_flag), which --emit-launch
+    sets; or, where the card names none, that no flag is known (the run's warning, a sweep's note)."""
+    flag = engine.scheduler.running_cap_flag
+    if flag:
+        return f"only with a larger cap ({flag}; --emit-launch sets it)"
+    return f"only with a larger cap, and engine card {engine.name} names no flag that sets one (scheduler.running_cap_flag)"
 
 
 def single_request_ttft(prompt_alone: StageResult, engine: EngineCard) -> float:
@@ -451,7 +456,7 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
     # memory limits the run breaks are not warnings: they are SimulationResult.unfit
     if memory.running_cap_per_gpu and memory.running_cap_per_gpu < batch <= memory.kv_fit_batch_per_gpu:
         out.append(f"decode batch {batch:,} per GPU is above {config.engine.name}'s default running-request cap "
-                   f"({memory.running_cap_per_gpu:,} per GPU): a server runs it {LARGER_CAP}")
+                   f"({memory.running_cap_per_gpu:,} per GPU): a server runs it {larger_cap(config.engine)}")
     out.extend(context_warnings(config))
     if workload.decode_batch_per_gpu == "max":
         limit = ("the engine's running-request cap" if memory.binding_limit == "running-request cap"

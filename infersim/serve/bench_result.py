@@ -236,8 +236,9 @@ def compare_serving(result: ServingResult, config: Any, options: dict[str, Any],
     if rejected:
         why = [n for n in summary.get("notes", []) if "rejected" in n] or summary.get("warnings", [])[:1]
         if not summary.get("completed"):
-            raise NotPossible(f"the simulated server rejected all {rejected:,} requests on arrival, where the "
-                              f"benchmark completed {result.completed:,}: " + "; ".join(why))
+            every = "the" if rejected == 1 else "all"
+            raise NotPossible(f"the simulated server rejected {every} {counted(rejected, 'request')} on arrival, "
+                              f"where the benchmark completed {result.completed:,}: " + "; ".join(why))
         notes = [*notes, f"the simulated server rejected {counted(rejected, 'request')} on arrival: " + "; ".join(why)]
     rows = tuple(MetricComparison(label, unit, result.measured[key], float(summary[mine]))
                  for label, unit, key, _others, mine in METRICS

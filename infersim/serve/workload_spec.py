@@ -137,7 +137,7 @@ class WorkloadSpec:
         d = self.data
         what = {"random": "random lengths" + (f" after a shared {d.prefix_tokens:,}-token prefix" if d.prefix_tokens else ""),
                 "prefix_repetition": counted(d.num_prefixes, "repeated prefix", "repeated prefixes"),
-                "shared_prefix": f"{d.num_groups:,} x {d.prompts_per_group:,} shared-prefix prompts"
+                "shared_prefix": f"{d.num_groups:,} x {counted(d.prompts_per_group, 'shared-prefix prompt')}"
                                  + (", multi-turn" if d.multi_turn else ""),
                 "sessions": f"chat sessions, {counted(d.num_groups, 'system prompt')}"}[d.type]
         stages = ", then ".join(s.describe() for s in self.stages)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from infersim.base.errors import InferSimError, shorten
-from infersim.run.simulate import LARGER_CAP
+from infersim.run.simulate import larger_cap
 from infersim.run.flags import FLAG_OF_FIELD, LAYOUT_FLAG_FIELDS, RunFlags, flag_fields, flag_name
 from infersim.shapes.kernels import NoTables
 from infersim.sweep.evaluate import Row, SweepSpec
@@ -84,7 +84,7 @@ def above_cap_note(spec: SweepSpec, rows: Sequence[Row]) -> str:
     cap_text = f"{caps[0]:,}" if len(caps) == 1 else f"{caps[0]:,}-{caps[-1]:,}"
     count = f"{len(above):,} configuration{'s' if len(above) != 1 else ''}"
     return (f"{count} run a decode batch above {engine.name}'s default running-request cap ({cap_text} per GPU): "
-            f"they fit where the KV cache holds the batch, and a server runs them {LARGER_CAP}")
+            f"they fit where the KV cache holds the batch, and a server runs them {larger_cap(engine)}")
 
 
 def shortened_note(shortened: dict[str, int], limit: int = 3) -> str:
