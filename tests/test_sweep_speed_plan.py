@@ -141,10 +141,10 @@ def test_plans_built_from_a_kept_frame_equal_fresh_plans(config, sets, monkeypat
 
     built = []
     layers_built = step._layers_built
-    def counted(model, inputs, ctx):  # the frames built through the memo (plain inputs keep no frame)
+    def counted(model, inputs, ctx, ffn_ctx):  # the frames built through the memo (plain inputs keep no frame)
         if inputs.last_frame is not None:
             built.append(1)
-        return layers_built(model, inputs, ctx)
+        return layers_built(model, inputs, ctx, ffn_ctx)
 
     monkeypatch.setattr(step, "_layers_built", counted)
     cfg = load_run_config(config, sets)

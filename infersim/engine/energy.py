@@ -59,7 +59,8 @@ def step_joules(seconds_by_kind: dict[str, float], step_s: float, power: Power) 
     """(joules of a step of `step_s` seconds whose operations spent `seconds_by_kind`, held at the
     board power limit; whether that limit binds): step_energy's number without its record (what a
     sweep row keeps)."""
-    joules = power.idle * step_s + sum([t * (draw(power, kind) - power.idle) for kind, t in seconds_by_kind.items()])
+    idle = power.idle
+    joules = idle * step_s + sum([t * (getattr(power, DRAW_FIELD[kind]) - idle) for kind, t in seconds_by_kind.items()])
     limit = power.board * step_s
     return min(joules, limit), joules > limit * (1 + 1e-12)
 

@@ -240,7 +240,10 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine
     for group in plan.groups:
         layers = group.layers
         parts = _priced_parts(group.parts, hw, tables, memo)
-        layer_kernels += layers * sum(part.kernels for part in parts)
+        kernels = 0
+        for part in parts:
+            kernels += part.kernels
+        layer_kernels += layers * kernels
         fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, parts)
         break_kernels += layers * breaks
         seconds, bounds = _layer_sums(parts, fused)

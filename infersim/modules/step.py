@@ -85,6 +85,7 @@ class _PlanInputs(NamedTuple):
 
     mixer: MixerDeployment
     ffn: FfnDeployment
+    engine_tp: int  # the deployment's server TP size (server_tp)
     mixer_pieces: PieceScope | FreshPieces  # builders given (model, mixer) first
     ffn_pieces: PieceScope | FreshPieces  # builders given (model, ffn) first
     step_pieces: PieceScope | FreshPieces  # builders given (model,) first
@@ -119,7 +120,7 @@ class _LastFrame:
 def _inputs_of(memo: PricingMemo | None, model: ModelCard, dep: Deployment) -> _PlanInputs:
     """The plan inputs of (model, dep), their pieces kept in `memo` when given."""
     mixer, ffn = MixerDeployment.of(dep), FfnDeployment.of(dep)
-    return _PlanInputs(mixer, ffn, pieces_for(memo, model, mixer), pieces_for(memo, model, ffn),
+    return _PlanInputs(mixer, ffn, server_tp(dep), pieces_for(memo, model, mixer), pieces_for(memo, model, ffn),
                        pieces_for(memo, model), None if memo is None else _LastFrame())
 
 
@@ -160,12 +161,12 @@ def _group_name(model: ModelCard, kind: str, moe: bool) -> str:
     return name + f" ({MIXER_LABELS[kind]})" if model.is_hybrid else name
 
 
-def _layers_built(model: ModelCard, inputs: _PlanInputs, ctx: StageContext
+def _layers_built(model: ModelCard, inputs: _PlanInputs, ctx: StageContext, ffn_ctx: FfnContext
                   ) -> tuple[tuple[LayerGroup, ...], dict[str, tuple[Piece, Piece] | None], tuple[Piece, ...]]:
-    """One LayerGroup per distinct (mixer, FFN) layer kind, every piece asked for; with the pieces
-    around each mixer kind's core and the FFN piece of each layer kind (a frame's)."""
+    """One LayerGroup per distinct (mixer, FFN) layer kind, every piece asked for (`ffn_ctx`: the
+    FFN's part of `ctx`); with the pieces around each mixer kind's core and the FFN piece of each
+    layer kind (a frame's)."""
     groups = []
-    ffn_ctx = FfnContext.of(ctx)
     mixers: dict[str, tuple[tuple[Operation, ...], ...]] = {}
     ffns = []
     for kind, moe, layers in layer_composition(model):
@@ -199,7 +200,7 @@ def layer_groups(model: ModelCard, dep: Deployment, ctx: StageContext,
     """One LayerGroup per distinct (mixer, FFN) layer kind, of pieces (kept in `memo` when given);
     layers of a kind share it whatever their order (order only matters for two-batch overlap,
     which pipelines layer by layer)."""
-    return _layers_built(model, _plan_inputs(model, dep, memo), ctx)[0]
+    return _layers_built(model, _plan_inputs(model, dep, memo), ctx, FfnContext.of(ctx))[0]
 
 
 def _logit_rows(dep: Deployment, ctx: StageContext, micro_batches: int) -> int:
@@ -298,22 +299,23 @@ def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micr
     logit_rows = _logit_rows(dep, ctx, micro_batches)
     last = inputs.last_frame
     frame = None
+    ffn_ctx = FfnContext.of(ctx)
     if last is not None:
         # what a frame's pieces are built from beside the (model, deployment) inputs: the FFN's record
         # (which holds the stage and tokens the pieces around an attention core read), and the
         # per-step piece's micro-batches and logit rows
-        key = (FfnContext.of(ctx), micro_batches, logit_rows)
+        key = (ffn_ctx, micro_batches, logit_rows)
         if last.key == key:
             frame = last.frame
     if frame is None:
-        groups, around, ffns = _layers_built(model, inputs, ctx)
+        groups, around, ffns = _layers_built(model, inputs, ctx, ffn_ctx)
         per_step = _per_step(model, dep, inputs, ctx, micro_batches, logit_rows)
         if last is not None:
             last.key, last.frame = key, _Frame(around, ffns, per_step)
     else:
         groups, per_step = _layers_framed(model, inputs, ctx, frame), frame.per_step
     return StagePlan(ctx.stage, groups, per_step, micro_batches, sms, tokens_per_gpu,
-                     requests_per_gpu, attention_tp=dep.attention.tp, engine_tp=server_tp(dep))
+                     requests_per_gpu, attention_tp=dep.attention.tp, engine_tp=inputs.engine_tp)
 
 
 def build_step_plan(model: ModelCard, dep: Deployment, sequences: tuple[SequenceBatch, ...], comm_sms: int,
