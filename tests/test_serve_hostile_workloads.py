@@ -228,8 +228,7 @@ def test_backlog_growth_rounding_is_zero(capsys) -> None:
 @pytest.mark.parametrize("engine, longest", [
     ("trtllm", 992),  # reserve-full in pages of 32: 31 whole pages of a 1,000-token pool
     ("vllm", 993),  # on-demand in pages of 16: 993 - 1 tokens of context at the last step + 7.5 mean page slack
-    ("sglang", 1001),  # on-demand in pages of 1: the last step's context, 1,000 tokens
-])
+])  # SGLang cuts such a request to its pool itself (context_limit.kv_pool): tests/test_serve_kv_pool.py
 def test_a_request_too_long_for_the_pool_is_treated_alike_on_arrival_and_in_the_scheduler(engine, longest) -> None:
     from infersim.base.errors import NotPossible
     from infersim.serve.api import simulate_serving

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from infersim.base.records import cheap_init
@@ -566,6 +566,8 @@ def _validate_context_limit(rule: ContextLimit, source: str) -> None:
             raise ConfigError(source, f"context_limit.{name}", value,
                               "beyond run: the engine runs every request as asked, so nothing is refused, kept free "
                               "or cut (leave it out, or say what the engine does with beyond refuse / shorten_output)")
+    if rule.kv_pool is not None:
+        _validate_kv_pool(rule, source)
     if rule.beyond == "shorten_output" and rule.reserved_tokens:
         raise ConfigError(source, "context_limit.reserved_tokens", rule.reserved_tokens,
                           "applies to beyond refuse only (a shortening engine keeps tokens free with output_margin)")
@@ -579,3 +581,16 @@ def _validate_context_limit(rule: ContextLimit, source: str) -> None:
         if not (variable.strip() and setting.strip()) or variable != variable.strip() or " " in variable:
             raise ConfigError(source, "context_limit.override", override, "expected VARIABLE=VALUE (an environment "
                               "setting, e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)")
+
+
+def _validate_kv_pool(rule: ContextLimit, source: str) -> None:
+    """context_limit.kv_pool says something the engine does, and not of an engine that runs every request."""
+    pool = rule.kv_pool
+    assert pool is not None
+    if rule.beyond == "run":
+        given = {key: value for key, value in asdict(pool).items() if value is not None}
+        raise ConfigError(source, "context_limit.kv_pool", given, "beyond run: the engine runs "
+                          "every request as asked, so its pool refuses or cuts none (leave kv_pool out)")
+    if not pool.margins and pool.empty_pool_fit is None:
+        raise ConfigError(source, "context_limit.kv_pool.margins", pool.margins, "with no empty_pool_fit the section "
+                          "says nothing the engine does: say margins: true, give empty_pool_fit, or leave kv_pool out")

@@ -61,6 +61,31 @@ class RunningCapFromPool:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EmptyPoolFit:
+    """An output cut so that the request fits the KV pool with nothing else in it (SGLang 0.5.23's
+    max_new_tokens_for_memory): at a pool of P tokens in pages of G tokens, output <= P - the prompt
+    rounded up to whole pages - pages_free x G - tokens_free."""
+
+    pages_free: int = spec(doc="whole pages of the pool the request leaves free beside its prompt's pages and output",
+                           ge=0, le=1 << 20)
+    tokens_free: int = spec(doc="... and tokens it leaves free besides", ge=0, le=1 << 20)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvPoolLimit:
+    """How the engine's scheduler holds one request to its KV pool (P tokens per scheduler: SGLang's
+    max_total_num_tokens), whatever the context length: `margins` applies the context rule's
+    prompt_margin and output_margin at P too (a prompt of P - prompt_margin tokens or more is
+    refused, the output cut to P - output_margin - prompt: SGLang's max_req_len = min(context_len,
+    P) - 1); `empty_pool_fit` cuts the output to what an empty pool holds beside the prompt."""
+
+    margins: bool = spec(doc="the context rule's prompt_margin and output_margin hold at the KV pool's size too (the "
+                             "scheduler's longest request is the smaller of the context and the pool)")
+    empty_pool_fit: EmptyPoolFit | None = spec(
+        None, doc="the output is cut so that the request fits the empty KV pool in whole pages (none: no such cut)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ContextLimit:
     """What the engine's server does with a request (prompt + output tokens) longer than its context
     length: the model's max_position_embeddings unless the server is given another (vLLM
@@ -89,6 +114,9 @@ class ContextLimit:
     override: str | None = spec(
         None, doc="the environment setting (VARIABLE=VALUE) without which the server refuses to start with a "
                   "context length above the model's max_position_embeddings (none: not known to the card)")
+    kv_pool: KvPoolLimit | None = spec(
+        None, doc="how the engine's scheduler holds a request to its KV pool besides the context (none: it does not; "
+                  "a request the pool cannot hold alone is then not served)")
 
     def output_run(self, context: int, prompt: int, output: int) -> int:
         """Output tokens the engine runs of a request of `prompt` + `output` tokens at a context of
@@ -111,6 +139,34 @@ class ContextLimit:
         if self.beyond == "refuse" and prompt + output > context - self.reserved_tokens:
             return f"prompt + output above {context - self.reserved_tokens:,} tokens"
         return ""
+
+    def pool_output(self, pool: int, page: int, prompt: int, output: int) -> int:
+        """Output tokens the engine's scheduler runs of a request of `prompt` + `output` tokens (its
+        output already cut to the context) with a KV pool of `pool` tokens per scheduler in pages of
+        `page` tokens (kv_pool); 0 where it refuses the request (or leaves it no output token)."""
+        limit = self.kv_pool
+        if limit is None or not pool:
+            return output
+        if limit.margins:
+            if prompt >= pool - self.prompt_margin:
+                return 0
+            output = min(output, pool - self.output_margin - prompt)
+        fit = limit.empty_pool_fit
+        if fit is not None:
+            output = min(output, pool - -(-prompt // page) * page - fit.pages_free * page - fit.tokens_free)
+        return max(0, output)
+
+    def pool_prompt_limit(self, pool: int, page: int) -> int:
+        """The shortest prompt the scheduler refuses, or leaves no output token, at a KV pool of
+        `pool` tokens in pages of `page` tokens (pool_output)."""
+        limit = self.kv_pool
+        assert limit is not None
+        shortest = [pool - max(self.prompt_margin, self.output_margin)] if limit.margins else []
+        fit = limit.empty_pool_fit
+        if fit is not None:  # no output where the prompt's whole pages reach the pool less what is kept free
+            free = pool - fit.pages_free * page - fit.tokens_free
+            shortest.append((-(-free // page) - 1) * page + 1 if free > 0 else 0)
+        return max(0, min(shortest))
 
     def server_context(self, max_model_len: int) -> int:
         """The context length a server given `max_model_len` runs at so that a request of

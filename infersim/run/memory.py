@@ -67,6 +67,16 @@ class MemoryResult:
         """Weights in HBM: what the KV capacity is left from."""
         return self.weights_bytes - self.offloaded_weights_bytes
 
+    def pool_tokens(self, page: int) -> int | None:
+        """Tokens the KV pool of one scheduler (an attention-DP rank) holds, in whole pages of `page`
+        tokens: the KV space over what a token takes on one GPU, the bounded cache of a request of
+        request_context tokens spread over its tokens (the serving simulator's pool); 0 where no KV
+        space is left, None where no cache grows with the context (no bound in tokens)."""
+        per_token = self.kv_bytes_per_token_per_gpu + self.bounded_bytes_per_request_per_gpu / max(1, self.request_context)
+        if per_token <= 0:
+            return None
+        return int(max(0.0, self.kv_capacity_bytes) / per_token) // page * page
+
     @property
     def fits(self) -> bool:
         offload = self.weight_offload

@@ -352,8 +352,8 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
                    + memory.bounded_bytes_per_request_per_gpu) * dep.attention.tp * dep.pp
     if memory.max_batch_per_gpu < 1:
         out.append(f"one request of {memory.request_context:,} tokens needs {per_request / GB:,.2f} GB of KV cache per GPU, "
-                   f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB; "
-                   f"fix: shorter requests (--isl/--osl), an fp8 KV cache (--kv-cache-dtype fp8), or "
+                   f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB"
+                   f"{kv_pool_said(config, memory)}; fix: shorter requests (--isl/--osl), an fp8 KV cache (--kv-cache-dtype fp8), or "
                    f"{_more_gpus_hint(config, memory, left, per_request).removeprefix('fix: ')}")
     elif batch > memory.kv_fit_batch_per_gpu:  # also 'max' under two-batch overlap when only 1 request fits
         need = batch * per_request
@@ -368,6 +368,28 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
                    f"KV cache per GPU, but {capacity / GB:,.2f} GB are left after the weights: over by "
                    f"{(prefill_kv - capacity) / GB:,.2f} GB")
     return out
+
+
+def kv_pool_said(config: RunConfig, memory: MemoryResult) -> str:
+    """'; ENGINE ...' what the engine's server does with the run's request where its scheduler holds a
+    request to its KV pool (engine card context_limit.kv_pool) and the request is longer than the
+    pool: it cuts the output to what the pool holds, or refuses the prompt; '' elsewhere."""
+    engine, workload = config.engine, config.workload
+    rule = engine.context_limit
+    page = engine.page_size(config.hardware, config.model.is_mla)
+    pool = memory.pool_tokens(page) if rule.kv_pool is not None else None
+    served = served_osl(config.model, engine, workload.isl, workload.osl)[0]
+    if not (pool and served):
+        return ""
+    by_pool = rule.pool_output(pool, page, workload.isl, served)
+    if by_pool == served:
+        return ""
+    name, card = f"{engine.name} {engine.version}", "engine card context_limit.kv_pool"
+    if not by_pool:
+        return (f"; {name} rejects it on arrival: its scheduler holds a request to its KV pool of {pool:,} tokens, which "
+                f"takes no prompt of {rule.pool_prompt_limit(pool, page):,} tokens or more ({card})")
+    return (f"; {name} does not refuse it: its scheduler holds a request to its KV pool of {pool:,} tokens and runs it "
+            f"with its output cut to {by_pool:,} tokens ({card}; --osl {by_pool} simulates that)")
 
 
 def _gpus_for(gpus: int, need: float, have: float) -> int:

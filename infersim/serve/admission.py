@@ -7,7 +7,9 @@ or, where none is given, the model's max_position_embeddings (the engines' defau
 engine refuses a request (rejected on arrival), cuts its output to what fits (vLLM 0.33: admitted
 with fewer output tokens, counted for the run's note), or takes it as asked. An engine that runs
 past the model's context (HF transformers) is held to a given max_model_len as a server that
-refuses longer requests.
+refuses longer requests. An engine whose scheduler holds a request to its KV pool too (SGLang:
+context_limit.kv_pool) refuses or cuts it by one scheduler's pool after the context's rule
+(`with_kv_pool`); those are counted apart from the context's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from infersim.base.texttable import counted
 from infersim.cards.engine_scheduler import ContextLimit
 from infersim.run.config import RunConfig
 from infersim.serve.outcomes import Outcomes
+from infersim.serve.settings import SchedulerSettings
 from infersim.serve.workload import Request
 
 #: the rule a server holds where it refuses every request longer than its limit (a given max_model_len
@@ -27,15 +30,25 @@ REFUSE_LONGER = ContextLimit(beyond="refuse")
 
 @dataclass(frozen=True)
 class Admission:
-    """The server's context length and the engine's rule at it."""
+    """The server's context length and the engine's rule at it, with the KV pool its scheduler holds
+    a request to (context_limit.kv_pool)."""
 
-    context: int  # tokens: the engine's context length (its context flag's value)
+    context: int  # tokens: the engine's context length (its context flag's value; 0: none stated)
     rule: ContextLimit
     admits: str  # what it takes, for the requests it rejects: 'longer (prompt + output) than ...'
+    pool: int = 0  # tokens of one scheduler's KV pool, where the engine holds a request to it (0: it does not)
+    page: int = 1  # the pool's page, tokens
 
     def output(self, input_tokens: int, output_tokens: int) -> int:
         """Output tokens the server runs of a request (0: it refuses it)."""
-        return self.rule.output_run(self.context, input_tokens, output_tokens)
+        return self._served(input_tokens, output_tokens)[1]
+
+    def _served(self, input_tokens: int, output_tokens: int) -> tuple[int, int]:
+        """(output tokens the context leaves the request, of which the KV pool leaves it); 0: refused."""
+        by_context = self.rule.output_run(self.context, input_tokens, output_tokens)
+        if not by_context:
+            return 0, 0
+        return by_context, self.rule.pool_output(self.pool, self.page, input_tokens, by_context)
 
     def longest(self) -> int:
         """The most tokens (prompt + output) of a request the server runs whole."""
@@ -44,14 +57,35 @@ class Admission:
     def take(self, req: Request, outcomes: Outcomes) -> Request | None:
         """`req` as the server runs it (a copy with fewer output tokens where it cuts them, counted in
         `outcomes`), or None where it refuses it (rejected in `outcomes`)."""
-        served = self.output(req.input_tokens, req.output_tokens)
+        by_context, served = self._served(req.input_tokens, req.output_tokens)
         if not served:
-            outcomes.reject(req)
+            outcomes.reject(req, for_pool=by_context > 0)
             return None
-        if served < req.output_tokens:
-            outcomes.shorten(req.output_tokens - served)
-            return replace(req, output_tokens=served)
-        return req
+        if by_context < req.output_tokens:
+            outcomes.shorten(req.output_tokens - by_context)
+        if served < by_context:
+            outcomes.shorten(by_context - served, for_pool=True)
+        return replace(req, output_tokens=served) if served < req.output_tokens else req
+
+    def pool_binds(self) -> bool:
+        """Does the KV pool refuse prompts the context takes (a pool shorter than the context)?"""
+        if not self.pool:
+            return False
+        return not self.context or self.rule.pool_prompt_limit(self.pool, self.page) < self.context - self.rule.prompt_margin
+
+    def pool_cut_said(self) -> str:
+        """What the scheduler cuts an output to by its KV pool: 'the pool less the prompt and the 2
+        tokens it keeps free'."""
+        rule = self.rule
+        assert rule.kv_pool is not None
+        fit = rule.kv_pool.empty_pool_fit
+        kept = rule.output_margin if rule.kv_pool.margins else 0
+        if fit is not None and self.page == 1:
+            kept = max(kept, fit.pages_free + fit.tokens_free)
+        elif fit is not None:
+            return (f"what the empty pool holds beside the prompt: the pool less the prompt in whole pages of "
+                    f"{self.page} tokens, {counted(fit.pages_free, 'more page')} and {counted(fit.tokens_free, 'token')}")
+        return "the pool less the prompt" + (f" and the {counted(kept, 'token')} it keeps free" if kept else "")
 
 
 def server_admission(config: RunConfig, max_model_len: int | None) -> Admission | None:
@@ -84,6 +118,27 @@ def pool_admission(longest: int) -> Admission:
     return Admission(longest, REFUSE_LONGER, f"the {longest:,} tokens one request may hold of the KV pool")
 
 
+def with_kv_pool(admission: Admission | None, config: RunConfig, pools: list[SchedulerSettings]) -> Admission | None:
+    """The admission with the KV pool the engine's scheduler holds a request to (engine card
+    context_limit.kv_pool; unchanged where it names none): one scheduler's pool, an attention-DP
+    rank's, of the smallest of `pools` (a request disaggregated passes both a prefill and a decode
+    server, each holding it to its own pool)."""
+    rule = config.engine.context_limit
+    if rule.kv_pool is None or not pools:
+        return admission
+    smallest = min(pools, key=lambda s: s.kv_capacity_tokens // s.dp_ranks)
+    if admission is None:
+        admission = Admission(0, rule, "")
+    pooled = replace(admission, pool=smallest.kv_capacity_tokens // smallest.dp_ranks, page=smallest.page_size)
+    if not pooled.pool_binds():
+        return pooled
+    refused = (f"a prompt of {rule.pool_prompt_limit(pooled.pool, pooled.page):,} tokens or more (its KV pool holds "
+               f"{pooled.pool:,} tokens)")
+    # the pool's prompt limit is the lower: it stands for the context's
+    context = admission.admits.removesuffix(_prompt_clause(rule, admission.context)) if admission.context else ""
+    return replace(pooled, admits=f"{context}, or with {refused}" if context else refused)
+
+
 def _prompt_clause(rule: ContextLimit, context: int) -> str:
     """The prompts the engine refuses short of the context, where it refuses some."""
     return f", or with a prompt of {context - rule.prompt_margin:,} tokens or more" if rule.prompt_margin else ""
@@ -103,3 +158,31 @@ def shortened_note(config: RunConfig, admission: Admission, outcomes: Outcomes) 
             f"admitted with {'its' if one else 'their'} output cut to the context less the prompt{kept}: "
             f"{outcomes.shortened_tokens:,} output token{'' if outcomes.shortened_tokens == 1 else 's'} fewer in all "
             f"(engine card context_limit.beyond {rule.beyond})"]
+
+
+def pool_note(config: RunConfig, admission: Admission | None, outcomes: Outcomes) -> list[str]:
+    """The requests the engine's scheduler refused, or admitted with their output cut, for its KV
+    pool (context_limit.kv_pool), and the output tokens cut ([] where none was)."""
+    refused, cut = outcomes.pool_rejected, outcomes.pool_shortened
+    if admission is None or not (refused or cut):
+        return []
+    engine, pool, tokens = config.engine, admission.pool, outcomes.pool_shortened_tokens
+    fewer = f", fewer than its context of {admission.context:,} tokens" if 0 < pool < admission.context else ""
+    parts = []
+    if refused:
+        rule = admission.rule
+        limit = rule.pool_prompt_limit(pool, admission.page)
+        assert rule.kv_pool is not None
+        aborted = pool - rule.prompt_margin if rule.kv_pool.margins else 0
+        # a prompt the scheduler does not abort but leaves no output token runs alone, and no token comes back
+        alone = (f" (one of fewer than {aborted:,} tokens {engine.name} runs with no output token: no answer comes back)"
+                 if aborted > limit else f" ({engine.name} runs it with no output token: no answer comes back)"
+                 if not aborted else "")
+        parts.append(f"{counted(refused, 'request')} with a prompt of {limit:,} tokens or more "
+                     f"{'was' if refused == 1 else 'were'} rejected on arrival{alone}")
+    if cut:
+        one = cut == 1
+        parts.append(f"{counted(cut, 'request')} {'was' if one else 'were'} admitted with {'its' if one else 'their'} "
+                     f"output cut to {admission.pool_cut_said()}: {counted(tokens, 'output token')} fewer in all")
+    return [f"{engine.name} {engine.version} holds a request to its KV pool of {pool:,} tokens per scheduler{fewer}: "
+            + ", and ".join(parts) + " (engine card context_limit.kv_pool)"]

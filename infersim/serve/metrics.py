@@ -103,6 +103,11 @@ def summarize(result: ServeResult, slo: Slo | None = None, include_requests: boo
     if result.outcomes.shortened:  # admitted with the output cut to fit the server's context (said under NOTES)
         out["shortened"] = result.outcomes.shortened
         out["shortened_output_tokens"] = result.outcomes.shortened_tokens
+    if result.outcomes.pool_rejected:  # of the rejected, those refused for the engine's KV pool (said under NOTES)
+        out["rejected_for_kv_pool"] = result.outcomes.pool_rejected
+    if result.outcomes.pool_shortened:  # admitted with the output cut further for the engine's KV pool
+        out["shortened_for_kv_pool"] = result.outcomes.pool_shortened
+        out["shortened_for_kv_pool_output_tokens"] = result.outcomes.pool_shortened_tokens
     if opts.workload is not None:
         out["workload"] = opts.workload.describe()
     if opts.mode == "poisson":

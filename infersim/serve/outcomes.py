@@ -1,9 +1,11 @@
 """What a serving run keeps of its requests: per load stage, latency samples and totals.
 
 Every request ends one of three ways: it completes (with its output cut to fit, where the engine's
-server does that to a request longer than its context: `shortened`); the server rejects it when it
-arrives (longer than the context the server admits, max_model_len); or it is still waiting, not
-admitted, when the run stops taking requests into a full queue (`max_waiting`, the overload guard).
+server does that to a request longer than its context: `shortened`, or than the KV pool its
+scheduler holds a request to: `pool_shortened`); the server rejects it when it arrives (longer than
+the context the server admits, max_model_len, or with a prompt its KV pool refuses); or it is still
+waiting, not admitted, when the run stops taking requests into a full queue (`max_waiting`, the
+overload guard).
 A finished request leaves its TTFT, TPOT, E2E and queueing time in `Samples` (bounded memory; see
 infersim.serve.quantiles), the steps' inter-token gaps go to the stage's `itl` samples, and its
 times go to the run's timeline (the overload test). Nothing else of it is kept, unless per-request
@@ -95,6 +97,11 @@ class Outcomes:
         # (every simulated request, counted or not: infersim.serve.admission)
         self.shortened = 0
         self.shortened_tokens = 0
+        # of the rejected, those refused for the engine's KV pool, not its context (context_limit.kv_pool);
+        # the requests whose output the pool cut further than the context, and the tokens the pool cut
+        self.pool_rejected = 0
+        self.pool_shortened = 0
+        self.pool_shortened_tokens = 0
 
     def stage(self, index: int) -> StageOutcomes:
         last = self._last
@@ -172,17 +179,23 @@ class Outcomes:
             return False
         return self.slo_tpot_s is None or tpot is None or tpot <= self.slo_tpot_s
 
-    def reject(self, req: Request) -> None:
-        """A request the server refuses on arrival."""
+    def reject(self, req: Request, for_pool: bool = False) -> None:
+        """A request the server refuses on arrival (`for_pool`: for its KV pool, not its context)."""
+        self.pool_rejected += for_pool
         s = self.stage(req.stage) if req.counted else self.not_counted
         s.rejected += 1
         s.arrived(req.arrival_s)
         self.timeline.request(req.arrival_s, req.arrival_s)
 
-    def shorten(self, cut: int) -> None:
-        """A request the server admits with `cut` fewer output tokens than it asked for."""
-        self.shortened += 1
-        self.shortened_tokens += cut
+    def shorten(self, cut: int, for_pool: bool = False) -> None:
+        """A request the server admits with `cut` fewer output tokens than it asked for (`for_pool`:
+        than its context leaves it, for its KV pool)."""
+        if for_pool:
+            self.pool_shortened += 1
+            self.pool_shortened_tokens += cut
+        else:
+            self.shortened += 1
+            self.shortened_tokens += cut
 
     def drop(self, req: Request) -> None:
         """A request that arrived at a full queue and was never admitted."""

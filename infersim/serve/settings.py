@@ -195,11 +195,11 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     # the pool is counted in tokens of the cache that grows with the context; the bounded cache
     # (sliding-window KV up to the window, recurrent state) of a mean-length request is spread over
     # its tokens, so a request of mean length is charged its whole footprint (Llama-4's chunked
-    # layers hold every token of a 2k-token request: 3 of its 4 layers)
-    per_token = memory.kv_bytes_per_token_per_gpu + memory.bounded_bytes_per_request_per_gpu / max(1, memory.request_context)
+    # layers hold every token of a 2k-token request: 3 of its 4 layers); it is allocated in whole
+    # pages (vLLM's blocks: num_gpu_blocks x block_size tokens)
     page = engine.page_size(hw, config.model.is_mla)
-    # the pool is allocated in whole pages (vLLM's blocks: num_gpu_blocks x block_size tokens)
-    capacity = int(memory.kv_capacity_bytes / per_token) // page * page * dp if per_token > 0 else 1 << 40
+    pool = memory.pool_tokens(page)
+    capacity = pool * dp if pool is not None else 1 << 40
     derived = sched.running_cap_from_pool is not None and not (offline and engine.offline_limits is not None)
     settings = SchedulerSettings(
         token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,

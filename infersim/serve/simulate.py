@@ -49,8 +49,8 @@ from infersim.cards.deployment import (
 from infersim.base.errors import InferSimError
 from infersim.base.texttable import counted
 from infersim.modules.comm import p2p_bandwidth
-from infersim.serve.admission import (Admission, kept_free_clause, pool_admission, server_admission,
-                                     shortened_note)
+from infersim.serve.admission import (Admission, kept_free_clause, pool_admission, pool_note, server_admission,
+                                     shortened_note, with_kv_pool)
 from infersim.serve.outcomes import Outcomes
 from infersim.serve.overload import StageLoad, assess_stage
 from infersim.serve.cost import StepCoster, StepPriceBook
@@ -163,18 +163,19 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
     requests = arrivals.requests()
     admission = server_admission(config, opts.max_model_len)
-    if admission is not None:
-        requests = _admissible(requests, admission, outcomes)
-        outcomes.admits = admission.admits
-    states = (RequestState(r) for r in requests)
     if opts.disaggregate is not None:
         if opts.mode == "poisson" and opts.concurrency:
             raise InferSimError("serve: a request rate with a concurrency cap is not modelled with PD disaggregation; "
                                 "give one of them")
-        result = _run_disaggregated(config, opts, arrivals, states, outcomes, prices)
+        prefill, decode = _disaggregated_pools(config, opts, arrivals, prices)
+        admission = with_kv_pool(admission, config, [prefill.settings, decode.settings])
+        states = _admitted(requests, admission, outcomes)
+        result = _run_disaggregated(config, opts, arrivals, (prefill, decode), states, outcomes)
         result.notes.extend(_limit_notes(config, opts.max_model_len, admission, outcomes))
         return _with_loads(result)
     pool = _pool("colocated", config, opts.replicas, opts, mean_isl, mean_osl, arrivals.count, prices=prices)
+    admission = with_kv_pool(admission, config, [pool.settings])
+    states = _admitted(requests, admission, outcomes)
     instances = pool.instances
     for inst in instances:
         inst.sink = outcomes.add
@@ -194,14 +195,24 @@ def simulate_serving_run(config: RunConfig, opts: ServeOptions, keep_records: bo
     return _with_loads(ServeResult(opts, outcomes, [pool], 0.0, mean_isl, mean_osl, notes))
 
 
+def _admitted(requests: Iterable[Request], admission: Admission | None, outcomes: Outcomes) -> Iterator[RequestState]:
+    """The requests as the server takes them (_admissible), each a RequestState, the server's limit
+    kept in `outcomes` for what it rejects."""
+    if admission is not None:
+        requests = _admissible(requests, admission, outcomes)
+        outcomes.admits = admission.admits
+    return (RequestState(r) for r in requests)
+
+
 def _limit_notes(config: RunConfig, max_model_len: int | None, admission: Admission | None,
                  outcomes: Outcomes) -> list[str]:
-    # a request stream's only refusals on arrival are the context limit's (_admissible)
-    refused = outcomes.whole().rejected
-    notes = [_beyond_context_note(config, refused)] if admission is not None and not max_model_len and refused else []
+    # a request stream's only refusals on arrival are the context limit's and the KV pool's (_admissible)
+    refused = outcomes.whole().rejected - outcomes.pool_rejected
+    notes = ([_beyond_context_note(config, refused)] if admission is not None and admission.context
+             and not max_model_len and refused else [])
     if admission is not None:
         notes.extend(shortened_note(config, admission, outcomes))
-    return notes + context_notes(config, max_model_len, outcomes)
+    return notes + pool_note(config, admission, outcomes) + context_notes(config, max_model_len, outcomes)
 
 
 def _beyond_context_note(config: RunConfig, refused: int) -> str:
@@ -284,7 +295,8 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
                   if rule.beyond == "shorten_output" else "rejected on arrival")
         notes.append(f"max_model_len not given: {config.engine.name} defaults it to model {config.model.name}'s "
                      f"context, {admission.context:,} tokens (max_position_embeddings); longer requests are {longer}")
-    if not given and (spec.data.multi_turn or spec.data.type == "sessions"):
+    admission = with_kv_pool(admission, config, [pool.settings])
+    if not given and (spec.data.multi_turn or spec.data.type == "sessions") and not (admission and admission.pool):
         longest = pool.settings.longest_request_tokens()  # the rule the scheduler refuses a request by
         if admission is None or longest < admission.longest():
             admission = pool_admission(longest)
@@ -304,6 +316,7 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
                          runs)
     if admission is not None:
         result.notes.extend(shortened_note(config, admission, outcomes))
+    result.notes.extend(pool_note(config, admission, outcomes))
     result.notes.extend(context_notes(config, given, outcomes))
     outside = outcomes.not_counted.requests
     if outside:
@@ -411,16 +424,25 @@ def transfer_bandwidth(prefill: RunConfig, decode: RunConfig) -> tuple[float, st
     return hw.peak.network_bandwidth * hw.derates.network_efficiency * lanes, "network"
 
 
-def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals, states: Iterator[RequestState],
-                       outcomes: Outcomes, prices: StepPriceBook | None = None) -> ServeResult:
-    from infersim.run.memory import kv_bytes_per_token
-
+def _disaggregated_pools(config: RunConfig, opts: ServeOptions, arrivals: Arrivals,
+                         prices: StepPriceBook | None = None) -> tuple[Pool, Pool]:
+    """The prefill and the decode pool of a disaggregated run."""
     d = opts.disaggregate
+    assert d is not None
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
     pconf = _pool_config(config, d.prefill_deployment, "disaggregate.prefill_deployment")
     dconf = _pool_config(config, d.decode_deployment, "disaggregate.decode_deployment")
-    prefill = _pool("prefill", pconf, d.prefill_instances, opts, mean_isl, 1.0, arrivals.count, True, prices)
-    decode = _pool("decode", dconf, d.decode_instances, opts, mean_isl, mean_osl, arrivals.count, prices=prices)
+    return (_pool("prefill", pconf, d.prefill_instances, opts, mean_isl, 1.0, arrivals.count, True, prices),
+            _pool("decode", dconf, d.decode_instances, opts, mean_isl, mean_osl, arrivals.count, prices=prices))
+
+
+def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals, pools: tuple[Pool, Pool],
+                       states: Iterator[RequestState], outcomes: Outcomes) -> ServeResult:
+    from infersim.run.memory import kv_bytes_per_token
+
+    mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
+    prefill, decode = pools
+    pconf, dconf = prefill.config, decode.config
     for inst in decode.instances:
         inst.sink = outcomes.add
         inst.stats.itl_sink = outcomes.itl_sink(0)
