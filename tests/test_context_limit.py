@@ -155,15 +155,21 @@ def test_a_workloads_requests_are_cut_as_they_arrive():
 # -- run, sweep, generate ------------------------------------------------------------------------------
 
 
-def test_the_main_run_simulates_the_output_vllm_0_33_runs(capsys):
-    data = run_json(capsys, "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm@0.33", "--isl", "3900",
+@pytest.mark.parametrize("engine, said", [("vllm@0.33", "vllm 0.33.0"), ("trtllm", "trtllm 1.0")])
+def test_the_main_run_simulates_the_output_the_engine_runs(capsys, engine, said):
+    data = run_json(capsys, "--model", "llama-2-7b", "--hardware", "h100", "--engine", engine, "--isl", "3900",
                     "--osl", "200")
     assert data["fits"] and data["workload"]["osl"] == 196  # 4,096 - 3,900
     assert data["warnings"][0] == (
         "a request of 4,100 tokens (ISL 3,900 + OSL 200) is longer than model llama-2-7b's context of 4,096 tokens "
-        "(max_position_embeddings): vllm 0.33.0 cuts its output to 196 tokens, what fits (prompt + output up to the "
+        f"(max_position_embeddings): {said} cuts its output to 196 tokens, what fits (prompt + output up to the "
         "context its server defaults to, the model's; engine card context_limit.beyond shorten_output): OSL 196 "
         "simulated, not the 200 asked for")
+
+
+def test_the_main_run_with_the_cut_output_asked_for_is_the_same_run(capsys):
+    data = run_json(capsys, "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm@0.33", "--isl", "3900",
+                    "--osl", "200")
     asked = run_json(capsys, "--model", "llama-2-7b", "--hardware", "h100", "--engine", "vllm@0.33", "--isl", "3900",
                      "--osl", "196")
     assert asked["decode"] == data["decode"] and asked["memory"] == data["memory"]
@@ -171,17 +177,6 @@ def test_the_main_run_simulates_the_output_vllm_0_33_runs(capsys):
                  "--osl", "10"]) == 1  # no room for an output token: refused
     assert "vllm 0.33.0 refuses such requests (refused: a prompt of 4,096 tokens or more, at the context its server " \
            "defaults to, the model's)" in capsys.readouterr().out
-
-
-def test_the_main_run_simulates_the_output_trtllm_runs(capsys):
-    data = run_json(capsys, "--model", "llama-2-7b", "--hardware", "h100", "--engine", "trtllm", "--isl", "3900",
-                    "--osl", "200")
-    assert data["fits"] and data["workload"]["osl"] == 196  # 4,096 - 3,900
-    assert data["warnings"][0] == (
-        "a request of 4,100 tokens (ISL 3,900 + OSL 200) is longer than model llama-2-7b's context of 4,096 tokens "
-        "(max_position_embeddings): trtllm 1.0 cuts its output to 196 tokens, what fits (prompt + output up to the "
-        "context its server defaults to, the model's; engine card context_limit.beyond shorten_output): OSL 196 "
-        "simulated, not the 200 asked for")
 
 
 def test_a_sweep_times_the_cut_output_and_says_so(capsys, tmp_path):
