@@ -40,7 +40,7 @@ hardware card and table set keeps some tens of MB at the bounds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Hashable
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -59,6 +59,9 @@ Piece = tuple[Operation, ...]
 # an operation priced: the operation, the cost of one of its kernels and the seconds of its `count`
 # kernels (what a step's walk adds up)
 Priced = tuple[Operation, Cost, float]
+# the names of the operations an engine fuses into a neighbouring kernel (an engine card's tuple, or
+# the set its fusion passes add to it)
+Fused = tuple[str, ...] | frozenset[str]
 # a part's seconds, and its seconds per bound in order of first appearance, with some operations fused away
 PartSums = tuple[float, tuple[tuple[Bound, float], ...]]
 
@@ -90,18 +93,18 @@ class PricedPart:
         self.operations = operations  # held where kept by identity: the identity stays the part's
         self.priced = priced
         self.kernels = sum(map(operation_kernels, operations))
-        self._sums: dict[Hashable, PartSums] = {}
+        self._sums: dict[Fused, PartSums] = {}
 
-    def sums(self, fused: Collection[str]) -> PartSums:
+    def sums(self, fused: Fused) -> PartSums:
         """(seconds, seconds per bound) of the part with the operations named in `fused` taking
         none: kept per fused set (a tuple or frozenset: an engine card's, a fusion pass's)."""
-        kept = self._sums.get(fused)  # type: ignore[call-overload]
+        kept = self._sums.get(fused)
         if kept is None:
-            kept = self._sums[fused] = _part_sums(self.priced, fused)  # type: ignore[index]
+            kept = self._sums[fused] = _part_sums(self.priced, fused)
         return kept
 
 
-def _part_sums(priced: tuple[Priced, ...], fused: Collection[str]) -> PartSums:
+def _part_sums(priced: tuple[Priced, ...], fused: Fused) -> PartSums:
     total = 0.0
     bounds: dict[Bound, float] = {}
     for op, cost, seconds in priced:

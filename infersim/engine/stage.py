@@ -16,7 +16,7 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -27,7 +27,7 @@ from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import Bound, Cost, KernelTables, Source
 from infersim.cards import categories as cat
 from infersim.shapes.plan import LayerGroup, Operation, StagePlan
-from infersim.costing.memo import PartSums, Priced, PricedPart, PricingMemo, operation_kernels, priced_part
+from infersim.costing.memo import Fused, PartSums, Priced, PricedPart, PricingMemo, operation_kernels, priced_part
 from infersim.base.units import GB, MS
 from infersim.costing.weight_offload import host_link_bytes_per_s, offload_cost
 
@@ -108,7 +108,7 @@ def _priced_parts(parts: Iterable[tuple[Operation, ...]], hw: HardwareCard, tabl
     return [memo.part(part, hw, tables) for part in parts]
 
 
-def _layer_sums(parts: list[PricedPart], fused: Collection[str]) -> PartSums:
+def _layer_sums(parts: list[PricedPart], fused: Fused) -> PartSums:
     """One micro-batch's pass over one layer: its parts' sums added in order (seconds, per bound)."""
     if len(parts) == 1:
         return parts[0].sums(fused)
@@ -196,7 +196,7 @@ def group_fusions(passes: tuple[FusionPass, ...], priced: Sequence[Priced]) -> d
 
 def _group_launch_facts(engine: EngineCard | None, stage: str, passes: tuple[FusionPass, ...],
                         fused_always: tuple[str, ...],
-                        parts: list[PricedPart]) -> tuple[Collection[str], dict[str, str], int]:
+                        parts: list[PricedPart]) -> tuple[Fused, dict[str, str], int]:
     """(operations folded away in one layer group, those the passes fold -> the pass that folds them,
     kernels of one layer that break a piecewise prefill graph). Only the card's fused_operations
     where the engine has no passes on this GPU and the step has no graph pieces."""
@@ -258,7 +258,7 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine
     return _Layers(serial, schedule, runs, layer_kernels, layer_s, break_kernels)
 
 
-def _record_group(plan: StagePlan, group: LayerGroup, parts: list[PricedPart], fused: Collection[str],
+def _record_group(plan: StagePlan, group: LayerGroup, parts: list[PricedPart], fused: Fused,
                   folded: dict[str, str], engine: EngineCard | None, slowdown: float, queue: bool,
                   schedule: list[tuple[list[tuple[bool, float]], int]], runs: list[LaunchRun],
                   results: list[OperationResult] | None) -> None:
