@@ -140,12 +140,13 @@ class ContextLimit:
             return f"prompt + output above {context - self.reserved_tokens:,} tokens"
         return ""
 
-    def pool_output(self, pool: int, page: int, prompt: int, output: int) -> int:
+    def pool_output(self, pool: int | None, page: int, prompt: int, output: int) -> int:
         """Output tokens the engine's scheduler runs of a request of `prompt` + `output` tokens (its
         output already cut to the context) with a KV pool of `pool` tokens per scheduler in pages of
-        `page` tokens (kv_pool); 0 where it refuses the request (or leaves it no output token)."""
+        `page` tokens (kv_pool; None: no pool known, the request runs as asked; 0: a pool that holds
+        nothing); 0 where it refuses the request (or leaves it no output token)."""
         limit = self.kv_pool
-        if limit is None or not pool:
+        if limit is None or pool is None:
             return output
         if limit.margins:
             if prompt >= pool - self.prompt_margin:

@@ -1,0 +1,223 @@
+"""Hostile and careless use of the engine card's running_cap_flag and context_limit.kv_pool: user
+cards with wrong values, --emit-launch with a flag the parser lacks or one InferSim sets for another
+setting, KV pools of a token, of none per attention-DP rank and of part of a page, and main runs
+whose request fits the KV cache but not SGLang's pool. Every failure is one message naming the
+file, key and value; every request the pool cuts or refuses is counted and said."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infersim.base.errors import ConfigError, NotPossible
+from infersim.cli.main import main
+from infersim.run.config import config_from_mapping, load_engine_card
+from infersim.serve.api import simulate_serving
+from infersim.serve.settings import SchedulerSettings
+
+ENGINES = Path(__file__).resolve().parent.parent / "engines"
+ONE_GPU = {"num_gpus": 1, "attention": {"tp": 1}, "ffn": {"tp": 1}}
+DP2 = {"num_gpus": 2, "attention": {"tp": 1, "dp": 2}, "ffn": {"tp": 2}}
+
+
+def _user_card(tmp_path: Path, bundled: str, **changes: object) -> str:
+    """A copy of a bundled engine card with dotted fields changed, written to a user's file."""
+    data = yaml.safe_load((ENGINES / f"{bundled}.yaml").read_text())
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    path = tmp_path / "card.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return str(path)
+
+
+@cache
+def _config(engine: str, deployment: str = "one") -> object:
+    dep = ONE_GPU if deployment == "one" else DP2
+    return config_from_mapping({"model": "llama-2-7b", "hardware": "h100", "engine": engine, "deployment": dep,
+                                "workload": {"isl": 1000, "osl": 100}}, "test", mfu_tables="none")
+
+
+def _trace(tmp_path: Path, rows: list[tuple[int, int]]) -> str:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps({"arrival_s": 5.0 * i, "input_tokens": isl, "output_tokens": osl}) + "\n"
+                            for i, (isl, osl) in enumerate(rows)))
+    return str(path)
+
+
+def _counts(summary: dict) -> tuple:
+    return tuple(summary.get(key) for key in ("completed", "rejected", "rejected_for_kv_pool",
+                                              "shortened_for_kv_pool", "shortened_for_kv_pool_output_tokens",
+                                              "total_output_tokens"))
+
+
+# -- scheduler.running_cap_flag ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, problem", [
+    (5, "expected text"), (["--max-num-seqs"], "expected text"), (True, "expected text"),
+    ("", "expected the server's command-line flag"), ("max-num-seqs", "expected the server's command-line flag"),
+    ("--máx-num-seqs", "expected the server's command-line flag"),
+    ("--max num seqs", "expected the server's command-line flag"),
+    ("--max-num-seqs=5", "expected the server's command-line flag"),
+])
+def test_a_user_cards_running_cap_flag_of_the_wrong_form_is_one_message(tmp_path, value, problem):
+    path = _user_card(tmp_path, "vllm-0.33", scheduler__running_cap_flag=value)
+    with pytest.raises(ConfigError) as caught:
+        load_engine_card(path)
+    assert (caught.value.source, caught.value.field, caught.value.value) == (path, "scheduler.running_cap_flag", value)
+    assert problem in caught.value.problem
+
+
+ABOVE_CAP = ["--model", "qwen3-0.6b", "--hardware", "h100-sxm", "--tp", "1", "--isl", "100", "--osl", "100",
+             "--batch-per-gpu", "2000"]  # above vLLM's 1,024 on an H100; the KV cache holds 3,334
+
+
+def test_emit_launch_names_the_card_file_and_key_of_a_flag_its_parser_lacks(tmp_path, capsys):
+    path = _user_card(tmp_path, "vllm-0.33", scheduler__running_cap_flag="--foo-bar")
+    assert main([*ABOVE_CAP, "--engine", path, "--emit-launch"]) == 2
+    assert capsys.readouterr().err == (
+        f"infersim: error: {path}: field 'scheduler.running_cap_flag' (value: '--foo-bar'): --emit-launch: vLLM "
+        "0.33.0's parser has no such flag (engines/launch/vllm-0.33.0.yaml): the running-request cap of 2000 the "
+        "simulation ran cannot be set\n")
+
+
+def test_emit_launch_refuses_a_running_cap_flag_that_sets_another_setting_too(tmp_path, capsys):
+    """--max-model-len named as the running cap's flag: the command would set it twice (to the cap and to
+    the context), and vLLM would take the last."""
+    path = _user_card(tmp_path, "vllm-0.33", scheduler__running_cap_flag="--max-model-len")
+    serve = ["serve", "--model", "qwen3-0.6b", "--hardware", "h100-sxm", "--tp", "1", "--isl", "100", "--osl", "100",
+             "--num-requests", "2", "--concurrency", "2", "--engine", path, "--emit-launch"]
+    assert main([*serve, "--max-model-len", "4096"]) == 2
+    assert capsys.readouterr().err == (
+        "infersim: error: --emit-launch: vLLM 0.33.0's --max-model-len would be set twice: to 1024 for running "
+        "requests per DP rank, and to 4096 for longest request, prompt + output tokens; "
+        f"{path}: scheduler.running_cap_flag names it for the running-request cap: the command cannot be spelled\n")
+
+
+# -- context_limit.kv_pool: the card ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kv_pool, field, value, problem", [
+    ({"margins": True, "size": 1}, "context_limit.kv_pool.size", 1, "unknown key"),
+    ({"margins": "true"}, "context_limit.kv_pool.margins", "true", "expected true or false"),
+    ({"margins": True, "empty_pool_fit": {"pages_free": 1.5, "tokens_free": 1}},
+     "context_limit.kv_pool.empty_pool_fit.pages_free", 1.5, "expected a whole number"),
+    ({"margins": True, "empty_pool_fit": {"pages_free": True, "tokens_free": 1}},
+     "context_limit.kv_pool.empty_pool_fit.pages_free", True, "expected a whole number"),
+    ({"margins": True, "empty_pool_fit": {"pages_free": 1, "tokens_free": 10 ** 10}},
+     "context_limit.kv_pool.empty_pool_fit.tokens_free", 10 ** 10, "must be at most"),
+    ({"margins": True, "empty_pool_fit": [1, 1]}, "context_limit.kv_pool.empty_pool_fit", [1, 1], "expected a mapping"),
+    ("margins", "context_limit.kv_pool", "margins", "expected a mapping"),
+])
+def test_a_user_cards_kv_pool_of_the_wrong_form_is_one_message(tmp_path, kv_pool, field, value, problem):
+    path = _user_card(tmp_path, "sglang-0.5.23", context_limit__kv_pool=kv_pool)
+    with pytest.raises(ConfigError) as caught:
+        load_engine_card(path)
+    assert (caught.value.source, caught.value.field, caught.value.value) == (path, field, value)
+    assert problem in caught.value.problem
+
+
+def test_kv_pool_null_is_no_pool_and_a_kv_pool_on_a_shortening_engine_is_taken(tmp_path):
+    assert load_engine_card(_user_card(tmp_path, "sglang-0.5.23", context_limit__kv_pool=None))[0] \
+        .context_limit.kv_pool is None
+    rule = load_engine_card(_user_card(tmp_path, "trtllm", context_limit__kv_pool={"margins": True}))[0].context_limit
+    assert (rule.beyond, rule.pool_output(1000, 32, 900, 200), rule.pool_prompt_limit(1000, 32)) == (
+        "shorten_output", 100, 1000)
+
+
+# -- context_limit.kv_pool: serve ------------------------------------------------------------------------
+
+
+def test_a_pool_that_holds_no_prompt_refuses_every_request_and_says_so(tmp_path):
+    """SGLang 0.5.23 at a pool of 5 tokens: max_req_len 4, max_req_input_len -1: every prompt is aborted."""
+    summary = simulate_serving(_config("sglang"), {"mode": "trace", "trace": _trace(tmp_path, [(1, 1), (2, 5)]),
+                                                   "kv_capacity_tokens": 5})
+    assert _counts(summary) == (0, 2, 2, None, None, 0)
+    assert summary["rejected_as_longer_than"] == (
+        "model llama-2-7b's context of 4,096 tokens (max_position_embeddings), the max_model_len sglang defaults to, "
+        "or with any prompt (its KV pool holds 5 tokens)")
+    assert summary["notes"] == [
+        "sglang 0.5.23 holds a request to its KV pool of 5 tokens per scheduler, fewer than its context of 4,096 "
+        "tokens: 2 requests were rejected on arrival, as every prompt is (engine card context_limit.kv_pool)"]
+
+
+def test_a_pool_of_one_token_is_said_in_the_singular(tmp_path):
+    summary = simulate_serving(_config("sglang", "dp2"), {"mode": "trace", "trace": _trace(tmp_path, [(1, 1)]),
+                                                          "kv_capacity_tokens": 2})
+    assert _counts(summary) == (0, 1, 1, None, None, 0)
+    assert summary["notes"][0].startswith("sglang 0.5.23 holds a request to its KV pool of 1 token per scheduler, ")
+    assert summary["rejected_as_longer_than"].endswith("or with any prompt (its KV pool holds 1 token)")
+
+
+def test_an_attention_dp_rank_with_no_token_of_the_pool_refuses_every_request(tmp_path):
+    """1 token over 2 DP ranks leaves each scheduler none: no request runs (before, a pool of 0 per rank
+    was taken for no pool, and a smaller pool served what a larger one refused)."""
+    rows = [(1, 1), (1, 1)]
+    for capacity in (1, 2):
+        summary = simulate_serving(_config("sglang", "dp2"), {"mode": "trace", "trace": _trace(tmp_path, rows),
+                                                              "kv_capacity_tokens": capacity})
+        assert _counts(summary) == (0, 2, 2, None, None, 0), capacity
+    assert summary["notes"][0].startswith("sglang 0.5.23 holds a request to its KV pool of 1 token per scheduler")
+
+
+def test_a_pool_of_part_of_a_page_is_held_to_its_whole_pages(tmp_path):
+    """A card whose scheduler reserves whole pages (TensorRT-LLM, pages of 32 on an H100) and cuts the output to
+    the empty pool: 1,000 tokens are 31 whole pages, 992 tokens. 990 + 10 leaves no page for an output token
+    (before: 8 output tokens taken, then refused by the scheduler); 900 + 200 runs 992 - 928 = 64."""
+    path = _user_card(tmp_path, "trtllm",
+                      context_limit__kv_pool={"margins": False, "empty_pool_fit": {"pages_free": 0, "tokens_free": 0}})
+    summary = simulate_serving(_config(path), {"mode": "trace", "trace": _trace(tmp_path, [(990, 10), (900, 200)]),
+                                               "kv_capacity_tokens": 1000})
+    assert _counts(summary) == (1, 1, 1, 1, 136, 64)
+    assert summary["notes"] == [
+        "trtllm 1.0 holds a request to its KV pool of 992 tokens per scheduler, fewer than its context of 4,096 "
+        "tokens: 1 request with a prompt of 961 tokens or more was rejected on arrival (trtllm runs it with no output "
+        "token: no answer comes back), and 1 request was admitted with its output cut to what the empty pool holds "
+        "beside the prompt: the pool less the prompt in whole pages of 32 tokens: 136 output tokens fewer in all "
+        "(engine card context_limit.kv_pool)"]
+
+
+def test_a_request_no_kv_pool_holds_says_so_in_plain_numbers():
+    """A pool of less than a page held no request, and was said to hold one of -7 tokens."""
+    settings = SchedulerSettings(token_budget=1 << 30, max_running=0, mixed=True, policy="decode-first",
+                                 admission="on-demand", page_size=16, chunked=False, prefix_cache=False,
+                                 kv_capacity_tokens=0, reservation=None, origin="test")
+    with pytest.raises(NotPossible) as caught:
+        settings.refuse_unfit(0, 100, 100)
+    assert str(caught.value) == ("request 0: 100 + 100 tokens do not fit in the instance's KV cache of 0 tokens: alone "
+                                 "they need 206.5 (on-demand in pages of 16); it holds no request")
+    with pytest.raises(NotPossible) as caught:
+        replace(settings, page_size=1, kv_capacity_tokens=1).refuse_unfit(3, 2, 1)
+    assert str(caught.value).endswith("KV cache of 1 token: alone they need 2 (on-demand in pages of 1); the longest "
+                                      "request it runs holds 2 tokens")
+
+
+# -- context_limit.kv_pool: the main run ----------------------------------------------------------------
+
+
+L4 = ["--model", "qwen3-8b", "--hardware", "l4", "--engine", "sglang"]  # SGLang 0.5.23's pool: 864 tokens
+
+
+@pytest.mark.parametrize("isl, osl, said", [
+    # 863 tokens fit the KV cache, but SGLang runs the output cut to 864 - 2 - 500 = 362
+    (500, 363, "a request of 863 tokens (ISL 500 + OSL 363) fits the KV cache, but sglang 0.5.23 runs it with its "
+               "output cut to 362 tokens: its scheduler holds a request to its KV pool of 864 tokens (engine card "
+               "context_limit.kv_pool; --osl 362 simulates that)"),
+    # a prompt of 864 - 6 = 858 tokens SGLang aborts, though 859 tokens fit
+    (858, 1, "a request of 859 tokens (ISL 858 + OSL 1) fits the KV cache, but sglang 0.5.23 rejects it on arrival: "
+             "its scheduler holds a request to its KV pool of 864 tokens, which takes no prompt of 858 tokens or more "
+             "(engine card context_limit.kv_pool)"),
+])
+def test_a_request_that_fits_the_kv_cache_but_not_sglangs_pool_is_not_run_as_asked(capsys, isl, osl, said):
+    assert main([*L4, "--isl", str(isl), "--osl", str(osl)]) == 1
+    assert f"infersim: does not fit: {said}; fix: " in capsys.readouterr().err
+    assert main([*L4, "--isl", "500", "--osl", "362"]) == 0  # what it serves runs
