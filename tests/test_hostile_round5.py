@@ -221,3 +221,22 @@ def test_a_request_that_fits_the_kv_cache_but_not_sglangs_pool_is_not_run_as_ask
     assert main([*L4, "--isl", str(isl), "--osl", str(osl)]) == 1
     assert f"infersim: does not fit: {said}; fix: " in capsys.readouterr().err
     assert main([*L4, "--isl", "500", "--osl", "362"]) == 0  # what it serves runs
+
+
+def test_a_weight_offload_leaves_sglangs_pool_the_tokens_it_keeps_free():
+    """weight_offload auto sizes the KV cache to the workload: one request of 1,500 tokens alone, which
+    SGLang's pool holds as asked only at 1,502 tokens (output <= pool - 2 - prompt); the run fits and
+    runs its 1,000 output tokens (at a pool of 1,500 SGLang would run 998). In pages of 64 a one-token
+    prompt and output need 3 pages: the prompt's, the page kept free and one for the output token."""
+    from infersim.run.simulate import simulate
+
+    config = config_from_mapping({"model": "qwen3-8b", "hardware": "l4", "engine": "sglang",
+                                  "deployment": {"num_gpus": 1, "weight_offload": "auto"},
+                                  "workload": {"isl": 500, "osl": 1000}}, "test", mfu_tables="none")
+    rule = config.engine.context_limit
+    assert (rule.pool_for(1, 500, 1000), rule.pool_for(64, 500, 1000), rule.pool_for(64, 1, 1)) == (1502, 1600, 192)
+    assert (rule.pool_output(1502, 1, 500, 1000), rule.pool_output(1501, 1, 500, 1000)) == (1000, 999)
+    assert (rule.pool_output(1600, 64, 500, 1000), rule.pool_output(1536, 64, 500, 1000)) == (1000, 959)
+    result = simulate(config)
+    assert result.memory.weight_offload is not None and not result.unfit
+    assert result.memory.pool_tokens(1) >= 1502 and config.workload.osl == 1000

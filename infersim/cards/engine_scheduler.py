@@ -169,6 +169,21 @@ class ContextLimit:
             shortest.append((-(-free // page) - 1) * page + 1 if free > 0 else 0)
         return max(0, min(shortest))
 
+    def pool_for(self, page: int, prompt: int, output: int) -> int:
+        """The smallest KV pool (tokens, whole pages of `page`) at which the scheduler runs a request of
+        `prompt` + `output` tokens as asked (pool_output; what a weight offload leaves the pool);
+        prompt + output where kv_pool holds none to it."""
+        limit = self.kv_pool
+        if limit is None:
+            return prompt + output
+        need = prompt + output
+        if limit.margins:
+            need = max(need + self.output_margin, prompt + self.prompt_margin + 1)
+        fit = limit.empty_pool_fit
+        if fit is not None:
+            need = max(need, -(-prompt // page) * page + fit.pages_free * page + fit.tokens_free + output)
+        return -(-need // page) * page
+
     def server_context(self, max_model_len: int) -> int:
         """The context length a server given `max_model_len` runs at so that a request of
         max_model_len tokens runs whole: max_model_len plus what the engine keeps free (the value
