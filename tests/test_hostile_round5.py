@@ -240,3 +240,20 @@ def test_a_weight_offload_leaves_sglangs_pool_the_tokens_it_keeps_free():
     result = simulate(config)
     assert result.memory.weight_offload is not None and not result.unfit
     assert result.memory.pool_tokens(1) >= 1502 and config.workload.osl == 1000
+
+
+# -- sweeps: TensorRT-LLM cuts the output -----------------------------------------------------------------
+
+
+def test_a_sweeps_csv_says_the_osl_each_row_was_timed_with(tmp_path, capsys):
+    """TensorRT-LLM 1.0 cuts a 4,000 + 500 request to 96 output tokens at llama-2-7b's 4,096-token context:
+    the CSV's rows say so (before, only the note on stderr and the JSON's shortened_output did)."""
+    out = tmp_path / "sweep.csv"
+    assert main(["sweep", "--model", "llama-2-7b", "--hardware", "h100", "--engine", "trtllm", "--num-gpus", "1",
+                 "--isl", "4000", "--grid", "workload.osl=50,500", "--workers", "1",
+                 "--out", str(out)]) == 0
+    import csv
+
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["workload.osl"], r["osl_timed"]) for r in rows] == [("50", "50"), ("500", "96")]
+    assert "trtllm 1.0 cuts its output to 96 tokens" in capsys.readouterr().err
