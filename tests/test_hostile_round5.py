@@ -257,3 +257,11 @@ def test_a_sweeps_csv_says_the_osl_each_row_was_timed_with(tmp_path, capsys):
     rows = list(csv.DictReader(out.open()))
     assert [(r["workload.osl"], r["osl_timed"]) for r in rows] == [("50", "50"), ("500", "96")]
     assert "trtllm 1.0 cuts its output to 96 tokens" in capsys.readouterr().err
+
+
+def test_one_configuration_above_the_running_cap_is_said_in_the_singular(capsys):
+    assert main(["sweep", "--model", "qwen3-0.6b", "--hardware", "h100-sxm", "--engine", "vllm", "--tp", "1", "--isl",
+                 "100", "--osl", "100", "--grid", "workload.decode_batch_per_gpu=8,2000", "--workers", "1"]) == 0
+    assert ("note: 1 configuration runs a decode batch above vllm's default running-request cap (1,024 per GPU): it "
+            "fits where the KV cache holds the batch, and a server runs it only with a larger cap (--max-num-seqs; "
+            "--emit-launch sets it)") in capsys.readouterr().err
