@@ -265,3 +265,26 @@ def test_one_configuration_above_the_running_cap_is_said_in_the_singular(capsys)
     assert ("note: 1 configuration runs a decode batch above vllm's default running-request cap (1,024 per GPU): it "
             "fits where the KV cache holds the batch, and a server runs it only with a larger cap (--max-num-seqs; "
             "--emit-launch sets it)") in capsys.readouterr().err
+
+
+def test_the_context_cut_note_names_the_context_alone_where_the_pool_binds_too(tmp_path):
+    """max_model_len 999 (context 1,001) and a pool of 1,000: 990 + 10 runs 9 output tokens by the context,
+    8 by the pool; each note says its own limit (before, the context's note said the pool's prompt limit in
+    nested parentheses)."""
+    summary = simulate_serving(_config("sglang"), {"mode": "trace", "trace": _trace(tmp_path, [(990, 10), (1, 1)]),
+                                                   "kv_capacity_tokens": 1000, "max_model_len": 999})
+    assert _counts(summary) == (2, None, None, 1, 1, 9)
+    assert summary["notes"][0] == (
+        "1 request longer (prompt + output) than sglang 0.5.23 runs whole at a context of 1,001 tokens (max_model_len "
+        "999, or with a prompt of 995 tokens or more) was admitted with its output cut to the context less the prompt "
+        "and the 2 tokens it keeps free: 1 output token fewer in all (engine card context_limit.beyond refuse)")
+
+
+def test_a_card_that_keeps_one_token_free_is_said_in_the_singular(tmp_path):
+    path = _user_card(tmp_path, "sglang-0.5.23", context_limit__output_margin=1)
+    summary = simulate_serving(_config(path), {"mode": "trace", "trace": _trace(tmp_path, [(990, 10)]),
+                                               "max_model_len": 999})
+    assert summary["notes"] == [
+        "1 request longer (prompt + output) than sglang 0.5.23 runs whole at a context of 1,000 tokens (max_model_len "
+        "999, or with a prompt of 994 tokens or more) was admitted with its output cut to the context less the prompt "
+        "and the 1 token it keeps free: 1 output token fewer in all (engine card context_limit.beyond refuse)"]

@@ -38,6 +38,7 @@ class Admission:
     admits: str  # what it takes, for the requests it rejects: 'longer (prompt + output) than ...'
     pool: int | None = None  # tokens of one scheduler's KV pool, where the engine holds a request to it (None: it does not)
     page: int = 1  # the pool's page, tokens
+    by_context: str = ""  # `admits` of the context alone, where the pool's prompt limit is said in it too
 
     def output(self, input_tokens: int, output_tokens: int) -> int:
         """Output tokens the server runs of a request (0: it refuses it)."""
@@ -139,7 +140,7 @@ def with_kv_pool(admission: Admission | None, config: RunConfig, pools: list[Sch
     refused = f"{prompts_from(rule.pool_prompt_limit(pool, page))} (its KV pool holds {counted(pool, 'token')})"
     # the pool's prompt limit is the lower: it stands for the context's
     context = admission.admits.removesuffix(_prompt_clause(rule, admission.context)) if admission.context else ""
-    return replace(pooled, admits=f"{context}, or with {refused}" if context else refused)
+    return replace(pooled, admits=f"{context}, or with {refused}" if context else refused, by_context=admission.admits)
 
 
 def prompts_from(limit: int) -> str:
@@ -159,10 +160,11 @@ def shortened_note(config: RunConfig, admission: Admission, outcomes: Outcomes) 
     if not count:
         return []
     rule, engine = admission.rule, config.engine
-    kept = f" and the {rule.output_margin} tokens it keeps free" if rule.output_margin else ""
+    kept = f" and the {counted(rule.output_margin, 'token')} it keeps free" if rule.output_margin else ""
     one = count == 1
     return [f"{counted(count, 'request')} longer (prompt + output) than {engine.name} {engine.version} runs "
-            f"whole at a context of {admission.context:,} tokens ({admission.admits}) {'was' if one else 'were'} "
+            f"whole at a context of {admission.context:,} tokens ({admission.by_context or admission.admits}) "
+            f"{'was' if one else 'were'} "
             f"admitted with {'its' if one else 'their'} output cut to the context less the prompt{kept}: "
             f"{outcomes.shortened_tokens:,} output token{'' if outcomes.shortened_tokens == 1 else 's'} fewer in all "
             f"(engine card context_limit.beyond {rule.beyond})"]
