@@ -223,6 +223,12 @@ def test_a_request_that_fits_the_kv_cache_but_not_sglangs_pool_is_not_run_as_ask
     assert main([*L4, "--isl", "500", "--osl", "362"]) == 0  # what it serves runs
 
 
+def test_a_batch_of_two_where_one_request_fits_says_one_request_fits(capsys):
+    assert main([*L4, "--isl", "500", "--osl", "362", "--batch-per-gpu", "2"]) == 1
+    assert "over by 0.13 GB; at most 1 request per GPU fits; fix: a batch of at most 1 per GPU (--batch-per-gpu 1," \
+        in capsys.readouterr().err
+
+
 def test_a_weight_offload_leaves_sglangs_pool_the_tokens_it_keeps_free():
     """weight_offload auto sizes the KV cache to the workload: one request of 1,500 tokens alone, which
     SGLang's pool holds as asked only at 1,502 tokens (output <= pool - 2 - prompt); the run fits and

@@ -18,6 +18,7 @@ from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.costing.memo import PricingMemo
 from infersim.shapes.plan import SequenceBatch, StagePlan
 from infersim.run.speculative import SpeculativeResult, drafter_memory, run_speculative, with_draft_prefill
+from infersim.base.texttable import counted
 from infersim.base.units import GB
 from infersim.costing.weight_offload import WeightOffload
 
@@ -363,8 +364,9 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
         fit = memory.kv_fit_batch_per_gpu
         out.append(f"decode batch {batch:,} per GPU needs {need / GB:,.2f} GB of KV cache per GPU ({memory.request_context:,} "
                    f"tokens each), but {capacity / GB:,.2f} GB are left after the weights: over by "
-                   f"{(need - capacity) / GB:,.2f} GB; at most {fit:,} requests per GPU fit; fix: a batch of at most "
-                   f"{fit:,} per GPU (--batch-per-gpu {fit}, or leave the batch unset: the largest that fits)")
+                   f"{(need - capacity) / GB:,.2f} GB; at most {counted(fit, 'request')} per GPU fit{'s' if fit == 1 else ''}; "
+                   f"fix: a batch of at most {fit:,} per GPU (--batch-per-gpu {fit}, or leave the batch unset: the largest "
+                   "that fits)")
     prefill_kv = workload.prefill_tokens * memory.kv_bytes_per_token_per_gpu * dep.attention.tp * dep.pp
     if prefill_kv > capacity:
         out.append(f"a prefill step of {workload.prefill_tokens:,} prompt tokens per GPU needs {prefill_kv / GB:,.2f} GB of "
