@@ -294,3 +294,15 @@ def test_a_card_that_keeps_one_token_free_is_said_in_the_singular(tmp_path):
         "1 request longer (prompt + output) than sglang 0.5.23 runs whole at a context of 1,000 tokens (max_model_len "
         "999, or with a prompt of 994 tokens or more) was admitted with its output cut to the context less the prompt "
         "and the 1 token it keeps free: 1 output token fewer in all (engine card context_limit.beyond refuse)"]
+
+
+@pytest.mark.parametrize("engine, page, page_bytes", [("vllm", 16, "1,835,008"), ("sglang", 64, "7,340,032")])
+def test_a_kv_space_of_less_than_a_page_is_a_pool_that_holds_no_request(capsys, engine, page, page_bytes):
+    """3 bytes of KV space on a B200: before, every request refused by a max_model_len of 50 left a pool of 0
+    tokens to divide the KV utilisation by (an internal error), and SGLang's pool rule took 0 for no pool."""
+    assert main(["serve", "--model", "qwen3-0.6b", "--hardware", "b200", "--engine", engine, "--tp", "1",
+                 "--num-requests", "2", "--concurrency", "2", "--isl", "100", "--osl", "100", "--max-model-len", "50",
+                 "--set", "engine.memory.kv_fraction_of_free=2e-11"]) == 1
+    assert capsys.readouterr().err.endswith(
+        f"infersim: does not fit: the KV cache space {engine} leaves per GPU, 3 bytes, holds no whole page of {page} "
+        f"tokens ({page_bytes} bytes): its KV pool holds no request\n")
