@@ -77,7 +77,7 @@ def test_a_user_cards_running_cap_flag_of_the_wrong_form_is_one_message(tmp_path
     assert problem in caught.value.problem
 
 
-ABOVE_CAP = ["--model", "qwen3-0.6b", "--hardware", "h100-sxm", "--tp", "1", "--isl", "100", "--osl", "100",
+ABOVE_CAP = ["--model", "qwen3-0.6b", "--hardware", "h100-sxm", "--tp", "1", "--mfu-tables", "none", "--isl", "100", "--osl", "100",
              "--batch-per-gpu", "2000"]  # above vLLM's 1,024 on an H100; the KV cache holds 3,334
 
 
@@ -302,7 +302,7 @@ def test_a_kv_space_of_less_than_a_page_is_a_pool_that_holds_no_request(capsys, 
     tokens to divide the KV utilisation by (an internal error), and SGLang's pool rule took 0 for no pool."""
     assert main(["serve", "--model", "qwen3-0.6b", "--hardware", "b200", "--engine", engine, "--tp", "1",
                  "--num-requests", "2", "--concurrency", "2", "--isl", "100", "--osl", "100", "--max-model-len", "50",
-                 "--set", "engine.memory.kv_fraction_of_free=2e-11"]) == 1
+                 "--set", "engine.memory.kv_fraction_of_free=2e-11", "--mfu-tables", "none"]) == 1
     assert capsys.readouterr().err.endswith(
         f"infersim: does not fit: the KV cache space {engine} leaves per GPU, 3 bytes, holds no whole page of {page} "
         f"tokens ({page_bytes} bytes): its KV pool holds no request\n")
