@@ -82,7 +82,8 @@ def test_each_sglang_card_holds_a_request_to_its_pool_as_its_source_does():
     for rule in (new, old):
         assert (rule.pool_output(1000, 1, 900, 200), rule.pool_output(1000, 1, 993, 100),
                 rule.pool_output(1000, 1, 994, 1), rule.pool_prompt_limit(1000, 1)) == (98, 5, 0, 994)
-        assert rule.pool_output(0, 1, 900, 200) == 200  # no pool stated: as asked
+        assert rule.pool_output(None, 1, 900, 200) == 200  # no pool known: as asked
+        assert (rule.pool_output(0, 1, 1, 5), rule.pool_prompt_limit(0, 1)) == (0, 0)  # a pool of nothing: none
     # pages of 64 (B200): 0.5.23 leaves 1,024 - 896 - 64 - 1 = 63; 0.5.2 only the margin's 1,024 - 2 - 896
     assert (new.pool_output(1024, 64, 896, 500), new.pool_output(1024, 64, 897, 500),
             new.pool_prompt_limit(1024, 64)) == (63, 0, 897)

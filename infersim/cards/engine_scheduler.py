@@ -140,12 +140,13 @@ class ContextLimit:
             return f"prompt + output above {context - self.reserved_tokens:,} tokens"
         return ""
 
-    def pool_output(self, pool: int, page: int, prompt: int, output: int) -> int:
+    def pool_output(self, pool: int | None, page: int, prompt: int, output: int) -> int:
         """Output tokens the engine's scheduler runs of a request of `prompt` + `output` tokens (its
         output already cut to the context) with a KV pool of `pool` tokens per scheduler in pages of
-        `page` tokens (kv_pool); 0 where it refuses the request (or leaves it no output token)."""
+        `page` tokens (kv_pool; None: no pool known, the request runs as asked; 0: a pool that holds
+        nothing); 0 where it refuses the request (or leaves it no output token)."""
         limit = self.kv_pool
-        if limit is None or not pool:
+        if limit is None or pool is None:
             return output
         if limit.margins:
             if prompt >= pool - self.prompt_margin:
@@ -167,6 +168,21 @@ class ContextLimit:
             free = pool - fit.pages_free * page - fit.tokens_free
             shortest.append((-(-free // page) - 1) * page + 1 if free > 0 else 0)
         return max(0, min(shortest))
+
+    def pool_for(self, page: int, prompt: int, output: int) -> int:
+        """The smallest KV pool (tokens, whole pages of `page`) at which the scheduler runs a request of
+        `prompt` + `output` tokens as asked (pool_output; what a weight offload leaves the pool);
+        prompt + output where kv_pool holds none to it."""
+        limit = self.kv_pool
+        if limit is None:
+            return prompt + output
+        need = prompt + output
+        if limit.margins:
+            need = max(need + self.output_margin, prompt + self.prompt_margin + 1)
+        fit = limit.empty_pool_fit
+        if fit is not None:
+            need = max(need, -(-prompt // page) * page + fit.pages_free * page + fit.tokens_free + output)
+        return -(-need // page) * page
 
     def server_context(self, max_model_len: int) -> int:
         """The context length a server given `max_model_len` runs at so that a request of

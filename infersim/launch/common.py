@@ -3,7 +3,7 @@ speculative drafter and the per-node placement of a multi-node server."""
 
 from __future__ import annotations
 
-from infersim.base.errors import InferSimError
+from infersim.base.errors import ConfigError, InferSimError
 from infersim.launch.assumed import Assumed, Checkpoint, checkpoint_choice
 from infersim.launch.data import ParserData
 from infersim.launch.plan import Arguments, PlanParts
@@ -27,15 +27,27 @@ def refuse(data: ParserData, layout_text: str, why: str) -> LaunchRefusal:
     return LaunchRefusal(data.title, layout_text, why)
 
 
-def running_cap_flag(a: Assumed, data: ParserData) -> str:
-    """The flag that sets the server's running-request cap, as the engine card names it
-    (scheduler.running_cap_flag; Arguments checks it against the parser data)."""
-    flag = a.engine.scheduler.running_cap_flag
+def add_running_cap(a: Assumed, args: Arguments, value: int, fact: str) -> None:
+    """Set the server's running-request cap by the flag the engine card names (scheduler.running_cap_flag),
+    one of the parser's whole-number flags; a card that names none, or another, is an error naming
+    its file, key and value."""
+    flag, data, source = a.engine.scheduler.running_cap_flag, args.data, _card_file(a)
     if not flag:
         raise InferSimError(f"--emit-launch: engine card {a.engine.name} names no flag that sets {data.title}'s "
                             f"running-request cap (scheduler.running_cap_flag), and the simulation ran a cap of "
                             f"{a.running_cap}: the command cannot be spelled")
-    return flag
+    known = args.program.find(flag)
+    if known is None or known.kind != "int":
+        what = "no such flag" if known is None else f"{flag} as a {known.kind}, not a whole number"
+        raise ConfigError(source, "scheduler.running_cap_flag", flag,
+                          f"--emit-launch: {data.title}'s parser has {what} (engines/launch/{data.framework}-"
+                          f"{data.version}.yaml): the running-request cap of {value} the simulation ran cannot be set")
+    args.add(flag, value, fact, named_by=f"{source}: scheduler.running_cap_flag names it for the running-request cap")
+
+
+def _card_file(a: Assumed) -> str:
+    """The engine card's file (or how the run named the card), for a message about one of its fields."""
+    return a.config.engine_source or f"engine card {a.engine.name} {a.engine.version}"
 
 
 def check_common(a: Assumed, data: ParserData) -> None:
@@ -123,7 +135,8 @@ def _above_context(a: Assumed, args: Arguments, parts: PlanParts, flag_text: str
     if not (variable and setting):
         raise InferSimError(f"--emit-launch: engine card {engine.name}: context_limit.override {override!r} "
                             "is not VARIABLE=VALUE")
-    args.add(variable, setting, f"context above the model's {context:,} tokens allowed")
+    args.add(variable, setting, f"context above the model's {context:,} tokens allowed",
+             named_by=f"{_card_file(a)}: context_limit.override names it for the context above the model's")
     if a.max_model_len <= context:
         kept = value - a.max_model_len
         parts.note(f"{above} only by the {kept} token{'s' if kept > 1 else ''} {args.data.title} keeps free: {override} "

@@ -68,6 +68,8 @@ class Arguments:
         self.env: dict[str, str] = {}
         self.options: dict[str, Any] = {}
         self.settings: list[Setting] = []
+        # each argument set so far: (its value, the fact it realises, the engine card field naming it)
+        self.given: dict[str, tuple[Any, str, str]] = {}
 
     def _flag(self, name: str) -> Flag:
         flag = self.program.find(name)
@@ -83,10 +85,15 @@ class Arguments:
         else:
             self.argv.append(checkpoint)
 
-    def add(self, name: str, value: Any = True, fact: str = "") -> None:
-        """Set an argument: a flag on the command line, an environment variable or an options-file key."""
+    def add(self, name: str, value: Any = True, fact: str = "", named_by: str = "") -> None:
+        """Set an argument: a flag on the command line, an environment variable or an options-file key
+        (`named_by`: where an engine card field names it, 'FILE: KEY names it for ...', said if it is
+        set twice). An argument set twice is an error: the parser would keep one value silently."""
         flag = self._flag(name)
+        if name in self.given:
+            raise InferSimError(_set_twice(self.data.title, name, self.given[name], (value, fact, named_by)))
         text = _checked(flag, value, self.program.package)
+        self.given[name] = (value, fact, named_by)
         if flag in self.program.environment:
             self.env[name] = str(text)
         elif flag in self.program.config_file:
@@ -114,6 +121,7 @@ class Arguments:
         """The same command so far, without its settings (a further node's command)."""
         twin = Arguments(self.program, self.data, self.role)
         twin.argv, twin.env, twin.options = list(self.argv), dict(self.env), dict(self.options)
+        twin.given = dict(self.given)
         return twin
 
     def command(self, where: str, files_name: str = "") -> Command:
@@ -125,6 +133,13 @@ class Arguments:
             files = (OptionsFile(files_name, yaml.safe_dump(self.options, sort_keys=False, width=100, default_flow_style=None)),)
             argv.extend([self.program.config_flag, files_name])
         return Command(self.role, where, tuple(argv), tuple(self.env.items()), files)
+
+
+def _set_twice(title: str, name: str, first: tuple[Any, str, str], second: tuple[Any, str, str]) -> str:
+    """Why a command cannot set `name` twice, with the engine card field that names it where one does."""
+    values = ", and ".join(f"to {value} for {fact or 'a setting'}" for value, fact, _ in (first, second))
+    named = "".join(f"; {by}" for _, _, by in (first, second) if by)
+    return f"--emit-launch: {title}'s {name} would be set twice: {values}{named}: the command cannot be spelled"
 
 
 def _same(default: Any, value: Any) -> bool:

@@ -15,6 +15,7 @@ from infersim.cards.deployment import Deployment
 from infersim.cards.model import ModelCard
 from infersim.launch.assumed import Assumed, Layout, layout_from, layout_of
 from infersim.launch.common import (
+    add_running_cap,
     HEAD,
     check_common,
     checkpoint,
@@ -22,7 +23,6 @@ from infersim.launch.common import (
     kv_cache_format,
     node_hosts,
     refuse,
-    running_cap_flag,
     speculative,
 )
 from infersim.launch.common import where as where_text
@@ -97,7 +97,7 @@ def _scheduler(a: Assumed, args: Arguments, dp_attention: bool, dp: int, parts: 
             parts.note(f"the simulation capped a step at {a.token_budget} tokens without chunking; SGLang bounds an "
                        "unchunked prefill step by --max-prefill-tokens, not set here")
     if a.running_cap:
-        args.add(running_cap_flag(a, args.data), a.running_cap * ranks, "running requests (x DP ranks)")
+        add_running_cap(a, args, a.running_cap * ranks, "running requests (x DP ranks)")
     else:
         parts.note("running requests: SGLang's own cap from its KV pool and the context length, as by default")
     args.add("--mem-fraction-static", round(a.static_fraction, 3), "GPU memory share for weights and KV")

@@ -15,12 +15,12 @@ from infersim.cards.deployment import Deployment
 from infersim.cards.model import ModelCard
 from infersim.launch.assumed import Assumed, Layout, layout_from, layout_of
 from infersim.launch.common import (
+    add_running_cap,
     check_common,
     checkpoint,
     context_limit,
     kv_cache_format,
     refuse,
-    running_cap_flag,
     speculative,
 )
 from infersim.launch.common import where as where_text
@@ -79,7 +79,7 @@ def _unsupported(a: Assumed, data: ParserData) -> None:
 def _scheduler(a: Assumed, args: Arguments, parts: PlanParts) -> None:
     engine = a.engine
     if a.running_cap:
-        args.add(running_cap_flag(a, args.data), a.running_cap, "running requests per rank")
+        add_running_cap(a, args, a.running_cap, "running requests per rank")
     else:
         parts.note("running requests: TensorRT-LLM's default cap (the simulation assumed none)")
     if a.token_budget:

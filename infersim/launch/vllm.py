@@ -17,6 +17,7 @@ from infersim.cards.deployment import Deployment, server_tp
 from infersim.cards.model import ModelCard
 from infersim.launch.assumed import Assumed, Layout, layout_from, layout_of
 from infersim.launch.common import (
+    add_running_cap,
     HEAD,
     check_common,
     checkpoint,
@@ -24,7 +25,6 @@ from infersim.launch.common import (
     kv_cache_format,
     node_hosts,
     refuse,
-    running_cap_flag,
     speculative,
 )
 from infersim.launch.common import where as where_text
@@ -152,7 +152,7 @@ def _graphs(a: Assumed, args: Arguments, parts: PlanParts) -> None:
 def _scheduler(a: Assumed, args: Arguments, parts: PlanParts) -> None:
     engine = a.engine
     if a.running_cap:
-        args.add(running_cap_flag(a, args.data), a.running_cap, "running requests per DP rank")
+        add_running_cap(a, args, a.running_cap, "running requests per DP rank")
     else:
         parts.note("running requests: vLLM's own default cap (the simulation assumed none)")
     if a.token_budget:

@@ -226,6 +226,15 @@ def plan_weight_offload(model: ModelCard, hw: HardwareCard, dep: Deployment, sho
                          host_link_bytes_per_s(hw), hw.host_memory_bytes, shortfall_bytes)
 
 
+def _pool_need(engine: EngineCard | None, hw: HardwareCard, model: ModelCard, workload: Workload) -> int:
+    """Tokens of KV pool the engine's scheduler needs to run one request of the workload as asked,
+    where it holds a request to its pool (engine card context_limit.kv_pool: SGLang keeps tokens of
+    it free, in whole pages); 0 where it does not."""
+    if engine is None or engine.context_limit.kv_pool is None:
+        return 0
+    return engine.context_limit.pool_for(engine.page_size(hw, model.is_mla), workload.isl, workload.osl)
+
+
 def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload,
                   draft: DraftMemory | None = None, engine: EngineCard | None = None,
                   prefill_step_tokens: int = 0, offload: bool = False) -> MemoryResult:
@@ -280,7 +289,8 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         batch = workload.decode_batch_per_gpu
         if batch == "max":
             batch = 2 if dep.overlap == "two-batch" else 1  # see simulate.decode_batch
-        need = max(batch * per_request, workload.prefill_tokens * kv_gpu * dep.attention.tp * dep.pp)
+        need = max(batch * per_request, workload.prefill_tokens * kv_gpu * dep.attention.tp * dep.pp,
+                   _pool_need(engine, hw, model, workload) * (kv_gpu + bounded_gpu / max(1, context)))
         shortfall = weights - (usable - reserved - need / kv_fraction)
         if shortfall > 0:
             # whole bytes and one more: rounding must never leave the needed KV a fraction of a byte short

@@ -18,6 +18,7 @@ from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.costing.memo import PricingMemo
 from infersim.shapes.plan import SequenceBatch, StagePlan
 from infersim.run.speculative import SpeculativeResult, drafter_memory, run_speculative, with_draft_prefill
+from infersim.base.texttable import counted
 from infersim.base.units import GB
 from infersim.costing.weight_offload import WeightOffload
 
@@ -355,13 +356,17 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
                    f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB"
                    f"{kv_pool_said(config, memory)}; fix: shorter requests (--isl/--osl), an fp8 KV cache (--kv-cache-dtype fp8), or "
                    f"{_more_gpus_hint(config, memory, left, per_request).removeprefix('fix: ')}")
-    elif batch > memory.kv_fit_batch_per_gpu:  # also 'max' under two-batch overlap when only 1 request fits
+    else:
+        out.extend(pool_problem(config, memory))
+    if memory.max_batch_per_gpu >= 1 and batch > memory.kv_fit_batch_per_gpu:
+        # also 'max' under two-batch overlap when only 1 request fits
         need = batch * per_request
         fit = memory.kv_fit_batch_per_gpu
         out.append(f"decode batch {batch:,} per GPU needs {need / GB:,.2f} GB of KV cache per GPU ({memory.request_context:,} "
                    f"tokens each), but {capacity / GB:,.2f} GB are left after the weights: over by "
-                   f"{(need - capacity) / GB:,.2f} GB; at most {fit:,} requests per GPU fit; fix: a batch of at most "
-                   f"{fit:,} per GPU (--batch-per-gpu {fit}, or leave the batch unset: the largest that fits)")
+                   f"{(need - capacity) / GB:,.2f} GB; at most {counted(fit, 'request')} per GPU fit{'s' if fit == 1 else ''}; "
+                   f"fix: a batch of at most {fit:,} per GPU (--batch-per-gpu {fit}, or leave the batch unset: the largest "
+                   "that fits)")
     prefill_kv = workload.prefill_tokens * memory.kv_bytes_per_token_per_gpu * dep.attention.tp * dep.pp
     if prefill_kv > capacity:
         out.append(f"a prefill step of {workload.prefill_tokens:,} prompt tokens per GPU needs {prefill_kv / GB:,.2f} GB of "
@@ -374,22 +379,60 @@ def kv_pool_said(config: RunConfig, memory: MemoryResult) -> str:
     """'; ENGINE ...' what the engine's server does with the run's request where its scheduler holds a
     request to its KV pool (engine card context_limit.kv_pool) and the request is longer than the
     pool: it cuts the output to what the pool holds, or refuses the prompt; '' elsewhere."""
+    held = _held_by_pool(config, memory)
+    if held is None:
+        return ""
+    name, (pool, page, output) = f"{config.engine.name} {config.engine.version}", held
+    if not output:
+        return f"; {name} rejects it on arrival: {_pool_refuses(config, pool, page)}"
+    return (f"; {name} does not refuse it: its scheduler holds a request to its KV pool of {pool:,} tokens and runs it "
+            f"with its output cut to {output:,} tokens ({POOL_CARD}; --osl {output} simulates that)")
+
+
+#: the engine card field kv_pool_said and pool_problem name
+POOL_CARD = "engine card context_limit.kv_pool"
+
+
+def pool_problem(config: RunConfig, memory: MemoryResult) -> list[str]:
+    """A request that fits the KV cache, but whose output the engine's scheduler cuts to its KV pool
+    or whose prompt it refuses for it (kv_pool_said of a request that fits): the pool's margins and
+    whole pages hold less than the cache; [] where the pool takes the request as asked."""
+    held = _held_by_pool(config, memory)
+    if held is None:
+        return []
+    workload, (pool, page, output) = config.workload, held
+    request = f"a request of {workload.isl + workload.osl:,} tokens (ISL {workload.isl:,} + OSL {workload.osl:,})"
+    name = f"{config.engine.name} {config.engine.version}"
+    if not output:
+        return [f"{request} fits the KV cache, but {name} rejects it on arrival: {_pool_refuses(config, pool, page)}; "
+                "fix: a shorter prompt (--isl), or a larger KV pool (an fp8 KV cache: --kv-cache-dtype fp8; more GPUs)"]
+    return [f"{request} fits the KV cache, but {name} runs it with its output cut to {output:,} tokens: its scheduler "
+            f"holds a request to its KV pool of {pool:,} tokens ({POOL_CARD}; --osl {output} simulates that); fix: "
+            f"--osl {output}, or a larger KV pool (an fp8 KV cache: --kv-cache-dtype fp8; more GPUs)"]
+
+
+def _held_by_pool(config: RunConfig, memory: MemoryResult) -> tuple[int, int, int] | None:
+    """(tokens of the KV pool, its page, the output tokens its scheduler runs of the run's request) where
+    the engine holds a request to its KV pool (context_limit.kv_pool) and that changes the request
+    (0: it refuses it); None elsewhere."""
     engine, workload = config.engine, config.workload
     rule = engine.context_limit
+    if rule.kv_pool is None:
+        return None
     page = engine.page_size(config.hardware, config.model.is_mla)
-    pool = memory.pool_tokens(page) if rule.kv_pool is not None else None
+    pool = memory.pool_tokens(page)
     served = served_osl(config.model, engine, workload.isl, workload.osl)[0]
-    if not (pool and served):
-        return ""
+    if not (pool and served):  # no pool in tokens, none left (the weights' problem), or refused by the context
+        return None
     by_pool = rule.pool_output(pool, page, workload.isl, served)
-    if by_pool == served:
-        return ""
-    name, card = f"{engine.name} {engine.version}", "engine card context_limit.kv_pool"
-    if not by_pool:
-        return (f"; {name} rejects it on arrival: its scheduler holds a request to its KV pool of {pool:,} tokens, which "
-                f"takes no prompt of {rule.pool_prompt_limit(pool, page):,} tokens or more ({card})")
-    return (f"; {name} does not refuse it: its scheduler holds a request to its KV pool of {pool:,} tokens and runs it "
-            f"with its output cut to {by_pool:,} tokens ({card}; --osl {by_pool} simulates that)")
+    return None if by_pool == served else (pool, page, by_pool)
+
+
+def _pool_refuses(config: RunConfig, pool: int, page: int) -> str:
+    """Why the engine's scheduler refuses the run's prompt for its KV pool, with the card field."""
+    limit = config.engine.context_limit.pool_prompt_limit(pool, page)
+    prompts = f"no prompt of {limit:,} tokens or more" if limit > 1 else "no prompt at all"
+    return f"its scheduler holds a request to its KV pool of {pool:,} tokens, which takes {prompts} ({POOL_CARD})"
 
 
 def _gpus_for(gpus: int, need: float, have: float) -> int:

@@ -36,8 +36,9 @@ class Admission:
     context: int  # tokens: the engine's context length (its context flag's value; 0: none stated)
     rule: ContextLimit
     admits: str  # what it takes, for the requests it rejects: 'longer (prompt + output) than ...'
-    pool: int = 0  # tokens of one scheduler's KV pool, where the engine holds a request to it (0: it does not)
+    pool: int | None = None  # tokens of one scheduler's KV pool, where the engine holds a request to it (None: it does not)
     page: int = 1  # the pool's page, tokens
+    by_context: str = ""  # `admits` of the context alone, where the pool's prompt limit is said in it too
 
     def output(self, input_tokens: int, output_tokens: int) -> int:
         """Output tokens the server runs of a request (0: it refuses it)."""
@@ -69,7 +70,7 @@ class Admission:
 
     def pool_binds(self) -> bool:
         """Does the KV pool refuse prompts the context takes (a pool shorter than the context)?"""
-        if not self.pool:
+        if self.pool is None:
             return False
         return not self.context or self.rule.pool_prompt_limit(self.pool, self.page) < self.context - self.rule.prompt_margin
 
@@ -83,8 +84,10 @@ class Admission:
         if fit is not None and self.page == 1:
             kept = max(kept, fit.pages_free + fit.tokens_free)
         elif fit is not None:
+            free = " and ".join(counted(n, what) for n, what in ((fit.pages_free, "more page"),
+                                                                  (fit.tokens_free, "token")) if n)
             return (f"what the empty pool holds beside the prompt: the pool less the prompt in whole pages of "
-                    f"{self.page} tokens, {counted(fit.pages_free, 'more page')} and {counted(fit.tokens_free, 'token')}")
+                    f"{self.page} tokens" + (f", {free}" if free else ""))
         return "the pool less the prompt" + (f" and the {counted(kept, 'token')} it keeps free" if kept else "")
 
 
@@ -126,17 +129,23 @@ def with_kv_pool(admission: Admission | None, config: RunConfig, pools: list[Sch
     rule = config.engine.context_limit
     if rule.kv_pool is None or not pools:
         return admission
-    smallest = min(pools, key=lambda s: s.kv_capacity_tokens // s.dp_ranks)
+    # a rank's share of the instance's pool, in the whole pages it is allocated in (0: it holds nothing,
+    # and refuses every request)
+    pool, page = min((s.kv_capacity_tokens // s.dp_ranks // s.page_size * s.page_size, s.page_size) for s in pools)
     if admission is None:
         admission = Admission(0, rule, "")
-    pooled = replace(admission, pool=smallest.kv_capacity_tokens // smallest.dp_ranks, page=smallest.page_size)
+    pooled = replace(admission, pool=pool, page=page)
     if not pooled.pool_binds():
         return pooled
-    refused = (f"a prompt of {rule.pool_prompt_limit(pooled.pool, pooled.page):,} tokens or more (its KV pool holds "
-               f"{pooled.pool:,} tokens)")
+    refused = f"{prompts_from(rule.pool_prompt_limit(pool, page))} (its KV pool holds {counted(pool, 'token')})"
     # the pool's prompt limit is the lower: it stands for the context's
     context = admission.admits.removesuffix(_prompt_clause(rule, admission.context)) if admission.context else ""
-    return replace(pooled, admits=f"{context}, or with {refused}" if context else refused)
+    return replace(pooled, admits=f"{context}, or with {refused}" if context else refused, by_context=admission.admits)
+
+
+def prompts_from(limit: int) -> str:
+    """'a prompt of LIMIT tokens or more', or 'any prompt' where every prompt (of a token or more) is."""
+    return f"a prompt of {limit:,} tokens or more" if limit > 1 else "any prompt"
 
 
 def _prompt_clause(rule: ContextLimit, context: int) -> str:
@@ -151,10 +160,11 @@ def shortened_note(config: RunConfig, admission: Admission, outcomes: Outcomes) 
     if not count:
         return []
     rule, engine = admission.rule, config.engine
-    kept = f" and the {rule.output_margin} tokens it keeps free" if rule.output_margin else ""
+    kept = f" and the {counted(rule.output_margin, 'token')} it keeps free" if rule.output_margin else ""
     one = count == 1
     return [f"{counted(count, 'request')} longer (prompt + output) than {engine.name} {engine.version} runs "
-            f"whole at a context of {admission.context:,} tokens ({admission.admits}) {'was' if one else 'were'} "
+            f"whole at a context of {admission.context:,} tokens ({admission.by_context or admission.admits}) "
+            f"{'was' if one else 'were'} "
             f"admitted with {'its' if one else 'their'} output cut to the context less the prompt{kept}: "
             f"{outcomes.shortened_tokens:,} output token{'' if outcomes.shortened_tokens == 1 else 's'} fewer in all "
             f"(engine card context_limit.beyond {rule.beyond})"]
@@ -164,25 +174,34 @@ def pool_note(config: RunConfig, admission: Admission | None, outcomes: Outcomes
     """The requests the engine's scheduler refused, or admitted with their output cut, for its KV
     pool (context_limit.kv_pool), and the output tokens cut ([] where none was)."""
     refused, cut = outcomes.pool_rejected, outcomes.pool_shortened
-    if admission is None or not (refused or cut):
+    if admission is None or admission.pool is None or not (refused or cut):
         return []
     engine, pool, tokens = config.engine, admission.pool, outcomes.pool_shortened_tokens
-    fewer = f", fewer than its context of {admission.context:,} tokens" if 0 < pool < admission.context else ""
-    parts = []
-    if refused:
-        rule = admission.rule
-        limit = rule.pool_prompt_limit(pool, admission.page)
-        assert rule.kv_pool is not None
-        aborted = pool - rule.prompt_margin if rule.kv_pool.margins else 0
-        # a prompt the scheduler does not abort but leaves no output token runs alone, and no token comes back
-        alone = (f" (one of fewer than {aborted:,} tokens {engine.name} runs with no output token: no answer comes back)"
-                 if aborted > limit else f" ({engine.name} runs it with no output token: no answer comes back)"
-                 if not aborted else "")
-        parts.append(f"{counted(refused, 'request')} with a prompt of {limit:,} tokens or more "
-                     f"{'was' if refused == 1 else 'were'} rejected on arrival{alone}")
+    fewer = f", fewer than its context of {admission.context:,} tokens" if pool < admission.context else ""
+    parts = [_pool_refused(engine.name, admission, refused)] if refused else []
     if cut:
         one = cut == 1
         parts.append(f"{counted(cut, 'request')} {'was' if one else 'were'} admitted with {'its' if one else 'their'} "
                      f"output cut to {admission.pool_cut_said()}: {counted(tokens, 'output token')} fewer in all")
-    return [f"{engine.name} {engine.version} holds a request to its KV pool of {pool:,} tokens per scheduler{fewer}: "
-            + ", and ".join(parts) + " (engine card context_limit.kv_pool)"]
+    return [f"{engine.name} {engine.version} holds a request to its KV pool of {counted(pool, 'token')} per scheduler"
+            f"{fewer}: " + ", and ".join(parts) + " (engine card context_limit.kv_pool)"]
+
+
+def _pool_refused(engine: str, admission: Admission, refused: int) -> str:
+    """pool_note's part of the `refused` requests: '2 requests with a prompt of 994 tokens or more were
+    rejected on arrival', with the prompts below it the scheduler runs with no output token."""
+    rule, pool = admission.rule, admission.pool
+    assert rule.kv_pool is not None and pool is not None
+    limit = rule.pool_prompt_limit(pool, admission.page)
+    aborted = pool - rule.prompt_margin  # with margins, the scheduler aborts a prompt this long or longer
+    one = refused == 1
+    # a prompt the scheduler does not abort but leaves no output token runs alone, and no token comes back
+    if not rule.kv_pool.margins:
+        alone = f" ({engine} runs {'it' if one else 'them'} with no output token: no answer comes back)"
+    elif aborted > limit:
+        alone = f" (one of fewer than {aborted:,} tokens {engine} runs with no output token: no answer comes back)"
+    else:
+        alone = ""
+    which = f" with {prompts_from(limit)}" if limit > 1 else ""
+    every = ", as every prompt is" if limit <= 1 else ""
+    return f"{counted(refused, 'request')}{which} {'was' if one else 'were'} rejected on arrival{every}{alone}"

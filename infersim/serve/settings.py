@@ -27,6 +27,7 @@ from infersim.cards.engine_scheduler import FutureTokenReservation
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment, dp_attention_ranks
+from infersim.base.texttable import counted
 from infersim.base.errors import InferSimError, NotPossible
 from infersim.base.units import dtype_bytes
 
@@ -82,10 +83,13 @@ class SchedulerSettings:
         tokens = input_tokens + output_tokens
         if not self.fits_alone(tokens):
             peak = self.peak_kv_tokens(tokens)
+            # a request holds a prompt token and an output token at least
+            longest = self.longest_request_tokens()
+            holds = f"the longest request it runs holds {longest:,} tokens" if longest >= 2 else "it holds no request"
             raise NotPossible(f"request {request}: {input_tokens:,} + {output_tokens:,} tokens do not fit in the "
-                              f"instance's KV cache of {self.kv_capacity_tokens:,} tokens: alone they need "
+                              f"instance's KV cache of {counted(self.kv_capacity_tokens, 'token')}: alone they need "
                               f"{int(peak):,}{'.5' if peak % 1 else ''} ({self.admission} in pages of {self.page_size}); "
-                              f"the longest request it runs holds {self.longest_request_tokens():,} tokens")
+                              + holds)
 
     def longest_request_tokens(self) -> int:
         """The most tokens (prompt + output) a request that fits alone holds (fits_alone)."""
@@ -199,6 +203,10 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     # pages (vLLM's blocks: num_gpu_blocks x block_size tokens)
     page = engine.page_size(hw, config.model.is_mla)
     pool = memory.pool_tokens(page)
+    if pool == 0:
+        raise NotPossible(f"does not fit: the KV cache space {engine.name} leaves per GPU, "
+                          f"{memory.kv_capacity_bytes:,.0f} bytes, holds no whole page of {counted(page, 'token')} "
+                          f"({memory.kv_bytes_per_token_per_gpu * page:,.0f} bytes): its KV pool holds no request")
     capacity = pool * dp if pool is not None else 1 << 40
     derived = sched.running_cap_from_pool is not None and not (offline and engine.offline_limits is not None)
     settings = SchedulerSettings(

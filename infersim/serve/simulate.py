@@ -296,7 +296,7 @@ def _run_workload(config: RunConfig, opts: ServeOptions, outcomes: Outcomes,
         notes.append(f"max_model_len not given: {config.engine.name} defaults it to model {config.model.name}'s "
                      f"context, {admission.context:,} tokens (max_position_embeddings); longer requests are {longer}")
     admission = with_kv_pool(admission, config, [pool.settings])
-    if not given and (spec.data.multi_turn or spec.data.type == "sessions") and not (admission and admission.pool):
+    if not given and (spec.data.multi_turn or spec.data.type == "sessions") and (admission is None or admission.pool is None):
         longest = pool.settings.longest_request_tokens()  # the rule the scheduler refuses a request by
         if admission is None or longest < admission.longest():
             admission = pool_admission(longest)

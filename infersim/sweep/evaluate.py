@@ -98,6 +98,9 @@ class Row(NamedTuple):
     # the engine's default running-request cap per GPU (0 = none): a batch above it fits where the
     # KV cache holds it, and a server runs it with a larger cap (--emit-launch sets one)
     running_cap: int = 0
+    # output tokens per request the row was timed with: the workload's OSL, or what the engine's server
+    # cuts a longer request to (_refuse_beyond_context; the sweep's note counts such points); 0: rejected
+    osl: int = 0
 
     @property
     def above_running_cap(self) -> bool:
@@ -443,7 +446,7 @@ class Evaluator:
         return Row(point, dep.num_gpus, dep.num_nodes, dep.pp, dep.attention.tp, dep.attention.dp, dep.ffn.tp,
                    dep.ffn.ep, dep.ffn.dp, batch, tpot, tgs, prefill[0], prefill[1],
                    BOUND_NAMES[bound], fits, mem.kv_fit_batch_per_gpu, mem.kv_capacity_bytes,
-                   mem.weights_bytes, price, "", *energy, prefill[2], mem.running_cap_per_gpu)
+                   mem.weights_bytes, price, "", *energy, prefill[2], mem.running_cap_per_gpu, work.osl)
 
     def _price(self, hw) -> float:
         p = self.spec.price_per_gpu_hour

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from infersim.base.errors import InferSimError, shorten
+from infersim.base.texttable import counted
 from infersim.run.simulate import larger_cap
 from infersim.run.flags import FLAG_OF_FIELD, LAYOUT_FLAG_FIELDS, RunFlags, flag_fields, flag_name
 from infersim.shapes.kernels import NoTables
@@ -82,9 +83,10 @@ def above_cap_note(spec: SweepSpec, rows: Sequence[Row]) -> str:
     engine = spec.base.config.engine
     caps = sorted({row.running_cap for row in above})
     cap_text = f"{caps[0]:,}" if len(caps) == 1 else f"{caps[0]:,}-{caps[-1]:,}"
-    count = f"{len(above):,} configuration{'s' if len(above) != 1 else ''}"
-    return (f"{count} run a decode batch above {engine.name}'s default running-request cap ({cap_text} per GPU): "
-            f"they fit where the KV cache holds the batch, and a server runs them {larger_cap(engine)}")
+    one = len(above) == 1
+    return (f"{counted(len(above), 'configuration')} run{'s' if one else ''} a decode batch above {engine.name}'s "
+            f"default running-request cap ({cap_text} per GPU): {'it fits' if one else 'they fit'} where the KV cache "
+            f"holds the batch, and a server runs {'it' if one else 'them'} {larger_cap(engine)}")
 
 
 def shortened_note(shortened: dict[str, int], limit: int = 3) -> str:

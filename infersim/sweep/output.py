@@ -75,6 +75,8 @@ def row_record(spec: SweepSpec, row: Row, targets: Targets | None = None,
         "attention_tp": row.attn_tp or None, "attention_dp": row.attn_dp or None,
         "ffn_tp": row.ffn_tp or None, "ffn_ep": row.ffn_ep or None, "ffn_dp": row.ffn_dp or None,
         "batch_per_gpu": row.batch or None,
+        # the OSL the row was timed with: below the workload's where the engine's server cuts the output
+        "osl_timed": row.osl or None,
         "tpot_ms": _num(row.tpot_s * 1e3), "user_tokens_per_s": _num(row.user_tps), "tgs": _num(row.tgs),
         "total_tokens_per_s": _num(row.tgs * row.num_gpus) if row.ok else None,
         # ttft_ms: one prompt alone (the main report's single_request_ttft_ms); prefill_step_ms and
