@@ -13,7 +13,7 @@ from infersim.engine.stage import OperationResult, StageResult, combined_source
 from infersim.shapes.kernels import Bound
 from infersim.modules.step import lm_head_gathered_dp
 from infersim.run.simulate import SimulationResult
-from infersim.base.texttable import simple_table
+from infersim.base.texttable import counted, simple_table
 from infersim.costing.timing import IMBALANCE_FROM_TABLE
 from infersim.base.units import GB, MS, US
 from infersim.cli.energy import energy_json, energy_text
@@ -311,7 +311,7 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None, server: s
                 f"   ({stage.tokens_per_gpu} prompt tokens per GPU per step)")
     else:
         head = (f"DECODE   TPOT {stage.tpot_s / MS:,.2f} ms   throughput {stage.tgs:,.0f} tokens/GPU/s"
-                f"   ({stage.tokens_per_gpu} requests per GPU"
+                f"   ({counted(stage.tokens_per_gpu, 'request')} per GPU"
                 + (f"; the CUDA graph computes {stage.padded_batch}, padded to a captured size)" if stage.padded_batch
                    else ")"))
         if stage.tokens_per_step != 1.0:
@@ -460,7 +460,7 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
            f"no KV cache space (weights exceed what is left by {-mem.kv_capacity_bytes / GB:,.2f} GB)"),
         f"  KV cache per token: {mem.kv_bytes_per_token:,.0f} bytes for the whole model, "
         f"{mem.kv_bytes_per_token_per_gpu:,.0f} bytes on each GPU",
-        f"  largest decode batch that fits: {mem.max_batch_per_gpu} requests per GPU of {mem.request_context} tokens"
+        f"  largest decode batch that fits: {counted(mem.max_batch_per_gpu, 'request')} per GPU of {mem.request_context} tokens"
         + (f" (bound by the {mem.binding_limit}" + (f"; the KV cache holds {mem.kv_fit_batch_per_gpu})"
                                                     if mem.binding_limit == "running-request cap" else ")"))
         + ("" if mem.fits else "   ** DOES NOT FIT **"),
