@@ -306,3 +306,15 @@ def test_a_kv_space_of_less_than_a_page_is_a_pool_that_holds_no_request(capsys, 
     assert capsys.readouterr().err.endswith(
         f"infersim: does not fit: the KV cache space {engine} leaves per GPU, 3 bytes, holds no whole page of {page} "
         f"tokens ({page_bytes} bytes): its KV pool holds no request\n")
+
+
+def test_a_sweep_rejects_what_sglangs_pool_would_cut_as_the_main_run_does_not_fit_it(tmp_path):
+    """The main run does not fit 500 + 363 tokens on L4 (SGLang's pool cuts the output to 362): a sweep
+    row of the same configuration is rejected with the same reason, and 500 + 362 is a row."""
+    out = tmp_path / "sweep.json"
+    assert main(["sweep", *L4, "--isl", "500", "--grid", "workload.osl=362,363", "--grid", "workload.decode_batch_per_gpu=1",
+                 "--workers", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["status"] for r in rows] == ["ok", "rejected"]
+    assert rows[1]["problem"].startswith("a request of 863 tokens (ISL 500 + OSL 363) fits the KV cache, but sglang "
+                                         "0.5.23 runs it with its output cut to 362 tokens")

@@ -42,7 +42,7 @@ from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
-from infersim.run.simulate import (decode_time_by_bound, prefill_step_tokens, run_prefill, served_osl,
+from infersim.run.simulate import (decode_time_by_bound, pool_problem, prefill_step_tokens, run_prefill, served_osl,
                                    simulate, single_prompt_prefill, single_request_ttft)
 from infersim.run.speculative import drafter_memory
 from infersim.launch.build import layout_check
@@ -351,6 +351,7 @@ class Evaluator:
             self.tables = NoTables()
         self._memory_key: tuple | None = None
         self._memory: MemoryResult | None = None
+        self._pool_problem = ""  # of the last memory result: why its request does not fit the KV pool ('' if it does)
         self._memories: dict[tuple, tuple] = {}
         self._served: dict[tuple, tuple] = {}
         self._prefill_key: tuple | None = None
@@ -382,12 +383,18 @@ class Evaluator:
                 drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
                 mem = memory_budget(model, hw, dep, work, drafter, self.engine,
                                     prefill_step_tokens(work, self.engine, hw, dep), offload=True)
+                # a request that fits the KV cache but that the engine's scheduler cuts or refuses for its
+                # KV pool does not fit the main run (run.simulate.pool_problem): the variant has no row
+                pooled = pool_problem(with_variant(run, model, hw, dep, work), mem) \
+                    if run.engine.context_limit.kv_pool is not None and mem.max_batch_per_gpu >= 1 else []
                 if len(self._memories) >= 256:
                     self._memories.clear()
                 # the entry holds the cards, deployment and run, so their ids cannot be reused while it exists
-                entry = self._memories[memo_key] = (model, hw, dep, run, mem)
-            self._memory = entry[4]
+                entry = self._memories[memo_key] = (model, hw, dep, run, mem, pooled[0] if pooled else "")
+            self._memory, self._pool_problem = entry[4], entry[5]
             self._memory_key = key
+        if self._pool_problem:
+            raise InferSimError(self._pool_problem)
         return self._memory
 
     def _served_osl(self, model: ModelCard, engine: EngineCard, work: Workload) -> tuple[int, str]:
