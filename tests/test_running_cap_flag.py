@@ -16,7 +16,7 @@ from infersim.cards.schema import build
 from infersim.cli.main import main
 from infersim.launch.data import parser_for
 from infersim.run.config import load_engine_card
-from infersim.run.simulate import larger_cap
+from infersim.run.request_limits import larger_cap
 
 ABOVE_VLLM_CAP = ["--model", "llama-3.1-8b", "--hardware", "h100", "--engine", "vllm", "--isl", "100", "--osl", "100",
                   "--batch-per-gpu", "1100"]  # vLLM's max_num_seqs on an H100 is 1,024; its KV cache holds 2,350

@@ -35,7 +35,7 @@ from infersim.costing.host_transfer import (
 from infersim.generate.spec import GenerateSpec
 from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, NoTables
 from infersim.run.memory import kv_bytes_per_token, total_parameters
-from infersim.run.simulate import context_warnings, served_osl
+from infersim.run.request_limits import context_warnings, served_osl
 from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.shapes.plan import LayerGroup, SequenceBatch, StagePlan
@@ -372,7 +372,7 @@ def _with_lengths(config: RunConfig, gen: GenerateSpec) -> RunConfig:
 
 def within_context(config: RunConfig, gen: GenerateSpec) -> tuple[GenerateSpec, str]:
     """The generation as the engine runs it: gen_len cut to what the engine's server runs where the
-    request is longer than it runs whole (said in the notes; run.simulate.served_osl), else as given
+    request is longer than it runs whole (said in the notes; run.request_limits.served_osl), else as given
     (a refused request does not fit: check_fits)."""
     prompt, asked = int(gen.prompt_len or 1), int(gen.gen_len or 1)
     served, said = served_osl(config.model, config.engine, prompt, asked)

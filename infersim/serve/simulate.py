@@ -39,7 +39,7 @@ from itertools import count
 from typing import Any
 
 from infersim.run.config import RunConfig, with_variant
-from infersim.run.simulate import runs_past_context
+from infersim.run.request_limits import runs_past_context
 from infersim.cards.deployment import (
     complete_layout,
     named_deployment_fields,

@@ -42,8 +42,9 @@ from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
 from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
-from infersim.run.simulate import (decode_time_by_bound, pool_problem, prefill_step_tokens, run_prefill, served_osl,
-                                   simulate, single_prompt_prefill, single_request_ttft)
+from infersim.run.request_limits import pool_problem, served_osl
+from infersim.run.simulate import (decode_time_by_bound, prefill_step_tokens, run_prefill, simulate, single_prompt_prefill,
+                                   single_request_ttft)
 from infersim.run.speculative import drafter_memory
 from infersim.launch.build import layout_check
 from infersim.launch.common import LaunchRefusal
@@ -324,7 +325,7 @@ def _count(table: dict[str, int], what: str, count: int = 1, kinds: int = 64) ->
 
 
 def _refuse_beyond_context(served_by: tuple[int, str], work: Workload, out: ChunkResult | None = None) -> Workload:
-    """The variant's workload as the engine's server takes it (`served_by`: run.simulate.served_osl
+    """The variant's workload as the engine's server takes it (`served_by`: run.request_limits.served_osl
     of its request). One whose requests it refuses (longer than the model's context) has no row to
     time: it is rejected, as the main run does not fit. One whose output it cuts to fit is timed
     with the cut OSL, as the main run simulates it, and counted in `out` for the sweep's note (per
@@ -384,7 +385,7 @@ class Evaluator:
                 mem = memory_budget(model, hw, dep, work, drafter, self.engine,
                                     prefill_step_tokens(work, self.engine, hw, dep), offload=True)
                 # a request that fits the KV cache but that the engine's scheduler cuts or refuses for its
-                # KV pool does not fit the main run (run.simulate.pool_problem): the variant has no row
+                # KV pool does not fit the main run (run.request_limits.pool_problem): the variant has no row
                 pooled = pool_problem(with_variant(run, model, hw, dep, work), mem) \
                     if run.engine.context_limit.kv_pool is not None and mem.max_batch_per_gpu >= 1 else []
                 if len(self._memories) >= 256:
@@ -398,7 +399,7 @@ class Evaluator:
         return self._memory
 
     def _served_osl(self, model: ModelCard, engine: EngineCard, work: Workload) -> tuple[int, str]:
-        """run.simulate.served_osl of the variant's request, kept on the identities of the cards
+        """run.request_limits.served_osl of the variant's request, kept on the identities of the cards
         (derived cards are cached, so equal ones are mostly the same object) and the lengths."""
         key = (id(model), id(engine), work.isl, work.osl)
         entry = self._served.get(key)

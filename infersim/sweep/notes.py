@@ -11,7 +11,7 @@ from typing import Any
 
 from infersim.base.errors import InferSimError, shorten
 from infersim.base.texttable import counted
-from infersim.run.simulate import larger_cap
+from infersim.run.request_limits import larger_cap
 from infersim.run.flags import FLAG_OF_FIELD, LAYOUT_FLAG_FIELDS, RunFlags, flag_fields, flag_name
 from infersim.shapes.kernels import NoTables
 from infersim.sweep.evaluate import Row, SweepSpec
