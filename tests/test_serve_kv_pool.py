@@ -13,6 +13,8 @@ import json
 from functools import cache
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core_fixtures import FREE_ENGINE
 from infersim.base.errors import ConfigError
@@ -240,3 +242,25 @@ def test_a_request_longer_than_sglangs_pool_is_cut_alike_on_arrival_and_in_a_str
     for options in ({"workload": form}, stream):
         summary = simulate_serving(_config("sglang"), {**options, "kv_capacity_tokens": 1000})
         assert _counts(summary) == (1, None, None, None, 1, 10 - output, output)
+
+
+@given(margins=st.booleans(), fit=st.one_of(st.none(), st.tuples(st.integers(0, 3), st.integers(0, 5))),
+       pool=st.integers(0, 5000), page=st.sampled_from([1, 16, 32, 64]), data=st.data())
+@settings(max_examples=300, deadline=None)
+def test_a_request_within_what_the_pool_runs_whole_is_run_as_asked(margins, fit, pool, page, data):
+    """pool_runs_whole is the bound serve's admission skips the pool's rule below: every request of a
+    prompt and at least one output token within it, the rule runs as asked (tried at the bound and
+    anywhere below it); one token more than it and the rule cuts a request of that length (a
+    one-token output, or a one-token prompt)."""
+    if not margins and fit is None:
+        margins = True
+    empty = None if fit is None else {"pages_free": fit[0], "tokens_free": fit[1]}
+    rule = _card(**SGLANG, kv_pool={"margins": margins, "empty_pool_fit": empty}).context_limit
+    whole = rule.pool_runs_whole(pool, page)
+    if whole < 2:
+        return
+    prompt = data.draw(st.integers(1, whole - 1))
+    output = data.draw(st.integers(1, whole - prompt))
+    assert rule.pool_output(pool, page, prompt, whole - prompt) == whole - prompt  # at the bound
+    assert rule.pool_output(pool, page, prompt, output) == output
+    assert rule.pool_output(pool, page, whole, 1) < 1 or rule.pool_output(pool, page, 1, whole) < whole

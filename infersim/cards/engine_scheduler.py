@@ -157,6 +157,21 @@ class ContextLimit:
             output = min(output, pool - -(-prompt // page) * page - fit.pages_free * page - fit.tokens_free)
         return max(0, output)
 
+    def pool_runs_whole(self, pool: int, page: int) -> int:
+        """The most tokens (prompt + output, at least one output token) a request may hold for the
+        scheduler to run it as asked at a KV pool of `pool` tokens in pages of `page` tokens: below
+        the prompt margin, the output margin and, for an empty-pool fit, the pages kept free and a
+        prompt's last page rounded up (pool_output leaves such a request whole)."""
+        limit = self.kv_pool
+        assert limit is not None
+        whole = pool
+        if limit.margins:
+            whole = min(whole, pool - self.prompt_margin, pool - self.output_margin)
+        fit = limit.empty_pool_fit
+        if fit is not None:
+            whole = min(whole, pool - fit.pages_free * page - fit.tokens_free - (page - 1))
+        return whole
+
     def pool_prompt_limit(self, pool: int, page: int) -> int:
         """The shortest prompt the scheduler refuses, or leaves no output token, at a KV pool of
         `pool` tokens in pages of `page` tokens (pool_output)."""

@@ -15,6 +15,7 @@ context_limit.kv_pool) refuses or cuts it by one scheduler's pool after the cont
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from infersim.base.texttable import counted
 from infersim.cards.engine_scheduler import ContextLimit
@@ -47,9 +48,15 @@ class Admission:
     def _served(self, input_tokens: int, output_tokens: int) -> tuple[int, int]:
         """(output tokens the context leaves the request, of which the KV pool leaves it); 0: refused."""
         by_context = self.rule.output_run(self.context, input_tokens, output_tokens)
-        if not by_context:
-            return 0, 0
+        if not by_context or self.pool is None or input_tokens + by_context <= self._pool_runs_whole:
+            return by_context, by_context  # a request the pool runs whole: every request of a run, mostly
         return by_context, self.rule.pool_output(self.pool, self.page, input_tokens, by_context)
+
+    @cached_property
+    def _pool_runs_whole(self) -> int:
+        """ContextLimit.pool_runs_whole at this admission's pool (which is not None where it is asked)."""
+        assert self.pool is not None
+        return self.rule.pool_runs_whole(self.pool, self.page)
 
     def longest(self) -> int:
         """The most tokens (prompt + output) of a request the server runs whole."""
