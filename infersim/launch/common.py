@@ -4,6 +4,7 @@ speculative drafter and the per-node placement of a multi-node server."""
 from __future__ import annotations
 
 from infersim.base.errors import ConfigError, InferSimError
+from infersim.base.texttable import counted
 from infersim.launch.assumed import Assumed, Checkpoint, checkpoint_choice
 from infersim.launch.data import ParserData
 from infersim.launch.plan import Arguments, PlanParts
@@ -139,7 +140,7 @@ def _above_context(a: Assumed, args: Arguments, parts: PlanParts, flag_text: str
              named_by=f"{_card_file(a)}: context_limit.override names it for the context above the model's")
     if a.max_model_len <= context:
         kept = value - a.max_model_len
-        parts.note(f"{above} only by the {kept} token{'s' if kept > 1 else ''} {args.data.title} keeps free: {override} "
+        parts.note(f"{above} only by the {counted(kept, 'token')} {args.data.title} keeps free: {override} "
                    "lets it start, and no request it admits goes past the model's context")
     else:
         parts.note(f"{above}: {override} lets it start; the model's output past its trained context is not assured")

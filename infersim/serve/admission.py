@@ -106,20 +106,20 @@ def server_admission(config: RunConfig, max_model_len: int | None) -> Admission 
         if rule.beyond == "run":
             return Admission(max_model_len, REFUSE_LONGER, f"max_model_len {max_model_len:,}")
         context = rule.server_context(max_model_len)
-        return Admission(context, rule, f"max_model_len {max_model_len:,}" + _prompt_clause(rule, context))
+        return Admission(context, rule, f"max_model_len {max_model_len:,}" + prompt_clause(rule, context))
     context = model.max_position_embeddings
     if not context or rule.beyond == "run":
         return None
     return Admission(context, rule, f"model {model.name}'s context of {context:,} tokens (max_position_embeddings)"
                                     f"{kept_free_clause(rule, engine)}, the max_model_len {engine} defaults to"
-                                    + _prompt_clause(rule, context))
+                                    + prompt_clause(rule, context))
 
 
 def kept_free_clause(rule: ContextLimit, engine: str) -> str:
     """' less the N tokens ENGINE keeps free' where the engine refuses a request short of the context
     (context_limit.reserved_tokens), else ''."""
     tokens = rule.reserved_tokens
-    return f" less the {tokens} token{'s' if tokens > 1 else ''} {engine} keeps free" if tokens else ""
+    return f" less the {counted(tokens, 'token')} {engine} keeps free" if tokens else ""
 
 
 def pool_admission(longest: int) -> Admission:
@@ -146,7 +146,7 @@ def with_kv_pool(admission: Admission | None, config: RunConfig, pools: list[Sch
         return pooled
     refused = f"{prompts_from(rule.pool_prompt_limit(pool, page))} (its KV pool holds {counted(pool, 'token')})"
     # the pool's prompt limit is the lower: it stands for the context's
-    context = admission.admits.removesuffix(_prompt_clause(rule, admission.context)) if admission.context else ""
+    context = admission.admits.removesuffix(prompt_clause(rule, admission.context)) if admission.context else ""
     return replace(pooled, admits=f"{context}, or with {refused}" if context else refused, by_context=admission.admits)
 
 
@@ -155,7 +155,7 @@ def prompts_from(limit: int) -> str:
     return f"a prompt of {limit:,} tokens or more" if limit > 1 else "any prompt"
 
 
-def _prompt_clause(rule: ContextLimit, context: int) -> str:
+def prompt_clause(rule: ContextLimit, context: int) -> str:
     """The prompts the engine refuses short of the context, where it refuses some."""
     return f", or with a prompt of {context - rule.prompt_margin:,} tokens or more" if rule.prompt_margin else ""
 
@@ -173,7 +173,7 @@ def shortened_note(config: RunConfig, admission: Admission, outcomes: Outcomes) 
             f"whole at a context of {admission.context:,} tokens ({admission.by_context or admission.admits}) "
             f"{'was' if one else 'were'} "
             f"admitted with {'its' if one else 'their'} output cut to the context less the prompt{kept}: "
-            f"{outcomes.shortened_tokens:,} output token{'' if outcomes.shortened_tokens == 1 else 's'} fewer in all "
+            f"{counted(outcomes.shortened_tokens, 'output token')} fewer in all "
             f"(engine card context_limit.beyond {rule.beyond})"]
 
 

@@ -49,8 +49,8 @@ from infersim.cards.deployment import (
 from infersim.base.errors import InferSimError
 from infersim.base.texttable import counted
 from infersim.modules.comm import p2p_bandwidth
-from infersim.serve.admission import (Admission, kept_free_clause, pool_admission, pool_note, server_admission,
-                                     shortened_note, with_kv_pool)
+from infersim.serve.admission import (Admission, kept_free_clause, pool_admission, pool_note, prompt_clause,
+                                     server_admission, shortened_note, with_kv_pool)
 from infersim.serve.outcomes import Outcomes
 from infersim.serve.overload import StageLoad, assess_stage
 from infersim.serve.cost import StepCoster, StepPriceBook
@@ -218,7 +218,7 @@ def _limit_notes(config: RunConfig, max_model_len: int | None, admission: Admiss
 def _beyond_context_note(config: RunConfig, refused: int) -> str:
     rule, engine, context = config.engine.context_limit, config.engine.name, config.model.max_position_embeddings
     kept = kept_free_clause(rule, engine)
-    prompt = f", or with a prompt of {context - rule.prompt_margin:,} tokens or more," if rule.prompt_margin else ""
+    prompt = prompt_clause(rule, context) + ("," if rule.prompt_margin else "")
     return (f"{counted(refused, 'request')} longer (prompt + output) than model {config.model.name}'s context of "
             f"{context:,} tokens{kept}{prompt} {'was' if refused == 1 else 'were'} rejected on arrival: "
             f"max_model_len not given, {engine} defaults it to the model's max_position_embeddings")

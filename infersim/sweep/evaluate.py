@@ -369,6 +369,7 @@ class Evaluator:
     # -- pieces ----------------------------------------------------------------------------
 
     def _memory_for(self, model, hw, dep, work, run) -> MemoryResult:
+        """The variant's memory result (kept); InferSimError where its request does not fit the KV pool."""
         # weight offload is sized for the decode batch, so with it the batch is part of the key
         batch = work.decode_batch_per_gpu if dep.weight_offload != "none" else None
         key = (model, hw, dep, work.isl, work.osl, work.prefill_tokens_per_gpu, run, batch)
@@ -384,8 +385,7 @@ class Evaluator:
                 drafter = drafter_memory(with_variant(run, model, hw, dep, work)) if self.speculative else None
                 mem = memory_budget(model, hw, dep, work, drafter, self.engine,
                                     prefill_step_tokens(work, self.engine, hw, dep), offload=True)
-                # a request that fits the KV cache but that the engine's scheduler cuts or refuses for its
-                # KV pool does not fit the main run (run.request_limits.pool_problem): the variant has no row
+                # a request the engine's scheduler cuts or refuses for its KV pool does not fit the main run
                 pooled = pool_problem(with_variant(run, model, hw, dep, work), mem) \
                     if run.engine.context_limit.kv_pool is not None and mem.max_batch_per_gpu >= 1 else []
                 if len(self._memories) >= 256:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from infersim.base.errors import InferSimError
+from infersim.base.texttable import counted
 from infersim.base.units import MS
 from infersim.sweep.analysis import layout_key
 from infersim.sweep.evaluate import Row, SweepSpec, row_config
@@ -59,7 +60,7 @@ def falling_tpot_note(spec: SweepSpec, rows: Sequence[Row]) -> str:
     if not pairs:
         return ""
     low, high = max(pairs, key=lambda p: (p[0].tpot_s - p[1].tpot_s) / p[0].tpot_s)
-    places = f"{len(pairs):,} place{'s' if len(pairs) != 1 else ''}"
+    places = counted(len(pairs), 'place')
     fall = (f"TPOT falls as the batch grows at {places} (on one layout, from one batch to the next); the largest: "
             f"{low.tpot_s / MS:,.2f} ms at batch {low.batch:,}, {high.tpot_s / MS:,.2f} ms at {high.batch:,}")
     try:

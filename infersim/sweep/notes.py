@@ -95,7 +95,7 @@ def shortened_note(shortened: dict[str, int], limit: int = 3) -> str:
     if not shortened:
         return ""
     total, said = _tally(shortened, limit)
-    return (f"{total:,} grid point{'s' if total != 1 else ''} ask{'s' if total == 1 else ''} for requests longer than "
+    return (f"{counted(total, 'grid point')} ask{'s' if total == 1 else ''} for requests longer than "
             f"the engine's server runs whole: {'its rows are' if total == 1 else 'their rows are'} timed with the "
             f"output it cuts them to, not the OSL of the grid: {said}")
 
