@@ -184,6 +184,25 @@ def test_a_pool_of_part_of_a_page_is_held_to_its_whole_pages(tmp_path):
         "token: no answer comes back), and 1 request was admitted with its output cut to what the empty pool holds "
         "beside the prompt: the pool less the prompt in whole pages of 32 tokens: 136 output tokens fewer in all "
         "(engine card context_limit.kv_pool)"]
+    # the scheduler holds the same whole pages the note names, and says what became of the pool given
+    pool = summary["pools"][0]
+    assert pool["kv_capacity_tokens"] == 992
+    assert "KV pool 992 tokens (" in pool["scheduler"]
+    assert pool["scheduler"].endswith("; KV pool 1,000 tokens given, held as 992 tokens (whole pages of 32))")
+
+
+def test_a_given_pool_is_each_attention_dp_ranks_whole_pages():
+    """1,000 tokens over 2 attention-DP ranks in pages of 16: 500 each, 496 in whole pages, 992 in all."""
+    from infersim.serve.settings import GivenLimits, _with_given
+
+    settings = SchedulerSettings(token_budget=1 << 30, max_running=8, mixed=True, policy="decode-first",
+                                 admission="on-demand", page_size=16, chunked=False, prefix_cache=False,
+                                 kv_capacity_tokens=10_000, reservation=None, origin="test", dp_ranks=2)
+    given = _with_given(settings, None, GivenLimits(0, 0, 1000, None))  # type: ignore[arg-type]
+    assert given.kv_capacity_tokens == 992
+    assert given.origin == "test; KV pool 1,000 tokens given, held as 992 tokens (whole pages of 16 on each of 2 " \
+        "attention-DP ranks)"
+    assert _with_given(settings, None, GivenLimits(0, 0, 992, None)).origin == "test; KV pool 992 tokens given"  # type: ignore[arg-type]
 
 
 def test_a_request_no_kv_pool_holds_says_so_in_plain_numbers():

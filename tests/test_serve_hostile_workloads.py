@@ -227,7 +227,9 @@ def test_backlog_growth_rounding_is_zero(capsys) -> None:
 
 @pytest.mark.parametrize("engine, longest", [
     ("trtllm", 992),  # reserve-full in pages of 32: 31 whole pages of a 1,000-token pool
-    ("vllm", 993),  # on-demand in pages of 16: 993 - 1 tokens of context at the last step + 7.5 mean page slack
+    # on-demand in pages of 16: the pool is 62 whole pages (992 tokens); 985 - 1 tokens of context at the last
+    # step + 7.5 mean page slack
+    ("vllm", 985),
 ])  # SGLang cuts such a request to its pool itself (context_limit.kv_pool): tests/test_serve_kv_pool.py
 def test_a_request_too_long_for_the_pool_is_treated_alike_on_arrival_and_in_the_scheduler(engine, longest) -> None:
     from infersim.base.errors import NotPossible

@@ -129,11 +129,11 @@ def test_a_trace_prefix_id_is_one_segment_of_the_real_cache(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     roomy = simulate_serving(config(), {"mode": "trace", "trace": str(path), "requests": True})
     assert [r["cached_tokens"] for r in roomy["requests"]] == [0, 0, 2992]
-    # a pool of 4,050 tokens: B's 4,000 tokens (and 7.5 of page slack) leave 42.5 tokens, 2 blocks,
-    # for what A left: its own tail goes first (a leaf), then its prefix from the end, so A comes
-    # back to find the first 2 blocks of its prefix
+    # a pool of 4,064 tokens (254 blocks): B's 4,010 tokens (and 7.5 of page slack) leave 46.5 tokens,
+    # 2 blocks, for what A left: its own tail goes first (a leaf), then its prefix from the end, so A
+    # comes back to find the first 2 blocks of its prefix
     tight = simulate_serving(config(), {"mode": "trace", "trace": str(path), "requests": True,
-                                        "kv_capacity_tokens": 4050})
+                                        "kv_capacity_tokens": 4064})
     assert [r["cached_tokens"] for r in tight["requests"]] == [0, 0, 32]
 
 
@@ -142,7 +142,7 @@ def test_the_host_tier_keeps_what_the_pool_evicts_and_its_copy_back_delays_the_p
              "prefix_tokens": 3000} for i, prefix in enumerate("ABA")]
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    options = {"mode": "trace", "trace": str(path), "requests": True, "kv_capacity_tokens": 4050}
+    options = {"mode": "trace", "trace": str(path), "requests": True, "kv_capacity_tokens": 4064}
     gpu_only = simulate_serving(config(), options)
     tiered = simulate_serving(config(), {**options, "host_kv_tokens": 8000})
     # B evicts A's blocks to the host tier (4,000 tokens fit in 8,000): A comes back to find its

@@ -230,12 +230,28 @@ def _with_given(settings: SchedulerSettings, config: RunConfig, given: GivenLimi
         settings = replace(settings, token_budget=given.token_budget,
                            origin=settings.origin + f"; token budget {given.token_budget} given")
     if given.pool_tokens:
-        settings = replace(settings, kv_capacity_tokens=given.pool_tokens,
-                           origin=settings.origin + f"; KV pool {given.pool_tokens:,} tokens given")
+        settings = replace(settings, kv_capacity_tokens=_whole_pages(given.pool_tokens, settings),
+                           origin=settings.origin + _given_pool_said(given.pool_tokens, settings))
     if settings.cap_derived_by_engine:
         settings = replace(settings, max_running=derived_running_cap(config, settings.kv_capacity_tokens,
                                                                      given.context_tokens))
     return settings
+
+
+def _whole_pages(tokens: int, settings: SchedulerSettings) -> int:
+    """An instance's pool of `tokens` as its schedulers hold it: each attention-DP rank's share in
+    whole pages (an engine allocates its pool in pages: SGLang rounds --max-total-tokens down to its
+    page size, vLLM counts num_gpu_blocks), as the pool an engine derives itself (MemoryResult.pool_tokens)."""
+    return tokens // settings.dp_ranks // settings.page_size * settings.page_size * settings.dp_ranks
+
+
+def _given_pool_said(tokens: int, settings: SchedulerSettings) -> str:
+    held = _whole_pages(tokens, settings)
+    if held == tokens:
+        return f"; KV pool {tokens:,} tokens given"
+    ranks = f" on each of {settings.dp_ranks} attention-DP ranks" if settings.dp_ranks > 1 else ""
+    return (f"; KV pool {tokens:,} tokens given, held as {counted(held, 'token')} "
+            f"(whole pages of {settings.page_size}{ranks})")
 
 
 def derived_running_cap(config: RunConfig, pool_tokens: int, context_tokens: int | None = None) -> int:
