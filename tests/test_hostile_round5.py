@@ -90,6 +90,16 @@ def test_emit_launch_names_the_card_file_and_key_of_a_flag_its_parser_lacks(tmp_
         "simulation ran cannot be set\n")
 
 
+def test_a_flag_set_by_set_is_said_to_come_from_set_not_from_the_card_file(capsys):
+    """The bundled card's file does not hold a value --set gave it: the message says the overrides."""
+    assert main([*ABOVE_CAP, "--engine", "vllm", "--emit-launch", "--set",
+                 "engine.scheduler.running_cap_flag=--foo-bar"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("infersim: error: ")
+    assert "engines/vllm-0.33.yaml with --set overrides: field 'scheduler.running_cap_flag' (value: '--foo-bar'): " \
+        "--emit-launch: vLLM 0.33.0's parser has no such flag" in err
+
+
 def test_emit_launch_refuses_a_running_cap_flag_that_sets_another_setting_too(tmp_path, capsys):
     """--max-model-len named as the running cap's flag: the command would set it twice (to the cap and to
     the context), and vLLM would take the last."""

@@ -230,8 +230,9 @@ def _load_card(cls: type, validator: Any, ref: str | dict[str, Any], kind: str, 
             data = _with_named_format(data, resolved.quantization, ref)
     for dotted, value, text in overrides:
         _set_dotted(data, dotted, value, text)
+    # a value set by --set is not in the file: a later message about the card says so too
     where = source + (" with --set overrides" if overrides else "")
-    return validator(build(cls, data, where), where), source
+    return validator(build(cls, data, where), where), where
 
 
 def _with_named_format(data: dict[str, Any], stated: dict[str, Any], ref: str) -> dict[str, Any]:
