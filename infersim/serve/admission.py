@@ -136,9 +136,8 @@ def with_kv_pool(admission: Admission | None, config: RunConfig, pools: list[Sch
     rule = config.engine.context_limit
     if rule.kv_pool is None or not pools:
         return admission
-    # a rank's share of the instance's pool, in the whole pages it is allocated in (0: it holds nothing,
-    # and refuses every request)
-    pool, page = min((s.kv_capacity_tokens // s.dp_ranks // s.page_size * s.page_size, s.page_size) for s in pools)
+    # a rank's share of the instance's pool (0: it holds nothing, and refuses every request)
+    pool, page = min((s.rank_pool_tokens, s.page_size) for s in pools)
     if admission is None:
         admission = Admission(0, rule, "")
     pooled = replace(admission, pool=pool, page=page)

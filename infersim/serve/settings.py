@@ -64,6 +64,12 @@ class SchedulerSettings:
     # the engine derives max_running from its KV pool by itself (SGLang): a launch need not set it
     cap_derived_by_engine: bool = False
 
+    @property
+    def rank_pool_tokens(self) -> int:
+        """One attention-DP rank's share of the pool, in the whole pages it is allocated in: what one
+        scheduler holds a request to (0: it holds nothing)."""
+        return rank_pool(self.kv_capacity_tokens, self.dp_ranks, self.page_size)
+
     def peak_kv_tokens(self, tokens: int) -> float:
         """KV the scheduler holds for a request of `tokens` (prompt + output) running alone, at its
         largest: reserve-full reserves whole pages for all of them at admission; on-demand holds the
@@ -238,11 +244,16 @@ def _with_given(settings: SchedulerSettings, config: RunConfig, given: GivenLimi
     return settings
 
 
+def rank_pool(tokens: int, dp_ranks: int, page: int) -> int:
+    """One attention-DP rank's share of an instance's pool of `tokens`, in whole pages of `page` (an
+    engine allocates its pool in pages: SGLang rounds --max-total-tokens down to its page size, vLLM
+    counts num_gpu_blocks), as the pool an engine derives itself (MemoryResult.pool_tokens)."""
+    return tokens // dp_ranks // page * page
+
+
 def _whole_pages(tokens: int, settings: SchedulerSettings) -> int:
-    """An instance's pool of `tokens` as its schedulers hold it: each attention-DP rank's share in
-    whole pages (an engine allocates its pool in pages: SGLang rounds --max-total-tokens down to its
-    page size, vLLM counts num_gpu_blocks), as the pool an engine derives itself (MemoryResult.pool_tokens)."""
-    return tokens // settings.dp_ranks // settings.page_size * settings.page_size * settings.dp_ranks
+    """An instance's pool of `tokens` as its schedulers hold it: each rank's whole pages (rank_pool)."""
+    return rank_pool(tokens, settings.dp_ranks, settings.page_size) * settings.dp_ranks
 
 
 def _given_pool_said(tokens: int, settings: SchedulerSettings) -> str:
