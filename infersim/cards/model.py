@@ -119,11 +119,12 @@ class ModelCard:
 
     # ---- derived --------------------------------------------------------------------------
 
-    @property
+    # kept once asked (the card is frozen): a sweep builds its plan pieces asking these many times a point
+    @cached_property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
-    @property
+    @cached_property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
@@ -185,7 +186,7 @@ class ModelCard:
         """Some layer is not full attention."""
         return any(k != FULL_ATTENTION for k in self.layer_kinds)
 
-    @property
+    @cached_property
     def is_sparse_attention(self) -> bool:
         """DeepSeek sparse attention: an indexer picks index_topk tokens per query for MLA."""
         return self.index_topk > 0

@@ -136,6 +136,10 @@ class _PairCosts:
         self.shapes: dict[AnyShape, Cost] = {}
         self.parts: dict[int, PricedPart] = {}  # id(part) -> the part priced (which holds the part)
 
+    def priced(self, operations: Piece) -> PricedPart:
+        """`operations` priced: kept by its identity, or priced now (part)."""
+        return self.parts.get(id(operations)) or self.part(operations)
+
     def part(self, operations: Piece) -> PricedPart:
         """`operations` priced operation by operation, kept by its identity (the entry holds it)."""
         if len(self.parts) >= MAX_PIECES:
@@ -281,10 +285,15 @@ class PricingMemo:
     def part(self, operations: Piece, hw: HardwareCard, tables: KernelTables) -> PricedPart:
         """`operations` (a part of a plan) priced on (hw, tables): each part once per pair, by its
         identity (the entry holding it), each kernel shape once per pair."""
+        return self.pricer(hw, tables)(operations)
+
+    def pricer(self, hw: HardwareCard, tables: KernelTables) -> Callable[[Piece], PricedPart]:
+        """What prices a part on (hw, tables) as `part` does, for a caller that prices several (a
+        step's walk): the pair's costs found once."""
         pair = self._last_pair
         if pair is None or pair.hw is not hw or pair.tables is not tables:
             pair = self._pair(hw, tables)
-        return pair.parts.get(id(operations)) or pair.part(operations)
+        return pair.priced
 
     def sizes(self) -> dict[str, int]:
         """Entries kept in each table: pieces (over all scopes), scopes, (card, tables) pairs, and

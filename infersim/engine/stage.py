@@ -16,8 +16,9 @@ hides behind the GPU step; eager kernel launches count unless the step is a CUDA
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 from infersim.cards.engine import EngineCard, LaunchRun, StepPieces, step_overhead, step_overhead_seconds
@@ -100,12 +101,15 @@ def combined_source(sources: Iterable[Source]) -> Source:
     return Source.MIXED if unique else Source.CARD
 
 
-def _priced_parts(parts: Iterable[tuple[Operation, ...]], hw: HardwareCard, tables: KernelTables,
-                  memo: PricingMemo | None) -> list[PricedPart]:
-    """Each part priced: through `memo` (each part and kernel shape priced once), or plainly."""
+Pricer = Callable[[tuple[Operation, ...]], PricedPart]
+
+
+def _pricer(hw: HardwareCard, tables: KernelTables, memo: PricingMemo | None) -> Pricer:
+    """How a step's walk prices each part: through `memo` (each part and kernel shape priced once per
+    (hw, tables), the pair's costs found once per step), or plainly."""
     if memo is None:
-        return [priced_part(part, hw, tables) for part in parts]
-    return [memo.part(part, hw, tables) for part in parts]
+        return partial(priced_part, hw=hw, tables=tables)
+    return memo.pricer(hw, tables)
 
 
 def _layer_sums(parts: list[PricedPart], fused: Fused) -> PartSums:
@@ -221,9 +225,8 @@ class _Layers(NamedTuple):
     break_kernels: int  # kernels of one micro-batch's pass over every layer that break a piecewise graph
 
 
-def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None, queue: bool,
-                 slowdown: float, by_bound: dict[Bound, float], results: list[OperationResult] | None,
-                 memo: PricingMemo | None) -> _Layers:
+def _walk_layers(plan: StagePlan, hw: HardwareCard, price: Pricer, engine: EngineCard | None, queue: bool,
+                 slowdown: float, by_bound: dict[Bound, float], results: list[OperationResult] | None) -> _Layers:
     """Price every layer group of the plan and add up its operations (their results to `results`).
     A group's time is its layer's parts' sums (PricedPart.sums) times the micro-batches and layers,
     whatever else the walk records."""
@@ -239,7 +242,7 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine
     detailed = mb != 1 or queue or results is not None
     for group in plan.groups:
         layers = group.layers
-        parts = _priced_parts(group.parts, hw, tables, memo)
+        parts = list(map(price, group.parts))
         kernels = 0
         for part in parts:
             kernels += part.kernels
@@ -323,16 +326,15 @@ def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: f
     return cost.exposed_s
 
 
-def _walk_per_step(plan: StagePlan, hw: HardwareCard, tables: KernelTables, queue: bool, step: float,
-                   by_bound: dict[Bound, float], results: list[OperationResult] | None, memo: PricingMemo | None
-                   ) -> tuple[float, list[tuple[int, float]], list[tuple[int, float]], int]:
+def _walk_per_step(plan: StagePlan, price: Pricer, queue: bool, step: float, by_bound: dict[Bound, float],
+                   results: list[OperationResult] | None) -> tuple[float, list[tuple[int, float]], list[tuple[int, float]], int]:
     """(`step` with the per-step operations' sum added; the kernels launched before the layers and
     after them, for the launch queue; the kernels of the per-step operations). Those before the
     final norm and LM head run before the layers (embedding, rotary tables, the mask), the rest
     after them."""
     before: list[tuple[int, float]] = []
     after: list[tuple[int, float]] = []
-    part = _priced_parts((plan.per_step,), hw, tables, memo)[0]
+    part = price(plan.per_step)
     seconds, bounds = part.sums(())
     step += seconds
     for bound, time_s in bounds:
@@ -374,12 +376,13 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
     # that behind (no overlap scheduler): its launches overlap the GPU as the launch queue allows
     queue = (engine is not None and not engine.overheads.overlap_scheduler and mb == 1
              and not plan.offload_bytes_per_layer)
-    walked = _walk_layers(plan, hw, tables, engine, queue, slowdown, by_bound, results, memo)
+    price = _pricer(hw, tables, memo)
+    walked = _walk_layers(plan, hw, price, engine, queue, slowdown, by_bound, results)
     step = two_batch_schedule(walked.schedule) if mb == 2 else walked.serial
     saved = walked.serial - step
     if plan.offload_bytes_per_layer:
         step += _offload_exposed(plan, hw, walked, step, by_bound, results)
-    step, before, after, step_kernels = _walk_per_step(plan, hw, tables, queue, step, by_bound, results, memo)
+    step, before, after, step_kernels = _walk_per_step(plan, price, queue, step, by_bound, results)
     if engine is not None:
         launches = [LaunchRun(tuple(before)), *walked.runs, LaunchRun(tuple(after))] if queue else []
         overhead = _overhead(plan, hw, engine, step, walked.kernels * mb + step_kernels, launches,

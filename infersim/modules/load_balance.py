@@ -176,13 +176,17 @@ def expected_max_normal(n: int) -> float:
         return 0.0
     lo, hi, steps = -9.0, 9.0, 3600
     h = (hi - lo) / steps
+    # the loop's constants and functions read once: a layout search meets a new EP size at the
+    # rate of its first configurations, and each costs these 3,601 steps
+    exp, erf = math.exp, math.erf
+    root_two_pi, root_two, power = math.sqrt(2 * math.pi), math.sqrt(2.0), n - 1
     total = 0.0
     for i in range(steps + 1):
         x = lo + i * h
-        phi = math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
-        cdf = 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
-        weight = 1 if i in (0, steps) else (4 if i % 2 else 2)
-        total += weight * x * n * phi * cdf ** (n - 1)
+        phi = exp(-0.5 * x * x) / root_two_pi
+        cdf = 0.5 * (1.0 + erf(x / root_two))
+        weight = 1 if i == 0 or i == steps else (4 if i % 2 else 2)
+        total += weight * x * n * phi * cdf ** power
     return total * h / 3.0
 
 

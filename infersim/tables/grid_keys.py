@@ -24,7 +24,9 @@ the one-sequence time (the shape's `repeats`).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, GroupedGemmShape
@@ -147,3 +149,38 @@ def decode_groups(kv_heads: Mapping[tuple[Any, ...], frozenset[float]]) -> dict[
     for kind, dtype, kv_dtype, group, qk, v, q_len, window in kv_heads:
         groups.setdefault((kind, dtype, kv_dtype, qk, v, q_len, window), set()).add(int(group))
     return {layout: tuple(sorted(measured)) for layout, measured in groups.items()}
+
+
+#: for a decode attention layout no grid holds: (the KV heads of the grid that answers it with fewer KV
+#: heads, 0: none; the measured query-group sizes just below and above its own, None: none)
+AttentionNeighbours = tuple[int, tuple[int, int] | None]
+
+
+def attention_neighbours(shape: AttentionShape, grids: Mapping[GridKey, Any],
+                         kv_heads: Mapping[tuple[Any, ...], frozenset[float]],
+                         groups: Mapping[tuple[Any, ...], tuple[int, ...]]) -> AttentionNeighbours:
+    """Which grids may answer a decode attention shape whose own layout no grid holds (`kv_heads`,
+    `groups`: decode_kv_heads' and decode_groups' indexes of the grids): the kernel of the same
+    query-group size with the most KV heads that are fewer than its own and divide them, and the
+    measured query-group sizes around its own with its KV heads (infersim.tables.lookup answers from
+    them). The layout alone decides both: not the batch nor the context."""
+    if shape.stage != "decode" or shape.kind != "mha" or shape.num_kv_heads < 1 \
+            or shape.num_heads % shape.num_kv_heads:
+        return 0, None
+    group = shape.num_heads // shape.num_kv_heads
+    fewer = 0
+    measured = kv_heads.get((shape.kind, shape.dtype, shape.kv_dtype, group, shape.qk_head_dim, shape.v_head_dim,
+                             shape.q_len, shape.window), frozenset()) if shape.num_kv_heads > 1 else frozenset()
+    for count in range(shape.num_kv_heads - 1, 0, -1) if measured else ():
+        if shape.num_kv_heads % count == 0 and count in measured:
+            found = shape_grid_key(replace(shape, num_heads=group * count, num_kv_heads=count,
+                                           batch=shape.batch * (shape.num_kv_heads // count)))
+            if found is not None and found[0] in grids:
+                fewer = count
+                break
+    sizes = groups.get((shape.kind, shape.dtype, shape.kv_dtype, shape.qk_head_dim, shape.v_head_dim, shape.q_len,
+                        shape.window), ())
+    at = bisect.bisect_left(sizes, group)
+    if not 0 < at < len(sizes) or sizes[at] == group:
+        return fewer, None
+    return fewer, (sizes[at - 1], sizes[at])

@@ -39,7 +39,9 @@ from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, MemoryBoundShape, TableHit, minimum_bytes
 from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory
 from infersim.tables.grid_keys import (
+    AttentionNeighbours,
     GridKey,
+    attention_neighbours,
     decode_groups,
     decode_kv_heads,
     describe_key,
@@ -192,6 +194,7 @@ class MfuTables:
         self._gemm_planes = _gemm_planes(self.grids)
         self._decode_kv_heads = decode_kv_heads(self.grids)
         self._decode_groups = decode_groups(self._decode_kv_heads)
+        self._attention_neighbours: dict[GridKey, AttentionNeighbours] = {}  # kept per key asked (few layouts)
         self.collectives = collective_series(table_dir, label)
         self.elementwise = elementwise_series(table_dir, label)
         self._hbm_rows: Iterable[HbmRow] = hbm_rows
@@ -289,8 +292,7 @@ class MfuTables:
             if isinstance(shape, GemmShape):
                 return self._gemm_between_planes(shape, peak_flops)
             if isinstance(shape, AttentionShape):
-                return self._decode_attention_by_heads(shape, peak_flops) \
-                    or self._decode_attention_between_groups(shape, peak_flops)
+                return self._decode_attention_elsewhere(key, shape, peak_flops)
             return None
         value = grid.kernel_grid.evaluate(coords, shape.flops / repeats)
         # the table's efficiency carries over to the caller's peak: time scales with peak ratio
@@ -313,37 +315,37 @@ class MfuTables:
         method: Literal["exact", "interpolated"] = "exact" if value.exact else "interpolated"
         return TableHit(seconds, grid.table, method, value.efficiency, moe_routing_skew=grid.routing_skew)
 
-    def _decode_attention_by_heads(self, shape: AttentionShape, peak_flops: float) -> TableHit | None:
+    def _decode_attention_elsewhere(self, key: GridKey, shape: AttentionShape, peak_flops: float) -> TableHit | None:
+        """Decode attention of a layout (grid key `key`) no grid holds, from the grids of the same kernel
+        with fewer KV heads, else of the query-group sizes around its own. Which of those grids the
+        tables hold depends on the layout alone: found once per key (a sweep asks at every point)."""
+        neighbours = self._attention_neighbours.get(key)
+        if neighbours is None:
+            neighbours = self._attention_neighbours[key] = attention_neighbours(
+                shape, self.grids, self._decode_kv_heads, self._decode_groups)
+        kv_heads, groups = neighbours
+        return (self._decode_attention_by_heads(shape, peak_flops, kv_heads) if kv_heads else None) \
+            or (self._decode_attention_between_groups(shape, peak_flops, groups) if groups else None)
+
+    def _decode_attention_by_heads(self, shape: AttentionShape, peak_flops: float, kv_heads: int) -> TableHit | None:
         """Decode attention with more KV heads per GPU than the table measured (MHA: Llama-2's 32):
         the measured kernel of the same query-group size (heads per KV head) and head dims with
-        K' KV heads, K' dividing K, at batch x K / K'. Paged decode attention (FlashAttention's
-        split-KV kernel, FlashInfer's) splits its work into (sequence, KV head) items of one shape
-        each, so both run the same items over the same bytes; the largest such K' is taken."""
-        if shape.stage != "decode" or shape.kind != "mha" or shape.num_kv_heads <= 1:
-            return None
+        `kv_heads` K' KV heads, K' dividing K, at batch x K / K' (the largest such K' with a grid:
+        grid_keys.attention_neighbours). Paged decode attention (FlashAttention's split-KV kernel,
+        FlashInfer's) splits its work into (sequence, KV head) items of one shape each, so both run
+        the same items over the same bytes."""
         group = shape.num_heads // shape.num_kv_heads
-        if group * shape.num_kv_heads != shape.num_heads:
+        scale = shape.num_kv_heads // kv_heads
+        inner = replace(shape, num_heads=group * kv_heads, num_kv_heads=kv_heads, batch=shape.batch * scale)
+        hit = self.lookup(inner, peak_flops)
+        if hit is None:
             return None
-        measured = self._decode_kv_heads.get((shape.kind, shape.dtype, shape.kv_dtype, group, shape.qk_head_dim,
-                                              shape.v_head_dim, shape.q_len, shape.window))
-        if not measured:  # no grid of this layout at any KV-head count (most shapes priced by roofline)
-            return None
-        fewer = [k for k in range(shape.num_kv_heads - 1, 0, -1) if shape.num_kv_heads % k == 0 and k in measured]
-        for kv_heads in fewer:
-            scale = shape.num_kv_heads // kv_heads
-            inner = replace(shape, num_heads=group * kv_heads, num_kv_heads=kv_heads, batch=shape.batch * scale)
-            found = shape_grid_key(inner)
-            if found is None or found[0] not in self.grids:
-                continue
-            hit = self.lookup(inner, peak_flops)
-            if hit is None:
-                return None
-            note = (f"{shape.num_kv_heads} KV heads beyond the table's: its {kv_heads}-KV-head kernel at batch "
-                    f"{inner.batch} (the same (sequence, KV head) work items)" + (f"; {hit.note}" if hit.note else ""))
-            return replace(hit, note=note, efficiency=shape.flops / (hit.seconds * peak_flops))
-        return None
+        note = (f"{shape.num_kv_heads} KV heads beyond the table's: its {kv_heads}-KV-head kernel at batch "
+                f"{inner.batch} (the same (sequence, KV head) work items)" + (f"; {hit.note}" if hit.note else ""))
+        return replace(hit, note=note, efficiency=shape.flops / (hit.seconds * peak_flops))
 
-    def _decode_attention_between_groups(self, shape: AttentionShape, peak_flops: float) -> TableHit | None:
+    def _decode_attention_between_groups(self, shape: AttentionShape, peak_flops: float,
+                                         groups: tuple[int, int]) -> TableHit | None:
         """Decode attention of a query-group size (query heads per KV head) the table did not measure,
         between two it did (Qwen2.5-7B's 28 of 4: 7, between 6 and 8): the kernels of the two
         neighbouring sizes with the same KV heads, batch and context, linear in the group size.
@@ -351,17 +353,10 @@ class MfuTables:
         so each (sequence, KV head) item streams the same KV bytes whatever the group: the measured
         times barely move with it (vLLM's H100 table at 4 KV heads, batch 10, 1,750 tokens: 20.9,
         22.5, 21.1, 20.9 us for groups 4, 5, 6, 8). Only in range: both neighbours answered the same
-        way, exactly or interpolated (an extended or edge answer is the roofline's business)."""
-        if shape.stage != "decode" or shape.kind != "mha" or shape.num_kv_heads < 1 \
-                or shape.num_heads % shape.num_kv_heads:
-            return None
+        way, exactly or interpolated (an extended or edge answer is the roofline's business). `groups`:
+        the measured sizes below and above (grid_keys.attention_neighbours)."""
         group = shape.num_heads // shape.num_kv_heads
-        measured = self._decode_groups.get((shape.kind, shape.dtype, shape.kv_dtype, shape.qk_head_dim,
-                                            shape.v_head_dim, shape.q_len, shape.window), ())
-        at = bisect.bisect_left(measured, group)
-        if not 0 < at < len(measured) or measured[at] == group:
-            return None
-        low, high = measured[at - 1], measured[at]
+        low, high = groups
         below = self.lookup(replace(shape, num_heads=low * shape.num_kv_heads), peak_flops)
         above = self.lookup(replace(shape, num_heads=high * shape.num_kv_heads), peak_flops)
         if below is None or above is None or {below.method, above.method} - {"exact", "interpolated"}:
@@ -443,6 +438,7 @@ class MfuTables:
         tables._gemm_planes = _gemm_planes(tables.grids)
         tables._decode_kv_heads = decode_kv_heads(tables.grids)
         tables._decode_groups = decode_groups(tables._decode_kv_heads)
+        tables._attention_neighbours = {}
         tables.collectives = parts.collectives
         tables.elementwise = parts.elementwise
         tables._hbm_rows = parts.hbm_rows
