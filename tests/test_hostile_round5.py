@@ -169,14 +169,20 @@ def test_a_pool_of_one_token_is_said_in_the_singular(tmp_path):
 
 
 def test_an_attention_dp_rank_with_no_token_of_the_pool_refuses_every_request(tmp_path):
-    """1 token over 2 DP ranks leaves each scheduler none: no request runs (before, a pool of 0 per rank
-    was taken for no pool, and a smaller pool served what a larger one refused)."""
+    """2 tokens over 2 DP ranks leave each scheduler 1, which holds no prompt: every request is refused.
+    1 token leaves each none: the pool given holds no whole page, refused up front as a pool the
+    engine derives is (before, a pool of 0 per rank was taken for no pool, and a smaller pool served
+    what a larger one refused)."""
     rows = [(1, 1), (1, 1)]
-    for capacity in (1, 2):
-        summary = simulate_serving(_config("sglang", "dp2"), {"mode": "trace", "trace": _trace(tmp_path, rows),
-                                                              "kv_capacity_tokens": capacity})
-        assert _counts(summary) == (0, 2, 2, None, None, 0), capacity
+    summary = simulate_serving(_config("sglang", "dp2"), {"mode": "trace", "trace": _trace(tmp_path, rows),
+                                                          "kv_capacity_tokens": 2})
+    assert _counts(summary) == (0, 2, 2, None, None, 0)
     assert summary["notes"][0].startswith("sglang 0.5.23 holds a request to its KV pool of 1 token per scheduler")
+    with pytest.raises(NotPossible) as caught:
+        simulate_serving(_config("sglang", "dp2"), {"mode": "trace", "trace": _trace(tmp_path, rows),
+                                                    "kv_capacity_tokens": 1})
+    assert str(caught.value) == ("does not fit: the KV pool given (kv_capacity_tokens 1) holds no whole page of 1 "
+                                 "token on each of 2 attention-DP ranks: it holds no request")
 
 
 def test_a_pool_of_part_of_a_page_is_held_to_its_whole_pages(tmp_path):

@@ -162,9 +162,8 @@ def _pools(result: ServeResult, duration: float) -> dict[str, Any]:
             "max_running_requests": pool.settings.max_running,
             "kv_capacity_tokens": capacity,
             "host_kv_capacity_tokens": pool.settings.host_kv_tokens,
-            # a pool of no whole page (given) holds nothing: none of it is used
-            "kv_utilization_mean": sum(i.stats.kv_integral for i in insts) / busy / capacity if busy and capacity else 0.0,
-            "kv_utilization_peak": max(i.stats.kv_peak for i in insts) / capacity if capacity else 0.0,
+            "kv_utilization_mean": sum(i.stats.kv_integral for i in insts) / busy / capacity if busy else 0.0,
+            "kv_utilization_peak": max(i.stats.kv_peak for i in insts) / capacity,
             "steps": sum(i.stats.steps for i in insts),
             "iterations": sum(i.stats.iterations for i in insts),
             "busy_fraction": busy / (duration * pool.count) if duration else 0.0,

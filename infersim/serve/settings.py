@@ -236,7 +236,12 @@ def _with_given(settings: SchedulerSettings, config: RunConfig, given: GivenLimi
         settings = replace(settings, token_budget=given.token_budget,
                            origin=settings.origin + f"; token budget {given.token_budget} given")
     if given.pool_tokens:
-        settings = replace(settings, kv_capacity_tokens=_whole_pages(given.pool_tokens, settings),
+        held = _whole_pages(given.pool_tokens, settings)
+        if held == 0:  # as a pool the engine derives: one of no whole page runs nothing
+            ranks = f" on each of {settings.dp_ranks} attention-DP ranks" if settings.dp_ranks > 1 else ""
+            raise NotPossible(f"does not fit: the KV pool given (kv_capacity_tokens {given.pool_tokens:,}) holds no "
+                              f"whole page of {counted(settings.page_size, 'token')}{ranks}: it holds no request")
+        settings = replace(settings, kv_capacity_tokens=held,
                            origin=settings.origin + _given_pool_said(given.pool_tokens, settings))
     if settings.cap_derived_by_engine:
         settings = replace(settings, max_running=derived_running_cap(config, settings.kv_capacity_tokens,
