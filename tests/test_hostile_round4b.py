@@ -803,3 +803,37 @@ def test_a_kernel_before_its_launch_or_with_a_boolean_time_is_dropped_and_counte
         assert note in out
         step = next(line for line in out.splitlines() if line.startswith("GPU activities:"))
         assert step.startswith("GPU activities: 29 (")  # 30 kernels, one dropped
+
+
+def test_a_stream_or_correlation_id_beyond_64_bits_is_read_as_unknown(tmp_path, capsys) -> None:
+    """A kernel whose tid (its stream, where args name none) was 2**63, or whose stream and correlation
+    ids were 2**70, ended in an internal error (OverflowError): no CUDA id lies outside 64 bits, so the
+    kernel is kept and such an id read as one that is not a number: a stream from the event's tid, else
+    unknown (-1), the launch unknown (-1)."""
+    from infersim.trace.load import load_trace
+    from tracegen.synthetic import TraceBuilder, dense_step, write_trace
+
+    def trace(name: str, edit: Callable[[dict], None]) -> Path:
+        b = TraceBuilder()
+        start = b.cpu_us
+        b.eager(dense_step(2))
+        b.annotation("step[EXTEND bs=1 toks=512]", start, b.cpu_us + 1)
+        events = b.drain()
+        edit(next(e for e in events if e.get("cat") == "kernel"))
+        return write_trace(tmp_path / name, events)
+
+    def no_stream(kernel: dict) -> None:
+        kernel["args"].pop("stream", None)
+        kernel["tid"] = 9.223372036854776e18  # 2**63 as JSON writes a float
+
+    def huge(kernel: dict) -> None:
+        kernel["args"].update(stream=2 ** 70, correlation=2 ** 70)
+
+    for name, edit, stream in (("tid.json", no_stream, -1), ("ids.json", huge, 7)):  # 7: the kernel's tid
+        path = trace(name, edit)
+        loaded = load_trace(path)
+        assert len(loaded.kernel_name) == 30 and loaded.kernel_stream[0] == stream, name
+        correlation = loaded.kernel_correlation[0]
+        assert correlation == -1 if name == "ids.json" else correlation > 0, name
+        code, _, err = run(capsys, "compare", "--trace", str(path), "--config", "qwen3-30b.yaml")
+        assert code in (0, 1), err

@@ -114,15 +114,21 @@ class RawTrace:
         return None
 
 
+#: the ids a trace's streams and correlations are kept in (64-bit signed, as CUDA and Kineto write them)
+_ID_LOW, _ID_HIGH = -(1 << 63), 1 << 63
+
+
 def _int_or_none(value: Any) -> int | None:
+    """A stream or correlation id written as a whole number (an int, a whole float, digits), or None:
+    what is not one, or lies outside 64 bits, no CUDA stream or correlation id is."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+        value = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, int) and _ID_LOW <= value < _ID_HIGH:
+        return value
     return None
 
 
@@ -306,12 +312,12 @@ class _Collector:
         if name_index is None:
             name_index = self.names[name] = len(self.names)
         stream = args.get("stream")
-        if type(stream) is not int:
+        if type(stream) is not int or not _ID_LOW <= stream < _ID_HIGH:
             stream = _int_or_none(stream)
             if stream is None:
                 stream = _int_or_none(event.get("tid"))
         correlation = args.get("correlation")
-        if type(correlation) is not int:
+        if type(correlation) is not int or not _ID_LOW <= correlation < _ID_HIGH:
             correlation = _int_or_none(correlation)
         self.k_name.append(name_index)
         self.k_kind.append(kind)
