@@ -238,11 +238,11 @@ def _with_given(settings: SchedulerSettings, config: RunConfig, given: GivenLimi
     if given.pool_tokens:
         held = _whole_pages(given.pool_tokens, settings)
         if held == 0:  # as a pool the engine derives: one of no whole page runs nothing
-            ranks = f" on each of {settings.dp_ranks} attention-DP ranks" if settings.dp_ranks > 1 else ""
             raise NotPossible(f"does not fit: the KV pool given (kv_capacity_tokens {given.pool_tokens:,}) holds no "
-                              f"whole page of {counted(settings.page_size, 'token')}{ranks}: it holds no request")
+                              f"whole page of {counted(settings.page_size, 'token')}{_on_ranks(settings)}: it holds "
+                              "no request")
         settings = replace(settings, kv_capacity_tokens=held,
-                           origin=settings.origin + _given_pool_said(given.pool_tokens, settings))
+                           origin=settings.origin + _given_pool_said(given.pool_tokens, held, settings))
     if settings.cap_derived_by_engine:
         settings = replace(settings, max_running=derived_running_cap(config, settings.kv_capacity_tokens,
                                                                      given.context_tokens))
@@ -261,13 +261,15 @@ def _whole_pages(tokens: int, settings: SchedulerSettings) -> int:
     return rank_pool(tokens, settings.dp_ranks, settings.page_size) * settings.dp_ranks
 
 
-def _given_pool_said(tokens: int, settings: SchedulerSettings) -> str:
-    held = _whole_pages(tokens, settings)
+def _given_pool_said(tokens: int, held: int, settings: SchedulerSettings) -> str:
     if held == tokens:
         return f"; KV pool {tokens:,} tokens given"
-    ranks = f" on each of {settings.dp_ranks} attention-DP ranks" if settings.dp_ranks > 1 else ""
     return (f"; KV pool {tokens:,} tokens given, held as {counted(held, 'token')} "
-            f"(whole pages of {settings.page_size}{ranks})")
+            f"(whole pages of {settings.page_size}{_on_ranks(settings)})")
+
+
+def _on_ranks(settings: SchedulerSettings) -> str:
+    return f" on each of {settings.dp_ranks} attention-DP ranks" if settings.dp_ranks > 1 else ""
 
 
 def derived_running_cap(config: RunConfig, pool_tokens: int, context_tokens: int | None = None) -> int:
