@@ -86,3 +86,26 @@ def test_sigkill_to_the_parent_takes_its_workers_with_it(tmp_path: Path) -> None
     parent.stdout.close()  # type: ignore[union-attr]
     parent.stderr.close()  # type: ignore[union-attr]
     assert not wait_gone(workers, 10), "workers outlived a parent killed with SIGKILL"
+
+
+TORN_RESULT = """
+import os, struct, time
+from infersim.base.workers import stop_pool, worker_pool
+pool = worker_pool(1)
+assert pool.submit(abs, -1).result(timeout=60) == 1  # the worker and the executor's thread are running
+# what a worker killed while writing a result leaves: a message's length, and only part of the message
+os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1000) + b"part")
+time.sleep(0.5)  # the executor's thread is reading the rest
+manager = pool._executor_manager_thread
+stop_pool(pool)
+print("stopped", manager.is_alive())
+"""
+
+
+def test_a_pool_stopped_with_part_of_a_result_in_its_pipe_lets_the_interpreter_exit() -> None:
+    """A worker killed while it wrote a result left the executor's thread waiting for the rest of the
+    message, and the interpreter, joining that thread at exit, waiting with it: a sweep stopped by
+    SIGTERM printed what it kept and never ended. stop_pool closes this process's end of the pipe."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", TORN_RESULT], env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "stopped False\n"), done.stderr

@@ -98,9 +98,13 @@ def stop_pool(pool: cf.Executor) -> None:
     Callers do not cancel the pool's futures themselves.
 
     ProcessPoolExecutor has no public way to stop a worker in the middle of a task, so this reads
-    two of its attributes (present from Python 3.8 to 3.14): `_processes` (pid -> Process) and
+    four of its attributes (present from Python 3.8 to 3.14): `_processes` (pid -> Process);
     `_call_queue`, whose feeder thread would otherwise wait at exit for dead workers to read the
-    tasks still queued for them."""
+    tasks still queued for them; `_result_queue`, whose writing end this process holds too: a
+    worker killed while it wrote a result leaves part of a message in the pipe, and the executor's
+    thread, reading the rest, would wait for it for ever (and the interpreter, joining that thread
+    at exit, with it), so closing that end once every worker is gone ends the read; and
+    `_executor_manager_thread`, that thread, given TERMINATE_GRACE_S to end."""
     processes = dict(getattr(pool, "_processes", None) or {})
     handles = list(processes.values())
     call_queue = getattr(pool, "_call_queue", None)
@@ -115,9 +119,13 @@ def stop_pool(pool: cf.Executor) -> None:
         if process.is_alive():
             process.kill()
             process.join(1.0)
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None and not any(process.is_alive() for process in handles):
+        writer.close()
     # The executor's own thread now fails every task left with BrokenProcessPool; cancelling them
-    # here as well would race it (it cannot fail a cancelled future and says so on stderr).
-    pool.shutdown(wait=False)
+    # here as well would race it (it cannot fail a cancelled future and says so on stderr). Taken
+    # before shutdown, which forgets it.
     manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False)
     if manager is not None:
         manager.join(TERMINATE_GRACE_S)
