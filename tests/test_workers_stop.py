@@ -73,7 +73,12 @@ def wait_gone(pids: set[int], seconds: float) -> set[int]:
 def test_sigterm_to_the_parent_stops_every_worker_and_keeps_what_is_done(tmp_path: Path) -> None:
     parent, workers = start_sweep(tmp_path)
     parent.send_signal(signal.SIGTERM)
-    out, err = parent.communicate(timeout=60)
+    try:
+        out, err = parent.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        parent.kill()  # a parent that hangs is the failure: it does not outlive the test
+        parent.communicate()
+        raise
     assert parent.returncode == 128 + signal.SIGTERM, err  # the shell's convention for a run stopped by SIGTERM
     assert "interrupted by SIGTERM" in err and "Traceback" not in err
     assert not wait_gone(workers, 10), "workers outlived a parent stopped by SIGTERM"
