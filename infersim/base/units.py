@@ -24,3 +24,8 @@ def dtype_bytes(dtype: str) -> float:
 
 #: activations travel between kernels in bf16 in every serving engine modelled here
 ACT_BYTES = DTYPE_BYTES["bf16"]
+
+
+def round_up(value: float, step: int) -> int:
+    """`value` rounded up to a whole number of `step`s (tokens to whole KV pages)."""
+    return int(-(-value // step) * step)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from infersim.cards.schema import spec
+from infersim.base.units import round_up
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +155,7 @@ class ContextLimit:
             output = min(output, pool - self.output_margin - prompt)
         fit = limit.empty_pool_fit
         if fit is not None:
-            output = min(output, pool - -(-prompt // page) * page - fit.pages_free * page - fit.tokens_free)
+            output = min(output, pool - round_up(prompt, page) - fit.pages_free * page - fit.tokens_free)
         return max(0, output)
 
     def pool_runs_whole(self, pool: int, page: int) -> int:
@@ -181,7 +182,7 @@ class ContextLimit:
         fit = limit.empty_pool_fit
         if fit is not None:  # no output where the prompt's whole pages reach the pool less what is kept free
             free = pool - fit.pages_free * page - fit.tokens_free
-            shortest.append((-(-free // page) - 1) * page + 1 if free > 0 else 0)
+            shortest.append(round_up(free, page) - page + 1 if free > 0 else 0)
         return max(0, min(shortest))
 
     def pool_for(self, page: int, prompt: int, output: int) -> int:
@@ -196,8 +197,8 @@ class ContextLimit:
             need = max(need + self.output_margin, prompt + self.prompt_margin + 1)
         fit = limit.empty_pool_fit
         if fit is not None:
-            need = max(need, -(-prompt // page) * page + fit.pages_free * page + fit.tokens_free + output)
-        return -(-need // page) * page
+            need = max(need, round_up(prompt, page) + fit.pages_free * page + fit.tokens_free + output)
+        return round_up(need, page)
 
     def server_context(self, max_model_len: int) -> int:
         """The context length a server given `max_model_len` runs at so that a request of

@@ -59,7 +59,8 @@ from infersim.base.errors import NotPossible
 from infersim.serve.cost import StepCoster
 from infersim.serve.prefix_cache import Match, PrefixCache
 from infersim.serve.quantiles import EXACT_LIMIT, Samples
-from infersim.serve.settings import SchedulerSettings, round_up
+from infersim.base.units import round_up
+from infersim.serve.settings import SchedulerSettings
 from infersim.serve.workload import Request
 
 RESERVATION_MAX_STRETCH = 32  # decode steps skipped at once while requests wait on a decaying reservation

@@ -29,7 +29,7 @@ from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment, dp_attention_ranks
 from infersim.base.texttable import counted
 from infersim.base.errors import InferSimError, NotPossible
-from infersim.base.units import dtype_bytes
+from infersim.base.units import dtype_bytes, round_up
 
 
 @dataclass(frozen=True)
@@ -111,10 +111,6 @@ class SchedulerSettings:
                 f"prefix cache {'on' if self.prefix_cache else 'off'}, KV pool {self.kv_capacity_tokens:,} tokens"
                 + (f", host KV tier {self.host_kv_tokens:,} tokens" if self.host_kv_tokens else "")
                 + f" ({self.origin})")
-
-
-def round_up(value: float, step: int) -> int:
-    return int(-(-value // step) * step)
 
 
 def checkpoint_bytes_per_weight(model: ModelCard, dep: Deployment, limits: OfflineLimits) -> float:
