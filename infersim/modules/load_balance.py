@@ -168,25 +168,37 @@ class MoeBalance:
 # The lru_cache'd functions below are pure functions of a few plain numbers (keyed by every
 # argument, bounded), costly to evaluate (an integration, sampled placements) and asked the same
 # few questions by every plan of a run: they hold no card, plan or cost, so no run's state.
+#: Simpson's rule for expected_max_normal: the range of x, and its number of steps
+_NORMAL_RANGE, _NORMAL_STEPS = (-9.0, 9.0), 3600
+
+
+@lru_cache(maxsize=1)
+def _normal_samples() -> tuple[float, tuple[tuple[float, float, float], ...]]:
+    """(the step h, (Simpson weight x x, phi(x), Phi(x)) at each of the steps + 1 points): what
+    expected_max_normal integrates, whatever n (a layout search asks for each new EP size at the
+    rate of its first configurations)."""
+    (lo, hi), steps = _NORMAL_RANGE, _NORMAL_STEPS
+    h = (hi - lo) / steps
+    root_two_pi, root_two = math.sqrt(2 * math.pi), math.sqrt(2.0)
+    samples = []
+    for i in range(steps + 1):
+        x = lo + i * h
+        weight = 1 if i == 0 or i == steps else (4 if i % 2 else 2)
+        samples.append((weight * x, math.exp(-0.5 * x * x) / root_two_pi, 0.5 * (1.0 + math.erf(x / root_two))))
+    return h, tuple(samples)
+
+
 @lru_cache(maxsize=1024)
 def expected_max_normal(n: int) -> float:
     """E[max of n independent standard normals] (0 for n = 1), by Simpson integration of
     x n phi(x) Phi(x)^(n-1)."""
     if n <= 1:
         return 0.0
-    lo, hi, steps = -9.0, 9.0, 3600
-    h = (hi - lo) / steps
-    # the loop's constants and functions read once: a layout search meets a new EP size at the
-    # rate of its first configurations, and each costs these 3,601 steps
-    exp, erf = math.exp, math.erf
-    root_two_pi, root_two, power = math.sqrt(2 * math.pi), math.sqrt(2.0), n - 1
+    h, samples = _normal_samples()
+    power = n - 1
     total = 0.0
-    for i in range(steps + 1):
-        x = lo + i * h
-        phi = exp(-0.5 * x * x) / root_two_pi
-        cdf = 0.5 * (1.0 + erf(x / root_two))
-        weight = 1 if i == 0 or i == steps else (4 if i % 2 else 2)
-        total += weight * x * n * phi * cdf ** power
+    for weight_x, phi, cdf in samples:
+        total += weight_x * n * phi * cdf ** power
     return total * h / 3.0
 
 
