@@ -90,6 +90,19 @@ def test_emit_launch_names_the_card_file_and_key_of_a_flag_its_parser_lacks(tmp_
         "simulation ran cannot be set\n")
 
 
+@pytest.mark.parametrize("flag, clause", [
+    ("--foo-bar", "--foo-bar; --emit-launch cannot set it: vLLM 0.33.0's parser has no such flag"),
+    ("--kv-cache-dtype", "--kv-cache-dtype; --emit-launch cannot set it: vLLM 0.33.0's parser has --kv-cache-dtype as "
+                         "a choice, not a whole number"),
+    ("--max-num-seqs", "--max-num-seqs; --emit-launch sets it"),
+])
+def test_the_plain_runs_cap_sentence_says_whether_emit_launch_can_set_the_cards_flag(tmp_path, capsys, flag, clause):
+    """The run's warning promises --emit-launch only for a flag the engine's parser data has as a whole number."""
+    path = _user_card(tmp_path, "vllm-0.33", scheduler__running_cap_flag=flag)
+    assert main([*ABOVE_CAP, "--engine", path]) == 0
+    assert f"a server runs it only with a larger cap ({clause})\n" in capsys.readouterr().out
+
+
 def test_a_flag_set_by_set_is_said_to_come_from_set_not_from_the_card_file(capsys):
     """The bundled card's file does not hold a value --set gave it: the message says the overrides."""
     assert main([*ABOVE_CAP, "--engine", "vllm", "--emit-launch", "--set",

@@ -22,7 +22,7 @@ from infersim.cli.main import main
 from infersim.run.config import load_run_config
 from infersim.base.errors import ConfigError, InferSimError
 from infersim.launch.build import plan_for_run
-from infersim.launch.data import (
+from infersim.cards.engine_parser import (
     ParserData,
     Program,
     known_versions,

@@ -14,7 +14,7 @@ from cli_helpers import run_json
 
 from infersim.cards.registry import bundled_dir, bundled_names
 from infersim.cli.main import main
-from infersim.launch.data import load_parser_data, parser_for
+from infersim.cards.engine_parser import load_parser_data, parser_for
 from infersim.run.config import load_engine_card
 
 #: a short closed loop on the Qwen3-30B-A3B config (4 x H20, DP attention 4, EP 4): each run ~1 s

@@ -14,7 +14,7 @@ from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.registry import bundled_engines
 from infersim.cards.schema import build
 from infersim.cli.main import main
-from infersim.launch.data import parser_for
+from infersim.cards.engine_parser import parser_for
 from infersim.run.config import load_engine_card
 from infersim.run.request_limits import larger_cap
 

@@ -1,6 +1,6 @@
 """Launch plans of a plain run, a serving run and a sweep's chosen rows.
 
-The parser data is chosen by the engine card's framework and version (`infersim.launch.data`), the
+The parser data is chosen by the engine card's framework and version (`infersim.cards.engine_parser`), the
 speller by the framework; a framework without a server (HF transformers) or a layout the engine
 cannot express is one error naming why.
 """
@@ -18,7 +18,7 @@ from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.base.errors import InferSimError
 from infersim.launch.assumed import Assumed, assumed_for_batch, assumed_for_pool
-from infersim.launch.data import parser_for
+from infersim.cards.engine_parser import parser_for
 from infersim.launch.plan import LaunchPlan, PlanParts
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from infersim.base.errors import ConfigError, InferSimError
 from infersim.base.texttable import counted
 from infersim.launch.assumed import Assumed, Checkpoint, checkpoint_choice
-from infersim.launch.data import ParserData
+from infersim.cards.engine_parser import ParserData
 from infersim.launch.plan import Arguments, PlanParts
 
 #: placeholders the user replaces with a host's address (the shell expands them when exported)
@@ -37,9 +37,8 @@ def add_running_cap(a: Assumed, args: Arguments, value: int, fact: str) -> None:
         raise InferSimError(f"--emit-launch: engine card {a.engine.name} names no flag that sets {data.title}'s "
                             f"running-request cap (scheduler.running_cap_flag), and the simulation ran a cap of "
                             f"{a.running_cap}: the command cannot be spelled")
-    known = args.program.find(flag)
-    if known is None or known.kind != "int":
-        what = "no such flag" if known is None else f"{flag} as a {known.kind}, not a whole number"
+    what = args.program.lacks_whole_number(flag)
+    if what:
         raise ConfigError(source, "scheduler.running_cap_flag", flag,
                           f"--emit-launch: {data.title}'s parser has {what} (engines/launch/{data.framework}-"
                           f"{data.version}.yaml): the running-request cap of {value} the simulation ran cannot be set")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from infersim.base.errors import InferSimError
-from infersim.launch.data import Flag, ParserData, Program
+from infersim.cards.engine_parser import Flag, ParserData, Program
 
 
 @dataclass(frozen=True)

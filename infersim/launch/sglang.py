@@ -26,7 +26,7 @@ from infersim.launch.common import (
     speculative,
 )
 from infersim.launch.common import where as where_text
-from infersim.launch.data import ParserData
+from infersim.cards.engine_parser import ParserData
 from infersim.launch.plan import Arguments, PlanParts
 
 #: a free port on node 0 for the distributed initialisation (any free port serves)

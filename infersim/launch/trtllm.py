@@ -24,7 +24,7 @@ from infersim.launch.common import (
     speculative,
 )
 from infersim.launch.common import where as where_text
-from infersim.launch.data import ParserData
+from infersim.cards.engine_parser import ParserData
 from infersim.launch.plan import Arguments, PlanParts
 
 OPTIONS_FILE = "extra-llm-api-config.yml"

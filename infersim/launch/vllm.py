@@ -28,7 +28,7 @@ from infersim.launch.common import (
     speculative,
 )
 from infersim.launch.common import where as where_text
-from infersim.launch.data import ParserData, SizeRange
+from infersim.cards.engine_parser import ParserData, SizeRange
 from infersim.launch.plan import Arguments, PlanParts
 
 MOE_BACKENDS = {"all-gather": "allgather_reducescatter", "deepep-normal": "deepep_high_throughput",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from infersim.base.errors import InferSimError
 from infersim.cards.engine import EngineCard
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
@@ -14,12 +15,28 @@ from infersim.run.memory import MemoryResult
 
 def larger_cap(engine: EngineCard) -> str:
     """What a server needs to run a decode batch above its engine's default running-request cap: the
-    flag that raises it, as the engine card names it (scheduler.running_cap_flag), which --emit-launch
-    sets; or, where the card names none, that no flag is known (the run's warning, a sweep's note)."""
+    flag that raises it, as the engine card names it (scheduler.running_cap_flag), and whether
+    --emit-launch can set it; or, where the card names none, that no flag is known (the run's warning,
+    a sweep's note)."""
     flag = engine.scheduler.running_cap_flag
     if flag:
-        return f"only with a larger cap ({flag}; --emit-launch sets it)"
+        return f"only with a larger cap ({flag}{_launch_clause(engine, flag)})"
     return f"only with a larger cap, and engine card {engine.name} names no flag that sets one (scheduler.running_cap_flag)"
+
+
+def _launch_clause(engine: EngineCard, flag: str) -> str:
+    """Whether --emit-launch sets the card's cap flag: only where the engine's parser data has it as a
+    whole-number flag (nothing is said where there is no parser data: --emit-launch says why)."""
+    from infersim.cards.engine_parser import parser_for  # a run without this warning needs no parser data
+
+    try:
+        chosen = parser_for(engine.framework, engine.version)
+    except InferSimError:
+        return ""
+    lacks = chosen.data.server.lacks_whole_number(flag)
+    if lacks:
+        return f"; --emit-launch cannot set it: {chosen.data.title}'s parser has {lacks}"
+    return "; --emit-launch sets it"
 
 
 def runs_past_context(engine: str, requests: int = 1) -> str:

@@ -79,6 +79,14 @@ class Program:
     def has(self, name: str) -> bool:
         return self.find(name) is not None
 
+    def lacks_whole_number(self, name: str) -> str:
+        """What this parser has instead of a whole-number flag `name` ('' where it has one): the
+        running-request cap is set by such a flag."""
+        known = self.find(name)
+        if known is None:
+            return "no such flag"
+        return "" if known.kind == "int" else f"{name} as a {known.kind}, not a whole number"
+
 
 @dataclass(frozen=True, kw_only=True)
 class ParserData:
@@ -159,11 +167,9 @@ def data_dir() -> Path:
     return bundled_dir("engines") / DATA_FOLDER
 
 
-def _whole_defaults(program: Program | None, source: str, where: str) -> Program | None:
+def _whole_defaults(program: Program, source: str, where: str) -> Program:
     """The program with an int argument's default as an int (YAML numbers are read as floats here)."""
-    if program is None:
-        return None
-    sections = {}
+    sections: dict[str, tuple[Flag, ...]] = {}
     for section in ("flags", "environment", "config_file"):
         flags = []
         for i, flag in enumerate(getattr(program, section)):
@@ -173,14 +179,15 @@ def _whole_defaults(program: Program | None, source: str, where: str) -> Program
                 flag = replace(flag, default=int(flag.default))
             flags.append(flag)
         sections[section] = tuple(flags)
-    return replace(program, **sections)
+    return replace(program, flags=sections["flags"], environment=sections["environment"],
+                   config_file=sections["config_file"])
 
 
 def load_parser_data(path: Path) -> ParserData:
     raw: Any = load_yaml(path, "parser data file")
     data = build(ParserData, raw, str(path))
     data = replace(data, server=_whole_defaults(data.server, str(path), "server"),
-                   router=_whole_defaults(data.router, str(path), "router"))
+                   router=None if data.router is None else _whole_defaults(data.router, str(path), "router"))
     return validate_parser_data(data, str(path))
 
 
