@@ -8,9 +8,14 @@ time is max(FLOPs / 1e14, bytes / 1e12).
 
 from __future__ import annotations
 
+import copy
+import json
+from dataclasses import replace
+
 import pytest
 
-from core_fixtures import ROUND_GPU, TINY_MLA, TINY_MODEL, TINY_MOE, make_config
+from core_fixtures import FREE_ENGINE, ROUND_GPU, TINY_MLA, TINY_MODEL, TINY_MOE, make_config
+from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.schema import build
 from infersim.run.config import load_hardware_card, load_model_card
@@ -91,6 +96,36 @@ def test_sliding_kv_memory_is_bounded_by_the_window():
     assert mem.max_batch_per_gpu == int(mem.kv_capacity_bytes // (12 * per_layer + 512))
 
 
+def _engine_with_window_pool(ratio: float):
+    data = copy.deepcopy(FREE_ENGINE)
+    data["memory"]["sliding_window_pool_ratio"] = ratio
+    return validate_engine(build(EngineCard, data, "e.yaml"), "e.yaml")
+
+
+@pytest.mark.parametrize("isl, osl, pool_tokens", [
+    (8, 4, 12),  # 12 tokens: 4 in the window, 8 pool tokens' share of it: the context fills the pool first
+    (2, 1, 6),   # 3 tokens, all in the window: they fill its half-share of the pool at 6 pool tokens
+])
+def test_a_hybrid_sliding_window_pool_allots_window_kv_to_every_token(isl, osl, pool_tokens):
+    """SGLang's hybrid SWA pool (ratio 0.5 here): each token of the full layer's pool comes with half a
+    token of the sliding layer's KV, used or not: 128 + 0.5 x 128 = 192 bytes a pool token."""
+    cfg = config(SLIDING)
+    work = replace(cfg.workload, isl=isl, osl=osl, prefill_tokens_per_gpu=isl)
+    mem = memory_budget(cfg.model, cfg.hardware, cfg.deployment, work, None, _engine_with_window_pool(0.5))
+    assert mem.pool_token_bytes_per_gpu == 192
+    assert mem.request_bytes_per_gpu == pool_tokens * 192
+    assert mem.kv_fit_batch_per_gpu == int(mem.kv_capacity_bytes // (pool_tokens * 192))
+    assert mem.pool_tokens(1) == int(mem.kv_capacity_bytes / (pool_tokens * 192 / (isl + osl)))
+    without = memory_budget(cfg.model, cfg.hardware, cfg.deployment, work, None, _engine_with_window_pool(0.0))
+    assert without.window_pool is None and without.request_bytes_per_gpu == (isl + osl) * 128 + min(isl + osl, 4) * 128
+    # a model without full-attention layers has no full pool to size: the window alone
+    only_sliding = config({**SLIDING, "layer_types": ["sliding_attention"]})
+    assert memory_budget(only_sliding.model, cfg.hardware, cfg.deployment, work, None,
+                         _engine_with_window_pool(0.5)).window_pool is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Gated DeltaNet
 # ---------------------------------------------------------------------------------------------
 # Gated DeltaNet
 
@@ -366,3 +401,23 @@ def test_importer_marks_the_architectures_with_qk_norm():
                                "t")["qk_norm"]
     assert "qk_norm" not in card_fields_from_hf({**base, "model_type": "qwen3", "use_qk_norm": False}, "t.json", "t")
     assert load_model_card("qwen3-30b-a3b")[0].qk_norm and not load_model_card("llama-3.1-8b")[0].qk_norm
+
+
+def test_sglang_pools_gpt_oss_sliding_layers_at_0_8_of_its_full_tokens_and_vllm_by_the_window(capsys):
+    """gpt-oss-120b on two H100s (TP2): 18 full and 18 sliding (128-token window) layers, each 4 KV
+    heads of 64 on a GPU: 1,024 bytes a token a layer. SGLang allots a 2,500-token request 2,500 pool
+    tokens of 18,432 + 0.8 x 18,432 bytes; vLLM its context in the full layers and its window in the
+    sliding ones."""
+    from infersim.cli.main import main
+
+    run = ["--model", "gpt-oss-120b", "--hardware", "h100", "--num-gpus", "2", "--tp", "2", "--isl", "2000",
+           "--osl", "500"]
+    for engine, request in (("sglang", 2500 * (18432 + 0.8 * 18432)), ("vllm", 2500 * 18432 + 128 * 18432)):
+        assert main([*run, "--engine", engine, "--format", "json"]) == 0
+        mem = json.loads(capsys.readouterr().out)["memory"]
+        assert mem["kv_fit_batch_per_gpu"] == int(mem["kv_capacity_gb"] * 1e9 // (2 * request))
+        assert ("sliding_window_pool" in mem) == (engine == "sglang")
+    assert main([*run, "--engine", "sglang"]) == 0
+    assert ("  KV pool: sglang sizes it in tokens of the full-attention layers, each with 0.8 tokens of the "
+            "sliding-window layers' KV beside it (engine card memory.sliding_window_pool_ratio): 33,178 bytes per pool "
+            "token on each GPU; a request of 2,500 tokens takes 82,944,000 bytes of it on each GPU\n") in capsys.readouterr().out

@@ -261,3 +261,8 @@ class MemoryPolicy:
         default_factory=tuple, doc="the engine never reserves less than this outside weights and KV, by GPU memory, bytes")
     kv_fraction_of_free: float = spec(
         1.0, doc="share of the memory left after weights, activations and reserve that becomes KV cache", gt=0, le=1)
+    sliding_window_pool_ratio: float = spec(
+        0.0, doc="a model with both full-attention and sliding-window layers: the KV pool is sized in tokens of the "
+                 "full-attention layers, each allotted this many tokens of the sliding-window layers' KV beside it, "
+                 "used or not (SGLang's hybrid SWA pool, swa_full_tokens_ratio); 0: sliding-window layers take the "
+                 "KV of the tokens in their window alone (vLLM's hybrid allocator)", ge=0, le=1)

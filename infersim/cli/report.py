@@ -9,6 +9,7 @@ from typing import Any
 
 from infersim.run.config import RunConfig, weights_origin
 from infersim.run.confidence import confidence_json, operation_grade, stage_confidence, table_origin
+from infersim.run.memory import MemoryResult
 from infersim.engine.stage import OperationResult, StageResult, combined_source
 from infersim.shapes.kernels import Bound
 from infersim.modules.step import lm_head_gathered_dp
@@ -116,6 +117,16 @@ def _offload_json(mem: Any) -> dict[str, Any] | None:
             "fits_pool": off.fits_pool}
 
 
+def _window_pool_text(engine: str, mem: MemoryResult) -> str:
+    """How the engine's hybrid sliding-window pool holds a request (MemoryResult.window_pool)."""
+    pool = mem.window_pool
+    assert pool is not None
+    return (f"  KV pool: {engine} sizes it in tokens of the full-attention layers, each with {pool.ratio:g} token{'' if pool.ratio == 1 else 's'} of the "
+            f"sliding-window layers' KV beside it (engine card memory.sliding_window_pool_ratio): "
+            f"{mem.pool_token_bytes_per_gpu:,.0f} bytes per pool token on each GPU; a request of "
+            f"{mem.request_context:,} tokens takes {mem.request_bytes_per_gpu:,.0f} bytes of it on each GPU")
+
+
 def _memory_json(result: SimulationResult) -> dict[str, Any]:
     mem = result.memory
     data = {
@@ -140,6 +151,10 @@ def _memory_json(result: SimulationResult) -> dict[str, Any]:
     }
     if result.config.deployment.weight_offload != "none":
         data["weight_offload"] = _offload_json(mem)
+    if mem.window_pool is not None:
+        data["sliding_window_pool"] = {"ratio": mem.window_pool.ratio,
+                                       "pool_token_bytes_per_gpu": mem.pool_token_bytes_per_gpu,
+                                       "request_bytes_per_gpu": mem.request_bytes_per_gpu}
     return data
 
 
@@ -471,6 +486,8 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
         lines.append(f"  state that does not grow with context (sliding-window KV, recurrent/conv state): "
                      f"{mem.bounded_bytes_per_request:,.0f} bytes per request, "
                      f"{mem.bounded_bytes_per_request_per_gpu:,.0f} on each GPU")
+    if mem.window_pool is not None:
+        lines.append(_window_pool_text(cfg.engine.name, mem))
     if mem.draft_weights_bytes:
         lines.append(f"  drafter (included above): weights {mem.draft_weights_bytes / GB:,.2f} GB, "
                      f"KV {mem.draft_kv_bytes_per_token_per_gpu:,.0f} bytes per token on each GPU")

@@ -31,6 +31,51 @@ EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every ser
 
 
 @dataclass(frozen=True)
+class WindowPool:
+    """An engine's hybrid sliding-window pool (engine card memory.sliding_window_pool_ratio), for a
+    model with full-attention and sliding-window layers: the pool is sized in tokens of the
+    full-attention layers, each allotted `ratio` tokens of the sliding-window layers' KV beside it,
+    used or not; a request holds its context in the first and the tokens of its window in the second."""
+
+    ratio: float
+    bytes_per_token_per_gpu: float  # the sliding-window layers' KV of one token on one GPU
+    request_tokens: int  # tokens of a request in the window at its end
+
+
+def pool_token_bytes(kv_gpu: float, pool: WindowPool | None) -> float:
+    """Bytes one token of the engine's KV pool takes on one GPU: the full-attention layers' KV, and
+    under a hybrid sliding-window pool the ratio's share of the sliding-window layers' KV."""
+    return kv_gpu if pool is None else kv_gpu + pool.ratio * pool.bytes_per_token_per_gpu
+
+
+def _unpooled_bytes(bounded_gpu: float, pool: WindowPool | None) -> float:
+    """The bounded cache of a request outside a hybrid sliding-window pool (recurrent and conv
+    states; all of it where there is no such pool)."""
+    return bounded_gpu if pool is None else bounded_gpu - pool.request_tokens * pool.bytes_per_token_per_gpu
+
+
+def request_bytes(context: int, kv_gpu: float, bounded_gpu: float, pool: WindowPool | None) -> float:
+    """KV space a request of `context` tokens takes on one GPU at its end: its context's KV and its
+    bounded cache; under a hybrid sliding-window pool, the pool tokens of its context or of its window
+    (which is the ratio's share of the pool), whichever fills the pool first, and the rest."""
+    if pool is None:
+        return context * kv_gpu + bounded_gpu
+    tokens = max(context, pool.request_tokens / pool.ratio)
+    return tokens * pool_token_bytes(kv_gpu, pool) + _unpooled_bytes(bounded_gpu, pool)
+
+
+def window_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, context: int) -> WindowPool | None:
+    """The engine's hybrid sliding-window pool for this model (None: the engine has none, or the
+    model has not both full-attention and sliding-window layers)."""
+    ratio = engine.memory.sliding_window_pool_ratio if engine is not None else 0.0
+    if not ratio or SLIDING_ATTENTION not in model.layer_kinds or FULL_ATTENTION not in model.layer_kinds:
+        return None
+    per_token = model.layer_count(SLIDING_ATTENTION) * kv_bytes_per_token_per_layer(
+        model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
+    return WindowPool(ratio, per_token, min(context, model.sliding_window))
+
+
+@dataclass(frozen=True)
 class MemoryResult:
     """Per-GPU memory of a run: weights, KV per token, KV capacity and the decode batch it holds."""
 
@@ -57,6 +102,8 @@ class MemoryResult:
     binding_limit: str = ""  # what sets max_batch_per_gpu: "kv cache", "running-request cap", "weights"
     # deployment.weight_offload auto: the weights kept in host memory (None: every weight in HBM)
     weight_offload: WeightOffload | None = None
+    # the engine's hybrid sliding-window pool (None: it keeps the window's KV alone)
+    window_pool: WindowPool | None = None
 
     @property
     def offloaded_weights_bytes(self) -> float:
@@ -67,12 +114,27 @@ class MemoryResult:
         """Weights in HBM: what the KV capacity is left from."""
         return self.weights_bytes - self.offloaded_weights_bytes
 
+    @property
+    def pool_token_bytes_per_gpu(self) -> float:
+        """What the engine allots one token of its KV pool on one GPU (request_bytes)."""
+        return pool_token_bytes(self.kv_bytes_per_token_per_gpu, self.window_pool)
+
+    @property
+    def request_bytes_per_gpu(self) -> float:
+        """KV space one request of request_context tokens takes on one GPU at its end (request_bytes)."""
+        return request_bytes(self.request_context, self.kv_bytes_per_token_per_gpu,
+                             self.bounded_bytes_per_request_per_gpu, self.window_pool)
+
     def pool_tokens(self, page: int) -> int | None:
         """Tokens the KV pool of one scheduler (an attention-DP rank) holds, in whole pages of `page`
         tokens: the KV space over what a token takes on one GPU, the bounded cache of a request of
-        request_context tokens spread over its tokens (the serving simulator's pool); 0 where no KV
-        space is left, None where no cache grows with the context (no bound in tokens)."""
-        per_token = self.kv_bytes_per_token_per_gpu + self.bounded_bytes_per_request_per_gpu / max(1, self.request_context)
+        request_context tokens spread over its tokens (the serving simulator's pool; under a hybrid
+        sliding-window pool, the pool tokens such a request takes, request_bytes); 0 where no KV space is left, None where no cache grows with
+        the context (no bound in tokens)."""
+        if self.window_pool is None:
+            per_token = self.kv_bytes_per_token_per_gpu + self.bounded_bytes_per_request_per_gpu / max(1, self.request_context)
+        else:
+            per_token = self.request_bytes_per_gpu / max(1, self.request_context)
         if per_token <= 0:
             return None
         return int(max(0.0, self.kv_capacity_bytes) / per_token) // page * page
@@ -280,9 +342,10 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
     else:
         activations = activation_bytes(model, dep, step_tokens)
         reserved = activations
+    pool = window_pool(model, engine, dep, context)
     # batch B per GPU: the attention TP group serves tp*B requests, each micro-batch of the
     # pipeline holds B per GPU and a GPU stores its share of every request's context
-    per_request = (context * kv_gpu + bounded_gpu) * dep.attention.tp * dep.pp
+    per_request = request_bytes(context, kv_gpu, bounded_gpu, pool) * dep.attention.tp * dep.pp
     offloaded: WeightOffload | None = None
     resident = weights
     if offload and dep.weight_offload == "auto":
@@ -290,7 +353,8 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         if batch == "max":
             batch = 2 if dep.overlap == "two-batch" else 1  # see simulate.decode_batch
         need = max(batch * per_request, workload.prefill_tokens * kv_gpu * dep.attention.tp * dep.pp,
-                   _pool_need(engine, hw, model, workload) * (kv_gpu + bounded_gpu / max(1, context)))
+                   _pool_need(engine, hw, model, workload)
+                   * (pool_token_bytes(kv_gpu, pool) + _unpooled_bytes(bounded_gpu, pool) / max(1, context)))
         shortfall = weights - (usable - reserved - need / kv_fraction)
         if shortfall > 0:
             # whole bytes and one more: rounding must never leave the needed KV a fraction of a byte short
@@ -300,7 +364,8 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
     capacity = free * kv_fraction if free > 0 else free
     if engine is not None:
         # a cap per engine instance; batch B per GPU means tp x pp x B requests in an instance
-        pool_tokens = int(capacity // kv_gpu) if capacity > 0 and kv_gpu > 0 else 0
+        token_bytes = pool_token_bytes(kv_gpu, pool)
+        pool_tokens = int(capacity // token_bytes) if capacity > 0 and token_bytes > 0 else 0
         cap_instance = engine.running_cap(hw.peak.hbm_bytes, pool_tokens, model.max_position_embeddings)
         cap = max(1, cap_instance // (dep.attention.tp * dep.pp)) if cap_instance else 0
     kv_fit = int(capacity // per_request) if capacity > 0 else 0
@@ -313,4 +378,4 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         binding = "kv cache"
     return MemoryResult(weights, kv_model, kv_gpu, hw.peak.hbm_bytes, hw.peak.hbm_bytes - usable + reserved, capacity,
                         context, max_batch, bounded_model, bounded_gpu, draft_weights, draft_kv, activations,
-                        step_tokens, kv_fit, cap, binding, offloaded)
+                        step_tokens, kv_fit, cap, binding, offloaded, pool)

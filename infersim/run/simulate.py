@@ -264,8 +264,7 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
         out.append(_weights_problem(config, memory))
         return out
     capacity = memory.kv_capacity_bytes
-    per_request = (memory.request_context * memory.kv_bytes_per_token_per_gpu
-                   + memory.bounded_bytes_per_request_per_gpu) * dep.attention.tp * dep.pp
+    per_request = memory.request_bytes_per_gpu * dep.attention.tp * dep.pp
     if memory.max_batch_per_gpu < 1:
         out.append(f"one request of {memory.request_context:,} tokens needs {per_request / GB:,.2f} GB of KV cache per GPU, "
                    f"but {capacity / GB:,.2f} GB are left after the weights: over by {(per_request - capacity) / GB:,.2f} GB"
@@ -282,7 +281,7 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
                    f"{(need - capacity) / GB:,.2f} GB; at most {counted(fit, 'request')} per GPU fit{'s' if fit == 1 else ''}; "
                    f"fix: a batch of at most {fit:,} per GPU (--batch-per-gpu {fit}, or leave the batch unset: the largest "
                    "that fits)")
-    prefill_kv = workload.prefill_tokens * memory.kv_bytes_per_token_per_gpu * dep.attention.tp * dep.pp
+    prefill_kv = workload.prefill_tokens * memory.pool_token_bytes_per_gpu * dep.attention.tp * dep.pp
     if prefill_kv > capacity:
         out.append(f"a prefill step of {workload.prefill_tokens:,} prompt tokens per GPU needs {prefill_kv / GB:,.2f} GB of "
                    f"KV cache per GPU, but {capacity / GB:,.2f} GB are left after the weights: over by "

@@ -208,7 +208,7 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     if pool == 0:
         raise NotPossible(f"does not fit: the KV cache space {engine.name} leaves per GPU, "
                           f"{memory.kv_capacity_bytes:,.0f} bytes, holds no whole page of {counted(page, 'token')} "
-                          f"({memory.kv_bytes_per_token_per_gpu * page:,.0f} bytes): its KV pool holds no request")
+                          f"({memory.pool_token_bytes_per_gpu * page:,.0f} bytes): its KV pool holds no request")
     capacity = pool * dp if pool is not None else 1 << 40
     derived = sched.running_cap_from_pool is not None and not (offline and engine.offline_limits is not None)
     settings = SchedulerSettings(
