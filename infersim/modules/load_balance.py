@@ -173,19 +173,19 @@ _NORMAL_RANGE, _NORMAL_STEPS = (-9.0, 9.0), 3600
 
 
 @lru_cache(maxsize=1)
-def _normal_samples() -> tuple[float, tuple[tuple[float, float, float], ...]]:
-    """(the step h, (Simpson weight x x, phi(x), Phi(x)) at each of the steps + 1 points): what
+def _normal_samples() -> tuple[float, tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """(the step h, and at each of the steps + 1 points: Simpson's weight x x, phi(x), Phi(x)): what
     expected_max_normal integrates, whatever n (a layout search asks for each new EP size at the
     rate of its first configurations)."""
     (lo, hi), steps = _NORMAL_RANGE, _NORMAL_STEPS
     h = (hi - lo) / steps
+    exp, erf = math.exp, math.erf
     root_two_pi, root_two = math.sqrt(2 * math.pi), math.sqrt(2.0)
-    samples = []
-    for i in range(steps + 1):
-        x = lo + i * h
-        weight = 1 if i == 0 or i == steps else (4 if i % 2 else 2)
-        samples.append((weight * x, math.exp(-0.5 * x * x) / root_two_pi, 0.5 * (1.0 + math.erf(x / root_two))))
-    return h, tuple(samples)
+    xs = [lo + i * h for i in range(steps + 1)]
+    weighted = [(4 if i % 2 else 2) * x for i, x in enumerate(xs)]
+    weighted[0], weighted[-1] = xs[0], xs[-1]  # the end points weigh 1
+    return (h, tuple(weighted), tuple([exp(-0.5 * x * x) / root_two_pi for x in xs]),
+            tuple([0.5 * (1.0 + erf(x / root_two)) for x in xs]))
 
 
 @lru_cache(maxsize=1024)
@@ -194,11 +194,11 @@ def expected_max_normal(n: int) -> float:
     x n phi(x) Phi(x)^(n-1)."""
     if n <= 1:
         return 0.0
-    h, samples = _normal_samples()
+    h, weighted, phi, cdf = _normal_samples()
     power = n - 1
     total = 0.0
-    for weight_x, phi, cdf in samples:
-        total += weight_x * n * phi * cdf ** power
+    for weight_x, density, cumulative in zip(weighted, phi, cdf):
+        total += weight_x * n * density * cumulative ** power
     return total * h / 3.0
 
 
