@@ -121,8 +121,9 @@ def _window_pool_text(engine: str, mem: MemoryResult) -> str:
     """How the engine's hybrid sliding-window pool holds a request (MemoryResult.window_pool)."""
     pool = mem.window_pool
     assert pool is not None
-    return (f"  KV pool: {engine} sizes it in tokens of the full-attention layers, each with {pool.ratio:g} token{'' if pool.ratio == 1 else 's'} of the "
-            f"sliding-window layers' KV beside it (engine card memory.sliding_window_pool_ratio): "
+    tokens = "token" if pool.ratio == 1 else "tokens"
+    return (f"  KV pool: {engine} sizes it in tokens of the full-attention layers, each with {pool.ratio:g} {tokens} "
+            f"of the sliding-window layers' KV beside it (engine card memory.sliding_window_pool_ratio): "
             f"{mem.pool_token_bytes_per_gpu:,.0f} bytes per pool token on each GPU; a request of "
             f"{mem.request_context:,} tokens takes {mem.request_bytes_per_gpu:,.0f} bytes of it on each GPU")
 

@@ -129,8 +129,8 @@ class MemoryResult:
         """Tokens the KV pool of one scheduler (an attention-DP rank) holds, in whole pages of `page`
         tokens: the KV space over what a token takes on one GPU, the bounded cache of a request of
         request_context tokens spread over its tokens (the serving simulator's pool; under a hybrid
-        sliding-window pool, the pool tokens such a request takes, request_bytes); 0 where no KV space is left, None where no cache grows with
-        the context (no bound in tokens)."""
+        sliding-window pool, what such a request takes of it, request_bytes); 0 where no KV space is
+        left, None where no cache grows with the context (no bound in tokens)."""
         if self.window_pool is None:
             per_token = self.kv_bytes_per_token_per_gpu + self.bounded_bytes_per_request_per_gpu / max(1, self.request_context)
         else:
@@ -352,7 +352,7 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         batch = workload.decode_batch_per_gpu
         if batch == "max":
             batch = 2 if dep.overlap == "two-batch" else 1  # see simulate.decode_batch
-        need = max(batch * per_request, workload.prefill_tokens * kv_gpu * dep.attention.tp * dep.pp,
+        need = max(batch * per_request, workload.prefill_tokens * pool_token_bytes(kv_gpu, pool) * dep.attention.tp * dep.pp,
                    _pool_need(engine, hw, model, workload)
                    * (pool_token_bytes(kv_gpu, pool) + _unpooled_bytes(bounded_gpu, pool) / max(1, context)))
         shortfall = weights - (usable - reserved - need / kv_fraction)
