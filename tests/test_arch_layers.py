@@ -13,6 +13,8 @@ import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core_fixtures import FREE_ENGINE, ROUND_GPU, TINY_MLA, TINY_MODEL, TINY_MOE, make_config
 from infersim.cards.engine import EngineCard, validate_engine
@@ -21,7 +23,8 @@ from infersim.cards.schema import build
 from infersim.run.config import load_hardware_card, load_model_card
 from infersim.base.errors import ConfigError
 from infersim.shapes.kernels import AttentionShape, IndexerShape, LinearAttentionShape
-from infersim.run.memory import bounded_bytes_per_request, kv_bytes_per_token, memory_budget, weights_per_gpu
+from infersim.run.memory import (WindowPool, bounded_bytes_per_request, kv_bytes_per_token, memory_budget,
+                                 request_bytes, weights_per_gpu)
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
 from infersim.modules.step import build_stage_plan
 from infersim.run.simulate import simulate
@@ -401,6 +404,24 @@ def test_importer_marks_the_architectures_with_qk_norm():
                                "t")["qk_norm"]
     assert "qk_norm" not in card_fields_from_hf({**base, "model_type": "qwen3", "use_qk_norm": False}, "t.json", "t")
     assert load_model_card("qwen3-30b-a3b")[0].qk_norm and not load_model_card("llama-3.1-8b")[0].qk_norm
+
+
+@settings(max_examples=200, deadline=None)
+@given(context=st.integers(1, 1 << 20), window=st.integers(1, 1 << 16), ratio=st.floats(0.01, 1.0),
+       full=st.floats(1.0, 1e6), sliding=st.floats(1.0, 1e6), states=st.floats(0.0, 1e8))
+def test_a_hybrid_pool_never_holds_a_request_in_less_than_its_window_and_context_take(context, window, ratio, full,
+                                                                                      sliding, states):
+    """A request's share of a hybrid pool is at least what it keeps (its context in the full layers,
+    its window in the sliding ones), and exactly that with a ratio of 1 and a context within the
+    window's share."""
+    kept = min(context, window)
+    pool = WindowPool(ratio, sliding, kept)
+    bounded = kept * sliding + states
+    alone = request_bytes(context, full, bounded, None)
+    assert alone == context * full + bounded
+    assert request_bytes(context, full, bounded, pool) >= alone * (1 - 1e-12)
+    if ratio == 1.0:
+        assert request_bytes(context, full, bounded, pool) == pytest.approx(context * (full + sliding) + states)
 
 
 def test_sglang_pools_gpt_oss_sliding_layers_at_0_8_of_its_full_tokens_and_vllm_by_the_window(capsys):
