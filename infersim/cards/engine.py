@@ -33,7 +33,8 @@ from typing import Any, Literal
 
 from infersim.base.records import cheap_init
 from infersim.cards.engine_platform import AttentionBackendChoice, FusionPass, GraphCaptureRule, Vendor
-from infersim.cards.engine_scheduler import ContextLimit, MemoryPolicy, MemoryTier, Scheduler, tier_value
+from infersim.cards.engine_scheduler import (ContextLimit, MemoryPolicy, MemoryTier, Scheduler, tier_value,
+                                              validate_memory_policy)
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.schema import spec
 from infersim.base.errors import MISSING, ConfigError
@@ -530,6 +531,7 @@ def validate_engine(card: EngineCard, source: str) -> EngineCard:
                           "(value 0 = no chunking)")
     _validate_context_limit(card.context_limit, source)
     _validate_running_cap_flag(card, source)
+    validate_memory_policy(card.memory, source)
     from infersim.cards.engine_platform import check_operation_names, validate_platform_fields
 
     check_operation_names(card.fused_operations, "fused_operations", source)

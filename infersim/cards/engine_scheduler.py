@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from infersim.cards.schema import spec
+from infersim.base.errors import ConfigError
 from infersim.base.units import round_up
 
 
@@ -248,6 +249,21 @@ class Scheduler:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RecurrentStatePool:
+    """How the engine holds the recurrent and conv states of a hybrid linear-attention or Mamba model:
+    a pool of state slots per scheduler, set aside from the KV space before the KV pool is sized."""
+
+    memory_ratio: float = spec(
+        0.0, doc="the slots take ratio / (1 + ratio) of the KV space (SGLang's mamba_full_memory_ratio); 0: a "
+                 "fixed number of slots (slots)", ge=0)
+    slots: int = spec(0, doc="state slots of a server, split over its attention-DP schedulers and set aside whatever "
+                             "the memory (0: by memory_ratio)", ge=0)
+    slots_per_request: int = spec(
+        1, doc="slots a running request holds (its own, and those the prefix cache keeps tracking it): a scheduler "
+               "runs at most slots / slots_per_request requests", gt=0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryPolicy:
     """How the engine divides GPU memory between weights, reserves, activations and the KV cache."""
 
@@ -266,3 +282,15 @@ class MemoryPolicy:
                  "full-attention layers, each allotted this many tokens of the sliding-window layers' KV beside it, "
                  "used or not (SGLang's hybrid SWA pool, swa_full_tokens_ratio); 0: sliding-window layers take the "
                  "KV of the tokens in their window alone (vLLM's hybrid allocator)", ge=0, le=1)
+    recurrent_state_pool: RecurrentStatePool | None = spec(
+        None, doc="a hybrid linear-attention or Mamba model: the pool of state slots the engine sets aside "
+                  "(none: each running request's states share the KV space with the KV cache)")
+
+
+def validate_memory_policy(memory: MemoryPolicy, source: str) -> None:
+    """The memory section's values that only make sense together."""
+    rule = memory.recurrent_state_pool
+    if rule is not None and (rule.memory_ratio > 0) == (rule.slots > 0):
+        raise ConfigError(source, "memory.recurrent_state_pool", {"memory_ratio": rule.memory_ratio,
+                                                                  "slots": rule.slots},
+                          "give the slots either as a share of the memory (memory_ratio) or as a number (slots)")

@@ -128,6 +128,16 @@ def _window_pool_text(engine: str, mem: MemoryResult) -> str:
             f"{mem.request_context:,} tokens takes {mem.request_bytes_per_gpu:,.0f} bytes of it on each GPU")
 
 
+def _state_pool_text(engine: str, mem: MemoryResult) -> str:
+    """How the engine's pool of recurrent-state slots holds running requests (MemoryResult.state_pool)."""
+    pool = mem.state_pool
+    assert pool is not None
+    return (f"  recurrent-state pool: {engine} sets {pool.held_bytes_per_gpu / GB:,.2f} GB apart before the KV cache space "
+            f"(engine card memory.recurrent_state_pool): {counted(pool.slots, 'state slot')} per scheduler, "
+            f"{pool.slot_bytes_per_gpu:,.0f} bytes each on each of its GPUs; a running request holds "
+            f"{counted(pool.slots_per_request, 'slot')}, so a scheduler runs at most {counted(pool.requests, 'request')}")
+
+
 def _memory_json(result: SimulationResult) -> dict[str, Any]:
     mem = result.memory
     data = {
@@ -152,6 +162,12 @@ def _memory_json(result: SimulationResult) -> dict[str, Any]:
     }
     if result.config.deployment.weight_offload != "none":
         data["weight_offload"] = _offload_json(mem)
+    if mem.state_pool is not None:
+        data["recurrent_state_pool"] = {"slots": mem.state_pool.slots,
+                                        "slot_bytes_per_gpu": mem.state_pool.slot_bytes_per_gpu,
+                                        "slots_per_request": mem.state_pool.slots_per_request,
+                                        "held_gb": mem.state_pool.held_bytes_per_gpu / GB,
+                                        "requests_per_scheduler": mem.state_pool.requests}
     if mem.window_pool is not None:
         data["sliding_window_pool"] = {"ratio": mem.window_pool.ratio,
                                        "pool_token_bytes_per_gpu": mem.pool_token_bytes_per_gpu,
@@ -489,6 +505,8 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
                      f"{mem.bounded_bytes_per_request_per_gpu:,.0f} on each GPU")
     if mem.window_pool is not None:
         lines.append(_window_pool_text(cfg.engine.name, mem))
+    if mem.state_pool is not None:
+        lines.append(_state_pool_text(cfg.engine.name, mem))
     if mem.draft_weights_bytes:
         lines.append(f"  drafter (included above): weights {mem.draft_weights_bytes / GB:,.2f} GB, "
                      f"KV {mem.draft_kv_bytes_per_token_per_gpu:,.0f} bytes per token on each GPU")

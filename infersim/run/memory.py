@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from infersim.cards.engine import EngineCard
 from infersim.cards.engine_scheduler import tier_value
 from infersim.cards.hardware import HardwareCard
-from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
+from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.deployment import Deployment, Workload, dense_ffn_tp
 from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
@@ -76,6 +76,42 @@ def window_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, co
 
 
 @dataclass(frozen=True)
+class StatePool:
+    """The engine's pool of recurrent-state slots (engine card memory.recurrent_state_pool) for a
+    hybrid linear-attention or Mamba model: every GPU of a scheduler's TP group holds its share of
+    every slot; the pool is set aside from the KV space, and a running request holds its states there,
+    not in the KV pool."""
+
+    slots: int  # slots a scheduler can hand out
+    slot_bytes_per_gpu: float  # one request's recurrent and conv states on one GPU
+    slots_per_request: int
+    held_bytes_per_gpu: float  # what the pool takes of one GPU's KV space
+
+    @property
+    def requests(self) -> int:
+        """Running requests one scheduler holds states for."""
+        return self.slots // self.slots_per_request
+
+
+def state_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, capacity: float) -> StatePool | None:
+    """The engine's state pool for this model out of `capacity` bytes of KV space per GPU (None: the
+    engine keeps no such pool, or the model has no recurrent layers). Sized by a share of the memory,
+    the pool holds as many whole slots as fit, one of them the pool's padding slot (SGLang's
+    max_mamba_cache_size + 1)."""
+    rule = engine.memory.recurrent_state_pool if engine is not None else None
+    kinds = [kind for kind in model.layer_kinds if kind in (LINEAR_ATTENTION, MAMBA)]
+    if rule is None or not kinds or capacity <= 0:
+        return None
+    slot = sum(model.layer_count(kind) * state_bytes_per_request_per_layer(model, kind, dep.attention.tp)
+               for kind in set(kinds)) / dep.pp
+    if rule.slots:  # a server's slots, split over its attention-DP schedulers
+        slots = rule.slots // max(1, dep.attention.dp)
+        return StatePool(slots, slot, rule.slots_per_request, slots * slot)
+    whole = int(capacity * rule.memory_ratio / (1 + rule.memory_ratio) // slot)
+    return StatePool(max(0, whole - 1), slot, rule.slots_per_request, whole * slot)
+
+
+@dataclass(frozen=True)
 class MemoryResult:
     """Per-GPU memory of a run: weights, KV per token, KV capacity and the decode batch it holds."""
 
@@ -104,6 +140,8 @@ class MemoryResult:
     weight_offload: WeightOffload | None = None
     # the engine's hybrid sliding-window pool (None: it keeps the window's KV alone)
     window_pool: WindowPool | None = None
+    # the engine's pool of recurrent-state slots, set aside before kv_capacity_bytes (None: none)
+    state_pool: StatePool | None = None
 
     @property
     def offloaded_weights_bytes(self) -> float:
@@ -121,9 +159,17 @@ class MemoryResult:
 
     @property
     def request_bytes_per_gpu(self) -> float:
-        """KV space one request of request_context tokens takes on one GPU at its end (request_bytes)."""
-        return request_bytes(self.request_context, self.kv_bytes_per_token_per_gpu,
-                             self.bounded_bytes_per_request_per_gpu, self.window_pool)
+        """KV space one request of request_context tokens takes on one GPU at its end (request_bytes;
+        its states are in the state pool where the engine keeps one)."""
+        return request_bytes(self.request_context, self.kv_bytes_per_token_per_gpu, self._bounded_in_kv,
+                             self.window_pool)
+
+    @property
+    def _bounded_in_kv(self) -> float:
+        """The bounded cache of a request that lives in the KV space: all of it, but its states where
+        the engine keeps them in a state pool."""
+        pool = self.state_pool
+        return self.bounded_bytes_per_request_per_gpu - (pool.slot_bytes_per_gpu if pool is not None else 0.0)
 
     def pool_tokens(self, page: int) -> int | None:
         """Tokens the KV pool of one scheduler (an attention-DP rank) holds, in whole pages of `page`
@@ -132,7 +178,7 @@ class MemoryResult:
         sliding-window pool, what such a request takes of it, request_bytes); 0 where no KV space is
         left, None where no cache grows with the context (no bound in tokens)."""
         if self.window_pool is None:
-            per_token = self.kv_bytes_per_token_per_gpu + self.bounded_bytes_per_request_per_gpu / max(1, self.request_context)
+            per_token = self.kv_bytes_per_token_per_gpu + self._bounded_in_kv / max(1, self.request_context)
         else:
             per_token = self.request_bytes_per_gpu / max(1, self.request_context)
         if per_token <= 0:
@@ -362,6 +408,11 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
             resident = weights - offloaded.bytes_per_gpu
     free = usable - reserved - resident
     capacity = free * kv_fraction if free > 0 else free
+    states = state_pool(model, engine, dep, capacity)
+    if states is not None:
+        capacity -= states.held_bytes_per_gpu
+        per_request = request_bytes(context, kv_gpu, bounded_gpu - states.slot_bytes_per_gpu, pool) \
+            * dep.attention.tp * dep.pp
     if engine is not None:
         # a cap per engine instance; batch B per GPU means tp x pp x B requests in an instance
         token_bytes = pool_token_bytes(kv_gpu, pool)
@@ -369,13 +420,16 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         cap_instance = engine.running_cap(hw.peak.hbm_bytes, pool_tokens, model.max_position_embeddings)
         cap = max(1, cap_instance // (dep.attention.tp * dep.pp)) if cap_instance else 0
     kv_fit = int(capacity // per_request) if capacity > 0 else 0
+    state_bound = states is not None and states.requests // (dep.attention.tp * dep.pp) < kv_fit
+    if states is not None:
+        kv_fit = min(kv_fit, states.requests // (dep.attention.tp * dep.pp))
     max_batch = min(kv_fit, cap) if cap else kv_fit
     if capacity <= 0:
-        binding = "weights"
+        binding = "weights" if states is None or capacity + states.held_bytes_per_gpu <= 0 else "recurrent-state pool"
     elif cap and cap < kv_fit:
         binding = "running-request cap"
     else:
-        binding = "kv cache"
+        binding = "recurrent-state pool" if state_bound else "kv cache"
     return MemoryResult(weights, kv_model, kv_gpu, hw.peak.hbm_bytes, hw.peak.hbm_bytes - usable + reserved, capacity,
                         context, max_batch, bounded_model, bounded_gpu, draft_weights, draft_kv, activations,
-                        step_tokens, kv_fit, cap, binding, offloaded, pool)
+                        step_tokens, kv_fit, cap, binding, offloaded, pool, states)

@@ -260,6 +260,9 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
                    f"which leaves too little beside the runtime's {memory.reserved_bytes / GB:,.2f} GB and the KV cache "
                    f"the workload needs: short by {(offload.shortfall_bytes - offload.pool_bytes_per_gpu) / GB:,.2f} GB")
         return out
+    if memory.binding_limit == "recurrent-state pool" and memory.max_batch_per_gpu < 1:
+        out.append(_state_pool_problem(config, memory))
+        return out
     if memory.kv_capacity_bytes <= 0:
         out.append(_weights_problem(config, memory))
         return out
@@ -276,11 +279,19 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
         # also 'max' under two-batch overlap when only 1 request fits
         need = batch * per_request
         fit = memory.kv_fit_batch_per_gpu
-        out.append(f"decode batch {batch:,} per GPU needs {need / GB:,.2f} GB of KV cache per GPU ({memory.request_context:,} "
-                   f"tokens each), but {capacity / GB:,.2f} GB are left after the weights: over by "
-                   f"{(need - capacity) / GB:,.2f} GB; at most {counted(fit, 'request')} per GPU fit{'s' if fit == 1 else ''}; "
-                   f"fix: a batch of at most {fit:,} per GPU (--batch-per-gpu {fit}, or leave the batch unset: the largest "
-                   "that fits)")
+        if need <= capacity:  # the KV cache holds the batch; the state pool does not
+            pool = memory.state_pool
+            assert pool is not None
+            what = (f"decode batch {batch:,} per GPU is more than {config.engine.name}'s recurrent-state pool holds: "
+                    f"{counted(pool.requests, 'running request')} per scheduler of {dep.attention.tp * dep.pp} GPUs "
+                    f"({counted(pool.slots, 'state slot')}, {counted(pool.slots_per_request, 'slot')} a request; "
+                    "engine card memory.recurrent_state_pool)")
+        else:
+            what = (f"decode batch {batch:,} per GPU needs {need / GB:,.2f} GB of KV cache per GPU "
+                    f"({memory.request_context:,} tokens each), but {capacity / GB:,.2f} GB are left after the weights: "
+                    f"over by {(need - capacity) / GB:,.2f} GB")
+        out.append(f"{what}; at most {counted(fit, 'request')} per GPU fit{'s' if fit == 1 else ''}; fix: a batch of at "
+                   f"most {fit:,} per GPU (--batch-per-gpu {fit}, or leave the batch unset: the largest that fits)")
     prefill_kv = workload.prefill_tokens * memory.pool_token_bytes_per_gpu * dep.attention.tp * dep.pp
     if prefill_kv > capacity:
         out.append(f"a prefill step of {workload.prefill_tokens:,} prompt tokens per GPU needs {prefill_kv / GB:,.2f} GB of "
@@ -300,6 +311,22 @@ def _gpus_for(gpus: int, need: float, have: float) -> int:
 #: GPUs past which no "more GPUs" fix is offered: the largest clusters hold about 10^5 GPUs, and a
 #: model that needs more than ten times that is not one a layout change makes fit
 MOST_GPUS_ADVISED = 1_000_000
+
+
+def _state_pool_problem(config: RunConfig, memory: MemoryResult) -> str:
+    """Why the engine's pool of recurrent-state slots leaves no request per GPU: it takes the whole KV
+    space, or holds fewer running requests than a scheduler has GPUs."""
+    pool = memory.state_pool
+    assert pool is not None
+    dep = config.deployment
+    said = (f"{config.engine.name}'s recurrent-state pool ({counted(pool.slots, 'slot')}, "
+            f"{pool.held_bytes_per_gpu / GB:,.2f} GB per GPU; engine card memory.recurrent_state_pool)")
+    if memory.kv_capacity_bytes <= 0:
+        return (f"{said} leaves no KV cache space beside the weights: over by {-memory.kv_capacity_bytes / GB:,.2f} GB; "
+                "fix: more GPUs")
+    gpus = dep.attention.tp * dep.pp
+    return (f"{said} holds {counted(pool.requests, 'running request')} per scheduler, fewer than its {gpus} GPUs "
+            "(attention TP x PP): under one request per GPU; fix: a smaller attention TP, or more memory per GPU")
 
 
 def _weights_problem(config: RunConfig, memory: MemoryResult) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from infersim.cards.engine import EngineCard, OfflineLimits
 from infersim.cards.engine_scheduler import FutureTokenReservation
@@ -30,6 +31,9 @@ from infersim.cards.deployment import Deployment, dp_attention_ranks
 from infersim.base.texttable import counted
 from infersim.base.errors import InferSimError, NotPossible
 from infersim.base.units import dtype_bytes, round_up
+
+if TYPE_CHECKING:
+    from infersim.run.memory import MemoryResult
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,21 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
         max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp,
         intake_one_step_ahead=engine.overheads.overlap_scheduler,
         client_lag_s=0.0 if prefill_only else engine.overheads.api_server_latency, cap_derived_by_engine=derived)
-    return _with_given(settings, config, given)
+    return _state_capped(_with_given(settings, config, given), memory)
+
+
+def _state_capped(settings: SchedulerSettings, memory: MemoryResult) -> SchedulerSettings:
+    """`settings` with the running cap the engine's pool of recurrent-state slots sets, where it is
+    below the cap it has (the engine caps even a given one so, and derives it by itself)."""
+    pool = memory.state_pool
+    if pool is None:
+        return settings
+    cap = pool.requests * settings.dp_ranks
+    if settings.max_running and settings.max_running <= cap:
+        return settings
+    return replace(settings, max_running=cap, cap_derived_by_engine=True,
+                   origin=settings.origin + f"; running cap {cap:,} from its recurrent-state pool "
+                                            f"({counted(pool.requests, 'request')} per scheduler)")
 
 
 def _with_given(settings: SchedulerSettings, config: RunConfig, given: GivenLimits) -> SchedulerSettings:
