@@ -127,3 +127,16 @@ def test_serve_caps_its_running_requests_at_the_state_pools(capsys):
     assert main(["serve", *QWEN3_NEXT_TP4, "--engine", "sglang", "--rate", "5", "--num-requests", "20"]) == 0
     out = capsys.readouterr().out
     assert "running cap 155, " in out and "running cap 155 from its recurrent-state pool (155 requests per scheduler)" in out
+
+
+def test_a_state_pool_holding_no_request_is_refused_by_the_run_and_by_serve():
+    from infersim.base.errors import NotPossible
+    from infersim.serve.settings import settings_from_engine
+
+    engine = _engine(slots=1, slots_per_request=2)
+    (problem,) = _problems(engine)
+    assert problem.endswith("holds no running request: a request holds 2 slots; fix: more memory per GPU")
+    cfg = replace(make_config(GDN), engine=engine)
+    with pytest.raises(NotPossible) as caught:
+        settings_from_engine(cfg, 8, 4, offline=False)
+    assert str(caught.value) == "does not fit: " + problem

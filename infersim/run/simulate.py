@@ -261,7 +261,7 @@ def fit_problems(config: RunConfig, memory: MemoryResult, batch: int) -> list[st
                    f"the workload needs: short by {(offload.shortfall_bytes - offload.pool_bytes_per_gpu) / GB:,.2f} GB")
         return out
     if memory.binding_limit == "recurrent-state pool" and memory.max_batch_per_gpu < 1:
-        out.append(_state_pool_problem(config, memory))
+        out.append(state_pool_problem(config, memory))
         return out
     if memory.kv_capacity_bytes <= 0:
         out.append(_weights_problem(config, memory))
@@ -313,7 +313,7 @@ def _gpus_for(gpus: int, need: float, have: float) -> int:
 MOST_GPUS_ADVISED = 1_000_000
 
 
-def _state_pool_problem(config: RunConfig, memory: MemoryResult) -> str:
+def state_pool_problem(config: RunConfig, memory: MemoryResult) -> str:
     """Why the engine's pool of recurrent-state slots leaves no request per GPU: it takes the whole KV
     space, or holds fewer running requests than a scheduler has GPUs."""
     pool = memory.state_pool
@@ -324,6 +324,9 @@ def _state_pool_problem(config: RunConfig, memory: MemoryResult) -> str:
     if memory.kv_capacity_bytes <= 0:
         return (f"{said} leaves no KV cache space beside the weights: over by {-memory.kv_capacity_bytes / GB:,.2f} GB; "
                 "fix: more GPUs")
+    if pool.requests < 1:
+        return (f"{said} holds no running request: a request holds {counted(pool.slots_per_request, 'slot')}; "
+                "fix: more memory per GPU")
     gpus = dep.attention.tp * dep.pp
     return (f"{said} holds {counted(pool.requests, 'running request')} per scheduler, fewer than its {gpus} GPUs "
             "(attention TP x PP): under one request per GPU; fix: a smaller attention TP, or more memory per GPU")

@@ -199,6 +199,12 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     workload = Workload(isl=max(1, round(mean_isl)), osl=max(1, round(mean_osl)), decode_batch_per_gpu=1)
     step_tokens = min(budget // dp if budget < (1 << 30) else round(mean_isl), 1 << 20)
     memory = memory_budget(config.model, hw, dep, workload, drafter_memory(config), engine, max(1, step_tokens))
+    states = memory.state_pool
+    if states is not None and (memory.kv_capacity_bytes <= 0 < memory.kv_capacity_bytes + states.held_bytes_per_gpu
+                               or states.requests < 1):
+        from infersim.run.simulate import state_pool_problem
+
+        raise NotPossible(f"does not fit: {state_pool_problem(config, memory)}")
     if memory.kv_capacity_bytes <= 0:
         raise NotPossible(f"does not fit: {config.model.name}'s weights need {memory.weights_bytes / 1e9:.2f} GB per GPU "
                           f"of {hbm / 1e9:.2f} GB, {memory.reserved_bytes / 1e9:.2f} GB of it reserved by {engine.name}")
