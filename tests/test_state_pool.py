@@ -140,3 +140,18 @@ def test_a_state_pool_holding_no_request_is_refused_by_the_run_and_by_serve():
     with pytest.raises(NotPossible) as caught:
         settings_from_engine(cfg, 8, 4, offline=False)
     assert str(caught.value) == "does not fit: " + problem
+
+
+@pytest.mark.parametrize("off", [True, False])
+def test_an_engine_that_turns_its_prefix_cache_off_for_such_a_model_serves_without_it(off):
+    from infersim.serve.settings import settings_from_engine
+
+    data = copy.deepcopy(FREE_ENGINE)
+    data["scheduler"]["prefix_cache"] = True
+    data["memory"]["recurrent_state_pool"] = {"slots": 64, "prefix_cache_off": off}
+    engine = validate_engine(build(EngineCard, data, "e.yaml"), "e.yaml")
+    settings = settings_from_engine(replace(make_config(GDN), engine=engine), 8, 4, offline=False, prefix_cache=True)
+    assert settings.prefix_cache is not off
+    assert ("prefix cache off: free " in settings.origin) is off
+    plain = settings_from_engine(replace(make_config(TINY_MODEL), engine=engine), 8, 4, offline=False)
+    assert plain.prefix_cache  # no recurrent layers: no state pool, the cache as the card has it

@@ -261,6 +261,8 @@ class RecurrentStatePool:
     slots_per_request: int = spec(
         1, doc="slots a running request holds (its own, and those the prefix cache keeps tracking it): a scheduler "
                "runs at most slots / slots_per_request requests", gt=0)
+    prefix_cache_off: bool = spec(False, doc="the engine turns its prefix cache off for such a model, whatever asks "
+                                             "for it")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -221,15 +221,26 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
                           f"({memory.pool_token_bytes_per_gpu * page:,.0f} bytes): its KV pool holds no request")
     capacity = pool * dp if pool is not None else 1 << 40
     derived = sched.running_cap_from_pool is not None and not (offline and engine.offline_limits is not None)
+    asked = sched.prefix_cache if prefix_cache is None else prefix_cache
+    prefix_on = _prefix_cache(asked, engine, memory)
+    if asked and not prefix_on:
+        origin += f"; prefix cache off: {engine.name} {engine.version} turns it off for a model with recurrent states"
     settings = SchedulerSettings(
         token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,
         admission=sched.kv_admission, page_size=page, chunked=chunked,
-        prefix_cache=sched.prefix_cache if prefix_cache is None else prefix_cache, kv_capacity_tokens=capacity,
+        prefix_cache=prefix_on, kv_capacity_tokens=capacity,
         reservation=sched.future_reservation if sched.kv_admission == "on-demand" else None, origin=origin,
         max_chunk=per_gpu if chunked and dp > 1 and per_gpu else 0, dp_ranks=dp,
         intake_one_step_ahead=engine.overheads.overlap_scheduler,
         client_lag_s=0.0 if prefill_only else engine.overheads.api_server_latency, cap_derived_by_engine=derived)
     return _state_capped(_with_given(settings, config, given), memory)
+
+
+def _prefix_cache(asked: bool, engine: EngineCard, memory: MemoryResult) -> bool:
+    """Whether the prefix cache is on: as asked, but off where the engine turns it off for a model it
+    keeps a recurrent-state pool for (engine card memory.recurrent_state_pool.prefix_cache_off)."""
+    rule = engine.memory.recurrent_state_pool
+    return asked and not (memory.state_pool is not None and rule is not None and rule.prefix_cache_off)
 
 
 def _state_capped(settings: SchedulerSettings, memory: MemoryResult) -> SchedulerSettings:
