@@ -142,16 +142,39 @@ def test_a_state_pool_holding_no_request_is_refused_by_the_run_and_by_serve():
     assert str(caught.value) == "does not fit: " + problem
 
 
-@pytest.mark.parametrize("off", [True, False])
-def test_an_engine_that_turns_its_prefix_cache_off_for_such_a_model_serves_without_it(off):
+@pytest.mark.parametrize("rule, asked, on, said", [
+    ("default", None, True, ""), ("default", False, False, ""),
+    ("opt-in", None, False, "keeps it off for a model with recurrent layers unless turned on"),
+    ("opt-in", True, True, ""),
+    ("never", None, False, "turns it off for a model with recurrent layers, whatever asks for it"),
+    ("never", True, False, "turns it off for a model with recurrent layers, whatever asks for it"),
+    ("never", False, False, ""),
+])
+def test_an_engines_prefix_cache_for_a_model_with_recurrent_layers(rule, asked, on, said):
+    """vLLM 0.11 and SGLang 0.5.2 turn it off whatever the flags, vLLM 0.15 unless asked."""
     from infersim.serve.settings import settings_from_engine
 
     data = copy.deepcopy(FREE_ENGINE)
     data["scheduler"]["prefix_cache"] = True
-    data["memory"]["recurrent_state_pool"] = {"slots": 64, "prefix_cache_off": off}
+    data["scheduler"]["recurrent_prefix_cache"] = rule
     engine = validate_engine(build(EngineCard, data, "e.yaml"), "e.yaml")
-    settings = settings_from_engine(replace(make_config(GDN), engine=engine), 8, 4, offline=False, prefix_cache=True)
-    assert settings.prefix_cache is not off
-    assert ("prefix cache off: free " in settings.origin) is off
-    plain = settings_from_engine(replace(make_config(TINY_MODEL), engine=engine), 8, 4, offline=False)
-    assert plain.prefix_cache  # no recurrent layers: no state pool, the cache as the card has it
+    settings = settings_from_engine(replace(make_config(GDN), engine=engine), 8, 4, offline=False, prefix_cache=asked)
+    assert settings.prefix_cache is on
+    assert (f"; prefix cache off: free {engine.version} {said}" in settings.origin) if said else \
+        "prefix cache off" not in settings.origin
+    plain = settings_from_engine(replace(make_config(TINY_MODEL), engine=engine), 8, 4, offline=False, prefix_cache=asked)
+    assert plain.prefix_cache is (asked is not False)  # no recurrent layers: as asked, else as the card has it
+
+
+@pytest.mark.parametrize("card, rule", [("vllm@0.11", "never"), ("vllm@0.15.1", "opt-in"), ("vllm@0.33.0", "default"),
+                                        ("sglang@0.5", "never"), ("sglang@0.5.23", "default")])
+def test_the_bundled_engines_prefix_cache_rules_for_recurrent_models(card, rule):
+    from infersim.run.config import load_engine_card
+
+    assert load_engine_card(card)[0].scheduler.recurrent_prefix_cache == rule
+
+
+def test_a_launch_command_keeps_the_engines_prefix_cache_for_a_recurrent_model(capsys):
+    """vLLM 0.15 keeps prefix caching off for Qwen3-Next unless asked: the command does not turn it on."""
+    assert main([*QWEN3_NEXT_TP4, "--engine", "vllm@0.15.1", "--emit-launch"]) == 0
+    assert " --no-enable-prefix-caching " in capsys.readouterr().out

@@ -241,6 +241,9 @@ class Scheduler:
             "on-demand: blocks are taken as tokens arrive and running requests are preempted when they run out")
     page_size: int = spec(doc="KV-cache page (block) size, tokens", gt=0)
     prefix_cache: bool = spec(doc="prefix (radix / block) cache on by default")
+    recurrent_prefix_cache: Literal["default", "opt-in", "never"] = spec(
+        "default", doc="the prefix cache of a model with recurrent (linear-attention, Mamba) layers: default, as "
+                       "prefix_cache; opt-in, off unless a run turns it on; never, off whatever a run asks")
     future_reservation: FutureTokenReservation | None = spec(
         None, doc="on-demand admission: KV held back for running requests' future tokens (none = no reservation)")
     host_kv_tier: str | None = spec(
@@ -261,8 +264,6 @@ class RecurrentStatePool:
     slots_per_request: int = spec(
         1, doc="slots a running request holds (its own, and those the prefix cache keeps tracking it): a scheduler "
                "runs at most slots / slots_per_request requests", gt=0)
-    prefix_cache_off: bool = spec(False, doc="the engine turns its prefix cache off for such a model, whatever asks "
-                                             "for it")
 
 
 @dataclass(frozen=True, kw_only=True)

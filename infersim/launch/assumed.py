@@ -17,6 +17,7 @@ from infersim.cards.engine import EngineCard
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.base.errors import InferSimError
+from infersim.serve.settings import prefix_cache_on
 from infersim.run.memory import MemoryResult, memory_budget
 
 if TYPE_CHECKING:
@@ -142,7 +143,8 @@ def assumed_for_batch(config: RunConfig, batch_per_gpu: int, memory: MemoryResul
         budget = engine.chunk_tokens(hbm, dp_attention_ranks(dep))
         origin = f"token budget from engine card {engine.name} {engine.version}"
     cap = batch_per_gpu * dep.attention.tp * dep.pp
-    return Assumed("server", 1, config, budget, budget > 0, cap, engine.scheduler.prefix_cache,
+    prefix_cache = prefix_cache_on(None, engine, config.model)[0]  # the engine's own, for this model
+    return Assumed("server", 1, config, budget, budget > 0, cap, prefix_cache,
                    engine.scheduler.mixed_batches, static_fraction(memory),
                    capture_sizes(engine, hbm, server_tp(dep), cap),
                    origin + f"; running cap {cap}: the simulated decode batch of {batch_per_gpu} per GPU", lookahead)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from infersim.cards.engine import EngineCard, OfflineLimits
 from infersim.cards.engine_scheduler import FutureTokenReservation
-from infersim.cards.model import ModelCard
+from infersim.cards.model import LINEAR_ATTENTION, MAMBA, ModelCard
 from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment, dp_attention_ranks
 from infersim.base.texttable import counted
@@ -221,10 +221,8 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
                           f"({memory.pool_token_bytes_per_gpu * page:,.0f} bytes): its KV pool holds no request")
     capacity = pool * dp if pool is not None else 1 << 40
     derived = sched.running_cap_from_pool is not None and not (offline and engine.offline_limits is not None)
-    asked = sched.prefix_cache if prefix_cache is None else prefix_cache
-    prefix_on = _prefix_cache(asked, engine, memory)
-    if asked and not prefix_on:
-        origin += f"; prefix cache off: {engine.name} {engine.version} turns it off for a model with recurrent states"
+    prefix_on, why = prefix_cache_on(prefix_cache, engine, config.model)
+    origin += why
     settings = SchedulerSettings(
         token_budget=budget, max_running=cap, mixed=sched.mixed_batches and not prefill_only, policy=sched.policy,
         admission=sched.kv_admission, page_size=page, chunked=chunked,
@@ -236,11 +234,21 @@ def settings_from_engine(config: RunConfig, mean_isl: float, mean_osl: float, of
     return _state_capped(_with_given(settings, config, given), memory)
 
 
-def _prefix_cache(asked: bool, engine: EngineCard, memory: MemoryResult) -> bool:
-    """Whether the prefix cache is on: as asked, but off where the engine turns it off for a model it
-    keeps a recurrent-state pool for (engine card memory.recurrent_state_pool.prefix_cache_off)."""
-    rule = engine.memory.recurrent_state_pool
-    return asked and not (memory.state_pool is not None and rule is not None and rule.prefix_cache_off)
+def prefix_cache_on(asked: bool | None, engine: EngineCard, model: ModelCard) -> tuple[bool, str]:
+    """(whether the prefix cache is on, what is said of it): as the run asks, else as the engine card
+    has it; for a model with recurrent layers, as the card's scheduler.recurrent_prefix_cache rule
+    has it (an engine that keeps it off for such a model unless asked, or whatever is asked)."""
+    rule = engine.scheduler.recurrent_prefix_cache
+    recurrent = rule != "default" and any(kind in (LINEAR_ATTENTION, MAMBA) for kind in model.layer_kinds)
+    if not recurrent:
+        return engine.scheduler.prefix_cache if asked is None else asked, ""
+    name = f"{engine.name} {engine.version}"
+    if rule == "never":
+        said = f"; prefix cache off: {name} turns it off for a model with recurrent layers, whatever asks for it"
+        return False, said if asked or (asked is None and engine.scheduler.prefix_cache) else ""
+    if asked is None:
+        return False, f"; prefix cache off: {name} keeps it off for a model with recurrent layers unless turned on"
+    return asked, ""
 
 
 def _state_capped(settings: SchedulerSettings, memory: MemoryResult) -> SchedulerSettings:
