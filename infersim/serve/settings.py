@@ -247,7 +247,8 @@ def prefix_cache_on(asked: bool | None, engine: EngineCard, model: ModelCard) ->
         said = f"; prefix cache off: {name} turns it off for a model with recurrent layers, whatever asks for it"
         return False, said if asked or (asked is None and engine.scheduler.prefix_cache) else ""
     if asked is None:
-        return False, f"; prefix cache off: {name} keeps it off for a model with recurrent layers unless turned on"
+        said = f"; prefix cache off: {name} keeps it off for a model with recurrent layers unless turned on"
+        return False, said if engine.scheduler.prefix_cache else ""
     return asked, ""
 
 
