@@ -23,8 +23,9 @@ from infersim.cards.schema import build
 from infersim.run.config import load_hardware_card, load_model_card
 from infersim.base.errors import ConfigError
 from infersim.shapes.kernels import AttentionShape, IndexerShape, LinearAttentionShape
-from infersim.run.memory import (WindowPool, bounded_bytes_per_request, kv_bytes_per_token, memory_budget,
-                                 request_bytes, weights_per_gpu)
+from infersim.run.memory import (bounded_bytes_per_request, kv_bytes_per_token, memory_budget, request_bytes,
+                                 weights_per_gpu)
+from infersim.run.memory_pools import WindowPool
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
 from infersim.modules.step import build_stage_plan
 from infersim.run.simulate import simulate

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from infersim.cards.engine import EngineCard
 from infersim.cards.engine_scheduler import tier_value
@@ -27,19 +28,10 @@ from infersim.modules.step import layer_composition, lm_head_gathered_dp
 from infersim.base.units import ACT_BYTES, dtype_bytes
 from infersim.costing.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, WeightOffload, host_link_bytes_per_s
 
+if TYPE_CHECKING:
+    from infersim.run.memory_pools import StatePool, WindowPool
+
 EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every serving engine we model
-
-
-@dataclass(frozen=True)
-class WindowPool:
-    """An engine's hybrid sliding-window pool (engine card memory.sliding_window_pool_ratio), for a
-    model with full-attention and sliding-window layers: the pool is sized in tokens of the
-    full-attention layers, each allotted `ratio` tokens of the sliding-window layers' KV beside it,
-    used or not; a request holds its context in the first and the tokens of its window in the second."""
-
-    ratio: float
-    bytes_per_token_per_gpu: float  # the sliding-window layers' KV of one token on one GPU
-    request_tokens: int  # tokens of a request in the window at its end
 
 
 def pool_token_bytes(kv_gpu: float, pool: WindowPool | None) -> float:
@@ -70,27 +62,11 @@ def window_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, co
     ratio = engine.memory.sliding_window_pool_ratio if engine is not None else 0.0
     if not ratio or SLIDING_ATTENTION not in model.layer_kinds or FULL_ATTENTION not in model.layer_kinds:
         return None
+    from infersim.run.memory_pools import WindowPool  # only a model and engine that pool so pay for the record
+
     per_token = model.layer_count(SLIDING_ATTENTION) * kv_bytes_per_token_per_layer(
         model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
     return WindowPool(ratio, per_token, min(context, model.sliding_window))
-
-
-@dataclass(frozen=True)
-class StatePool:
-    """The engine's pool of recurrent-state slots (engine card memory.recurrent_state_pool) for a
-    hybrid linear-attention or Mamba model: every GPU of a scheduler's TP group holds its share of
-    every slot; the pool is set aside from the KV space, and a running request holds its states there,
-    not in the KV pool."""
-
-    slots: int  # slots a scheduler can hand out
-    slot_bytes_per_gpu: float  # one request's recurrent and conv states on one GPU
-    slots_per_request: int
-    held_bytes_per_gpu: float  # what the pool takes of one GPU's KV space
-
-    @property
-    def requests(self) -> int:
-        """Running requests one scheduler holds states for."""
-        return self.slots // self.slots_per_request
 
 
 def state_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, capacity: float) -> StatePool | None:
@@ -102,6 +78,8 @@ def state_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, cap
     kinds = [kind for kind in model.layer_kinds if kind in (LINEAR_ATTENTION, MAMBA)]
     if rule is None or not kinds or capacity <= 0:
         return None
+    from infersim.run.memory_pools import StatePool  # only a model and engine that pool so pay for the record
+
     slot = sum(model.layer_count(kind) * state_bytes_per_request_per_layer(model, kind, dep.attention.tp)
                for kind in set(kinds)) / dep.pp
     if rule.slots:  # a server's slots, split over its attention-DP schedulers
