@@ -10,9 +10,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from infersim.cards.calibration import CalibrationProfile, apply_profile, load_profile
 from infersim.cards.engine import EngineCard, validate_engine
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model
@@ -33,6 +32,9 @@ from infersim.base.errors import MISSING, ConfigError, InferSimError, echo, shor
 from infersim.shapes.kernels import KernelTables, NoTables
 from infersim.tables.libraries import KernelLibraries, restrict_to_libraries
 from infersim.run.flags import RunFlags, base_mapping, fit_layout, flag_fields, refuse_layout_overrides, replicas_note
+
+if TYPE_CHECKING:
+    from infersim.cards.calibration import CalibrationProfile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -466,6 +468,8 @@ def _calibrated(path: str | None, base: Path | None, hardware: HardwareCard, eng
     """(profile, the cards before it, the cards with it) of a run config's `calibration` key."""
     if not path:
         return None, None, hardware, engine
+    from infersim.cards.calibration import apply_profile, load_profile  # a run without a profile needs neither
+
     profile = load_profile(path, base)
     notes.append(profile.describe())
     return (profile, (hardware, engine), *apply_profile(profile, hardware, engine))
@@ -503,6 +507,8 @@ def _calibrated_variant(config: RunConfig, hardware: HardwareCard) -> HardwareCa
         return hardware
     if hardware == config.hardware:
         return hardware  # the run's own (calibrated) card
+    from infersim.cards.calibration import apply_profile  # a run with a profile has imported it already
+
     return apply_profile(profile, hardware, config.engine)[0]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 from dataclasses import dataclass, replace
 
 from infersim.cards.engine import EngineCard
@@ -17,12 +18,14 @@ from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.costing.memo import PricingMemo
 from infersim.shapes.plan import SequenceBatch, StagePlan
-from infersim.run.speculative import SpeculativeResult, drafter_memory, run_speculative, with_draft_prefill
 from infersim.base.texttable import counted
 from infersim.run.request_limits import (context_warnings, kv_pool_said, larger_cap, pool_problem, served_osl,
                                          within_context)
 from infersim.base.units import GB
 from infersim.costing.weight_offload import WeightOffload
+
+if TYPE_CHECKING:
+    from infersim.run.speculative import SpeculativeResult
 
 
 @dataclass(frozen=True)
@@ -198,8 +201,12 @@ def simulate(config: RunConfig, memo: PricingMemo | None = None) -> SimulationRe
     engine's server runs whole is simulated as the server runs it (within_context)."""
     config, shortened = within_context(config)
     model, hw, dep, workload = config.model, config.hardware, config.deployment, config.workload
-    speculative = None
-    memory = memory_budget(model, hw, dep, workload, drafter_memory(config), config.engine,
+    speculative = draft = None
+    if config.speculative is not None:  # a run without a drafter does not import its module
+        from infersim.run.speculative import drafter_memory, run_speculative
+
+        draft = drafter_memory(config)
+    memory = memory_budget(model, hw, dep, workload, draft, config.engine,
                            prefill_step_tokens(workload, config.engine, hw, dep), offload=True)
     batch = decode_batch(config, memory)
     offload = memory.weight_offload
@@ -221,6 +228,8 @@ def _single_prompt_prefill(config: RunConfig, offload: WeightOffload | None,
     single = single_prompt_prefill(config.model, config.hardware, config.deployment, config.workload, config.tables,
                                    config.engine, offload, memo)
     if single is not None and config.speculative is not None:
+        from infersim.run.speculative import with_draft_prefill
+
         one = replace(config.workload, prefill_tokens_per_gpu=0)
         single = with_draft_prefill(replace(config, workload=one), single)[0]
     return single
