@@ -10,6 +10,8 @@ import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core_fixtures import FREE_ENGINE, TINY_MODEL, make_config
 from infersim.base.errors import ConfigError
@@ -178,3 +180,19 @@ def test_a_launch_command_keeps_the_engines_prefix_cache_for_a_recurrent_model(c
     """vLLM 0.15 keeps prefix caching off for Qwen3-Next unless asked: the command does not turn it on."""
     assert main([*QWEN3_NEXT_TP4, "--engine", "vllm@0.15.1", "--emit-launch"]) == 0
     assert " --no-enable-prefix-caching " in capsys.readouterr().out
+
+
+@settings(max_examples=40, deadline=None)
+@given(ratio=st.floats(0.05, 4.0), per_request=st.integers(1, 8))
+def test_a_state_pool_by_share_stays_within_its_share_and_more_memory_never_runs_fewer(ratio, per_request):
+    """The slots take at most ratio / (1 + ratio) of the KV space, whole slots of one request's states,
+    the rest stays KV space; a larger share never holds fewer running requests."""
+    space = _memory(_engine()).kv_capacity_bytes
+    mem = _memory(_engine(memory_ratio=ratio, slots_per_request=per_request))
+    pool = mem.state_pool
+    assert pool is not None and pool.held_bytes_per_gpu == (pool.slots + 1) * SLOT
+    assert pool.held_bytes_per_gpu <= space * ratio / (1 + ratio) + 1e-6
+    assert mem.kv_capacity_bytes == pytest.approx(space - pool.held_bytes_per_gpu)
+    assert pool.requests == pool.slots // per_request
+    larger = _memory(_engine(memory_ratio=ratio * 1.5, slots_per_request=per_request)).state_pool
+    assert larger is not None and larger.requests >= pool.requests
