@@ -44,7 +44,7 @@ def _memory(engine: EngineCard, **deployment: object):
 
 def test_a_share_of_the_memory_becomes_whole_slots_less_one_and_the_rest_the_kv_pool():
     space = _memory(_engine()).kv_capacity_bytes  # no state pool: states share the KV space
-    mem = _memory(_engine(memory_ratio=1.0, slots_per_request=2))
+    mem = _memory(_engine(memory_ratio=1.0, slots_per_request=2, padding_slots=1))
     whole = int(space * 0.5 // SLOT)
     assert mem.state_pool is not None
     assert (mem.state_pool.slots, mem.state_pool.slot_bytes_per_gpu) == (whole - 1, SLOT)
@@ -188,11 +188,11 @@ def test_a_state_pool_by_share_stays_within_its_share_and_more_memory_never_runs
     """The slots take at most ratio / (1 + ratio) of the KV space, whole slots of one request's states,
     the rest stays KV space; a larger share never holds fewer running requests."""
     space = _memory(_engine()).kv_capacity_bytes
-    mem = _memory(_engine(memory_ratio=ratio, slots_per_request=per_request))
+    mem = _memory(_engine(memory_ratio=ratio, slots_per_request=per_request, padding_slots=1))
     pool = mem.state_pool
     assert pool is not None and pool.held_bytes_per_gpu == (pool.slots + 1) * SLOT
     assert pool.held_bytes_per_gpu <= space * ratio / (1 + ratio) + 1e-6
     assert mem.kv_capacity_bytes == pytest.approx(space - pool.held_bytes_per_gpu)
     assert pool.requests == pool.slots // per_request
-    larger = _memory(_engine(memory_ratio=ratio * 1.5, slots_per_request=per_request)).state_pool
+    larger = _memory(_engine(memory_ratio=ratio * 1.5, slots_per_request=per_request, padding_slots=1)).state_pool
     assert larger is not None and larger.requests >= pool.requests

@@ -264,6 +264,7 @@ class RecurrentStatePool:
     slots_per_request: int = spec(
         1, doc="slots a running request holds (its own, and those the prefix cache keeps tracking it): a scheduler "
                "runs at most slots / slots_per_request requests", gt=0)
+    padding_slots: int = spec(0, doc="slots of the pool no request holds (the pool's padding slot)", ge=0)
 
 
 @dataclass(frozen=True, kw_only=True)

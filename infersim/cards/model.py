@@ -182,6 +182,11 @@ class ModelCard:
         return self.layer_kinds.count(kind)
 
     @cached_property
+    def recurrent_kinds(self) -> tuple[str, ...]:
+        """The kinds of its layers that keep a recurrent state per request (linear attention, Mamba)."""
+        return tuple(kind for kind in (LINEAR_ATTENTION, MAMBA) if kind in self.layer_kinds)
+
+    @cached_property
     def is_hybrid(self) -> bool:
         """Some layer is not full attention."""
         return any(k != FULL_ATTENTION for k in self.layer_kinds)

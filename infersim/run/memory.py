@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from infersim.cards.engine import EngineCard
 from infersim.cards.engine_scheduler import tier_value
 from infersim.cards.hardware import HardwareCard
-from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
+from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
 from infersim.cards.deployment import Deployment, Workload, dense_ffn_tp
 from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
@@ -72,21 +72,19 @@ def window_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, co
 def state_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, capacity: float) -> StatePool | None:
     """The engine's state pool for this model out of `capacity` bytes of KV space per GPU (None: the
     engine keeps no such pool, or the model has no recurrent layers). Sized by a share of the memory,
-    the pool holds as many whole slots as fit, one of them the pool's padding slot (SGLang's
-    max_mamba_cache_size + 1)."""
+    the pool holds as many whole slots as fit, the card's padding slots among them."""
     rule = engine.memory.recurrent_state_pool if engine is not None else None
-    kinds = [kind for kind in model.layer_kinds if kind in (LINEAR_ATTENTION, MAMBA)]
-    if rule is None or not kinds or capacity <= 0:
+    if rule is None or not model.recurrent_kinds or capacity <= 0:
         return None
     from infersim.run.memory_pools import StatePool  # only a model and engine that pool so pay for the record
 
     slot = sum(model.layer_count(kind) * state_bytes_per_request_per_layer(model, kind, dep.attention.tp)
-               for kind in set(kinds)) / dep.pp
+               for kind in model.recurrent_kinds) / dep.pp
     if rule.slots:  # a server's slots, split over its attention-DP schedulers
         slots = rule.slots // max(1, dep.attention.dp)
-        return StatePool(slots, slot, rule.slots_per_request, slots * slot)
+        return StatePool(slots, slot, rule.slots_per_request, (slots + rule.padding_slots) * slot)
     whole = int(capacity * rule.memory_ratio / (1 + rule.memory_ratio) // slot)
-    return StatePool(max(0, whole - 1), slot, rule.slots_per_request, whole * slot)
+    return StatePool(max(0, whole - rule.padding_slots), slot, rule.slots_per_request, whole * slot)
 
 
 @dataclass(frozen=True)
@@ -398,9 +396,9 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         cap_instance = engine.running_cap(hw.peak.hbm_bytes, pool_tokens, model.max_position_embeddings)
         cap = max(1, cap_instance // (dep.attention.tp * dep.pp)) if cap_instance else 0
     kv_fit = int(capacity // per_request) if capacity > 0 else 0
-    state_bound = states is not None and states.requests // (dep.attention.tp * dep.pp) < kv_fit
-    if states is not None:
-        kv_fit = min(kv_fit, states.requests // (dep.attention.tp * dep.pp))
+    state_fit = states.requests // (dep.attention.tp * dep.pp) if states is not None else kv_fit
+    state_bound = state_fit < kv_fit
+    kv_fit = min(kv_fit, state_fit)
     max_batch = min(kv_fit, cap) if cap else kv_fit
     if capacity <= 0:
         binding = "weights" if states is None or capacity + states.held_bytes_per_gpu <= 0 else "recurrent-state pool"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from infersim.cards.engine import EngineCard, OfflineLimits
 from infersim.cards.engine_scheduler import FutureTokenReservation
-from infersim.cards.model import LINEAR_ATTENTION, MAMBA, ModelCard
+from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment, dp_attention_ranks
 from infersim.base.texttable import counted
@@ -239,8 +239,7 @@ def prefix_cache_on(asked: bool | None, engine: EngineCard, model: ModelCard) ->
     has it; for a model with recurrent layers, as the card's scheduler.recurrent_prefix_cache rule
     has it (an engine that keeps it off for such a model unless asked, or whatever is asked)."""
     rule = engine.scheduler.recurrent_prefix_cache
-    recurrent = rule != "default" and any(kind in (LINEAR_ATTENTION, MAMBA) for kind in model.layer_kinds)
-    if not recurrent:
+    if rule == "default" or not model.recurrent_kinds:
         return engine.scheduler.prefix_cache if asked is None else asked, ""
     name = f"{engine.name} {engine.version}"
     if rule == "never":
