@@ -829,11 +829,16 @@ def test_a_stream_or_correlation_id_beyond_64_bits_is_read_as_unknown(tmp_path, 
     def huge(kernel: dict) -> None:
         kernel["args"].update(stream=2 ** 70, correlation=2 ** 70)
 
-    for name, edit, stream in (("tid.json", no_stream, -1), ("ids.json", huge, 7)):  # 7: the kernel's tid
+    def digits(kernel: dict) -> None:  # int() refuses these: 5,000 digits, a second sign, a superscript
+        kernel["args"].update(stream="9" * 5000, correlation="--5")
+        kernel["tid"] = "²"
+
+    for name, edit, stream in (("tid.json", no_stream, -1), ("ids.json", huge, 7),  # 7: the kernel's tid
+                               ("digits.json", digits, -1)):
         path = trace(name, edit)
         loaded = load_trace(path)
         assert len(loaded.kernel_name) == 30 and loaded.kernel_stream[0] == stream, name
         correlation = loaded.kernel_correlation[0]
-        assert correlation == -1 if name == "ids.json" else correlation > 0, name
+        assert correlation == -1 if name != "tid.json" else correlation > 0, name
         code, _, err = run(capsys, "compare", "--trace", str(path), "--config", "qwen3-30b.yaml")
         assert code in (0, 1), err

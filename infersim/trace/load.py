@@ -125,8 +125,14 @@ def _int_or_none(value: Any) -> int | None:
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        digits = text[1:] if text.startswith("-") else text
+        # ASCII digits, few enough for 64 bits: int() refuses other digits, a second sign, and more
+        # than 4,300 digits
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 19):
+            return None
+        value = int(text)
     if isinstance(value, int) and _ID_LOW <= value < _ID_HIGH:
         return value
     return None
