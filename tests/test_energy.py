@@ -10,12 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import REPO_ROOT
 from infersim.base.errors import ConfigError
 from infersim.cards.power import JOULES_PER_KWH, Electricity, Power, validate_power
 from infersim.cli.main import main
-from infersim.engine.energy import stage_energy, step_energy
+from infersim.engine.energy import seconds_by_kind, stage_energy, step_energy, step_joules, step_joules_by_bound
 from infersim.engine.stage import OperationResult, StageResult
 from infersim.run.config import load_hardware_card
 from infersim.run.energy import EnergyUnavailable, RunEnergy, run_energy
@@ -45,6 +47,25 @@ def test_a_sequential_step_costs_each_operations_time_at_its_bounds_draw():
     assert energy.seconds_by_kind == pytest.approx({"compute": 2e-3, "memory": 5e-3, "communication": 1e-3,
                                                     "idle": 0.5e-3})
     assert not energy.capped
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.sampled_from(list(Bound))), max_size=8),
+       st.floats(0.0, 2.0))
+def test_joules_by_bound_are_the_joules_of_the_stages_kinds_to_the_last_bit(ops, step_s):
+    """The sweep's and the serving step's joules (from seconds per bound) equal the main run's (from
+    the operations' kinds): the same sums in the same order, so the same number exactly."""
+    by_bound: dict[Bound, float] = {}
+    for seconds, bound in ops:
+        by_bound[bound] = by_bound.get(bound, 0.0) + seconds
+    merged = _stage([(t, b) for b, t in by_bound.items()], step_s)
+    assert step_joules_by_bound(by_bound, step_s, POWER) == step_joules(seconds_by_kind(merged), step_s, POWER)
+
+
+def test_joules_by_bound_by_hand():
+    by_bound = {Bound.MEMORY: 5e-3, Bound.COMPUTE: 2e-3, Bound.HOST_LINK: 1e-3}
+    # idle 100 W over the 9 ms step, plus 400 W above idle for 5 ms and 550 W for 2 ms; the host link waits at idle
+    assert step_joules_by_bound(by_bound, 9e-3, POWER) == (pytest.approx(0.9 + 2.0 + 1.1), False)
+    assert step_joules_by_bound(by_bound, 9e-3, replace(POWER, board=200.0)) == (pytest.approx(1.8), True)
 
 
 def test_overlapped_communication_adds_its_draw_above_idle_and_the_board_power_caps_the_mean():

@@ -1,14 +1,20 @@
-"""cheap_init: the records keep every behaviour of their dataclass constructor."""
+"""cheap_init and evolve: the records keep every behaviour of their dataclass constructor and replace()."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import pickle
+import pkgutil
 from dataclasses import dataclass, field
 
 import pytest
 
-from infersim.base.records import cheap_init
+import infersim
+from infersim.base.records import cheap_init, evolve
+from infersim.base.errors import InferSimError
+from infersim.cards.deployment import AttentionLayout, Deployment, FfnLayout
+from infersim.sweep.evaluate import Search
 from infersim.shapes.kernels import AttentionShape, Bound, Cost, Source
 from infersim.shapes.plan import Operation
 
@@ -88,3 +94,47 @@ def test_refuses_fields_whose_constructor_does_more_than_store() -> None:
         @dataclass(frozen=True, slots=True)
         class Hidden:
             x: int = field(init=False, default=0)
+
+
+def test_evolve_is_replace() -> None:
+    point = _Point(1, 3, "q")
+    assert evolve(point, y=7) == dataclasses.replace(point, y=7) == _Point(1, 7, "q")
+    assert evolve(point) == point and evolve(point) is not point
+    with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
+        evolve(point, z=1)
+
+
+def test_evolve_validates_and_keeps_no_cached_value() -> None:
+    dep = Deployment(num_gpus=2, attention=AttentionLayout(tp=2), ffn=FfnLayout(tp=2))
+    assert evolve(dep, num_gpus=4) == dataclasses.replace(dep, num_gpus=4) != dep
+    search = Search((1, 2), (8,))
+    assert search.units == ((1, 1), (2, 1), (2, 2))  # a cached property, kept in the instance's dict
+    assert evolve(search, max_pp=1).units == ((1, 1), (2, 1))
+    with pytest.raises(InferSimError, match="GPU counts must be whole numbers"):
+        evolve(search, gpus=(0,))  # __post_init__ runs
+
+
+def _package_dataclasses() -> list[type]:
+    found: dict[str, type] = {}
+    for module in pkgutil.walk_packages(infersim.__path__, "infersim."):
+        if module.name.endswith("__main__"):  # runs the CLI
+            continue
+        try:
+            loaded = importlib.import_module(module.name)
+        except ImportError:  # an optional extra (plots, Dask) that is not installed
+            continue
+        for value in vars(loaded).values():
+            if isinstance(value, type) and dataclasses.is_dataclass(value) and value.__module__ == module.name:
+                found[f"{value.__module__}.{value.__qualname__}"] = value
+    return list(found.values())
+
+
+def test_every_dataclass_of_the_package_has_plain_fields_only() -> None:
+    """evolve (the sweep's deployment and workload copies, set_path over any card section) copies
+    `__dataclass_fields__` through `__init__`: a field left out of `__init__`, an InitVar or a
+    ClassVar would break it (or be copied where replace would not)."""
+    classes = _package_dataclasses()
+    assert len(classes) > 100  # the walk found the package's records
+    odd = [f"{cls.__qualname__}.{name}" for cls in classes for name, f in cls.__dataclass_fields__.items()
+           if not f.init or f._field_type is not dataclasses._FIELD]  # type: ignore[attr-defined]
+    assert odd == []

@@ -12,9 +12,10 @@ by it (docs/architecture.md).
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from infersim.base.records import evolve
 from infersim.cards.engine import EngineCard, ModelCode
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
@@ -305,7 +306,7 @@ def with_checkpoint_precision(dep: Deployment, named: Collection[str], model: Mo
         expert = _narrower(q.expert_weights, prec.expert_gemm or gemm)
         if expert != weights:
             changes["expert_weights"] = expert
-    return replace(dep, precision=replace(prec, **changes))
+    return evolve(dep, precision=evolve(prec, **changes))
 
 
 CHECKPOINT_PRECISION_FIELDS = ("gemm", "weights", "expert_weights")
@@ -316,7 +317,7 @@ def without_checkpoint_precision(dep: Deployment, named: Collection[str]) -> Dep
     did not name, back at their defaults (a sweep derives them again for each variant's model and GPU)."""
     defaults: dict[str, Any] = {f.name: f.default for f in fields(Precision)}
     reset = {name: defaults[name] for name in CHECKPOINT_PRECISION_FIELDS if f"precision.{name}" not in named}
-    return replace(dep, precision=replace(dep.precision, **reset)) if reset else dep
+    return evolve(dep, precision=evolve(dep.precision, **reset)) if reset else dep
 
 
 
@@ -339,16 +340,16 @@ def with_engine_defaults(dep: Deployment, named: Collection[str], model: ModelCa
         else:
             comm = engine.moe_comm or DEFAULT_MOE_COMM
         if comm != dep.moe_comm:
-            dep = replace(dep, moe_comm=comm)
+            dep = evolve(dep, moe_comm=comm)
     if "lm_head" not in named:
         # replicas run no DP attention: each computes its own logits, whatever the engine does under DP attention
         lm_head = "per-rank" if dp_replicas(dep) else engine.lm_head_under_attention_dp
         if dep.lm_head != lm_head:
-            dep = replace(dep, lm_head=lm_head)
+            dep = evolve(dep, lm_head=lm_head)
     if "shared_experts" not in named and dep.shared_experts != engine.shared_experts_under_gather:
-        dep = replace(dep, shared_experts=engine.shared_experts_under_gather)
+        dep = evolve(dep, shared_experts=engine.shared_experts_under_gather)
     if "model_code" not in named and dep.model_code != engine.model_code:
-        dep = replace(dep, model_code=engine.model_code)
+        dep = evolve(dep, model_code=engine.model_code)
     return dep
 
 
@@ -506,7 +507,7 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
     _check_heads(model, attn.tp, fail)
     _check_experts(dep, model, fail)
     if dep.lm_head == "gathered" and attn_dp > 1 and not model.tie_word_embeddings:
-        if dp_replicas(replace(dep, attention=replace(attn, dp=attn_dp))):
+        if dp_replicas(evolve(dep, attention=evolve(attn, dp=attn_dp))):
             raise fail("deployment.lm_head", dep.lm_head,
                        f"a gathered LM head gathers the tokens of attention-DP ranks that share an FFN group; "
                        f"attention DP{attn_dp} with FFN TP x EP = attention TP ({attn.tp}) is {attn_dp} independent "
@@ -519,4 +520,4 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
                        "computes each rank's own logits)") from None
     _check_ffn_groups(dep, model, fail)
     _check_formats(dep, model, hw, fail)
-    return replace(dep, attention=replace(attn, dp=attn_dp), ffn=replace(ffn, dp=ffn_dp))
+    return evolve(dep, attention=evolve(attn, dp=attn_dp), ffn=evolve(ffn, dp=ffn_dp))

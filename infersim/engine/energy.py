@@ -80,12 +80,23 @@ def seconds_by_kind(stage: StageResult) -> dict[str, float]:
     return out
 
 
-def kinds_of_bounds(by_bound: dict[Bound, float]) -> dict[str, float]:
-    """Seconds by bound (infersim.engine.stage.stage_time_by_bound) as seconds by kind of draw."""
-    out = dict.fromkeys(KINDS, 0.0)
+#: the place of each bound's kind of draw in KINDS
+_KIND_PLACE = {bound: KINDS.index(kind) for bound, kind in KIND_OF_BOUND.items()}
+
+
+def step_joules_by_bound(by_bound: dict[Bound, float], step_s: float, power: Power) -> tuple[float, bool]:
+    """step_joules of `by_bound`'s seconds as seconds by kind of draw, the same sums in the same
+    order, without a dict of kinds between them (a sweep row and a serving step ask for it every time)."""
+    by_kind = [0.0, 0.0, 0.0, 0.0]
+    place = _KIND_PLACE
     for bound, seconds in by_bound.items():
-        out[KIND_OF_BOUND[bound]] += seconds
-    return out
+        by_kind[place[bound]] += seconds
+    idle = power.idle
+    above = (by_kind[0] * (power.compute_bound - idle) + by_kind[1] * (power.memory_bound - idle)
+             + by_kind[2] * (power.communication_bound - idle) + by_kind[3] * (idle - idle))
+    joules = idle * step_s + above
+    limit = power.board * step_s
+    return min(joules, limit), joules > limit * (1 + 1e-12)
 
 
 def stage_energy(stage: StageResult, power: Power) -> StepEnergy:

@@ -28,6 +28,7 @@ from infersim.cards.deployment import (
     with_engine_defaults,
 )
 from infersim.base.plaindata import parse_flag_value
+from infersim.base.records import evolve
 from infersim.base.errors import MISSING, ConfigError, InferSimError, echo, shorten
 from infersim.shapes.kernels import KernelTables, NoTables
 from infersim.tables.libraries import KernelLibraries, restrict_to_libraries
@@ -495,8 +496,8 @@ def with_variant(config: RunConfig, model: ModelCard, hardware: HardwareCard, de
         loaded = (config.draft_model, config.draft_model_source) if config.draft_model is not None else None
         draft, draft_dep, draft_source = _speculative_drafter(config.speculative, model, hardware, deployment,
                                                               None, config.source, loaded)
-    return replace(config, model=model, hardware=hardware, deployment=deployment, workload=workload,
-                   draft_model=draft, draft_deployment=draft_dep, draft_model_source=draft_source)
+    return evolve(config, model=model, hardware=hardware, deployment=deployment, workload=workload,
+                  draft_model=draft, draft_deployment=draft_dep, draft_model_source=draft_source)
 
 
 def _calibrated_variant(config: RunConfig, hardware: HardwareCard) -> HardwareCard:

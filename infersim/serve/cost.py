@@ -56,7 +56,7 @@ from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.costing.memo import PricingMemo
-from infersim.engine.energy import kinds_of_bounds, step_joules
+from infersim.engine.energy import step_joules_by_bound
 from infersim.engine.stage import stage_time_by_bound
 from infersim.modules.step import build_step_plan
 from infersim.shapes.kernels import KernelTables
@@ -254,7 +254,7 @@ class StepCoster:
         # the step's time and its seconds per bound, without per-operation results (none is shown)
         seconds, by_bound = stage_time_by_bound(plan, cfg.hardware, cfg.tables, self.engine, self.pricing)
         power = cfg.hardware.power
-        joules = step_joules(kinds_of_bounds(by_bound), seconds, power)[0] if power is not None else 0.0
+        joules = step_joules_by_bound(by_bound, seconds, power)[0] if power is not None else 0.0
         if draft is not None:
             draft_s = self._draft_seconds(*draft)
             # the drafter runs the same kinds of kernels on the same GPUs: its time draws the

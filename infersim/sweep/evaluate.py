@@ -28,18 +28,18 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import dataclasses
 
 from infersim.cards.deployment import Deployment, Workload
 from infersim.cards.engine import EngineCard
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig, with_variant
-from infersim.cards.power import Electricity, Power
+from infersim.cards.power import Electricity
 from infersim.costing.memo import PricingMemo
-from infersim.engine.energy import kinds_of_bounds, seconds_by_kind, step_joules
+from infersim.engine.energy import seconds_by_kind, step_joules, step_joules_by_bound
 from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
+from infersim.base.records import evolve
 from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
 from infersim.run.request_limits import pool_problem, served_osl
@@ -145,13 +145,13 @@ class Row(NamedTuple):
 NO_ENERGY = (NAN, NAN, NAN)
 
 
-def _energy(power: Power, kinds: dict[str, float], step_s: float, tokens_per_gpu: float,
+def _energy(joules: float, step_s: float, tokens_per_gpu: float,
             electricity: Electricity) -> tuple[float, float, float]:
     """(J per output token, W per GPU, energy USD per million output tokens) of a decode step of
-    `step_s` yielding `tokens_per_gpu` tokens per GPU (step_energy's numbers); NaNs for no tokens."""
+    `step_s` taking `joules` on one GPU (step_joules) and yielding `tokens_per_gpu` tokens per GPU;
+    NaNs for no tokens."""
     if not tokens_per_gpu > 0:
         return NO_ENERGY
-    joules, _capped = step_joules(kinds, step_s, power)
     per_token = joules / tokens_per_gpu
     return per_token, joules / step_s if step_s > 0 else 0.0, electricity.usd(per_token) * 1e6
 
@@ -337,7 +337,7 @@ def _refuse_beyond_context(served_by: tuple[int, str], work: Workload, out: Chun
         return work
     if out is not None:
         _count(out.shortened, said)
-    return dataclasses.replace(work, osl=served)
+    return evolve(work, osl=served)
 
 
 class Evaluator:
@@ -428,12 +428,12 @@ class Evaluator:
         prefill = (NAN, NAN, NAN)
         if self.speculative or dep.weight_offload != "none":
             # weight offload: the fast path does not stream weights, and the offload is sized for this batch
-            full = simulate(with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=batch)),
+            full = simulate(with_variant(run, model, hw, dep, evolve(work, decode_batch_per_gpu=batch)),
                             self.memo)
             decode = full.decode
             tpot, tgs, bound = decode.tpot_s, decode.tgs, decode.bound
-            kinds = seconds_by_kind(decode)
             step = decode.step_time_s
+            joules = step_joules(seconds_by_kind(decode), step, hw.power)[0] if hw.power is not None else 0.0
             if dep.weight_offload != "none":
                 mem = full.memory
             if self.spec.prefill:
@@ -442,12 +442,12 @@ class Evaluator:
             step, tgs, by_bound = decode_time_by_bound(model, hw, dep, work, batch, self.tables, self.engine,
                                                        memo=self.memo)
             tpot, bound = step, max(by_bound, key=by_bound.__getitem__)
-            # the seconds by kind of draw only where the card has power facts (else no energy column)
-            kinds = kinds_of_bounds(by_bound) if hw.power is not None else {}
+            # the energy only where the card has power facts (else no energy column)
+            joules = step_joules_by_bound(by_bound, step, hw.power)[0] if hw.power is not None else 0.0
             if self.spec.prefill:
                 packed, single = self._prefill_for(model, hw, dep, work)
                 prefill = (single_request_ttft(single, self.engine), packed.tgs, packed.step_time_s)
-        energy = NO_ENERGY if hw.power is None else _energy(hw.power, kinds, step, tgs * step, run.electricity)
+        energy = NO_ENERGY if hw.power is None else _energy(joules, step, tgs * step, run.electricity)
         # as the main run: a batch fits where its KV cache does (mem.fits: also host memory under weight
         # offload); the engine's default running-request cap is a launch setting, said beside the row
         fits = mem.fits and 1 <= batch <= mem.kv_fit_batch_per_gpu
@@ -584,7 +584,7 @@ def row_config(spec: SweepSpec, row: Row) -> RunConfig:
     if spec.search is not None:
         dep = deriver.complete(with_layout(deriver.deployment(values), row.num_gpus, row.num_nodes, row.pp,
                                            row.attn_tp, row.ffn_tp, row.ffn_ep), model, hw)
-    return with_variant(run, model, hw, dep, dataclasses.replace(work, decode_batch_per_gpu=row.batch))
+    return with_variant(run, model, hw, dep, evolve(work, decode_batch_per_gpu=row.batch))
 
 
 _WORKER = threading.local()

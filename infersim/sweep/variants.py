@@ -10,12 +10,12 @@ a grid whose model fields vary slowly re-validates each model once.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
+from infersim.base.records import evolve
 from infersim.cards.hardware import HardwareCard, validate_hardware
 from infersim.cards.model import ModelCard, validate_model
 from infersim.run.config import (
@@ -75,8 +75,8 @@ def from_config(config: RunConfig, source: str = "", base_dir: str | None = None
                 card_overrides: dict[str, tuple] | None = None) -> Base:
     """A Base from an already validated RunConfig (the Python API's entry point)."""
     dep = without_checkpoint_precision(config.deployment, config.named_deployment)  # derived again per variant
-    dep = dataclasses.replace(dep, attention=dataclasses.replace(dep.attention, dp=0),
-                              ffn=dataclasses.replace(dep.ffn, dp=0))
+    dep = evolve(dep, attention=evolve(dep.attention, dp=0),
+                 ffn=evolve(dep.ffn, dp=0))
     return Base(config, dep, source or config.source, base_dir, dict(card_overrides or {}))
 
 
@@ -88,7 +88,7 @@ def set_path(obj: Any, parts: Sequence[str], value: Any) -> Any:
         new[head] = set_path(obj[head], rest, value) if rest else value
         return new
     current = getattr(obj, head)
-    return dataclasses.replace(obj, **{head: set_path(current, rest, value) if rest else value})
+    return evolve(obj, **{head: set_path(current, rest, value) if rest else value})
 
 
 class Deriver:
@@ -197,7 +197,7 @@ class Deriver:
                 # fields of the section itself (workload.isl, workload.decode_batch_per_gpu): one copy
                 # sets them all (replace() copies every field of the section, a large part of a
                 # sweep's first pass over the values)
-                hit = dataclasses.replace(base, **{parts[0]: values[i] for i, parts in fields})
+                hit = evolve(base, **{parts[0]: values[i] for i, parts in fields})
             else:
                 hit = base
                 for i, parts in fields:
@@ -256,7 +256,7 @@ class Deriver:
                 if spec.draft_model != base.speculative.draft_model:
                     draft, source = (None, "") if spec.draft_model is None else load_model_card(
                         spec.draft_model, Path(self.base.base_dir) if self.base.base_dir else None)
-                hit = dataclasses.replace(base, speculative=spec, draft_model=draft, draft_model_source=source)
+                hit = evolve(base, speculative=spec, draft_model=draft, draft_model_source=source)
             except InferSimError as exc:
                 hit = exc
             if len(self._runs) >= _CACHE_LIMIT:
@@ -269,7 +269,7 @@ class Deriver:
     def config(self, values: tuple[Any, ...]) -> RunConfig:
         """The validated RunConfig of one grid point (raises InferSimError when the variant is invalid)."""
         model, hw, dep, run, work = self.parts(values)
-        return dataclasses.replace(run, model=model, hardware=hw, deployment=dep, workload=work)
+        return evolve(run, model=model, hardware=hw, deployment=dep, workload=work)
 
     def parts(self, values: tuple[Any, ...]) -> tuple[ModelCard, HardwareCard, Deployment, RunConfig, Workload]:
         """config(values)'s model, hardware, completed deployment, run_base and workload, validated
@@ -287,8 +287,8 @@ def with_layout(dep: Deployment, num_gpus: int, num_nodes: int, pp: int, attn_tp
     Expert TP (ffn_tp > 1) only works with tokens gathered onto every shard, so such layouts use
     moe_comm all-gather whatever the base config says (dense models ignore moe_comm)."""
     if ffn_tp > 1:
-        dep = dataclasses.replace(dep, moe_comm="all-gather")
-    return dataclasses.replace(dep, num_gpus=num_gpus, num_nodes=num_nodes, pp=pp,
+        dep = evolve(dep, moe_comm="all-gather")
+    return evolve(dep, num_gpus=num_gpus, num_nodes=num_nodes, pp=pp,
                                attention=AttentionLayout(tp=attn_tp, dp=0),
                                ffn=FfnLayout(tp=ffn_tp, ep=ffn_ep, dp=0))
 
