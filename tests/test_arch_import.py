@@ -93,7 +93,8 @@ def test_sliding_window_rules():
 
 
 @pytest.mark.parametrize("extra, field", [
-    ({"layer_types": ["full_attention", "chunked_attention"] * 2}, "layer_types"),
+    ({"layer_types": ["full_attention", "retention"] * 2}, "layer_types"),
+    ({"layer_types": ["full_attention", "chunked_attention"] * 2}, "attention_chunk_size"),  # no chunk given
     ({"layer_types": ["full_attention"] * 3}, "layer_types"),
     ({"hybrid_override_pattern": "M-M*"}, "hybrid_override_pattern"),
     ({"attn_layer_period": 8}, "attn_layer_period"),
@@ -119,6 +120,14 @@ def test_llama4_interleaved_moe_and_chunked_attention_import():
     assert card.moe_layer_interval == 2 and card.num_moe_layers == 24 and card.num_dense_layers == 24
     assert card.intermediate_size == 16384 and card.moe_intermediate_size == 8192  # dense vs expert width
     assert card.num_shared_experts == 1 and card.shared_width == 8192
-    # every 4th layer global, the others chunked (8192) attention as an 8192-token window
-    assert card.layer_kinds[:4] == ("sliding_attention",) * 3 + ("full_attention",) and card.sliding_window == 8192
+    # every 4th layer global (no RoPE), the others attend within chunks of 8192 tokens
+    assert card.layer_kinds[:4] == ("chunked_attention",) * 3 + ("full_attention",)
+    assert card.attention_chunk_size == 8192 and card.sliding_window == 0 and "sliding_window" not in fields
     assert total_parameters(card) == pytest.approx(400e9, rel=0.01)  # Maverick: 400B total
+
+
+def test_chunked_layer_types_import_with_their_chunk():
+    m = card({**BASE, "layer_types": ["chunked_attention", "full_attention"] * 2, "attention_chunk_size": 16})
+    assert m.layer_kinds == ("chunked_attention", "full_attention") * 2 and m.attention_chunk_size == 16
+    # a chunk no layer uses is not carried over
+    assert card({**BASE, "attention_chunk_size": 16}).attention_chunk_size == 0

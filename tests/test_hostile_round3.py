@@ -374,7 +374,7 @@ def test_validate_checks_each_points_unit_against_the_predicted_metric(tmp_path,
     code, _, err = run(capsys, "validate", "--reference", str(path))
     assert code == 2
     one_line(err, "names no unit")
-    from infersim.validate.evaluate import unit_families
+    from infersim.validate.units import unit_families
 
     assert unit_families("tok/s (per GPU)") == {"tok/s"} and unit_families("us, GB/s") == {"us", "GB/s"}
     assert unit_families("GB/s (NVLink if intranode else RDMA)") == {"GB/s"}

@@ -14,13 +14,14 @@ from infersim.run.config import config_from_mapping
 from infersim.base.errors import ConfigError, InferSimError
 from infersim.validate import POINTS_FILE
 from infersim.validate.evaluate import load_reference
-from infersim.validate.mapping import KINDS, fit_run_to_spec, load_mapping
+from infersim.validate.mapping import KINDS, MEMORY_KINDS, fit_run_to_spec, load_mapping
 
 
 def test_bundled_mapping_loads_with_a_why_for_every_entry():
     mapping = load_mapping(POINTS_FILE)
     assert len(mapping) == 75 + 14  # validation.yaml, energy.yaml
-    assert {e.kind for e in mapping.values()} == set(KINDS)
+    # memory points come from the vLLM serving runs' file (infersim.validate.trainval), none from these
+    assert {e.kind for e in mapping.values()} == set(KINDS) - set(MEMORY_KINDS)
     for entry in mapping.values():
         assert len(entry.why) > 10, entry.id
         assert entry.not_expressed or entry.metrics, entry.id
@@ -99,6 +100,15 @@ def test_bad_mapping_entries_name_the_entry_and_field(tmp_path, change, field, p
         load_mapping(_write(tmp_path, [entry]))
     assert info.value.field == field
     assert problem in info.value.problem
+
+
+def test_a_memory_point_compares_the_kv_pool(tmp_path):
+    entry = {"id": "m", "kind": "memory", "run": {"model": "qwen3-8b"}, "metric": {"from": "decode.tgs"},
+             "why": "test"}
+    with pytest.raises(ConfigError, match="a memory point's number is one of kv_pool_tokens"):
+        load_mapping(_write(tmp_path, [entry]))
+    entry["metric"] = {"from": "kv_pool_tokens", "unit": "tokens"}
+    assert load_mapping(_write(tmp_path, [entry]))["m"].family == "memory"
 
 
 def test_stage_conversion_must_match_the_stage(tmp_path):

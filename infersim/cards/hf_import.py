@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from infersim.cards.hf_families import Family, card_activation, family_of
-from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
+from infersim.cards.model import CHUNKED_ATTENTION, FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
 from infersim.cards.quantization import quantization_from_hf
 from infersim.cards.schema import check_number
 from infersim.base.plaindata import loads_json
@@ -56,6 +56,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "attention_bias": ("attention_bias", "enable_bias", "bias"),
     "mlp_bias": ("mlp_bias", "enable_bias", "bias"),
     "sliding_window": ("sliding_window",),
+    "attention_chunk_size": ("attention_chunk_size",),
     "linear_num_key_heads": ("linear_num_key_heads",),
     "linear_num_value_heads": ("linear_num_value_heads",),
     "linear_key_head_dim": ("linear_key_head_dim",),
@@ -76,7 +77,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 # HF layer-type names -> card mixer kinds
 _LAYER_TYPE_NAMES = {
     "full_attention": FULL_ATTENTION, "attention": FULL_ATTENTION, "global_attention": FULL_ATTENTION,
-    "sliding_attention": SLIDING_ATTENTION, "local_attention": SLIDING_ATTENTION,
+    "sliding_attention": SLIDING_ATTENTION, "local_attention": SLIDING_ATTENTION, "chunked_attention": CHUNKED_ATTENTION,
     "linear_attention": LINEAR_ATTENTION, "mamba": MAMBA, "mamba2": MAMBA,
 }
 _STATE_DTYPES = {"float32": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}
@@ -291,7 +292,7 @@ def _layer_fields(config: dict[str, Any], fields: dict[str, Any], source: str, m
 
 def _layer_kinds(config: dict[str, Any], fields: dict[str, Any], source: str, model_type: str) -> list[str]:
     """Each layer's kind of attention, from layer_types or the interval/pattern fields each family
-    uses (Llama-4's chunk size becomes the card's sliding window)."""
+    uses (Llama-4's no-RoPE interval: chunked layers between its global ones)."""
     n = fields["num_hidden_layers"]
     window = fields.get("sliding_window") or 0
     raw = config.get("layer_types")
@@ -307,12 +308,9 @@ def _layer_kinds(config: dict[str, Any], fields: dict[str, Any], source: str, mo
         return [_LAYER_TYPE_NAMES[t] for t in raw]
     if config.get("attention_chunk_size") and config.get("no_rope_layer_interval"):
         # Llama-4: every n-th layer global (no RoPE), the others attend within fixed chunks of
-        # attention_chunk_size tokens. Modelled as a sliding window of the chunk size: identical
-        # while a context fits one chunk; past it a chunk layer attends to 1..chunk tokens (the
-        # window always to chunk), so attention is overestimated there and KV kept is the same bound.
+        # attention_chunk_size tokens (transformers' Llama4TextConfig names them chunked_attention)
         k = int(config["no_rope_layer_interval"])
-        fields["sliding_window"] = int(config["attention_chunk_size"])
-        return [FULL_ATTENTION if (i + 1) % k == 0 else SLIDING_ATTENTION for i in range(n)]
+        return [FULL_ATTENTION if (i + 1) % k == 0 else CHUNKED_ATTENTION for i in range(n)]
     if config.get("full_attention_interval"):
         k = int(config["full_attention_interval"])
         return [FULL_ATTENTION if (i + 1) % k == 0 else LINEAR_ATTENTION for i in range(n)]
@@ -328,10 +326,12 @@ def _layer_kinds(config: dict[str, Any], fields: dict[str, Any], source: str, mo
 
 def _drop_fields_of_absent_kinds(config: dict[str, Any], fields: dict[str, Any], source: str,
                                  present: set[str]) -> None:
-    """Keep the sliding-window, linear-attention and Mamba-2 fields only where such layers exist;
+    """Keep the sliding-window, chunk, linear-attention and Mamba-2 fields only where such layers exist;
     the state format of linear/Mamba layers is checked and named."""
     if SLIDING_ATTENTION not in present:
         fields.pop("sliding_window", None)
+    if CHUNKED_ATTENTION not in present:
+        fields.pop("attention_chunk_size", None)
     if LINEAR_ATTENTION not in present:
         for key in _LINEAR_FIELDS:
             fields.pop(key, None)

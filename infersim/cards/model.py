@@ -18,9 +18,14 @@ from infersim.base.errors import ConfigError
 # Layer mixers (the token-mixing half of a layer), named as HF `layer_types` names them.
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
+CHUNKED_ATTENTION = "chunked_attention"  # Llama-4's local layers (HF Llama4TextConfig.layer_types)
 LINEAR_ATTENTION = "linear_attention"  # Gated DeltaNet (Qwen3-Next, Qwen3.5)
 MAMBA = "mamba"  # Mamba-2 (SSD)
-LayerType = Literal["full_attention", "sliding_attention", "linear_attention", "mamba"]
+LayerType = Literal["full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba"]
+#: softmax-attention layers, which keep a KV cache
+ATTENTION_KINDS = (FULL_ATTENTION, SLIDING_ATTENTION, CHUNKED_ATTENTION)
+#: attention layers that keep at most a window of tokens (ModelCard.local_window)
+LOCAL_KINDS = (SLIDING_ATTENTION, CHUNKED_ATTENTION)
 StateDtype = Literal["fp32", "bf16", "fp16"]
 
 
@@ -72,11 +77,15 @@ class ModelCard:
     v_head_dim: int = spec(0, doc="MLA per-head value dimension", ge=0)
     # -- per-layer mixers (local/global and hybrid models) --
     layer_types: tuple[LayerType, ...] = spec(
-        (), doc="mixer of each layer: full_attention, sliding_attention, linear_attention (Gated DeltaNet) or "
-                "mamba (Mamba-2); a shorter list is a pattern repeated over the layers; empty = all full_attention")
+        (), doc="mixer of each layer: full_attention, sliding_attention, chunked_attention, linear_attention (Gated "
+                "DeltaNet) or mamba (Mamba-2); a shorter list is a pattern repeated over the layers; empty = all "
+                "full_attention")
     full_attention_interval: int = spec(
         0, doc="every n-th layer is full_attention, the others linear_attention (Qwen3-Next; 0 = unused)", ge=0)
     sliding_window: int = spec(0, doc="tokens a sliding_attention layer attends to and keeps in its KV cache", ge=0)
+    attention_chunk_size: int = spec(
+        0, doc="tokens of a chunked_attention layer's chunk (Llama-4): a query attends to the tokens of its own "
+               "chunk up to itself, and the layer keeps at most a chunk in its KV cache (0 = unused)", ge=0)
     attention_output_gate: bool = spec(
         False, doc="attention output gated by a sigmoid of a second query-width projection (Qwen3-Next/3.5)")
     qk_norm: bool = spec(
@@ -181,6 +190,12 @@ class ModelCard:
     def layer_count(self, kind: str) -> int:
         return self.layer_kinds.count(kind)
 
+    @property
+    def local_window(self) -> int:
+        """Tokens a sliding-window or chunked layer keeps at most: its window, or its chunk (a model
+        has one kind of local layer; 0 without either)."""
+        return self.attention_chunk_size if self.attention_chunk_size else self.sliding_window
+
     @cached_property
     def recurrent_kinds(self) -> tuple[str, ...]:
         """The kinds of its layers that keep a recurrent state per request (linear attention, Mamba)."""
@@ -248,6 +263,19 @@ def interval_layer_kinds(layers: int, interval: int) -> tuple[str, ...]:
     return tuple(FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION for i in range(layers))
 
 
+def _validate_chunks(card: ModelCard, kinds: set[str], source: str) -> None:
+    if CHUNKED_ATTENTION in kinds and card.attention_chunk_size <= 0:
+        raise ConfigError(source, "attention_chunk_size", card.attention_chunk_size,
+                          "chunked_attention layers need a positive chunk")
+    if card.attention_chunk_size and CHUNKED_ATTENTION not in kinds:
+        raise ConfigError(source, "attention_chunk_size", card.attention_chunk_size,
+                          "no layer is chunked_attention (layer_types): the chunk would go unused")
+    if CHUNKED_ATTENTION in kinds and SLIDING_ATTENTION in kinds:
+        # vLLM refuses the pair (v1/kv_cache_interface.py); no model has it
+        raise ConfigError(source, "layer_types", sorted(kinds),
+                          "sliding_attention and chunked_attention layers in one model: give one kind of local layer")
+
+
 def _validate_layer_kinds(card: ModelCard, source: str) -> None:
     n = card.num_hidden_layers
     if card.layer_types and n % len(card.layer_types):
@@ -260,6 +288,7 @@ def _validate_layer_kinds(card: ModelCard, source: str) -> None:
     kinds = set(card.layer_kinds)
     if SLIDING_ATTENTION in kinds and card.sliding_window <= 0:
         raise ConfigError(source, "sliding_window", card.sliding_window, "sliding_attention layers need a positive window")
+    _validate_chunks(card, kinds, source)
     if LINEAR_ATTENTION in kinds:
         for name in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
             if getattr(card, name) <= 0:

@@ -379,7 +379,7 @@ def _stage_text(stage: StageResult, detail: bool, balance: Any = None, server: s
 
 
 _MIXER_NAMES = {"full_attention": "full attention", "sliding_attention": "sliding-window attention",
-                "linear_attention": "Gated DeltaNet", "mamba": "Mamba-2"}
+                "chunked_attention": "chunked attention", "linear_attention": "Gated DeltaNet", "mamba": "Mamba-2"}
 
 
 def _attention_backend(cfg: RunConfig) -> str | None:
@@ -500,7 +500,7 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
     if dep.weight_offload != "none":  # right below the weights line it qualifies
         lines.insert(lines.index("MEMORY (per GPU; GB = 1e9 bytes)") + 2, _offload_text(result))
     if mem.bounded_bytes_per_request:
-        lines.append(f"  state that does not grow with context (sliding-window KV, recurrent/conv state): "
+        lines.append(f"  state that does not grow with context (sliding-window or chunked KV, recurrent/conv state): "
                      f"{mem.bounded_bytes_per_request:,.0f} bytes per request, "
                      f"{mem.bounded_bytes_per_request_per_gpu:,.0f} on each GPU")
     if mem.window_pool is not None:

@@ -9,8 +9,12 @@ sequence group runs the kernel of its own phase (SequenceBatch.kernel_stage): en
 batch into its context and generation requests.
 
 Sliding-window layers (`sliding_attention`) attend to, read and keep only the last
-`sliding_window` tokens; otherwise they cost what a full layer costs. Attention sinks (GPT-OSS)
-are one learned logit per head and are ignored.
+`sliding_window` tokens; otherwise they cost what a full layer costs. Chunked layers
+(`chunked_attention`, Llama-4) cut the positions into chunks of `attention_chunk_size`: a query
+attends to the tokens of its own chunk up to itself, so a decode step at context L reads
+((L - 1) mod chunk) + 1 tokens, and a prompt's queries run as one sequence per chunk they fall in
+(chunk_local: vLLM's local-attention virtual batches). Attention sinks (GPT-OSS) are one learned
+logit per head and are ignored.
 
 DSA (DeepSeek-V3.2, `index_topk` > 0): a lightning indexer (index_n_heads heads of
 index_head_dim, its queries projected from the MLA query latent, one fp8 key per token cached
@@ -26,14 +30,16 @@ head) and zero-centred norms change no cost we model and are ignored.
 
 from __future__ import annotations
 
-from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
+from dataclasses import replace
+
+from infersim.cards.model import CHUNKED_ATTENTION, FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
 from infersim.cards.deployment import MixerDeployment
 from infersim.cards.engine import elementwise_code
 from infersim.shapes.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs, elementwise_shape
 from infersim.cards import categories as cat
 from infersim.modules import eager
 from infersim.modules.eager import rms_norm
-from infersim.shapes.plan import Operation, Stage, StageContext
+from infersim.shapes.plan import Operation, SequenceBatch, Stage, StageContext
 from infersim.base.sharding import heads_per_rank, shard
 from infersim.base.units import ACT_BYTES, dtype_bytes
 
@@ -172,11 +178,32 @@ def attention_before_core(model: ModelCard, dep: MixerDeployment, stage: Stage, 
     return ops
 
 
+def chunk_local(seqs: SequenceBatch, chunk: int) -> list[SequenceBatch]:
+    """`seqs` as a chunked-attention kernel runs them: each sequence's queries cut at the chunk
+    boundaries, each part a sequence of its own attending to its chunk from the chunk's first token
+    up to the query (vLLM 0.15.1 v1/attention/backends/utils.py:219 make_local_attention_virtual_batches).
+    Equal parts (the whole chunks of a long prompt) are one group."""
+    last = seqs.kv_len
+    first = last - seqs.q_len + 1
+    parts: dict[tuple[int, int], int] = {}
+    for index in range((first - 1) // chunk, (last - 1) // chunk + 1):
+        start = index * chunk  # positions before the chunk
+        lo, hi = max(first, start + 1), min(last, start + chunk)
+        key = (hi - lo + 1, hi - start)
+        parts[key] = parts.get(key, 0) + 1
+    capacity = min(seqs.kv_capacity, chunk) if seqs.kv_capacity else 0
+    return [SequenceBatch(seqs.count * n, q_len, kv_len, seqs.across_tp, capacity) for (q_len, kv_len), n in parts.items()]
+
+
 def attention_core(model: ModelCard, dep: MixerDeployment, ctx: StageContext, kind: str = FULL_ATTENTION) -> list[Operation]:
     """The operations that read the sequences: the eager KV-cache update, DSA's scoring, MLA's
     up-projection of the cached latents and its absorbing projections, and the core attention.
-    kind: full_attention or sliding_attention (the last model.sliding_window tokens only)."""
+    kind: full_attention, sliding_attention (the last model.sliding_window tokens only) or
+    chunked_attention (the tokens of each query's chunk: its sequences cut by chunk_local)."""
     window = model.sliding_window if kind == SLIDING_ATTENTION else 0
+    if kind == CHUNKED_ATTENTION:
+        ctx = replace(ctx, sequences_per_gpu=tuple(
+            part for seqs in ctx.sequences_per_gpu for part in chunk_local(seqs, model.attention_chunk_size)))
     tp = dep.attention.tp
     tokens = ctx.tokens_per_gpu * tp
     heads = shard(model.num_attention_heads, tp, "num_attention_heads", "attention.tp")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import NamedTuple
 
-from infersim.cards.model import FULL_ATTENTION, LINEAR_ATTENTION, MAMBA, SLIDING_ATTENTION, ModelCard
+from infersim.cards.model import (ATTENTION_KINDS, CHUNKED_ATTENTION, FULL_ATTENTION, LINEAR_ATTENTION, MAMBA,
+                                  SLIDING_ATTENTION, ModelCard)
 from infersim.cards.engine import elementwise_code
 from infersim.cards.deployment import Deployment, FfnDeployment, MixerDeployment, Workload, server_tp
 from infersim.costing.memo import FreshPieces, Piece, PieceScope, PricingMemo, pieces_for
@@ -59,7 +60,7 @@ def stage_context(stage: Stage, model: ModelCard, dep: Deployment, workload: Wor
     return StageContext(stage, per_micro * q_len, seqs, dep.gpus_per_node)
 
 
-MIXER_LABELS = {FULL_ATTENTION: "full attention", SLIDING_ATTENTION: "sliding window",
+MIXER_LABELS = {FULL_ATTENTION: "full attention", SLIDING_ATTENTION: "sliding window", CHUNKED_ATTENTION: "chunked attention",
                 LINEAR_ATTENTION: "Gated DeltaNet", MAMBA: "Mamba-2"}
 
 
@@ -132,7 +133,7 @@ def _plan_inputs(model: ModelCard, dep: Deployment, memo: PricingMemo | None) ->
 def _core_pieces(inputs: _PlanInputs, ctx: StageContext, kind: str) -> Piece:
     """The piece of a layer's mixer that reads the sequences: the attention core, or a whole
     linear-attention mixer."""
-    if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
+    if kind not in ATTENTION_KINDS:
         return inputs.mixer_pieces.piece(linear_mixer_operations, ctx, kind)
     return inputs.mixer_pieces.piece(attention_core, ctx, kind)
 
@@ -143,7 +144,7 @@ def mixer_pieces(inputs: _PlanInputs, ctx: StageContext, kind: str) -> tuple[tup
     tokens but not the sequences, so that every context length a sweep tries shares them; and the
     core (attention_core) with the sequences. A linear-attention mixer is one piece."""
     pieces = inputs.mixer_pieces
-    if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
+    if kind not in ATTENTION_KINDS:
         return (_core_pieces(inputs, ctx, kind),)
     tokens = ctx.tokens_per_gpu * inputs.mixer.attention.tp
     return (pieces.piece(attention_before_core, ctx.stage, tokens), _core_pieces(inputs, ctx, kind),

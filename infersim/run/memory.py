@@ -1,7 +1,8 @@
 """Memory accounting per GPU: weights, KV cache per token, KV capacity and the largest decode batch.
 
 What one request keeps, per layer kind: full attention (and DSA) layers one KV entry per token of
-context (DSA adds its fp8 index key); sliding-window layers at most `sliding_window` entries;
+context (DSA adds its fp8 index key); sliding-window and chunked layers at most `sliding_window` or
+`attention_chunk_size` entries (a chunked layer's whole chunk, the most a request holds there);
 linear-attention / Mamba-2 layers a constant recurrent state plus conv state. The first grows
 with the context (`kv_bytes_per_token`), the rest is bounded (`bounded_bytes_per_request`).
 A speculative drafter (draft model or MTP layers) adds its weights and its own cache.
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from infersim.cards.engine import EngineCard
 from infersim.cards.engine_scheduler import tier_value
 from infersim.cards.hardware import HardwareCard
-from infersim.cards.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
+from infersim.cards.model import (ATTENTION_KINDS, FULL_ATTENTION, LOCAL_KINDS, ModelCard)
 from infersim.cards.deployment import Deployment, Workload, dense_ffn_tp
 from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
@@ -58,15 +59,16 @@ def request_bytes(context: int, kv_gpu: float, bounded_gpu: float, pool: WindowP
 
 def window_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, context: int) -> WindowPool | None:
     """The engine's hybrid sliding-window pool for this model (None: the engine has none, or the
-    model has not both full-attention and sliding-window layers)."""
+    model has not both full-attention and sliding-window or chunked layers: SGLang pools Llama-4's
+    chunked layers as windows of the chunk)."""
     ratio = engine.memory.sliding_window_pool_ratio if engine is not None else 0.0
-    if not ratio or SLIDING_ATTENTION not in model.layer_kinds or FULL_ATTENTION not in model.layer_kinds:
+    local = sum(model.layer_count(kind) for kind in LOCAL_KINDS)
+    if not ratio or not local or FULL_ATTENTION not in model.layer_kinds:
         return None
     from infersim.run.memory_pools import WindowPool  # only a model and engine that pool so pay for the record
 
-    per_token = model.layer_count(SLIDING_ATTENTION) * kv_bytes_per_token_per_layer(
-        model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
-    return WindowPool(ratio, per_token, min(context, model.sliding_window))
+    per_token = local * kv_bytes_per_token_per_layer(model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
+    return WindowPool(ratio, per_token, min(context, model.local_window))
 
 
 def state_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, capacity: float) -> StatePool | None:
@@ -168,6 +170,25 @@ class MemoryResult:
                 and (offload is None or (offload.fits_pool and offload.fits_host)))
 
 
+def reported_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, page: int) -> int | None:
+    """The KV pool vLLM reports as it starts ("GPU KV cache size: N tokens"): its KV space on one GPU
+    over a token's KV in every attention layer of the GPU's pipeline stage (and the drafter's), in
+    whole blocks of `page` tokens. With sliding-window or chunked layers the hybrid allocator puts
+    each kind's layers in groups of the smaller kind's count (of the larger's where it is under 1.25
+    times the smaller), the last group of a kind padded with empty layers, cuts the space into
+    blocks of one layer of every group, and reports the blocks over the groups (vLLM 0.15.1
+    vllm/v1/core/kv_cache_utils.py:1017-1064 grouping, 829-843 get_num_blocks, 1285-1294
+    _report_kv_cache_config). None for a model with recurrent layers: its states are not tokens."""
+    if model.recurrent_kinds:
+        return None
+    counts = [n for n in map(model.layer_count, ATTENTION_KINDS) if n]
+    group = min(counts) if max(counts) >= 1.25 * min(counts) else max(counts)
+    slots = sum(-(-n // group) for n in counts) * group  # layers, the padding ones included
+    per_token = (slots * kv_bytes_per_token_per_layer(model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
+                 + memory.draft_kv_bytes_per_token_per_gpu)
+    return int(max(0.0, memory.kv_capacity_bytes) / (per_token * page)) * page
+
+
 @dataclass(frozen=True)
 class DraftMemory:
     """What a speculative drafter adds on every GPU (see infersim.run.speculative)."""
@@ -181,7 +202,7 @@ class DraftMemory:
 
 def mixer_weight_params(model: ModelCard, kind: str, attention_tp: int) -> float:
     """Mixer (attention or linear-attention / Mamba-2) parameters of one layer of `kind` on one GPU."""
-    if kind in (FULL_ATTENTION, SLIDING_ATTENTION):
+    if kind in ATTENTION_KINDS:
         return attention_weight_params(model, attention_tp)
     return linear_mixer_weight_params(model, kind, attention_tp)
 
@@ -255,12 +276,13 @@ def kv_bytes_per_token(model: ModelCard, kv_dtype: str, attention_tp: int = 1) -
 
 def bounded_bytes_per_request(model: ModelCard, kv_dtype: str, context: int, attention_tp: int = 1) -> float:
     """Cache bytes of one request of `context` tokens that do not grow past a bound: sliding-window
-    KV (min(context, window) tokens) and recurrent + conv states, on one GPU of the attention TP group."""
+    and chunked KV (min(context, window or chunk) tokens) and recurrent + conv states, on one GPU of
+    the attention TP group."""
     total = 0.0
     for kind in set(model.layer_kinds) - {FULL_ATTENTION}:
         layers = model.layer_count(kind)
-        if kind == SLIDING_ATTENTION:
-            total += layers * min(context, model.sliding_window) * kv_bytes_per_token_per_layer(model, kv_dtype, attention_tp)
+        if kind in LOCAL_KINDS:
+            total += layers * min(context, model.local_window) * kv_bytes_per_token_per_layer(model, kv_dtype, attention_tp)
         else:
             total += layers * state_bytes_per_request_per_layer(model, kind, attention_tp)
     return total

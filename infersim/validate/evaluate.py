@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,11 +23,15 @@ from infersim.shapes.comm_shapes import TokenExchangeShape
 from infersim.shapes.kernels import GemmShape, GroupedGemmShape, KernelTables, NoTables
 from infersim.cards import categories as cat
 from infersim.run.confidence import ROOFLINE, kernel_grade, run_grade, stage_confidence, table_origin
-from infersim.validate.mapping import (ENERGY_FROM, ENERGY_KINDS, KERNEL_KINDS, SERVING_KINDS, STAGE_FROM, STAGE_KINDS,
-                                       Conversion, PointMapping, fit_run_to_spec)
+from infersim.validate.units import check_units
+from infersim.validate.mapping import (ENERGY_FROM, ENERGY_KINDS, KERNEL_KINDS, MEMORY_KINDS, SERVING_KINDS,
+                                       STAGE_FROM, STAGE_KINDS, Conversion, PointMapping, fit_run_to_spec)
 
 WITHIN = 0.15  # the share of points within this |error| is reported
 ENERGY_FAMILY = "energy"
+MEMORY_FAMILY = "memory"
+#: quantities other than times and throughputs: each has its own overall, out of the overall of times
+APART = (ENERGY_FAMILY, MEMORY_FAMILY)
 NEEDS_SERVE = "needs the request-level simulator: infersim.serve.api is not part of this build"
 
 SHAPES = {"kernel_gemm": GemmShape, "kernel_grouped_gemm": GroupedGemmShape, "deepep": TokenExchangeShape}
@@ -96,23 +99,27 @@ class Validation:
         return [c for c in self.comparisons if not c.accepted_outlier]
 
     def stats(self) -> dict[str, Any]:
-        """Overall (times and throughputs: kernel / stage / serving), energy overall, by source, by kind
-        family, by the grade of the prediction (measured, transferred, roofline) and, for serving
-        points with sub-metrics, by sub-metric (ttft_mean, itl_mean, ...), accepted outliers left out. Energy is a quantity of its own: it is kept out of the overall time statistics and has
-        its own overall."""
+        """Overall (times and throughputs: kernel / stage / serving), energy and memory overall, by
+        source, by kind family, by the grade of the prediction (measured, transferred, roofline) and,
+        for serving points with sub-metrics, by sub-metric (ttft_mean, itl_mean, ...), accepted
+        outliers left out. Energy and memory are quantities of their own: each is kept out of the
+        overall time statistics and has its own overall; memory (no kernel priced) is kept out of the
+        sources and grades too."""
         by_source: dict[str, list[float]] = {}
         by_kind: dict[str, list[float]] = {}
         by_grade: dict[str, list[float]] = {}
         by_metric: dict[str, list[float]] = {}
         for c in self.counted:
+            by_kind.setdefault(c.family, []).append(c.error)
+            if c.family == MEMORY_FAMILY:
+                continue
             if c.kind in SERVING_KINDS and c.id != c.point_id:
                 by_metric.setdefault(c.id.rsplit("/", 1)[1], []).append(c.error)
             by_source.setdefault(c.source, []).append(c.error)
-            by_kind.setdefault(c.family, []).append(c.error)
             by_grade.setdefault(c.grade or "-", []).append(c.error)
         return {
-            "overall": summarize(c.error for c in self.counted if c.family != ENERGY_FAMILY),
-            "energy": summarize(c.error for c in self.counted if c.family == ENERGY_FAMILY),
+            "overall": summarize(c.error for c in self.counted if c.family not in APART),
+            **{family: summarize(c.error for c in self.counted if c.family == family) for family in APART},
             "by_source": {k: summarize(v) for k, v in by_source.items()},
             "by_kind": {k: summarize(v) for k, v in by_kind.items()},
             "by_grade": {k: summarize(v) for k, v in by_grade.items()},
@@ -407,7 +414,30 @@ class _Evaluator:
                 (f"decode {kind}-bound", f"{100 * share:.0f}%", stage_confidence(result.decode, config).grade),
                 "; ".join(notes))
 
+    def memory(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
+        """The server's KV pool as it reports it at start (infersim.run.memory.reported_pool_tokens)."""
+        from infersim.run.memory import memory_budget, reported_pool_tokens
+        from infersim.run.simulate import prefill_step_tokens
+        from infersim.run.speculative import drafter_memory
+
+        config, notes = self.config(entry)
+        if config.engine.name != "vllm":
+            raise _Refused(f"the KV pool as the server reports it is vLLM's count; {config.engine.name} counts its own")
+        model, hw, dep, work = config.model, config.hardware, config.deployment, config.workload
+        memory = memory_budget(model, hw, dep, work, drafter_memory(config), config.engine,
+                               prefill_step_tokens(work, config.engine, hw, dep))
+        tokens = reported_pool_tokens(memory, model, dep, config.engine.page_size(hw, model.is_mla))
+        if tokens is None:
+            raise _Refused(f"{model.name} keeps recurrent states, which vLLM does not count in tokens")
+        share = memory.kv_capacity_bytes / memory.hbm_bytes
+        return (tokens * conv.multiply, ("kv cache", f"{100 * share:.0f}% of HBM", ""),
+                "; ".join([*notes, f"KV space {memory.kv_capacity_bytes / 1e9:.2f} GB per GPU beside "
+                                   f"{memory.weights_bytes / 1e9:.2f} GB of weights and "
+                                   f"{memory.reserved_bytes / 1e9:.2f} GB the engine keeps"]))
+
     def value(self, entry: PointMapping, key: str, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
+        if entry.kind in MEMORY_KINDS:
+            return self.memory(entry, conv)
         if entry.kind in KERNEL_KINDS:
             return self.kernel(entry, key, conv)
         if entry.kind in STAGE_KINDS:
@@ -440,83 +470,6 @@ def _serving_grade(config: Any) -> str:
 
 def _unit(point: ReferencePoint, key: str, conv: Conversion) -> str:
     return conv.unit or point.unit
-
-
-# ---------------------------------------------------------------------------------------------
-# Units: a point's unit must name the unit its conversion predicts in
-
-#: unit families and how reference files write them
-_UNIT_TEXT = (("tok/s", re.compile(r"\btok(?:en)?s?\s*/\s*s\b", re.I)),
-              ("req/s", re.compile(r"\breq(?:uest)?s?\s*/\s*s\b", re.I)),
-              ("TFLOPS", re.compile(r"\bTFLOP/?S\b", re.I)),
-              ("GB/s", re.compile(r"\bGB\s*/\s*s\b|\bGBps\b")),
-              ("J/tok", re.compile(r"\bJ\s*/\s*tok(?:en)?s?\b")),
-              ("W", re.compile(r"(?<![/\w])W\b")),
-              ("ms", re.compile(r"\bms\b")),
-              ("us", re.compile(r"\bus\b|[µμ]s\b")),
-              ("s", re.compile(r"(?<![/\w])s\b|\bseconds?\b")))
-_STAGE_UNITS = {"prefill.tgs": "tok/s", "decode.tgs": "tok/s", "prefill.ttft_ms": "ms", "decode.tpot_ms": "ms"}
-_KERNEL_UNITS = {"time_us": "us", "tflops": "TFLOPS", "gbps": "GB/s"}
-
-
-def unit_families(text: str) -> set[str]:
-    """The unit families a unit text names ('tok/s (per GPU)' -> {'tok/s'}; 'us, GB/s' -> {'us', 'GB/s'})."""
-    return {family for family, pattern in _UNIT_TEXT if pattern.search(text)}
-
-
-def predicted_unit(source: str) -> str | None:
-    """The unit family a conversion's number is in (None: a serving key of no known unit)."""
-    if source in _KERNEL_UNITS:
-        return _KERNEL_UNITS[source]
-    if source in _STAGE_UNITS:
-        return _STAGE_UNITS[source]
-    if source in ENERGY_FROM:
-        return "W" if source.endswith("watts_per_gpu") else "J/tok"
-    if source.endswith("_ms"):
-        return "ms"
-    if source.startswith("request_") and ("throughput" in source or "goodput" in source):
-        return "req/s"
-    if "throughput" in source:
-        return "tok/s"
-    if source == "duration":
-        return "s"
-    return None
-
-
-def check_units(reference: dict[str, ReferencePoint], mapping: dict[str, PointMapping], reference_path: str,
-                points_file: str, wanted: set[str] = frozenset()) -> None:
-    """Before anything runs: every compared number's unit (its conversion's, else its point's) must
-    name the unit family its conversion predicts in, and a conversion's unit must agree with its
-    point's; one message naming the point, the unit and the metric."""
-    for pid, point in reference.items():
-        entry = mapping.get(pid)
-        if entry is None or entry.not_expressed or isinstance(point.value, dict) == ("" in entry.metrics):
-            continue  # nothing to compare, or a shape mismatch evaluate names
-        for key, conv in entry.metrics.items():
-            if wanted and pid not in wanted and f"{pid}/{key}" not in wanted:
-                continue
-            expected = predicted_unit(conv.source)
-            if expected is None:
-                continue
-            cid = f"{pid}/{key}" if key else pid
-            named = unit_families(point.unit)
-            if conv.unit:
-                own = unit_families(conv.unit)
-                if expected not in own:
-                    raise ConfigError(points_file, f"{cid}.unit", conv.unit,
-                                      f"'{conv.source}' predicts {expected}, not {conv.unit}")
-                if named and not own & named:
-                    raise ConfigError(reference_path, f"{pid}.unit", point.unit,
-                                      f"the mapping compares {cid} in {conv.unit}, a unit this point does not name")
-                continue
-            if not named:
-                raise ConfigError(reference_path, f"{pid}.unit", point.unit or MISSING,
-                                  f"names no unit its prediction '{conv.source}' ({expected}) can be compared in "
-                                  "(known: tok/s, req/s, TFLOPS, GB/s, J/token, W, ms, us, s)")
-            if expected not in named:
-                raise ConfigError(reference_path, f"{pid}.unit", point.unit,
-                                  f"the point is measured in {', '.join(sorted(named))}, but its mapping's "
-                                  f"'{conv.source}' predicts {expected}: the numbers cannot be compared")
 
 
 def evaluate(reference: dict[str, ReferencePoint], mapping: dict[str, PointMapping], *,

@@ -23,11 +23,15 @@ STAGE_KINDS = ("stage_prefill", "stage_decode")
 SERVING_KINDS = ("serving",)
 # a run's energy (infersim.run.energy): its own family, kept out of the overall time statistics
 ENERGY_KINDS = ("energy",)
-KINDS = KERNEL_KINDS + STAGE_KINDS + SERVING_KINDS + ENERGY_KINDS
+# a server's memory as it reports it at start (its KV pool): its own family, kept out of the overall
+# time statistics too
+MEMORY_KINDS = ("memory",)
+KINDS = KERNEL_KINDS + STAGE_KINDS + SERVING_KINDS + ENERGY_KINDS + MEMORY_KINDS
 
 # Family of each kind, for the statistics "by kind".
 FAMILY = {"kernel_gemm": "kernel", "kernel_grouped_gemm": "kernel", "deepep": "kernel",
-          "stage_prefill": "stage", "stage_decode": "stage", "serving": "serving", "energy": "energy"}
+          "stage_prefill": "stage", "stage_decode": "stage", "serving": "serving", "energy": "energy",
+          "memory": "memory"}
 
 # What a kernel result can be turned into (see Conversion).
 KERNEL_FROM = ("time_us", "tflops", "gbps")
@@ -38,6 +42,9 @@ STAGE_FROM = {"prefill.tgs": ("prefill", "tgs"), "prefill.ttft_ms": ("prefill", 
 ENERGY_FROM = {"energy.joules_per_output_token": "joules_per_output_token",
                "energy.decode_joules_per_token": "joules_per_decode_token",
                "energy.watts_per_gpu": "watts_per_gpu"}
+# What a server's memory can be turned into: the KV pool vLLM reports at start, tokens
+# (infersim.run.memory.reported_pool_tokens).
+MEMORY_FROM = ("kv_pool_tokens",)
 
 _ENTRY_KEYS = {"id", "kind", "hardware", "kernel", "run", "set", "serving", "metric", "metrics", "not_expressed",
                "why", "accepted_outlier"}
@@ -50,7 +57,7 @@ class Conversion:
 
     source: kernels: time_us (kernel time in us), tflops (shape FLOPs / time / 1e12), gbps
     (`bytes` or the shape's bytes / time / 1e9); stages: prefill.tgs, prefill.ttft_ms,
-    decode.tgs, decode.tpot_ms; serving: a key of the serving simulator's result.
+    decode.tgs, decode.tpot_ms; serving: a key of the serving simulator's result; memory: kv_pool_tokens.
     The value is multiplied by `multiply`. `kernel` (kernel kinds) overrides shape fields.
     """
 
@@ -112,6 +119,8 @@ def _conversion(data: Any, kind: str, source: str, where: str) -> Conversion:
         raise ConfigError(source, f"{where}.from", frm, f"a stage point's number is one of {', '.join(STAGE_FROM)}")
     if kind in ENERGY_KINDS and frm not in ENERGY_FROM:
         raise ConfigError(source, f"{where}.from", frm, f"an energy point's number is one of {', '.join(ENERGY_FROM)}")
+    if kind in MEMORY_KINDS and frm not in MEMORY_FROM:
+        raise ConfigError(source, f"{where}.from", frm, f"a memory point's number is one of {', '.join(MEMORY_FROM)}")
     if kind in STAGE_KINDS and STAGE_FROM[frm][0] != kind.split("_")[1]:
         raise ConfigError(source, f"{where}.from", frm, f"a {kind} point compares the {kind.split('_')[1]} stage")
     multiply = data.get("multiply", 1.0)

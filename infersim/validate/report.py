@@ -38,6 +38,7 @@ def _summary_data(result: Validation) -> dict[str, Any]:
     return {
         "overall": _stats_data(stats["overall"]),
         "energy": _stats_data(stats["energy"]),
+        "memory": _stats_data(stats["memory"]),
         "by_source": {k: _stats_data(v) for k, v in stats["by_source"].items()},
         "by_kind": {k: _stats_data(v) for k, v in stats["by_kind"].items()},
         "by_grade": {k: _stats_data(v) for k, v in stats["by_grade"].items()},
@@ -112,8 +113,9 @@ def to_text(result: Validation, summary_only: bool = False, on_cards: Validation
                                                  f"{100 * found.within_share:.0f}%"]
 
     rows = [_stats_row("overall", stats["overall"], beside("overall"))]
-    if stats["energy"] is not None:  # energy is its own quantity: kept out of the overall of times
-        rows.append(_stats_row("overall energy", stats["energy"], beside("energy")))
+    for apart in _APART_WHAT:  # quantities of their own: kept out of the overall of times
+        if stats[apart] is not None:
+            rows.append(_stats_row(f"overall {apart}", stats[apart], beside(apart)))
     rows += [_stats_row(f"source {k}", v, beside("by_source", k)) for k, v in sorted(stats["by_source"].items())]
     rows += [_stats_row(f"kind {k}", v, beside("by_kind", k)) for k, v in sorted(stats["by_kind"].items())]
     order = {g: i for i, g in enumerate(GRADES)}
@@ -129,11 +131,7 @@ def to_text(result: Validation, summary_only: bool = False, on_cards: Validation
                       f"{100 * overall.within_share:.0f}%; {len(result.not_expressed)} points not expressed"
                       + (f"; {len(excluded)} accepted outlier{'s' if len(excluded) > 1 else ''} excluded" if excluded
                          else "")]
-    energy = stats["energy"]
-    if energy is not None:
-        lines.append(f"energy: {energy.n} numbers compared (J per output token, W per GPU), median |error| "
-                     f"{100 * energy.median_abs_error:.1f}%, mean |error| {100 * energy.mean_abs_error:.1f}%, "
-                     f"within {round(100 * WITHIN)}%: {100 * energy.within_share:.0f}%; not in the overall above")
+    lines += _apart_lines(stats)
     headers = ["group", "n", "median |err|", "mean |err|", "signed mean", f"within {round(100 * WITHIN)}%"]
     if cards_stats is not None:
         headers += ["median on the cards", f"within {round(100 * WITHIN)}% on the cards"]
@@ -159,6 +157,22 @@ def to_text(result: Validation, summary_only: bool = False, on_cards: Validation
         lines += ["", f"NOT EXPRESSED ({len(result.not_expressed)})"]
         lines += [f"  {n.id} [{n.source}]: {n.reason}" for n in result.not_expressed]
     return "\n".join(lines)
+
+
+#: what each quantity kept apart from the times compares
+_APART_WHAT = {"energy": "J per output token, W per GPU", "memory": "the KV pool a server reports at start, tokens"}
+
+
+def _apart_lines(stats: dict[str, Any]) -> list[str]:
+    """A line for each quantity kept out of the overall of times (energy, memory) that has points."""
+    lines = []
+    for apart, what in _APART_WHAT.items():
+        found = stats[apart]
+        if found is not None:
+            lines.append(f"{apart}: {found.n} numbers compared ({what}), median |error| "
+                         f"{100 * found.median_abs_error:.1f}%, mean |error| {100 * found.mean_abs_error:.1f}%, "
+                         f"within {round(100 * WITHIN)}%: {100 * found.within_share:.0f}%; not in the overall above")
+    return lines
 
 
 def _notes_lines(notes: list[tuple[str, str]]) -> list[str]:

@@ -18,12 +18,13 @@ has no card is listed as not expressed, with the reason; none is guessed.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from infersim.base.errors import MISSING, ConfigError, InferSimError
 from infersim.cards.schema import load_yaml
-from infersim.serve.trainval import STAGE_WINDOW_S
+from infersim.serve.trainval import BLOCK_TOKENS, STAGE_WINDOW_S
 from infersim.validate.evaluate import NotExpressed, ReferencePoint
 from infersim.validate.mapping import Conversion, PointMapping
 from infersim.validate.measured import MeasuredSet
@@ -127,7 +128,51 @@ def load_trainval(path: Path | None = None, max_stage_s: float | None = STAGE_WI
         if not isinstance(measured, dict):
             continue  # listed without measurements (the file's missing_training_experiments)
         _add_experiment(out, experiment, measured, source, max_stage_s)
+    _add_pool_points(out, [e for e in experiments if isinstance(e, dict) and isinstance(e.get("measured"), dict)])
     return out
+
+
+def _pool_run(experiment: dict[str, Any]) -> dict[str, Any]:
+    """The run of an experiment's server as it sized its KV pool: its activations profiled over one
+    step of max_num_batched_tokens, shared by the GPUs of its TP group."""
+    run = experiment_run(experiment)
+    tp = run["deployment"]["attention"]["tp"]
+    step = int(experiment["vllm"]["max_num_batched_tokens"])
+    return {**run, "workload": {**run["workload"], "prefill_tokens_per_gpu": -(-step // tp)}}
+
+
+def _add_pool_points(out: MeasuredSet, experiments: list[dict[str, Any]]) -> None:
+    """One memory point per distinct server of the file (model, GPUs, TP, max_num_seqs and
+    max_num_batched_tokens): the KV pool vLLM reported at start against the one InferSim predicts
+    (servers run again under other workloads are one point, named after the first)."""
+    servers: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for experiment in experiments:
+        vllm = experiment.get("vllm") or {}
+        key = (experiment.get("model"), json.dumps(experiment.get("hardware"), sort_keys=True), experiment.get("tp"),
+               experiment.get("dp"), vllm.get("max_num_seqs"), vllm.get("max_num_batched_tokens"))
+        servers.setdefault(key, []).append(experiment)
+    for same in servers.values():
+        first = same[0]
+        pid = f"trainval-{first['exp_id']}-kv-pool"
+        try:
+            run = _pool_run(first)
+        except InferSimError as exc:
+            out.not_expressed.append(NotExpressed(pid, SOURCE, "memory", f"refused: {exc}"))
+            continue
+        blocks = {int(e["vllm"]["gpu_kv_cache_blocks"]) for e in same}
+        pool = min(blocks) * BLOCK_TOKENS
+        vllm = first["vllm"]
+        why = [f"{first['model']} on {run['deployment']['num_gpus']} x {run['hardware']}, TP "
+               f"{run['deployment']['attention']['tp']}, engine {ENGINE} (the runs' vLLM 0.15.1) at its "
+               "gpu_memory_utilization default, 0.9 (not stated for these runs)",
+               f"max_num_batched_tokens {vllm['max_num_batched_tokens']}: the step whose activations vLLM profiles",
+               f"measured: gpu_kv_cache_blocks {' / '.join(str(b) for b in sorted(blocks))} of {BLOCK_TOKENS} tokens "
+               "(vllm.log 'GPU KV cache size' // 16)"
+               + (f", the server of experiments {', '.join(str(e['exp_id']) for e in same)}" if len(same) > 1 else "")]
+        out.reference[pid] = ReferencePoint(pid, SOURCE, float(pool), "tokens",
+                                            "KV pool the server reported at start (GPU KV cache size)")
+        out.mapping[pid] = PointMapping(pid, "memory", "; ".join(why), {"": Conversion("kv_pool_tokens", unit="tokens")},
+                                        run=run)
 
 
 def point_id(experiment: dict[str, Any], stage: int) -> str:
