@@ -2,7 +2,8 @@
 its own chunk of `attention_chunk_size` up to itself, so the kernel runs each sequence as one
 sequence per chunk its queries fall in (vLLM 0.15.1 v1/attention/backends/utils.py:219
 make_local_attention_virtual_batches, whose comment gives the example below: chunk 4, q_seqlens
-[4, 10, 5], k_seqlens [6, 17, 9] -> local blocks [2, 4, 2]); the layer keeps at most one chunk of KV.
+[4, 10, 5], k_seqlens [6, 17, 9] -> local blocks [2, 4, 2]); the layer keeps at most one chunk of KV,
+or the whole context under an engine that keeps it (engine card memory.chunked_layers_keep_context).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from infersim.base.errors import ConfigError
 from infersim.cards.model import validate_model
 from infersim.cards.deployment import Deployment, MixerDeployment
 from infersim.modules.attention import attention_core, chunk_local
-from infersim.run.config import load_model_card
-from infersim.run.memory import bounded_bytes_per_request
+from infersim.run.config import config_from_mapping, load_model_card
+from infersim.run.memory import bounded_bytes_per_request, cache_view, memory_budget
 from infersim.shapes.kernels import AttentionShape
 from infersim.shapes.plan import SequenceBatch, StageContext
 
@@ -86,3 +87,27 @@ def test_a_card_with_chunks_is_checked(change, field, problem) -> None:
     with pytest.raises(ConfigError) as info:
         validate_model(replace(_scout(), **change), "card.yaml")
     assert info.value.field == field and problem in info.value.problem
+
+
+def _scout_memory(engine: str):
+    config = config_from_mapping({"model": "llama-4-scout-fp8", "hardware": "h100-sxm", "engine": engine,
+                                  "deployment": {"num_gpus": 2, "attention": {"tp": 2}, "ffn": {"tp": 2}},
+                                  "workload": {"isl": 20000, "osl": 1000}}, "test")
+    return memory_budget(config.model, config.hardware, config.deployment, config.workload, None, config.engine, 8192)
+
+
+@pytest.mark.parametrize("engine, whole_context", [("vllm@0.11", True), ("vllm@0.15", False), ("sglang@0.5", True)])
+def test_engines_that_keep_the_whole_context_on_chunked_layers(engine, whole_context) -> None:
+    """vLLM 0.11 turns its hybrid KV cache manager off for chunked attention (0.15 keeps it on) and
+    SGLang 0.5.2 leaves Llama-4 out of its hybrid pool: every layer then keeps the whole context."""
+    memory = _scout_memory(engine)
+    per_layer_gpu = 4 * 128 * 2 * 2  # TP 2: 4 of the 8 KV heads on each GPU
+    if whole_context:
+        assert memory.kv_bytes_per_token_per_gpu == 48 * per_layer_gpu and memory.bounded_bytes_per_request_per_gpu == 0
+    else:  # 12 full layers grow; 36 chunked layers keep one chunk of 8,192 of the 21,000 tokens
+        assert memory.kv_bytes_per_token_per_gpu == 12 * per_layer_gpu
+        assert memory.bounded_bytes_per_request_per_gpu == 36 * 8192 * per_layer_gpu
+    engine_card = config_from_mapping({"model": "llama-4-scout-fp8", "hardware": "h100-sxm", "engine": engine,
+                                       "deployment": {"num_gpus": 1}, "workload": {"isl": 1, "osl": 1}}, "test").engine
+    # the cache's view only: the layers still attend within their chunks
+    assert cache_view(_scout(), engine_card).layer_count("chunked_attention") == (0 if whole_context else 36)

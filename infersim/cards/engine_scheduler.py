@@ -286,6 +286,10 @@ class MemoryPolicy:
                  "full-attention layers, each allotted this many tokens of the sliding-window layers' KV beside it, "
                  "used or not (SGLang's hybrid SWA pool, swa_full_tokens_ratio); 0: sliding-window layers take the "
                  "KV of the tokens in their window alone (vLLM's hybrid allocator)", ge=0, le=1)
+    chunked_layers_keep_context: bool = spec(
+        False, doc="a model with chunked-attention layers (Llama-4): the engine keeps every token of the context "
+                   "on them, as on full-attention layers (vLLM 0.11 turns its hybrid KV cache manager off for them, "
+                   "SGLang 0.5.2 leaves Llama-4 out of its hybrid pool); false: at most one chunk per layer")
     recurrent_state_pool: RecurrentStatePool | None = spec(
         None, doc="a hybrid linear-attention or Mamba model: the pool of state slots the engine sets aside "
                   "(none: each running request's states share the KV space with the KV cache)")

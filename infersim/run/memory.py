@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 from infersim.cards.engine import EngineCard
 from infersim.cards.engine_scheduler import tier_value
 from infersim.cards.hardware import HardwareCard
-from infersim.cards.model import (ATTENTION_KINDS, FULL_ATTENTION, LOCAL_KINDS, ModelCard)
+from infersim.cards.model import ATTENTION_KINDS, CHUNKED_ATTENTION, FULL_ATTENTION, LOCAL_KINDS, ModelCard
 from infersim.cards.deployment import Deployment, Workload, dense_ffn_tp
 from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
 from infersim.modules.step import layer_composition, lm_head_gathered_dp
+from infersim.base.records import evolve
 from infersim.base.units import ACT_BYTES, dtype_bytes
 from infersim.costing.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, WeightOffload, host_link_bytes_per_s
 
@@ -59,8 +60,9 @@ def request_bytes(context: int, kv_gpu: float, bounded_gpu: float, pool: WindowP
 
 def window_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, context: int) -> WindowPool | None:
     """The engine's hybrid sliding-window pool for this model (None: the engine has none, or the
-    model has not both full-attention and sliding-window or chunked layers: SGLang pools Llama-4's
-    chunked layers as windows of the chunk)."""
+    model has not both full-attention and sliding-window or chunked layers: SGLang 0.5.23 pools
+    Llama-4's chunked layers as windows of the chunk, configs/model_config.py:2651-2708
+    is_hybrid_swa_model, get_hybrid_layer_ids)."""
     ratio = engine.memory.sliding_window_pool_ratio if engine is not None else 0.0
     local = sum(model.layer_count(kind) for kind in LOCAL_KINDS)
     if not ratio or not local or FULL_ATTENTION not in model.layer_kinds:
@@ -341,6 +343,17 @@ def _pool_need(engine: EngineCard | None, hw: HardwareCard, model: ModelCard, wo
     return engine.context_limit.pool_for(engine.page_size(hw, model.is_mla), workload.isl, workload.osl)
 
 
+def cache_view(model: ModelCard, engine: EngineCard | None) -> ModelCard:
+    """The model as the engine's KV cache holds it: itself, but with its chunked layers as full
+    attention where the engine keeps the whole context on them (engine card
+    memory.chunked_layers_keep_context). Only the cache sees it so: the layers still attend
+    within their chunks."""
+    if engine is None or not engine.memory.chunked_layers_keep_context or CHUNKED_ATTENTION not in model.layer_kinds:
+        return model
+    kinds = tuple(FULL_ATTENTION if kind == CHUNKED_ATTENTION else kind for kind in model.layer_kinds)
+    return evolve(model, layer_types=kinds, attention_chunk_size=0)
+
+
 def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload,
                   draft: DraftMemory | None = None, engine: EngineCard | None = None,
                   prefill_step_tokens: int = 0, offload: bool = False) -> MemoryResult:
@@ -355,11 +368,12 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
     workload needs - its decode batch (one request when the batch is 'max', two under two-batch
     overlap) or its prefill step, whichever is larger - stay in host memory."""
     weights = weights_per_gpu(model, dep)
-    kv_model = kv_bytes_per_token(model, dep.precision.kv_cache)
-    kv_gpu = kv_bytes_per_token(model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
+    cached = cache_view(model, engine)
+    kv_model = kv_bytes_per_token(cached, dep.precision.kv_cache)
+    kv_gpu = kv_bytes_per_token(cached, dep.precision.kv_cache, dep.attention.tp) / dep.pp
     context = workload.isl + workload.osl
-    bounded_model = bounded_bytes_per_request(model, dep.precision.kv_cache, context)
-    bounded_gpu = bounded_bytes_per_request(model, dep.precision.kv_cache, context, dep.attention.tp) / dep.pp
+    bounded_model = bounded_bytes_per_request(cached, dep.precision.kv_cache, context)
+    bounded_gpu = bounded_bytes_per_request(cached, dep.precision.kv_cache, context, dep.attention.tp) / dep.pp
     draft_weights = draft_kv = 0.0
     if draft is not None:
         draft_weights, draft_kv = draft.weights_bytes, draft.kv_bytes_per_token_per_gpu
@@ -386,7 +400,7 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
     else:
         activations = activation_bytes(model, dep, step_tokens)
         reserved = activations
-    pool = window_pool(model, engine, dep, context)
+    pool = window_pool(cached, engine, dep, context)
     # batch B per GPU: the attention TP group serves tp*B requests, each micro-batch of the
     # pipeline holds B per GPU and a GPU stores its share of every request's context
     per_request = request_bytes(context, kv_gpu, bounded_gpu, pool) * dep.attention.tp * dep.pp

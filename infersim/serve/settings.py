@@ -326,7 +326,7 @@ def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: f
                    host_tokens: int = 0) -> SchedulerSettings:
     """`settings` with a host (CPU) tier of `host_bytes` of host memory per instance, or of
     `host_tokens` tokens (see module docstring)."""
-    from infersim.run.memory import kv_bytes_per_token
+    from infersim.run.memory import cache_view, kv_bytes_per_token
 
     if host_bytes <= 0 and host_tokens <= 0:
         return settings
@@ -340,7 +340,7 @@ def with_host_tier(settings: SchedulerSettings, config: RunConfig, host_bytes: f
     if not settings.prefix_cache:
         raise InferSimError("host KV tier: it holds what the prefix cache evicts; the prefix cache is off")
     dep, hw = config.deployment, config.hardware
-    per_gpu = kv_bytes_per_token(config.model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
+    per_gpu = kv_bytes_per_token(cache_view(config.model, engine), dep.precision.kv_cache, dep.attention.tp) / dep.pp
     if per_gpu <= 0:
         raise InferSimError(f"host KV tier: {config.model.name} keeps no per-token KV cache to offload")
     tokens = host_tokens or int(host_bytes / (per_gpu * dep.gpus_per_stage * dep.pp))
