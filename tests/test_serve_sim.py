@@ -20,7 +20,7 @@ from infersim.shapes.plan import SequenceBatch
 from infersim.serve.api import simulate_serving
 from infersim.serve.settings import offline_limits
 from infersim.serve.options import parse_options
-from infersim.serve.simulate import simulate_serving_run
+from infersim.serve.simulate import simulate_serving_run, transfer_bandwidth, transfer_seconds
 from infersim.run.simulate import run_prefill
 
 FP8 = {"gemm": "fp8", "weights": "fp8", "kv_cache": "fp8"}
@@ -177,6 +177,22 @@ def test_disaggregation_ttft_includes_the_kv_transfer():
     assert pd["mean_ttft_ms"] - colocated["mean_ttft_ms"] == pytest.approx(4000 * 65536 / 360e9 * 1e3, rel=0.01)
     assert pd["num_gpus"] == 2
     assert [p["role"] for p in pd["pools"]] == ["prefill", "decode"]
+
+
+@pytest.mark.parametrize("engine, model, tokens, moved", [
+    # gpt-oss-120b: 18 full layers of 8 KV heads of 64 (1,024 B a token, K and V in fp8) move every
+    # token, its 18 sliding layers the 128 tokens of their window
+    ("vllm", "gpt-oss-120b", 4000, 4000 * 18 * 1024 + 18 * 128 * 1024),
+    # Llama-4-Scout: 12 full layers of 8 KV heads of 128 (2,048 B a token) move every token, its 36
+    # chunked layers one chunk of 8,192; vLLM 0.11 keeps (and moves) the whole context on every layer
+    ("vllm@0.15", "llama-4-scout-fp8", 10000, 10000 * 12 * 2048 + 36 * 8192 * 2048),
+    ("vllm@0.11", "llama-4-scout-fp8", 10000, 10000 * 48 * 2048),
+    ("vllm", "llama-3.1-8b", 4000, 4000 * 65536),  # a dense model: every layer every token
+])
+def test_a_prompts_kv_transfer_moves_what_each_layer_keeps(engine, model, tokens, moved):
+    cfg = config(engine, model, tp=2)
+    bandwidth = transfer_bandwidth(cfg, cfg)[0]
+    assert transfer_seconds(cfg, cfg)(tokens) * bandwidth == pytest.approx(moved, rel=1e-12)
 
 
 def test_closed_loop_disaggregation_one_client_adds_only_the_kv_transfer():

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any
@@ -424,6 +424,24 @@ def transfer_bandwidth(prefill: RunConfig, decode: RunConfig) -> tuple[float, st
     return hw.peak.network_bandwidth * hw.derates.network_efficiency * lanes, "network"
 
 
+def transfer_seconds(prefill: RunConfig, decode: RunConfig) -> Callable[[int], float]:
+    """Seconds one prompt's cache of a number of tokens takes from a prefill to a decode instance:
+    the KV of its full-attention layers per token, what its sliding-window and chunked layers keep of
+    it (at most their window) and its recurrent states, as the decode engine's cache holds them
+    (infersim.run.memory.cache_view), over the pair's link (transfer_bandwidth)."""
+    from infersim.run.memory import bounded_bytes_per_request, cache_view, kv_bytes_per_token
+
+    bandwidth, _link = transfer_bandwidth(prefill, decode)
+    model = cache_view(decode.model, decode.engine)
+    dtype = decode.deployment.precision.kv_cache
+    per_token_s = kv_bytes_per_token(model, dtype) / bandwidth
+
+    def seconds(tokens: int) -> float:
+        return tokens * per_token_s + bounded_bytes_per_request(model, dtype, tokens) / bandwidth
+
+    return seconds
+
+
 def _disaggregated_pools(config: RunConfig, opts: ServeOptions, arrivals: Arrivals,
                          prices: StepPriceBook | None = None) -> tuple[Pool, Pool]:
     """The prefill and the decode pool of a disaggregated run."""
@@ -438,8 +456,6 @@ def _disaggregated_pools(config: RunConfig, opts: ServeOptions, arrivals: Arriva
 
 def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals, pools: tuple[Pool, Pool],
                        states: Iterator[RequestState], outcomes: Outcomes) -> ServeResult:
-    from infersim.run.memory import kv_bytes_per_token
-
     mean_isl, mean_osl = arrivals.mean_isl, arrivals.mean_osl
     prefill, decode = pools
     pconf, dconf = prefill.config, decode.config
@@ -459,15 +475,14 @@ def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals
     for inst in prefill.instances:
         inst.sink = prefill_done
     _feed(prefill.instances, ((i % len(prefill.instances), st) for i, st in enumerate(states)))
-    bandwidth, _link = transfer_bandwidth(pconf, dconf)
-    kv_per_token = kv_bytes_per_token(config.model, dconf.deployment.precision.kv_cache)
+    moved = transfer_seconds(pconf, dconf)
     link_free = [0.0] * len(decode.instances)
     handoffs = []
     transfer_integral = 0.0
     prefilled.sort(key=lambda st: (st.finish_s, st.req.id))
     for n, st in enumerate(prefilled):
         target = n % len(decode.instances)
-        arrive = _transfer(st, target, link_free, kv_per_token / bandwidth)
+        arrive = _transfer(st, target, link_free, moved)
         transfer_integral += arrive - st.finish_s
         handoffs.append((arrive, st.req.id, target, _decode_state(st, arrive)))
     prefilled.clear()  # the handoffs hold the decode-side states now
@@ -476,11 +491,11 @@ def _run_disaggregated(config: RunConfig, opts: ServeOptions, arrivals: Arrivals
     return ServeResult(opts, outcomes, [prefill, decode], transfer_integral, mean_isl, mean_osl, notes)
 
 
-def _transfer(st: RequestState, target: int, link_free: list[float], seconds_per_token: float) -> float:
+def _transfer(st: RequestState, target: int, link_free: list[float], moved: Callable[[int], float]) -> float:
     """When a prefilled request's KV reaches decode instance `target`: its link carries one request
-    at a time, starting when the prefill finishes and the link is free."""
+    at a time, starting when the prefill finishes and the link is free (`moved`: transfer_seconds)."""
     start = max(st.finish_s, link_free[target])
-    link_free[target] = start + st.req.input_tokens * seconds_per_token
+    link_free[target] = start + moved(st.req.input_tokens)
     return link_free[target]
 
 
@@ -508,10 +523,7 @@ def _closed_loop_disaggregated(prefill: Pool, decode: Pool, states: Iterator[Req
     delivered in time order. An event can only reach an instance during a step that started before
     it, where engines see it at the next step, so the interleaving is exact. Returns the seconds
     requests spent between the pools."""
-    from infersim.run.memory import kv_bytes_per_token
-
-    bandwidth, _link = transfer_bandwidth(prefill.config, decode.config)
-    seconds_per_token = kv_bytes_per_token(prefill.config.model, decode.config.deployment.precision.kv_cache) / bandwidth
+    moved = transfer_seconds(prefill.config, decode.config)
     queue = iter(states)
     events: list[tuple[float, int, int, RequestState]] = []  # (time, order, instance (-1 - i: prefill i), state)
     order = count()
@@ -536,7 +548,7 @@ def _closed_loop_disaggregated(prefill: Pool, decode: Pool, states: Iterator[Req
             send(st.client, st.finish_s)
             return
         target = next(handoffs) % len(decode.instances)
-        arrive = _transfer(st, target, link_free, seconds_per_token)
+        arrive = _transfer(st, target, link_free, moved)
         transfer_integral += arrive - st.finish_s
         heapq.heappush(events, (arrive, next(order), target, _decode_state(st, arrive)))
 
