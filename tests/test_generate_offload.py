@@ -144,3 +144,13 @@ def test_bad_layouts_and_cards():
 def test_overrides_reach_the_generate_section():
     r = generate(mapping(batch=2, prompt_len=8, gen_len=2), ("generate.gen_len=4", "generate.offload=kv"))
     assert r.gen_len == 4 and r.spec.offload == ("kv",)
+
+
+def test_offloaded_kv_in_flight_is_two_of_the_layers_whose_kv_grows():
+    """With the KV offloaded, two layers' KV is on the GPU at a time; the KV that grows with the
+    context is the full-attention layers' (transformers keeps a chunk of a chunked layer), so of a
+    model with 2 full layers among 8 that is all of it, not a quarter."""
+    model = {**TINY, "num_hidden_layers": 8, "attention_chunk_size": 16,
+             "layer_types": ["chunked_attention"] * 3 + ["full_attention"]}
+    r = generate(mapping(model=model, batch=4, prompt_len=64, gen_len=4, offload="kv"))
+    assert r.memory.gpu_kv_bytes == 2 * 4 * 68 * KV_PER_POSITION  # 2 full layers x 4 sequences x 68 positions

@@ -271,7 +271,7 @@ def _validate_chunks(card: ModelCard, kinds: set[str], source: str) -> None:
         raise ConfigError(source, "attention_chunk_size", card.attention_chunk_size,
                           "no layer is chunked_attention (layer_types): the chunk would go unused")
     if CHUNKED_ATTENTION in kinds and SLIDING_ATTENTION in kinds:
-        # vLLM refuses the pair (v1/kv_cache_interface.py); no model has it
+        # vLLM refuses the pair (0.15.1 v1/kv_cache_interface.py:175, 368); no model has it
         raise ConfigError(source, "layer_types", sorted(kinds),
                           "sliding_attention and chunked_attention layers in one model: give one kind of local layer")
 

@@ -92,6 +92,7 @@ def step_joules_by_bound(by_bound: dict[Bound, float], step_s: float, power: Pow
     for bound, seconds in by_bound.items():
         by_kind[place[bound]] += seconds
     idle = power.idle
+    # step_joules' terms in KINDS order, the idle kind's 0 among them, so that the sums round alike
     above = (by_kind[0] * (power.compute_bound - idle) + by_kind[1] * (power.memory_bound - idle)
              + by_kind[2] * (power.communication_bound - idle) + by_kind[3] * (idle - idle))
     joules = idle * step_s + above

@@ -34,6 +34,7 @@ from infersim.costing.host_transfer import (
 )
 from infersim.generate.spec import GenerateSpec
 from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape, MemoryBoundShape, NoTables
+from infersim.cards.model import FULL_ATTENTION
 from infersim.run.memory import kv_bytes_per_token, total_parameters
 from infersim.run.request_limits import context_warnings, served_osl
 from infersim.cards import categories as cat
@@ -289,9 +290,9 @@ def _memory(config: RunConfig, gen: GenerateSpec, plan: StagePlan, stream: _Stre
     # one GPU holds its heads' share of the KV of every sequence of its attention TP group
     sequences = replica_batch(config, gen)
     kv_all = kv_bytes_per_token(model, dep.precision.kv_cache, dep.attention.tp) * sequences * context
-    # kv_bytes_per_token counts the layers whose KV grows with the context: full (not windowed) attention
-    kv_layers = sum(g.layers for g in plan.groups
-                    if any(isinstance(op.shape, AttentionShape) and not op.shape.window for op in g.operations))
+    # kv_bytes_per_token counts the layers whose KV grows with the context: the full-attention ones
+    # (transformers keeps a window or a chunk of the sliding and chunked layers), of the plan's layers
+    kv_layers = model.layer_count(FULL_ATTENTION) * sum(g.layers for g in plan.groups) // model.num_hidden_layers
     gpu_kv = min(2 * kv_all / max(kv_layers, 1), kv_all) if stream.kv_offloaded else kv_all  # two layers in flight
     # prefill working set: residual stream and its normalised copy, plus the largest kernel's input + output
     tokens = plan.tokens_per_gpu * dep.attention.tp
