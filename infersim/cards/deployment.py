@@ -81,12 +81,26 @@ class Precision:
     expert_gemm: Dtype | None = spec(
         None, doc="tensor-core input format of routed-expert GEMMs (default: gemm), e.g. bf16 where MXFP4 experts "
                   "run as W4A16 on a GPU without fp4 tensor cores (Hopper)")
+    attention_weights: WeightDtype | None = spec(
+        None, doc="storage format of every layer's attention (mixer) projections (default: the checkpoint's where it "
+                  "leaves them unquantised, model.quantization.attention_weights, else weights); 16-bit ones run "
+                  "bf16 GEMMs, as an unquantised linear layer does")
     kv_cache: KvDtype = spec("bf16", doc="KV-cache storage format")
     attention: Dtype = spec("bf16", doc="format attention kernels compute in")
 
     @property
     def weight_dtype(self) -> str:
         return self.weights or self.gemm
+
+    @property
+    def attention_weight_dtype(self) -> str:
+        return self.attention_weights or self.weight_dtype
+
+    @property
+    def attention_gemm_dtype(self) -> str:
+        """The attention projections' GEMM input format: bf16 where their weights are 16-bit apart
+        from the rest (an engine runs a layer its checkpoint leaves unquantised unquantised), else gemm."""
+        return "bf16" if self.attention_weights in ("bf16", "fp16") else self.gemm
 
     @property
     def expert_weight_dtype(self) -> str:
@@ -306,10 +320,12 @@ def with_checkpoint_precision(dep: Deployment, named: Collection[str], model: Mo
         expert = _narrower(q.expert_weights, prec.expert_gemm or gemm)
         if expert != weights:
             changes["expert_weights"] = expert
+    if "precision.attention_weights" not in named and q.attention_weights:
+        changes["attention_weights"] = q.attention_weights  # run as stored: the engine leaves them unquantised
     return evolve(dep, precision=evolve(prec, **changes))
 
 
-CHECKPOINT_PRECISION_FIELDS = ("gemm", "weights", "expert_weights")
+CHECKPOINT_PRECISION_FIELDS = ("gemm", "weights", "expert_weights", "attention_weights")
 
 
 def without_checkpoint_precision(dep: Deployment, named: Collection[str]) -> Deployment:

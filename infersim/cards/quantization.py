@@ -6,8 +6,9 @@ into the card's `quantization` section (`quantization_from_hf`), and a run price
 those formats unless its run config names the formats itself (`infersim.run.config.with_checkpoint_precision`).
 
 Which modules a checkpoint leaves unquantised (`modules_to_not_convert`, `ignored_layers`,
-`ignore`, `exclude_modules`) is read against the weights InferSim prices: attention projections,
-dense FFN, shared experts (one format: `weights`) and routed experts (`expert_weights`). A pattern
+`ignore`, `exclude_modules`) is read against the weights InferSim prices: attention projections
+(`attention_weights` where the checkpoint leaves them alone unquantised), dense FFN and shared
+experts (one format: `weights`) and routed experts (`expert_weights`). A pattern
 is matched as the libraries match it - `re:` a regular expression (compressed-tensors), `*` a glob,
 else a substring of the module name (transformers) - against module names of the common layouts
 (`model.layers.N.self_attn.q_proj`, `...mlp.experts.N.up_proj`, ...). Embeddings, the LM head,
@@ -40,6 +41,9 @@ class Quantization:
     weights: WeightFormat = spec(doc="storage format of the linear weights outside the routed experts (attention, "
                                      "dense FFN, shared experts)")
     expert_weights: WeightFormat = spec(doc="storage format of the routed experts' weights")
+    attention_weights: WeightFormat | None = spec(
+        None, doc="storage format of every layer's attention (mixer) projections where the checkpoint leaves them "
+                  "unquantised and quantises the rest (compressed-tensors ignoring self_attn); null: as weights")
     activations: ActivationFormat | None = spec(
         None, doc="format the checkpoint's kernels quantise GEMM inputs to (W8A8 fp8, NVFP4 W4A4); null: "
                   "weight-only, inputs stay bf16")
@@ -174,7 +178,17 @@ def quantization_from_hf(config: dict[str, Any], source: str, fields: dict[str, 
             coverage.pop(part, None)  # the model has none
     if not fields.get("num_experts"):
         coverage.pop("routed experts", None)
-    non_expert, full, notes = _non_expert_format(coverage, fields, weights, stored, experts_only)
+    # attention unquantised beside other quantised linear weights (dense FFN, shared experts) has a
+    # format of its own; where it is the only linear weight outside the experts, it is `weights`
+    others = ("dense FFN", "shared experts")
+    attention = None
+    if coverage.get("attention") == "all" and not experts_only and any(_params(fields, p) for p in others):
+        attention = stored
+        del coverage["attention"]
+    parts = others if attention else ("attention", *others)
+    non_expert, full, notes = _non_expert_format(coverage, fields, weights, stored, experts_only, parts)
+    if attention == non_expert:
+        attention = None  # the attention's format is the rest's
     detail = scheme.detail
     expert = stored if coverage.get("routed experts") == "all" else weights
     partial = [p for p, how in coverage.items() if how == "some"]
@@ -182,22 +196,24 @@ def quantization_from_hf(config: dict[str, Any], source: str, fields: dict[str, 
         notes.append(f"the checkpoint leaves {', '.join(partial)} of some layers unquantised; priced as quantised")
     if non_expert == stored and weights != stored and not experts_only:
         detail += f"; {', '.join(full)} kept {stored}"
+    if attention is not None:
+        detail += f"; attention kept {stored}"
     if expert == stored and weights != stored:
         detail += f"; routed experts kept {stored}"
     detail = "; ".join([detail, *notes])
     return {"method": method, "weights": non_expert, "expert_weights": expert if fields.get("num_experts") else non_expert,
+            **({"attention_weights": attention} if attention else {}),
             **({"activations": activations} if activations else {}), **({"group_size": group} if group else {}),
             **({"excluded": excluded} if excluded else {}), "detail": detail}
 
 
 def _non_expert_format(coverage: dict[str, str], fields: dict[str, Any], weights: str, stored: str,
-                       experts_only: bool) -> tuple[str, list[str], list[str]]:
-    """The one format of attention, dense FFN and shared experts when the checkpoint leaves some of
-    them wholly unquantised (the larger share of their parameters decides), the parts it leaves so,
-    and notes saying what was chosen."""
+                       experts_only: bool, parts: tuple[str, ...]) -> tuple[str, list[str], list[str]]:
+    """The one format of `parts` (of attention, dense FFN, shared experts) when the checkpoint leaves
+    some of them wholly unquantised (the larger share of their parameters decides), the parts it
+    leaves so, and notes saying what was chosen."""
     notes: list[str] = []
     non_expert = stored if experts_only else weights
-    parts = ("attention", "dense FFN", "shared experts")
     full = [p for p in parts if coverage.get(p) == "all"]
     if full and not experts_only:
         kept = [p for p in parts if p not in full and _params(fields, p)]

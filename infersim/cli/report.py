@@ -430,6 +430,8 @@ def weights_text(cfg: Any) -> str:
         f"{w['weights']} ({w['weights_from']})"
     if "expert_weights" in w and w["expert_weights"] != w["weights"]:
         text += f"; routed experts {w['expert_weights']} ({w['expert_weights_from']})"
+    if "attention_weights" in w:
+        text += f"; attention {w['attention_weights']} ({w['attention_weights_from']})"
     text += f"; GEMM inputs {w['gemm']} ({w['gemm_from']})"
     q = w["checkpoint"]
     if q is not None:
@@ -460,6 +462,9 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
         layout += f"; routed experts stored {expert_format}"
     if dep.precision.expert_gemm:
         layout += f"; routed-expert GEMMs {dep.precision.expert_gemm}"
+    if dep.precision.attention_weights:
+        layout += (f"; attention projections stored {dep.precision.attention_weight_dtype}, "
+                   f"GEMMs {dep.precision.attention_gemm_dtype}")
     if lm_head_gathered_dp(cfg.model, dep) > 1:
         layout += f"; LM head gathered over the {dep.attention.dp} DP ranks"
     lines = [

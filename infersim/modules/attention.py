@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from infersim.cards.model import CHUNKED_ATTENTION, FULL_ATTENTION, SLIDING_ATTENTION, ModelCard
-from infersim.cards.deployment import MixerDeployment
+from infersim.cards.deployment import MixerDeployment, Precision
 from infersim.cards.engine import elementwise_code
 from infersim.shapes.kernels import AttentionShape, GemmShape, IndexerShape, MemoryBoundShape, causal_pairs, elementwise_shape
 from infersim.cards import categories as cat
@@ -45,6 +45,12 @@ from infersim.base.units import ACT_BYTES, dtype_bytes
 
 INDEX_KEY_DTYPE = "fp8"  # DSA indexer keys are cached in fp8 ...
 INDEX_KEY_SCALE_BYTES = 4.0  # ... with one fp32 scale per key (DeepSeek-V3.2 inference code)
+
+
+def projection_formats(prec: Precision) -> dict[str, str]:
+    """The GEMM input and weight formats of a layer's attention (mixer) projections: the deployment's,
+    or their own where their weights have one (precision.attention_weights)."""
+    return dict(dtype=prec.attention_gemm_dtype, weight_dtype=prec.attention_weight_dtype)
 
 
 def _core_shapes(model: ModelCard, dep: MixerDeployment, ctx: StageContext, heads: int, window: int = 0) -> list[Operation]:
@@ -83,7 +89,7 @@ def _core_shapes(model: ModelCard, dep: MixerDeployment, ctx: StageContext, head
 
 def _indexer_projections(model: ModelCard, dep: MixerDeployment, tokens: int) -> list[Operation]:
     """DSA lightning indexer, the part every token runs: projections, key LayerNorm, rotary, fp8 key store."""
-    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+    gemm = projection_formats(dep.precision)
     nh, d = model.index_n_heads, model.index_head_dim
     key_bytes = d * dtype_bytes(INDEX_KEY_DTYPE) + INDEX_KEY_SCALE_BYTES
     return [
@@ -126,7 +132,7 @@ def attention_before_core(model: ModelCard, dep: MixerDeployment, stage: Stage, 
     tp = dep.attention.tp
     h = model.hidden_size
     prec = dep.precision
-    gemm = dict(dtype=prec.gemm, weight_dtype=prec.weight_dtype)
+    gemm = projection_formats(prec)
     heads = shard(model.num_attention_heads, tp, "num_attention_heads", "attention.tp")
     code = elementwise_code(dep.model_code, stage)
     ops: list[Operation] = rms_norm("input_norm", tokens, h, code)
@@ -211,7 +217,7 @@ def attention_core(model: ModelCard, dep: MixerDeployment, ctx: StageContext, ki
     if model.is_mla and code != eager.FUSED:
         return _mla_hf_core(model, dep, ctx, heads, tokens, code, window)
     if model.is_mla:
-        gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+        gemm = projection_formats(dep.precision)
         v_dim = model.v_head_dim
         ops: list[Operation] = _indexer_scoring(model, dep, ctx) if model.is_sparse_attention else []
         # absorbed (decode, DSA): q_nope @ W_UK per head into the latent space, then latent output
@@ -249,7 +255,7 @@ def attention_after_core(model: ModelCard, dep: MixerDeployment, stage: Stage, t
     """The operations after the core that every token runs: the output gate, the output projection."""
     tp = dep.attention.tp
     h = model.hidden_size
-    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+    gemm = projection_formats(dep.precision)
     heads = shard(model.num_attention_heads, tp, "num_attention_heads", "attention.tp")
     if model.is_mla:
         return [Operation("o_proj", cat.ATTN_PROJ, GemmShape(tokens, heads * model.v_head_dim, h, **gemm))]
@@ -289,7 +295,7 @@ def _kv_cache_operations(dep: MixerDeployment, ctx: StageContext, kv_width: int,
 def _mla_hf_before_core(model: ModelCard, dep: MixerDeployment, heads: int, tokens: int, code: str) -> list[Operation]:
     """MLA as HF transformers' DeepseekV3Attention runs it, up to the cache (the input norm aside):
     q_a_proj -> q_a_layernorm -> q_b_proj, kv_a_proj_with_mqa -> kv_a_layernorm, rotary on the rope parts."""
-    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+    gemm = projection_formats(dep.precision)
     h = model.hidden_size
     qk, rope, rank = model.qk_head_dim, model.qk_rope_head_dim, model.kv_lora_rank
     ops: list[Operation] = []
@@ -311,7 +317,7 @@ def _mla_hf_core(model: ModelCard, dep: MixerDeployment, ctx: StageContext, head
     kv_b_proj expands the whole cached latent into per-head keys and values (decompressed,
     ModelCode.mla), the keys assembled by two copies, and MHA over them (o_proj follows)."""
     tp = dep.attention.tp
-    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+    gemm = projection_formats(dep.precision)
     qk, v = model.qk_head_dim, model.v_head_dim
     nope, rope, rank = model.qk_nope_head_dim, model.qk_rope_head_dim, model.kv_lora_rank
     ops = _kv_cache_operations(dep, ctx, rank + rope, 1, 1, rank + rope, code)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from infersim.cards.model import LINEAR_ATTENTION, MAMBA, ModelCard
 from infersim.cards.deployment import MixerDeployment
+from infersim.modules.attention import projection_formats
 from infersim.shapes.kernels import GemmShape, LinearAttentionShape, MemoryBoundShape
 from infersim.cards import categories as cat
 from infersim.shapes.plan import Operation, StageContext
@@ -60,7 +61,7 @@ def linear_mixer_operations(model: ModelCard, dep: MixerDeployment, ctx: StageCo
     tp = dep.attention.tp
     tokens = ctx.tokens_per_gpu * tp
     h = model.hidden_size
-    gemm = dict(dtype=dep.precision.gemm, weight_dtype=dep.precision.weight_dtype)
+    gemm = projection_formats(dep.precision)
     state_dtype = model.mamba_ssm_dtype
     if kind == LINEAR_ATTENTION:
         prefix, shape_kind = "gdn", "gdn"

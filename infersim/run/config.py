@@ -566,11 +566,16 @@ def weights_origin(config: RunConfig) -> dict[str, Any]:
             "checkpoint" if q is not None and q.activations == prec.gemm else "default"),
         "weights": prec.weight_dtype, "weights_from": origin("weights", prec.weight_dtype, q.weights if q else None),
         "checkpoint": {"method": q.method, "weights": q.weights, "expert_weights": q.expert_weights,
+                       "attention_weights": q.attention_weights,
                        "activations": q.activations, "group_size": q.group_size, "detail": q.describe()} if q else None,
     }
     if model.is_moe:
         out["expert_weights"] = prec.expert_weight_dtype
         out["expert_weights_from"] = origin("expert_weights", prec.expert_weight_dtype,
                                             q.expert_weights if q else None)
+    if prec.attention_weight_dtype != prec.weight_dtype:
+        out["attention_weights"] = prec.attention_weight_dtype
+        out["attention_weights_from"] = origin("attention_weights", prec.attention_weight_dtype,
+                                               q.attention_weights if q else None)
     return out
 

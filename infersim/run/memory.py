@@ -244,8 +244,13 @@ def weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
     head_rows = vocab_rows / lm_head_gathered_dp(model, dep)
     embed = vocab_rows if model.tie_word_embeddings or dep.pp > 1 else vocab_rows + head_rows
     prec = dep.precision
-    return (linear * dtype_bytes(prec.weight_dtype) + experts * dtype_bytes(prec.expert_weight_dtype)
-            + (norms + embed) * EMBEDDING_BYTES)
+    weights = (linear * dtype_bytes(prec.weight_dtype) + experts * dtype_bytes(prec.expert_weight_dtype)
+               + (norms + embed) * EMBEDDING_BYTES)
+    extra = dtype_bytes(prec.attention_weight_dtype) - dtype_bytes(prec.weight_dtype)
+    if extra:  # the attention projections in a format of their own (a checkpoint that leaves them unquantised)
+        weights += extra * sum(layers / dep.pp * mixer_weight_params(model, kind, dep.attention.tp)
+                               for kind, _moe, layers in layer_composition(model))
+    return weights
 
 
 def mtp_weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
@@ -319,7 +324,9 @@ def offload_pool_per_layer(model: ModelCard, dep: Deployment) -> tuple[str, tupl
         routed = routed_expert_params(model, dep) * dtype_bytes(prec.expert_weight_dtype)
         return ROUTED_EXPERTS, tuple(routed if is_moe else 0.0 for _kind, is_moe, _layers in composition)
     dense, _moe = ffn_weight_params(model, dep)
-    return LAYER_WEIGHTS, tuple((mixer_weight_params(model, kind, dep.attention.tp) + dense) * dtype_bytes(prec.weight_dtype)
+    linear, attention = dtype_bytes(prec.weight_dtype), dtype_bytes(prec.attention_weight_dtype)
+    return LAYER_WEIGHTS, tuple((mixer_weight_params(model, kind, dep.attention.tp) + dense) * linear if attention == linear
+                                else mixer_weight_params(model, kind, dep.attention.tp) * attention + dense * linear
                                 for kind, _is_moe, _layers in composition)
 
 
