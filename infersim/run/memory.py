@@ -64,8 +64,10 @@ def window_pool(model: ModelCard, engine: EngineCard | None, dep: Deployment, co
     Llama-4's chunked layers as windows of the chunk, configs/model_config.py:2651-2708
     is_hybrid_swa_model, get_hybrid_layer_ids)."""
     ratio = engine.memory.sliding_window_pool_ratio if engine is not None else 0.0
+    if not ratio:
+        return None
     local = sum(model.layer_count(kind) for kind in LOCAL_KINDS)
-    if not ratio or not local or FULL_ATTENTION not in model.layer_kinds:
+    if not local or FULL_ATTENTION not in model.layer_kinds:
         return None
     from infersim.run.memory_pools import WindowPool  # only a model and engine that pool so pay for the record
 
