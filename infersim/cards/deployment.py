@@ -99,7 +99,7 @@ class Precision:
     @property
     def attention_gemm_dtype(self) -> str:
         """The attention projections' GEMM input format: bf16 where their weights are 16-bit apart
-        from the rest (an engine runs a layer its checkpoint leaves unquantised unquantised), else gemm."""
+        from the rest (an engine runs a layer its checkpoint leaves unquantised in 16 bits), else gemm."""
         return "bf16" if self.attention_weights in ("bf16", "fp16") else self.gemm
 
     @property
