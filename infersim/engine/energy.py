@@ -59,8 +59,17 @@ def step_joules(seconds_by_kind: dict[str, float], step_s: float, power: Power) 
     """(joules of a step of `step_s` seconds whose operations spent `seconds_by_kind`, held at the
     board power limit; whether that limit binds): step_energy's number without its record (what a
     sweep row keeps)."""
+    return _held_joules([seconds_by_kind.get(kind, 0.0) for kind in KINDS], step_s, power)
+
+
+def _held_joules(by_kind: list[float], step_s: float, power: Power) -> tuple[float, bool]:
+    """step_joules of seconds by kind of draw in KINDS order. Each kind's draw above idle, added in
+    that order (the idle kind's zero among them) and not by sum(), whose rounding differs between
+    Python versions: every path to a step's joules gives the same number to the last bit."""
     idle = power.idle
-    joules = idle * step_s + sum([t * (getattr(power, DRAW_FIELD[kind]) - idle) for kind, t in seconds_by_kind.items()])
+    above = (by_kind[0] * (power.compute_bound - idle) + by_kind[1] * (power.memory_bound - idle)
+             + by_kind[2] * (power.communication_bound - idle) + by_kind[3] * (idle - idle))
+    joules = idle * step_s + above
     limit = power.board * step_s
     return min(joules, limit), joules > limit * (1 + 1e-12)
 
@@ -85,19 +94,13 @@ _KIND_PLACE = {bound: KINDS.index(kind) for bound, kind in KIND_OF_BOUND.items()
 
 
 def step_joules_by_bound(by_bound: dict[Bound, float], step_s: float, power: Power) -> tuple[float, bool]:
-    """step_joules of `by_bound`'s seconds as seconds by kind of draw, the same sums in the same
-    order, without a dict of kinds between them (a sweep row and a serving step ask for it every time)."""
+    """step_joules of `by_bound`'s seconds as seconds by kind of draw, without a dict of kinds
+    between them (a sweep row and a serving step ask for it every time)."""
     by_kind = [0.0, 0.0, 0.0, 0.0]
     place = _KIND_PLACE
     for bound, seconds in by_bound.items():
         by_kind[place[bound]] += seconds
-    idle = power.idle
-    # step_joules' terms in KINDS order, the idle kind's 0 among them, so that the sums round alike
-    above = (by_kind[0] * (power.compute_bound - idle) + by_kind[1] * (power.memory_bound - idle)
-             + by_kind[2] * (power.communication_bound - idle) + by_kind[3] * (idle - idle))
-    joules = idle * step_s + above
-    limit = power.board * step_s
-    return min(joules, limit), joules > limit * (1 + 1e-12)
+    return _held_joules(by_kind, step_s, power)
 
 
 def stage_energy(stage: StageResult, power: Power) -> StepEnergy:
