@@ -77,6 +77,8 @@ def test_each_distinct_server_of_the_runs_is_one_memory_point() -> None:
     assert "the server of experiments 17, 20, 21, 48" in scout.why  # the same server under four workloads
     # its activations are profiled over one max_num_batched_tokens step (2,048), shared by TP 2
     assert scout.run["workload"]["prefill_tokens_per_gpu"] == 1024
+    # the server's budget is its own (vLLM profiles a step of it before sizing KV), not the card's
+    assert scout.overrides == ("engine.scheduler.chunked_prefill_tokens=[{min_gpu_bytes: 0, value: 2048}]",)
     assert points.mapping["trainval-62-kv-pool"].run["workload"]["prefill_tokens_per_gpu"] == 512  # 1,024 over TP 2
 
 
@@ -123,3 +125,14 @@ def test_only_vllms_count_is_compared_and_its_unit_is_tokens() -> None:
     reference, mapping = _point(unit="ms")
     with pytest.raises(ConfigError, match="'kv_pool_tokens' predicts tokens"):
         check_units(reference, mapping, "ref.yaml", "points.yaml")
+
+
+@pytest.mark.parametrize("engine, step", [("vllm@0.15", 8192), ("vllm@0.11", 8192), ("sglang", 500)])
+def test_vllm_reserves_the_activations_of_its_whole_token_budget(engine, step) -> None:
+    """vLLM profiles a step of max_num_batched_tokens before it sizes its KV space, whatever the
+    workload (v1/worker/gpu_model_runner.py profile_run); SGLang reserves by its own formula."""
+    config = config_from_mapping({"model": "llama-3.1-8b", "hardware": "h100-sxm", "engine": engine,
+                                  "deployment": {"num_gpus": 1}, "workload": {"isl": 500, "osl": 200}}, "test")
+    assert config.engine.chunk_tokens(config.hardware.peak.hbm_bytes) == 8192 or engine == "sglang"
+    memory = memory_budget(config.model, config.hardware, config.deployment, config.workload, None, config.engine, 500)
+    assert memory.prefill_step_tokens == step

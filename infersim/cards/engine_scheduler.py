@@ -281,6 +281,10 @@ class MemoryPolicy:
         default_factory=tuple, doc="the engine never reserves less than this outside weights and KV, by GPU memory, bytes")
     kv_fraction_of_free: float = spec(
         1.0, doc="share of the memory left after weights, activations and reserve that becomes KV cache", gt=0, le=1)
+    activations_of_whole_budget: bool = spec(
+        False, doc="the engine sizes its KV space after profiling a step of its whole token budget "
+                   "(chunked_prefill_tokens), whatever the workload; false: the activations of the run's own "
+                   "prefill step")
     sliding_window_pool_ratio: float = spec(
         0.0, doc="a model with both full-attention and sliding-window layers: the KV pool is sized in tokens of the "
                  "full-attention layers, each allotted this many tokens of the sliding-window layers' KV beside it, "

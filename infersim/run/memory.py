@@ -21,7 +21,7 @@ from infersim.cards.engine import EngineCard
 from infersim.cards.engine_scheduler import tier_value
 from infersim.cards.hardware import HardwareCard
 from infersim.cards.model import ATTENTION_KINDS, CHUNKED_ATTENTION, FULL_ATTENTION, LOCAL_KINDS, ModelCard
-from infersim.cards.deployment import Deployment, Workload, dense_ffn_tp
+from infersim.cards.deployment import Deployment, Workload, dense_ffn_tp, dp_attention_ranks
 from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
 from infersim.modules.linear_attention import linear_mixer_weight_params, state_bytes_per_request_per_layer
@@ -392,6 +392,9 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         bounded_model += draft.bounded_bytes_per_request
         bounded_gpu += draft.bounded_bytes_per_request_per_gpu
     step_tokens = prefill_step_tokens or workload.isl
+    if engine is not None and engine.memory.activations_of_whole_budget:
+        budget = engine.chunk_tokens(hw.peak.hbm_bytes, dp_attention_ranks(dep))
+        step_tokens = max(step_tokens, -(-budget // dep.attention.tp))  # each GPU of the TP group runs it all
     usable = hw.peak.hbm_bytes
     kv_fraction = 1.0
     cap = 0

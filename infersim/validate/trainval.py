@@ -171,8 +171,10 @@ def _add_pool_points(out: MeasuredSet, experiments: list[dict[str, Any]]) -> Non
                + (f", the server of experiments {', '.join(str(e['exp_id']) for e in same)}" if len(same) > 1 else "")]
         out.reference[pid] = ReferencePoint(pid, SOURCE, float(pool), "tokens",
                                             "KV pool the server reported at start (GPU KV cache size)")
+        # the server's token budget is its own, not the card's: vLLM profiles a step of it before sizing KV
+        budget = f"engine.scheduler.chunked_prefill_tokens=[{{min_gpu_bytes: 0, value: {vllm['max_num_batched_tokens']}}}]"
         out.mapping[pid] = PointMapping(pid, "memory", "; ".join(why), {"": Conversion("kv_pool_tokens", unit="tokens")},
-                                        run=run)
+                                        run=run, overrides=(budget,))
 
 
 def point_id(experiment: dict[str, Any], stage: int) -> str:
