@@ -136,3 +136,22 @@ def test_vllm_reserves_the_activations_of_its_whole_token_budget(engine, step) -
     assert config.engine.chunk_tokens(config.hardware.peak.hbm_bytes) == 8192 or engine == "sglang"
     memory = memory_budget(config.model, config.hardware, config.deployment, config.workload, None, config.engine, 500)
     assert memory.prefill_step_tokens == step
+
+
+def test_a_vllm_run_says_the_pool_its_server_would_log(capsys) -> None:
+    """The MEMORY section gives the KV pool a vLLM server logs as it starts, to hold against a real
+    one's vllm.log: Llama-3.1-8B on one H100 (32 layers x 8 KV heads x 128 x K, V x 2 bytes = 131,072
+    bytes a token), its KV space over that, in whole blocks of 16."""
+    import json
+
+    from infersim.cli.main import main
+
+    args = ["--model", "llama-3.1-8b", "--hardware", "h100", "--isl", "100", "--osl", "100", "--format", "json"]
+    assert main([*args, "--engine", "vllm@0.15"]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    assert memory["logged_kv_pool_tokens"] == int(memory["kv_capacity_gb"] * 1e9 / 131072 / 16) * 16
+    assert main([*args, "--engine", "sglang"]) == 0
+    assert "logged_kv_pool_tokens" not in json.loads(capsys.readouterr().out)["memory"]  # SGLang logs its own count
+    assert main(args[:-2] + ["--engine", "vllm@0.15"]) == 0
+    assert f'KV pool as vLLM logs it at start ("GPU KV cache size"): {memory["logged_kv_pool_tokens"]:,} tokens' \
+        in capsys.readouterr().out
