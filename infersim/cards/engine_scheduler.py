@@ -281,6 +281,9 @@ class MemoryPolicy:
         default_factory=tuple, doc="the engine never reserves less than this outside weights and KV, by GPU memory, bytes")
     kv_fraction_of_free: float = spec(
         1.0, doc="share of the memory left after weights, activations and reserve that becomes KV cache", gt=0, le=1)
+    logs_kv_pool_tokens: bool = spec(
+        False, doc="the engine logs its KV pool as it starts as its blocks over its layer groups, in tokens "
+                   "(vLLM's \"GPU KV cache size: N tokens\"): what run.memory.reported_pool_tokens counts")
     activations_of_whole_budget: bool = spec(
         False, doc="the engine sizes its KV space after profiling a step of its whole token budget "
                    "(chunked_prefill_tokens), whatever the workload; false: the activations of the run's own "

@@ -9,7 +9,7 @@ from typing import Any
 
 from infersim.run.config import RunConfig, weights_origin
 from infersim.run.confidence import confidence_json, operation_grade, stage_confidence, table_origin
-from infersim.run.memory import MemoryResult, reported_pool_tokens
+from infersim.run.memory import MemoryResult, logged_pool_tokens
 from infersim.engine.stage import OperationResult, StageResult, combined_source
 from infersim.shapes.kernels import Bound
 from infersim.modules.step import lm_head_gathered_dp
@@ -138,15 +138,10 @@ def _state_pool_text(engine: str, mem: MemoryResult) -> str:
             f"{counted(pool.slots_per_request, 'slot')}, so a scheduler runs at most {counted(pool.requests, 'request')}")
 
 
-def logged_pool_tokens(result: SimulationResult) -> int | None:
-    """The KV pool a vLLM server logs as it starts ("GPU KV cache size: N tokens") for this run's
-    memory (run.memory.reported_pool_tokens), to hold against a real server's log; None for another
-    engine, or a model whose states are not counted in tokens."""
+def _logged_pool(result: SimulationResult) -> int | None:
+    """The KV pool the run's engine logs as it starts (run.memory.logged_pool_tokens)."""
     cfg = result.config
-    if cfg.engine.name != "vllm" or result.memory.kv_capacity_bytes <= 0:
-        return None
-    return reported_pool_tokens(result.memory, cfg.model, cfg.deployment,
-                                cfg.engine.page_size(cfg.hardware, cfg.model.is_mla))
+    return logged_pool_tokens(result.memory, cfg.model, cfg.deployment, cfg.engine, cfg.hardware)
 
 
 def _memory_json(result: SimulationResult) -> dict[str, Any]:
@@ -171,7 +166,7 @@ def _memory_json(result: SimulationResult) -> dict[str, Any]:
         "draft_weights_gb": mem.draft_weights_bytes / GB,
         "draft_kv_bytes_per_token_per_gpu": mem.draft_kv_bytes_per_token_per_gpu,
     }
-    logged = logged_pool_tokens(result)
+    logged = _logged_pool(result)
     if logged is not None:
         data["logged_kv_pool_tokens"] = logged
     if result.config.deployment.weight_offload != "none":
@@ -516,7 +511,7 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
                                                     if mem.binding_limit == "running-request cap" else ")"))
         + ("" if mem.fits else "   ** DOES NOT FIT **"),
     ]
-    logged = logged_pool_tokens(result)
+    logged = _logged_pool(result)
     lines += [] if logged is None else [f"  KV pool as vLLM logs it at start (\"GPU KV cache size\"): {logged:,} tokens"]
     if dep.weight_offload != "none":  # right below the weights line it qualifies
         lines.insert(lines.index("MEMORY (per GPU; GB = 1e9 bytes)") + 2, _offload_text(result))

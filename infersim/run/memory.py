@@ -193,6 +193,16 @@ def reported_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment
     return int(max(0.0, memory.kv_capacity_bytes) / (per_token * page)) * page
 
 
+def logged_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, engine: EngineCard,
+                       hw: HardwareCard) -> int | None:
+    """The KV pool the engine logs as it starts, for a server of this memory (reported_pool_tokens, in
+    the pages of its attention backend on this GPU); None where the engine logs no such count (engine
+    card memory.logs_kv_pool_tokens), no KV space is left, or the model's states are not tokens."""
+    if not engine.memory.logs_kv_pool_tokens or memory.kv_capacity_bytes <= 0:
+        return None
+    return reported_pool_tokens(memory, model, dep, engine.page_size(hw, model.is_mla))
+
+
 @dataclass(frozen=True)
 class DraftMemory:
     """What a speculative drafter adds on every GPU (see infersim.run.speculative)."""
@@ -211,34 +221,35 @@ def mixer_weight_params(model: ModelCard, kind: str, attention_tp: int) -> float
     return linear_mixer_weight_params(model, kind, attention_tp)
 
 
-def _layer_params(model: ModelCard, dep: Deployment) -> tuple[float, float]:
-    """(linear-layer parameters but routed experts, routed-expert parameters) per GPU of one
-    pipeline stage, summed over the layer kinds."""
+def _layer_params(model: ModelCard, dep: Deployment) -> tuple[float, float, float]:
+    """(linear-layer parameters but routed experts, routed-expert parameters, the mixers' share of
+    the first) per GPU of one pipeline stage, summed over the layer kinds."""
     dense, moe = ffn_weight_params(model, dep)
     routed = routed_expert_params(model, dep) if model.is_moe else 0.0
-    linear = experts = 0.0
+    linear = experts = mixers = 0.0
     for kind, is_moe, layers in layer_composition(model):
         per_stage = layers / dep.pp
         mixer = mixer_weight_params(model, kind, dep.attention.tp)
+        mixers += per_stage * mixer
         if is_moe:
             linear += per_stage * (mixer + moe - routed)
             experts += per_stage * routed
         else:
             linear += per_stage * (mixer + dense)
-    return linear, experts
+    return linear, experts, mixers
 
 
 def total_parameters(model: ModelCard) -> float:
     """All parameters of the model (unsharded), embeddings included; MTP modules are not."""
     one = Deployment(num_gpus=1)
-    linear, experts = _layer_params(model, one)
+    linear, experts, _mixers = _layer_params(model, one)
     norms = 2 * model.hidden_size * model.num_hidden_layers
     embed = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
     return linear + experts + norms + embed
 
 
 def weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
-    linear, experts = _layer_params(model, dep)
+    linear, experts, mixers = _layer_params(model, dep)
     norms = 2 * model.hidden_size * model.num_hidden_layers / dep.pp
     vocab_rows = model.vocab_size / dep.attention.tp * model.hidden_size
     # with PP the first stage holds the embedding and the last the LM head; report the larger. A
@@ -250,8 +261,7 @@ def weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
                + (norms + embed) * EMBEDDING_BYTES)
     extra = dtype_bytes(prec.attention_weight_dtype) - dtype_bytes(prec.weight_dtype)
     if extra:  # the attention projections in a format of their own (a checkpoint that leaves them unquantised)
-        weights += extra * sum(layers / dep.pp * mixer_weight_params(model, kind, dep.attention.tp)
-                               for kind, _moe, layers in layer_composition(model))
+        weights += extra * mixers
     return weights
 
 
@@ -260,7 +270,7 @@ def mtp_weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
     experts) plus its input projection [embedding; hidden] -> hidden and three norms; embedding and
     LM head are shared with the model."""
     one_layer = mtp_card(model)
-    linear, experts = _layer_params(one_layer, dep)
+    linear, experts, _mixers = _layer_params(one_layer, dep)
     prec = dep.precision
     n = model.num_nextn_predict_layers
     h = model.hidden_size
@@ -327,9 +337,9 @@ def offload_pool_per_layer(model: ModelCard, dep: Deployment) -> tuple[str, tupl
         return ROUTED_EXPERTS, tuple(routed if is_moe else 0.0 for _kind, is_moe, _layers in composition)
     dense, _moe = ffn_weight_params(model, dep)
     linear, attention = dtype_bytes(prec.weight_dtype), dtype_bytes(prec.attention_weight_dtype)
-    return LAYER_WEIGHTS, tuple((mixer_weight_params(model, kind, dep.attention.tp) + dense) * linear if attention == linear
-                                else mixer_weight_params(model, kind, dep.attention.tp) * attention + dense * linear
-                                for kind, _is_moe, _layers in composition)
+    mixers = [mixer_weight_params(model, kind, dep.attention.tp) for kind, _is_moe, _layers in composition]
+    return LAYER_WEIGHTS, tuple((mixer + dense) * linear if attention == linear else mixer * attention + dense * linear
+                                for mixer in mixers)
 
 
 def plan_weight_offload(model: ModelCard, hw: HardwareCard, dep: Deployment, shortfall_bytes: float) -> WeightOffload:

@@ -416,17 +416,17 @@ class _Evaluator:
 
     def memory(self, entry: PointMapping, conv: Conversion) -> tuple[float, tuple[str, str, str], str]:
         """The server's KV pool as it reports it at start (infersim.run.memory.reported_pool_tokens)."""
-        from infersim.run.memory import memory_budget, reported_pool_tokens
+        from infersim.run.memory import logged_pool_tokens, memory_budget
         from infersim.run.simulate import prefill_step_tokens
         from infersim.run.speculative import drafter_memory
 
         config, notes = self.config(entry)
-        if config.engine.name != "vllm":
+        if not config.engine.memory.logs_kv_pool_tokens:
             raise _Refused(f"the KV pool as the server reports it is vLLM's count; {config.engine.name} counts its own")
         model, hw, dep, work = config.model, config.hardware, config.deployment, config.workload
         memory = memory_budget(model, hw, dep, work, drafter_memory(config), config.engine,
                                prefill_step_tokens(work, config.engine, hw, dep))
-        tokens = reported_pool_tokens(memory, model, dep, config.engine.page_size(hw, model.is_mla))
+        tokens = logged_pool_tokens(memory, model, dep, config.engine, hw)
         if tokens is None:
             raise _Refused(f"{model.name} keeps recurrent states, which vLLM does not count in tokens")
         share = memory.kv_capacity_bytes / memory.hbm_bytes
