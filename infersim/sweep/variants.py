@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 
 from infersim.base.records import evolve
 from infersim.cards.hardware import HardwareCard, validate_hardware
@@ -91,6 +92,14 @@ def set_path(obj: Any, parts: Sequence[str], value: Any) -> Any:
     return evolve(obj, **{head: set_path(current, rest, value) if rest else value})
 
 
+def _picker(positions: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """What takes the values at `positions` out of a point's values, as a tuple (at C speed)."""
+    if len(positions) == 1:
+        single = itemgetter(*positions)
+        return lambda values: (single(values),)
+    return itemgetter(*positions) if positions else (lambda values: ())
+
+
 class Deriver:
     """Derives validated RunConfigs for grid points (and searched layouts) from a Base."""
 
@@ -106,6 +115,8 @@ class Deriver:
                 self._card_axis[parts[0]] = i
             else:
                 self._fields[parts[0]].append((i, parts[1:]))
+        # each kind's swept values of a point, as a tuple
+        self._pick = {kind: _picker([i for i, _ in fields]) for kind, fields in self._fields.items()}
         self._cards: dict[tuple[str, Any], Any] = {}
         self._models: dict[tuple, Any] = {}
         self._hardware: dict[tuple, Any] = {}
@@ -143,7 +154,7 @@ class Deriver:
         fields = self._fields[kind]
         if not fields and self._card_axis[kind] is None:
             return getattr(self.base.config, kind)  # the base's own card, validated on load: nothing to derive
-        key = tuple(values[i] for i, _ in fields)
+        key = self._pick[kind](values)
         if self._card_axis[kind] is not None:
             key += (values[self._card_axis[kind]],)
         hit = cache.get(key)
@@ -187,7 +198,8 @@ class Deriver:
         if not fields:
             return base
         # typed: an axis may hold both 2 and 2.0 (or 1 and true), which are equal as keys
-        key = tuple([(values[i], type(values[i])) for i, _ in fields])
+        picked = self._pick[kind](values)
+        key = (picked, tuple(map(type, picked)))
         try:
             hit = cache.get(key)
         except TypeError:  # an unhashable value (a YAML list): nothing to cache on
