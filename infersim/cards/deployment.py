@@ -536,4 +536,6 @@ def complete_layout(dep: Deployment, model: ModelCard, hw: HardwareCard, source:
                        "computes each rank's own logits)") from None
     _check_ffn_groups(dep, model, fail)
     _check_formats(dep, model, hw, fail)
+    if attn.dp == attn_dp and ffn.dp == ffn_dp:  # a layout that names its DP sizes (a searched one)
+        return dep
     return evolve(dep, attention=evolve(attn, dp=attn_dp), ffn=evolve(ffn, dp=ffn_dp))

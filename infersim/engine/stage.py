@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
-from operator import add, mul
+from operator import add, attrgetter, mul
 from typing import Any, NamedTuple
 
 from infersim.cards.engine import EngineCard, LaunchRun, StepPieces, step_overhead, step_overhead_seconds
@@ -104,6 +104,7 @@ def combined_source(sources: Iterable[Source]) -> Source:
 
 
 Pricer = Callable[[tuple[Operation, ...]], PricedPart]
+_KERNELS = attrgetter("kernels")  # a priced part's kernels
 
 
 def _pricer(hw: HardwareCard, tables: KernelTables, memo: PricingMemo | None) -> Pricer:
@@ -233,6 +234,10 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, price: Pricer, engine: Engin
     mb = plan.micro_batches
     fused_always: tuple[str, ...] = engine.fused_operations if engine is not None else ()
     passes = _passes_on(engine, hw)
+    # only the card's fused operations, and no graph breaks: _group_launch_facts's answer for every group
+    plain = engine is None or not (passes or (plan.stage != "decode" and engine.overheads.prefill_graph_pieces))
+    fused: Fused = fused_always
+    folded: dict[str, str] = {}
     break_kernels = 0
     serial = 0.0
     schedule: list[tuple[list[tuple[bool, float]], int]] = []
@@ -243,12 +248,10 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, price: Pricer, engine: Engin
     for group in plan.groups:
         layers = group.layers
         parts = list(map(price, group.parts))
-        kernels = 0
-        for part in parts:
-            kernels += part.kernels
-        layer_kernels += layers * kernels
-        fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, parts)
-        break_kernels += layers * breaks
+        layer_kernels += layers * sum(map(_KERNELS, parts))
+        if not plain:
+            fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, parts)
+            break_kernels += layers * breaks
         seconds, bounds = _layer_sums(parts, fused)
         group_s = seconds * mb * layers
         serial += group_s

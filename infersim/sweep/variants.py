@@ -294,15 +294,16 @@ class Deriver:
 
 def with_layout(dep: Deployment, num_gpus: int, num_nodes: int, pp: int, attn_tp: int, ffn_tp: int,
                 ffn_ep: int) -> Deployment:
-    """A deployment with a searched parallel layout (DP sizes derived by complete_layout).
+    """A deployment with a searched parallel layout, its DP sizes those the layout implies (what
+    complete_layout would derive: the search proposes only TP and EP sizes that divide a stage).
 
     Expert TP (ffn_tp > 1) only works with tokens gathered onto every shard, so such layouts use
     moe_comm all-gather whatever the base config says (dense models ignore moe_comm)."""
-    if ffn_tp > 1:
-        dep = evolve(dep, moe_comm="all-gather")
-    return evolve(dep, num_gpus=num_gpus, num_nodes=num_nodes, pp=pp,
-                               attention=AttentionLayout(tp=attn_tp, dp=0),
-                               ffn=FfnLayout(tp=ffn_tp, ep=ffn_ep, dp=0))
+    per_stage = num_gpus // pp
+    comm = "all-gather" if ffn_tp > 1 else dep.moe_comm
+    return evolve(dep, num_gpus=num_gpus, num_nodes=num_nodes, pp=pp, moe_comm=comm,
+                  attention=AttentionLayout(tp=attn_tp, dp=per_stage // attn_tp),
+                  ffn=FfnLayout(tp=ffn_tp, ep=ffn_ep, dp=per_stage // (ffn_tp * ffn_ep)))
 
 
 def problem_text(exc: InferSimError) -> str:
