@@ -17,11 +17,11 @@ from conftest import REPO_ROOT
 from infersim.base.errors import ConfigError
 from infersim.cards.power import JOULES_PER_KWH, Electricity, Power, validate_power
 from infersim.cli.main import main
-from infersim.engine.energy import KIND_OF_BOUND, KINDS, seconds_by_kind, stage_energy, step_energy, step_joules, step_joules_by_bound
+from infersim.engine.energy import seconds_by_kind, stage_energy, step_energy, step_joules, step_joules_by_bound
 from infersim.engine.stage import OperationResult, StageResult
 from infersim.run.config import load_hardware_card
 from infersim.run.energy import EnergyUnavailable, RunEnergy, run_energy
-from infersim.shapes.kernels import BOUNDS, Bound, Source, bound_seconds, dominant_bound
+from infersim.shapes.kernels import Bound, Source
 
 POWER = Power(board=700.0, idle=100.0, compute_bound=650.0, memory_bound=500.0, communication_bound=300.0)
 
@@ -58,18 +58,11 @@ def test_joules_by_bound_are_the_joules_of_the_stages_kinds_to_the_last_bit(ops,
     for seconds, bound in ops:
         by_bound[bound] = by_bound.get(bound, 0.0) + seconds
     merged = _stage([(t, b) for b, t in by_bound.items()], step_s)
-    assert step_joules_by_bound(bound_seconds(by_bound), step_s, POWER) == step_joules(seconds_by_kind(merged), step_s,
-                                                                                          POWER)
-
-
-def test_seconds_per_bound_unpack_into_the_kinds_of_draw_in_order():
-    """step_joules_by_bound unpacks seconds per bound as BOUNDS orders them into KINDS' order."""
-    assert [KIND_OF_BOUND[bound] for bound in BOUNDS] == ["compute", "memory", "communication", "idle", "idle"]
-    assert KINDS == ("compute", "memory", "communication", "idle")
+    assert step_joules_by_bound(by_bound, step_s, POWER) == step_joules(seconds_by_kind(merged), step_s, POWER)
 
 
 def test_joules_by_bound_by_hand():
-    by_bound = bound_seconds({Bound.MEMORY: 5e-3, Bound.COMPUTE: 2e-3, Bound.HOST_LINK: 1e-3})
+    by_bound = {Bound.MEMORY: 5e-3, Bound.COMPUTE: 2e-3, Bound.HOST_LINK: 1e-3}
     # idle 100 W over the 9 ms step, plus 400 W above idle for 5 ms and 550 W for 2 ms; the host link waits at idle
     assert step_joules_by_bound(by_bound, 9e-3, POWER) == (pytest.approx(0.9 + 2.0 + 1.1), False)
     assert step_joules_by_bound(by_bound, 9e-3, replace(POWER, board=200.0)) == (pytest.approx(1.8), True)
@@ -235,9 +228,3 @@ def test_the_energy_reference_points_load_and_are_compared_apart_from_the_times(
         assert c.family == "energy" and abs(c.error) < 0.5  # compared, never fitted: the error is what it is
     stats = result.stats()
     assert stats["overall"] is None and stats["energy"].n == 2
-
-
-def test_the_dominant_bound_holds_the_most_seconds_the_first_in_order_on_a_tie():
-    assert dominant_bound(bound_seconds({Bound.MEMORY: 2e-3, Bound.COMM: 3e-3})) is Bound.COMM
-    assert dominant_bound(bound_seconds({Bound.OVERHEAD: 1e-3, Bound.MEMORY: 1e-3})) is Bound.MEMORY
-    assert bound_seconds({Bound.HOST_LINK: 1.0}) == (0.0, 0.0, 0.0, 0.0, 1.0)

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from infersim.cards.hardware import HardwareCard
 from infersim.costing.timing import kernel_cost
-from infersim.shapes.kernels import BOUND_PLACE, BOUNDS, AnyShape, Cost, KernelTables
+from infersim.shapes.kernels import AnyShape, Bound, Cost, KernelTables
 from infersim.shapes.plan import Operation
 
 MAX_PIECES = 4096
@@ -62,8 +62,8 @@ Priced = tuple[Operation, Cost, float]
 # the names of the operations an engine fuses into a neighbouring kernel (an engine card's tuple, or
 # the set its fusion passes add to it)
 Fused = tuple[str, ...] | frozenset[str]
-# a part's seconds, and its seconds per bound (in BOUNDS order), with some operations fused away
-PartSums = tuple[float, tuple[float, ...]]
+# a part's seconds, and its seconds per bound in order of first appearance, with some operations fused away
+PartSums = tuple[float, tuple[tuple[Bound, float], ...]]
 
 
 def _drop_older_half(table: dict[Any, Any]) -> None:
@@ -106,14 +106,14 @@ class PricedPart:
 
 def _part_sums(priced: tuple[Priced, ...], fused: Fused) -> PartSums:
     total = 0.0
-    by_bound = [0.0] * len(BOUNDS)
-    place = BOUND_PLACE
+    bounds: dict[Bound, float] = {}
     for op, cost, seconds in priced:
         if op.name in fused:
             seconds = 0.0
         total += seconds
-        by_bound[place[cost.bound]] += seconds
-    return total, tuple(by_bound)
+        bound = cost.bound
+        bounds[bound] = bounds.get(bound, 0.0) + seconds
+    return total, tuple(bounds.items())
 
 
 def priced_part(operations: Piece, hw: HardwareCard, tables: KernelTables) -> PricedPart:

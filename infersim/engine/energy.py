@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from infersim.cards.power import Power
 from infersim.engine.stage import StageResult
-from infersim.shapes.kernels import Bound, BoundSeconds
+from infersim.shapes.kernels import Bound
 
 #: the kind of draw each bound runs at; launch overhead, host work and the host link are waiting
 KIND_OF_BOUND = {Bound.COMPUTE: "compute", Bound.MEMORY: "memory", Bound.COMM: "communication",
@@ -89,13 +89,18 @@ def seconds_by_kind(stage: StageResult) -> dict[str, float]:
     return out
 
 
-def step_joules_by_bound(by_bound: BoundSeconds, step_s: float, power: Power) -> tuple[float, bool]:
-    """step_joules of seconds per bound (in BOUNDS order: the stage engine's stage_time_by_bound) as
-    seconds by kind of draw, without a dict of kinds between them (a sweep row and a serving step
-    ask for it every time)."""
-    # BOUNDS order, their kinds in KINDS order (tests/test_energy.py holds the two orders so)
-    compute, memory, comm, overhead, host_link = by_bound
-    return _held_joules([compute, memory, comm, overhead + host_link], step_s, power)
+#: the place of each bound's kind of draw in KINDS
+_KIND_PLACE = {bound: KINDS.index(kind) for bound, kind in KIND_OF_BOUND.items()}
+
+
+def step_joules_by_bound(by_bound: dict[Bound, float], step_s: float, power: Power) -> tuple[float, bool]:
+    """step_joules of `by_bound`'s seconds as seconds by kind of draw, without a dict of kinds
+    between them (a sweep row and a serving step ask for it every time)."""
+    by_kind = [0.0, 0.0, 0.0, 0.0]
+    place = _KIND_PLACE
+    for bound, seconds in by_bound.items():
+        by_kind[place[bound]] += seconds
+    return _held_joules(by_kind, step_s, power)
 
 
 def stage_energy(stage: StageResult, power: Power) -> StepEnergy:

@@ -19,15 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import repeat
-from operator import add, attrgetter, mul
 from typing import Any, NamedTuple
 
 from infersim.cards.engine import EngineCard, LaunchRun, StepPieces, step_overhead, step_overhead_seconds
 from infersim.cards.engine_platform import FusionPass
 from infersim.cards.hardware import HardwareCard
 from infersim.shapes.comm_shapes import CollectiveShape
-from infersim.shapes.kernels import BOUND_PLACE, BOUNDS, Bound, BoundSeconds, Cost, KernelTables, Source, dominant_bound
+from infersim.shapes.kernels import Bound, Cost, KernelTables, Source
 from infersim.cards import categories as cat
 from infersim.shapes.plan import LayerGroup, Operation, StagePlan
 from infersim.costing.memo import Fused, PartSums, Priced, PricedPart, PricingMemo, operation_kernels, priced_part
@@ -104,7 +102,6 @@ def combined_source(sources: Iterable[Source]) -> Source:
 
 
 Pricer = Callable[[tuple[Operation, ...]], PricedPart]
-_KERNELS = attrgetter("kernels")  # a priced part's kernels
 
 
 def _pricer(hw: HardwareCard, tables: KernelTables, memo: PricingMemo | None) -> Pricer:
@@ -119,12 +116,14 @@ def _layer_sums(parts: list[PricedPart], fused: Fused) -> PartSums:
     """One micro-batch's pass over one layer: its parts' sums added in order (seconds, per bound)."""
     if len(parts) == 1:
         return parts[0].sums(fused)
-    seconds, by_bound = parts[0].sums(fused)
-    for part in parts[1:]:
+    seconds = 0.0
+    bounds: dict[Bound, float] = {}
+    for part in parts:
         part_seconds, part_bounds = part.sums(fused)
         seconds += part_seconds
-        by_bound = tuple(map(add, by_bound, part_bounds))
-    return seconds, by_bound
+        for bound, time_s in part_bounds:
+            bounds[bound] = bounds.get(bound, 0.0) + time_s
+    return seconds, tuple(bounds.items())
 
 
 def two_batch_schedule(runs: list[tuple[list[tuple[bool, float]], int]]) -> float:
@@ -227,10 +226,10 @@ class _Layers(NamedTuple):
 
 
 def _walk_layers(plan: StagePlan, hw: HardwareCard, price: Pricer, engine: EngineCard | None, queue: bool,
-                 slowdown: float, by_bound: list[float], results: list[OperationResult] | None) -> _Layers:
-    """Price every layer group of the plan and add up its operations (their results to `results`;
-    their seconds per bound to `by_bound`, in BOUNDS order). A group's time is its layer's parts'
-    sums (PricedPart.sums) times the micro-batches and layers, whatever else the walk records."""
+                 slowdown: float, by_bound: dict[Bound, float], results: list[OperationResult] | None) -> _Layers:
+    """Price every layer group of the plan and add up its operations (their results to `results`).
+    A group's time is its layer's parts' sums (PricedPart.sums) times the micro-batches and layers,
+    whatever else the walk records."""
     mb = plan.micro_batches
     fused_always: tuple[str, ...] = engine.fused_operations if engine is not None else ()
     passes = _passes_on(engine, hw)
@@ -248,14 +247,18 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, price: Pricer, engine: Engin
     for group in plan.groups:
         layers = group.layers
         parts = list(map(price, group.parts))
-        layer_kernels += layers * sum(map(_KERNELS, parts))
+        kernels = 0
+        for part in parts:
+            kernels += part.kernels
+        layer_kernels += layers * kernels
         if not plain:
             fused, folded, breaks = _group_launch_facts(engine, plan.stage, passes, fused_always, parts)
             break_kernels += layers * breaks
         seconds, bounds = _layer_sums(parts, fused)
         group_s = seconds * mb * layers
         serial += group_s
-        by_bound[:] = map(add, by_bound, map(mul, map(mul, bounds, repeat(mb)), repeat(layers)))
+        for bound, time_s in bounds:
+            by_bound[bound] = by_bound.get(bound, 0.0) + time_s * mb * layers
         if plan.offload_bytes_per_layer:
             layer_s.append(group_s / layers)
         if detailed:
@@ -307,7 +310,7 @@ def _group_result(group: LayerGroup, op: Operation, cost: Cost, is_fused: bool, 
                            cost.bytes * op.count * mb * layers, cost.bound, cost.source, cost.detail, group.name)
 
 
-def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: float, by_bound: list[float],
+def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: float, by_bound: dict[Bound, float],
                      results: list[OperationResult] | None) -> float:
     """Seconds of the offloaded weights' transfer that compute does not hide. Under two-batch
     overlap the schedule packs the layers tighter than their serial sum; each layer takes its
@@ -317,7 +320,7 @@ def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: f
     rate = host_link_bytes_per_s(hw)
     cost = offload_cost([(seconds * scale, moved, group.layers) for seconds, moved, group
                          in zip(walked.layer_s, plan.offload_bytes_per_layer, plan.groups)], rate)
-    by_bound[BOUND_PLACE[Bound.HOST_LINK]] += cost.exposed_s
+    by_bound[Bound.HOST_LINK] = by_bound.get(Bound.HOST_LINK, 0.0) + cost.exposed_s
     if results is not None:
         detail = (f"{cost.bytes / GB:,.2f} GB from host memory at {rate / GB:,.1f} GB/s (pcie_bandwidth x "
                   f"pcie_efficiency), one layer ahead of compute: link busy {cost.transfer_s / MS:,.3f} ms, "
@@ -328,7 +331,7 @@ def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: f
     return cost.exposed_s
 
 
-def _walk_per_step(plan: StagePlan, price: Pricer, queue: bool, step: float, by_bound: list[float],
+def _walk_per_step(plan: StagePlan, price: Pricer, queue: bool, step: float, by_bound: dict[Bound, float],
                    results: list[OperationResult] | None) -> tuple[float, list[tuple[int, float]], list[tuple[int, float]], int]:
     """(`step` with the per-step operations' sum added; the kernels launched before the layers and
     after them, for the launch queue; the kernels of the per-step operations). Those before the
@@ -339,7 +342,8 @@ def _walk_per_step(plan: StagePlan, price: Pricer, queue: bool, step: float, by_
     part = price(plan.per_step)
     seconds, bounds = part.sums(())
     step += seconds
-    by_bound[:] = map(add, by_bound, bounds)
+    for bound, time_s in bounds:
+        by_bound[bound] = by_bound.get(bound, 0.0) + time_s
     if queue or results is not None:
         for op, cost, time_s in part.priced:
             if queue:
@@ -366,13 +370,13 @@ def _overhead(plan: StagePlan, hw: HardwareCard, engine: EngineCard, step: float
 
 def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None,
           results: list[OperationResult] | None,
-          memo: PricingMemo | None) -> tuple[float, float, float, BoundSeconds]:
+          memo: PricingMemo | None) -> tuple[float, float, float, dict[Bound, float]]:
     """Time one step: (step seconds, seconds two-batch overlap saved, compute slowdown by SMs held
     for communication, seconds per bound). Appends each operation's result to `results` unless it
     is None (sweeps need the time only: the results and their detail text cost more than the timing)."""
     mb = plan.micro_batches
     slowdown = hw.peak.sm_count / (hw.peak.sm_count - plan.comm_sms) if plan.comm_sms else 1.0
-    by_bound = [0.0] * len(BOUNDS)  # seconds per bound, in BOUNDS order
+    by_bound: dict[Bound, float] = {}
     # the kernels in launch order, for an engine that launches them from the host with nothing to hide
     # that behind (no overlap scheduler): its launches overlap the GPU as the launch queue allows
     queue = (engine is not None and not engine.overheads.overlap_scheduler and mb == 1
@@ -388,9 +392,9 @@ def _walk(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: Engin
         launches = [LaunchRun(tuple(before)), *walked.runs, LaunchRun(tuple(after))] if queue else []
         overhead = _overhead(plan, hw, engine, step, walked.kernels * mb + step_kernels, launches,
                              walked.break_kernels * mb, results)
-        by_bound[BOUND_PLACE[Bound.OVERHEAD]] += overhead
+        by_bound[Bound.OVERHEAD] = by_bound.get(Bound.OVERHEAD, 0.0) + overhead
         step += overhead
-    return step, saved, slowdown, tuple(by_bound)
+    return step, saved, slowdown, by_bound
 
 
 def run_stage(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None,
@@ -408,13 +412,13 @@ def stage_time(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: 
     """run_stage(...).step_time_s and .bound without the per-operation results and their detail
     strings, which a sweep row does not show (tests/test_engine_fast.py holds the two equal)."""
     step, by_bound = stage_time_by_bound(plan, hw, tables, engine, memo)
-    return step, dominant_bound(by_bound)
+    return step, max(by_bound, key=by_bound.__getitem__)
 
 
 def stage_time_by_bound(plan: StagePlan, hw: HardwareCard, tables: KernelTables, engine: EngineCard | None = None,
-                        memo: PricingMemo | None = None) -> tuple[float, BoundSeconds]:
-    """(step seconds, the operations' seconds per bound, in BOUNDS order): what a step's energy
-    needs (infersim.engine.energy), without the per-operation results."""
+                        memo: PricingMemo | None = None) -> tuple[float, dict[Bound, float]]:
+    """(step seconds, the operations' seconds per bound): what a step's energy needs
+    (infersim.engine.energy), without the per-operation results."""
     step, _, _, by_bound = _walk(plan, hw, tables, engine, None, memo)
     return step, by_bound
 

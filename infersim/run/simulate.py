@@ -12,7 +12,7 @@ from infersim.cards.model import ModelCard
 from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment, Workload, dp_attention_ranks, server_tp
 from infersim.engine.stage import StageResult, run_stage, sequential_steps, stage_time, stage_time_by_bound
-from infersim.shapes.kernels import Bound, BoundSeconds, KernelTables, NoTables, Source
+from infersim.shapes.kernels import Bound, KernelTables, NoTables, Source
 from infersim.run.memory import MemoryResult, memory_budget
 from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
@@ -181,8 +181,8 @@ def decode_time(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: W
 
 def decode_time_by_bound(model: ModelCard, hw: HardwareCard, dep: Deployment, workload: Workload, batch: int,
                          tables: KernelTables, engine: EngineCard,
-                         memo: PricingMemo | None = None) -> tuple[float, float, BoundSeconds]:
-    """(TPOT, decode tokens per GPU per second, the step's seconds per bound in BOUNDS order) of run_decode's step,
+                         memo: PricingMemo | None = None) -> tuple[float, float, dict[Bound, float]]:
+    """(TPOT, decode tokens per GPU per second, the step's seconds per bound) of run_decode's step,
     without its per-operation results (a sweep row's time and energy)."""
     plan = _decode_plan(model, hw, dep, workload, batch, engine, None, memo)[0]
     step, by_bound = stage_time_by_bound(plan, hw, tables, engine, memo)

@@ -12,7 +12,6 @@ to free than one with an instance dictionary.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 from operator import attrgetter
@@ -31,24 +30,6 @@ class Bound(str, Enum):
     COMM = "comm"
     OVERHEAD = "overhead"
     HOST_LINK = "host link"  # weights streamed from host memory (deployment.weight_offload)
-
-
-#: every bound, in the order of a step's seconds per bound as a vector (infersim.costing.memo.PartSums)
-BOUNDS: tuple[Bound, ...] = tuple(Bound)
-#: each bound's place in BOUNDS
-BOUND_PLACE: dict[Bound, int] = {bound: place for place, bound in enumerate(BOUNDS)}
-#: seconds per bound, in BOUNDS order (a step's, a part's)
-BoundSeconds = tuple[float, ...]
-
-
-def bound_seconds(by_bound: Mapping[Bound, float]) -> BoundSeconds:
-    """`by_bound`'s seconds in BOUNDS order (0 for a bound it lacks)."""
-    return tuple(by_bound.get(bound, 0.0) for bound in BOUNDS)
-
-
-def dominant_bound(seconds: BoundSeconds) -> Bound:
-    """The bound holding the most seconds (the first in BOUNDS order on a tie)."""
-    return BOUNDS[seconds.index(max(seconds))]
 
 
 class Source(str, Enum):

@@ -41,7 +41,7 @@ from infersim.engine.energy import seconds_by_kind, step_joules, step_joules_by_
 from infersim.engine.stage import StageResult
 from infersim.base.errors import InferSimError, shorten
 from infersim.base.records import evolve
-from infersim.shapes.kernels import Bound, NoTables, dominant_bound
+from infersim.shapes.kernels import Bound, NoTables
 from infersim.run.memory import MemoryResult, memory_budget
 from infersim.run.request_limits import pool_problem, served_osl
 from infersim.run.simulate import (decode_time_by_bound, prefill_step_tokens, run_prefill, simulate, single_prompt_prefill,
@@ -442,7 +442,7 @@ class Evaluator:
         else:
             step, tgs, by_bound = decode_time_by_bound(model, hw, dep, work, batch, self.tables, self.engine,
                                                        memo=self.memo)
-            tpot, bound = step, dominant_bound(by_bound)
+            tpot, bound = step, max(by_bound, key=by_bound.__getitem__)
             # the energy only where the card has power facts (else no energy column)
             joules = step_joules_by_bound(by_bound, step, hw.power)[0] if hw.power is not None else 0.0
             if self.spec.prefill:
