@@ -300,15 +300,16 @@ def plan_from_context(ctx: StageContext, model: ModelCard, dep: Deployment, micr
     logit_rows = _logit_rows(dep, ctx, micro_batches)
     last = inputs.last_frame
     frame = None
-    ffn_ctx = FfnContext.of(ctx)
     if last is not None:
         # what a frame's pieces are built from beside the (model, deployment) inputs: the FFN's record
-        # (which holds the stage and tokens the pieces around an attention core read), and the
-        # per-step piece's micro-batches and logit rows
-        key = (ffn_ctx, micro_batches, logit_rows)
+        # (which holds the stage and tokens the pieces around an attention core read), as its fields,
+        # and the per-step piece's micro-batches and logit rows
+        ffn_values = FfnContext.values_of(ctx)
+        key = (ffn_values, micro_batches, logit_rows)
         if last.key == key:
             frame = last.frame
     if frame is None:
+        ffn_ctx = FfnContext(*ffn_values) if last is not None else FfnContext.of(ctx)
         groups, around, ffns = _layers_built(model, inputs, ctx, ffn_ctx)
         per_step = _per_step(model, dep, inputs, ctx, micro_batches, logit_rows)
         if last is not None:

@@ -129,7 +129,12 @@ class FfnContext:
 
     @classmethod
     def of(cls, ctx: StageContext) -> FfnContext:
-        return cls(ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node, ctx.expert_tokens_per_gpu, ctx.sequence_length)
+        return cls(*cls.values_of(ctx))
+
+    @staticmethod
+    def values_of(ctx: StageContext) -> tuple[Stage, int, int, float, float]:
+        """The fields of `ctx`'s FfnContext, in order, without the record (a key that compares as a tuple)."""
+        return ctx.stage, ctx.tokens_per_gpu, ctx.gpus_per_node, ctx.expert_tokens_per_gpu, ctx.sequence_length
 
     @property
     def expert_tokens(self) -> float:
