@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infersim.base.errors import InferSimError
-from infersim.sweep.grid import expand_range, expand_values, grid_point, grid_size, parse_grid
+from infersim.sweep.grid import expand_range, expand_values, grid_point, grid_points, grid_size, parse_grid
 
 
 def axis(text: str, searched: bool = False):
@@ -48,6 +48,12 @@ def test_cross_product_order_last_axis_fastest():
     axes = parse_grid(["model.num_key_value_heads=2,4", "workload.decode_batch_per_gpu=1,2,3"])
     assert grid_size(axes) == 6
     assert [grid_point(axes, i) for i in range(6)] == [(2, 1), (2, 2), (2, 3), (4, 1), (4, 2), (4, 3)]
+
+
+def test_a_chunk_of_points_has_the_values_of_grid_point():
+    axes = parse_grid(["model.num_key_value_heads=2,4", "deployment.ffn.ep=1,2,4", "workload.decode_batch_per_gpu=1,2,3"])
+    for start, stop in ((0, 18), (4, 11), (17, 18), (5, 5)):
+        assert list(grid_points(axes, start, stop)) == [grid_point(axes, i) for i in range(start, stop)]
 
 
 @pytest.mark.parametrize("text, message", [

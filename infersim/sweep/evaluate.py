@@ -26,7 +26,6 @@ import math
 import pickle
 import threading
 from dataclasses import dataclass, field
-from itertools import islice, product
 from typing import Any, NamedTuple
 
 
@@ -49,7 +48,7 @@ from infersim.run.simulate import (decode_time_by_bound, prefill_step_tokens, ru
 from infersim.run.speculative import drafter_memory
 from infersim.launch.build import layout_check
 from infersim.launch.common import LaunchRefusal
-from infersim.sweep.grid import GridAxis, grid_point, grid_size
+from infersim.sweep.grid import GridAxis, grid_point, grid_points, grid_size
 from infersim.sweep.variants import Base, Deriver, problem_text, with_layout
 
 NAN = float("nan")
@@ -466,9 +465,7 @@ class Evaluator:
     def run(self, start: int, stop: int) -> ChunkResult:
         out = ChunkResult()
         per_point = self.spec.units_per_point
-        # a grid's points in order, their values made at C speed (grid_point's order: the last axis fastest)
-        points = None if self.spec.search is not None else \
-            islice(product(*(axis.values for axis in self.spec.axes)), start, stop)
+        points = None if self.spec.search is not None else grid_points(self.spec.axes, start, stop)
         for unit in range(start, stop):
             point, sub = divmod(unit, per_point)
             try:

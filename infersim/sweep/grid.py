@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import math
 import types
 import typing
@@ -88,6 +89,12 @@ def grid_point(axes: typing.Sequence[GridAxis], index: int) -> tuple[Any, ...]:
         index, i = divmod(index, len(axis.values))
         values.append(axis.values[i])
     return tuple(reversed(values))
+
+
+def grid_points(axes: typing.Sequence[GridAxis], start: int, stop: int) -> typing.Iterator[tuple[Any, ...]]:
+    """The values of points start..stop-1 in grid_point's order, made at C speed (a sweep's chunk
+    takes its points' values from here rather than dividing each index by every axis)."""
+    return itertools.islice(itertools.product(*(axis.values for axis in axes)), start, stop)
 
 
 # ---------------------------------------------------------------------------------------------
