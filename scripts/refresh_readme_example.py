@@ -291,9 +291,13 @@ def field_tables() -> tuple[tuple[str, str], ...]:
     from infersim.cards.schema import field_docs
     from infersim.run.config import RunSpec
 
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
     def table(cls: type) -> str:
         rows = ["| field | type | meaning |", "|---|---|---|"]
-        rows += [f"| `{name}` | {kind} | {doc} |" for name, kind, doc in field_docs(cls)]
+        # a type or meaning with a '|' in it (str | None) would split its cell: escaped, as GitHub's tables read it
+        rows += [f"| `{name}` | {cell(kind)} | {cell(doc)} |" for name, kind, doc in field_docs(cls)]
         return "\n".join(rows)
 
     return (("**Run config**", table(RunSpec)), ("**Model card**", table(ModelCard)),

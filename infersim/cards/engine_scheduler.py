@@ -297,6 +297,14 @@ class MemoryPolicy:
         False, doc="a model with chunked-attention layers (Llama-4): the engine keeps every token of the context "
                    "on them, as on full-attention layers (vLLM 0.11 turns its hybrid KV cache manager off for them, "
                    "SGLang 0.5.2 leaves Llama-4 out of its hybrid pool); false: at most one chunk per layer")
+    loads_encoder: bool | None = spec(
+        None, doc="the engine loads a multimodal checkpoint's encoder (model card encoder_params) into GPU memory "
+                  "beside the language model, split over the attention-TP group; false: it serves the language "
+                  "model alone; null: not known (the encoder's weights are then not counted, and a run says so)")
+    encoder_off_for: tuple[str, ...] = spec(
+        default_factory=tuple, doc="checkpoint architectures (model card encoder_architecture) whose encoder the "
+                                   "engine leaves unloaded unless asked, though it loads other checkpoints' "
+                                   "(SGLang's multimodal-off list)")
     recurrent_state_pool: RecurrentStatePool | None = spec(
         None, doc="a hybrid linear-attention or Mamba model: the pool of state slots the engine sets aside "
                   "(none: each running request's states share the KV space with the KV cache)")

@@ -119,12 +119,17 @@ def read_hf_config(path: Path) -> dict[str, Any]:
 
 def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[str, Any]:
     """Model card fields (a plain dict, validated later by the card schema) from an HF config."""
+    encoder = _encoder_fields(config, source)
     text = config.get("text_config")
     if isinstance(text, dict):  # multimodal wrappers keep the language model under text_config
         config = {**{k: v for k, v in config.items() if k != "text_config"}, **text}
     family, family_note = family_of(config, source)
     model_type = str(config.get("model_type") or "")
     fields: dict[str, Any] = {"name": name, "source": f"HuggingFace config {source} (model_type {model_type or '?'})"}
+    note = encoder.pop("note", "")
+    fields.update(encoder)
+    if note:
+        fields["source"] += f"; {note}"
     if family_note:
         fields["source"] += f"; {family_note}"
         fields["imported_as"] = family.name
@@ -154,6 +159,55 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     if quantization is not None:
         fields["quantization"] = quantization
     return fields
+
+
+#: vision_config keys the Llama-4 vision tower's parameter count is made of
+_LLAMA4_VISION_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size",
+                       "pixel_shuffle_ratio", "projector_input_dim", "projector_output_dim", "vision_output_dim")
+
+
+def _encoder_fields(config: dict[str, Any], source: str) -> dict[str, Any]:
+    """encoder_params and encoder_architecture of a multimodal checkpoint's config (Llama-4's vision
+    tower: transformers' Llama4VisionModel and Llama4MultiModalProjector), or a note that its
+    encoder is not counted; empty for a text-only config."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        return {}
+    architectures = config.get("architectures")
+    architecture = str(architectures[0]) if isinstance(architectures, list) and architectures else ""
+    if vision.get("model_type") != "llama4_vision_model":
+        return {"note": f"its {vision.get('model_type') or 'vision'} encoder (vision_config) is not counted in memory: "
+                        "InferSim counts Llama-4's vision tower only (encoder_params sets it by hand)"}
+    v: dict[str, float] = {}
+    for key in _LLAMA4_VISION_KEYS + ("num_channels",):
+        value = vision.get(key, 3 if key == "num_channels" else None)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigError(source, f"vision_config.{key}", value,
+                              "a positive number is needed to count the vision tower's parameters")
+        v[key] = value
+    text = config.get("text_config")
+    hidden = (text if isinstance(text, dict) else config).get("hidden_size")
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden <= 0:
+        raise ConfigError(source, "text_config.hidden_size", hidden, "a positive whole number is needed")
+    return {"encoder_params": llama4_vision_params(v, hidden), "encoder_architecture": architecture}
+
+
+def llama4_vision_params(vision: dict[str, float], text_hidden: int) -> int:
+    """Parameters of Llama-4's vision tower, adapter and projector from its vision_config: per layer
+    q, k, v, o and the MLP's fc1, fc2 with biases and two layer norms with biases; the class token,
+    position embeddings of (image / patch)^2 + 1 positions, the patch projection and the pre and post
+    norms; the pixel-shuffle adapter (hidden / ratio^2 -> projector_input_dim -> projector_output_dim)
+    and the projector into the language model (vision_output_dim -> its hidden size)."""
+    h, inner = int(vision["hidden_size"]), int(vision["intermediate_size"])
+    patch = int(vision["patch_size"])
+    per_layer = 4 * h * h + 2 * h * inner + 9 * h + inner
+    positions = (int(vision["image_size"]) // patch) ** 2 + 1
+    embeddings = h + positions * h + int(vision["num_channels"]) * patch * patch * h + 4 * h
+    adapter_in = round(h / vision["pixel_shuffle_ratio"] ** 2)
+    adapter = adapter_in * int(vision["projector_input_dim"]) + int(vision["projector_input_dim"]) * int(
+        vision["projector_output_dim"])
+    projector = int(vision["vision_output_dim"]) * text_hidden
+    return int(vision["num_hidden_layers"]) * per_layer + embeddings + adapter + projector
 
 
 def _scaled_context(config: dict[str, Any], fields: dict[str, Any]) -> None:

@@ -117,6 +117,14 @@ class ModelCard:
         None, doc="how the checkpoint stores its weights (HF quantization_config: fp8 blocks, MXFP4, NVFP4, GPTQ/AWQ "
                   "...); a run prices its weights so unless the run config names precision.weights/expert_weights; "
                   "null: unquantised (bf16)")
+    encoder_params: int = spec(
+        0, doc="parameters of the checkpoint's multimodal encoder (vision tower, its adapter and the projector into "
+               "the language model), stored in 16-bit: weights an engine that loads the encoder holds beside the "
+               "language model, split over the attention-TP group, and never runs for text requests (0: none, "
+               "or a text-only checkpoint)", ge=0, le=1 << 50)
+    encoder_architecture: str = spec(
+        "", doc="the HF architecture of the checkpoint that holds the encoder (Llama4ForConditionalGeneration): an "
+                "engine card's memory.encoder_off_for names the ones whose encoder the engine leaves unloaded")
     checkpoint: str | None = spec(
         None, doc="the published weights this card describes, as an engine loads them (a Hugging Face repository id "
                   "or a path), in the formats `quantization` says; null: not named (--emit-launch then asks for it)")

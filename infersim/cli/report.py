@@ -164,6 +164,7 @@ def _memory_json(result: SimulationResult) -> dict[str, Any]:
         "bounded_bytes_per_request": mem.bounded_bytes_per_request,
         "bounded_bytes_per_request_per_gpu": mem.bounded_bytes_per_request_per_gpu,
         "draft_weights_gb": mem.draft_weights_bytes / GB,
+        "encoder_weights_gb": mem.encoder_weights_bytes / GB,
         "draft_kv_bytes_per_token_per_gpu": mem.draft_kv_bytes_per_token_per_gpu,
     }
     logged = _logged_pool(result)
@@ -523,6 +524,9 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
         lines.append(_window_pool_text(cfg.engine.name, mem))
     if mem.state_pool is not None:
         lines.append(_state_pool_text(cfg.engine.name, mem))
+    if mem.encoder_weights_bytes:
+        lines.append(f"  multimodal encoder (included in the weights above): {mem.encoder_weights_bytes / GB:,.2f} GB, "
+                     f"loaded by {cfg.engine.name} though text requests never run it")
     if mem.draft_weights_bytes:
         lines.append(f"  drafter (included above): weights {mem.draft_weights_bytes / GB:,.2f} GB, "
                      f"KV {mem.draft_kv_bytes_per_token_per_gpu:,.0f} bytes per token on each GPU")

@@ -124,6 +124,7 @@ class MemoryResult:
     window_pool: WindowPool | None = None
     # the engine's pool of recurrent-state slots, set aside before kv_capacity_bytes (None: none)
     state_pool: StatePool | None = None
+    encoder_weights_bytes: float = 0.0  # the multimodal encoder's share of weights_bytes (included there)
 
     @property
     def offloaded_weights_bytes(self) -> float:
@@ -265,6 +266,23 @@ def weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
     return weights
 
 
+def encoder_weights_per_gpu(model: ModelCard, dep: Deployment, engine: EngineCard | None) -> float:
+    """The checkpoint's multimodal encoder (model card encoder_params, 16-bit) on one GPU, where the
+    engine loads it: split over the attention-TP group, held by the first pipeline stage (vLLM's
+    default mm_encoder_tp_mode "weights" shards its linear layers over TP). 0 without an encoder,
+    without an engine card, or where the card says the engine leaves it unloaded or does not say
+    (encoder_unknown)."""
+    if not model.encoder_params or engine is None or not engine.memory.loads_encoder \
+            or model.encoder_architecture in engine.memory.encoder_off_for:
+        return 0.0
+    return model.encoder_params * EMBEDDING_BYTES / dep.attention.tp
+
+
+def encoder_unknown(model: ModelCard, engine: EngineCard | None) -> bool:
+    """Whether the model has an encoder whose loading the engine card does not state (not counted)."""
+    return bool(model.encoder_params) and engine is not None and engine.memory.loads_encoder is None
+
+
 def mtp_weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
     """The MTP modules' weights per GPU: each one transformer layer (MoE FFN when the model has
     experts) plus its input projection [embedding; hidden] -> hidden and three norms; embedding and
@@ -386,7 +404,8 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
     stream (the serving simulator) need. With auto, the weights that leave less KV space than the
     workload needs - its decode batch (one request when the batch is 'max', two under two-batch
     overlap) or its prefill step, whichever is larger - stay in host memory."""
-    weights = weights_per_gpu(model, dep)
+    encoder = encoder_weights_per_gpu(model, dep, engine)
+    weights = weights_per_gpu(model, dep) + encoder
     cached = cache_view(model, engine)
     kv_model = kv_bytes_per_token(cached, dep.precision.kv_cache)
     kv_gpu = kv_bytes_per_token(cached, dep.precision.kv_cache, dep.attention.tp) / dep.pp
@@ -466,4 +485,4 @@ def memory_budget(model: ModelCard, hw: HardwareCard, dep: Deployment, workload:
         binding = "recurrent-state pool" if state_bound else "kv cache"
     return MemoryResult(weights, kv_model, kv_gpu, hw.peak.hbm_bytes, hw.peak.hbm_bytes - usable + reserved, capacity,
                         context, max_batch, bounded_model, bounded_gpu, draft_weights, draft_kv, activations,
-                        step_tokens, kv_fit, cap, binding, offloaded, pool, states)
+                        step_tokens, kv_fit, cap, binding, offloaded, pool, states, encoder)
