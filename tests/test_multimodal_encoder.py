@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from infersim.base.errors import ConfigError
-from infersim.cards.hf_import import card_fields_from_hf, llama4_vision_params
+from infersim.cards.hf_import import card_fields_from_hf, llama4_vision_params, qwen3_vision_params
 from infersim.cards.model import ModelCard
 from infersim.cli.main import main
 from infersim.run.config import config_from_mapping
@@ -31,6 +31,23 @@ def test_llama4s_vision_tower_counted_by_hand() -> None:
     # the pixel-shuffle adapter (1408 x 4 -> 4096 -> 4096) and the projector into Scout's 5120-wide model
     adapter_and_projector = 5632 * 4096 + 4096 * 4096 + 4096 * 5120
     assert llama4_vision_params(LLAMA4_VISION, 5120) == 34 * layer + embeddings + adapter_and_projector == 871_932_416
+
+
+QWEN35_VISION = {"model_type": "qwen3_5_moe", "hidden_size": 1152, "intermediate_size": 4304, "depth": 27,
+                 "in_channels": 3, "num_heads": 16, "num_position_embeddings": 2304, "out_hidden_size": 2048,
+                 "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "deepstack_visual_indexes": []}
+
+
+def test_a_qwen3_vl_style_vision_tower_counted_by_hand() -> None:
+    # the Conv3d patch embedding (3 channels x 2 frames x 16 x 16 pixels, with bias) and 2,304 learned positions
+    embed = 3 * 2 * 16 * 16 * 1152 + 1152 + 2304 * 1152
+    # a block: two layer norms with biases, qkv 1152 -> 3456 and proj with biases, fc1 1152 -> 4304 and fc2 with biases
+    block = 2 * 2 * 1152 + (1152 * 3456 + 3456) + (1152 * 1152 + 1152) + (1152 * 4304 + 4304) + (4304 * 1152 + 1152)
+    # the merger: a norm over 1152, fc1 over the 2 x 2 merged patches (4,608) and fc2 into the model's 2,048
+    mlp = 4608 * 4608 + 4608 + 4608 * 2048 + 2048
+    assert qwen3_vision_params(QWEN35_VISION, 0) == embed + 27 * block + 2 * 1152 + mlp == 446_571_248
+    # a deepstack merger (Qwen3-VL) is the same MLP, its norm over the merged 4,608
+    assert qwen3_vision_params(QWEN35_VISION, 3) == 446_571_248 + 3 * (2 * 4608 + mlp)
 
 
 def _scout(engine: str, tp: int = 2):
@@ -92,6 +109,9 @@ def test_the_hf_importer_counts_llama4s_encoder_and_names_others_it_does_not() -
     fields = card_fields_from_hf(_mm_config(LLAMA4_VISION), "config.json", "scout")
     assert fields["encoder_params"] == 871_932_416
     assert fields["encoder_architecture"] == "Llama4ForConditionalGeneration"
+    # the vision_config's own kind says how to count it (here beside a Llama-4 text model: only the count is looked at)
+    qwen = card_fields_from_hf(_mm_config({**QWEN35_VISION, "deepstack_visual_indexes": [8, 16, 24]}), "config.json", "qwen")
+    assert qwen["encoder_params"] == qwen3_vision_params(QWEN35_VISION, 3)
     other = card_fields_from_hf(_mm_config({**LLAMA4_VISION, "model_type": "qwen2_vl"}), "config.json", "other")
     assert "encoder_params" not in other and "its qwen2_vl encoder (vision_config) is not counted" in other["source"]
     text_only = card_fields_from_hf(_mm_config(LLAMA4_VISION)["text_config"], "config.json", "text")

@@ -175,21 +175,58 @@ def _encoder_fields(config: dict[str, Any], source: str) -> dict[str, Any]:
         return {}
     architectures = config.get("architectures")
     architecture = str(architectures[0]) if isinstance(architectures, list) and architectures else ""
-    if vision.get("model_type") != "llama4_vision_model":
-        return {"note": f"its {vision.get('model_type') or 'vision'} encoder (vision_config) is not counted in memory: "
-                        "InferSim counts Llama-4's vision tower only (encoder_params sets it by hand)"}
-    v: dict[str, float] = {}
-    for key in _LLAMA4_VISION_KEYS + ("num_channels",):
-        value = vision.get(key, 3 if key == "num_channels" else None)
+    kind = str(vision.get("model_type") or "")
+    if kind == "llama4_vision_model":
+        text = config.get("text_config")
+        hidden = (text if isinstance(text, dict) else config).get("hidden_size")
+        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden <= 0:
+            raise ConfigError(source, "text_config.hidden_size", hidden, "a positive whole number is needed")
+        params = llama4_vision_params(_vision_numbers(vision, _LLAMA4_VISION_KEYS, {"num_channels": 3}, source), hidden)
+    elif kind.startswith(("qwen3_5", "qwen3_vl")):
+        numbers = _vision_numbers(vision, _QWEN3_VISION_KEYS, {"in_channels": 3}, source)
+        deepstack = vision.get("deepstack_visual_indexes") or []
+        if not isinstance(deepstack, list):
+            raise ConfigError(source, "vision_config.deepstack_visual_indexes", deepstack, "expected a list of layers")
+        params = qwen3_vision_params(numbers, len(deepstack))
+    else:
+        return {"note": f"its {kind or 'vision'} encoder (vision_config) is not counted in memory: InferSim counts "
+                        "the vision towers of Llama-4 and Qwen3-VL / Qwen3.5 (encoder_params sets it by hand)"}
+    return {"encoder_params": params, "encoder_architecture": architecture}
+
+
+def _vision_numbers(vision: dict[str, Any], keys: tuple[str, ...], defaults: dict[str, int],
+                    source: str) -> dict[str, float]:
+    """The vision_config numbers a parameter count is made of, each checked positive."""
+    numbers: dict[str, float] = {}
+    for key in keys + tuple(defaults):
+        value = vision.get(key, defaults.get(key))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ConfigError(source, f"vision_config.{key}", value,
                               "a positive number is needed to count the vision tower's parameters")
-        v[key] = value
-    text = config.get("text_config")
-    hidden = (text if isinstance(text, dict) else config).get("hidden_size")
-    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden <= 0:
-        raise ConfigError(source, "text_config.hidden_size", hidden, "a positive whole number is needed")
-    return {"encoder_params": llama4_vision_params(v, hidden), "encoder_architecture": architecture}
+        numbers[key] = value
+    return numbers
+
+
+#: vision_config keys a Qwen3-VL / Qwen3.5 vision tower's parameter count is made of
+_QWEN3_VISION_KEYS = ("hidden_size", "intermediate_size", "depth", "patch_size", "temporal_patch_size",
+                      "num_position_embeddings", "spatial_merge_size", "out_hidden_size")
+
+
+def qwen3_vision_params(vision: dict[str, float], deepstack_mergers: int) -> int:
+    """Parameters of a Qwen3-VL / Qwen3.5 vision tower from its vision_config (transformers 5.17
+    models/qwen3_5_moe, qwen3_5, qwen3_vl modeling: VisionPatchEmbed, VisionBlock, VisionPatchMerger):
+    the Conv3d patch embedding with bias, the learned position embeddings, per block two layer norms
+    with biases, qkv and proj with biases and the MLP's fc1, fc2 with biases; the merger (a layer
+    norm over the hidden size, fc1 over hidden x merge^2 and fc2 into out_hidden_size, with biases)
+    and each deepstack merger (the same, its norm over hidden x merge^2)."""
+    h, inner = int(vision["hidden_size"]), int(vision["intermediate_size"])
+    patch, merged = int(vision["patch_size"]), h * int(vision["spatial_merge_size"]) ** 2
+    embed = int(vision["in_channels"]) * int(vision["temporal_patch_size"]) * patch * patch * h + h
+    positions = int(vision["num_position_embeddings"]) * h
+    per_block = 4 * h * h + 2 * h * inner + 9 * h + inner
+    mlp = merged * merged + merged + merged * int(vision["out_hidden_size"]) + int(vision["out_hidden_size"])
+    mergers = (2 * h + mlp) + deepstack_mergers * (2 * merged + mlp)
+    return embed + positions + int(vision["depth"]) * per_block + mergers
 
 
 def llama4_vision_params(vision: dict[str, float], text_hidden: int) -> int:
