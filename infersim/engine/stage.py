@@ -198,15 +198,22 @@ def group_fusions(passes: tuple[FusionPass, ...], priced: Sequence[Priced]) -> d
     return folded
 
 
+def _plain_launch(engine: EngineCard | None, stage: str, passes: tuple[FusionPass, ...]) -> bool:
+    """Whether a step folds away only the engine card's fused_operations and breaks no graph: no
+    fusion passes on this GPU and no piecewise graph in this stage (the groups' launch facts are
+    then the same for every group)."""
+    return engine is None or not (passes or (stage != "decode" and engine.overheads.prefill_graph_pieces))
+
+
 def _group_launch_facts(engine: EngineCard | None, stage: str, passes: tuple[FusionPass, ...],
                         fused_always: tuple[str, ...],
                         parts: list[PricedPart]) -> tuple[Fused, dict[str, str], int]:
     """(operations folded away in one layer group, those the passes fold -> the pass that folds them,
     kernels of one layer that break a piecewise prefill graph). Only the card's fused_operations
-    where the engine has no passes on this GPU and the step has no graph pieces."""
-    pieces = engine is not None and stage != "decode" and engine.overheads.prefill_graph_pieces
-    if engine is None or not (passes or pieces):
+    where the launch is plain (_plain_launch)."""
+    if engine is None or _plain_launch(engine, stage, passes):
         return fused_always, {}, 0
+    pieces = stage != "decode" and engine.overheads.prefill_graph_pieces
     priced = [entry for part in parts for entry in part.priced]
     folded = group_fusions(passes, priced) if passes else {}
     names = engine.overheads.graph_break_operations if pieces else ()
@@ -233,8 +240,7 @@ def _walk_layers(plan: StagePlan, hw: HardwareCard, price: Pricer, engine: Engin
     mb = plan.micro_batches
     fused_always: tuple[str, ...] = engine.fused_operations if engine is not None else ()
     passes = _passes_on(engine, hw)
-    # only the card's fused operations, and no graph breaks: _group_launch_facts's answer for every group
-    plain = engine is None or not (passes or (plan.stage != "decode" and engine.overheads.prefill_graph_pieces))
+    plain = _plain_launch(engine, plan.stage, passes)  # then every group's launch facts are fused_always, {}, 0
     fused: Fused = fused_always
     folded: dict[str, str] = {}
     break_kernels = 0
