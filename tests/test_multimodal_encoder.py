@@ -87,6 +87,16 @@ def test_an_engine_card_that_does_not_say_counts_nothing_and_the_run_says_so() -
     assert not any("multimodal encoder" in w for w in simulate(_scout("vllm@0.15")).warnings)
 
 
+def test_a_serving_run_says_so_too(capsys) -> None:
+    args = ["serve", "--model", "llama-4-scout-fp8", "--hardware", "h100-sxm", "--tp", "2", "--rate", "1",
+            "--num-requests", "5", "--isl", "200", "--osl", "20", "--format", "json"]
+    assert main([*args, "--engine", "trtllm"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("multimodal encoder (0.87B parameters) is not counted" in note for note in notes)
+    assert main([*args, "--engine", "vllm@0.15"]) == 0
+    assert not any("encoder" in note for note in json.loads(capsys.readouterr().out).get("notes", []))
+
+
 def test_the_report_and_json_name_the_encoders_share(capsys) -> None:
     args = ["--model", "llama-4-scout-fp8", "--hardware", "h100-sxm", "--engine", "vllm@0.15", "--tp", "2",
             "--isl", "1000", "--osl", "200"]

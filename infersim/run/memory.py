@@ -271,16 +271,21 @@ def encoder_weights_per_gpu(model: ModelCard, dep: Deployment, engine: EngineCar
     engine loads it: split over the attention-TP group, held by the first pipeline stage (vLLM's
     default mm_encoder_tp_mode "weights" shards its linear layers over TP). 0 without an encoder,
     without an engine card, or where the card says the engine leaves it unloaded or does not say
-    (encoder_unknown)."""
+    (encoder_note)."""
     if not model.encoder_params or engine is None or not engine.memory.loads_encoder \
             or model.encoder_architecture in engine.memory.encoder_off_for:
         return 0.0
     return model.encoder_params * EMBEDDING_BYTES / dep.attention.tp
 
 
-def encoder_unknown(model: ModelCard, engine: EngineCard | None) -> bool:
-    """Whether the model has an encoder whose loading the engine card does not state (not counted)."""
-    return bool(model.encoder_params) and engine is not None and engine.memory.loads_encoder is None
+def encoder_note(model: ModelCard, engine: EngineCard | None) -> list[str]:
+    """What a run says when the model has an encoder whose loading the engine card does not state
+    (not counted); [] otherwise."""
+    if not model.encoder_params or engine is None or engine.memory.loads_encoder is not None:
+        return []
+    return [f"the checkpoint's multimodal encoder ({model.encoder_params / 1e9:,.2f}B parameters) is not counted in "
+            f"memory: engine card {engine.name} {engine.version} does not say whether the engine loads it "
+            "(memory.loads_encoder)"]
 
 
 def mtp_weights_per_gpu(model: ModelCard, dep: Deployment) -> float:

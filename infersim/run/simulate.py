@@ -13,7 +13,7 @@ from infersim.run.config import RunConfig
 from infersim.cards.deployment import Deployment, Workload, dp_attention_ranks, server_tp
 from infersim.engine.stage import StageResult, run_stage, sequential_steps, stage_time, stage_time_by_bound
 from infersim.shapes.kernels import Bound, KernelTables, NoTables, Source
-from infersim.run.memory import MemoryResult, encoder_unknown, memory_budget
+from infersim.run.memory import MemoryResult, encoder_note, memory_budget
 from infersim.cards import categories as cat
 from infersim.modules.step import build_stage_plan, build_step_plan
 from infersim.costing.memo import PricingMemo
@@ -416,10 +416,7 @@ def _warnings(config: RunConfig, memory: MemoryResult, batch: int, *stages: Stag
         out.append(f"decode batch {batch:,} per GPU is above {config.engine.name}'s default running-request cap "
                    f"({memory.running_cap_per_gpu:,} per GPU): a server runs it {larger_cap(config.engine)}")
     out.extend(context_warnings(config))
-    if encoder_unknown(config.model, config.engine):
-        out.append(f"the checkpoint's multimodal encoder ({config.model.encoder_params / 1e9:,.2f}B parameters) is not "
-                   f"counted in memory: engine card {config.engine.name} {config.engine.version} does not say whether "
-                   "the engine loads it (memory.loads_encoder)")
+    out.extend(encoder_note(config.model, config.engine))
     if workload.decode_batch_per_gpu == "max":
         limit = ("the engine's running-request cap" if memory.binding_limit == "running-request cap"
                  else "what fits in memory")

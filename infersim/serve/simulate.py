@@ -40,6 +40,7 @@ from typing import Any
 
 from infersim.run.config import RunConfig, with_variant
 from infersim.run.request_limits import runs_past_context
+from infersim.run.memory import encoder_note
 from infersim.cards.deployment import (
     complete_layout,
     named_deployment_fields,
@@ -212,7 +213,8 @@ def _limit_notes(config: RunConfig, max_model_len: int | None, admission: Admiss
              and not max_model_len and refused else [])
     if admission is not None:
         notes.extend(shortened_note(config, admission, outcomes))
-    return notes + pool_note(config, admission, outcomes) + context_notes(config, max_model_len, outcomes)
+    return (notes + pool_note(config, admission, outcomes) + context_notes(config, max_model_len, outcomes)
+            + encoder_note(config.model, config.engine))
 
 
 def _beyond_context_note(config: RunConfig, refused: int) -> str:
