@@ -155,3 +155,26 @@ def test_a_vllm_run_says_the_pool_its_server_would_log(capsys) -> None:
     assert main(args[:-2] + ["--engine", "vllm@0.15"]) == 0
     assert f'KV pool as vLLM logs it at start ("GPU KV cache size"): {memory["logged_kv_pool_tokens"]:,} tokens' \
         in capsys.readouterr().out
+
+
+def test_vllm_033_logs_the_tokens_of_its_max_model_len_requests() -> None:
+    """vLLM 0.33 logs int(blocks / blocks per max_model_len request x max_model_len): for Llama-3.1-8B
+    (max_model_len 131,072, a multiple of 16) the pool's tokens; at a context of 4,095 tokens a
+    request takes 256 blocks, so the count is blocks / 256 x 4,095, below the pool; a model with
+    sliding-window layers is not reproduced (its groups count their own admission blocks)."""
+    from infersim.run.memory import capacity_at_max_model_len, logged_pool_tokens
+
+    config = config_from_mapping({"model": "llama-3.1-8b", "hardware": "h100-sxm", "engine": "vllm@0.33",
+                                  "deployment": {"num_gpus": 1}, "workload": {"isl": 100, "osl": 100}}, "test")
+    model, dep, hw, engine = config.model, config.deployment, config.hardware, config.engine
+    memory = memory_budget(model, hw, dep, config.workload, None, engine, 100)
+    pool = reported_pool_tokens(memory, model, dep, 16)
+    assert pool is not None and pool > 100_000
+    assert logged_pool_tokens(memory, model, dep, engine, hw) == pool
+    short = replace(model, max_position_embeddings=4095)
+    assert capacity_at_max_model_len(pool, short, 16) == int(pool // 16 / 256 * 4095) < pool
+    assert capacity_at_max_model_len(4095, short, 16) is None  # 255 blocks: not one such request
+    gpt_oss = config_from_mapping({"model": "gpt-oss-120b", "hardware": "h100-sxm", "engine": "vllm@0.33",
+                                   "deployment": {"num_gpus": 2, "attention": {"tp": 2}, "ffn": {"tp": 2}},
+                                   "workload": {"isl": 100, "osl": 100}}, "test")
+    assert capacity_at_max_model_len(pool, gpt_oss.model, 16) is None

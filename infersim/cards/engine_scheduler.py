@@ -284,6 +284,10 @@ class MemoryPolicy:
     logs_kv_pool_tokens: bool = spec(
         False, doc="the engine logs its KV pool as it starts as its blocks over its layer groups, in tokens "
                    "(vLLM's \"GPU KV cache size: N tokens\"): what run.memory.reported_pool_tokens counts")
+    logs_kv_capacity_at_max_model_len: bool = spec(
+        False, doc="the engine logs as its KV cache size the tokens of as many max_model_len-token requests as its "
+                   "pool holds (vLLM 0.33: max concurrency x max_model_len): what run.memory.logged_pool_tokens "
+                   "counts for a model of full-attention layers only")
     activations_of_whole_budget: bool = spec(
         False, doc="the engine sizes its KV space after profiling a step of its whole token budget "
                    "(chunked_prefill_tokens), whatever the workload; false: the activations of the run's own "

@@ -197,11 +197,34 @@ def reported_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment
 def logged_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, engine: EngineCard,
                        hw: HardwareCard) -> int | None:
     """The KV pool the engine logs as it starts, for a server of this memory (reported_pool_tokens, in
-    the pages of its attention backend on this GPU); None where the engine logs no such count (engine
-    card memory.logs_kv_pool_tokens), no KV space is left, or the model's states are not tokens."""
-    if not engine.memory.logs_kv_pool_tokens or memory.kv_capacity_bytes <= 0:
+    the pages of its attention backend on this GPU), or the tokens of the max_model_len-token requests
+    it holds (engine card memory.logs_kv_capacity_at_max_model_len; capacity_at_max_model_len). None
+    where the engine logs no such count, no KV space is left, or the model's states are not tokens."""
+    policy = engine.memory
+    if not (policy.logs_kv_pool_tokens or policy.logs_kv_capacity_at_max_model_len) or memory.kv_capacity_bytes <= 0:
         return None
-    return reported_pool_tokens(memory, model, dep, engine.page_size(hw, model.is_mla))
+    page = engine.page_size(hw, model.is_mla)
+    pool = reported_pool_tokens(memory, model, dep, page)
+    if policy.logs_kv_pool_tokens or pool is None:
+        return pool
+    return capacity_at_max_model_len(pool, model, page)
+
+
+def capacity_at_max_model_len(pool_tokens: int, model: ModelCard, page: int) -> int | None:
+    """vLLM 0.33's "GPU KV cache size": int(blocks / blocks per max_model_len request x max_model_len),
+    its max_model_len the model's context (its default), each request's blocks
+    cdiv(max_model_len, page) (vllm 0.33.0 v1/core/kv_cache_utils.py:1061-1154, kv_cache_interface.py:643-648
+    for full attention). None for a model with other than full-attention layers or a DSA indexer (their
+    groups count their own admission blocks: not reproduced), without a stated context, or whose pool
+    holds no such request (the server refuses to start)."""
+    context = model.max_position_embeddings
+    if set(model.layer_kinds) != {FULL_ATTENTION} or model.is_sparse_attention or not context:
+        return None
+    per_request = -(-context // page)
+    blocks = pool_tokens // page
+    if blocks < per_request:
+        return None
+    return int(blocks / per_request * context)
 
 
 @dataclass(frozen=True)
