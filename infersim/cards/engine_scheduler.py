@@ -281,13 +281,12 @@ class MemoryPolicy:
         default_factory=tuple, doc="the engine never reserves less than this outside weights and KV, by GPU memory, bytes")
     kv_fraction_of_free: float = spec(
         1.0, doc="share of the memory left after weights, activations and reserve that becomes KV cache", gt=0, le=1)
-    logs_kv_pool_tokens: bool = spec(
-        False, doc="the engine logs its KV pool as it starts as its blocks over its layer groups, in tokens "
-                   "(vLLM's \"GPU KV cache size: N tokens\"): what run.memory.reported_pool_tokens counts")
-    logs_kv_capacity_at_max_model_len: bool = spec(
-        False, doc="the engine logs as its KV cache size the tokens of as many max_model_len-token requests as its "
-                   "pool holds (vLLM 0.33: max concurrency x max_model_len): what run.memory.logged_pool_tokens "
-                   "counts for a model of full-attention layers only")
+    logged_kv_cache_size: Literal["none", "pool", "max_model_len_requests"] = spec(
+        "none", doc="the KV cache size the engine logs as it starts (vLLM's \"GPU KV cache size: N tokens\"): pool: "
+                    "its blocks over its layer groups, in tokens (vLLM 0.11, 0.15: run.memory.reported_pool_tokens); "
+                    "max_model_len_requests: the tokens of as many max_model_len-token requests as the pool holds "
+                    "(vLLM 0.33: run.memory.capacity_at_max_model_len, models of full-attention layers); none: "
+                    "no such count")
     activations_of_whole_budget: bool = spec(
         False, doc="the engine sizes its KV space after profiling a step of its whole token budget "
                    "(chunked_prefill_tokens), whatever the workload; false: the activations of the run's own "

@@ -212,6 +212,12 @@ _QWEN3_VISION_KEYS = ("hidden_size", "intermediate_size", "depth", "patch_size",
                       "num_position_embeddings", "spatial_merge_size", "out_hidden_size")
 
 
+def _vit_block_params(hidden: int, inner: int) -> int:
+    """One vision-transformer block of both towers below: q, k, v and o (or fused qkv and proj) with
+    biases, the MLP's fc1 and fc2 with biases, and two layer norms with biases."""
+    return 4 * hidden * hidden + 2 * hidden * inner + 9 * hidden + inner
+
+
 def qwen3_vision_params(vision: dict[str, float], deepstack_mergers: int) -> int:
     """Parameters of a Qwen3-VL / Qwen3.5 vision tower from its vision_config (transformers 5.17
     models/qwen3_5_moe, qwen3_5, qwen3_vl modeling: VisionPatchEmbed, VisionBlock, VisionPatchMerger):
@@ -223,10 +229,9 @@ def qwen3_vision_params(vision: dict[str, float], deepstack_mergers: int) -> int
     patch, merged = int(vision["patch_size"]), h * int(vision["spatial_merge_size"]) ** 2
     embed = int(vision["in_channels"]) * int(vision["temporal_patch_size"]) * patch * patch * h + h
     positions = int(vision["num_position_embeddings"]) * h
-    per_block = 4 * h * h + 2 * h * inner + 9 * h + inner
     mlp = merged * merged + merged + merged * int(vision["out_hidden_size"]) + int(vision["out_hidden_size"])
     mergers = (2 * h + mlp) + deepstack_mergers * (2 * merged + mlp)
-    return embed + positions + int(vision["depth"]) * per_block + mergers
+    return embed + positions + int(vision["depth"]) * _vit_block_params(h, inner) + mergers
 
 
 def llama4_vision_params(vision: dict[str, float], text_hidden: int) -> int:
@@ -237,14 +242,13 @@ def llama4_vision_params(vision: dict[str, float], text_hidden: int) -> int:
     and the projector into the language model (vision_output_dim -> its hidden size)."""
     h, inner = int(vision["hidden_size"]), int(vision["intermediate_size"])
     patch = int(vision["patch_size"])
-    per_layer = 4 * h * h + 2 * h * inner + 9 * h + inner
     positions = (int(vision["image_size"]) // patch) ** 2 + 1
     embeddings = h + positions * h + int(vision["num_channels"]) * patch * patch * h + 4 * h
     adapter_in = round(h / vision["pixel_shuffle_ratio"] ** 2)
     adapter = adapter_in * int(vision["projector_input_dim"]) + int(vision["projector_input_dim"]) * int(
         vision["projector_output_dim"])
     projector = int(vision["vision_output_dim"]) * text_hidden
-    return int(vision["num_hidden_layers"]) * per_layer + embeddings + adapter + projector
+    return int(vision["num_hidden_layers"]) * _vit_block_params(h, inner) + embeddings + adapter + projector
 
 
 def _scaled_context(config: dict[str, Any], fields: dict[str, Any]) -> None:

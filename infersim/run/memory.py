@@ -198,14 +198,14 @@ def logged_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, 
                        hw: HardwareCard) -> int | None:
     """The KV pool the engine logs as it starts, for a server of this memory (reported_pool_tokens, in
     the pages of its attention backend on this GPU), or the tokens of the max_model_len-token requests
-    it holds (engine card memory.logs_kv_capacity_at_max_model_len; capacity_at_max_model_len). None
+    it holds (capacity_at_max_model_len), as the engine card's memory.logged_kv_cache_size says. None
     where the engine logs no such count, no KV space is left, or the model's states are not tokens."""
-    policy = engine.memory
-    if not (policy.logs_kv_pool_tokens or policy.logs_kv_capacity_at_max_model_len) or memory.kv_capacity_bytes <= 0:
+    logged = engine.memory.logged_kv_cache_size
+    if logged == "none" or memory.kv_capacity_bytes <= 0:
         return None
     page = engine.page_size(hw, model.is_mla)
     pool = reported_pool_tokens(memory, model, dep, page)
-    if policy.logs_kv_pool_tokens or pool is None:
+    if logged == "pool" or pool is None:
         return pool
     return capacity_at_max_model_len(pool, model, page)
 

@@ -421,7 +421,7 @@ class _Evaluator:
         from infersim.run.speculative import drafter_memory
 
         config, notes = self.config(entry)
-        if not config.engine.memory.logs_kv_pool_tokens:
+        if config.engine.memory.logged_kv_cache_size != "pool":
             raise _Refused(f"the KV pool as the server reports it is vLLM's count; {config.engine.name} counts its own")
         model, hw, dep, work = config.model, config.hardware, config.deployment, config.workload
         memory = memory_budget(model, hw, dep, work, drafter_memory(config), config.engine,
