@@ -161,6 +161,9 @@ def card_fields_from_hf(config: dict[str, Any], source: str, name: str) -> dict[
     return fields
 
 
+#: an image's colour channels where a vision_config leaves them out (transformers' Llama4VisionConfig
+#: num_channels and Qwen3-VL / Qwen3.5 vision configs' in_channels default to 3: RGB)
+_RGB = 3
 #: vision_config keys the Llama-4 vision tower's parameter count is made of
 _LLAMA4_VISION_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size",
                        "pixel_shuffle_ratio", "projector_input_dim", "projector_output_dim", "vision_output_dim")
@@ -181,9 +184,9 @@ def _encoder_fields(config: dict[str, Any], source: str) -> dict[str, Any]:
         hidden = (text if isinstance(text, dict) else config).get("hidden_size")
         if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden <= 0:
             raise ConfigError(source, "text_config.hidden_size", hidden, "a positive whole number is needed")
-        params = llama4_vision_params(_vision_numbers(vision, _LLAMA4_VISION_KEYS, {"num_channels": 3}, source), hidden)
+        params = llama4_vision_params(_vision_numbers(vision, _LLAMA4_VISION_KEYS, {"num_channels": _RGB}, source), hidden)
     elif kind.startswith(("qwen3_5", "qwen3_vl")):
-        numbers = _vision_numbers(vision, _QWEN3_VISION_KEYS, {"in_channels": 3}, source)
+        numbers = _vision_numbers(vision, _QWEN3_VISION_KEYS, {"in_channels": _RGB}, source)
         deepstack = vision.get("deepstack_visual_indexes") or []
         if not isinstance(deepstack, list):
             raise ConfigError(source, "vision_config.deepstack_visual_indexes", deepstack, "expected a list of layers")
