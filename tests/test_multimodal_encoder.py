@@ -72,6 +72,18 @@ def test_an_engine_that_loads_the_encoder_holds_its_16_bit_weights_split_over_tp
     assert memory.weights_bytes == weights_per_gpu(config.model, config.deployment) + encoder
 
 
+def test_every_pipeline_stage_holds_the_encoder() -> None:
+    """vLLM builds the vision tower on every rank whatever its pipeline stage (mllama4.py has no
+    stage test), so a PP2 GPU holds the same share as a PP1 GPU of the same TP, while its language
+    layers halve."""
+    config = config_from_mapping({"model": "llama-4-scout-fp8", "hardware": "h100-sxm", "engine": "vllm@0.15",
+                                  "deployment": {"num_gpus": 4, "pp": 2, "attention": {"tp": 2}, "ffn": {"tp": 2}},
+                                  "workload": {"isl": 1000, "osl": 200}}, "test")
+    memory = _memory(config)
+    assert memory.encoder_weights_bytes == 871_932_416 * 2 / 2
+    assert memory.weights_bytes == weights_per_gpu(config.model, config.deployment) + 871_932_416
+
+
 def test_sglang_loads_the_encoder_of_an_architecture_it_does_not_leave_out() -> None:
     config = _scout("sglang@0.5")
     other = replace(config.model, encoder_architecture="Qwen2_5_VLForConditionalGeneration")

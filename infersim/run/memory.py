@@ -291,8 +291,9 @@ def weights_per_gpu(model: ModelCard, dep: Deployment) -> float:
 
 def encoder_weights_per_gpu(model: ModelCard, dep: Deployment, engine: EngineCard | None) -> float:
     """The checkpoint's multimodal encoder (model card encoder_params, 16-bit) on one GPU, where the
-    engine loads it: split over the attention-TP group, held by the first pipeline stage (vLLM's
-    default mm_encoder_tp_mode "weights" shards its linear layers over TP). 0 without an encoder,
+    engine loads it: split over the attention-TP group (vLLM's default mm_encoder_tp_mode "weights"
+    shards its linear layers over TP), on every pipeline stage (vLLM and SGLang build the tower on
+    every rank whatever its stage: model_executor/models/mllama4.py, srt/models/mllama4.py). 0 without an encoder,
     without an engine card, or where the card says the engine leaves it unloaded or does not say
     (encoder_note)."""
     if not model.encoder_params or engine is None or not engine.memory.loads_encoder \
