@@ -40,31 +40,31 @@ def test_a_dense_models_pool_is_its_kv_space_over_every_layers_kv_in_whole_block
     memory, model, dep = _memory("mistral-nemo-12b", 2)
     # 4 KV heads x 128 x (K, V) x 2 bytes = 2,048 bytes a layer, 40 layers: 81,920 bytes a token;
     # 1e9 / 81,920 = 12,207.03 tokens = 762.9 blocks of 16
-    assert reported_pool_tokens(memory, model, dep, 16) == 762 * 16
+    assert reported_pool_tokens(memory, model, dep, 16, 1.25) == 762 * 16
     # two pipeline stages hold 20 layers each: twice the tokens (1e9 / 40,960 / 16 = 1,525.9 blocks)
-    assert reported_pool_tokens(memory, model, replace(dep, pp=2), 16) == 1525 * 16
+    assert reported_pool_tokens(memory, model, replace(dep, pp=2), 16, 1.25) == 1525 * 16
 
 
 def test_the_hybrid_allocators_groups_count_every_layer_and_their_padding() -> None:
     memory, scout, dep = _memory("llama-4-scout-fp8", 2)
     # 12 full + 36 chunked: 4 groups of 12, 48 layers of 2,048 bytes: 1e9 / 98,304 / 16 = 635.8 blocks
-    assert reported_pool_tokens(memory, scout, dep, 16) == 635 * 16
+    assert reported_pool_tokens(memory, scout, dep, 16, 1.25) == 635 * 16
     # 20 full + 30 sliding: groups of 20, the sliding kind's second padded with 10 empty layers: 60
     # layers, 1e9 / 122,880 / 16 = 508.6 blocks
     windowed = replace(scout, attention_chunk_size=0, sliding_window=8192)
     padded = replace(windowed, num_hidden_layers=50, layer_types=("full_attention",) * 2 + ("sliding_attention",) * 3)
     assert (padded.layer_count("full_attention"), padded.layer_count("sliding_attention")) == (20, 30)
-    assert reported_pool_tokens(memory, padded, dep, 16) == 508 * 16
+    assert reported_pool_tokens(memory, padded, dep, 16, 1.25) == 508 * 16
     # 13 full + 12 sliding, under 1.25 times apart: groups of 13, one padded: 26 layers, 1e9 / 53,248 / 16 = 1,173.8
     near = replace(windowed, num_hidden_layers=25, layer_types=("full_attention",) * 13 + ("sliding_attention",) * 12)
-    assert reported_pool_tokens(memory, near, dep, 16) == 1173 * 16
+    assert reported_pool_tokens(memory, near, dep, 16, 1.25) == 1173 * 16
 
 
 def test_no_pool_in_tokens_for_recurrent_states_or_no_space() -> None:
     memory, model, dep = _memory("qwen3-next-80b-a3b", 4)
-    assert reported_pool_tokens(memory, model, dep, 16) is None
+    assert reported_pool_tokens(memory, model, dep, 16, 1.25) is None
     memory, model, dep = _memory("mistral-nemo-12b", 2, capacity=-5e9)
-    assert reported_pool_tokens(memory, model, dep, 16) == 0
+    assert reported_pool_tokens(memory, model, dep, 16, 1.25) == 0
 
 
 def test_each_distinct_server_of_the_runs_is_one_memory_point() -> None:
@@ -160,21 +160,79 @@ def test_a_vllm_run_says_the_pool_its_server_would_log(capsys) -> None:
 def test_vllm_033_logs_the_tokens_of_its_max_model_len_requests() -> None:
     """vLLM 0.33 logs int(blocks / blocks per max_model_len request x max_model_len): for Llama-3.1-8B
     (max_model_len 131,072, a multiple of 16) the pool's tokens; at a context of 4,095 tokens a
-    request takes 256 blocks, so the count is blocks / 256 x 4,095, below the pool; a model with
-    sliding-window layers is not reproduced (its groups count their own admission blocks)."""
+    request takes 256 blocks, so the count is blocks / 256 x 4,095, below the pool."""
     from infersim.run.memory import capacity_at_max_model_len, logged_pool_tokens
 
     config = config_from_mapping({"model": "llama-3.1-8b", "hardware": "h100-sxm", "engine": "vllm@0.33",
                                   "deployment": {"num_gpus": 1}, "workload": {"isl": 100, "osl": 100}}, "test")
     model, dep, hw, engine = config.model, config.deployment, config.hardware, config.engine
     memory = memory_budget(model, hw, dep, config.workload, None, engine, 100)
-    pool = reported_pool_tokens(memory, model, dep, 16)
+    pool = reported_pool_tokens(memory, model, dep, 16, 1.5)
     assert pool is not None and pool > 100_000
     assert logged_pool_tokens(memory, model, dep, engine, hw) == pool
     short = replace(model, max_position_embeddings=4095)
-    assert capacity_at_max_model_len(pool, short, 16) == int(pool // 16 / 256 * 4095) < pool
-    assert capacity_at_max_model_len(4095, short, 16) is None  # 255 blocks: not one such request
-    gpt_oss = config_from_mapping({"model": "gpt-oss-120b", "hardware": "h100-sxm", "engine": "vllm@0.33",
-                                   "deployment": {"num_gpus": 2, "attention": {"tp": 2}, "ffn": {"tp": 2}},
-                                   "workload": {"isl": 100, "osl": 100}}, "test")
-    assert capacity_at_max_model_len(pool, gpt_oss.model, 16) is None
+    assert capacity_at_max_model_len(memory, short, dep, 16, 1.5, 16_384) == int(pool // 16 / 256 * 4095) < pool
+    one_request = replace(memory, kv_capacity_bytes=255 * 16 * 131_072)  # 255 blocks of 32 layers of 4,096 bytes
+    assert capacity_at_max_model_len(one_request, short, dep, 16, 1.5, 16_384) is None  # not one such request
+
+
+def _gpt_oss(capacity: float):
+    config = config_from_mapping({"model": "gpt-oss-120b", "hardware": "h100-sxm", "engine": "vllm@0.33",
+                                  "deployment": {"num_gpus": 2, "attention": {"tp": 2}, "ffn": {"tp": 2}},
+                                  "workload": {"isl": 100, "osl": 100}}, "test")
+    memory = memory_budget(config.model, config.hardware, config.deployment, config.workload, None, config.engine, 100)
+    return replace(memory, kv_capacity_bytes=capacity), config
+
+
+def test_vllm_033_counts_a_sliding_window_groups_admission_blocks() -> None:
+    """gpt-oss-120b: 18 full + 18 sliding-window (128) layers of 8 KV heads of 64, two groups of 18;
+    on TP2 a layer's token is 4 x 64 x 2 x 2 = 1,024 bytes, a block 18 x 1,024 x 16 = 294,912. A
+    131,072-token request takes 8,192 blocks of the full group and cdiv(127 + 16,384, 16) + 1 = 1,033
+    of the sliding group (two steps of 8,192 tokens in flight: async scheduling)."""
+    from infersim.run.memory import capacity_at_max_model_len, logged_pool_tokens
+
+    memory, config = _gpt_oss(40e9)
+    model, dep, hw, engine = config.model, config.deployment, config.hardware, config.engine
+    assert (model.layer_count("full_attention"), model.layer_count("sliding_attention"), model.sliding_window) \
+        == (18, 18, 128)
+    blocks = int(40e9 / 294_912)
+    assert capacity_at_max_model_len(memory, model, dep, 16, 1.5, 16_384) == int(blocks / (8192 + 1033) * 131_072)
+    # the card's own page, budget and in-flight steps give the same
+    page, budget = engine.page_size(hw, False), engine.chunk_tokens(hw.peak.hbm_bytes)
+    assert (page, budget) == (16, 8192)
+    assert logged_pool_tokens(memory, model, dep, engine, hw) == int(blocks / (8192 + 1033) * 131_072)
+    # a pool under one such request: the server does not start, and nothing is logged
+    assert capacity_at_max_model_len(_gpt_oss(1e9)[0], model, dep, 16, 1.5, 16_384) is None
+
+
+def test_vllm_033_counts_a_chunked_groups_chunk_and_in_flight_tokens() -> None:
+    """Llama-4 Scout at a 65,536-token context: 12 full + 36 chunked (8,192) layers, groups of 12 (one
+    full, three chunked); a request takes 4,096 blocks of the full group and cdiv(8,192 + 16,384, 16)
+    = 1,536 of each chunked group; a block is 12 x 2,048 x 16 bytes on TP2."""
+    from infersim.run.memory import capacity_at_max_model_len
+
+    memory, scout, dep = _memory("llama-4-scout-fp8", 2, capacity=20e9)
+    short = replace(scout, max_position_embeddings=65_536)
+    blocks = int(20e9 / (12 * 2048 * 16))
+    assert capacity_at_max_model_len(memory, short, dep, 16, 1.5, 16_384) == int(blocks / (4096 + 3 * 1536) * 65_536)
+    # with a drafter's layers beside the groups: not reproduced
+    drafted = replace(memory, draft_kv_bytes_per_token_per_gpu=1024.0)
+    assert capacity_at_max_model_len(drafted, short, dep, 16, 1.5, 16_384) is None
+
+
+@pytest.mark.parametrize("larger_below, full, sliding, slots", [
+    (None, 13, 12, 36),   # vLLM 0.11: groups of the smaller count, 12: two full groups (one padded) and one sliding
+    (1.25, 13, 12, 26),   # vLLM 0.15: 13 is under 1.25 x 12: groups of 13, the sliding one padded
+    (1.25, 16, 22, 48),   # 22 is not under 1.25 x 16: groups of 16, the sliding kind's second padded
+    (1.5, 16, 22, 44),    # vLLM 0.33: 22 is under 1.5 x 16: groups of 22, the full one padded
+])
+def test_each_vllm_version_groups_a_hybrid_models_layers_its_own_way(larger_below, full, sliding, slots) -> None:
+    from infersim.run.memory import hybrid_groups
+
+    memory, scout, dep = _memory("llama-4-scout-fp8", 2)
+    model = replace(scout, attention_chunk_size=0, sliding_window=4096, num_hidden_layers=full + sliding,
+                    layer_types=("full_attention",) * full + ("sliding_attention",) * sliding)
+    group, groups = hybrid_groups(model, larger_below)
+    assert group * sum(n for _, n in groups) == slots
+    # the reported pool: 1 GB over pages of every slot's 2,048 bytes a token
+    assert reported_pool_tokens(memory, model, dep, 16, larger_below) == int(GB_1 / (slots * 2048 * 16)) * 16

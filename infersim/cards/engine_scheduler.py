@@ -285,8 +285,12 @@ class MemoryPolicy:
         "none", doc="the KV cache size the engine logs as it starts (vLLM's \"GPU KV cache size: N tokens\"): pool: "
                     "its blocks over its layer groups, in tokens (vLLM 0.11, 0.15: run.memory.reported_pool_tokens); "
                     "max_model_len_requests: the tokens of as many max_model_len-token requests as the pool holds "
-                    "(vLLM 0.33: run.memory.capacity_at_max_model_len, models of full-attention layers); none: "
-                    "no such count")
+                    "(vLLM 0.33: run.memory.capacity_at_max_model_len); none: no such count")
+    hybrid_group_of_larger_below: float | None = spec(
+        None, doc="a model with layers of two attention kinds (full and sliding-window or chunked): the engine's "
+                  "hybrid KV allocator puts each kind's layers in groups of the smaller kind's layer count, or of "
+                  "the larger kind's where it is under this many times the smaller, the last group of a kind "
+                  "padded with empty layers (vLLM); null: always the smaller kind's count", gt=1)
     activations_of_whole_budget: bool = spec(
         False, doc="the engine sizes its KV space after profiling a step of its whole token budget "
                    "(chunked_prefill_tokens), whatever the workload; false: the activations of the run's own "

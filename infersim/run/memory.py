@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from infersim.cards.engine import EngineCard
 from infersim.cards.engine_scheduler import tier_value
 from infersim.cards.hardware import HardwareCard
-from infersim.cards.model import ATTENTION_KINDS, CHUNKED_ATTENTION, FULL_ATTENTION, LOCAL_KINDS, ModelCard
+from infersim.cards.model import (ATTENTION_KINDS, CHUNKED_ATTENTION, FULL_ATTENTION, LOCAL_KINDS, SLIDING_ATTENTION,
+                                  ModelCard)
 from infersim.cards.deployment import Deployment, Workload, dense_ffn_tp, dp_attention_ranks
 from infersim.modules.attention import attention_weight_params, kv_bytes_per_token_per_layer
 from infersim.modules.ffn import ffn_weight_params, routed_expert_params
@@ -175,23 +176,36 @@ class MemoryResult:
                 and (offload is None or (offload.fits_pool and offload.fits_host)))
 
 
-def reported_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, page: int) -> int | None:
-    """The KV pool vLLM reports as it starts ("GPU KV cache size: N tokens"): its KV space on one GPU
-    over a token's KV in every attention layer of the GPU's pipeline stage (and the drafter's), in
-    whole blocks of `page` tokens. With sliding-window or chunked layers the hybrid allocator puts
-    each kind's layers in groups of the smaller kind's count (of the larger's where it is under 1.25
-    times the smaller), the last group of a kind padded with empty layers, cuts the space into
-    blocks of one layer of every group, and reports the blocks over the groups (vLLM 0.15.1
-    vllm/v1/core/kv_cache_utils.py:1017-1064 grouping, 829-843 get_num_blocks, 1285-1294
+def hybrid_groups(model: ModelCard, larger_below: float | None) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """(layers per group, (attention kind, groups of it) for each kind the model has) as a hybrid KV
+    allocator groups a model's attention layers: each kind's layers in groups of the smaller kind's
+    count, or of the larger kind's where it is under `larger_below` times the smaller (None: always
+    the smaller's), the last group of a kind padded with empty layers (engine card
+    memory.hybrid_group_of_larger_below). A model of one kind is one group of all its layers."""
+    counts = [(kind, model.layer_count(kind)) for kind in ATTENTION_KINDS if model.layer_count(kind)]
+    smallest, largest = min(n for _, n in counts), max(n for _, n in counts)
+    group = largest if larger_below is not None and largest < larger_below * smallest else smallest
+    return group, tuple((kind, -(-n // group)) for kind, n in counts)
+
+
+def _blocks(memory: MemoryResult, model: ModelCard, dep: Deployment, page: int, slots: int) -> int:
+    """Blocks of `page` tokens the KV space holds, a block one page of `slots` layers (and of the drafter's)."""
+    per_token = (slots * kv_bytes_per_token_per_layer(model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
+                 + memory.draft_kv_bytes_per_token_per_gpu)
+    return int(max(0.0, memory.kv_capacity_bytes) / (per_token * page))
+
+
+def reported_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, page: int,
+                         larger_below: float | None) -> int | None:
+    """The KV pool vLLM reports as it starts ("GPU KV cache size: N tokens", 0.11 and 0.15):
+    num_blocks // groups x block_size, a block one page of every layer of a group (hybrid_groups: the
+    padding layers included) and of the drafter's layers, on one GPU of the pipeline stage (vLLM
+    0.15.1 vllm/v1/core/kv_cache_utils.py:1017-1064 grouping, 829-843 get_num_blocks, 1285-1294
     _report_kv_cache_config). None for a model with recurrent layers: its states are not tokens."""
     if model.recurrent_kinds:
         return None
-    counts = [n for n in map(model.layer_count, ATTENTION_KINDS) if n]
-    group = min(counts) if max(counts) >= 1.25 * min(counts) else max(counts)
-    slots = sum(-(-n // group) for n in counts) * group  # layers, the padding ones included
-    per_token = (slots * kv_bytes_per_token_per_layer(model, dep.precision.kv_cache, dep.attention.tp) / dep.pp
-                 + memory.draft_kv_bytes_per_token_per_gpu)
-    return int(max(0.0, memory.kv_capacity_bytes) / (per_token * page)) * page
+    group, groups = hybrid_groups(model, larger_below)
+    return _blocks(memory, model, dep, page, sum(n for _, n in groups) * group) * page
 
 
 def logged_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, engine: EngineCard,
@@ -204,24 +218,46 @@ def logged_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, 
     if logged == "none" or memory.kv_capacity_bytes <= 0:
         return None
     page = engine.page_size(hw, model.is_mla)
-    pool = reported_pool_tokens(memory, model, dep, page)
-    if logged == "pool" or pool is None:
-        return pool
-    return capacity_at_max_model_len(pool, model, page)
+    larger_below = engine.memory.hybrid_group_of_larger_below
+    if logged == "pool":
+        return reported_pool_tokens(memory, model, dep, page, larger_below)
+    # vLLM 0.33 config/vllm.py max_concurrent_batches: pp + 1 under async scheduling (model runner
+    # V2, its default), else pp; max_in_flight_tokens: that many steps of max_num_batched_tokens
+    steps = dep.pp + 1 if engine.overheads.overlap_scheduler else dep.pp
+    return capacity_at_max_model_len(memory, cache_view(model, engine), dep, page, larger_below,
+                                     steps * engine.chunk_tokens(hw.peak.hbm_bytes))
 
 
-def capacity_at_max_model_len(pool_tokens: int, model: ModelCard, page: int) -> int | None:
-    """vLLM 0.33's "GPU KV cache size": int(blocks / blocks per max_model_len request x max_model_len),
-    its max_model_len the model's context (its default), each request's blocks
-    cdiv(max_model_len, page) (vllm 0.33.0 v1/core/kv_cache_utils.py:1061-1154, kv_cache_interface.py:643-648
-    for full attention). None for a model with other than full-attention layers or a DSA indexer (their
-    groups count their own admission blocks: not reproduced), without a stated context, or whose pool
-    holds no such request (the server refuses to start)."""
+def _request_blocks(model: ModelCard, kind: str, context: int, page: int, in_flight: int) -> int:
+    """Blocks one max_model_len request (`context` tokens) takes in a group of `kind`, vLLM 0.33
+    v1/kv_cache_interface.py: full attention cdiv(context, page) (:643-648); a sliding window its
+    window - 1 tokens and the in-flight ones, in blocks, and one more for a window that does not start
+    at a block (:919-944); a chunk its chunk and the in-flight tokens (:864-881); none above the context."""
+    if kind == SLIDING_ATTENTION:
+        return -(-min(model.sliding_window - 1 + in_flight, context) // page) + 1
+    if kind == CHUNKED_ATTENTION:
+        return -(-min(model.attention_chunk_size + in_flight, context) // page)
+    return -(-context // page)
+
+
+def capacity_at_max_model_len(memory: MemoryResult, model: ModelCard, dep: Deployment, page: int,
+                              larger_below: float | None, in_flight: int) -> int | None:
+    """vLLM 0.33's "GPU KV cache size": int(num_blocks / blocks per max_model_len request x
+    max_model_len), its max_model_len the model's context (its default), a request's blocks summed
+    over the groups (hybrid_groups; _request_blocks: a sliding-window or chunked group's bounded by
+    the `in_flight` tokens of the steps scheduled but not settled) (vllm 0.33.0
+    v1/core/kv_cache_utils.py:1061-1154). `model` as the engine's cache holds it (cache_view). None
+    for a model with recurrent layers or a DSA indexer (their groups are not reproduced), for a hybrid
+    model with a drafter (its layers join the groups), without a stated context, or whose pool holds
+    no such request (the server refuses to start)."""
     context = model.max_position_embeddings
-    if set(model.layer_kinds) != {FULL_ATTENTION} or model.is_sparse_attention or not context:
+    if model.recurrent_kinds or model.is_sparse_attention or not context:
         return None
-    per_request = -(-context // page)
-    blocks = pool_tokens // page
+    group, groups = hybrid_groups(model, larger_below)
+    if len(groups) > 1 and memory.draft_kv_bytes_per_token_per_gpu:
+        return None
+    per_request = sum(n * _request_blocks(model, kind, context, page, in_flight) for kind, n in groups)
+    blocks = _blocks(memory, model, dep, page, group)
     if blocks < per_request:
         return None
     return int(blocks / per_request * context)
