@@ -236,3 +236,12 @@ def test_each_vllm_version_groups_a_hybrid_models_layers_its_own_way(larger_belo
     assert group * sum(n for _, n in groups) == slots
     # the reported pool: 1 GB over pages of every slot's 2,048 bytes a token
     assert reported_pool_tokens(memory, model, dep, 16, larger_below) == int(GB_1 / (slots * 2048 * 16)) * 16
+
+
+def test_a_model_without_attention_layers_has_no_groups() -> None:
+    from infersim.run.memory import hybrid_groups
+
+    memory, model, dep = _memory("qwen3-next-80b-a3b", 4)
+    assert hybrid_groups(model, 1.5) == (12, (("full_attention", 1),))  # 12 full-attention layers, one group
+    linear_only = replace(model, layer_types=("linear_attention",) * model.num_hidden_layers)
+    assert hybrid_groups(linear_only, 1.5) == (0, ())

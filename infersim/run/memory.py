@@ -183,6 +183,8 @@ def hybrid_groups(model: ModelCard, larger_below: float | None) -> tuple[int, tu
     the smaller's), the last group of a kind padded with empty layers (engine card
     memory.hybrid_group_of_larger_below). A model of one kind is one group of all its layers."""
     counts = [(kind, model.layer_count(kind)) for kind in ATTENTION_KINDS if model.layer_count(kind)]
+    if not counts:  # no attention layers: no groups
+        return 0, ()
     smallest, largest = min(n for _, n in counts), max(n for _, n in counts)
     group = largest if larger_below is not None and largest < larger_below * smallest else smallest
     return group, tuple((kind, -(-n // group)) for kind, n in counts)
