@@ -151,9 +151,10 @@ def test_a_vllm_run_says_the_pool_its_server_would_log(capsys) -> None:
     memory = json.loads(capsys.readouterr().out)["memory"]
     assert memory["logged_kv_pool_tokens"] == int(memory["kv_capacity_gb"] * 1e9 / 131072 / 16) * 16
     assert main([*args, "--engine", "sglang"]) == 0
-    assert "logged_kv_pool_tokens" not in json.loads(capsys.readouterr().out)["memory"]  # SGLang logs its own count
+    sglang = json.loads(capsys.readouterr().out)["memory"]  # SGLang logs its own count: whole tokens (pages of 1)
+    assert sglang["logged_kv_pool_tokens"] == int(sglang["kv_capacity_gb"] * 1e9 / 131072)
     assert main(args[:-2] + ["--engine", "vllm@0.15"]) == 0
-    assert f'KV pool as vLLM logs it at start ("GPU KV cache size"): {memory["logged_kv_pool_tokens"]:,} tokens' \
+    assert f'KV pool as vllm logs it at start ("GPU KV cache size"): {memory["logged_kv_pool_tokens"]:,} tokens' \
         in capsys.readouterr().out
 
 
@@ -245,3 +246,52 @@ def test_a_model_without_attention_layers_has_no_groups() -> None:
     assert hybrid_groups(model, 1.5) == (12, (("full_attention", 1),))  # 12 full-attention layers, one group
     linear_only = replace(model, layer_types=("linear_attention",) * model.num_hidden_layers)
     assert hybrid_groups(linear_only, 1.5) == (0, ())
+
+
+def _sglang(model: str, tp: int, engine: str = "sglang@0.5", capacity: float = GB_1):
+    config = config_from_mapping({"model": model, "hardware": "h100-sxm", "engine": engine,
+                                  "deployment": {"num_gpus": tp, "attention": {"tp": tp}, "ffn": {"tp": tp}},
+                                  "workload": {"isl": 1024, "osl": 256}}, "test")
+    memory = memory_budget(config.model, config.hardware, config.deployment, config.workload, None, config.engine, 1024)
+    return replace(memory, kv_capacity_bytes=capacity), config
+
+
+@pytest.mark.parametrize("engine", ["sglang@0.5", "sglang@0.5.23"])
+def test_sglang_logs_its_pools_tokens_in_whole_pages(engine) -> None:
+    """SGLang's "max_total_num_tokens=N" (managers/scheduler.py): the KV space over a token's cells
+    on one GPU, cut to whole pages. Mistral-Nemo on TP2: 40 layers x 4 KV heads x 128 x (K, V) x 2
+    bytes = 81,920 bytes a token; 1 GB holds 12,207.03 tokens."""
+    from infersim.run.memory import logged_pool_tokens
+
+    memory, config = _sglang("mistral-nemo-12b", 2, engine)
+    page = config.engine.page_size(config.hardware, False)
+    assert page == 1
+    assert logged_pool_tokens(memory, config.model, config.deployment, config.engine, config.hardware) == 12_207
+    # whole pages of 64 tokens (a backend that pages so): 190 of them
+    paged = replace(config.engine, scheduler=replace(config.engine.scheduler, page_size=64))
+    assert paged.page_size(config.hardware, False) == 64
+    assert logged_pool_tokens(memory, config.model, config.deployment, paged, config.hardware) == 190 * 64
+
+
+def test_sglang_logs_a_hybrid_sliding_window_pool_in_full_layer_tokens() -> None:
+    """gpt-oss-120b on TP2 under SGLang's hybrid SWA pool (swa_full_tokens_ratio 0.8): a full-layer
+    token takes its 18 full layers' 1,024 bytes each and 0.8 of a token of the 18 sliding layers:
+    33,177.6 bytes, so 1 GB holds 30,140 of them; with a drafter's cache beside it, no count."""
+    from infersim.run.memory import logged_pool_tokens
+
+    memory, config = _sglang("gpt-oss-120b", 2)
+    args = (config.model, config.deployment, config.engine, config.hardware)
+    assert memory.pool_token_bytes_per_gpu == pytest.approx(18 * 1024 * 1.8)
+    assert logged_pool_tokens(memory, *args) == 30_140
+    assert logged_pool_tokens(replace(memory, draft_kv_bytes_per_token_per_gpu=512.0), *args) is None
+
+
+def test_the_report_names_the_line_each_engine_logs(capsys) -> None:
+    from infersim.cli.main import main
+
+    for engine, line in (("sglang@0.5", 'KV pool as sglang logs it at start ("max_total_num_tokens")'),
+                         ("vllm@0.15", 'KV pool as vllm logs it at start ("GPU KV cache size")')):
+        assert main(["--model", "mistral-nemo-12b", "--hardware", "h100", "--engine", engine, "--isl", "1000",
+                     "--osl", "100"]) == 0
+        out = capsys.readouterr().out
+        assert line in out

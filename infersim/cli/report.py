@@ -144,6 +144,16 @@ def _logged_pool(result: SimulationResult) -> int | None:
     return logged_pool_tokens(result.memory, cfg.model, cfg.deployment, cfg.engine, cfg.hardware)
 
 
+def _logged_pool_lines(result: SimulationResult) -> list[str]:
+    """The MEMORY line of the KV pool the engine logs as it starts, named as its log names it."""
+    logged = _logged_pool(result)
+    if logged is None:
+        return []
+    engine = result.config.engine
+    line = "max_total_num_tokens" if engine.memory.logged_kv_cache_size == "max_total_num_tokens" else "GPU KV cache size"
+    return [f"  KV pool as {engine.name} logs it at start (\"{line}\"): {logged:,} tokens"]
+
+
 def _memory_json(result: SimulationResult) -> dict[str, Any]:
     mem = result.memory
     data = {
@@ -512,8 +522,7 @@ def to_text(result: SimulationResult, detail: bool = False, show_unfit: bool = F
                                                     if mem.binding_limit == "running-request cap" else ")"))
         + ("" if mem.fits else "   ** DOES NOT FIT **"),
     ]
-    logged = _logged_pool(result)
-    lines += [] if logged is None else [f"  KV pool as vLLM logs it at start (\"GPU KV cache size\"): {logged:,} tokens"]
+    lines += _logged_pool_lines(result)
     if dep.weight_offload != "none":  # right below the weights line it qualifies
         lines.insert(lines.index("MEMORY (per GPU; GB = 1e9 bytes)") + 2, _offload_text(result))
     if mem.bounded_bytes_per_request:

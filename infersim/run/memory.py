@@ -213,13 +213,22 @@ def reported_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment
 def logged_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, engine: EngineCard,
                        hw: HardwareCard) -> int | None:
     """The KV pool the engine logs as it starts, for a server of this memory (reported_pool_tokens, in
-    the pages of its attention backend on this GPU), or the tokens of the max_model_len-token requests
-    it holds (capacity_at_max_model_len), as the engine card's memory.logged_kv_cache_size says. None
-    where the engine logs no such count, no KV space is left, or the model's states are not tokens."""
+    the pages of its attention backend on this GPU), the tokens of the max_model_len-token requests it
+    holds (capacity_at_max_model_len), or its pool's tokens in whole pages (SGLang's
+    max_total_num_tokens), as the engine card's memory.logged_kv_cache_size says. None where the
+    engine logs no such count, no KV space is left, or the model's states are not tokens."""
     logged = engine.memory.logged_kv_cache_size
     if logged == "none" or memory.kv_capacity_bytes <= 0:
         return None
     page = engine.page_size(hw, model.is_mla)
+    if logged == "max_total_num_tokens":
+        # SGLang: the KV space over a token's cells, cut to whole pages (0.5.2 model_executor/model_runner.py
+        # profile_max_num_token and :1297-1300; 0.5.23 model_executor/pool_configurator.py:638-647); a
+        # drafter's cache is sized beside it (not reproduced)
+        token_bytes = memory.pool_token_bytes_per_gpu
+        if token_bytes <= 0 or memory.draft_kv_bytes_per_token_per_gpu:
+            return None
+        return int(memory.kv_capacity_bytes // token_bytes) // page * page
     larger_below = engine.memory.hybrid_group_of_larger_below
     if logged == "pool":
         return reported_pool_tokens(memory, model, dep, page, larger_below)
