@@ -290,8 +290,25 @@ def test_the_report_names_the_line_each_engine_logs(capsys) -> None:
     from infersim.cli.main import main
 
     for engine, line in (("sglang@0.5", 'KV pool as sglang logs it at start ("max_total_num_tokens")'),
-                         ("vllm@0.15", 'KV pool as vllm logs it at start ("GPU KV cache size")')):
+                         ("vllm@0.15", 'KV pool as vllm logs it at start ("GPU KV cache size")'),
+                         ("trtllm", 'KV pool as trtllm logs it at start ("max tokens in paged KV cache")')):
         assert main(["--model", "mistral-nemo-12b", "--hardware", "h100", "--engine", engine, "--isl", "1000",
                      "--osl", "100"]) == 0
         out = capsys.readouterr().out
         assert line in out
+
+
+def test_tensorrt_llm_logs_its_primary_pools_blocks_in_tokens() -> None:
+    """TensorRT-LLM's "Allocated X GiB for max tokens in paged KV cache (N)": N = the primary pool's
+    blocks x tokens_per_block 32. Mistral-Nemo on TP2, 81,920 bytes a token: 1 GB holds 381 blocks
+    of 32 tokens (381.47); gpt-oss (a pool per attention window) and a drafter beside the cache are
+    not reproduced."""
+    from infersim.run.memory import logged_pool_tokens
+
+    memory, config = _sglang("mistral-nemo-12b", 2, "trtllm")
+    args = (config.model, config.deployment, config.engine, config.hardware)
+    assert config.engine.page_size(config.hardware, False) == 32
+    assert logged_pool_tokens(memory, *args) == 381 * 32
+    assert logged_pool_tokens(replace(memory, draft_kv_bytes_per_token_per_gpu=512.0), *args) is None
+    memory, config = _sglang("gpt-oss-120b", 2, "trtllm")
+    assert logged_pool_tokens(memory, config.model, config.deployment, config.engine, config.hardware) is None

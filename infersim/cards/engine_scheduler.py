@@ -281,13 +281,17 @@ class MemoryPolicy:
         default_factory=tuple, doc="the engine never reserves less than this outside weights and KV, by GPU memory, bytes")
     kv_fraction_of_free: float = spec(
         1.0, doc="share of the memory left after weights, activations and reserve that becomes KV cache", gt=0, le=1)
-    logged_kv_cache_size: Literal["none", "pool", "max_model_len_requests", "max_total_num_tokens"] = spec(
+    logged_kv_cache_size: Literal["none", "pool", "max_model_len_requests", "max_total_num_tokens",
+                                  "max_tokens_in_paged_kv_cache"] = spec(
         "none", doc="the KV cache size the engine logs as it starts: pool: its blocks over its layer groups, in "
                     "tokens (vLLM 0.11, 0.15 \"GPU KV cache size: N tokens\": run.memory.reported_pool_tokens); "
                     "max_model_len_requests: the tokens of as many max_model_len-token requests as the pool holds "
                     "(vLLM 0.33, the same line: run.memory.capacity_at_max_model_len); max_total_num_tokens: the "
                     "tokens of its KV pool on one GPU in whole pages, a hybrid pool's in tokens of its "
-                    "full-attention layers (SGLang's scheduler line \"max_total_num_tokens=N\"); none: no such count")
+                    "full-attention layers (SGLang's scheduler line \"max_total_num_tokens=N\"); "
+                    "max_tokens_in_paged_kv_cache: the blocks of its primary pool in tokens, for models of "
+                    "full-attention layers (TensorRT-LLM's \"Allocated X GiB for max tokens in paged KV cache "
+                    "(N)\"); none: no such count")
     hybrid_group_of_larger_below: float | None = spec(
         None, doc="a model with layers of two attention kinds (full and sliding-window or chunked): the engine's "
                   "hybrid KV allocator puts each kind's layers in groups of the smaller kind's layer count, or of "

@@ -150,8 +150,14 @@ def _logged_pool_lines(result: SimulationResult) -> list[str]:
     if logged is None:
         return []
     engine = result.config.engine
-    line = "max_total_num_tokens" if engine.memory.logged_kv_cache_size == "max_total_num_tokens" else "GPU KV cache size"
+    line = _LOG_LINES[engine.memory.logged_kv_cache_size]
     return [f"  KV pool as {engine.name} logs it at start (\"{line}\"): {logged:,} tokens"]
+
+
+#: how each engine's start-up log names the KV pool it allotted (engine card memory.logged_kv_cache_size)
+_LOG_LINES = {"pool": "GPU KV cache size", "max_model_len_requests": "GPU KV cache size",
+              "max_total_num_tokens": "max_total_num_tokens",
+              "max_tokens_in_paged_kv_cache": "max tokens in paged KV cache"}
 
 
 def _memory_json(result: SimulationResult) -> dict[str, Any]:

@@ -214,9 +214,10 @@ def logged_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, 
                        hw: HardwareCard) -> int | None:
     """The KV pool the engine logs as it starts, for a server of this memory (reported_pool_tokens, in
     the pages of its attention backend on this GPU), the tokens of the max_model_len-token requests it
-    holds (capacity_at_max_model_len), or its pool's tokens in whole pages (SGLang's
-    max_total_num_tokens), as the engine card's memory.logged_kv_cache_size says. None where the
-    engine logs no such count, no KV space is left, or the model's states are not tokens."""
+    holds (capacity_at_max_model_len), its pool's tokens in whole pages (SGLang's
+    max_total_num_tokens) or its primary pool's blocks in tokens (TensorRT-LLM), as the engine card's
+    memory.logged_kv_cache_size says. None where the engine logs no such count, no KV space is left,
+    or the model's states are not tokens."""
     logged = engine.memory.logged_kv_cache_size
     if logged == "none" or memory.kv_capacity_bytes <= 0:
         return None
@@ -229,6 +230,14 @@ def logged_pool_tokens(memory: MemoryResult, model: ModelCard, dep: Deployment, 
         if token_bytes <= 0 or memory.draft_kv_bytes_per_token_per_gpu:
             return None
         return int(memory.kv_capacity_bytes // token_bytes) // page * page
+    if logged == "max_tokens_in_paged_kv_cache":
+        # TensorRT-LLM: blocks in the primary pool x tokens per block (cpp/tensorrt_llm/batch_manager/
+        # kvCacheManager.cpp KVCacheManager::allocatePools); a model of several attention windows has a
+        # pool per window, and a drafter's cache its own manager (neither reproduced)
+        if set(model.layer_kinds) != {FULL_ATTENTION} or model.is_sparse_attention \
+                or memory.draft_kv_bytes_per_token_per_gpu:
+            return None
+        return reported_pool_tokens(memory, model, dep, page, None)
     larger_below = engine.memory.hybrid_group_of_larger_below
     if logged == "pool":
         return reported_pool_tokens(memory, model, dep, page, larger_below)
