@@ -387,13 +387,28 @@ def test_a_bad_parser_file_is_one_message_naming_the_key(tmp_path, edit, key, pr
 # Speculative decoding and the chosen rows of sweeps
 
 
+def test_a_vllm_011_card_that_schedules_asynchronously_is_launched_so_and_warned_of_speculation(tmp_path):
+    """A 0.11 card set to async scheduling (overheads.overlap_scheduler) launches with
+    --async-scheduling, and with speculative decoding the plan says 0.11 turns it off
+    (SchedulerConfig.async_scheduling)."""
+    card = yaml.safe_load((Path(__file__).resolve().parent.parent / "engines" / "vllm-0.11.yaml").read_text())
+    card["overheads"]["overlap_scheduler"] = True
+    path = tmp_path / "vllm-async.yaml"
+    path.write_text(yaml.safe_dump(card))
+    spec = ["speculative.method=mtp", "speculative.acceptance_rate=0.7", "speculative.lookahead=2"]
+    flags = RunFlags(model="deepseek-v3", hardware="h200", num_gpus=8, dp_attention=8, ep=8, engine=str(path))
+    plan = plan_for_run(simulate(load_run_config(None, spec, None, flags)))
+    assert "--async-scheduling" in plan.commands[0].argv
+    assert any("does not run async scheduling" in note for note in plan.notes)
+
+
 def test_mtp_speculation_is_each_engines_own_spelling():
     spec = ["speculative.method=mtp", "speculative.acceptance_rate=0.7", "speculative.lookahead=2"]
     flags = RunFlags(model="deepseek-v3", hardware="h200", num_gpus=8, dp_attention=8, ep=8, engine="vllm@0.11")
     plan = plan_for_run(simulate(load_run_config(None, spec, None, flags)))
     argv = list(plan.commands[0].argv)
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 2}
-    assert any("does not run async scheduling" in note for note in plan.notes)  # vLLM 0.11: async off with it
+    assert "--async-scheduling" not in argv  # vLLM 0.11 schedules synchronously by default, as simulated
     plan = plan_for_run(simulate(load_run_config(None, spec, None, replace(flags, engine="sglang@0.5"))))
     argv = list(plan.commands[0].argv)
     assert argv[argv.index("--speculative-algorithm") + 1] == "NEXTN"
