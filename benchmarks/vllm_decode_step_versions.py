@@ -2,8 +2,9 @@
 
 For Llama-3.1-8B (TP1) and Llama-3.1-70B (TP4) on H100 at scheduler batches of 32, 64 and 128 and a
 1,600-token decode context, the step time and the parts the engine cards move: the per-step overhead
-(vLLM 0.11 card: 0.5 ms estimated outside the graph; 0.15 and later: the kernels each step runs
-outside the captured forward, counted in the model runner, at the hardware card's per-kernel time)
+(vLLM 0.11 card: 0.5 ms estimated outside the graph, and the scheduler's CPU time exposed by its
+synchronous scheduling; 0.15 and later: the kernels each step runs outside the captured forward,
+counted in the model runner, at the hardware card's per-kernel time, the CPU hidden by async scheduling)
 and the elementwise kernels (0.33 at TP > 1 on Hopper folds each residual add + RMSNorm into the
 FlashInfer all-reduce kernel before it, up to 2 MiB all-reduced per step at TP4). Kernel tables are
 the bundled ones the run picks, the same for every card, so only the cards' mechanisms differ.
