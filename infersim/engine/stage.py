@@ -30,7 +30,6 @@ from infersim.cards import categories as cat
 from infersim.shapes.plan import LayerGroup, Operation, StagePlan
 from infersim.costing.memo import Fused, PartSums, Priced, PricedPart, PricingMemo, operation_kernels, priced_part
 from infersim.base.units import GB, MS
-from infersim.costing.weight_offload import host_link_bytes_per_s, offload_cost
 
 
 @dataclass(frozen=True)
@@ -321,6 +320,8 @@ def _offload_exposed(plan: StagePlan, hw: HardwareCard, walked: _Layers, step: f
     """Seconds of the offloaded weights' transfer that compute does not hide. Under two-batch
     overlap the schedule packs the layers tighter than their serial sum; each layer takes its
     share of the scheduled time. Both micro-batches use one fetch of a layer."""
+    from infersim.costing.weight_offload import host_link_bytes_per_s, offload_cost  # runs that offload only
+
     serial = walked.serial
     scale = step / serial if serial > 0 else 1.0
     rate = host_link_bytes_per_s(hw)

@@ -29,9 +29,9 @@ from infersim.modules.linear_attention import linear_mixer_weight_params, state_
 from infersim.modules.step import layer_composition, lm_head_gathered_dp
 from infersim.base.records import evolve
 from infersim.base.units import ACT_BYTES, dtype_bytes
-from infersim.costing.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS, WeightOffload, host_link_bytes_per_s
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # weight offload's module is imported by the runs that offload
+    from infersim.costing.weight_offload import WeightOffload
     from infersim.run.memory_pools import StatePool, WindowPool
 
 EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every serving engine we model
@@ -433,6 +433,8 @@ def offload_pool_per_layer(model: ModelCard, dep: Deployment) -> tuple[str, tupl
     """(which weights, bytes of one layer on one GPU per layer kind in layer_composition order) that
     weight offload takes its equal share of: the routed experts of every MoE layer for an MoE model,
     every layer's linear weights (mixer and FFN) for a dense one."""
+    from infersim.costing.weight_offload import LAYER_WEIGHTS, ROUTED_EXPERTS
+
     prec = dep.precision
     composition = layer_composition(model)
     if model.is_moe:
@@ -448,6 +450,8 @@ def offload_pool_per_layer(model: ModelCard, dep: Deployment) -> tuple[str, tupl
 def plan_weight_offload(model: ModelCard, hw: HardwareCard, dep: Deployment, shortfall_bytes: float) -> WeightOffload:
     """Keep `shortfall_bytes` per GPU in host memory, an equal share of every layer's pool (at most
     the whole pool: WeightOffload.fits_pool tells when that is not enough)."""
+    from infersim.costing.weight_offload import WeightOffload, host_link_bytes_per_s
+
     pool, per_layer = offload_pool_per_layer(model, dep)
     # a GPU holds 1/pp of the layers (pipeline stages are equal)
     pool_bytes = sum(b * layers for b, (_k, _m, layers) in zip(per_layer, layer_composition(model))) / dep.pp

@@ -22,9 +22,9 @@ from infersim.base.texttable import counted
 from infersim.run.request_limits import (context_warnings, kv_pool_said, larger_cap, pool_problem, served_osl,
                                          within_context)
 from infersim.base.units import GB
-from infersim.costing.weight_offload import WeightOffload
 
 if TYPE_CHECKING:
+    from infersim.costing.weight_offload import WeightOffload
     from infersim.run.speculative import SpeculativeResult
 
 

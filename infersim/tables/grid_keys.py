@@ -27,10 +27,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, GroupedGemmShape
-from infersim.tables.format import AttentionRow, GemmRow, GroupedGemmRow, Row
+if TYPE_CHECKING:  # rows are read where tables are indexed (row_grid_key), not where they are looked up
+    from infersim.tables.format import Row
 
 GridKey = tuple[Hashable, ...]
 
@@ -48,6 +49,8 @@ WINDOW_PREFILL_AXES = ("attended_pairs",)
 
 def row_grid_key(row: Row) -> tuple[GridKey, tuple[float, ...], tuple[str, ...]]:
     """(grid key, axis values, axis names) of a table row."""
+    from infersim.tables.format import AttentionRow, GemmRow, GroupedGemmRow
+
     if isinstance(row, GemmRow):
         return ("gemm", row.dtype, row.k, row.n), (float(row.m),), GEMM_AXES
     if isinstance(row, GroupedGemmRow):

@@ -30,14 +30,14 @@ from functools import cached_property, partial
 from itertools import accumulate
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from collections.abc import Sequence
 
 from infersim.cards.registry import display_path
 from infersim.base.errors import ConfigError, InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import AnyShape, AttentionShape, GemmShape, MemoryBoundShape, TableHit, minimum_bytes
-from infersim.tables.format import PROVENANCE_FILE, CollectiveRow, ElementwiseRow, Row, TableDirectory
+from infersim.tables.provenance import PROVENANCE_FILE
 from infersim.tables.grid_keys import (
     AttentionNeighbours,
     GridKey,
@@ -58,6 +58,9 @@ from infersim.tables.interpolation import (
 )
 from infersim.tables.series import collective_hit, collective_series, elementwise_hit, elementwise_series
 from infersim.tables.table_cache import INTERPOLATIONS_BY_NAME, HbmRow, TableParts, cache_entry, keep, read_kept
+
+if TYPE_CHECKING:  # the row types are defined where tables are indexed: a run from the on-disk cache has none
+    from infersim.tables.format import Row, TableDirectory
 
 #: share of the K x N product a GEMM table must measure to interpolate between (K, N) (see _gemm_planes)
 PLANE_COVERAGE = 0.9
@@ -107,6 +110,8 @@ def _grids_and_hbm_rows(table_dir: TableDirectory, directory: Path | None = None
     when the tables are indexed, and so kept in the on-disk cache with them: they do not depend on
     the hardware card, and computing them for each row was most of the check's ~10 ms in every
     process."""
+    from infersim.tables.format import CollectiveRow, ElementwiseRow
+
     peaks = table_dir.provenance.peak_flops
     collected: dict[GridKey, _MeasuredGrid] = {}
     hbm: list[HbmRow] = []

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infersim.cards.registry import bundled_dir
-from infersim.tables.format import PROVENANCE_FILE
+from infersim.tables.provenance import PROVENANCE_FILE
 
 #: frameworks in the order a fallback prefers them
 FRAMEWORK_ORDER: tuple[str, ...] = ("trtllm", "sglang", "vllm")

@@ -15,11 +15,14 @@ time per byte (marked extrapolated).
 from __future__ import annotations
 
 import bisect
+from typing import TYPE_CHECKING
 
 from infersim.base.errors import InferSimError
 from infersim.shapes.comm_shapes import CollectiveShape
 from infersim.shapes.kernels import MemoryBoundShape, TableHit
-from infersim.tables.format import CollectiveRow, ElementwiseRow, TableDirectory
+
+if TYPE_CHECKING:  # rows are read where tables are indexed, not where they are looked up
+    from infersim.tables.format import TableDirectory
 
 #: (kind, ranks) -> ([(message bytes, seconds)] ascending, table name)
 CollectiveSeries = dict[tuple[str, int], tuple[list[tuple[float, float]], str]]
@@ -31,6 +34,8 @@ def collective_series(table_dir: TableDirectory, label: str) -> CollectiveSeries
     """(kind, ranks) -> ([(message bytes, seconds)] ascending, table name); repeats averaged. One
     library per (kind, ranks): a directory holding two (e.g. NCCL and an engine's custom all-reduce
     for the same kind) is refused, as the lookup could not say which the engine runs."""
+    from infersim.tables.format import CollectiveRow
+
     found: dict[tuple[str, int], dict[float, list[float]]] = {}
     names: dict[tuple[str, int], tuple[str, str]] = {}
     for name, rows in table_dir.tables.items():
@@ -58,6 +63,8 @@ def _inside_series(points: list[tuple[float, float]], sizes: list[float], x: flo
 
 def elementwise_series(table_dir: TableDirectory, label: str) -> ElementwiseSeries:
     """(op, dtype) -> ([(bytes, seconds)] ascending, table name); repeats averaged."""
+    from infersim.tables.format import ElementwiseRow
+
     found: dict[tuple[str, str], dict[float, list[float]]] = {}
     names: dict[tuple[str, str], str] = {}
     for name, rows in table_dir.tables.items():

@@ -46,7 +46,7 @@ from infersim import __version__
 from infersim.base import diskcache
 from infersim.base.errors import InferSimError
 from infersim.cards.schema import build
-from infersim.tables.format import Provenance
+from infersim.tables.provenance import Provenance
 from infersim.tables.grid_keys import GridKey
 from infersim.tables.interpolation import (
     INTERPOLATIONS,
