@@ -11,7 +11,6 @@ PCIe hierarchy in `derates.pcie_collective` and the PCI step latencies in
 
 from __future__ import annotations
 
-import difflib
 from itertools import pairwise
 from dataclasses import dataclass
 from typing import Literal
@@ -214,6 +213,8 @@ def _check_formats(card: HardwareCard, source: str) -> None:
     for field, keys in (("peak.flops", rates), ("derates.compute_efficiency", efficiencies)):
         for key in keys:
             if key not in TENSOR_FORMATS:
+                import difflib  # only for a card that names an unknown format
+
                 close = difflib.get_close_matches(key, TENSOR_FORMATS, n=1, cutoff=0.5)
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 raise ConfigError(source, f"{field}.{key}", keys[key],
@@ -230,6 +231,8 @@ def _check_formats(card: HardwareCard, source: str) -> None:
 
 def _check_vendor(card: HardwareCard, source: str) -> None:
     if card.vendor not in VENDORS:
+        import difflib  # only for a card that names an unknown vendor
+
         close = difflib.get_close_matches(card.vendor.lower(), VENDORS, n=1, cutoff=0.5)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(source, "vendor", card.vendor, f"must be one of {', '.join(VENDORS)}{hint}")

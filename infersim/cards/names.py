@@ -16,7 +16,6 @@ cannot price from a name alone (GGUF, bitsandbytes, GPTQ without its bits) is re
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -267,5 +266,7 @@ def suggestions(name: str, names: list[str], spellings: list[Spelling], n: int =
     for text, card in [(n_, n_) for n_ in names] + [(s.text, s.card) for s in spellings] + \
             [(repo_part(s.text), s.card) for s in spellings if "/" in s.text]:
         options.setdefault(fold(text), card)
+    import difflib  # only for a name that does not resolve
+
     close = difflib.get_close_matches(given, list(options), n=n * 3, cutoff=0.6)
     return list(dict.fromkeys(options[c] for c in close))[:n]

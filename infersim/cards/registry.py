@@ -9,7 +9,6 @@ the repository root in a checkout and under `infersim/_bundled/` in an installed
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,6 +121,8 @@ class Resolved:
 
 def not_found(name_or_path: str, kind: str) -> InferSimError:
     """The message for a name nothing matches: the closest bundled names, and what else to do."""
+    import difflib  # only for a name that does not resolve
+
     names = bundled_names(kind)
     # an engine is asked for by its name (vllm), its cards are named by version (vllm-0.15)
     candidates = sorted({e.name for e in bundled_engines()}) + names if kind == "engines" else names
