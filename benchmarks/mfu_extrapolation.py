@@ -132,7 +132,7 @@ def card_of(directory: Path):
 
 def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[float]]]:
     """Per family, per rule: |predicted / measured - 1| of held-out points 4-32x beyond a cut."""
-    from infersim.tables import beyond_range, interpolation, lookup
+    from infersim.tables import beyond_range, grid_points, interpolation
     from infersim.tables.table_files import read_table_dir
     from infersim.costing.timing import roofline_rates
 
@@ -144,7 +144,7 @@ def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[flo
         return roofline_rates(shape, hw)
 
     errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: {rule: [] for rule in RULES})
-    for key, source in lookup.grid_points(read_table_dir(directory)).items():
+    for key, source in grid_points.grid_points(read_table_dir(directory)).items():
         if key[0] == "attention" and key[-1]:
             continue  # sliding-window grids: extended flat above the window, another rule
         family = key[0] if key[0] != "attention" else f"attention {key[1]}"
@@ -165,7 +165,7 @@ def far_errors(directory: Path, min_axis: float) -> dict[str, dict[str, list[flo
                         continue
                     kept = [p for p in source.points
                             if not (p.coords[:a] + p.coords[a + 1:] == row_key and p.coords[a] > top)]
-                    grid = lookup.grid_from_points(source, kept)
+                    grid = grid_points.grid_from_points(source, kept)
                     _held_out_errors(grid, held, family, source.peak_flops, roofline, errors)
     return errors
 

@@ -36,7 +36,8 @@ from infersim.tables.format import CollectiveRow  # noqa: E402
 from infersim.tables.table_files import read_table_dir, table_directories  # noqa: E402
 from infersim.tables.grid_keys import describe_key, row_grid_key
 from infersim.tables.interpolation import DEFAULT_INTERPOLATION, INTERPOLATIONS, Interpolation
-from infersim.tables.lookup import grid_from_points, grid_points, load_tables
+from infersim.tables.grid_points import grid_from_points, grid_points
+from infersim.tables.lookup import load_tables
 from infersim.tables.series import collective_series
 
 TARGET_MEDIAN = 0.05

@@ -18,7 +18,8 @@ from infersim.shapes.kernels import AttentionShape, GemmShape, GroupedGemmShape,
 from infersim.tables.format import DeviceInfo, GemmRow, Provenance, TableDirectory, TableInfo
 from infersim.tables.table_files import read_table_dir
 from infersim.tables.interpolation import INTERPOLATIONS, Interpolation, _same, build_grid
-from infersim.tables.lookup import MfuTables, grid_points, load_tables
+from infersim.tables.grid_points import grid_points
+from infersim.tables.lookup import MfuTables, load_tables
 
 IMPORTED = REPO_ROOT / "mfu_tables" / "imported"
 H20_BF16, H20_FP8 = 148e12, 296e12

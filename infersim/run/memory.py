@@ -30,8 +30,9 @@ from infersim.modules.step import layer_composition, lm_head_gathered_dp
 from infersim.base.records import evolve
 from infersim.base.units import ACT_BYTES, dtype_bytes
 
-if TYPE_CHECKING:  # weight offload's module is imported by the runs that offload
+if TYPE_CHECKING:  # weight offload's and speculative decoding's modules are imported by the runs that use them
     from infersim.costing.weight_offload import WeightOffload
+    from infersim.run.draft_memory import DraftMemory
     from infersim.run.memory_pools import StatePool, WindowPool
 
 EMBEDDING_BYTES = 2.0  # embeddings, LM head and norms stay in bf16 in every serving engine we model
@@ -281,17 +282,6 @@ def capacity_at_max_model_len(memory: MemoryResult, model: ModelCard, dep: Deplo
     if blocks < per_request:
         return None
     return int(blocks / per_request * context)
-
-
-@dataclass(frozen=True)
-class DraftMemory:
-    """What a speculative drafter adds on every GPU (see infersim.run.speculative)."""
-
-    weights_bytes: float  # per GPU
-    kv_bytes_per_token: float  # one token's cache over the drafter's layers (unsharded)
-    kv_bytes_per_token_per_gpu: float
-    bounded_bytes_per_request: float = 0.0  # unsharded
-    bounded_bytes_per_request_per_gpu: float = 0.0
 
 
 def mixer_weight_params(model: ModelCard, kind: str, attention_tp: int) -> float:

@@ -31,8 +31,8 @@ from infersim.cards.deployment import Deployment
 from infersim.engine.stage import OperationResult, StageResult, run_stage
 from infersim.base.errors import InferSimError
 from infersim.shapes.kernels import GemmShape, MemoryBoundShape
+from infersim.run.draft_memory import DraftMemory
 from infersim.run.memory import (
-    DraftMemory,
     bounded_bytes_per_request,
     kv_bytes_per_token,
     mtp_card,

@@ -70,27 +70,6 @@ PLANE_COVERAGE = 0.9
 # The table set
 
 
-@dataclass(frozen=True)
-class GridPoint:
-    """One measured point of a grid: coordinates on its axes, time and efficiency."""
-
-    coords: tuple[float, ...]  # axis values
-    seconds: float  # measured kernel time
-    efficiency: float  # relative to the table's peak for the row's dtype
-    row: Row
-
-
-@dataclass(frozen=True)
-class GridSource:
-    """The measured points of one grid key before indexing, with their axes and peak."""
-
-    axes: tuple[str, ...]
-    tables: tuple[str, ...]  # CSV file names the points come from
-    peak_flops: float
-    points: tuple[GridPoint, ...]
-    work_limits: tuple[float | None, ...] = ()  # see work_limits()
-
-
 class _MeasuredGrid(NamedTuple):
     """A grid key's rows while a table set is read: what GridSource holds, its points as build_grid
     takes them, and the rows they came from where asked for."""
@@ -99,7 +78,7 @@ class _MeasuredGrid(NamedTuple):
     tables: list[str]  # CSV file names the points come from, in order met
     peak_flops: float
     points: list[tuple[tuple[float, ...], float, float]]  # (axis values, seconds, efficiency)
-    rows: list[Row]  # the points' rows (empty unless asked for)
+    rows: list[Row]  # the points' rows (empty unless asked for: infersim.tables.grid_points)
 
 
 def _grids_and_hbm_rows(table_dir: TableDirectory, directory: Path | None = None, keep_rows: bool = False
@@ -140,16 +119,6 @@ def _grids_and_hbm_rows(table_dir: TableDirectory, directory: Path | None = None
     return collected, tuple(hbm)
 
 
-def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
-    """Every grid's measured points, by grid key."""
-    collected, _ = _grids_and_hbm_rows(table_dir, keep_rows=True)
-    return {key: GridSource(grid.axes, tuple(grid.tables), grid.peak_flops,
-                            tuple(GridPoint(coords, seconds, eff, row)
-                                  for (coords, seconds, eff), row in zip(grid.points, grid.rows)),
-                            work_limits(key, grid.axes))
-            for key, grid in collected.items()}
-
-
 def _routing_skew(table_dir: TableDirectory, files: Sequence[str]) -> float:
     """The power-law exponent of the routing a grid's grouped-GEMM rows were timed under (provenance
     moe_routing 'power_law_<alpha>'), 0 for balanced routing or other families."""
@@ -158,14 +127,6 @@ def _routing_skew(table_dir: TableDirectory, files: Sequence[str]) -> float:
         if info is not None and info.includes_imbalance and info.moe_routing.startswith("power_law_"):
             return float(info.moe_routing.removeprefix("power_law_"))
     return 0.0
-
-
-def grid_from_points(source: GridSource, points: Sequence[GridPoint] | None = None,
-                     interpolation: Interpolation = DEFAULT_INTERPOLATION) -> KernelGrid:
-    """The interpolating grid of `source` (or of a subset of its points, for leave-one-out)."""
-    chosen = source.points if points is None else points
-    return build_grid(source.axes, ((p.coords, p.seconds, p.efficiency) for p in chosen), source.peak_flops,
-                      interpolation, source.work_limits)
 
 
 @dataclass(frozen=True)
