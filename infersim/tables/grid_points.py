@@ -1,5 +1,5 @@
 """A table set's measured points per grid key before indexing (GridSource), for the tools that
-rebuild grids from subsets of them (leave-one-out, thinning, extrapolation checks); a run looks
+rebuild grids from subsets of them (leave-one-out, extrapolation checks); a run looks
 tables up through infersim.tables.lookup and never needs them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from infersim.tables.grid_keys import GridKey, work_limits
 from infersim.tables.interpolation import DEFAULT_INTERPOLATION, Interpolation, KernelGrid, build_grid
-from infersim.tables.lookup import _grids_and_hbm_rows
+from infersim.tables.lookup import grids_and_hbm_rows
 
 if TYPE_CHECKING:
     from infersim.tables.format import Row, TableDirectory
@@ -39,7 +39,7 @@ class GridSource:
 
 def grid_points(table_dir: TableDirectory) -> dict[GridKey, GridSource]:
     """Every grid's measured points, by grid key."""
-    collected, _ = _grids_and_hbm_rows(table_dir, keep_rows=True)
+    collected, _ = grids_and_hbm_rows(table_dir, keep_rows=True)
     return {key: GridSource(grid.axes, tuple(grid.tables), grid.peak_flops,
                             tuple(GridPoint(coords, seconds, eff, row)
                                   for (coords, seconds, eff), row in zip(grid.points, grid.rows)),

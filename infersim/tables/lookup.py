@@ -81,8 +81,8 @@ class _MeasuredGrid(NamedTuple):
     rows: list[Row]  # the points' rows (empty unless asked for: infersim.tables.grid_points)
 
 
-def _grids_and_hbm_rows(table_dir: TableDirectory, directory: Path | None = None, keep_rows: bool = False
-               ) -> tuple[dict[GridKey, _MeasuredGrid], tuple[HbmRow, ...]]:
+def grids_and_hbm_rows(table_dir: TableDirectory, directory: Path | None = None, keep_rows: bool = False
+              ) -> tuple[dict[GridKey, _MeasuredGrid], tuple[HbmRow, ...]]:
     """Every grid's measured points by grid key and, where `directory` is given, (dtype, latency_us,
     minimum bytes moved, "file:line") of every row check_hardware checks, in one pass over the rows
     (each row's kernel shape read once, for its efficiency and its bytes). The bytes are computed
@@ -150,7 +150,7 @@ class MfuTables:
         self.provenance = table_dir.provenance
         self.interpolation = interpolation
         label = self.directory.name
-        measured, hbm_rows = _grids_and_hbm_rows(table_dir, self.directory)
+        measured, hbm_rows = grids_and_hbm_rows(table_dir, self.directory)
         grids: dict[GridKey, Grid] = {}
         for key, grid in measured.items():
             kernel_grid = build_grid(grid.axes, grid.points, grid.peak_flops, interpolation, work_limits(key, grid.axes))
