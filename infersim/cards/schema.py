@@ -284,10 +284,11 @@ def type_hints(cls: type) -> dict[str, Any]:
         if not annotations:
             continue
         module = sys.modules.get(base.__module__)
-        namespace = module.__dict__ if module is not None else {}
-        local = dict(vars(base))
+        module_names = module.__dict__ if module is not None else {}
+        # the module's names before the class's own, the order get_type_hints looks them up in
+        class_names = dict(vars(base))
         for name, value in annotations.items():
-            hints[name] = eval(value, namespace, local) if isinstance(value, str) else value  # noqa: S307 - a class's own annotation text
+            hints[name] = eval(value, class_names, module_names) if isinstance(value, str) else value  # noqa: S307 - a class's own annotation text
     return hints
 
 
